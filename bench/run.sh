@@ -1,0 +1,523 @@
+#!/usr/bin/env bash
+# pgjet benchmark: pgjet side by side with pg_basebackup, pgBackRest and plain tar/zstd
+# references, on one PostgreSQL 15 cluster, in one run. Not a test: it only measures.
+#
+#   bash bench/run.sh                                        # full size (scale 100 + 500 MiB)
+#   SCALE=5 RANDOM_MB=50 RUNS=1 SKIP_PGJET=1 REPORT=/tmp/b.md bash bench/run.sh   # smoke run
+#
+# See bench/README.md for what is measured and how to read the report.
+# Run as root (servers and pg tools run as the OS user postgres through runuser).
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/.." && pwd)
+# shellcheck source=scripts/pg-env.sh
+source "$ROOT/scripts/pg-env.sh"
+
+# ------------------------------------------------------------------ settings (env overrides)
+SCALE=${SCALE:-100}                 # pgbench scale (100 = about 1.5 GiB)
+RANDOM_MB=${RANDOM_MB:-500}         # MiB of incompressible bytes (bytea, STORAGE EXTERNAL)
+RUNS=${RUNS:-3}                     # timed runs per command; medians are reported
+JOBS=${JOBS:-2}                     # pgjet --jobs, pgBackRest process-max, zstd -T
+PGV=${PG_VERSION:-15}
+BENCH=${BENCH_DIR:-/var/tmp/pgjet-bench}
+PGJET_SRC=${PGJET:-$ROOT/target/release/pgjet}
+SKIP_PGJET=${SKIP_PGJET:-0}
+SKIP_PGBACKREST=${SKIP_PGBACKREST:-0}
+PGBR_ZST_LEVEL=${PGBR_ZST_LEVEL:-}  # empty = pgBackRest's default zst level (3)
+CHECK_RESTORE=${CHECK_RESTORE:-1}   # start restored clusters once (untimed) and compare rows
+REPORT=${REPORT:-$ROOT/docs/benchmarks.md}
+KEEP=${KEEP:-0}                     # 1 = keep $BENCH (servers are stopped all the same)
+
+PGBIN=$(pg_bindir "$PGV")
+PG=$BENCH/pg                        # cluster dir: $PG/data, $PG/sock, $PG/log
+PGDATA=$PG/data
+OUT=$BENCH/out                      # outputs of the timed commands (removed between runs)
+LOGS=$BENCH/logs
+RES=$BENCH/results
+TIMES=$RES/times.tsv                # name, run, seconds, max RSS KiB, ok|FAIL
+SIZES=$RES/sizes.tsv                # name, bytes
+PGBR_CONF=$BENCH/pgbackrest.conf
+PGBR_REPO=$BENCH/pgbackrest-repo
+PGJET_BIN=$BENCH/bin/pgjet
+PGJET_STANZA=bench
+PORT=""
+DROP_CACHES=unknown
+STARTED=()                          # cluster dirs / PGDATAs of the servers we started
+
+say() { printf '%s\n' "$*"; }
+header() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+die() { printf 'bench: %s\n' "$*" >&2; exit 1; }
+
+# ------------------------------------------------------------------ cleanup
+cleanup() {
+    local rc=$? d
+    set +e
+    for d in "${STARTED[@]}"; do pg_stop_cluster "$d"; done
+    if [ "$KEEP" = 1 ]; then
+        say "KEEP=1: kept $BENCH"
+    else
+        rm -rf "$OUT" "$PG" "$PGBR_REPO" "${BENCH:?}"/pgjet-repo-* "${BENCH:?}/bin" "$BENCH/spool" "$BENCH/lock"
+        say "removed the cluster, repositories and outputs under $BENCH (results and logs kept)"
+    fi
+    [ $rc -eq 0 ] || say "bench exited with status $rc" >&2
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# ------------------------------------------------------------------ measuring
+# cold_cache: write back dirty pages and drop the page cache, so every timed run reads from disk.
+cold_cache() {
+    sync
+    if [ "$DROP_CACHES" != no ]; then
+        if echo 3 >/proc/sys/vm/drop_caches 2>/dev/null; then
+            DROP_CACHES=yes
+        else
+            DROP_CACHES=no
+            say "WARNING: cannot drop the page cache (echo 3 > /proc/sys/vm/drop_caches failed);"
+            say "         runs are NOT cold-cache; carrying on"
+        fi
+    fi
+}
+
+# q ARGS... -> the arguments quoted for bash -c
+q() { printf '%q ' "$@"; }
+# pg_cmd ARGS... -> a shell command string running ARGS as postgres
+pg_cmd() { printf 'cd / && runuser -u postgres -- %s' "$(q "$@")"; }
+
+# timed NAME ROUND CMDSTRING: drop caches, then run `bash -c "CMDSTRING; sync"` under
+# /usr/bin/time. Records wall seconds and peak RSS (KiB; GNU time reports the largest single
+# process among the command and its children, not their sum). Returns non-zero on failure.
+timed() {
+    local name=$1 round=$2 cmd=$3 base sec rss
+    base=$LOGS/$name.run$round
+    cold_cache
+    if /usr/bin/time -f '%e %M' -o "$base.time" bash -c "$cmd && sync" >"$base.log" 2>&1; then
+        read -r sec rss < <(tail -n 1 "$base.time")
+        printf '%s\t%s\t%s\t%s\tok\n' "$name" "$round" "$sec" "$rss" >>"$TIMES"
+        printf '  %-24s run %d: %8.2f s  %7.0f MiB RSS\n' "$name" "$round" "$sec" "$((rss / 1024))"
+    else
+        printf '%s\t%s\t-\t-\tFAIL\n' "$name" "$round" >>"$TIMES"
+        printf '  %-24s run %d: FAILED (log %s):\n' "$name" "$round" "$base.log"
+        tail -n 5 "$base.log" | sed 's/^/      /'
+        return 1
+    fi
+}
+
+# record_size NAME PATH...: bytes on disk (apparent size) of PATHs, last run wins
+record_size() {
+    local name=$1 bytes
+    shift
+    bytes=$(du -scb "$@" 2>/dev/null | tail -n 1 | cut -f1)
+    sed -i "/^$name\t/d" "$SIZES" 2>/dev/null || true
+    printf '%s\t%s\n' "$name" "$bytes" >>"$SIZES"
+}
+
+# fresh_dir DIR: an empty directory owned by postgres, mode 700 (for restore targets)
+fresh_dir() {
+    rm -rf "$1"
+    mkdir -p "$1"
+    chown postgres: "$1"
+    chmod 700 "$1"
+}
+
+# ------------------------------------------------------------------ the cluster
+build_cluster() {
+    header "Build the cluster: PostgreSQL $PGV, data checksums, pgbench scale $SCALE + $RANDOM_MB MiB random"
+    pg_stop_cluster "$PG" 2>/dev/null || true
+    rm -rf "$PG"
+    mkdir -p "$PG"
+    PORT=$(free_port)
+    STARTED+=("$PG")
+    PG_SHARED_BUFFERS=256MB PG_EXTRA_CONF="max_wal_size = 2GB
+checkpoint_timeout = 30min
+archive_mode = off" pg_make_cluster "$PGV" "$PG" "$PORT"
+    say "cluster: $PGDATA (port $PORT, socket $PG/sock, pid $(pg_cluster_pid "$PG"))"
+
+    local t0=$SECONDS
+    as_pg "$PGBIN/pgbench" -h "$PG/sock" -p "$PORT" -U postgres -i -q -s "$SCALE" postgres 2>&1 | tail -n 1
+    # a few transactions, so that sum(abalance) says something when restores are checked
+    as_pg "$PGBIN/pgbench" -h "$PG/sock" -p "$PORT" -U postgres -n -c 2 -t 500 postgres >/dev/null
+
+    # incompressible bytes: 1 MiB of /dev/urandom per row, hex-encoded for COPY, stored
+    # uncompressed out of line (STORAGE EXTERNAL: TOAST without compression)
+    cat >"$BENCH/bin/gen-random.sh" <<'EOF'
+#!/bin/sh
+# gen-random.sh N: N lines of COPY text for one bytea column, each 1 MiB from /dev/urandom
+i=0
+while [ "$i" -lt "$1" ]; do
+    printf '\\\\x'
+    head -c 1048576 /dev/urandom | basenc --base16 -w0
+    echo
+    i=$((i + 1))
+done
+EOF
+    chmod 755 "$BENCH/bin/gen-random.sh"
+    psql_as "$PGV" "$PG" "$PORT" >/dev/null <<SQL
+CREATE TABLE random_bytes (id serial PRIMARY KEY, payload bytea NOT NULL);
+ALTER TABLE random_bytes ALTER COLUMN payload SET STORAGE EXTERNAL;
+COPY random_bytes (payload) FROM PROGRAM '$BENCH/bin/gen-random.sh $RANDOM_MB';
+VACUUM (FREEZE, ANALYZE);
+CHECKPOINT;
+SELECT pg_switch_wal();
+CHECKPOINT;
+SQL
+    say "loaded in $((SECONDS - t0)) s"
+    SRC_ROWS=$(psql_as "$PGV" "$PG" "$PORT" -Atc "SELECT count(*), sum(abalance) FROM pgbench_accounts")
+    SRC_RANDOM=$(psql_as "$PGV" "$PG" "$PORT" -Atc "SELECT count(*), pg_size_pretty(pg_total_relation_size('random_bytes')) FROM random_bytes")
+    say "pgbench_accounts count|sum(abalance): $SRC_ROWS; random_bytes rows|size: $SRC_RANDOM"
+}
+
+# ------------------------------------------------------------------ pgBackRest set-up
+# pgBackRest 2.45 needs, for a full backup with its default archive-check=y:
+#   - archive_mode=on and an archive_command that runs `pgbackrest archive-push` (without
+#     them `backup` fails with "[087] archive_mode must be enabled"; with --no-archive-check
+#     it would back up, but without the WAL needed to restore a consistent cluster)
+#   - lock-path, spool-path and log-path writable by postgres (it runs as postgres)
+# Two stanzas on the same cluster, one per compression type, in one repository; every WAL
+# segment is pushed to both.
+setup_pgbackrest() {
+    header "pgBackRest $(pgbackrest version | awk '{print $2}'): stanzas 'none' and 'zst'"
+    rm -rf "$PGBR_REPO" "$BENCH/spool" "$BENCH/lock"
+    mkdir -p "$PGBR_REPO" "$BENCH/spool" "$BENCH/lock" "$LOGS/pgbackrest"
+    chown postgres: "$PGBR_REPO" "$BENCH/spool" "$BENCH/lock" "$LOGS/pgbackrest"
+    cat >"$PGBR_CONF" <<EOF
+[global]
+repo1-path=$PGBR_REPO
+# keep everything; the bench expires old backups itself between runs (untimed)
+repo1-retention-full=9999999
+lock-path=$BENCH/lock
+spool-path=$BENCH/spool
+log-path=$LOGS/pgbackrest
+log-level-console=warn
+log-level-file=info
+process-max=$JOBS
+start-fast=y
+archive-check=y
+archive-copy=n
+
+[none]
+pg1-path=$PGDATA
+pg1-port=$PORT
+pg1-socket-path=$PG/sock
+compress-type=none
+
+[zst]
+pg1-path=$PGDATA
+pg1-port=$PORT
+pg1-socket-path=$PG/sock
+compress-type=zst
+${PGBR_ZST_LEVEL:+compress-level=$PGBR_ZST_LEVEL}
+EOF
+    chmod 644 "$PGBR_CONF"
+    local s
+    for s in none zst; do
+        as_pg pgbackrest --config="$PGBR_CONF" --stanza="$s" stanza-create
+    done
+    psql_as "$PGV" "$PG" "$PORT" <<SQL
+ALTER SYSTEM SET archive_mode = on;
+ALTER SYSTEM SET archive_command = 'pgbackrest --config=$PGBR_CONF --stanza=none archive-push %p && pgbackrest --config=$PGBR_CONF --stanza=zst archive-push %p';
+SQL
+    as_pg "$PGBIN/pg_ctl" -D "$PGDATA" -m fast -w restart -l "$PG/log" >/dev/null
+    for s in none zst; do
+        as_pg pgbackrest --config="$PGBR_CONF" --stanza="$s" check
+    done
+    say "archive_mode=on, archive_command pushes to both stanzas; 'pgbackrest check' passed"
+}
+
+pgbr() { pg_cmd pgbackrest --config="$PGBR_CONF" "$@"; }
+
+# latest backup label of a pgBackRest stanza
+pgbr_latest() { (cd "$PGBR_REPO/backup/$1" && ls -d [0-9]*F 2>/dev/null | sort | tail -n 1); }
+
+# ------------------------------------------------------------------ pgjet set-up
+setup_pgjet() {
+    header "pgjet: $PGJET_SRC"
+    [ -x "$PGJET_SRC" ] || die "no pgjet binary at $PGJET_SRC (cargo build --release, or PGJET=..., or SKIP_PGJET=1)"
+    install -m 755 "$PGJET_SRC" "$PGJET_BIN"
+    PGJET_VERSION=$(as_pg "$PGJET_BIN" --version 2>&1 | head -n 1)
+    say "$PGJET_VERSION"
+}
+
+pgjet_conn() {
+    printf '%s\n' --stanza "$PGJET_STANZA" --repo-path "$1" --pg-path "$PGDATA" --pg-port "$PORT" \
+        --pg-socket-path "$PG/sock"
+}
+
+# pgjet_fresh_repo DIR: empty repository with the stanza created (untimed)
+pgjet_fresh_repo() {
+    local args
+    fresh_dir "$1"
+    mapfile -t args < <(pgjet_conn "$1")
+    as_pg "$PGJET_BIN" stanza-create "${args[@]}" >"$LOGS/pgjet-stanza-create.log" 2>&1 \
+        || { cat "$LOGS/pgjet-stanza-create.log"; return 1; }
+}
+
+pgjet_latest() { (cd "$1/$PGJET_STANZA/backup" && ls -d */ 2>/dev/null | tr -d / | sort | tail -n 1); }
+
+# ------------------------------------------------------------------ one round of every command
+bench_tar_copy() {          # plain copy reference
+    local r=$1 o=$OUT/tar-copy
+    rm -rf "$o"; mkdir -p "$o"
+    timed tar_copy "$r" "tar -C $(q "$PGDATA") --warning=no-file-changed --warning=no-file-removed -cf - . | tar -C $(q "$o") -xf -" || true
+    record_size tar_copy "$o"
+    rm -rf "$o"
+}
+
+bench_tar_zstd() {          # compressed copy reference, then its restore reference
+    local r=$1 f=$OUT/tar.zst o=$OUT/untar
+    rm -f "$f"; mkdir -p "$OUT"
+    timed tar_zstd "$r" "tar -C $(q "$PGDATA") --warning=no-file-changed --warning=no-file-removed -cf - . | zstd -1 -T$JOBS -q > $(q "$f")" || true
+    record_size tar_zstd "$f"
+    rm -rf "$o"; mkdir -p "$o"
+    [ -s "$f" ] && { timed zstd_untar "$r" "zstd -d -T$JOBS -q < $(q "$f") | tar -C $(q "$o") -xf -" || true; }
+    record_size zstd_untar "$o"
+    rm -rf "$o" "$f"
+}
+
+bench_pg_basebackup() {
+    local r=$1 o=$OUT/pgbb
+    fresh_dir "$o"
+    timed pg_basebackup "$r" "$(pg_cmd "$PGBIN/pg_basebackup" -h "$PG/sock" -p "$PORT" -U postgres -D "$o" -Fp -Xstream -c fast)" || true
+    record_size pg_basebackup "$o"
+    [ "$CHECK_RESTORE" = 1 ] && [ "$r" = "$RUNS" ] && check_restored pg_basebackup "$o"
+    rm -rf "$o"
+    fresh_dir "$o"
+    timed pg_basebackup_R "$r" "$(pg_cmd "$PGBIN/pg_basebackup" -h "$PG/sock" -p "$PORT" -U postgres -D "$o" -Fp -Xstream -c fast -R)" || true
+    record_size pg_basebackup_R "$o"
+    rm -rf "$o"
+}
+
+bench_pgbackrest() {
+    local r=$1 s label o=$OUT/pgbr-restore
+    for s in none zst; do
+        # keep only the newest backup of the stanza (untimed)
+        as_pg pgbackrest --config="$PGBR_CONF" --stanza="$s" --repo1-retention-full=1 expire >/dev/null 2>&1 || true
+        timed "pgbackrest_$s" "$r" "$(pgbr --stanza="$s" --type=full backup)" || true
+        label=$(pgbr_latest "$s")
+        [ -n "$label" ] && record_size "pgbackrest_$s" "$PGBR_REPO/backup/$s/$label"
+    done
+    fresh_dir "$o"
+    timed pgbackrest_restore "$r" "$(pgbr --stanza=zst --pg1-path="$o" restore)" || true
+    record_size pgbackrest_restore "$o"
+    [ "$CHECK_RESTORE" = 1 ] && [ "$r" = "$RUNS" ] && check_restored pgbackrest_restore "$o"
+    rm -rf "$o"
+}
+
+bench_pgjet() {
+    local r=$1 ct repo args label o=$OUT/pgjet-restore
+    for ct in none zstd; do
+        repo=$BENCH/pgjet-repo-$ct
+        pgjet_fresh_repo "$repo" || { printf '%s\t%s\t-\t-\tFAIL\n' "pgjet_$ct" "$r" >>"$TIMES"; continue; }
+        mapfile -t args < <(pgjet_conn "$repo")
+        timed "pgjet_$ct" "$r" "$(pg_cmd "$PGJET_BIN" backup "${args[@]}" --type full --start-fast \
+            --jobs "$JOBS" --compress-type "$ct")" || true
+        label=$(pgjet_latest "$repo")
+        [ -n "$label" ] && record_size "pgjet_$ct" "$repo/$PGJET_STANZA/backup/$label"
+    done
+    fresh_dir "$o"
+    timed pgjet_restore "$r" "$(pg_cmd "$PGJET_BIN" restore --stanza "$PGJET_STANZA" \
+        --repo-path "$BENCH/pgjet-repo-zstd" --pg-path "$o" --jobs "$JOBS")" || true
+    record_size pgjet_restore "$o"
+    [ "$CHECK_RESTORE" = 1 ] && [ "$r" = "$RUNS" ] && check_restored pgjet_restore "$o"
+    rm -rf "$o"
+    fresh_dir "$o"
+    timed pgjet_replica "$r" "$(pg_cmd "$PGJET_BIN" replica-create \
+        --source "host=$PG/sock port=$PORT user=postgres dbname=postgres" --pg-path "$o" \
+        --start-fast --jobs "$JOBS")" || true
+    record_size pgjet_replica "$o"
+    rm -rf "$o"
+}
+
+# check_restored NAME PGDATA: start a restored cluster (untimed) on a free port with archiving
+# off, wait for the end of recovery, compare pgbench_accounts with the source, stop it.
+check_restored() {
+    local name=$1 d=$2 p sock=$BENCH/check-sock got=""
+    [ -f "$d/PG_VERSION" ] || { say "  check $name: no restored cluster"; return 0; }
+    p=$(free_port)
+    fresh_dir "$sock"
+    : >"$LOGS/check-$name.log"
+    chown postgres: "$LOGS/check-$name.log"
+    STARTED+=("$d")
+    if ! as_pg "$PGBIN/pg_ctl" -D "$d" -l "$LOGS/check-$name.log" -w -t 300 \
+            -o "-p $p -k $sock -c archive_mode=off -c listen_addresses=''" start >/dev/null; then
+        say "  check $name: FAILED to start (log $LOGS/check-$name.log)"
+        echo "check_$name FAIL" >>"$RES/checks.txt"
+        return 0
+    fi
+    for _ in $(seq 1 600); do
+        [ "$(as_pg "$PGBIN/psql" -X -h "$sock" -p "$p" -U postgres -d postgres -Atc 'SELECT pg_is_in_recovery()' 2>/dev/null)" = f ] && break
+        sleep 0.5
+    done
+    got=$(as_pg "$PGBIN/psql" -X -h "$sock" -p "$p" -U postgres -d postgres -Atc \
+        "SELECT count(*), sum(abalance) FROM pgbench_accounts" 2>/dev/null || true)
+    pg_stop_cluster "$d"
+    if [ "$got" = "$SRC_ROWS" ]; then
+        say "  check $name: restored cluster started, pgbench_accounts matches ($got)"
+        echo "check_$name ok" >>"$RES/checks.txt"
+    else
+        say "  check $name: MISMATCH: got '$got', source '$SRC_ROWS' (log $LOGS/check-$name.log)"
+        echo "check_$name FAIL" >>"$RES/checks.txt"
+    fi
+}
+
+# ------------------------------------------------------------------ report
+median() {  # median of the ok seconds (or RSS with col=4) of NAME
+    local name=$1 col=${2:-3}
+    awk -F'\t' -v n="$name" -v c="$col" '$1==n && $5=="ok" {print $c}' "$TIMES" | sort -g |
+        awk '{a[NR]=$1} END {if (NR==0) print ""; else if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'
+}
+minmax() {
+    awk -F'\t' -v n="$1" '$1==n && $5=="ok" {print $3}' "$TIMES" | sort -g |
+        awk 'NR==1{mi=$1} {ma=$1} END {if (NR) printf "%.2f–%.2f", mi, ma}'
+}
+nfail() { awk -F'\t' -v n="$1" '$1==n && $5=="FAIL"' "$TIMES" | wc -l; }
+size_of() { awk -F'\t' -v n="$1" '$1==n {print $2}' "$SIZES" 2>/dev/null | tail -n 1; }
+mib() { [ -n "$1" ] && awk -v b="$1" 'BEGIN {printf "%.0f", b / 1048576}'; }
+# ratio PEER PGJET -> "x.xx×" = median(PEER) / median(PGJET): above 1 means pgjet is faster
+ratio() {
+    local a b
+    a=$(median "$1"); b=$(median "$2")
+    if [ -n "$a" ] && [ -n "$b" ]; then awk -v a="$a" -v b="$b" 'BEGIN {printf "%.2f×", a / b}'; else echo "n/a"; fi
+}
+
+# shellcheck disable=SC2016  # markdown with backticks
+declare -A DESCR
+DESCR[tar_copy]='`tar -C PGDATA -cf - . | tar -C OUT -xf -; sync` (plain copy reference)'
+DESCR[tar_zstd]='`tar -C PGDATA -cf - . | zstd -1 -T'$JOBS' > OUT.tar.zst; sync`'
+DESCR[zstd_untar]='`zstd -d -T'$JOBS' < OUT.tar.zst | tar -C OUT -xf -; sync` (restore reference)'
+DESCR[pg_basebackup]='`pg_basebackup -D OUT -Fp -Xstream -c fast; sync`'
+DESCR[pg_basebackup_R]='`pg_basebackup -D OUT -Fp -Xstream -c fast -R; sync` (replica reference)'
+DESCR[pgbackrest_none]='`pgbackrest backup --type=full` compress-type=none, process-max='$JOBS
+DESCR[pgbackrest_zst]='`pgbackrest backup --type=full` compress-type=zst level '"${PGBR_ZST_LEVEL:-3 (its default)}"', process-max='$JOBS
+DESCR[pgbackrest_restore]='`pgbackrest restore` of the zst backup into an empty dir, process-max='$JOBS
+DESCR[pgjet_none]='`pgjet backup --type full --start-fast --jobs '$JOBS' --compress-type none`'
+DESCR[pgjet_zstd]='`pgjet backup --type full --start-fast --jobs '$JOBS' --compress-type zstd`'
+DESCR[pgjet_restore]='`pgjet restore` of the zstd backup into an empty dir'
+DESCR[pgjet_replica]='`pgjet replica-create --start-fast` into an empty dir (no --start)'
+NAMES=(tar_copy tar_zstd zstd_untar pg_basebackup pg_basebackup_R pgbackrest_none pgbackrest_zst
+       pgbackrest_restore pgjet_none pgjet_zstd pgjet_restore pgjet_replica)
+
+write_report() {
+    local n med rss mbps size fails descr pgsize walsize
+    pgsize=$(size_of cluster)
+    walsize=$(size_of cluster_pg_wal)
+    {
+        echo "# pgjet benchmarks"
+        echo
+        echo "Written by \`bench/run.sh\` on $(date -u '+%Y-%m-%d %H:%M UTC'). Medians of $RUNS run(s) per command;"
+        if [ "$DROP_CACHES" = yes ]; then
+            echo "page cache dropped (\`sync; echo 3 > /proc/sys/vm/drop_caches\`) before every timed run."
+        else
+            echo "**page cache NOT dropped** before the timed runs (drop_caches not permitted here)."
+        fi
+        echo
+        echo "## Machine and versions"
+        echo
+        echo "- CPUs (\`nproc\`): $(nproc); $(awk '/model name/ {sub(/.*: /, ""); print; exit}' /proc/cpuinfo)"
+        echo "- memory (\`free -g\`): $(free -g | awk '/^Mem:/ {print $2 " GiB total, " $7 " GiB available"}')"
+        echo "- kernel: $(uname -r); $(. /etc/os-release && echo "$PRETTY_NAME")"
+        echo "- bench dir: \`$BENCH\` on $(df -T "$BENCH" | awk 'NR==2 {print $2 " (" $1 ")"}')"
+        echo "- PostgreSQL: $("$PGBIN/postgres" --version)"
+        echo "- pg_basebackup: $("$PGBIN/pg_basebackup" --version)"
+        echo "- pgBackRest: $(pgbackrest version)"
+        echo "- zstd: $(zstd --version | grep -o 'v[0-9][0-9.]*' | head -n 1); tar: $(tar --version | head -n 1)"
+        echo "- pgjet: ${PGJET_VERSION:-skipped (SKIP_PGJET=1)}$( [ "$SKIP_PGJET" = 1 ] || { c=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null) && echo ", commit $c"; } )"
+        echo
+        echo "## Cluster"
+        echo
+        echo "- PostgreSQL $PGV, data checksums on, \`pgbench -i -s $SCALE\` plus $RANDOM_MB MiB of /dev/urandom"
+        echo "  bytes in a bytea column with STORAGE EXTERNAL (stored uncompressed)"
+        echo "- PGDATA on disk: $(mib "$pgsize") MiB (of which pg_wal $(mib "$walsize") MiB); pgbench_accounts count|sum(abalance) = $SRC_ROWS"
+        echo "- archive_mode=on, archive_command = pgbackrest archive-push to both stanzas (pgBackRest needs it)"
+        echo "- parallelism: $JOBS (pgjet --jobs, pgBackRest process-max, zstd -T)"
+        echo
+        echo "## Results"
+        echo
+        echo "| command | what | median s | min–max s | MiB/s of PGDATA | peak RSS MiB | output size MiB |"
+        echo "|---|---|---:|---:|---:|---:|---:|"
+        for n in "${NAMES[@]}"; do
+            descr=${DESCR[$n]}
+            med=$(median "$n"); rss=$(median "$n" 4); size=$(size_of "$n"); fails=$(nfail "$n")
+            [ -n "$med" ] && med=$(printf '%.2f' "$med")
+            if [ -z "$med" ] && [ "$fails" = 0 ]; then continue; fi
+            mbps=""
+            [ -n "$med" ] && [ -n "$pgsize" ] && mbps=$(awk -v b="$pgsize" -v s="$med" 'BEGIN {if (s > 0) printf "%.0f", b / 1048576 / s}')
+            printf '| %s | %s | %s | %s | %s | %s | %s |\n' "$n" "${descr//|/\\|}" \
+                "${med:-FAILED}$( [ "$fails" -gt 0 ] && [ -n "$med" ] && echo " ($fails failed)")" \
+                "$(minmax "$n")" "${mbps:-}" "$( [ -n "$rss" ] && mib "$((${rss%.*} * 1024))")" "$(mib "$size")"
+        done
+        echo
+        echo "Output size: the backup as stored (pgBackRest: the backup set only, its WAL is in the"
+        echo "archive since archive-copy=n; pgjet and pg_basebackup: including the backup's WAL)"
+        echo "or the restored/copied directory. Peak RSS: the largest single process of the command"
+        echo "(GNU time), not the sum over processes."
+        echo
+        if [ "$SKIP_PGJET" != 1 ]; then
+            echo "## Ratios (peer median time / pgjet median time; above 1 = pgjet faster)"
+            echo
+            echo "| pgjet command | vs | ratio |"
+            echo "|---|---|---:|"
+            echo "| backup, compress none | pg_basebackup | $(ratio pg_basebackup pgjet_none) |"
+            echo "| backup, compress none | pgBackRest none | $(ratio pgbackrest_none pgjet_none) |"
+            echo "| backup, compress none | plain copy (tar \| tar) | $(ratio tar_copy pgjet_none) |"
+            echo "| backup, zstd | pgBackRest zst | $(ratio pgbackrest_zst pgjet_zstd) |"
+            echo "| backup, zstd | tar \| zstd -1 | $(ratio tar_zstd pgjet_zstd) |"
+            echo "| restore (zstd) | pgBackRest restore (zst) | $(ratio pgbackrest_restore pgjet_restore) |"
+            echo "| restore (zstd) | zstd -d \| tar -x | $(ratio zstd_untar pgjet_restore) |"
+            echo "| replica-create | pg_basebackup -R | $(ratio pg_basebackup_R pgjet_replica) |"
+            echo "| replica-create | plain copy (tar \| tar) | $(ratio tar_copy pgjet_replica) |"
+            echo
+        fi
+        if [ -s "$RES/checks.txt" ]; then
+            echo "## Restore checks (untimed, last run)"
+            echo
+            echo "Restored clusters were started once and \`SELECT count(*), sum(abalance) FROM pgbench_accounts\` compared with the source:"
+            echo
+            sed 's/^check_/- /' "$RES/checks.txt"
+            echo
+        fi
+        echo "Settings: SCALE=$SCALE RANDOM_MB=$RANDOM_MB RUNS=$RUNS JOBS=$JOBS. Raw timings: \`$TIMES\`."
+    } >"$REPORT"
+}
+
+# ------------------------------------------------------------------ main
+main() {
+    [ "$(id -u)" -eq 0 ] || die "run as root (drop_caches, runuser)"
+    for c in /usr/bin/time zstd pgbackrest runuser "$PGBIN/pg_basebackup" basenc; do
+        command -v "$c" >/dev/null || die "missing $c: run scripts/install-deps.sh"
+    done
+    mkdir -p "$BENCH" "$BENCH/bin" "$LOGS" "$RES" "$OUT"
+    chmod 755 "$BENCH" "$BENCH/bin"
+    chown postgres: "$OUT"
+    : >"$TIMES"; : >"$SIZES"; : >"$RES/checks.txt"
+    say "bench dir $BENCH; SCALE=$SCALE RANDOM_MB=$RANDOM_MB RUNS=$RUNS JOBS=$JOBS SKIP_PGJET=$SKIP_PGJET"
+    say "free space: $(df -h --output=avail "$BENCH" | tail -n 1 | tr -d ' ')"
+
+    [ "$SKIP_PGJET" = 1 ] || setup_pgjet
+    build_cluster
+    [ "$SKIP_PGBACKREST" = 1 ] || setup_pgbackrest
+    psql_as "$PGV" "$PG" "$PORT" -c "CHECKPOINT" >/dev/null
+    record_size cluster "$PGDATA"
+    record_size cluster_pg_wal "$PGDATA/pg_wal"
+    say "PGDATA: $(mib "$(size_of cluster)") MiB (pg_wal $(mib "$(size_of cluster_pg_wal)") MiB)"
+
+    local r
+    for r in $(seq 1 "$RUNS"); do
+        header "Run $r of $RUNS"
+        bench_tar_copy "$r"
+        bench_tar_zstd "$r"
+        bench_pg_basebackup "$r"
+        [ "$SKIP_PGBACKREST" = 1 ] || bench_pgbackrest "$r"
+        [ "$SKIP_PGJET" = 1 ] || bench_pgjet "$r"
+    done
+
+    header "Report"
+    mkdir -p "$(dirname "$REPORT")"
+    write_report
+    cat "$REPORT"
+    say
+    say "report written to $REPORT"
+}
+
+main "$@"

@@ -1,0 +1,151 @@
+//! Command-line definitions (clap). One struct per command; the settings shared by every
+//! command live in [`GlobalArgs`] and are layered with the environment and the config file by
+//! [`crate::config::Settings::resolve`].
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+
+/// pgjet: parallel physical backup, restore and replica creation for PostgreSQL.
+#[derive(Debug, Parser)]
+#[command(name = "pgjet", version, about, long_about = None)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Settings every command accepts. Each may also come from `PGJET_<NAME>` or the config file;
+/// a flag wins over the environment, which wins over the file.
+#[derive(Debug, Clone, Default, Args)]
+pub struct GlobalArgs {
+    /// Config file (INI: [global] and [<stanza>] sections, keys are the flag names).
+    /// Default /etc/pgjet/pgjet.conf, read only if it exists.
+    #[arg(long, global = true, env = "PGJET_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Stanza: the name of the cluster's configuration in the repository.
+    #[arg(long, global = true, env = "PGJET_STANZA", value_name = "NAME")]
+    pub stanza: Option<String>,
+    /// Repository directory.
+    #[arg(long, global = true, env = "PGJET_REPO_PATH", value_name = "DIR")]
+    pub repo_path: Option<PathBuf>,
+    /// Data directory of the cluster (backup, check) or of the new cluster (restore, replica-create).
+    #[arg(long, global = true, env = "PGJET_PG_PATH", value_name = "DIR")]
+    pub pg_path: Option<PathBuf>,
+    /// PostgreSQL port (default 5432); for replica-create the port of the new standby.
+    #[arg(long, global = true, env = "PGJET_PG_PORT", value_name = "N")]
+    pub pg_port: Option<u16>,
+    /// Directory of the PostgreSQL Unix socket (default /var/run/postgresql).
+    #[arg(long, global = true, env = "PGJET_PG_SOCKET_PATH", value_name = "DIR")]
+    pub pg_socket_path: Option<PathBuf>,
+    /// Database role to connect as (default: postgres).
+    #[arg(long, global = true, env = "PGJET_PG_USER", value_name = "NAME")]
+    pub pg_user: Option<String>,
+    /// Parallel workers (default: the number of cores).
+    #[arg(long, visible_alias = "process-max", global = true, env = "PGJET_JOBS", value_name = "N")]
+    pub jobs: Option<usize>,
+    /// Compression of stored bytes (default zstd).
+    #[arg(long, global = true, env = "PGJET_COMPRESS_TYPE", value_name = "TYPE")]
+    pub compress_type: Option<String>,
+    /// Compression level (default: 1 for zstd, 6 for gzip; lz4 has none).
+    #[arg(long, global = true, env = "PGJET_COMPRESS_LEVEL", value_name = "N")]
+    pub compress_level: Option<i32>,
+    /// error, warn, info (default) or debug.
+    #[arg(long, global = true, env = "PGJET_LOG_LEVEL", value_name = "LEVEL")]
+    pub log_level: Option<String>,
+    /// Output of commands that print data: text (default) or json.
+    #[arg(long, global = true, env = "PGJET_OUTPUT", value_name = "FORMAT")]
+    pub output: Option<String>,
+}
+
+/// The commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Create the stanza in the repository for the cluster at --pg-path.
+    StanzaCreate,
+    /// Back up the running cluster into the repository.
+    Backup(BackupArgs),
+    /// Restore a backup into an empty directory.
+    Restore(RestoreArgs),
+    /// Re-read every stored byte of a backup (or of all) and check it against the manifest.
+    Verify(VerifyArgs),
+    /// List stanzas and backups.
+    Info,
+    /// Check that configuration, cluster and repository agree.
+    Check,
+    /// Clone a running primary straight into a new standby data directory.
+    ReplicaCreate(ReplicaArgs),
+}
+
+/// Backup types. Only `full` exists so far.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
+pub enum BackupType {
+    #[default]
+    Full,
+}
+
+/// `backup` flags.
+#[derive(Debug, Args)]
+pub struct BackupArgs {
+    /// Backup type.
+    #[arg(long = "type", value_enum, default_value_t = BackupType::Full)]
+    pub backup_type: BackupType,
+    /// Ask for an immediate checkpoint instead of waiting for a spread one.
+    #[arg(long)]
+    pub start_fast: bool,
+}
+
+/// What a restored cluster does when it starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RestoreType {
+    /// Replay the WAL the backup holds in pg_wal (crash recovery from backup_label), no signal file.
+    Default,
+    /// Recover to the first consistent point and promote (default).
+    Immediate,
+    /// Start as a standby (standby.signal).
+    Standby,
+}
+
+/// `restore` flags.
+#[derive(Debug, Args)]
+pub struct RestoreArgs {
+    /// Backup label to restore, or `latest`.
+    #[arg(long, default_value = "latest")]
+    pub set: String,
+    /// Recovery type.
+    #[arg(long = "type", value_enum, default_value_t = RestoreType::Immediate)]
+    pub restore_type: RestoreType,
+    /// Restore tablespace ID (OID or name) into DIR instead of its original location.
+    #[arg(long, value_name = "ID=DIR")]
+    pub tablespace_map: Vec<String>,
+}
+
+/// `verify` flags.
+#[derive(Debug, Args)]
+pub struct VerifyArgs {
+    /// Backup label to verify (default: all).
+    #[arg(long)]
+    pub set: Option<String>,
+}
+
+/// `replica-create` flags.
+#[derive(Debug, Args)]
+pub struct ReplicaArgs {
+    /// libpq connection string of the primary, e.g. "host=/var/run/postgresql port=5432 user=postgres".
+    #[arg(long)]
+    pub source: String,
+    /// Place tablespace ID (OID or name) in DIR.
+    #[arg(long, value_name = "ID=DIR")]
+    pub tablespace_map: Vec<String>,
+    /// Create this permanent physical replication slot on the primary and use it.
+    #[arg(long)]
+    pub slot: Option<String>,
+    /// Ask for an immediate checkpoint.
+    #[arg(long)]
+    pub start_fast: bool,
+    /// Start the new standby (on --pg-port) and wait until it streams.
+    #[arg(long)]
+    pub start: bool,
+    /// Directory of the PostgreSQL binaries used by --start (default: those of the primary).
+    #[arg(long, value_name = "DIR")]
+    pub pg_bin: Option<PathBuf>,
+}

@@ -1,0 +1,92 @@
+//! `info`: stanzas and their complete backups.
+use super::*;
+use crate::repo;
+use crate::storage::Storage;
+use serde::Serialize;
+
+/// One backup as `info` shows it.
+#[derive(Debug, Serialize)]
+pub struct BackupInfo {
+    pub label: String,
+    #[serde(rename = "type")]
+    pub backup_type: String,
+    pub start_time: String,
+    pub stop_time: String,
+    pub start_lsn: String,
+    pub stop_lsn: String,
+    pub timeline: u32,
+    /// Logical bytes.
+    pub size: u64,
+    /// Stored bytes.
+    pub stored_size: u64,
+    pub wal_start: String,
+    pub wal_stop: String,
+    pub compression: String,
+}
+
+/// One stanza as `info` shows it.
+#[derive(Debug, Serialize)]
+pub struct StanzaView {
+    pub stanza: String,
+    pub system_identifier: String,
+    pub pg_version: String,
+    pub backups: Vec<BackupInfo>,
+}
+
+/// Collects the stanzas (only --stanza when given) and their complete backups.
+pub fn collect(s: &Settings) -> Result<Vec<StanzaView>> {
+    let store = open_repo(s)?;
+    let names = match &s.stanza {
+        Some(n) => {
+            repo::read_stanza(&store, n)?;
+            vec![n.clone()]
+        }
+        None => store.list("")?.into_iter().filter(|n| store.exists(&repo::stanza_info_name(n)).unwrap_or(false)).collect(),
+    };
+    let mut out = Vec::new();
+    for name in names {
+        let st = repo::read_stanza(&store, &name)?;
+        let mut backups = Vec::new();
+        for label in repo::list_complete(&store, &name)? {
+            let m = repo::read_manifest(&store, &name, &label)?;
+            backups.push(BackupInfo {
+                label,
+                backup_type: m.backup_type.clone(),
+                start_time: m.start_time.clone(),
+                stop_time: m.stop_time.clone(),
+                start_lsn: m.start_lsn.to_string(),
+                stop_lsn: m.stop_lsn.to_string(),
+                timeline: m.timeline,
+                size: m.size,
+                stored_size: m.stored_size,
+                wal_start: m.wal_segments.first().cloned().unwrap_or_default(),
+                wal_stop: m.wal_segments.last().cloned().unwrap_or_default(),
+                compression: format!("{}", m.compression.kind),
+            });
+        }
+        out.push(StanzaView { stanza: name, system_identifier: st.system_identifier.to_string(), pg_version: st.pg_version, backups });
+    }
+    Ok(out)
+}
+
+/// Renders `info` as text.
+pub fn render_text(v: &[StanzaView]) -> String {
+    let mut t = String::new();
+    if v.is_empty() {
+        t.push_str("no stanzas\n");
+    }
+    for st in v {
+        t.push_str(&format!("stanza: {}\n    system identifier: {}, PostgreSQL {}\n", st.stanza, st.system_identifier, st.pg_version));
+        if st.backups.is_empty() {
+            t.push_str("    no backups\n");
+        }
+        for b in &st.backups {
+            t.push_str(&format!(
+                "\n    {} backup: {}\n        start: {} (LSN {}), stop: {} (LSN {}), timeline {}\n        size: {}, stored: {} ({})\n        WAL: {} / {}\n",
+                b.backup_type, b.label, b.start_time, b.start_lsn, b.stop_time, b.stop_lsn, b.timeline,
+                mib(b.size), mib(b.stored_size), b.compression, b.wal_start, b.wal_stop
+            ));
+        }
+    }
+    t
+}

@@ -1,0 +1,223 @@
+//! `replica-create`: clones a running primary on this host straight into a new standby data
+//! directory with the parallel engine, no repository in between.
+//!
+//! A replication slot is made before the backup starts: permanent when --slot is given (the
+//! standby then streams from it, so the primary keeps every WAL segment it needs), else
+//! temporary (it lives as long as the copy). The WAL from the start to the stop LSN is
+//! copied into the new pg_wal as well, so the standby reaches consistency even before it
+//! connects.
+use super::restore::{append_auto_conf, create_files, prepare_target, set_mtimes, sync_all, write_file};
+use super::*;
+use crate::cli::ReplicaArgs;
+use crate::pg::datadir;
+use crate::pg::lsn::parse_backup_label;
+use crate::pg::session::quote_literal;
+use crate::transfer::sink::DirSink;
+use crate::transfer::{copy_files, Progress, ReadOptions};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// What `replica-create` reports.
+#[derive(Debug, serde::Serialize)]
+pub struct ReplicaSummary {
+    pub pg_path: String,
+    pub size: u64,
+    pub seconds: f64,
+    pub mib_per_sec: f64,
+    pub slot: Option<String>,
+    pub started: bool,
+}
+
+/// Runs `replica-create`.
+pub fn run(s: &Settings, args: &ReplicaArgs, progress: &dyn Progress) -> Result<ReplicaSummary> {
+    let target = s.pg_path()?.to_path_buf();
+    if !target.is_absolute() {
+        return Err(Error::Config("--pg-path must be an absolute path".into()));
+    }
+    let map = parse_tablespace_map(&args.tablespace_map)?;
+    let config = session::parse_conninfo(&args.source)?;
+    let sess = Session::connect(&config)?;
+    let info = sess.server_info()?;
+    if info.in_recovery {
+        return Err(Error::Unsafe("the source is a standby: replica-create from a standby is not supported yet; use the primary".into()));
+    }
+    let source = PathBuf::from(&info.data_directory);
+    let local_id = read_control_system_identifier(&source).map_err(|e| Error::Unsafe(format!(
+        "cannot read the primary's data directory {} on this host ({e}); replica-create copies from a primary on the same host", source.display())))?;
+    if local_id != info.system_identifier {
+        return Err(Error::Unsafe(format!("{} belongs to another cluster than the one at --source", source.display())));
+    }
+    let spcs = sess.tablespaces()?;
+    let tablespaces: Vec<(u32, String, String)> = spcs.clone();
+    // Check targets before anything is created on the primary.
+    check_map_used(&map, &tablespaces.iter().map(|(o, n, _)| (*o, n.clone())).collect::<Vec<_>>())?;
+    check_empty_target(&target, "target directory")?;
+    for (oid, name, loc) in &tablespaces {
+        let dir = mapped_dir(&map, *oid, name).unwrap_or_else(|| PathBuf::from(loc));
+        check_empty_target(&dir, &format!("tablespace {name} (OID {oid}) directory"))?;
+    }
+
+    let clock = Instant::now();
+    let slot_name = match &args.slot {
+        Some(name) => {
+            sess.create_physical_slot(name, false)?;
+            name.clone()
+        }
+        None => {
+            let n = format!("pgjet_{}", std::process::id());
+            sess.create_physical_slot(&n, true)?;
+            n
+        }
+    };
+    let res = copy_and_configure(s, args, &sess, &info, &source, &target, &tablespaces, &map, progress);
+    if let Err(e) = res {
+        if args.slot.is_some() {
+            if let Err(d) = sess.drop_slot(&slot_name) {
+                tracing::warn!("could not drop slot {slot_name} after the failure: {d}");
+            }
+        }
+        let _ = fs::remove_file(target.join("global/pg_control"));
+        return Err(e);
+    }
+    let size = res.unwrap_or(0);
+    sess.close();
+    let seconds = clock.elapsed().as_secs_f64();
+    let mut started = false;
+    if args.start {
+        start_standby(s, args, &source, &target, &config)?;
+        started = true;
+    }
+    Ok(ReplicaSummary {
+        pg_path: target.display().to_string(),
+        size,
+        seconds,
+        mib_per_sec: size as f64 / (1 << 20) as f64 / seconds.max(1e-6),
+        slot: args.slot.clone(),
+        started,
+    })
+}
+
+/// application_name the standby uses in primary_conninfo (to find it in pg_stat_replication).
+fn standby_app_name(s: &Settings, args: &ReplicaArgs) -> String {
+    args.slot.clone().unwrap_or_else(|| format!("pgjet_standby_{}", s.pg_port))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn copy_and_configure(
+    s: &Settings,
+    args: &ReplicaArgs,
+    sess: &Session,
+    info: &session::ServerInfo,
+    source: &Path,
+    target: &Path,
+    tablespaces: &[(u32, String, String)],
+    map: &[(String, PathBuf)],
+    progress: &dyn Progress,
+) -> Result<u64> {
+    let start_lsn = sess.backup_start(&format!("pgjet replica-create {}", target.display()), args.start_fast)?;
+    let listing = datadir::list_data_directory(source, info.version_num, &info.tablespace_dir(), info.data_checksums)?;
+    let locations = prepare_target(target, tablespaces, map, &listing.dirs)?;
+    let (files, control) = super::backup::source_files(&listing);
+    let control = control.ok_or_else(|| Error::Unsafe(format!("{} has no global/pg_control", source.display())))?;
+    let specs: Vec<(&str, u64, u32)> = files.iter().map(|f| (f.path.as_str(), f.size, f.mode)).collect();
+    let targets = create_files(target, &specs)?;
+    let opts = ReadOptions { jobs: s.jobs, verify_checksums: info.data_checksums, backup_start_lsn: start_lsn.0 };
+    let total: u64 = files.iter().map(|f| f.size).sum::<u64>() + control.size;
+    progress.begin("replica-create", total);
+    let out = copy_files(&files, &opts, &DirSink { targets: &targets }, progress)?;
+    for (f, gone) in files.iter().zip(&out.vanished) {
+        if *gone {
+            let _ = fs::remove_file(target.join(&f.path));
+        }
+    }
+    let bad: usize = out.page_errors.iter().map(|e| e.len()).sum();
+    if bad > 0 {
+        tracing::warn!("{bad} page(s) of the primary failed checksum validation (see the warnings above)");
+    }
+    let stop = sess.backup_stop()?;
+    let label = parse_backup_label(&stop.backup_label)
+        .map_err(|e| Error::Other(format!("pg_backup_stop returned a backup_label pgjet cannot read: {e}")))?;
+    let wal = wal_source_files(source, label.start_timeline, start_lsn, stop.lsn, info.wal_segment_size, info.system_identifier)?;
+    let wal_specs: Vec<(&str, u64, u32)> = wal.iter().map(|f| (f.path.as_str(), f.size, f.mode)).collect();
+    let wal_targets = create_files(target, &wal_specs)?;
+    let wal_opts = ReadOptions { verify_checksums: false, ..opts };
+    copy_files(&wal, &wal_opts, &DirSink { targets: &wal_targets }, progress)?;
+    progress.finish();
+    let kept: Vec<(PathBuf, i64)> = files.iter().zip(targets).zip(&out.vanished)
+        .filter(|(_, gone)| !**gone).map(|((f, t), _)| (t, f.mtime)).collect();
+    let (paths, mtimes): (Vec<PathBuf>, Vec<i64>) = kept.into_iter().unzip();
+    set_mtimes(&paths, &mtimes)?;
+
+    write_file(&target.join("backup_label"), stop.backup_label.as_bytes())?;
+    if !tablespaces.is_empty() {
+        write_file(&target.join("tablespace_map"), remap_tablespace_map(&locations).as_bytes())?;
+    }
+    let mut conninfo = args.source.clone();
+    if !conninfo.contains("application_name") && !conninfo.contains("://") {
+        conninfo.push_str(&format!(" application_name={}", standby_app_name(s, args)));
+    }
+    let mut lines = vec![
+        "# standby settings added by pgjet replica-create".to_string(),
+        format!("primary_conninfo = {}", quote_literal(&conninfo)),
+    ];
+    if let Some(slot) = &args.slot {
+        lines.push(format!("primary_slot_name = {}", quote_literal(slot)));
+    }
+    if s.pg_port != crate::config::DEFAULT_PG_PORT || args.start {
+        lines.push(format!("port = {}", s.pg_port));
+    }
+    append_auto_conf(target, &lines)?;
+    write_file(&target.join("standby.signal"), b"")?;
+    sync_all(target, &locations)?;
+    // Last: pg_control.
+    let controls = [control];
+    let control_target = create_files(target, &[(controls[0].path.as_str(), controls[0].size, controls[0].mode)])?;
+    copy_files(&controls, &opts, &DirSink { targets: &control_target }, progress)?;
+    std::fs::File::open(&control_target[0]).and_then(|f| f.sync_all()).map_err(|e| Error::io("fsync", &control_target[0], e))?;
+    crate::storage::posix::fsync_dir(&target.join("global"))?;
+    Ok(total)
+}
+
+/// The directory of the primary's own binaries: from --pg-bin, else from the postmaster's
+/// /proc/<pid>/exe (its PID is the first line of postmaster.pid).
+fn bin_dir(args: &ReplicaArgs, source: &Path) -> Result<PathBuf> {
+    if let Some(b) = &args.pg_bin {
+        return Ok(b.clone());
+    }
+    let pidfile = source.join("postmaster.pid");
+    let text = fs::read_to_string(&pidfile).map_err(|e| Error::io("read", &pidfile, e))?;
+    let pid = text.lines().next().unwrap_or("").trim().to_string();
+    let exe = fs::read_link(format!("/proc/{pid}/exe"))
+        .map_err(|e| Error::Config(format!("cannot find the primary's binaries from PID {pid} ({e}); pass --pg-bin")))?;
+    exe.parent().map(Path::to_path_buf).ok_or_else(|| Error::Config("cannot find the primary's binaries; pass --pg-bin".into()))
+}
+
+/// Starts the standby with pg_ctl and waits (up to 120 s) until the primary shows it
+/// streaming in pg_stat_replication.
+fn start_standby(s: &Settings, args: &ReplicaArgs, source: &Path, target: &Path, config: &tokio_postgres::Config) -> Result<()> {
+    let bin = bin_dir(args, source)?;
+    let log = target.join("pgjet-start.log");
+    let status = Command::new(bin.join("pg_ctl"))
+        .args(["-D"]).arg(target).args(["-l"]).arg(&log).args(["-w", "-t", "120", "-o"]).arg(format!("-p {}", s.pg_port)).arg("start")
+        .status()
+        .map_err(|e| Error::io("run pg_ctl", bin.join("pg_ctl"), e))?;
+    if !status.success() {
+        return Err(Error::Other(format!("pg_ctl could not start the standby in {} (see {})", target.display(), log.display())));
+    }
+    let app = standby_app_name(s, args);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let sess = Session::connect(config)?;
+        let rows = sess.query_strings("pg_stat_replication", &format!(
+            "SELECT state FROM pg_stat_replication WHERE application_name = {}", quote_literal(&app)))?;
+        sess.close();
+        if rows.iter().any(|r| r.first().cloned().flatten().as_deref() == Some("streaming")) {
+            tracing::info!("standby {} is streaming", target.display());
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(Error::Other(format!("the standby in {} started but does not stream after 120 s (see {})", target.display(), log.display())));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}

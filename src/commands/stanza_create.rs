@@ -1,0 +1,40 @@
+//! `stanza-create`: records the cluster's identity in the repository.
+use super::*;
+use crate::repo::{self, StanzaInfo, REPO_FORMAT};
+use crate::storage::Storage;
+
+/// Runs `stanza-create`. Idempotent for the same cluster; refuses a stanza that belongs to
+/// another cluster (different system identifier or major version).
+pub fn run(s: &Settings) -> Result<String> {
+    let stanza = s.stanza()?;
+    if stanza.is_empty() || stanza.contains('/') || stanza.starts_with('.') {
+        return Err(Error::Config(format!("stanza name '{stanza}' is not valid")));
+    }
+    let store = open_repo(s)?;
+    let sess = connect_local(s)?;
+    let info = sess.server_info()?;
+    check_pg_path(s.pg_path()?, &info)?;
+    sess.close();
+    if store.exists(&repo::stanza_info_name(stanza))? {
+        let existing = repo::read_stanza(&store, stanza)?;
+        repo::check_same_cluster(&existing, info.system_identifier, &info.major())?;
+        return Ok(format!("stanza '{stanza}' already exists for this cluster"));
+    }
+    let si = StanzaInfo {
+        format: REPO_FORMAT,
+        stanza: stanza.into(),
+        system_identifier: info.system_identifier,
+        pg_version: info.major(),
+        pg_version_num: info.version_num,
+        catalog_version: info.catalog_version,
+        created: rfc3339(chrono::Utc::now()),
+    };
+    let json = serde_json::to_vec_pretty(&si).map_err(|e| Error::Other(e.to_string()))?;
+    let root = s.repo_path()?;
+    for d in ["backup", "archive"] {
+        let p = root.join(stanza).join(d);
+        fs::create_dir_all(&p).map_err(|e| Error::io("create directory", &p, e))?;
+    }
+    store.put_durable(&repo::stanza_info_name(stanza), &json)?;
+    Ok(format!("stanza '{stanza}' created (system identifier {}, PostgreSQL {})", info.system_identifier, info.major()))
+}

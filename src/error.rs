@@ -1,0 +1,91 @@
+//! The library error type. Every error says what failed and where; [`Error::hint`] gives the
+//! one-line hint the binary prints under it, and [`Error::exit_code`] the process exit code.
+use std::path::PathBuf;
+
+/// Result alias used across the library.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What went wrong, in kinds a caller can act on.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Bad or missing settings (flags, environment, config file).
+    #[error("configuration: {0}")]
+    Config(String),
+    /// PostgreSQL could not be reached or refused the session.
+    #[error("could not connect to PostgreSQL ({target}): {source}")]
+    Connect {
+        target: String,
+        #[source]
+        source: tokio_postgres::Error,
+    },
+    /// A SQL statement failed on an open session.
+    #[error("PostgreSQL query failed ({what}): {source}")]
+    Query {
+        what: String,
+        #[source]
+        source: tokio_postgres::Error,
+    },
+    /// The repository is missing, belongs to another cluster or is malformed.
+    #[error("repository: {0}")]
+    Repo(String),
+    /// Stored bytes do not match the manifest: names every affected file.
+    #[error("corrupt backup {label}: {}", files.join(", "))]
+    Corrupt { label: String, files: Vec<String> },
+    /// The cluster or the target is in a state that makes the command unsafe.
+    #[error("{0}")]
+    Unsafe(String),
+    /// A filesystem or stream operation failed on a named path.
+    #[error("{op} {path}: {source}")]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Anything else, with its context.
+    #[error("{0}")]
+    Other(String),
+}
+
+impl Error {
+    /// Wraps an I/O error with the operation and path it concerns.
+    pub fn io(op: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Error {
+        Error::Io { op, path: path.into(), source }
+    }
+
+    /// True when the error is the disk running out of space (ENOSPC or EDQUOT).
+    pub fn is_disk_full(&self) -> bool {
+        matches!(self, Error::Io { source, .. }
+            if matches!(source.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT)))
+    }
+
+    /// One line telling the user what to do about it.
+    pub fn hint(&self) -> String {
+        match self {
+            Error::Config(_) => "HINT: check the flags, the PGJET_* environment and the config file (--config).".into(),
+            Error::Connect { .. } => "HINT: is the cluster running? Check --pg-port, --pg-socket-path, --pg-user (or --source) and pg_hba.conf.".into(),
+            Error::Query { .. } => "HINT: pgjet needs a superuser or a role with pg_backup_start/pg_backup_stop and REPLICATION rights.".into(),
+            Error::Repo(_) => "HINT: check --repo-path and --stanza; a new stanza is made with `pgjet stanza-create`.".into(),
+            Error::Corrupt { .. } => "HINT: the repository bytes changed after they were written; take a new backup and check the storage.".into(),
+            Error::Unsafe(_) => "HINT: pgjet refuses to risk data; fix the target or the cluster state and run it again.".into(),
+            Error::Io { .. } if self.is_disk_full() => "HINT: no space left on the device: free space or choose another target; nothing written counts as complete.".into(),
+            Error::Io { .. } => "HINT: check that the path exists and that the user running pgjet (postgres) may use it.".into(),
+            Error::Other(_) => "HINT: run again with --log-level debug for details.".into(),
+        }
+    }
+
+    /// Process exit code: 2 configuration, 3 connection, 4 repository, 5 corruption,
+    /// 6 unsafe target/state, 7 I/O (8 disk full), 1 anything else.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Error::Config(_) => 2,
+            Error::Connect { .. } | Error::Query { .. } => 3,
+            Error::Repo(_) => 4,
+            Error::Corrupt { .. } => 5,
+            Error::Unsafe(_) => 6,
+            Error::Io { .. } if self.is_disk_full() => 8,
+            Error::Io { .. } => 7,
+            Error::Other(_) => 1,
+        }
+    }
+}

@@ -1,0 +1,13 @@
+//! pgjet: PostgreSQL physical backup, restore, replica creation and (later) WAL archiving.
+//!
+//! The library knows nothing of the terminal: commands report progress through
+//! [`transfer::Progress`] and return typed [`error::Error`]s; the binary maps them to exit codes.
+pub mod cli;
+pub mod codec;
+pub mod commands;
+pub mod config;
+pub mod error;
+pub mod pg;
+pub mod repo;
+pub mod storage;
+pub mod transfer;

@@ -1,0 +1,100 @@
+//! The pgjet binary: parse the command line, run the command, map errors to exit codes.
+mod term;
+
+use clap::Parser;
+use pgjet::cli::{Cli, Command};
+use pgjet::commands;
+use pgjet::config::{Output, Settings};
+use pgjet::error::Error;
+
+fn init_logging(level: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_new(format!("pgjet={level}"))
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("pgjet=info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .without_time()
+        .try_init();
+}
+
+fn print_json<T: serde::Serialize>(v: &T) -> Result<(), Error> {
+    let s = serde_json::to_string_pretty(v).map_err(|e| Error::Other(e.to_string()))?;
+    println!("{s}");
+    Ok(())
+}
+
+fn run(cli: Cli) -> Result<(), Error> {
+    let s = Settings::resolve(&cli.global)?;
+    init_logging(&s.log_level);
+    let json = s.output == Output::Json;
+    let progress = term::TermProgress::for_stderr(json);
+    match cli.command {
+        Command::StanzaCreate => println!("{}", commands::stanza_create::run(&s)?),
+        Command::Backup(a) => {
+            let r = commands::backup::run(&s, &a, &progress)?;
+            if json {
+                print_json(&r)?;
+            } else {
+                println!(
+                    "backup {} complete: {} files, {} logical, {} stored, {:.1} s, {:.0} MiB/s, LSN {} - {}{}",
+                    r.label, r.files, commands::mib(r.size), commands::mib(r.stored_size), r.seconds, r.mib_per_sec,
+                    r.start_lsn, r.stop_lsn,
+                    if r.page_errors > 0 { format!(", {} page checksum error(s)", r.page_errors) } else { String::new() }
+                );
+            }
+        }
+        Command::Restore(a) => {
+            let label = commands::restore::run(&s, &a, &progress)?;
+            println!("restored backup {label} into {}", s.pg_path()?.display());
+        }
+        Command::Verify(a) => {
+            for l in commands::verify::run(&s, a.set.as_deref(), &progress)? {
+                println!("{l}");
+            }
+        }
+        Command::Info => {
+            let v = commands::info::collect(&s)?;
+            if json {
+                print_json(&v)?;
+            } else {
+                print!("{}", commands::info::render_text(&v));
+            }
+        }
+        Command::Check => {
+            for l in commands::check::run(&s)? {
+                println!("{l}");
+            }
+        }
+        Command::ReplicaCreate(a) => {
+            let r = commands::replica::run(&s, &a, &progress)?;
+            if json {
+                print_json(&r)?;
+            } else {
+                println!(
+                    "standby created in {}: {} in {:.1} s ({:.0} MiB/s){}",
+                    r.pg_path, commands::mib(r.size), r.seconds, r.mib_per_sec,
+                    if r.started { ", started and streaming" } else { "" }
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+fn main() {
+    let cli = Cli::parse();
+    if let Err(e) = run(cli) {
+        let mut msg = format!("pgjet: ERROR: {e}");
+        let mut src = std::error::Error::source(&e);
+        while let Some(s) = src {
+            let t = s.to_string();
+            if !msg.contains(&t) {
+                msg.push_str(&format!(": {t}"));
+            }
+            src = s.source();
+        }
+        eprintln!("{msg}\n{}", e.hint());
+        std::process::exit(e.exit_code());
+    }
+}

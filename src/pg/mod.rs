@@ -1,0 +1,9 @@
+//! PostgreSQL knowledge: LSN and WAL segment math, page checksums, the basebackup.c file
+//! rules, the data directory walk, the SQL session and the PostgreSQL `backup_manifest`
+//! writer. Nothing here knows about repositories.
+pub mod checksum;
+pub mod datadir;
+pub mod exclude;
+pub mod lsn;
+pub mod pg_manifest;
+pub mod session;

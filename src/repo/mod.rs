@@ -1,0 +1,175 @@
+//! The repository: stanza info, backup manifests, object names, locks. The format is
+//! documented in docs/repository-format.md (format version [`REPO_FORMAT`]).
+//!
+//! Layout below the repository root:
+//!
+//! ```text
+//! <stanza>/stanza.json                 StanzaInfo
+//! <stanza>/backup.lock                 flock(2) held by a running backup
+//! <stanza>/backup/<label>/manifest.json  BackupManifest, written last (its presence = complete)
+//! <stanza>/backup/<label>/data/<object>  stored frames
+//! <stanza>/archive/                    reserved for the WAL archive
+//! ```
+pub mod manifest;
+
+use crate::error::{Error, Result};
+use crate::storage::Storage;
+use serde::{Deserialize, Serialize};
+use std::fs::File;
+use std::os::unix::io::AsRawFd;
+use std::path::Path;
+
+pub use manifest::{BackupManifest, DirEntry, FileEntry, Piece, Tablespace};
+
+/// Version of the repository format this build writes and reads.
+pub const REPO_FORMAT: u32 = 1;
+
+/// What a stanza records about its cluster; a repository stanza belongs to one cluster.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct StanzaInfo {
+    /// Repository format version ([`REPO_FORMAT`]).
+    pub format: u32,
+    pub stanza: String,
+    /// pg_control's system identifier (pg_control_system()).
+    #[serde(with = "u64_string")]
+    pub system_identifier: u64,
+    /// Major version, e.g. "15" or "18".
+    pub pg_version: String,
+    /// server_version_num, e.g. 150020.
+    pub pg_version_num: u32,
+    /// catalog_version_no from pg_control.
+    pub catalog_version: u32,
+    /// RFC 3339 UTC time of stanza-create.
+    pub created: String,
+}
+
+/// Serializes a u64 as a JSON string (system identifiers do not fit a JavaScript number).
+pub mod u64_string {
+    use serde::{Deserialize, Deserializer, Serializer};
+    pub fn serialize<S: Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&v.to_string())
+    }
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// Name of the stanza info object.
+pub fn stanza_info_name(stanza: &str) -> String {
+    format!("{stanza}/stanza.json")
+}
+/// Directory of one backup.
+pub fn backup_dir(stanza: &str, label: &str) -> String {
+    format!("{stanza}/backup/{label}")
+}
+/// Name of a backup's manifest.
+pub fn manifest_name(stanza: &str, label: &str) -> String {
+    format!("{stanza}/backup/{label}/manifest.json")
+}
+/// Name of a stored object of a backup.
+pub fn object_name(stanza: &str, label: &str, object: &str) -> String {
+    format!("{stanza}/backup/{label}/data/{object}")
+}
+
+/// Reads the stanza info; a missing stanza is an error that points at stanza-create.
+pub fn read_stanza(store: &dyn Storage, stanza: &str) -> Result<StanzaInfo> {
+    let name = stanza_info_name(stanza);
+    if !store.exists(&name)? {
+        return Err(Error::Repo(format!(
+            "stanza '{stanza}' does not exist in the repository; run `pgjet stanza-create` first"
+        )));
+    }
+    let info: StanzaInfo = serde_json::from_slice(&store.get(&name)?)
+        .map_err(|e| Error::Repo(format!("{name} is not valid: {e}")))?;
+    if info.format != REPO_FORMAT {
+        return Err(Error::Repo(format!("{name} has format {}, this pgjet reads {REPO_FORMAT}", info.format)));
+    }
+    Ok(info)
+}
+
+/// Refuses a cluster whose identity differs from the stanza's.
+pub fn check_same_cluster(info: &StanzaInfo, system_identifier: u64, pg_version: &str) -> Result<()> {
+    if info.system_identifier != system_identifier {
+        return Err(Error::Repo(format!(
+            "stanza '{}' belongs to the cluster with system identifier {}, but this cluster has system identifier {system_identifier}",
+            info.stanza, info.system_identifier
+        )));
+    }
+    if info.pg_version != pg_version {
+        return Err(Error::Repo(format!(
+            "stanza '{}' holds PostgreSQL {} backups, but the cluster runs PostgreSQL {pg_version}",
+            info.stanza, info.pg_version
+        )));
+    }
+    Ok(())
+}
+
+/// Labels of the complete backups of a stanza (those with a manifest), oldest first.
+pub fn list_complete(store: &dyn Storage, stanza: &str) -> Result<Vec<String>> {
+    let mut out = Vec::new();
+    for label in store.list(&format!("{stanza}/backup"))? {
+        if store.exists(&manifest_name(stanza, &label))? {
+            out.push(label);
+        }
+    }
+    Ok(out)
+}
+
+/// Labels of backup directories with no manifest: interrupted backups.
+pub fn list_incomplete(store: &dyn Storage, stanza: &str) -> Result<Vec<String>> {
+    let mut out = Vec::new();
+    for label in store.list(&format!("{stanza}/backup"))? {
+        if !label.ends_with(".tmp") && !store.exists(&manifest_name(stanza, &label))? {
+            out.push(label);
+        }
+    }
+    Ok(out)
+}
+
+/// Reads and parses a backup's manifest.
+pub fn read_manifest(store: &dyn Storage, stanza: &str, label: &str) -> Result<BackupManifest> {
+    let name = manifest_name(stanza, label);
+    if !store.exists(&name)? {
+        return Err(Error::Repo(format!("backup '{label}' of stanza '{stanza}' does not exist or is incomplete")));
+    }
+    let m: BackupManifest = serde_json::from_slice(&store.get(&name)?)
+        .map_err(|e| Error::Repo(format!("{name} is not valid: {e}")))?;
+    if m.format != REPO_FORMAT {
+        return Err(Error::Repo(format!("{name} has format {}, this pgjet reads {REPO_FORMAT}", m.format)));
+    }
+    Ok(m)
+}
+
+/// Resolves `--set` (a label or `latest`) to a complete backup's label.
+pub fn resolve_set(store: &dyn Storage, stanza: &str, set: &str) -> Result<String> {
+    let labels = list_complete(store, stanza)?;
+    if set == "latest" {
+        return labels.last().cloned().ok_or_else(|| Error::Repo(format!("stanza '{stanza}' has no complete backup")));
+    }
+    if labels.iter().any(|l| l == set) {
+        Ok(set.to_string())
+    } else {
+        Err(Error::Repo(format!("backup '{set}' not found in stanza '{stanza}' (complete backups: {})", labels.join(", "))))
+    }
+}
+
+/// An exclusive lock on a stanza's backups, released when dropped or when the process dies.
+pub struct StanzaLock {
+    _file: File,
+}
+
+impl StanzaLock {
+    /// Takes `<repo>/<stanza>/backup.lock` with flock(2), without waiting.
+    /// Errors when another pgjet holds it.
+    pub fn acquire(repo: &Path, stanza: &str) -> Result<StanzaLock> {
+        let p = repo.join(stanza).join("backup.lock");
+        let f = File::options().create(true).truncate(false).write(true).open(&p).map_err(|e| Error::io("open lock", &p, e))?;
+        // SAFETY: flock on a descriptor we own.
+        let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if rc != 0 {
+            return Err(Error::Unsafe(format!("another pgjet backup of stanza '{stanza}' is running (lock {} is held)", p.display())));
+        }
+        Ok(StanzaLock { _file: f })
+    }
+}

@@ -1,0 +1,135 @@
+//! The two sinks of the read pipeline: a repository (compress, hash, store one object per
+//! unit) and a data directory (write each piece in place, zero pages left as holes).
+use super::{nonzero_runs, ReadPiece, UnitSink};
+use crate::codec::{Compression, Compressor};
+use crate::error::{Error, Result};
+use crate::repo::{self, Piece};
+use crate::storage::Storage;
+use std::fs::OpenOptions;
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+/// Stores each unit as one object `data/<unit number>` of a backup.
+pub struct RepoSink<'a> {
+    pub store: &'a dyn Storage,
+    pub stanza: &'a str,
+    pub label: &'a str,
+    pub compression: Compression,
+    /// Total stored bytes so far.
+    pub stored: AtomicU64,
+    /// Number of the next object (objects are numbered across all phases of a backup).
+    pub next_object: AtomicUsize,
+}
+
+impl<'a> RepoSink<'a> {
+    /// A sink writing objects of backup `label`.
+    pub fn new(store: &'a dyn Storage, stanza: &'a str, label: &'a str, compression: Compression) -> Self {
+        RepoSink { store, stanza, label, compression, stored: AtomicU64::new(0), next_object: AtomicUsize::new(1) }
+    }
+}
+
+/// Per-worker state of [`RepoSink`].
+pub struct RepoState {
+    compressor: Compressor,
+    payload: Vec<u8>,
+    object: Vec<u8>,
+}
+
+/// Object name of the `n`th object of a backup.
+pub fn object_id(n: usize) -> String {
+    format!("{n:06}")
+}
+
+impl UnitSink for RepoSink<'_> {
+    type State = RepoState;
+
+    fn new_state(&self) -> Result<RepoState> {
+        let compressor = Compressor::new(self.compression)
+            .map_err(|e| Error::Other(format!("cannot set up {} compression: {e}", self.compression.kind)))?;
+        Ok(RepoState { compressor, payload: Vec::new(), object: Vec::new() })
+    }
+
+    fn write_unit(&self, st: &mut RepoState, _unit_no: usize, pieces: &[ReadPiece]) -> Result<Vec<Piece>> {
+        let id = object_id(self.next_object.fetch_add(1, Ordering::Relaxed));
+        st.object.clear();
+        let mut out = Vec::with_capacity(pieces.len());
+        for p in pieces {
+            let payload: &[u8] = if p.zero_pages.is_empty() {
+                p.data
+            } else {
+                st.payload.clear();
+                for (_, run) in nonzero_runs(p.data, &p.zero_pages) {
+                    st.payload.extend_from_slice(run);
+                }
+                &st.payload
+            };
+            let start = st.object.len();
+            st.compressor
+                .compress(payload, &mut st.object)
+                .map_err(|e| Error::Other(format!("compressing {}: {e}", p.spec.offset)))?;
+            let frame = &st.object[start..];
+            out.push(Piece {
+                object: id.clone(),
+                offset: start as u64,
+                stored_size: frame.len() as u64,
+                stored_xxh3: crate::codec::xxh3_hex(frame),
+                logical_offset: p.spec.offset,
+                logical_size: p.spec.len,
+                zero_pages: p.zero_pages.clone(),
+                xxh3: p.xxh3.clone(),
+                crc32c: p.crc32c,
+            });
+        }
+        self.store.put(&repo::object_name(self.stanza, self.label, &id), &st.object)?;
+        self.stored.fetch_add(st.object.len() as u64, Ordering::Relaxed);
+        Ok(out)
+    }
+}
+
+/// Writes pieces straight into files that already exist at their final size (sparse).
+pub struct DirSink<'a> {
+    /// Target path of each file of the list, by index.
+    pub targets: &'a [PathBuf],
+}
+
+impl UnitSink for DirSink<'_> {
+    type State = ();
+
+    fn new_state(&self) -> Result<()> {
+        Ok(())
+    }
+
+    fn write_unit(&self, _: &mut (), _unit_no: usize, pieces: &[ReadPiece]) -> Result<Vec<Piece>> {
+        let mut out = Vec::with_capacity(pieces.len());
+        for p in pieces {
+            let path = &self.targets[p.spec.file];
+            write_runs(path, p.spec.offset, p.data, &p.zero_pages)?;
+            out.push(Piece {
+                object: String::new(),
+                offset: 0,
+                stored_size: 0,
+                stored_xxh3: String::new(),
+                logical_offset: p.spec.offset,
+                logical_size: p.spec.len,
+                zero_pages: p.zero_pages.clone(),
+                xxh3: p.xxh3.clone(),
+                crc32c: p.crc32c,
+            });
+        }
+        Ok(out)
+    }
+}
+
+/// Writes the non-zero pages of `data` into the existing file `path` at `offset`.
+pub fn write_runs(path: &PathBuf, offset: u64, data: &[u8], zero_pages: &[[u32; 2]]) -> Result<()> {
+    let runs = nonzero_runs(data, zero_pages);
+    if runs.is_empty() {
+        return Ok(());
+    }
+    let f = OpenOptions::new().write(true).open(path).map_err(|e| Error::io("open", path, e))?;
+    for (off, bytes) in runs {
+        f.write_all_at(bytes, offset + off as u64).map_err(|e| Error::io("write", path, e))?;
+    }
+    Ok(())
+}

