@@ -199,6 +199,7 @@ fn start_standby(s: &Settings, args: &ReplicaArgs, source: &Path, target: &Path,
     let log = target.join("pgjet-start.log");
     let status = Command::new(bin.join("pg_ctl"))
         .args(["-D"]).arg(target).args(["-l"]).arg(&log).args(["-w", "-t", "120", "-o"]).arg(format!("-p {}", s.pg_port)).arg("start")
+        .stdout(std::process::Stdio::null())
         .status()
         .map_err(|e| Error::io("run pg_ctl", bin.join("pg_ctl"), e))?;
     if !status.success() {

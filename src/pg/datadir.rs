@@ -122,6 +122,14 @@ fn walk(dir: &Path, rel: &str, version_num: u32, checksums: bool, l: &mut Listin
                             .map(|e| format!("{child}/{}", e.file_name().to_string_lossy()))
                             .filter(|s| exclude::classify(s, true, version_num) != Decision::Exclude)
                             .collect();
+                        // basebackup.c sends these even when they are missing.
+                        if child == "pg_wal" {
+                            for d in ["pg_wal/archive_status", "pg_wal/summaries"] {
+                                if exclude::classify(d, true, version_num) != Decision::Exclude && !subs.iter().any(|s| s == d) {
+                                    subs.push(d.to_string());
+                                }
+                            }
+                        }
                         subs.sort();
                         l.dirs.extend(subs.into_iter().map(|s| (s, 0o700)));
                     }
