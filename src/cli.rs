@@ -41,7 +41,13 @@ pub struct GlobalArgs {
     #[arg(long, global = true, env = "PGJET_PG_USER", value_name = "NAME")]
     pub pg_user: Option<String>,
     /// Parallel workers (default: the number of cores).
-    #[arg(long, visible_alias = "process-max", global = true, env = "PGJET_JOBS", value_name = "N")]
+    #[arg(
+        long,
+        visible_alias = "process-max",
+        global = true,
+        env = "PGJET_JOBS",
+        value_name = "N"
+    )]
     pub jobs: Option<usize>,
     /// Compression of stored bytes (default zstd).
     #[arg(long, global = true, env = "PGJET_COMPRESS_TYPE", value_name = "TYPE")]

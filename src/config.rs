@@ -65,15 +65,20 @@ fn file_value(ini: Option<&ini::Ini>, stanza: Option<&str>, key: &str) -> Option
     let lookup = |section: Option<&str>| -> Option<String> {
         let props = ini.section(section)?;
         props.get(key).map(str::to_owned).or_else(|| {
-            KEYS.iter().find(|(alias, name)| *name == key && props.contains_key(alias))
+            KEYS.iter()
+                .find(|(alias, name)| *name == key && props.contains_key(alias))
                 .and_then(|(alias, _)| props.get(alias).map(str::to_owned))
         })
     };
-    stanza.and_then(|s| lookup(Some(s))).or_else(|| lookup(Some("global")))
+    stanza
+        .and_then(|s| lookup(Some(s)))
+        .or_else(|| lookup(Some("global")))
 }
 
 fn parse<T: std::str::FromStr>(key: &str, v: String) -> Result<T> {
-    v.trim().parse().map_err(|_| Error::Config(format!("config file: '{key}={v}' is not valid")))
+    v.trim()
+        .parse()
+        .map_err(|_| Error::Config(format!("config file: '{key}={v}' is not valid")))
 }
 
 impl Settings {
@@ -94,62 +99,113 @@ impl Settings {
             None
         };
         let ini = ini.as_ref();
-        let stanza = args.stanza.clone().or_else(|| file_value(ini, None, "stanza"));
+        let stanza = args
+            .stanza
+            .clone()
+            .or_else(|| file_value(ini, None, "stanza"));
         let st = stanza.as_deref();
         let get = |key: &str| file_value(ini, st, key);
 
-        let repo_path = args.repo_path.clone().or_else(|| get("repo-path").map(PathBuf::from));
-        let pg_path = args.pg_path.clone().or_else(|| get("pg-path").map(PathBuf::from));
+        let repo_path = args
+            .repo_path
+            .clone()
+            .or_else(|| get("repo-path").map(PathBuf::from));
+        let pg_path = args
+            .pg_path
+            .clone()
+            .or_else(|| get("pg-path").map(PathBuf::from));
         let pg_port = match (args.pg_port, get("pg-port")) {
             (Some(p), _) => p,
             (None, Some(v)) => parse("pg-port", v)?,
             (None, None) => DEFAULT_PG_PORT,
         };
-        let pg_socket_path = args.pg_socket_path.clone()
+        let pg_socket_path = args
+            .pg_socket_path
+            .clone()
             .or_else(|| get("pg-socket-path").map(PathBuf::from))
             .unwrap_or_else(|| PathBuf::from(DEFAULT_SOCKET_DIR));
-        let pg_user = args.pg_user.clone().or_else(|| get("pg-user")).unwrap_or_else(|| "postgres".into());
+        let pg_user = args
+            .pg_user
+            .clone()
+            .or_else(|| get("pg-user"))
+            .unwrap_or_else(|| "postgres".into());
         let jobs = match (args.jobs, get("jobs")) {
             (Some(j), _) => j,
             (None, Some(v)) => parse("jobs", v)?,
-            (None, None) => std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2),
+            (None, None) => std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(2),
         };
         if jobs == 0 || jobs > 256 {
-            return Err(Error::Config(format!("jobs must be between 1 and 256, not {jobs}")));
+            return Err(Error::Config(format!(
+                "jobs must be between 1 and 256, not {jobs}"
+            )));
         }
-        let kind: CompressType = args.compress_type.clone().or_else(|| get("compress-type"))
-            .unwrap_or_else(|| "zstd".into()).parse().map_err(Error::Config)?;
+        let kind: CompressType = args
+            .compress_type
+            .clone()
+            .or_else(|| get("compress-type"))
+            .unwrap_or_else(|| "zstd".into())
+            .parse()
+            .map_err(Error::Config)?;
         let level = match (args.compress_level, get("compress-level")) {
             (Some(l), _) => Some(l),
             (None, Some(v)) => Some(parse("compress-level", v)?),
             (None, None) => None,
         };
         let compression = Compression::new(kind, level).map_err(Error::Config)?;
-        let log_level = args.log_level.clone().or_else(|| get("log-level")).unwrap_or_else(|| "info".into());
+        let log_level = args
+            .log_level
+            .clone()
+            .or_else(|| get("log-level"))
+            .unwrap_or_else(|| "info".into());
         if !["error", "warn", "info", "debug", "trace"].contains(&log_level.as_str()) {
-            return Err(Error::Config(format!("log-level must be error, warn, info or debug, not '{log_level}'")));
+            return Err(Error::Config(format!(
+                "log-level must be error, warn, info or debug, not '{log_level}'"
+            )));
         }
         let output = match args.output.clone().or_else(|| get("output")).as_deref() {
             None | Some("text") => Output::Text,
             Some("json") => Output::Json,
-            Some(o) => return Err(Error::Config(format!("output must be text or json, not '{o}'"))),
+            Some(o) => {
+                return Err(Error::Config(format!(
+                    "output must be text or json, not '{o}'"
+                )))
+            }
         };
-        Ok(Settings { stanza, repo_path, pg_path, pg_port, pg_socket_path, pg_user, jobs, compression, log_level, output })
+        Ok(Settings {
+            stanza,
+            repo_path,
+            pg_path,
+            pg_port,
+            pg_socket_path,
+            pg_user,
+            jobs,
+            compression,
+            log_level,
+            output,
+        })
     }
 
     /// The stanza, required by most commands.
     pub fn stanza(&self) -> Result<&str> {
-        self.stanza.as_deref().ok_or_else(|| Error::Config("--stanza is required".into()))
+        self.stanza
+            .as_deref()
+            .ok_or_else(|| Error::Config("--stanza is required".into()))
     }
 
     /// The repository path, required by repository commands.
     pub fn repo_path(&self) -> Result<&Path> {
-        self.repo_path.as_deref().ok_or_else(|| Error::Config("--repo-path is required".into()))
+        self.repo_path
+            .as_deref()
+            .ok_or_else(|| Error::Config("--repo-path is required".into()))
     }
 
     /// The data directory (`--pg-path`).
     pub fn pg_path(&self) -> Result<&Path> {
-        self.pg_path.as_deref().ok_or_else(|| Error::Config("--pg-path is required".into()))
+        self.pg_path
+            .as_deref()
+            .ok_or_else(|| Error::Config("--pg-path is required".into()))
     }
 }
 
@@ -162,11 +218,18 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let f = dir.path().join("pgjet.conf");
         std::fs::write(&f, "[global]\nrepo1-path=/g\ncompress-type=lz4\nprocess-max=3\n[main]\npg-path=/s\npg-port=6000\n").unwrap();
-        let mut a = GlobalArgs { config: Some(f.clone()), stanza: Some("main".into()), ..Default::default() };
+        let mut a = GlobalArgs {
+            config: Some(f.clone()),
+            stanza: Some("main".into()),
+            ..Default::default()
+        };
         let s = Settings::resolve(&a).unwrap();
         assert_eq!(s.repo_path.as_deref(), Some(Path::new("/g")));
         assert_eq!(s.pg_path.as_deref(), Some(Path::new("/s")));
-        assert_eq!((s.pg_port, s.jobs, s.compression.kind), (6000, 3, CompressType::Lz4));
+        assert_eq!(
+            (s.pg_port, s.jobs, s.compression.kind),
+            (6000, 3, CompressType::Lz4)
+        );
         a.pg_port = Some(7000);
         a.jobs = Some(1);
         let s = Settings::resolve(&a).unwrap();
@@ -175,11 +238,20 @@ mod tests {
 
     #[test]
     fn bad_values_are_config_errors() {
-        let a = GlobalArgs { config: Some("/nonexistent/pgjet.conf".into()), ..Default::default() };
+        let a = GlobalArgs {
+            config: Some("/nonexistent/pgjet.conf".into()),
+            ..Default::default()
+        };
         assert!(matches!(Settings::resolve(&a), Err(Error::Config(_))));
-        let a = GlobalArgs { jobs: Some(0), ..Default::default() };
+        let a = GlobalArgs {
+            jobs: Some(0),
+            ..Default::default()
+        };
         assert!(matches!(Settings::resolve(&a), Err(Error::Config(_))));
-        let a = GlobalArgs { compress_type: Some("xz".into()), ..Default::default() };
+        let a = GlobalArgs {
+            compress_type: Some("xz".into()),
+            ..Default::default()
+        };
         assert!(matches!(Settings::resolve(&a), Err(Error::Config(_))));
     }
 }

@@ -50,7 +50,11 @@ pub enum Error {
 impl Error {
     /// Wraps an I/O error with the operation and path it concerns.
     pub fn io(op: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Error {
-        Error::Io { op, path: path.into(), source }
+        Error::Io {
+            op,
+            path: path.into(),
+            source,
+        }
     }
 
     /// True when the error is the disk running out of space (ENOSPC or EDQUOT).

@@ -74,8 +74,15 @@ fn run(cli: Cli) -> Result<(), Error> {
             } else {
                 println!(
                     "standby created in {}: {} in {:.1} s ({:.0} MiB/s){}",
-                    r.pg_path, commands::mib(r.size), r.seconds, r.mib_per_sec,
-                    if r.started { ", started and streaming" } else { "" }
+                    r.pg_path,
+                    commands::mib(r.size),
+                    r.seconds,
+                    r.mib_per_sec,
+                    if r.started {
+                        ", started and streaming"
+                    } else {
+                        ""
+                    }
                 );
             }
         }

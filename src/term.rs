@@ -34,9 +34,11 @@ impl TermProgress {
         if !quiet && std::io::stderr().is_terminal() {
             let bar = ProgressBar::hidden();
             bar.set_style(
-                ProgressStyle::with_template("{msg:>14} [{bar:30}] {bytes}/{total_bytes} {binary_bytes_per_sec} ETA {eta}")
-                    .unwrap_or_else(|_| ProgressStyle::default_bar())
-                    .progress_chars("=> "),
+                ProgressStyle::with_template(
+                    "{msg:>14} [{bar:30}] {bytes}/{total_bytes} {binary_bytes_per_sec} ETA {eta}",
+                )
+                .unwrap_or_else(|_| ProgressStyle::default_bar())
+                .progress_chars("=> "),
             );
             p.bar = Some(bar);
         }

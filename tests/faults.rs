@@ -29,9 +29,19 @@ fn fx() -> &'static Fx {
         load_dataset(&cluster, DatasetSpec::SMALL);
         let repo = cluster.repo.clone();
         cluster.pgjet_cmd("stanza-create", &repo, &[]).ok();
-        cluster.pgjet_cmd("backup", &repo, &["--type", "full", "--start-fast", "--jobs", "2"]).ok();
+        cluster
+            .pgjet_cmd(
+                "backup",
+                &repo,
+                &["--type", "full", "--start-fast", "--jobs", "2"],
+            )
+            .ok();
         let backups = info_backups(&repo, "main");
-        assert_eq!(backups.len(), 1, "fault fixture: one backup expected: {backups:?}");
+        assert_eq!(
+            backups.len(),
+            1,
+            "fault fixture: one backup expected: {backups:?}"
+        );
         let label = backups[0]["label"].as_str().unwrap().to_string();
         step!("fault fixture ready in {} (backup {label})", secs(t));
         Fx { cluster, label }
@@ -41,8 +51,16 @@ fn fx() -> &'static Fx {
 /// Stanza arguments with an overridden --pg-path and --pg-port.
 fn stanza_args_with(c: &Cluster, repo: &Path, pg_path: &Path, port: u16) -> Vec<String> {
     args![
-        "--stanza", "main", "--repo-path", repo.display(), "--pg-path", pg_path.display(), "--pg-port", port,
-        "--pg-socket-path", c.sock().display()
+        "--stanza",
+        "main",
+        "--repo-path",
+        repo.display(),
+        "--pg-path",
+        pg_path.display(),
+        "--pg-port",
+        port,
+        "--pg-socket-path",
+        c.sock().display()
     ]
 }
 
@@ -68,16 +86,33 @@ fn complete_backups(repo: &Path) -> Vec<String> {
 
 fn assert_no_backups(repo: &Path, what: &str) {
     let listed = info_backups(repo, "main");
-    assert!(listed.is_empty(), "{what}: info must list no backup, got {listed:?}");
+    assert!(
+        listed.is_empty(),
+        "{what}: info must list no backup, got {listed:?}"
+    );
     let complete = complete_backups(repo);
-    assert!(complete.is_empty(), "{what}: label dirs with manifest.json left behind: {complete:?}");
+    assert!(
+        complete.is_empty(),
+        "{what}: label dirs with manifest.json left behind: {complete:?}"
+    );
 }
 
 /// Restore args for the shared backup into `target`, tablespace ts1 mapped to `ts`.
 fn restore_args(repo: &Path, target: &Path, ts: &Path, label: &str) -> Vec<String> {
     args![
-        "restore", "--stanza", "main", "--repo-path", repo.display(), "--pg-path", target.display(), "--set", label,
-        "--type", "immediate", "--tablespace-map", format!("ts1={}", ts.display())
+        "restore",
+        "--stanza",
+        "main",
+        "--repo-path",
+        repo.display(),
+        "--pg-path",
+        target.display(),
+        "--set",
+        label,
+        "--type",
+        "immediate",
+        "--tablespace-map",
+        format!("ts1={}", ts.display())
     ]
 }
 
@@ -91,7 +126,12 @@ fn a_cluster_not_reachable() {
     c.pgjet_cmd("stanza-create", &repo, &[]).ok();
     let bad_port = free_port();
     let base = stanza_args_with(c, &repo, c.data(), bad_port);
-    pgjet(&cmd("backup", base.clone(), &["--type", "full", "--start-fast"])).fails_with("could not connect");
+    pgjet(&cmd(
+        "backup",
+        base.clone(),
+        &["--type", "full", "--start-fast"],
+    ))
+    .fails_with("could not connect");
     pgjet(&cmd("check", base, &[])).fails_with("could not connect");
     assert_no_backups(&repo, "backup with a wrong --pg-port");
     // The stanza is still usable.
@@ -110,10 +150,19 @@ fn b_pg_path_not_data_directory() {
     chown_pg_recursive(&other);
     let before = snapshot_tree(&other);
     let base = stanza_args_with(c, &repo, &other, c.port());
-    pgjet(&cmd("backup", base.clone(), &["--type", "full", "--start-fast"])).fails_with("data_directory");
+    pgjet(&cmd(
+        "backup",
+        base.clone(),
+        &["--type", "full", "--start-fast"],
+    ))
+    .fails_with("data_directory");
     pgjet(&cmd("check", base, &[])).fails_with("data_directory");
     assert_no_backups(&repo, "backup with a wrong --pg-path");
-    assert_eq!(snapshot_tree(&other), before, "the wrong --pg-path directory was modified");
+    assert_eq!(
+        snapshot_tree(&other),
+        before,
+        "the wrong --pg-path directory was modified"
+    );
 }
 
 /// c. no stanza -> "stanza-create"; another cluster's stanza -> "system identifier"; the
@@ -122,20 +171,42 @@ fn b_pg_path_not_data_directory() {
 fn c_stanza_checks() {
     let a = &fx().cluster;
     let repo = a.new_dir("repo-c");
-    a.pgjet_cmd("backup", &repo, &["--type", "full", "--start-fast"]).fails_with("stanza-create");
-    pgjet(&args!["info", "--stanza", "main", "--repo-path", repo.display()]).fails_with("stanza-create");
-    assert!(complete_backups(&repo).is_empty(), "a backup without stanza left a complete-looking backup");
+    a.pgjet_cmd("backup", &repo, &["--type", "full", "--start-fast"])
+        .fails_with("stanza-create");
+    pgjet(&args![
+        "info",
+        "--stanza",
+        "main",
+        "--repo-path",
+        repo.display()
+    ])
+    .fails_with("stanza-create");
+    assert!(
+        complete_backups(&repo).is_empty(),
+        "a backup without stanza left a complete-looking backup"
+    );
 
     a.pgjet_cmd("stanza-create", &repo, &[]).ok();
     let stanza_dir = repo.join("main");
-    assert!(stanza_dir.join("stanza.json").exists(), "stanza-create wrote no {}/stanza.json", stanza_dir.display());
+    assert!(
+        stanza_dir.join("stanza.json").exists(),
+        "stanza-create wrote no {}/stanza.json",
+        stanza_dir.display()
+    );
     let before = snapshot_tree(&stanza_dir);
 
     let b = Cluster::new(&Pg::v15(), "faults-b");
-    assert_ne!(a.system_identifier(), b.system_identifier(), "two initdb runs gave the same system identifier");
-    b.pgjet_cmd("stanza-create", &repo, &[]).fails_with("system identifier");
-    b.pgjet_cmd("backup", &repo, &["--type", "full", "--start-fast"]).fails_with("system identifier");
-    b.pgjet_cmd("check", &repo, &[]).fails_with("system identifier");
+    assert_ne!(
+        a.system_identifier(),
+        b.system_identifier(),
+        "two initdb runs gave the same system identifier"
+    );
+    b.pgjet_cmd("stanza-create", &repo, &[])
+        .fails_with("system identifier");
+    b.pgjet_cmd("backup", &repo, &["--type", "full", "--start-fast"])
+        .fails_with("system identifier");
+    b.pgjet_cmd("check", &repo, &[])
+        .fails_with("system identifier");
     let after = snapshot_tree(&stanza_dir);
     if after != before {
         let changed: Vec<&String> = before
@@ -161,10 +232,25 @@ fn d_restore_targets() {
     fs::write(target.join("keep.txt"), b"precious").unwrap();
     chown_pg_recursive(&target);
     pgjet(&restore_args(&c.repo, &target, &ts, &fx.label)).fails_with("not empty");
-    assert_eq!(fs::read(target.join("keep.txt")).unwrap(), b"precious", "existing file changed");
-    let names: Vec<String> = fs::read_dir(&target).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
-    assert_eq!(names, vec!["keep.txt".to_string()], "restore into a non-empty dir added files");
-    assert!(!ts.join("PG_VERSION").exists() && fs::read_dir(&ts).unwrap().next().is_none(), "failed restore wrote into the tablespace dir");
+    assert_eq!(
+        fs::read(target.join("keep.txt")).unwrap(),
+        b"precious",
+        "existing file changed"
+    );
+    let names: Vec<String> = fs::read_dir(&target)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(
+        names,
+        vec!["keep.txt".to_string()],
+        "restore into a non-empty dir added files"
+    );
+    assert!(
+        !ts.join("PG_VERSION").exists() && fs::read_dir(&ts).unwrap().next().is_none(),
+        "failed restore wrote into the tablespace dir"
+    );
 
     // The running cluster's own data directory (it holds postmaster.pid).
     let rows_before = c.psql("postgres", "SELECT count(*) FROM pgbench_accounts");
@@ -172,7 +258,10 @@ fn d_restore_targets() {
     let control_exists = c.data().join("global/pg_control").exists();
     let ts2 = c.new_dir("restore-d-ts2");
     let r = pgjet(&restore_args(&c.repo, c.data(), &ts2, &fx.label));
-    assert!(!r.success(), "restore into a running cluster's data directory must fail:\n{r}");
+    assert!(
+        !r.success(),
+        "restore into a running cluster's data directory must fail:\n{r}"
+    );
     let text = r.text_lower();
     assert!(
         text.contains("postmaster.pid") || text.contains("not empty"),
@@ -181,11 +270,24 @@ fn d_restore_targets() {
     if !text.contains("postmaster.pid") {
         step!("note: restore into a running data dir reported \"not empty\" rather than \"postmaster.pid\"");
     }
-    assert!(c.server.answers(), "the cluster stopped answering after the failed restore into its data dir");
-    assert_eq!(c.psql("postgres", "SELECT count(*) FROM pgbench_accounts"), rows_before, "rows changed");
-    assert_eq!(fs::read(c.data().join("PG_VERSION")).unwrap(), version_before);
+    assert!(
+        c.server.answers(),
+        "the cluster stopped answering after the failed restore into its data dir"
+    );
+    assert_eq!(
+        c.psql("postgres", "SELECT count(*) FROM pgbench_accounts"),
+        rows_before,
+        "rows changed"
+    );
+    assert_eq!(
+        fs::read(c.data().join("PG_VERSION")).unwrap(),
+        version_before
+    );
     assert_eq!(c.data().join("global/pg_control").exists(), control_exists);
-    assert!(c.data().join("postmaster.pid").exists(), "postmaster.pid of the running cluster disappeared");
+    assert!(
+        c.data().join("postmaster.pid").exists(),
+        "postmaster.pid of the running cluster disappeared"
+    );
     c.psql("postgres", "CHECKPOINT");
 }
 
@@ -196,11 +298,18 @@ fn e_flipped_byte() {
     let fx = fx();
     let c = &fx.cluster;
     let repo = c.root.join("repo-e");
-    let st = Command::new("cp").arg("-a").arg(&c.repo).arg(&repo).status().unwrap();
+    let st = Command::new("cp")
+        .arg("-a")
+        .arg(&c.repo)
+        .arg(&repo)
+        .status()
+        .unwrap();
     assert!(st.success(), "cp -a repository");
     let bdir = backup_dir(&repo, "main", &fx.label);
     let manifest = read_manifest(&bdir);
-    let files = manifest["files"].as_array().unwrap_or_else(|| panic!("manifest.json has no files array"));
+    let files = manifest["files"]
+        .as_array()
+        .unwrap_or_else(|| panic!("manifest.json has no files array"));
     // The biggest file with pieces, preferring relation files (base/ or pg_tblspc/).
     let pick = files
         .iter()
@@ -214,36 +323,89 @@ fn e_flipped_byte() {
     let path = pick["path"].as_str().unwrap().to_string();
     let pieces = pick["pieces"].as_array().unwrap();
     let piece = &pieces[pieces.len() / 2];
-    let object = piece["object"].as_str().unwrap_or_else(|| panic!("piece without object: {piece}"));
-    let offset = piece["offset"].as_u64().unwrap_or_else(|| panic!("piece without offset: {piece}"));
-    let stored = piece["stored_size"].as_u64().unwrap_or_else(|| panic!("piece without stored_size: {piece}"));
+    let object = piece["object"]
+        .as_str()
+        .unwrap_or_else(|| panic!("piece without object: {piece}"));
+    let offset = piece["offset"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("piece without offset: {piece}"));
+    let stored = piece["stored_size"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("piece without stored_size: {piece}"));
     assert!(stored > 0, "piece with stored_size 0: {piece}");
     let obj_path = bdir.join("data").join(object);
-    let mut bytes = fs::read(&obj_path).unwrap_or_else(|e| panic!("read {}: {e}", obj_path.display()));
+    let mut bytes =
+        fs::read(&obj_path).unwrap_or_else(|e| panic!("read {}: {e}", obj_path.display()));
     let at = (offset + stored / 2) as usize;
-    assert!(at < bytes.len(), "piece {piece} lies outside {} ({} bytes)", obj_path.display(), bytes.len());
+    assert!(
+        at < bytes.len(),
+        "piece {piece} lies outside {} ({} bytes)",
+        obj_path.display(),
+        bytes.len()
+    );
     bytes[at] ^= 0x5a;
     fs::write(&obj_path, &bytes).unwrap();
-    step!("flipped byte {at} of {} (piece of {path}, {} pieces)", obj_path.display(), pieces.len());
+    step!(
+        "flipped byte {at} of {} (piece of {path}, {} pieces)",
+        obj_path.display(),
+        pieces.len()
+    );
 
-    let r = pgjet(&args!["verify", "--stanza", "main", "--repo-path", repo.display(), "--set", fx.label]);
-    assert!(!r.success(), "verify must fail after a flipped byte in a piece of {path}:\n{r}");
-    assert!(r.text_lower().contains(&path.to_lowercase()), "verify failed but does not name {path}:\n{r}");
-    let r = pgjet(&args!["verify", "--stanza", "main", "--repo-path", repo.display()]);
-    assert!(!r.success(), "verify (all backups) must fail after a flipped byte in a piece of {path}:\n{r}");
+    let r = pgjet(&args![
+        "verify",
+        "--stanza",
+        "main",
+        "--repo-path",
+        repo.display(),
+        "--set",
+        fx.label
+    ]);
+    assert!(
+        !r.success(),
+        "verify must fail after a flipped byte in a piece of {path}:\n{r}"
+    );
+    assert!(
+        r.text_lower().contains(&path.to_lowercase()),
+        "verify failed but does not name {path}:\n{r}"
+    );
+    let r = pgjet(&args![
+        "verify",
+        "--stanza",
+        "main",
+        "--repo-path",
+        repo.display()
+    ]);
+    assert!(
+        !r.success(),
+        "verify (all backups) must fail after a flipped byte in a piece of {path}:\n{r}"
+    );
 
     let target = c.new_dir("restore-e");
     let ts = c.new_dir("restore-e-ts");
     let r = pgjet(&restore_args(&repo, &target, &ts, &fx.label));
-    assert!(!r.success(), "restore must fail after a flipped byte in a piece of {path}:\n{r}");
-    assert!(r.text_lower().contains(&path.to_lowercase()), "restore failed but does not name {path}:\n{r}");
+    assert!(
+        !r.success(),
+        "restore must fail after a flipped byte in a piece of {path}:\n{r}"
+    );
+    assert!(
+        r.text_lower().contains(&path.to_lowercase()),
+        "restore failed but does not name {path}:\n{r}"
+    );
     assert!(
         !target.join("global/pg_control").exists(),
         "a failed restore left {}/global/pg_control: it looks like a usable cluster",
         target.display()
     );
     // The original repository is intact.
-    pgjet_ok(&args!["verify", "--stanza", "main", "--repo-path", c.repo.display(), "--set", fx.label]);
+    pgjet_ok(&args![
+        "verify",
+        "--stanza",
+        "main",
+        "--repo-path",
+        c.repo.display(),
+        "--set",
+        fx.label
+    ]);
 }
 
 /// Unmounts a tmpfs when dropped (also on panic).
@@ -255,18 +417,36 @@ impl Mount {
     fn tmpfs(dir: &Path, size: &str) -> Mount {
         fs::create_dir_all(dir).unwrap();
         let r = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size},mode=0777"), "tmpfs"])
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size},mode=0777"),
+                "tmpfs",
+            ])
             .arg(dir)
             .output()
             .unwrap();
-        assert!(r.status.success(), "mount tmpfs on {}: {}", dir.display(), String::from_utf8_lossy(&r.stderr));
-        Mount { dir: dir.to_path_buf() }
+        assert!(
+            r.status.success(),
+            "mount tmpfs on {}: {}",
+            dir.display(),
+            String::from_utf8_lossy(&r.stderr)
+        );
+        Mount {
+            dir: dir.to_path_buf(),
+        }
     }
 }
 
 impl Drop for Mount {
     fn drop(&mut self) {
-        let ok = Command::new("umount").arg(&self.dir).stderr(Stdio::null()).status().map(|s| s.success()).unwrap_or(false);
+        let ok = Command::new("umount")
+            .arg(&self.dir)
+            .stderr(Stdio::null())
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
         if !ok {
             let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
         }
@@ -279,7 +459,10 @@ fn f_disk_full_on_restore() {
     let fx = fx();
     let c = &fx.cluster;
     let size: u64 = info_backups(&c.repo, "main")[0]["size"].as_u64().unwrap();
-    assert!(size > 16 << 20, "the fixture backup ({size} bytes) must be bigger than the 16 MiB tmpfs");
+    assert!(
+        size > 16 << 20,
+        "the fixture backup ({size} bytes) must be bigger than the 16 MiB tmpfs"
+    );
     let mnt_dir = c.root.join("tmpfs-f");
     let _mount = Mount::tmpfs(&mnt_dir, "16m");
     let target = mnt_dir.join("restore");
@@ -310,7 +493,17 @@ fn g_kill9_during_backup() {
     let pidfile = c.root.join("pgjet.pid");
     let mut a = vec!["backup".to_string()];
     a.extend(c.stanza_args(&repo));
-    a.extend(args!["--type", "full", "--start-fast", "--jobs", "1", "--compress-type", "gzip", "--compress-level", "9"]);
+    a.extend(args![
+        "--type",
+        "full",
+        "--start-fast",
+        "--jobs",
+        "1",
+        "--compress-type",
+        "gzip",
+        "--compress-level",
+        "9"
+    ]);
     let script = format!("echo $$ > {}; exec \"$0\" \"$@\"", pidfile.display());
     let mut child = Command::new("runuser")
         .args(["-u", "postgres", "--", "sh", "-c", &script])
@@ -337,22 +530,40 @@ fn g_kill9_during_backup() {
         let found = fs::read_dir(&backup_root).ok().and_then(|rd| {
             rd.flatten().map(|e| e.path()).find(|p| {
                 fs::read_dir(p.join("data"))
-                    .map(|d| d.flatten().any(|f| f.metadata().map(|m| m.len() > 0).unwrap_or(false)))
+                    .map(|d| {
+                        d.flatten()
+                            .any(|f| f.metadata().map(|m| m.len() > 0).unwrap_or(false))
+                    })
                     .unwrap_or(false)
             })
         });
         if let Some(d) = found {
             break d;
         }
-        assert!(started.elapsed() < Duration::from_secs(120), "g: no data appeared under {} within 120 s", backup_root.display());
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "g: no data appeared under {} within 120 s",
+            backup_root.display()
+        );
         std::thread::sleep(Duration::from_millis(20));
     };
-    let pid: i32 = fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
-    let st = Command::new("kill").args(["-9", &pid.to_string()]).status().unwrap();
+    let pid: i32 = fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let st = Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap();
     assert!(st.success(), "kill -9 {pid}");
     let out = child.wait_with_output().unwrap();
     assert!(!out.status.success(), "g: killed backup reported success?");
-    step!("g: killed pgjet backup (pid {pid}) after {} while writing {}", secs(started), label_dir.display());
+    step!(
+        "g: killed pgjet backup (pid {pid}) after {} while writing {}",
+        secs(started),
+        label_dir.display()
+    );
     assert!(
         !label_dir.join("manifest.json").exists(),
         "g: the backup finished (manifest.json exists) before the kill; make it slower"
@@ -360,7 +571,10 @@ fn g_kill9_during_backup() {
 
     // The partial backup is not listed.
     let listed = info_backups(&repo, "main");
-    assert!(listed.is_empty(), "g: info lists the killed backup: {listed:?}");
+    assert!(
+        listed.is_empty(),
+        "g: info lists the killed backup: {listed:?}"
+    );
 
     // The server is left clean.
     let clean = wait_for(Duration::from_secs(30), || {
@@ -369,7 +583,10 @@ fn g_kill9_during_backup() {
             "postgres",
             "SELECT count(*) FROM pg_stat_activity WHERE backend_type IN ('client backend', 'walsender') AND pid <> pg_backend_pid()",
         );
-        let progress = c.psql("postgres", "SELECT count(*) FROM pg_stat_progress_basebackup");
+        let progress = c.psql(
+            "postgres",
+            "SELECT count(*) FROM pg_stat_progress_basebackup",
+        );
         (slots == "0" && sessions == "0" && progress == "0").then_some(())
     });
     assert!(
@@ -382,9 +599,24 @@ fn g_kill9_during_backup() {
     c.psql("postgres", "SELECT pg_backup_start('pgjet-test-probe', true) IS NOT NULL;\nSELECT lsn IS NOT NULL FROM pg_backup_stop(false);");
 
     // A fresh backup works, and only it is listed.
-    c.pgjet_cmd("backup", &repo, &["--type", "full", "--start-fast", "--jobs", "2"]).ok();
+    c.pgjet_cmd(
+        "backup",
+        &repo,
+        &["--type", "full", "--start-fast", "--jobs", "2"],
+    )
+    .ok();
     let listed = info_backups(&repo, "main");
-    assert_eq!(listed.len(), 1, "g: exactly one backup expected after the fresh backup: {listed:?}");
+    assert_eq!(
+        listed.len(),
+        1,
+        "g: exactly one backup expected after the fresh backup: {listed:?}"
+    );
     assert_sane_backup(&listed[0], "full");
-    pgjet_ok(&args!["verify", "--stanza", "main", "--repo-path", repo.display()]);
+    pgjet_ok(&args![
+        "verify",
+        "--stanza",
+        "main",
+        "--repo-path",
+        repo.display()
+    ]);
 }

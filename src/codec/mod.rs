@@ -30,7 +30,9 @@ impl std::str::FromStr for CompressType {
             "lz4" => Ok(CompressType::Lz4),
             "zstd" | "zst" => Ok(CompressType::Zstd),
             "gzip" | "gz" => Ok(CompressType::Gzip),
-            _ => Err(format!("unknown compress-type '{s}' (none, lz4, zstd or gzip)")),
+            _ => Err(format!(
+                "unknown compress-type '{s}' (none, lz4, zstd or gzip)"
+            )),
         }
     }
 }
@@ -96,7 +98,11 @@ impl Compressor {
             CompressType::Zstd => Some(zstd::bulk::Compressor::new(c.level)?),
             _ => None,
         };
-        Ok(Compressor { c, zstd, scratch: Vec::new() })
+        Ok(Compressor {
+            c,
+            zstd,
+            scratch: Vec::new(),
+        })
     }
 
     /// Compresses `input` and appends the frame to `out`.
@@ -105,21 +111,31 @@ impl Compressor {
             CompressType::None => out.extend_from_slice(input),
             CompressType::Lz4 => {
                 let start = out.len();
-                out.resize(start + lz4_flex::block::get_maximum_output_size(input.len()), 0);
+                out.resize(
+                    start + lz4_flex::block::get_maximum_output_size(input.len()),
+                    0,
+                );
                 let n = lz4_flex::block::compress_into(input, &mut out[start..])
                     .map_err(|e| io::Error::other(e.to_string()))?;
                 out.truncate(start + n);
             }
             CompressType::Zstd => {
                 // The context exists: new() makes it whenever the kind is zstd.
-                let z = self.zstd.as_mut().expect("zstd context made in new() for zstd");
+                let z = self
+                    .zstd
+                    .as_mut()
+                    .expect("zstd context made in new() for zstd");
                 self.scratch.clear();
-                self.scratch.reserve(zstd::zstd_safe::compress_bound(input.len()));
+                self.scratch
+                    .reserve(zstd::zstd_safe::compress_bound(input.len()));
                 z.compress_to_buffer(input, &mut self.scratch)?;
                 out.extend_from_slice(&self.scratch);
             }
             CompressType::Gzip => {
-                let mut enc = flate2::write::GzEncoder::new(out, flate2::Compression::new(self.c.level as u32));
+                let mut enc = flate2::write::GzEncoder::new(
+                    out,
+                    flate2::Compression::new(self.c.level as u32),
+                );
                 enc.write_all(input)?;
                 enc.finish()?;
             }
@@ -130,7 +146,12 @@ impl Compressor {
 
 /// Decompresses one frame of `kind` that must expand to exactly `expected` bytes, appending
 /// them to `out`. Errors (InvalidData) when the frame is damaged or has another length.
-pub fn decompress(kind: CompressType, frame: &[u8], expected: usize, out: &mut Vec<u8>) -> io::Result<()> {
+pub fn decompress(
+    kind: CompressType,
+    frame: &[u8],
+    expected: usize,
+    out: &mut Vec<u8>,
+) -> io::Result<()> {
     let start = out.len();
     match kind {
         CompressType::None => out.extend_from_slice(frame),
@@ -155,7 +176,10 @@ pub fn decompress(kind: CompressType, frame: &[u8], expected: usize, out: &mut V
     if out.len() - start != expected {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
-            format!("frame expands to {} bytes, expected {expected}", out.len() - start),
+            format!(
+                "frame expands to {} bytes, expected {expected}",
+                out.len() - start
+            ),
         ));
     }
     Ok(())
@@ -178,7 +202,12 @@ mod tests {
     #[test]
     fn round_trip_every_type() {
         let data: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
-        for kind in [CompressType::None, CompressType::Lz4, CompressType::Zstd, CompressType::Gzip] {
+        for kind in [
+            CompressType::None,
+            CompressType::Lz4,
+            CompressType::Zstd,
+            CompressType::Gzip,
+        ] {
             let mut c = Compressor::new(Compression::new(kind, None).unwrap()).unwrap();
             let mut frame = vec![1, 2, 3];
             c.compress(&data, &mut frame).unwrap();
@@ -186,7 +215,10 @@ mod tests {
             decompress(kind, &frame[3..], data.len(), &mut out).unwrap();
             assert_eq!(&out[1..], &data[..], "{kind}");
             let mut bad = vec![];
-            assert!(decompress(kind, &frame[3..], data.len() + 1, &mut bad).is_err(), "{kind}");
+            assert!(
+                decompress(kind, &frame[3..], data.len() + 1, &mut bad).is_err(),
+                "{kind}"
+            );
         }
     }
 

@@ -59,7 +59,12 @@ pub fn source_files(listing: &Listing) -> (Vec<SourceFile>, Option<SourceFile>) 
 pub fn entries(files: &[SourceFile], out: CopyOutcome) -> (Vec<repo::FileEntry>, usize) {
     let mut errors = 0;
     let mut v = Vec::with_capacity(files.len());
-    for (((f, pieces), errs), vanished) in files.iter().zip(out.pieces).zip(out.page_errors).zip(out.vanished) {
+    for (((f, pieces), errs), vanished) in files
+        .iter()
+        .zip(out.pieces)
+        .zip(out.page_errors)
+        .zip(out.vanished)
+    {
         if vanished {
             tracing::debug!("{} vanished during the copy (dropped); left out", f.path);
             continue;
@@ -91,7 +96,9 @@ pub fn run(s: &Settings, args: &BackupArgs, progress: &dyn Progress) -> Result<B
     }
     let mut started = chrono::Utc::now();
     let mut label = new_label(started);
-    while store.exists(&repo::backup_dir(stanza, &label))? || repo::list_complete(&store, stanza)?.contains(&label) {
+    while store.exists(&repo::backup_dir(stanza, &label))?
+        || repo::list_complete(&store, stanza)?.contains(&label)
+    {
         std::thread::sleep(std::time::Duration::from_millis(250));
         started = chrono::Utc::now();
         label = new_label(started);
@@ -105,10 +112,20 @@ pub fn run(s: &Settings, args: &BackupArgs, progress: &dyn Progress) -> Result<B
     let start_lsn = sess.backup_start(&format!("pgjet {label}"), args.start_fast)?;
     tracing::info!("backup {label} started at LSN {start_lsn}");
 
-    let listing = datadir::list_data_directory(&pgdata, info.version_num, &info.tablespace_dir(), info.data_checksums)?;
+    let listing = datadir::list_data_directory(
+        &pgdata,
+        info.version_num,
+        &info.tablespace_dir(),
+        info.data_checksums,
+    )?;
     let (files, control) = source_files(&listing);
-    let control = control.ok_or_else(|| Error::Unsafe(format!("{} has no global/pg_control", pgdata.display())))?;
-    let opts = ReadOptions { jobs: s.jobs, verify_checksums: info.data_checksums, backup_start_lsn: start_lsn.0 };
+    let control = control
+        .ok_or_else(|| Error::Unsafe(format!("{} has no global/pg_control", pgdata.display())))?;
+    let opts = ReadOptions {
+        jobs: s.jobs,
+        verify_checksums: info.data_checksums,
+        backup_start_lsn: start_lsn.0,
+    };
     let sink = RepoSink::new(&store, stanza, &label, s.compression);
     let total: u64 = files.iter().map(|f| f.size).sum::<u64>() + control.size;
     progress.begin("backup", total);
@@ -116,12 +133,25 @@ pub fn run(s: &Settings, args: &BackupArgs, progress: &dyn Progress) -> Result<B
     let controls = [control];
     let out_control = copy_files(&controls, &opts, &sink, progress)?;
     let stop = sess.backup_stop()?;
-    let label_info = parse_backup_label(&stop.backup_label)
-        .map_err(|e| Error::Other(format!("pg_backup_stop returned a backup_label pgjet cannot read: {e}")))?;
+    let label_info = parse_backup_label(&stop.backup_label).map_err(|e| {
+        Error::Other(format!(
+            "pg_backup_stop returned a backup_label pgjet cannot read: {e}"
+        ))
+    })?;
     tracing::info!("backup {label} stopped at LSN {}", stop.lsn);
 
-    let wal = wal_source_files(&pgdata, label_info.start_timeline, start_lsn, stop.lsn, info.wal_segment_size, info.system_identifier)?;
-    let wal_opts = ReadOptions { verify_checksums: false, ..opts };
+    let wal = wal_source_files(
+        &pgdata,
+        label_info.start_timeline,
+        start_lsn,
+        stop.lsn,
+        info.wal_segment_size,
+        info.system_identifier,
+    )?;
+    let wal_opts = ReadOptions {
+        verify_checksums: false,
+        ..opts
+    };
     let out_wal = copy_files(&wal, &wal_opts, &sink, progress)?;
     progress.finish();
     sess.close();
@@ -132,11 +162,19 @@ pub fn run(s: &Settings, args: &BackupArgs, progress: &dyn Progress) -> Result<B
     file_entries.sort_by(|a, b| a.path.cmp(&b.path));
     let size: u64 = file_entries.iter().map(|f| f.size).sum();
     let stored_size = sink.stored.load(std::sync::atomic::Ordering::Relaxed);
-    let tablespaces = listing.tablespaces.iter().map(|t| Tablespace {
-        oid: t.oid,
-        name: spcs.iter().find(|(o, _, _)| *o == t.oid).map(|x| x.1.clone()).unwrap_or_else(|| t.oid.to_string()),
-        location: t.target.display().to_string(),
-    }).collect();
+    let tablespaces = listing
+        .tablespaces
+        .iter()
+        .map(|t| Tablespace {
+            oid: t.oid,
+            name: spcs
+                .iter()
+                .find(|(o, _, _)| *o == t.oid)
+                .map(|x| x.1.clone())
+                .unwrap_or_else(|| t.oid.to_string()),
+            location: t.target.display().to_string(),
+        })
+        .collect();
     let stopped = chrono::Utc::now();
     let manifest = BackupManifest {
         format: repo::REPO_FORMAT,
@@ -159,13 +197,26 @@ pub fn run(s: &Settings, args: &BackupArgs, progress: &dyn Progress) -> Result<B
         backup_label: stop.backup_label,
         tablespace_map: stop.tablespace_map,
         tablespaces,
-        wal_segments: wal.iter().filter_map(|w| w.path.strip_prefix("pg_wal/")).filter(|n| lsn::is_wal_segment_name(n)).map(str::to_owned).collect(),
+        wal_segments: wal
+            .iter()
+            .filter_map(|w| w.path.strip_prefix("pg_wal/"))
+            .filter(|n| lsn::is_wal_segment_name(n))
+            .map(str::to_owned)
+            .collect(),
         size,
         stored_size,
-        directories: listing.dirs.iter().map(|(p, m)| DirEntry { path: p.clone(), mode: *m }).collect(),
+        directories: listing
+            .dirs
+            .iter()
+            .map(|(p, m)| DirEntry {
+                path: p.clone(),
+                mode: *m,
+            })
+            .collect(),
         files: file_entries,
     };
-    let json = serde_json::to_vec_pretty(&manifest).map_err(|e| Error::Other(format!("cannot encode the manifest: {e}")))?;
+    let json = serde_json::to_vec_pretty(&manifest)
+        .map_err(|e| Error::Other(format!("cannot encode the manifest: {e}")))?;
     // Every object first, then the manifest: a backup is complete only once both are durable.
     store.sync()?;
     store.put_durable(&repo::manifest_name(stanza, &label), &json)?;

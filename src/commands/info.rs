@@ -41,7 +41,11 @@ pub fn collect(s: &Settings) -> Result<Vec<StanzaView>> {
             repo::read_stanza(&store, n)?;
             vec![n.clone()]
         }
-        None => store.list("")?.into_iter().filter(|n| store.exists(&repo::stanza_info_name(n)).unwrap_or(false)).collect(),
+        None => store
+            .list("")?
+            .into_iter()
+            .filter(|n| store.exists(&repo::stanza_info_name(n)).unwrap_or(false))
+            .collect(),
     };
     let mut out = Vec::new();
     for name in names {
@@ -64,7 +68,12 @@ pub fn collect(s: &Settings) -> Result<Vec<StanzaView>> {
                 compression: format!("{}", m.compression.kind),
             });
         }
-        out.push(StanzaView { stanza: name, system_identifier: st.system_identifier.to_string(), pg_version: st.pg_version, backups });
+        out.push(StanzaView {
+            stanza: name,
+            system_identifier: st.system_identifier.to_string(),
+            pg_version: st.pg_version,
+            backups,
+        });
     }
     Ok(out)
 }
@@ -76,7 +85,10 @@ pub fn render_text(v: &[StanzaView]) -> String {
         t.push_str("no stanzas\n");
     }
     for st in v {
-        t.push_str(&format!("stanza: {}\n    system identifier: {}, PostgreSQL {}\n", st.stanza, st.system_identifier, st.pg_version));
+        t.push_str(&format!(
+            "stanza: {}\n    system identifier: {}, PostgreSQL {}\n",
+            st.stanza, st.system_identifier, st.pg_version
+        ));
         if st.backups.is_empty() {
             t.push_str("    no backups\n");
         }

@@ -23,13 +23,19 @@ pub fn open_repo(s: &Settings) -> Result<PosixStorage> {
 
 /// Connects to the cluster described by --pg-socket-path, --pg-port, --pg-user.
 pub fn connect_local(s: &Settings) -> Result<Session> {
-    Session::connect(&session::local_config(&s.pg_socket_path, s.pg_port, &s.pg_user))
+    Session::connect(&session::local_config(
+        &s.pg_socket_path,
+        s.pg_port,
+        &s.pg_user,
+    ))
 }
 
 /// Refuses a --pg-path that is not the server's data_directory.
 pub fn check_pg_path(pg_path: &Path, info: &ServerInfo) -> Result<PathBuf> {
-    let given = fs::canonicalize(pg_path).map_err(|e| Error::io("resolve --pg-path", pg_path, e))?;
-    let server = fs::canonicalize(&info.data_directory).unwrap_or_else(|_| PathBuf::from(&info.data_directory));
+    let given =
+        fs::canonicalize(pg_path).map_err(|e| Error::io("resolve --pg-path", pg_path, e))?;
+    let server = fs::canonicalize(&info.data_directory)
+        .unwrap_or_else(|_| PathBuf::from(&info.data_directory));
     if given != server {
         return Err(Error::Config(format!(
             "--pg-path {} is not the server's data_directory ({})",
@@ -46,7 +52,9 @@ pub fn check_pg_path(pg_path: &Path, info: &ServerInfo) -> Result<PathBuf> {
 pub fn read_control_system_identifier(pgdata: &Path) -> Result<u64> {
     let p = pgdata.join("global/pg_control");
     let bytes = fs::read(&p).map_err(|e| Error::io("read", &p, e))?;
-    let first: [u8; 8] = bytes.get(..8).and_then(|b| b.try_into().ok())
+    let first: [u8; 8] = bytes
+        .get(..8)
+        .and_then(|b| b.try_into().ok())
         .ok_or_else(|| Error::Other(format!("{} is too short", p.display())))?;
     Ok(u64::from_le_bytes(first))
 }
@@ -63,14 +71,18 @@ pub fn check_empty_target(dir: &Path, what: &str) -> Result<()> {
     match fs::read_dir(dir) {
         Ok(mut rd) => {
             if rd.next().is_some() {
-                return Err(Error::Unsafe(format!("{what} {} is not empty", dir.display())));
+                return Err(Error::Unsafe(format!(
+                    "{what} {} is not empty",
+                    dir.display()
+                )));
             }
             Ok(())
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotADirectory => {
-            Err(Error::Unsafe(format!("{what} {} is a file, not an empty directory", dir.display())))
-        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotADirectory => Err(Error::Unsafe(format!(
+            "{what} {} is a file, not an empty directory",
+            dir.display()
+        ))),
         Err(e) => Err(Error::io("list", dir, e)),
     }
 }
@@ -79,32 +91,51 @@ pub fn check_empty_target(dir: &Path, what: &str) -> Result<()> {
 pub fn create_private_dir(dir: &Path) -> Result<()> {
     use std::os::unix::fs::PermissionsExt;
     fs::create_dir_all(dir).map_err(|e| Error::io("create directory", dir, e))?;
-    fs::set_permissions(dir, fs::Permissions::from_mode(0o700)).map_err(|e| Error::io("chmod", dir, e))
+    fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
+        .map_err(|e| Error::io("chmod", dir, e))
 }
 
 /// Parses `--tablespace-map ID=DIR` values into (id, dir).
 pub fn parse_tablespace_map(values: &[String]) -> Result<Vec<(String, PathBuf)>> {
-    values.iter().map(|v| {
-        let (id, dir) = v.split_once('=').filter(|(i, d)| !i.is_empty() && !d.is_empty())
-            .ok_or_else(|| Error::Config(format!("--tablespace-map '{v}' must look like ID=DIR (ID: tablespace OID or name)")))?;
-        let dir = PathBuf::from(dir);
-        if !dir.is_absolute() {
-            return Err(Error::Config(format!("--tablespace-map '{v}': DIR must be an absolute path")));
-        }
-        Ok((id.to_string(), dir))
-    }).collect()
+    values
+        .iter()
+        .map(|v| {
+            let (id, dir) = v
+                .split_once('=')
+                .filter(|(i, d)| !i.is_empty() && !d.is_empty())
+                .ok_or_else(|| {
+                    Error::Config(format!(
+                        "--tablespace-map '{v}' must look like ID=DIR (ID: tablespace OID or name)"
+                    ))
+                })?;
+            let dir = PathBuf::from(dir);
+            if !dir.is_absolute() {
+                return Err(Error::Config(format!(
+                    "--tablespace-map '{v}': DIR must be an absolute path"
+                )));
+            }
+            Ok((id.to_string(), dir))
+        })
+        .collect()
 }
 
 /// Picks the mapped directory for tablespace (oid, name), or None.
 pub fn mapped_dir(map: &[(String, PathBuf)], oid: u32, name: &str) -> Option<PathBuf> {
-    map.iter().find(|(id, _)| id == name || id.parse::<u32>().ok() == Some(oid)).map(|(_, d)| d.clone())
+    map.iter()
+        .find(|(id, _)| id == name || id.parse::<u32>().ok() == Some(oid))
+        .map(|(_, d)| d.clone())
 }
 
 /// Refuses mapping entries that name no tablespace.
 pub fn check_map_used(map: &[(String, PathBuf)], known: &[(u32, String)]) -> Result<()> {
     for (id, _) in map {
-        if !known.iter().any(|(oid, name)| id == name || id.parse::<u32>().ok() == Some(*oid)) {
-            return Err(Error::Config(format!("--tablespace-map names tablespace '{id}', which the backup does not have")));
+        if !known
+            .iter()
+            .any(|(oid, name)| id == name || id.parse::<u32>().ok() == Some(*oid))
+        {
+            return Err(Error::Config(format!(
+                "--tablespace-map names tablespace '{id}', which the backup does not have"
+            )));
         }
     }
     Ok(())
@@ -112,23 +143,47 @@ pub fn check_map_used(map: &[(String, PathBuf)], known: &[(u32, String)]) -> Res
 
 /// Rewrites tablespace_map text ("<oid> <path>" lines) with the new locations.
 pub fn remap_tablespace_map(locations: &[(u32, PathBuf)]) -> String {
-    locations.iter().map(|(oid, dir)| format!("{oid} {}\n", dir.display())).collect()
+    locations
+        .iter()
+        .map(|(oid, dir)| format!("{oid} {}\n", dir.display()))
+        .collect()
 }
 
 /// The file's CRC32C, combined from its pieces in order.
 pub fn file_crc(pieces: &[Piece]) -> u32 {
-    pieces.iter().fold(0u32, |crc, p| crate::pg::pg_manifest::crc32c_combine(crc, p.crc32c, p.logical_size))
+    pieces.iter().fold(0u32, |crc, p| {
+        crate::pg::pg_manifest::crc32c_combine(crc, p.crc32c, p.logical_size)
+    })
 }
 
 /// Builds the manifest entry of a copied file.
-pub fn file_entry(f: &crate::transfer::SourceFile, pieces: Vec<Piece>, page_errors: Vec<u32>) -> FileEntry {
-    FileEntry { path: f.path.clone(), size: f.size, mtime: f.mtime, mode: f.mode, crc32c: file_crc(&pieces), pieces, page_errors }
+pub fn file_entry(
+    f: &crate::transfer::SourceFile,
+    pieces: Vec<Piece>,
+    page_errors: Vec<u32>,
+) -> FileEntry {
+    FileEntry {
+        path: f.path.clone(),
+        size: f.size,
+        mtime: f.mtime,
+        mode: f.mode,
+        crc32c: file_crc(&pieces),
+        pieces,
+        page_errors,
+    }
 }
 
 /// The WAL files a backup needs, as source files under `pgdata/pg_wal`: every segment from
 /// the start LSN to the stop LSN on `timeline`, and the timeline's history file if any.
 /// Each segment's first page header is checked (timeline, address, system identifier).
-pub fn wal_source_files(pgdata: &Path, timeline: u32, start: Lsn, stop: Lsn, seg_size: u64, system_identifier: u64) -> Result<Vec<crate::transfer::SourceFile>> {
+pub fn wal_source_files(
+    pgdata: &Path,
+    timeline: u32,
+    start: Lsn,
+    stop: Lsn,
+    seg_size: u64,
+    system_identifier: u64,
+) -> Result<Vec<crate::transfer::SourceFile>> {
     use std::os::unix::fs::MetadataExt;
     let wal_dir = pgdata.join("pg_wal");
     let mut names = Vec::new();
@@ -145,9 +200,21 @@ pub fn wal_source_files(pgdata: &Path, timeline: u32, start: Lsn, stop: Lsn, seg
         let abs = wal_dir.join(name);
         let f = fs::File::open(&abs).map_err(|e| Error::io("open WAL segment", &abs, e))?;
         let mut page = vec![0u8; 8192];
-        std::os::unix::fs::FileExt::read_exact_at(&f, &mut page, 0).map_err(|e| Error::io("read WAL segment", &abs, e))?;
-        lsn::check_wal_segment_header(&page, timeline, first_segno + i as u64, seg_size, system_identifier)
-            .map_err(|why| Error::Unsafe(format!("WAL segment {} is not the one the backup needs: {why}", abs.display())))?;
+        std::os::unix::fs::FileExt::read_exact_at(&f, &mut page, 0)
+            .map_err(|e| Error::io("read WAL segment", &abs, e))?;
+        lsn::check_wal_segment_header(
+            &page,
+            timeline,
+            first_segno + i as u64,
+            seg_size,
+            system_identifier,
+        )
+        .map_err(|why| {
+            Error::Unsafe(format!(
+                "WAL segment {} is not the one the backup needs: {why}",
+                abs.display()
+            ))
+        })?;
         names.push(name.clone());
     }
     for name in names {

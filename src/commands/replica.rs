@@ -6,7 +6,9 @@
 //! temporary (it lives as long as the copy). The WAL from the start to the stop LSN is
 //! copied into the new pg_wal as well, so the standby reaches consistency even before it
 //! connects.
-use super::restore::{append_auto_conf, create_files, prepare_target, set_mtimes, sync_all, write_file};
+use super::restore::{
+    append_auto_conf, create_files, prepare_target, set_mtimes, sync_all, write_file,
+};
 use super::*;
 use crate::cli::ReplicaArgs;
 use crate::pg::datadir;
@@ -45,12 +47,21 @@ pub fn run(s: &Settings, args: &ReplicaArgs, progress: &dyn Progress) -> Result<
     let local_id = read_control_system_identifier(&source).map_err(|e| Error::Unsafe(format!(
         "cannot read the primary's data directory {} on this host ({e}); replica-create copies from a primary on the same host", source.display())))?;
     if local_id != info.system_identifier {
-        return Err(Error::Unsafe(format!("{} belongs to another cluster than the one at --source", source.display())));
+        return Err(Error::Unsafe(format!(
+            "{} belongs to another cluster than the one at --source",
+            source.display()
+        )));
     }
     let spcs = sess.tablespaces()?;
     let tablespaces: Vec<(u32, String, String)> = spcs.clone();
     // Check targets before anything is created on the primary.
-    check_map_used(&map, &tablespaces.iter().map(|(o, n, _)| (*o, n.clone())).collect::<Vec<_>>())?;
+    check_map_used(
+        &map,
+        &tablespaces
+            .iter()
+            .map(|(o, n, _)| (*o, n.clone()))
+            .collect::<Vec<_>>(),
+    )?;
     check_empty_target(&target, "target directory")?;
     for (oid, name, loc) in &tablespaces {
         let dir = mapped_dir(&map, *oid, name).unwrap_or_else(|| PathBuf::from(loc));
@@ -69,7 +80,17 @@ pub fn run(s: &Settings, args: &ReplicaArgs, progress: &dyn Progress) -> Result<
             n
         }
     };
-    let res = copy_and_configure(s, args, &sess, &info, &source, &target, &tablespaces, &map, progress);
+    let res = copy_and_configure(
+        s,
+        args,
+        &sess,
+        &info,
+        &source,
+        &target,
+        &tablespaces,
+        &map,
+        progress,
+    );
     if let Err(e) = res {
         if args.slot.is_some() {
             if let Err(d) = sess.drop_slot(&slot_name) {
@@ -99,7 +120,9 @@ pub fn run(s: &Settings, args: &ReplicaArgs, progress: &dyn Progress) -> Result<
 
 /// application_name the standby uses in primary_conninfo (to find it in pg_stat_replication).
 fn standby_app_name(s: &Settings, args: &ReplicaArgs) -> String {
-    args.slot.clone().unwrap_or_else(|| format!("pgjet_standby_{}", s.pg_port))
+    args.slot
+        .clone()
+        .unwrap_or_else(|| format!("pgjet_standby_{}", s.pg_port))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -114,14 +137,30 @@ fn copy_and_configure(
     map: &[(String, PathBuf)],
     progress: &dyn Progress,
 ) -> Result<u64> {
-    let start_lsn = sess.backup_start(&format!("pgjet replica-create {}", target.display()), args.start_fast)?;
-    let listing = datadir::list_data_directory(source, info.version_num, &info.tablespace_dir(), info.data_checksums)?;
+    let start_lsn = sess.backup_start(
+        &format!("pgjet replica-create {}", target.display()),
+        args.start_fast,
+    )?;
+    let listing = datadir::list_data_directory(
+        source,
+        info.version_num,
+        &info.tablespace_dir(),
+        info.data_checksums,
+    )?;
     let locations = prepare_target(target, tablespaces, map, &listing.dirs)?;
     let (files, control) = super::backup::source_files(&listing);
-    let control = control.ok_or_else(|| Error::Unsafe(format!("{} has no global/pg_control", source.display())))?;
-    let specs: Vec<(&str, u64, u32)> = files.iter().map(|f| (f.path.as_str(), f.size, f.mode)).collect();
+    let control = control
+        .ok_or_else(|| Error::Unsafe(format!("{} has no global/pg_control", source.display())))?;
+    let specs: Vec<(&str, u64, u32)> = files
+        .iter()
+        .map(|f| (f.path.as_str(), f.size, f.mode))
+        .collect();
     let targets = create_files(target, &specs)?;
-    let opts = ReadOptions { jobs: s.jobs, verify_checksums: info.data_checksums, backup_start_lsn: start_lsn.0 };
+    let opts = ReadOptions {
+        jobs: s.jobs,
+        verify_checksums: info.data_checksums,
+        backup_start_lsn: start_lsn.0,
+    };
     let total: u64 = files.iter().map(|f| f.size).sum::<u64>() + control.size;
     progress.begin("replica-create", total);
     let out = copy_files(&files, &opts, &DirSink { targets: &targets }, progress)?;
@@ -132,25 +171,58 @@ fn copy_and_configure(
     }
     let bad: usize = out.page_errors.iter().map(|e| e.len()).sum();
     if bad > 0 {
-        tracing::warn!("{bad} page(s) of the primary failed checksum validation (see the warnings above)");
+        tracing::warn!(
+            "{bad} page(s) of the primary failed checksum validation (see the warnings above)"
+        );
     }
     let stop = sess.backup_stop()?;
-    let label = parse_backup_label(&stop.backup_label)
-        .map_err(|e| Error::Other(format!("pg_backup_stop returned a backup_label pgjet cannot read: {e}")))?;
-    let wal = wal_source_files(source, label.start_timeline, start_lsn, stop.lsn, info.wal_segment_size, info.system_identifier)?;
-    let wal_specs: Vec<(&str, u64, u32)> = wal.iter().map(|f| (f.path.as_str(), f.size, f.mode)).collect();
+    let label = parse_backup_label(&stop.backup_label).map_err(|e| {
+        Error::Other(format!(
+            "pg_backup_stop returned a backup_label pgjet cannot read: {e}"
+        ))
+    })?;
+    let wal = wal_source_files(
+        source,
+        label.start_timeline,
+        start_lsn,
+        stop.lsn,
+        info.wal_segment_size,
+        info.system_identifier,
+    )?;
+    let wal_specs: Vec<(&str, u64, u32)> = wal
+        .iter()
+        .map(|f| (f.path.as_str(), f.size, f.mode))
+        .collect();
     let wal_targets = create_files(target, &wal_specs)?;
-    let wal_opts = ReadOptions { verify_checksums: false, ..opts };
-    copy_files(&wal, &wal_opts, &DirSink { targets: &wal_targets }, progress)?;
+    let wal_opts = ReadOptions {
+        verify_checksums: false,
+        ..opts
+    };
+    copy_files(
+        &wal,
+        &wal_opts,
+        &DirSink {
+            targets: &wal_targets,
+        },
+        progress,
+    )?;
     progress.finish();
-    let kept: Vec<(PathBuf, i64)> = files.iter().zip(targets).zip(&out.vanished)
-        .filter(|(_, gone)| !**gone).map(|((f, t), _)| (t, f.mtime)).collect();
+    let kept: Vec<(PathBuf, i64)> = files
+        .iter()
+        .zip(targets)
+        .zip(&out.vanished)
+        .filter(|(_, gone)| !**gone)
+        .map(|((f, t), _)| (t, f.mtime))
+        .collect();
     let (paths, mtimes): (Vec<PathBuf>, Vec<i64>) = kept.into_iter().unzip();
     set_mtimes(&paths, &mtimes)?;
 
     write_file(&target.join("backup_label"), stop.backup_label.as_bytes())?;
     if !tablespaces.is_empty() {
-        write_file(&target.join("tablespace_map"), remap_tablespace_map(&locations).as_bytes())?;
+        write_file(
+            &target.join("tablespace_map"),
+            remap_tablespace_map(&locations).as_bytes(),
+        )?;
     }
     let mut conninfo = args.source.clone();
     if !conninfo.contains("application_name") && !conninfo.contains("://") {
@@ -171,9 +243,25 @@ fn copy_and_configure(
     sync_all(target, &locations)?;
     // Last: pg_control.
     let controls = [control];
-    let control_target = create_files(target, &[(controls[0].path.as_str(), controls[0].size, controls[0].mode)])?;
-    copy_files(&controls, &opts, &DirSink { targets: &control_target }, progress)?;
-    std::fs::File::open(&control_target[0]).and_then(|f| f.sync_all()).map_err(|e| Error::io("fsync", &control_target[0], e))?;
+    let control_target = create_files(
+        target,
+        &[(
+            controls[0].path.as_str(),
+            controls[0].size,
+            controls[0].mode,
+        )],
+    )?;
+    copy_files(
+        &controls,
+        &opts,
+        &DirSink {
+            targets: &control_target,
+        },
+        progress,
+    )?;
+    std::fs::File::open(&control_target[0])
+        .and_then(|f| f.sync_all())
+        .map_err(|e| Error::io("fsync", &control_target[0], e))?;
     crate::storage::posix::fsync_dir(&target.join("global"))?;
     Ok(total)
 }
@@ -187,37 +275,70 @@ fn bin_dir(args: &ReplicaArgs, source: &Path) -> Result<PathBuf> {
     let pidfile = source.join("postmaster.pid");
     let text = fs::read_to_string(&pidfile).map_err(|e| Error::io("read", &pidfile, e))?;
     let pid = text.lines().next().unwrap_or("").trim().to_string();
-    let exe = fs::read_link(format!("/proc/{pid}/exe"))
-        .map_err(|e| Error::Config(format!("cannot find the primary's binaries from PID {pid} ({e}); pass --pg-bin")))?;
-    exe.parent().map(Path::to_path_buf).ok_or_else(|| Error::Config("cannot find the primary's binaries; pass --pg-bin".into()))
+    let exe = fs::read_link(format!("/proc/{pid}/exe")).map_err(|e| {
+        Error::Config(format!(
+            "cannot find the primary's binaries from PID {pid} ({e}); pass --pg-bin"
+        ))
+    })?;
+    exe.parent()
+        .map(Path::to_path_buf)
+        .ok_or_else(|| Error::Config("cannot find the primary's binaries; pass --pg-bin".into()))
 }
 
 /// Starts the standby with pg_ctl and waits (up to 120 s) until the primary shows it
 /// streaming in pg_stat_replication.
-fn start_standby(s: &Settings, args: &ReplicaArgs, source: &Path, target: &Path, config: &tokio_postgres::Config) -> Result<()> {
+fn start_standby(
+    s: &Settings,
+    args: &ReplicaArgs,
+    source: &Path,
+    target: &Path,
+    config: &tokio_postgres::Config,
+) -> Result<()> {
     let bin = bin_dir(args, source)?;
     let log = target.join("pgjet-start.log");
     let status = Command::new(bin.join("pg_ctl"))
-        .args(["-D"]).arg(target).args(["-l"]).arg(&log).args(["-w", "-t", "120", "-o"]).arg(format!("-p {}", s.pg_port)).arg("start")
+        .args(["-D"])
+        .arg(target)
+        .args(["-l"])
+        .arg(&log)
+        .args(["-w", "-t", "120", "-o"])
+        .arg(format!("-p {}", s.pg_port))
+        .arg("start")
         .stdout(std::process::Stdio::null())
         .status()
         .map_err(|e| Error::io("run pg_ctl", bin.join("pg_ctl"), e))?;
     if !status.success() {
-        return Err(Error::Other(format!("pg_ctl could not start the standby in {} (see {})", target.display(), log.display())));
+        return Err(Error::Other(format!(
+            "pg_ctl could not start the standby in {} (see {})",
+            target.display(),
+            log.display()
+        )));
     }
     let app = standby_app_name(s, args);
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let sess = Session::connect(config)?;
-        let rows = sess.query_strings("pg_stat_replication", &format!(
-            "SELECT state FROM pg_stat_replication WHERE application_name = {}", quote_literal(&app)))?;
+        let rows = sess.query_strings(
+            "pg_stat_replication",
+            &format!(
+                "SELECT state FROM pg_stat_replication WHERE application_name = {}",
+                quote_literal(&app)
+            ),
+        )?;
         sess.close();
-        if rows.iter().any(|r| r.first().cloned().flatten().as_deref() == Some("streaming")) {
+        if rows
+            .iter()
+            .any(|r| r.first().cloned().flatten().as_deref() == Some("streaming"))
+        {
             tracing::info!("standby {} is streaming", target.display());
             return Ok(());
         }
         if Instant::now() > deadline {
-            return Err(Error::Other(format!("the standby in {} started but does not stream after 120 s (see {})", target.display(), log.display())));
+            return Err(Error::Other(format!(
+                "the standby in {} started but does not stream after 120 s (see {})",
+                target.display(),
+                log.display()
+            )));
         }
         std::thread::sleep(Duration::from_millis(300));
     }

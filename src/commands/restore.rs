@@ -26,7 +26,10 @@ pub fn prepare_target(
     map: &[(String, PathBuf)],
     dirs: &[(String, u32)],
 ) -> Result<Vec<(u32, PathBuf)>> {
-    let known: Vec<(u32, String)> = tablespaces.iter().map(|(o, n, _)| (*o, n.clone())).collect();
+    let known: Vec<(u32, String)> = tablespaces
+        .iter()
+        .map(|(o, n, _)| (*o, n.clone()))
+        .collect();
     check_map_used(map, &known)?;
     check_empty_target(pg_path, "target directory")?;
     let mut locations = Vec::new();
@@ -34,7 +37,10 @@ pub fn prepare_target(
         let dir = mapped_dir(map, *oid, name).unwrap_or_else(|| PathBuf::from(original));
         check_empty_target(&dir, &format!("tablespace {name} (OID {oid}) directory"))?;
         if dir.starts_with(pg_path) {
-            return Err(Error::Config(format!("tablespace directory {} must not be inside the data directory", dir.display())));
+            return Err(Error::Config(format!(
+                "tablespace directory {} must not be inside the data directory",
+                dir.display()
+            )));
         }
         locations.push((*oid, dir));
     }
@@ -44,7 +50,8 @@ pub fn prepare_target(
         let tblspc = pg_path.join("pg_tblspc");
         fs::create_dir_all(&tblspc).map_err(|e| Error::io("create directory", &tblspc, e))?;
         let link = tblspc.join(oid.to_string());
-        std::os::unix::fs::symlink(dir, &link).map_err(|e| Error::io("create tablespace link", &link, e))?;
+        std::os::unix::fs::symlink(dir, &link)
+            .map_err(|e| Error::io("create tablespace link", &link, e))?;
     }
     for (rel, mode) in dirs {
         if let Some(rest) = rel.strip_prefix("pg_tblspc/") {
@@ -59,7 +66,8 @@ pub fn prepare_target(
             Err(e) => return Err(Error::io("create directory", &p, e)),
         }
         let mode = if *mode == 0 { 0o700 } else { *mode };
-        fs::set_permissions(&p, fs::Permissions::from_mode(mode)).map_err(|e| Error::io("chmod", &p, e))?;
+        fs::set_permissions(&p, fs::Permissions::from_mode(mode))
+            .map_err(|e| Error::io("chmod", &p, e))?;
     }
     Ok(locations)
 }
@@ -76,7 +84,12 @@ pub fn create_files(pg_path: &Path, files: &[(&str, u64, u32)]) -> Result<Vec<Pa
             }
         }
         let mode = if *mode == 0 { 0o600 } else { *mode };
-        let f = OpenOptions::new().write(true).create_new(true).mode(mode).open(&p).map_err(|e| Error::io("create", &p, e))?;
+        let f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(&p)
+            .map_err(|e| Error::io("create", &p, e))?;
         if *size > 0 {
             f.set_len(*size).map_err(|e| Error::io("size", &p, e))?;
         }
@@ -89,15 +102,24 @@ pub fn create_files(pg_path: &Path, files: &[(&str, u64, u32)]) -> Result<Vec<Pa
 pub fn set_mtimes(paths: &[PathBuf], mtimes: &[i64]) -> Result<()> {
     for (p, t) in paths.iter().zip(mtimes) {
         let when = std::time::UNIX_EPOCH + std::time::Duration::from_secs((*t).max(0) as u64);
-        let f = OpenOptions::new().write(true).open(p).map_err(|e| Error::io("open", p, e))?;
-        f.set_modified(when).map_err(|e| Error::io("set mtime", p, e))?;
+        let f = OpenOptions::new()
+            .write(true)
+            .open(p)
+            .map_err(|e| Error::io("open", p, e))?;
+        f.set_modified(when)
+            .map_err(|e| Error::io("set mtime", p, e))?;
     }
     Ok(())
 }
 
 /// Writes a small file durably (write, fsync) with mode 0600.
 pub fn write_file(path: &Path, data: &[u8]) -> Result<()> {
-    let mut f = OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
         .map_err(|e| Error::io("create", path, e))?;
     f.write_all(data).map_err(|e| Error::io("write", path, e))?;
     f.sync_all().map_err(|e| Error::io("fsync", path, e))
@@ -106,9 +128,15 @@ pub fn write_file(path: &Path, data: &[u8]) -> Result<()> {
 /// Appends settings to postgresql.auto.conf (read by PostgreSQL after postgresql.conf).
 pub fn append_auto_conf(pg_path: &Path, lines: &[String]) -> Result<()> {
     let p = pg_path.join("postgresql.auto.conf");
-    let mut f = OpenOptions::new().append(true).create(true).mode(0o600).open(&p).map_err(|e| Error::io("open", &p, e))?;
+    let mut f = OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(0o600)
+        .open(&p)
+        .map_err(|e| Error::io("open", &p, e))?;
     let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
-    f.write_all(text.as_bytes()).map_err(|e| Error::io("write", &p, e))
+    f.write_all(text.as_bytes())
+        .map_err(|e| Error::io("write", &p, e))
 }
 
 /// Flushes the data directory's and every tablespace's filesystem.
@@ -132,14 +160,25 @@ pub fn run(s: &Settings, args: &RestoreArgs, progress: &dyn Progress) -> Result<
     repo::read_stanza(&store, stanza)?;
     let label = repo::resolve_set(&store, stanza, &args.set)?;
     let m = repo::read_manifest(&store, stanza, &label)?;
-    let tablespaces: Vec<(u32, String, String)> = m.tablespaces.iter().map(|t| (t.oid, t.name.clone(), t.location.clone())).collect();
-    let dirs: Vec<(String, u32)> = m.directories.iter().map(|d| (d.path.clone(), d.mode)).collect();
+    let tablespaces: Vec<(u32, String, String)> = m
+        .tablespaces
+        .iter()
+        .map(|t| (t.oid, t.name.clone(), t.location.clone()))
+        .collect();
+    let dirs: Vec<(String, u32)> = m
+        .directories
+        .iter()
+        .map(|d| (d.path.clone(), d.mode))
+        .collect();
     let locations = prepare_target(&pg_path, &tablespaces, &map, &dirs)?;
     match restore_into(s, args, &store, &m, &pg_path, &locations, progress) {
         Ok(()) => Ok(label),
         Err(e) => {
             let _ = fs::remove_file(pg_path.join("global/pg_control"));
-            tracing::error!("restore of {label} failed; {} is incomplete and cannot be started", pg_path.display());
+            tracing::error!(
+                "restore of {label} failed; {} is incomplete and cannot be started",
+                pg_path.display()
+            );
             Err(e)
         }
     }
@@ -154,8 +193,15 @@ fn restore_into(
     locations: &[(u32, PathBuf)],
     progress: &dyn Progress,
 ) -> Result<()> {
-    let specs: Vec<(&str, u64, u32)> = m.files.iter().map(|f| (f.path.as_str(), f.size, f.mode)).collect();
-    let control = m.files.iter().position(|f| f.path == "global/pg_control")
+    let specs: Vec<(&str, u64, u32)> = m
+        .files
+        .iter()
+        .map(|f| (f.path.as_str(), f.size, f.mode))
+        .collect();
+    let control = m
+        .files
+        .iter()
+        .position(|f| f.path == "global/pg_control")
         .ok_or_else(|| Error::Repo(format!("backup {} has no global/pg_control", m.label)))?;
     // pg_control is created last, not now.
     let mut specs_wo = specs.clone();
@@ -174,40 +220,83 @@ fn restore_into(
 
     // backup_label, tablespace_map, recovery settings.
     write_file(&pg_path.join("backup_label"), m.backup_label.as_bytes())?;
-    let spcmap = if m.tablespaces.is_empty() { None } else { Some(remap_tablespace_map(locations)) };
+    let spcmap = if m.tablespaces.is_empty() {
+        None
+    } else {
+        Some(remap_tablespace_map(locations))
+    };
     if let Some(text) = &spcmap {
         write_file(&pg_path.join("tablespace_map"), text.as_bytes())?;
     }
-    let note = format!("# recovery settings added by pgjet restore of backup {}", m.label);
+    let note = format!(
+        "# recovery settings added by pgjet restore of backup {}",
+        m.label
+    );
     match args.restore_type {
         RestoreType::Default => {}
         RestoreType::Immediate => {
-            append_auto_conf(pg_path, &[
-                note,
-                "# the backup holds its WAL in pg_wal; there is no archive to fetch from".into(),
-                "restore_command = '/bin/false'".into(),
-                "recovery_target = 'immediate'".into(),
-                "recovery_target_action = 'promote'".into(),
-            ])?;
+            append_auto_conf(
+                pg_path,
+                &[
+                    note,
+                    "# the backup holds its WAL in pg_wal; there is no archive to fetch from"
+                        .into(),
+                    "restore_command = '/bin/false'".into(),
+                    "recovery_target = 'immediate'".into(),
+                    "recovery_target_action = 'promote'".into(),
+                ],
+            )?;
             write_file(&pg_path.join("recovery.signal"), b"")?;
         }
         RestoreType::Standby => {
-            append_auto_conf(pg_path, &[note, "# set primary_conninfo to stream from a primary".into()])?;
+            append_auto_conf(
+                pg_path,
+                &[
+                    note,
+                    "# set primary_conninfo to stream from a primary".into(),
+                ],
+            )?;
             write_file(&pg_path.join("standby.signal"), b"")?;
         }
     }
 
     // PostgreSQL's own backup_manifest, so pg_verifybackup can check the directory.
     let now = chrono::Utc::now().timestamp();
-    let mut pg_files: Vec<PgManifestFile> = m.files.iter().filter(|f| !f.path.starts_with("pg_wal/"))
-        .map(|f| PgManifestFile { path: f.path.clone(), size: f.size, mtime: f.mtime, crc32c: f.crc32c }).collect();
-    pg_files.push(PgManifestFile { path: "backup_label".into(), size: m.backup_label.len() as u64, mtime: now, crc32c: crate::codec::crc32c(m.backup_label.as_bytes()) });
+    let mut pg_files: Vec<PgManifestFile> = m
+        .files
+        .iter()
+        .filter(|f| !f.path.starts_with("pg_wal/"))
+        .map(|f| PgManifestFile {
+            path: f.path.clone(),
+            size: f.size,
+            mtime: f.mtime,
+            crc32c: f.crc32c,
+        })
+        .collect();
+    pg_files.push(PgManifestFile {
+        path: "backup_label".into(),
+        size: m.backup_label.len() as u64,
+        mtime: now,
+        crc32c: crate::codec::crc32c(m.backup_label.as_bytes()),
+    });
     if let Some(text) = &spcmap {
-        pg_files.push(PgManifestFile { path: "tablespace_map".into(), size: text.len() as u64, mtime: now, crc32c: crate::codec::crc32c(text.as_bytes()) });
+        pg_files.push(PgManifestFile {
+            path: "tablespace_map".into(),
+            size: text.len() as u64,
+            mtime: now,
+            crc32c: crate::codec::crc32c(text.as_bytes()),
+        });
     }
     pg_files.sort_by(|a, b| a.path.cmp(&b.path));
-    let wal = [PgWalRange { timeline: m.timeline, start: m.start_lsn, end: m.stop_lsn }];
-    write_file(&pg_path.join("backup_manifest"), &render_pg_manifest(m.pg_version_num, m.system_identifier, &pg_files, &wal))?;
+    let wal = [PgWalRange {
+        timeline: m.timeline,
+        start: m.start_lsn,
+        end: m.stop_lsn,
+    }];
+    write_file(
+        &pg_path.join("backup_manifest"),
+        &render_pg_manifest(m.pg_version_num, m.system_identifier, &pg_files, &wal),
+    )?;
 
     sync_all(pg_path, locations)?;
     // Last: pg_control. Until it exists the directory is not a cluster PostgreSQL would start.
@@ -215,7 +304,9 @@ fn restore_into(
     let cf = &m.files[control];
     create_files(pg_path, &[(cf.path.as_str(), cf.size, cf.mode)])?;
     restore_one(store, m, control, control_path)?;
-    File::open(control_path).and_then(|f| f.sync_all()).map_err(|e| Error::io("fsync", control_path, e))?;
+    File::open(control_path)
+        .and_then(|f| f.sync_all())
+        .map_err(|e| Error::io("fsync", control_path, e))?;
     fsync_dir(&pg_path.join("global"))?;
     Ok(())
 }

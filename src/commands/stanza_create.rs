@@ -8,7 +8,9 @@ use crate::storage::Storage;
 pub fn run(s: &Settings) -> Result<String> {
     let stanza = s.stanza()?;
     if stanza.is_empty() || stanza.contains('/') || stanza.starts_with('.') {
-        return Err(Error::Config(format!("stanza name '{stanza}' is not valid")));
+        return Err(Error::Config(format!(
+            "stanza name '{stanza}' is not valid"
+        )));
     }
     let store = open_repo(s)?;
     let sess = connect_local(s)?;
@@ -36,5 +38,9 @@ pub fn run(s: &Settings) -> Result<String> {
         fs::create_dir_all(&p).map_err(|e| Error::io("create directory", &p, e))?;
     }
     store.put_durable(&repo::stanza_info_name(stanza), &json)?;
-    Ok(format!("stanza '{stanza}' created (system identifier {}, PostgreSQL {})", info.system_identifier, info.major()))
+    Ok(format!(
+        "stanza '{stanza}' created (system identifier {}, PostgreSQL {})",
+        info.system_identifier,
+        info.major()
+    ))
 }

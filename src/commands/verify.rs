@@ -22,7 +22,11 @@ pub fn run(s: &Settings, set: Option<&str>, progress: &dyn Progress) -> Result<V
         let bad = read_back(&store, &m, None, None, s.jobs, progress)?;
         progress.finish();
         if bad.is_empty() {
-            lines.push(format!("{label}: ok ({} files, {} stored)", m.files.len(), mib(m.stored_size)));
+            lines.push(format!(
+                "{label}: ok ({} files, {} stored)",
+                m.files.len(),
+                mib(m.stored_size)
+            ));
         } else {
             for f in &bad {
                 lines.push(format!("{label}: corrupt file {f}"));
@@ -31,7 +35,11 @@ pub fn run(s: &Settings, set: Option<&str>, progress: &dyn Progress) -> Result<V
         }
     }
     if !corrupt.is_empty() {
-        let label = corrupt.iter().map(|(l, _)| l.clone()).collect::<Vec<_>>().join(", ");
+        let label = corrupt
+            .iter()
+            .map(|(l, _)| l.clone())
+            .collect::<Vec<_>>()
+            .join(", ");
         let files = corrupt.into_iter().flat_map(|(_, f)| f).collect();
         for l in &lines {
             tracing::info!("{l}");

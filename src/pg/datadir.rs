@@ -46,7 +46,12 @@ pub struct Listing {
 ///
 /// Errors: any directory or file that cannot be read (a file that vanishes while listing is
 /// skipped: PostgreSQL removed it and WAL replay will agree).
-pub fn list_data_directory(pgdata: &Path, version_num: u32, tablespace_dir: &str, checksums: bool) -> Result<Listing> {
+pub fn list_data_directory(
+    pgdata: &Path,
+    version_num: u32,
+    tablespace_dir: &str,
+    checksums: bool,
+) -> Result<Listing> {
     let mut l = Listing::default();
     walk(pgdata, "", version_num, checksums, &mut l)?;
     let tblspc = pgdata.join("pg_tblspc");
@@ -55,7 +60,9 @@ pub fn list_data_directory(pgdata: &Path, version_num: u32, tablespace_dir: &str
     for ent in entries {
         let ent = ent.map_err(|e| Error::io("list", &tblspc, e))?;
         let name = ent.file_name().to_string_lossy().into_owned();
-        let Ok(oid) = name.parse::<u32>() else { continue };
+        let Ok(oid) = name.parse::<u32>() else {
+            continue;
+        };
         let link = ent.path();
         let target = fs::read_link(&link).map_err(|e| Error::io("read link", &link, e))?;
         links.push(TablespaceLink { oid, target });
@@ -66,7 +73,13 @@ pub fn list_data_directory(pgdata: &Path, version_num: u32, tablespace_dir: &str
         l.dirs.push((base.clone(), 0o700));
         let vdir = t.target.join(tablespace_dir);
         if vdir.is_dir() {
-            walk(&vdir, &format!("{base}/{tablespace_dir}"), version_num, checksums, &mut l)?;
+            walk(
+                &vdir,
+                &format!("{base}/{tablespace_dir}"),
+                version_num,
+                checksums,
+                &mut l,
+            )?;
         }
     }
     l.tablespaces = links;
@@ -75,7 +88,9 @@ pub fn list_data_directory(pgdata: &Path, version_num: u32, tablespace_dir: &str
 
 fn walk(dir: &Path, rel: &str, version_num: u32, checksums: bool, l: &mut Listing) -> Result<()> {
     if !rel.is_empty() {
-        let mode = fs::metadata(dir).map(|m| m.permissions().mode() & 0o7777).unwrap_or(0o700);
+        let mode = fs::metadata(dir)
+            .map(|m| m.permissions().mode() & 0o7777)
+            .unwrap_or(0o700);
         l.dirs.push((rel.to_string(), mode));
     }
     let mut entries: Vec<(String, PathBuf)> = Vec::new();
@@ -91,9 +106,17 @@ fn walk(dir: &Path, rel: &str, version_num: u32, checksums: bool, l: &mut Listin
     entries.sort();
     let names: Vec<&str> = entries.iter().map(|(n, _)| n.as_str()).collect();
     let is_db_dir = is_database_dir(rel);
-    let skip_rel = if is_db_dir { exclude::excluded_relation_files(&names) } else { Default::default() };
+    let skip_rel = if is_db_dir {
+        exclude::excluded_relation_files(&names)
+    } else {
+        Default::default()
+    };
     for (name, abs) in &entries {
-        let child = if rel.is_empty() { name.clone() } else { format!("{rel}/{name}") };
+        let child = if rel.is_empty() {
+            name.clone()
+        } else {
+            format!("{rel}/{name}")
+        };
         if rel.is_empty() && name == "pg_tblspc" {
             l.dirs.push((child, 0o700));
             continue;
@@ -114,18 +137,24 @@ fn walk(dir: &Path, rel: &str, version_num: u32, checksums: bool, l: &mut Listin
             Decision::Exclude => continue,
             Decision::IncludeDirOnly => {
                 if is_dir {
-                    l.dirs.push((child.clone(), meta.permissions().mode() & 0o7777));
+                    l.dirs
+                        .push((child.clone(), meta.permissions().mode() & 0o7777));
                     // Keep the directories PostgreSQL expects inside (e.g. pg_wal/archive_status).
                     if let Ok(rd) = fs::read_dir(abs) {
-                        let mut subs: Vec<String> = rd.flatten()
+                        let mut subs: Vec<String> = rd
+                            .flatten()
                             .filter(|e| e.file_type().map(|t| t.is_dir()).unwrap_or(false))
                             .map(|e| format!("{child}/{}", e.file_name().to_string_lossy()))
-                            .filter(|s| exclude::classify(s, true, version_num) != Decision::Exclude)
+                            .filter(|s| {
+                                exclude::classify(s, true, version_num) != Decision::Exclude
+                            })
                             .collect();
                         // basebackup.c sends these even when they are missing.
                         if child == "pg_wal" {
                             for d in ["pg_wal/archive_status", "pg_wal/summaries"] {
-                                if exclude::classify(d, true, version_num) != Decision::Exclude && !subs.iter().any(|s| s == d) {
+                                if exclude::classify(d, true, version_num) != Decision::Exclude
+                                    && !subs.iter().any(|s| s == d)
+                                {
                                     subs.push(d.to_string());
                                 }
                             }

@@ -63,13 +63,21 @@ pub struct Session {
 /// Connection settings from --pg-socket-path, --pg-port and --pg-user.
 pub fn local_config(socket_dir: &Path, port: u16, user: &str) -> Config {
     let mut c = Config::new();
-    c.host_path(socket_dir).port(port).user(user).dbname("postgres").application_name("pgjet");
+    c.host_path(socket_dir)
+        .port(port)
+        .user(user)
+        .dbname("postgres")
+        .application_name("pgjet");
     c
 }
 
 /// Parses a libpq key=value or URI connection string (user defaults to the OS user postgres).
 pub fn parse_conninfo(s: &str) -> Result<Config> {
-    let mut c: Config = s.parse().map_err(|e| Error::Config(format!("--source '{s}' is not a valid connection string: {e}")))?;
+    let mut c: Config = s.parse().map_err(|e| {
+        Error::Config(format!(
+            "--source '{s}' is not a valid connection string: {e}"
+        ))
+    })?;
     if c.get_user().is_none() {
         c.user("postgres");
     }
@@ -83,11 +91,20 @@ pub fn parse_conninfo(s: &str) -> Result<Config> {
 }
 
 fn describe(c: &Config) -> String {
-    let hosts: Vec<String> = c.get_hosts().iter().map(|h| match h {
-        tokio_postgres::config::Host::Tcp(s) => s.clone(),
-        tokio_postgres::config::Host::Unix(p) => p.display().to_string(),
-    }).collect();
-    format!("host={} port={} user={}", hosts.join(","), c.get_ports().first().copied().unwrap_or(5432), c.get_user().unwrap_or(""))
+    let hosts: Vec<String> = c
+        .get_hosts()
+        .iter()
+        .map(|h| match h {
+            tokio_postgres::config::Host::Tcp(s) => s.clone(),
+            tokio_postgres::config::Host::Unix(p) => p.display().to_string(),
+        })
+        .collect();
+    format!(
+        "host={} port={} user={}",
+        hosts.join(","),
+        c.get_ports().first().copied().unwrap_or(5432),
+        c.get_user().unwrap_or("")
+    )
 }
 
 impl Session {
@@ -99,15 +116,20 @@ impl Session {
             .build()
             .map_err(|e| Error::Other(format!("cannot start the async runtime: {e}")))?;
         let target = describe(config);
-        let client = rt.block_on(async {
-            let (client, conn) = config.connect(NoTls).await?;
-            tokio::spawn(async move {
-                if let Err(e) = conn.await {
-                    tracing::debug!("PostgreSQL connection closed: {e}");
-                }
-            });
-            Ok::<_, tokio_postgres::Error>(client)
-        }).map_err(|source| Error::Connect { target: target.clone(), source })?;
+        let client = rt
+            .block_on(async {
+                let (client, conn) = config.connect(NoTls).await?;
+                tokio::spawn(async move {
+                    if let Err(e) = conn.await {
+                        tracing::debug!("PostgreSQL connection closed: {e}");
+                    }
+                });
+                Ok::<_, tokio_postgres::Error>(client)
+            })
+            .map_err(|source| Error::Connect {
+                target: target.clone(),
+                source,
+            })?;
         Ok(Session { rt, client, target })
     }
 
@@ -118,18 +140,32 @@ impl Session {
 
     /// Runs `sql` and returns the first column of every row as text.
     pub fn query_strings(&self, what: &str, sql: &str) -> Result<Vec<Vec<Option<String>>>> {
-        let rows = self.rt.block_on(self.client.simple_query(sql)).map_err(|source| Error::Query { what: what.into(), source })?;
-        Ok(rows.into_iter().filter_map(|m| match m {
-            tokio_postgres::SimpleQueryMessage::Row(r) => Some((0..r.len()).map(|i| r.get(i).map(str::to_owned)).collect()),
-            _ => None,
-        }).collect())
+        let rows = self
+            .rt
+            .block_on(self.client.simple_query(sql))
+            .map_err(|source| Error::Query {
+                what: what.into(),
+                source,
+            })?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|m| match m {
+                tokio_postgres::SimpleQueryMessage::Row(r) => {
+                    Some((0..r.len()).map(|i| r.get(i).map(str::to_owned)).collect())
+                }
+                _ => None,
+            })
+            .collect())
     }
 
     /// Runs `sql` expecting exactly one row; returns its columns as text (NULL as None).
     pub fn query_row(&self, what: &str, sql: &str) -> Result<Vec<Option<String>>> {
         let mut rows = self.query_strings(what, sql)?;
         if rows.len() != 1 {
-            return Err(Error::Other(format!("{what}: expected one row, got {}", rows.len())));
+            return Err(Error::Other(format!(
+                "{what}: expected one row, got {}",
+                rows.len()
+            )));
         }
         Ok(rows.remove(0))
     }
@@ -141,7 +177,11 @@ impl Session {
             (SELECT setting FROM pg_settings WHERE name = 'wal_segment_size'), current_setting('block_size'), \
             current_setting('data_checksums'), pg_is_in_recovery() FROM pg_control_system() s")?;
         let col = |i: usize| r.get(i).cloned().flatten().unwrap_or_default();
-        let num = |i: usize| -> Result<u64> { col(i).parse().map_err(|_| Error::Other(format!("unexpected server setting '{}'", col(i)))) };
+        let num = |i: usize| -> Result<u64> {
+            col(i)
+                .parse()
+                .map_err(|_| Error::Other(format!("unexpected server setting '{}'", col(i))))
+        };
         let info = ServerInfo {
             version_num: num(0)? as u32,
             data_directory: col(1),
@@ -153,49 +193,85 @@ impl Session {
             in_recovery: col(7) == "t",
         };
         if info.version_num < MIN_VERSION_NUM {
-            return Err(Error::Unsafe(format!("PostgreSQL {} is not supported: pgjet needs 15 or later", info.version_num)));
+            return Err(Error::Unsafe(format!(
+                "PostgreSQL {} is not supported: pgjet needs 15 or later",
+                info.version_num
+            )));
         }
         if info.block_size != 8192 {
-            return Err(Error::Unsafe(format!("block_size {} is not supported: pgjet needs 8192", info.block_size)));
+            return Err(Error::Unsafe(format!(
+                "block_size {} is not supported: pgjet needs 8192",
+                info.block_size
+            )));
         }
         Ok(info)
     }
 
     /// Tablespaces other than pg_default and pg_global: (oid, name, location).
     pub fn tablespaces(&self) -> Result<Vec<(u32, String, String)>> {
-        let rows = self.query_strings("list tablespaces", "SELECT oid, spcname, pg_tablespace_location(oid) FROM pg_tablespace \
-            WHERE spcname NOT IN ('pg_default', 'pg_global') ORDER BY oid")?;
-        Ok(rows.into_iter().filter_map(|r| Some((r.first()?.as_ref()?.parse().ok()?, r.get(1)?.clone()?, r.get(2)?.clone()?))).collect())
+        let rows = self.query_strings(
+            "list tablespaces",
+            "SELECT oid, spcname, pg_tablespace_location(oid) FROM pg_tablespace \
+            WHERE spcname NOT IN ('pg_default', 'pg_global') ORDER BY oid",
+        )?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|r| {
+                Some((
+                    r.first()?.as_ref()?.parse().ok()?,
+                    r.get(1)?.clone()?,
+                    r.get(2)?.clone()?,
+                ))
+            })
+            .collect())
     }
 
     /// Creates a physical replication slot that reserves WAL at once. A temporary slot lives
     /// as long as this session. Returns the slot's restart LSN.
     pub fn create_physical_slot(&self, name: &str, temporary: bool) -> Result<Lsn> {
-        let r = self.query_row("create replication slot", &format!(
-            "SELECT lsn FROM pg_create_physical_replication_slot({}, true, {temporary})", quote_literal(name)))?;
+        let r = self.query_row(
+            "create replication slot",
+            &format!(
+                "SELECT lsn FROM pg_create_physical_replication_slot({}, true, {temporary})",
+                quote_literal(name)
+            ),
+        )?;
         parse_lsn(r.first().cloned().flatten())
     }
 
     /// Drops a replication slot (used to undo a permanent slot when replica-create fails).
     pub fn drop_slot(&self, name: &str) -> Result<()> {
-        self.query_strings("drop replication slot", &format!("SELECT pg_drop_replication_slot({})", quote_literal(name)))?;
+        self.query_strings(
+            "drop replication slot",
+            &format!("SELECT pg_drop_replication_slot({})", quote_literal(name)),
+        )?;
         Ok(())
     }
 
     /// pg_backup_start(label, fast): returns the backup start LSN (the checkpoint's redo).
     pub fn backup_start(&self, label: &str, fast: bool) -> Result<Lsn> {
-        let r = self.query_row("pg_backup_start", &format!("SELECT pg_backup_start({}, {fast})", quote_literal(label)))?;
+        let r = self.query_row(
+            "pg_backup_start",
+            &format!("SELECT pg_backup_start({}, {fast})", quote_literal(label)),
+        )?;
         parse_lsn(r.first().cloned().flatten())
     }
 
     /// pg_backup_stop(wait_for_archive => false): the backup holds its own WAL, so it does
     /// not wait for the archiver.
     pub fn backup_stop(&self) -> Result<BackupStop> {
-        let r = self.query_row("pg_backup_stop", "SELECT lsn, labelfile, spcmapfile FROM pg_backup_stop(false)")?;
+        let r = self.query_row(
+            "pg_backup_stop",
+            "SELECT lsn, labelfile, spcmapfile FROM pg_backup_stop(false)",
+        )?;
         let lsn = parse_lsn(r.first().cloned().flatten())?;
         let backup_label = r.get(1).cloned().flatten().unwrap_or_default();
         let tablespace_map = r.get(2).cloned().flatten().filter(|s| !s.is_empty());
-        Ok(BackupStop { lsn, backup_label, tablespace_map })
+        Ok(BackupStop {
+            lsn,
+            backup_label,
+            tablespace_map,
+        })
     }
 
     /// Closes the session cleanly.
@@ -207,7 +283,8 @@ impl Session {
 
 fn parse_lsn(s: Option<String>) -> Result<Lsn> {
     let s = s.unwrap_or_default();
-    s.parse().map_err(|_| Error::Other(format!("server returned an invalid LSN '{s}'")))
+    s.parse()
+        .map_err(|_| Error::Other(format!("server returned an invalid LSN '{s}'")))
 }
 
 /// Quotes `s` as an SQL string literal.

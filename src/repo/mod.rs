@@ -83,13 +83,20 @@ pub fn read_stanza(store: &dyn Storage, stanza: &str) -> Result<StanzaInfo> {
     let info: StanzaInfo = serde_json::from_slice(&store.get(&name)?)
         .map_err(|e| Error::Repo(format!("{name} is not valid: {e}")))?;
     if info.format != REPO_FORMAT {
-        return Err(Error::Repo(format!("{name} has format {}, this pgjet reads {REPO_FORMAT}", info.format)));
+        return Err(Error::Repo(format!(
+            "{name} has format {}, this pgjet reads {REPO_FORMAT}",
+            info.format
+        )));
     }
     Ok(info)
 }
 
 /// Refuses a cluster whose identity differs from the stanza's.
-pub fn check_same_cluster(info: &StanzaInfo, system_identifier: u64, pg_version: &str) -> Result<()> {
+pub fn check_same_cluster(
+    info: &StanzaInfo,
+    system_identifier: u64,
+    pg_version: &str,
+) -> Result<()> {
     if info.system_identifier != system_identifier {
         return Err(Error::Repo(format!(
             "stanza '{}' belongs to the cluster with system identifier {}, but this cluster has system identifier {system_identifier}",
@@ -131,12 +138,17 @@ pub fn list_incomplete(store: &dyn Storage, stanza: &str) -> Result<Vec<String>>
 pub fn read_manifest(store: &dyn Storage, stanza: &str, label: &str) -> Result<BackupManifest> {
     let name = manifest_name(stanza, label);
     if !store.exists(&name)? {
-        return Err(Error::Repo(format!("backup '{label}' of stanza '{stanza}' does not exist or is incomplete")));
+        return Err(Error::Repo(format!(
+            "backup '{label}' of stanza '{stanza}' does not exist or is incomplete"
+        )));
     }
     let m: BackupManifest = serde_json::from_slice(&store.get(&name)?)
         .map_err(|e| Error::Repo(format!("{name} is not valid: {e}")))?;
     if m.format != REPO_FORMAT {
-        return Err(Error::Repo(format!("{name} has format {}, this pgjet reads {REPO_FORMAT}", m.format)));
+        return Err(Error::Repo(format!(
+            "{name} has format {}, this pgjet reads {REPO_FORMAT}",
+            m.format
+        )));
     }
     Ok(m)
 }
@@ -145,12 +157,18 @@ pub fn read_manifest(store: &dyn Storage, stanza: &str, label: &str) -> Result<B
 pub fn resolve_set(store: &dyn Storage, stanza: &str, set: &str) -> Result<String> {
     let labels = list_complete(store, stanza)?;
     if set == "latest" {
-        return labels.last().cloned().ok_or_else(|| Error::Repo(format!("stanza '{stanza}' has no complete backup")));
+        return labels
+            .last()
+            .cloned()
+            .ok_or_else(|| Error::Repo(format!("stanza '{stanza}' has no complete backup")));
     }
     if labels.iter().any(|l| l == set) {
         Ok(set.to_string())
     } else {
-        Err(Error::Repo(format!("backup '{set}' not found in stanza '{stanza}' (complete backups: {})", labels.join(", "))))
+        Err(Error::Repo(format!(
+            "backup '{set}' not found in stanza '{stanza}' (complete backups: {})",
+            labels.join(", ")
+        )))
     }
 }
 
@@ -164,11 +182,19 @@ impl StanzaLock {
     /// Errors when another pgjet holds it.
     pub fn acquire(repo: &Path, stanza: &str) -> Result<StanzaLock> {
         let p = repo.join(stanza).join("backup.lock");
-        let f = File::options().create(true).truncate(false).write(true).open(&p).map_err(|e| Error::io("open lock", &p, e))?;
+        let f = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&p)
+            .map_err(|e| Error::io("open lock", &p, e))?;
         // SAFETY: flock on a descriptor we own.
         let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
         if rc != 0 {
-            return Err(Error::Unsafe(format!("another pgjet backup of stanza '{stanza}' is running (lock {} is held)", p.display())));
+            return Err(Error::Unsafe(format!(
+                "another pgjet backup of stanza '{stanza}' is running (lock {} is held)",
+                p.display()
+            )));
         }
         Ok(StanzaLock { _file: f })
     }

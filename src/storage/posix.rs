@@ -23,9 +23,15 @@ impl PosixStorage {
     /// Opens a store at `root`; the directory must exist.
     pub fn open(root: &Path) -> Result<Self> {
         if !root.is_dir() {
-            return Err(Error::Repo(format!("repository path {} does not exist or is not a directory", root.display())));
+            return Err(Error::Repo(format!(
+                "repository path {} does not exist or is not a directory",
+                root.display()
+            )));
         }
-        Ok(PosixStorage { root: root.to_path_buf(), made_dirs: Mutex::new(HashSet::new()) })
+        Ok(PosixStorage {
+            root: root.to_path_buf(),
+            made_dirs: Mutex::new(HashSet::new()),
+        })
     }
 
     fn path(&self, name: &str) -> PathBuf {
@@ -46,7 +52,9 @@ impl PosixStorage {
 
 /// fsync of a directory, so a rename or create inside it is durable.
 pub fn fsync_dir(dir: &Path) -> Result<()> {
-    File::open(dir).and_then(|f| f.sync_all()).map_err(|e| Error::io("fsync directory", dir, e))
+    File::open(dir)
+        .and_then(|f| f.sync_all())
+        .map_err(|e| Error::io("fsync directory", dir, e))
 }
 
 /// `syncfs(2)` on the filesystem holding `path`: flushes all its dirty data and metadata.
@@ -73,7 +81,11 @@ impl Storage for PosixStorage {
         self.ensure_parent(&p)?;
         let tmp = p.with_extension("tmp");
         {
-            let mut f = OpenOptions::new().write(true).create(true).truncate(true).open(&tmp)
+            let mut f = OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .open(&tmp)
                 .map_err(|e| Error::io("create", &tmp, e))?;
             f.write_all(data).map_err(|e| Error::io("write", &tmp, e))?;
             f.sync_all().map_err(|e| Error::io("fsync", &tmp, e))?;
@@ -86,14 +98,17 @@ impl Storage for PosixStorage {
         let p = self.path(name);
         let f = File::open(&p).map_err(|e| Error::io("open", &p, e))?;
         let mut buf = vec![0u8; len as usize];
-        f.read_exact_at(&mut buf, offset).map_err(|e| Error::io("read", &p, e))?;
+        f.read_exact_at(&mut buf, offset)
+            .map_err(|e| Error::io("read", &p, e))?;
         Ok(buf)
     }
 
     fn get(&self, name: &str) -> Result<Vec<u8>> {
         let p = self.path(name);
         let mut buf = Vec::new();
-        File::open(&p).and_then(|mut f| f.read_to_end(&mut buf)).map_err(|e| Error::io("read", &p, e))?;
+        File::open(&p)
+            .and_then(|mut f| f.read_to_end(&mut buf))
+            .map_err(|e| Error::io("read", &p, e))?;
         Ok(buf)
     }
 

@@ -68,7 +68,12 @@ pub struct Unit {
 }
 
 /// Plans and copies `files` in one go (see [`plan_units`] and [`copy_units`]).
-pub fn copy_files<S: UnitSink>(files: &[SourceFile], opts: &ReadOptions, sink: &S, progress: &dyn Progress) -> Result<CopyOutcome> {
+pub fn copy_files<S: UnitSink>(
+    files: &[SourceFile],
+    opts: &ReadOptions,
+    sink: &S,
+    progress: &dyn Progress,
+) -> Result<CopyOutcome> {
     copy_units(files, &plan_units(files, CHUNK_SIZE), opts, sink, progress)
 }
 
@@ -76,7 +81,12 @@ pub fn copy_files<S: UnitSink>(files: &[SourceFile], opts: &ReadOptions, sink: &
 /// bundles of the small ones. Empty files get no unit.
 pub fn plan_units(files: &[SourceFile], chunk: u64) -> Vec<Unit> {
     let mut order: Vec<usize> = (0..files.len()).filter(|&i| files[i].size > 0).collect();
-    order.sort_by(|&a, &b| files[b].size.cmp(&files[a].size).then(files[a].path.cmp(&files[b].path)));
+    order.sort_by(|&a, &b| {
+        files[b]
+            .size
+            .cmp(&files[a].size)
+            .then(files[a].path.cmp(&files[b].path))
+    });
     let mut units = Vec::new();
     let mut bundle = Unit::default();
     for i in order {
@@ -85,14 +95,25 @@ pub fn plan_units(files: &[SourceFile], chunk: u64) -> Vec<Unit> {
             let mut off = 0;
             while off < size {
                 let len = chunk.min(size - off);
-                units.push(Unit { pieces: vec![PieceSpec { file: i, offset: off, len }], bytes: len });
+                units.push(Unit {
+                    pieces: vec![PieceSpec {
+                        file: i,
+                        offset: off,
+                        len,
+                    }],
+                    bytes: len,
+                });
                 off += len;
             }
         } else {
             if bundle.bytes + size > chunk || bundle.pieces.len() >= BUNDLE_MAX_FILES {
                 units.push(std::mem::take(&mut bundle));
             }
-            bundle.pieces.push(PieceSpec { file: i, offset: 0, len: size });
+            bundle.pieces.push(PieceSpec {
+                file: i,
+                offset: 0,
+                len: size,
+            });
             bundle.bytes += size;
         }
     }
@@ -151,7 +172,12 @@ pub trait UnitSink: Sync {
     /// Makes one worker's state.
     fn new_state(&self) -> Result<Self::State>;
     /// Stores one unit and returns the manifest piece of each read piece, in order.
-    fn write_unit(&self, st: &mut Self::State, unit_no: usize, pieces: &[ReadPiece]) -> Result<Vec<Piece>>;
+    fn write_unit(
+        &self,
+        st: &mut Self::State,
+        unit_no: usize,
+        pieces: &[ReadPiece],
+    ) -> Result<Vec<Piece>>;
 }
 
 /// What a copy produced, indexed like the file list.
@@ -192,7 +218,11 @@ pub fn copy_units<S: UnitSink>(
     sink: &S,
     progress: &dyn Progress,
 ) -> Result<CopyOutcome> {
-    let shared = Shared { next: AtomicUsize::new(0), abort: AtomicBool::new(false), first_error: Mutex::new(None) };
+    let shared = Shared {
+        next: AtomicUsize::new(0),
+        abort: AtomicBool::new(false),
+        first_error: Mutex::new(None),
+    };
     let outcome = Mutex::new(CopyOutcome {
         pieces: vec![Vec::new(); files.len()],
         page_errors: vec![Vec::new(); files.len()],
@@ -207,7 +237,11 @@ pub fn copy_units<S: UnitSink>(
             });
         }
     });
-    if let Some(e) = shared.first_error.into_inner().unwrap_or_else(|p| p.into_inner()) {
+    if let Some(e) = shared
+        .first_error
+        .into_inner()
+        .unwrap_or_else(|p| p.into_inner())
+    {
         return Err(e);
     }
     let mut out = outcome.into_inner().unwrap_or_else(|p| p.into_inner());
@@ -236,7 +270,9 @@ fn worker<S: UnitSink>(
             return Ok(());
         }
         let n = shared.next.fetch_add(1, Ordering::SeqCst);
-        let Some(unit) = units.get(n) else { return Ok(()) };
+        let Some(unit) = units.get(n) else {
+            return Ok(());
+        };
         buf.clear();
         buf.resize(unit.bytes as usize, 0);
         let mut read = Vec::with_capacity(unit.pieces.len());
@@ -324,7 +360,7 @@ fn scan_pages(
     errors: &mut Vec<(usize, u32)>,
 ) -> Vec<[u32; 2]> {
     let mut runs: Vec<[u32; 2]> = Vec::new();
-    if spec.offset % BLCKSZ as u64 != 0 {
+    if !spec.offset.is_multiple_of(BLCKSZ as u64) {
         return runs;
     }
     let check = opts.verify_checksums && f.checksum_segno.is_some();
@@ -341,11 +377,21 @@ fn scan_pages(
         if !check {
             continue;
         }
-        let blkno = f.checksum_segno.unwrap_or(0).wrapping_mul(RELSEG_SIZE).wrapping_add(first_block + i);
-        if let PageVerdict::Mismatch { stored, computed } = checksum::verify_page(page, blkno, opts.backup_start_lsn) {
+        let blkno = f
+            .checksum_segno
+            .unwrap_or(0)
+            .wrapping_mul(RELSEG_SIZE)
+            .wrapping_add(first_block + i);
+        if let PageVerdict::Mismatch { stored, computed } =
+            checksum::verify_page(page, blkno, opts.backup_start_lsn)
+        {
             let mut again = vec![0u8; BLCKSZ];
-            let ok = read_padded(handle, &mut again, spec.offset + i as u64 * BLCKSZ as u64).is_ok()
-                && !matches!(checksum::verify_page(&again, blkno, opts.backup_start_lsn), PageVerdict::Mismatch { .. });
+            let ok = read_padded(handle, &mut again, spec.offset + i as u64 * BLCKSZ as u64)
+                .is_ok()
+                && !matches!(
+                    checksum::verify_page(&again, blkno, opts.backup_start_lsn),
+                    PageVerdict::Mismatch { .. }
+                );
             if ok {
                 page.copy_from_slice(&again);
             } else {
@@ -367,7 +413,9 @@ pub fn nonzero_ranges(len: usize, zero_pages: &[[u32; 2]]) -> Option<Vec<(usize,
     let mut pos = 0usize;
     for r in zero_pages {
         let start = (r[0] as usize).checked_mul(BLCKSZ)?;
-        let end = (r[0] as usize).checked_add(r[1] as usize)?.checked_mul(BLCKSZ)?;
+        let end = (r[0] as usize)
+            .checked_add(r[1] as usize)?
+            .checked_mul(BLCKSZ)?;
         if start < pos || end > len {
             return None;
         }
@@ -397,15 +445,24 @@ mod tests {
     use super::*;
 
     fn f(path: &str, size: u64) -> SourceFile {
-        SourceFile { path: path.into(), abs: PathBuf::from(path), size, mtime: 0, mode: 0o600, checksum_segno: None }
+        SourceFile {
+            path: path.into(),
+            abs: PathBuf::from(path),
+            size,
+            mtime: 0,
+            mode: 0o600,
+            checksum_segno: None,
+        }
     }
 
     #[test]
     fn large_files_chunked_small_bundled_largest_first() {
         let files = vec![f("a", 3), f("big", 20), f("b", 4), f("empty", 0), f("c", 9)];
         let units = plan_units(&files, 8);
-        let shape: Vec<Vec<(usize, u64, u64)>> =
-            units.iter().map(|u| u.pieces.iter().map(|p| (p.file, p.offset, p.len)).collect()).collect();
+        let shape: Vec<Vec<(usize, u64, u64)>> = units
+            .iter()
+            .map(|u| u.pieces.iter().map(|p| (p.file, p.offset, p.len)).collect())
+            .collect();
         assert_eq!(
             shape,
             vec![
@@ -417,7 +474,9 @@ mod tests {
                 vec![(2, 0, 4), (0, 0, 3)],
             ]
         );
-        assert!(units.iter().all(|u| u.bytes == u.pieces.iter().map(|p| p.len).sum::<u64>()));
+        assert!(units
+            .iter()
+            .all(|u| u.bytes == u.pieces.iter().map(|p| p.len).sum::<u64>()));
     }
 
     #[test]
@@ -425,6 +484,9 @@ mod tests {
         let data = vec![1u8; BLCKSZ * 5 + 10];
         let runs = nonzero_runs(&data, &[[1, 2], [4, 1]]);
         let shape: Vec<(usize, usize)> = runs.iter().map(|(o, d)| (*o, d.len())).collect();
-        assert_eq!(shape, vec![(0, BLCKSZ), (3 * BLCKSZ, BLCKSZ), (5 * BLCKSZ, 10)]);
+        assert_eq!(
+            shape,
+            vec![(0, BLCKSZ), (3 * BLCKSZ, BLCKSZ), (5 * BLCKSZ, 10)]
+        );
     }
 }

@@ -14,7 +14,13 @@ use std::sync::Mutex;
 
 /// Checks one frame against its piece and expands it into `logical` (resized to the piece's
 /// logical size, zero pages filled with zeros). Errors say what did not match.
-pub fn decode_piece(kind: CompressType, frame: &[u8], piece: &Piece, payload: &mut Vec<u8>, logical: &mut Vec<u8>) -> std::result::Result<(), String> {
+pub fn decode_piece(
+    kind: CompressType,
+    frame: &[u8],
+    piece: &Piece,
+    payload: &mut Vec<u8>,
+    logical: &mut Vec<u8>,
+) -> std::result::Result<(), String> {
     if frame.len() as u64 != piece.stored_size || codec::xxh3_hex(frame) != piece.stored_xxh3 {
         return Err("stored bytes do not match their checksum".into());
     }
@@ -22,7 +28,8 @@ pub fn decode_piece(kind: CompressType, frame: &[u8], piece: &Piece, payload: &m
         .ok_or("the manifest's zero-page runs do not fit the piece")?;
     let payload_len: usize = ranges.iter().map(|r| r.1).sum();
     payload.clear();
-    codec::decompress(kind, frame, payload_len, payload).map_err(|e| format!("cannot decompress: {e}"))?;
+    codec::decompress(kind, frame, payload_len, payload)
+        .map_err(|e| format!("cannot decompress: {e}"))?;
     logical.clear();
     logical.resize(piece.logical_size as usize, 0);
     let mut src = 0usize;
@@ -47,7 +54,11 @@ fn group_by_object(m: &BackupManifest, skip: Option<usize>) -> Vec<ObjectWork> {
     let mut map: BTreeMap<&str, ObjectWork> = BTreeMap::new();
     for (fi, f) in m.files.iter().enumerate() {
         for (pi, p) in f.pieces.iter().enumerate() {
-            let w = map.entry(&p.object).or_insert_with(|| ObjectWork { name: p.object.clone(), pieces: vec![], size: 0 });
+            let w = map.entry(&p.object).or_insert_with(|| ObjectWork {
+                name: p.object.clone(),
+                pieces: vec![],
+                size: 0,
+            });
             w.size += p.stored_size;
             if Some(fi) != skip {
                 w.pieces.push((fi, pi));
@@ -55,7 +66,7 @@ fn group_by_object(m: &BackupManifest, skip: Option<usize>) -> Vec<ObjectWork> {
         }
     }
     let mut v: Vec<ObjectWork> = map.into_values().filter(|w| !w.pieces.is_empty()).collect();
-    v.sort_by(|a, b| b.size.cmp(&a.size));
+    v.sort_by_key(|w| std::cmp::Reverse(w.size));
     v
 }
 
@@ -83,17 +94,34 @@ pub fn read_back(
             s.spawn(|| {
                 let (mut payload, mut logical) = (Vec::new(), Vec::new());
                 while !abort.load(Ordering::SeqCst) {
-                    let Some(w) = work.get(next.fetch_add(1, Ordering::SeqCst)) else { break };
-                    let res = one_object(store, m, w, targets, &mut payload, &mut logical, &bad, progress);
+                    let Some(w) = work.get(next.fetch_add(1, Ordering::SeqCst)) else {
+                        break;
+                    };
+                    let res = one_object(
+                        store,
+                        m,
+                        w,
+                        targets,
+                        &mut payload,
+                        &mut logical,
+                        &bad,
+                        progress,
+                    );
                     let restoring = targets.is_some();
                     match res {
-                        Ok(()) if restoring && !bad.lock().unwrap_or_else(|p| p.into_inner()).is_empty() => {
+                        Ok(())
+                            if restoring
+                                && !bad.lock().unwrap_or_else(|p| p.into_inner()).is_empty() =>
+                        {
                             abort.store(true, Ordering::SeqCst)
                         }
                         Ok(()) => {}
                         Err(e) => {
                             abort.store(true, Ordering::SeqCst);
-                            first_error.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
+                            first_error
+                                .lock()
+                                .unwrap_or_else(|p| p.into_inner())
+                                .get_or_insert(e);
                         }
                     }
                 }
@@ -107,7 +135,10 @@ pub fn read_back(
     bad.sort();
     bad.dedup();
     if targets.is_some() && !bad.is_empty() {
-        return Err(Error::Corrupt { label: m.label.clone(), files: bad });
+        return Err(Error::Corrupt {
+            label: m.label.clone(),
+            files: bad,
+        });
     }
     Ok(bad)
 }
@@ -127,7 +158,9 @@ fn one_object(
     let mark = |fi: usize, why: &str| {
         let path = &m.files[fi].path;
         tracing::error!("{path}: {why} (object data/{})", w.name);
-        bad.lock().unwrap_or_else(|p| p.into_inner()).push(path.clone());
+        bad.lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(path.clone());
     };
     let object = match store.size(&name)? {
         Some(n) if n == w.size => store.get(&name)?,
@@ -144,7 +177,9 @@ fn one_object(
     };
     for &(fi, pi) in &w.pieces {
         let p = &m.files[fi].pieces[pi];
-        let Some(frame) = usize::try_from(p.offset).ok().zip(usize::try_from(p.offset.saturating_add(p.stored_size)).ok())
+        let Some(frame) = usize::try_from(p.offset)
+            .ok()
+            .zip(usize::try_from(p.offset.saturating_add(p.stored_size)).ok())
             .and_then(|(a, b)| object.get(a..b))
         else {
             mark(fi, "the manifest points past the end of the stored object");
@@ -163,16 +198,27 @@ fn one_object(
 }
 
 /// Reads, checks and writes one file on its own (restore uses it for pg_control, last).
-pub fn restore_one(store: &dyn Storage, m: &BackupManifest, file: usize, target: &PathBuf) -> Result<()> {
+pub fn restore_one(
+    store: &dyn Storage,
+    m: &BackupManifest,
+    file: usize,
+    target: &PathBuf,
+) -> Result<()> {
     let f = &m.files[file];
     let (mut payload, mut logical) = (Vec::new(), Vec::new());
     for p in &f.pieces {
-        let frame = store.get_range(&repo::object_name(&m.stanza, &m.label, &p.object), p.offset, p.stored_size)?;
-        decode_piece(m.compression.kind, &frame, p, &mut payload, &mut logical)
-            .map_err(|why| {
-                tracing::error!("{}: {why}", f.path);
-                Error::Corrupt { label: m.label.clone(), files: vec![f.path.clone()] }
-            })?;
+        let frame = store.get_range(
+            &repo::object_name(&m.stanza, &m.label, &p.object),
+            p.offset,
+            p.stored_size,
+        )?;
+        decode_piece(m.compression.kind, &frame, p, &mut payload, &mut logical).map_err(|why| {
+            tracing::error!("{}: {why}", f.path);
+            Error::Corrupt {
+                label: m.label.clone(),
+                files: vec![f.path.clone()],
+            }
+        })?;
         write_runs(target, p.logical_offset, &logical, &p.zero_pages)?;
     }
     Ok(())

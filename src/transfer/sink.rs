@@ -24,8 +24,20 @@ pub struct RepoSink<'a> {
 
 impl<'a> RepoSink<'a> {
     /// A sink writing objects of backup `label`.
-    pub fn new(store: &'a dyn Storage, stanza: &'a str, label: &'a str, compression: Compression) -> Self {
-        RepoSink { store, stanza, label, compression, stored: AtomicU64::new(0), next_object: AtomicUsize::new(1) }
+    pub fn new(
+        store: &'a dyn Storage,
+        stanza: &'a str,
+        label: &'a str,
+        compression: Compression,
+    ) -> Self {
+        RepoSink {
+            store,
+            stanza,
+            label,
+            compression,
+            stored: AtomicU64::new(0),
+            next_object: AtomicUsize::new(1),
+        }
     }
 }
 
@@ -45,12 +57,25 @@ impl UnitSink for RepoSink<'_> {
     type State = RepoState;
 
     fn new_state(&self) -> Result<RepoState> {
-        let compressor = Compressor::new(self.compression)
-            .map_err(|e| Error::Other(format!("cannot set up {} compression: {e}", self.compression.kind)))?;
-        Ok(RepoState { compressor, payload: Vec::new(), object: Vec::new() })
+        let compressor = Compressor::new(self.compression).map_err(|e| {
+            Error::Other(format!(
+                "cannot set up {} compression: {e}",
+                self.compression.kind
+            ))
+        })?;
+        Ok(RepoState {
+            compressor,
+            payload: Vec::new(),
+            object: Vec::new(),
+        })
     }
 
-    fn write_unit(&self, st: &mut RepoState, _unit_no: usize, pieces: &[ReadPiece]) -> Result<Vec<Piece>> {
+    fn write_unit(
+        &self,
+        st: &mut RepoState,
+        _unit_no: usize,
+        pieces: &[ReadPiece],
+    ) -> Result<Vec<Piece>> {
         let id = object_id(self.next_object.fetch_add(1, Ordering::Relaxed));
         st.object.clear();
         let mut out = Vec::with_capacity(pieces.len());
@@ -81,8 +106,10 @@ impl UnitSink for RepoSink<'_> {
                 crc32c: p.crc32c,
             });
         }
-        self.store.put(&repo::object_name(self.stanza, self.label, &id), &st.object)?;
-        self.stored.fetch_add(st.object.len() as u64, Ordering::Relaxed);
+        self.store
+            .put(&repo::object_name(self.stanza, self.label, &id), &st.object)?;
+        self.stored
+            .fetch_add(st.object.len() as u64, Ordering::Relaxed);
         Ok(out)
     }
 }
@@ -127,9 +154,13 @@ pub fn write_runs(path: &PathBuf, offset: u64, data: &[u8], zero_pages: &[[u32; 
     if runs.is_empty() {
         return Ok(());
     }
-    let f = OpenOptions::new().write(true).open(path).map_err(|e| Error::io("open", path, e))?;
+    let f = OpenOptions::new()
+        .write(true)
+        .open(path)
+        .map_err(|e| Error::io("open", path, e))?;
     for (off, bytes) in runs {
-        f.write_all_at(bytes, offset + off as u64).map_err(|e| Error::io("write", path, e))?;
+        f.write_all_at(bytes, offset + off as u64)
+            .map_err(|e| Error::io("write", path, e))?;
     }
     Ok(())
 }

@@ -40,12 +40,20 @@ struct Registry {
     mounts: Vec<PathBuf>,
 }
 
-static REGISTRY: Mutex<Registry> = Mutex::new(Registry { servers: Vec::new(), dirs: Vec::new(), mounts: Vec::new() });
+static REGISTRY: Mutex<Registry> = Mutex::new(Registry {
+    servers: Vec::new(),
+    dirs: Vec::new(),
+    mounts: Vec::new(),
+});
 static ATEXIT: Once = Once::new();
 
 extern "C" fn cleanup_at_exit() {
     let (servers, mounts, dirs) = match REGISTRY.lock() {
-        Ok(mut r) => (std::mem::take(&mut r.servers), std::mem::take(&mut r.mounts), std::mem::take(&mut r.dirs)),
+        Ok(mut r) => (
+            std::mem::take(&mut r.servers),
+            std::mem::take(&mut r.mounts),
+            std::mem::take(&mut r.dirs),
+        ),
         Err(_) => return,
     };
     for (bin, data) in servers {
@@ -87,8 +95,15 @@ pub fn postgres_ids() -> (u32, u32) {
     static IDS: OnceLock<(u32, u32)> = OnceLock::new();
     *IDS.get_or_init(|| {
         let id = |flag: &str| -> u32 {
-            let out = Command::new("id").arg(flag).arg("postgres").output().expect("run id");
-            String::from_utf8_lossy(&out.stdout).trim().parse().expect("OS user postgres must exist")
+            let out = Command::new("id")
+                .arg(flag)
+                .arg("postgres")
+                .output()
+                .expect("run id");
+            String::from_utf8_lossy(&out.stdout)
+                .trim()
+                .parse()
+                .expect("OS user postgres must exist")
         };
         (id("-u"), id("-g"))
     })
@@ -98,13 +113,19 @@ pub fn postgres_ids() -> (u32, u32) {
 pub fn mkdir_pg(dir: &Path, mode: u32) {
     fs::create_dir_all(dir).unwrap_or_else(|e| panic!("mkdir {}: {e}", dir.display()));
     let (u, g) = postgres_ids();
-    std::os::unix::fs::chown(dir, Some(u), Some(g)).unwrap_or_else(|e| panic!("chown {}: {e}", dir.display()));
+    std::os::unix::fs::chown(dir, Some(u), Some(g))
+        .unwrap_or_else(|e| panic!("chown {}: {e}", dir.display()));
     fs::set_permissions(dir, fs::Permissions::from_mode(mode)).unwrap();
 }
 
 /// `chown -R postgres:postgres path`.
 pub fn chown_pg_recursive(path: &Path) {
-    let st = Command::new("chown").arg("-R").arg("postgres:postgres").arg(path).status().unwrap();
+    let st = Command::new("chown")
+        .arg("-R")
+        .arg("postgres:postgres")
+        .arg(path)
+        .status()
+        .unwrap();
     assert!(st.success(), "chown -R postgres {}", path.display());
 }
 
@@ -118,7 +139,12 @@ impl Scratch {
     pub fn new(tag: &str) -> Scratch {
         static N: AtomicUsize = AtomicUsize::new(0);
         let n = N.fetch_add(1, Ordering::SeqCst);
-        let path = PathBuf::from(format!("/tmp/pgjet-test-{}-{}-{}", tag, std::process::id(), n));
+        let path = PathBuf::from(format!(
+            "/tmp/pgjet-test-{}-{}-{}",
+            tag,
+            std::process::id(),
+            n
+        ));
         let _ = fs::remove_dir_all(&path);
         mkdir_pg(&path, 0o755);
         registry().dirs.push(path.clone());
@@ -214,7 +240,13 @@ impl fmt::Display for Run {
 /// Run `program args` as the OS user postgres (with a timeout), feeding `stdin` if given.
 pub fn run_as_postgres<S: AsRef<OsStr>>(program: &Path, args: &[S], stdin: Option<&[u8]>) -> Run {
     let mut cmd = Command::new("runuser");
-    cmd.arg("-u").arg("postgres").arg("--").arg("timeout").arg("-k").arg("10").arg(COMMAND_TIMEOUT_S.to_string());
+    cmd.arg("-u")
+        .arg("postgres")
+        .arg("--")
+        .arg("timeout")
+        .arg("-k")
+        .arg("10")
+        .arg(COMMAND_TIMEOUT_S.to_string());
     cmd.arg(program);
     let mut cmdline = program.display().to_string();
     for a in args {
@@ -229,9 +261,15 @@ pub fn run_as_postgres<S: AsRef<OsStr>>(program: &Path, args: &[S], stdin: Optio
     }
     prepare_env(&mut cmd);
     let t = Instant::now();
-    cmd.stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() });
+    cmd.stdin(if stdin.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    });
     cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
-    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {cmdline}: {e}"));
+    let mut child = cmd
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn {cmdline}: {e}"));
     let writer = stdin.map(|data| {
         let mut pipe = child.stdin.take().unwrap();
         let data = data.to_vec();
@@ -297,7 +335,9 @@ macro_rules! args {
 
 /// Parse an LSN "X/Y" into a number.
 pub fn parse_lsn(s: &str) -> u64 {
-    let (hi, lo) = s.split_once('/').unwrap_or_else(|| panic!("not an LSN: {s:?}"));
+    let (hi, lo) = s
+        .split_once('/')
+        .unwrap_or_else(|| panic!("not an LSN: {s:?}"));
     (u64::from_str_radix(hi, 16).unwrap_or_else(|_| panic!("not an LSN: {s:?}")) << 32)
         | u64::from_str_radix(lo, 16).unwrap_or_else(|_| panic!("not an LSN: {s:?}"))
 }
@@ -366,10 +406,16 @@ pub struct Pg {
 
 impl Pg {
     pub fn v15() -> Pg {
-        Pg { major: "15", bin: PathBuf::from(PG15_BIN) }
+        Pg {
+            major: "15",
+            bin: PathBuf::from(PG15_BIN),
+        }
     }
     pub fn v18() -> Pg {
-        Pg { major: "18", bin: PathBuf::from(PG18_BIN) }
+        Pg {
+            major: "18",
+            bin: PathBuf::from(PG18_BIN),
+        }
     }
     pub fn tool(&self, name: &str) -> PathBuf {
         self.bin.join(name)
@@ -377,7 +423,12 @@ impl Pg {
     /// Panic with a helpful message when the binaries are missing.
     pub fn require(&self) {
         let p = self.tool("postgres");
-        assert!(p.exists(), "PostgreSQL {} binaries missing at {} (run scripts/install-deps.sh)", self.major, p.display());
+        assert!(
+            p.exists(),
+            "PostgreSQL {} binaries missing at {} (run scripts/install-deps.sh)",
+            self.major,
+            p.display()
+        );
     }
 }
 
@@ -398,17 +449,40 @@ impl Server {
             mkdir_pg(sock, 0o755);
         }
         let opts = format!("-p {} -k {}", port, sock.display());
-        let mut server = Server { pg: pg.clone(), data: data.to_path_buf(), sock: sock.to_path_buf(), port, log: log.to_path_buf() };
-        registry().servers.push((pg.bin.clone(), data.to_path_buf()));
+        let mut server = Server {
+            pg: pg.clone(),
+            data: data.to_path_buf(),
+            sock: sock.to_path_buf(),
+            port,
+            log: log.to_path_buf(),
+        };
+        registry()
+            .servers
+            .push((pg.bin.clone(), data.to_path_buf()));
         let r = run_as_postgres(
             &pg.tool("pg_ctl"),
-            &args!["start", "-w", "-t", "180", "-D", data.display(), "-l", log.display(), "-o", opts],
+            &args![
+                "start",
+                "-w",
+                "-t",
+                "180",
+                "-D",
+                data.display(),
+                "-l",
+                log.display(),
+                "-o",
+                opts
+            ],
             None,
         );
         if !r.success() {
             let tail = server.log_tail();
             server.stop();
-            panic!("could not start PostgreSQL {} on {}:\n{r}\n--- server log (tail) ---\n{tail}", pg.major, data.display());
+            panic!(
+                "could not start PostgreSQL {} on {}:\n{r}\n--- server log (tail) ---\n{tail}",
+                pg.major,
+                data.display()
+            );
         }
         server
     }
@@ -420,8 +494,16 @@ impl Server {
         let lines: Vec<&str> = pidfile.lines().collect();
         let port: u16 = lines.get(3)?.trim().parse().ok()?;
         let sock = PathBuf::from(lines.get(4)?.trim());
-        registry().servers.push((pg.bin.clone(), data.to_path_buf()));
-        Some(Server { pg: pg.clone(), data: data.to_path_buf(), sock, port, log: log.to_path_buf() })
+        registry()
+            .servers
+            .push((pg.bin.clone(), data.to_path_buf()));
+        Some(Server {
+            pg: pg.clone(),
+            data: data.to_path_buf(),
+            sock,
+            port,
+            log: log.to_path_buf(),
+        })
     }
 
     pub fn log_tail(&self) -> String {
@@ -429,26 +511,50 @@ impl Server {
         if !log.exists() {
             // A server pgjet started: look for the newest file in <data>/log.
             if let Ok(rd) = fs::read_dir(self.data.join("log")) {
-                if let Some(p) = rd.flatten().max_by_key(|e| e.metadata().and_then(|m| m.modified()).ok()) {
+                if let Some(p) = rd
+                    .flatten()
+                    .max_by_key(|e| e.metadata().and_then(|m| m.modified()).ok())
+                {
                     log = p.path();
                 }
             }
         }
-        let s = fs::read_to_string(&log).unwrap_or_else(|e| format!("(no log at {}: {e})", log.display()));
+        let s = fs::read_to_string(&log)
+            .unwrap_or_else(|e| format!("(no log at {}: {e})", log.display()));
         let lines: Vec<&str> = s.lines().collect();
         lines[lines.len().saturating_sub(40)..].join("\n")
     }
 
     /// libpq connection string for this server.
     pub fn conninfo(&self, db: &str) -> String {
-        format!("host={} port={} user=postgres dbname={}", self.sock.display(), self.port, db)
+        format!(
+            "host={} port={} user=postgres dbname={}",
+            self.sock.display(),
+            self.port,
+            db
+        )
     }
 
     /// Run SQL with psql (-X -At -v ON_ERROR_STOP=1) through stdin; returns the Run.
     pub fn psql_run(&self, db: &str, sql: &str) -> Run {
         run_as_postgres(
             &self.pg.tool("psql"),
-            &args!["-X", "-At", "-v", "ON_ERROR_STOP=1", "-h", self.sock.display(), "-p", self.port, "-U", "postgres", "-d", db, "-f", "-"],
+            &args![
+                "-X",
+                "-At",
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-h",
+                self.sock.display(),
+                "-p",
+                self.port,
+                "-U",
+                "postgres",
+                "-d",
+                db,
+                "-f",
+                "-"
+            ],
             Some(sql.as_bytes()),
         )
     }
@@ -473,7 +579,10 @@ impl Server {
             (r.success() && r.stdout.trim() == "f").then_some(())
         });
         if ok.is_none() {
-            let r = self.psql_run("postgres", "SELECT pg_is_in_recovery(), pg_get_wal_replay_pause_state()");
+            let r = self.psql_run(
+                "postgres",
+                "SELECT pg_is_in_recovery(), pg_get_wal_replay_pause_state()",
+            );
             panic!(
                 "server on {} is still in recovery (or not answering) after {:?}:\n{r}\n--- server log (tail) ---\n{}",
                 self.data.display(),
@@ -492,7 +601,18 @@ impl Server {
     pub fn amcheck(&self) -> Run {
         run_as_postgres(
             &self.pg.tool("pg_amcheck"),
-            &args!["--all", "--install-missing", "--jobs", "2", "-h", self.sock.display(), "-p", self.port, "-U", "postgres"],
+            &args![
+                "--all",
+                "--install-missing",
+                "--jobs",
+                "2",
+                "-h",
+                self.sock.display(),
+                "-p",
+                self.port,
+                "-U",
+                "postgres"
+            ],
             None,
         )
     }
@@ -526,7 +646,18 @@ impl Cluster {
         mkdir_pg(&sock, 0o755);
         let r = run_as_postgres(
             &pg.tool("initdb"),
-            &args!["-k", "-U", "postgres", "-E", "UTF8", "--locale=C", "-A", "trust", "-D", data.display()],
+            &args![
+                "-k",
+                "-U",
+                "postgres",
+                "-E",
+                "UTF8",
+                "--locale=C",
+                "-A",
+                "trust",
+                "-D",
+                data.display()
+            ],
             None,
         );
         assert!(r.success(), "initdb failed:\n{r}");
@@ -538,13 +669,29 @@ impl Cluster {
              max_locks_per_transaction = 128\nlog_min_messages = warning\n",
             sock.display()
         );
-        fs::OpenOptions::new().append(true).open(data.join("postgresql.conf")).unwrap().write_all(conf.as_bytes()).unwrap();
+        fs::OpenOptions::new()
+            .append(true)
+            .open(data.join("postgresql.conf"))
+            .unwrap()
+            .write_all(conf.as_bytes())
+            .unwrap();
         let log = root.join("server.log");
         let server = Server::start(pg, &data, port, &sock, &log);
         let repo = root.join("repo");
         mkdir_pg(&repo, 0o750);
-        step!("PostgreSQL {} cluster at {} (port {port}) up in {}", pg.major, data.display(), secs(t));
-        Cluster { server, ts1: root.join("ts1"), repo, stanza: "main".to_string(), root }
+        step!(
+            "PostgreSQL {} cluster at {} (port {port}) up in {}",
+            pg.major,
+            data.display(),
+            secs(t)
+        );
+        Cluster {
+            server,
+            ts1: root.join("ts1"),
+            repo,
+            stanza: "main".to_string(),
+            root,
+        }
     }
 
     pub fn pg(&self) -> &Pg {
@@ -574,7 +721,14 @@ impl Cluster {
     /// `--stanza S --repo-path R --pg-path D --pg-port P --pg-socket-path SOCK`.
     pub fn stanza_args(&self, repo: &Path) -> Vec<String> {
         let mut a = self.repo_args(repo);
-        a.extend(args!["--pg-path", self.data().display(), "--pg-port", self.port(), "--pg-socket-path", self.sock().display()]);
+        a.extend(args![
+            "--pg-path",
+            self.data().display(),
+            "--pg-port",
+            self.port(),
+            "--pg-socket-path",
+            self.sock().display()
+        ]);
         a
     }
 
@@ -603,11 +757,17 @@ impl Cluster {
     }
 
     pub fn system_identifier(&self) -> String {
-        self.psql("postgres", "SELECT system_identifier FROM pg_control_system()")
+        self.psql(
+            "postgres",
+            "SELECT system_identifier FROM pg_control_system()",
+        )
     }
 
     pub fn tablespace_oid(&self, name: &str) -> String {
-        self.psql("postgres", &format!("SELECT oid FROM pg_tablespace WHERE spcname = '{name}'"))
+        self.psql(
+            "postgres",
+            &format!("SELECT oid FROM pg_tablespace WHERE spcname = '{name}'"),
+        )
     }
 }
 
@@ -625,9 +785,17 @@ pub struct DatasetSpec {
 
 impl DatasetSpec {
     /// The full dataset of the per-version scenarios.
-    pub const FULL: DatasetSpec = DatasetSpec { pgbench_scale: 5, small_tables: 2000, random_bytes: 30 << 20 };
+    pub const FULL: DatasetSpec = DatasetSpec {
+        pgbench_scale: 5,
+        small_tables: 2000,
+        random_bytes: 30 << 20,
+    };
     /// A smaller dataset for the fault tests.
-    pub const SMALL: DatasetSpec = DatasetSpec { pgbench_scale: 1, small_tables: 200, random_bytes: 6 << 20 };
+    pub const SMALL: DatasetSpec = DatasetSpec {
+        pgbench_scale: 1,
+        small_tables: 200,
+        random_bytes: 6 << 20,
+    };
 }
 
 /// Number of large-object bytes and their expected md5 computed by PostgreSQL.
@@ -662,8 +830,20 @@ pub fn load_random(server: &Server, db: &str, table: &str, bytes: usize) {
         let r = run_as_postgres(
             &server.pg.tool("psql"),
             &args![
-                "-X", "-At", "-v", "ON_ERROR_STOP=1", "-h", server.sock.display(), "-p", server.port, "-U", "postgres", "-d", db,
-                "-c", format!("COPY {table} (id, b) FROM STDIN")
+                "-X",
+                "-At",
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-h",
+                server.sock.display(),
+                "-p",
+                server.port,
+                "-U",
+                "postgres",
+                "-d",
+                db,
+                "-c",
+                format!("COPY {table} (id, b) FROM STDIN")
             ],
             Some(copy.as_bytes()),
         );
@@ -679,7 +859,19 @@ pub fn load_dataset(cluster: &Cluster, spec: DatasetSpec) {
     let s = &cluster.server;
     let r = run_as_postgres(
         &cluster.pg().tool("pgbench"),
-        &args!["-i", "-q", "-s", spec.pgbench_scale, "-h", s.sock.display(), "-p", s.port, "-U", "postgres", "postgres"],
+        &args![
+            "-i",
+            "-q",
+            "-s",
+            spec.pgbench_scale,
+            "-h",
+            s.sock.display(),
+            "-p",
+            s.port,
+            "-U",
+            "postgres",
+            "postgres"
+        ],
         None,
     );
     assert!(r.success(), "pgbench -i failed:\n{r}");
@@ -734,13 +926,20 @@ SELECT format('%I.%I', n.nspname, c.relname), n.nspname || '.' || c.relname
 /// Read-only (works on a standby too) and one psql session per database.
 pub fn fingerprint(server: &Server) -> BTreeMap<String, String> {
     let t = Instant::now();
-    let dbs = server.psql("postgres", "SELECT datname FROM pg_database WHERE datallowconn AND NOT datistemplate ORDER BY 1");
+    let dbs = server.psql(
+        "postgres",
+        "SELECT datname FROM pg_database WHERE datallowconn AND NOT datistemplate ORDER BY 1",
+    );
     let mut fp = BTreeMap::new();
     for db in dbs.lines() {
         let tables = server.psql(db, TABLES_SQL);
-        let mut script = String::from("SELECT 'lo.' || oid, md5(lo_get(oid)) FROM pg_largeobject_metadata ORDER BY oid;\n");
+        let mut script = String::from(
+            "SELECT 'lo.' || oid, md5(lo_get(oid)) FROM pg_largeobject_metadata ORDER BY oid;\n",
+        );
         for line in tables.lines() {
-            let (quoted, name) = line.split_once('|').unwrap_or_else(|| panic!("bad table line {line:?}"));
+            let (quoted, name) = line
+                .split_once('|')
+                .unwrap_or_else(|| panic!("bad table line {line:?}"));
             script.push_str(&format!(
                 "SELECT 'table.{}', count(*) || ':' || coalesce(md5(string_agg(md5(t::text), '' ORDER BY md5(t::text))), '-') FROM {} t;\n",
                 name.replace('\'', "''"),
@@ -749,16 +948,27 @@ pub fn fingerprint(server: &Server) -> BTreeMap<String, String> {
         }
         let out = server.psql(db, &script);
         for line in out.lines() {
-            let (k, v) = line.split_once('|').unwrap_or_else(|| panic!("bad fingerprint line {line:?}"));
+            let (k, v) = line
+                .split_once('|')
+                .unwrap_or_else(|| panic!("bad fingerprint line {line:?}"));
             fp.insert(format!("{db}.{k}"), v.to_string());
         }
     }
-    step!("fingerprint of {} ({} entries) in {}", server.data.display(), fp.len(), secs(t));
+    step!(
+        "fingerprint of {} ({} entries) in {}",
+        server.data.display(),
+        fp.len(),
+        secs(t)
+    );
     fp
 }
 
 /// Panic with the differences when two fingerprints differ.
-pub fn assert_same_fingerprint(what: &str, expected: &BTreeMap<String, String>, actual: &BTreeMap<String, String>) {
+pub fn assert_same_fingerprint(
+    what: &str,
+    expected: &BTreeMap<String, String>,
+    actual: &BTreeMap<String, String>,
+) {
     if expected == actual {
         return;
     }
@@ -777,7 +987,10 @@ pub fn assert_same_fingerprint(what: &str, expected: &BTreeMap<String, String>, 
     }
     let n = diff.len();
     diff.truncate(40);
-    panic!("{what}: data differs from the source ({n} differences):\n{}", diff.join("\n"));
+    panic!(
+        "{what}: data differs from the source ({n} differences):\n{}",
+        diff.join("\n")
+    );
 }
 
 /// Sanity checks on a fingerprint of the FULL or SMALL dataset.
@@ -786,13 +999,32 @@ pub fn assert_dataset_present(fp: &BTreeMap<String, String>, spec: DatasetSpec) 
         let v = fp.get(k).unwrap_or_else(|| panic!("fingerprint lacks {k}"));
         v.split(':').next().unwrap().parse().unwrap()
     };
-    assert_eq!(rows("postgres.table.public.pgbench_accounts"), 100_000 * spec.pgbench_scale as u64);
+    assert_eq!(
+        rows("postgres.table.public.pgbench_accounts"),
+        100_000 * spec.pgbench_scale as u64
+    );
     assert_eq!(rows("postgres.table.public.ts_t"), 20_000);
-    assert_eq!(rows("postgres.table.public.rand_t"), spec.random_bytes.div_ceil(256 << 10) as u64);
-    assert_eq!(rows(&format!("postgres.table.public.small_{}", spec.small_tables)), 2);
+    assert_eq!(
+        rows("postgres.table.public.rand_t"),
+        spec.random_bytes.div_ceil(256 << 10) as u64
+    );
+    assert_eq!(
+        rows(&format!(
+            "postgres.table.public.small_{}",
+            spec.small_tables
+        )),
+        2
+    );
     assert_eq!(rows("appdb.table.public.app_t"), 10_000);
-    assert!(!fp.contains_key("postgres.table.public.unlogged_t"), "unlogged tables must not be fingerprinted");
-    assert_eq!(fp.keys().filter(|k| k.starts_with("postgres.lo.")).count(), 1, "one large object expected");
+    assert!(
+        !fp.contains_key("postgres.table.public.unlogged_t"),
+        "unlogged tables must not be fingerprinted"
+    );
+    assert_eq!(
+        fp.keys().filter(|k| k.starts_with("postgres.lo.")).count(),
+        1,
+        "one large object expected"
+    );
 }
 
 // ------------------------------------------------------------------------------------------
@@ -800,36 +1032,77 @@ pub fn assert_dataset_present(fp: &BTreeMap<String, String>, spec: DatasetSpec) 
 
 /// `pgjet info --output json` for `stanza`; returns the backups array (panics on failure).
 pub fn info_backups(repo: &Path, stanza: &str) -> Vec<serde_json::Value> {
-    let r = pgjet(&args!["info", "--stanza", stanza, "--repo-path", repo.display(), "--output", "json"]);
+    let r = pgjet(&args![
+        "info",
+        "--stanza",
+        stanza,
+        "--repo-path",
+        repo.display(),
+        "--output",
+        "json"
+    ]);
     assert!(r.success(), "info failed:\n{r}");
-    let v: serde_json::Value =
-        serde_json::from_str(r.stdout.trim()).unwrap_or_else(|e| panic!("info --output json is not JSON ({e}):\n{r}"));
-    let arr = v.as_array().unwrap_or_else(|| panic!("info --output json is not an array:\n{r}"));
+    let v: serde_json::Value = serde_json::from_str(r.stdout.trim())
+        .unwrap_or_else(|e| panic!("info --output json is not JSON ({e}):\n{r}"));
+    let arr = v
+        .as_array()
+        .unwrap_or_else(|| panic!("info --output json is not an array:\n{r}"));
     let st = arr
         .iter()
         .find(|s| s["stanza"] == stanza)
         .unwrap_or_else(|| panic!("info --output json does not list stanza {stanza}:\n{r}"));
-    st["backups"].as_array().unwrap_or_else(|| panic!("stanza without a backups array:\n{r}")).clone()
+    st["backups"]
+        .as_array()
+        .unwrap_or_else(|| panic!("stanza without a backups array:\n{r}"))
+        .clone()
 }
 
 /// Checks on one backup entry of `info --output json`.
 pub fn assert_sane_backup(b: &serde_json::Value, expected_type: &str) {
     let ctx = || serde_json::to_string_pretty(b).unwrap();
-    let label = b["label"].as_str().unwrap_or_else(|| panic!("backup without label: {}", ctx()));
+    let label = b["label"]
+        .as_str()
+        .unwrap_or_else(|| panic!("backup without label: {}", ctx()));
     assert!(!label.is_empty(), "empty label: {}", ctx());
     assert_eq!(b["type"], expected_type, "backup type: {}", ctx());
-    let start = parse_lsn(b["start_lsn"].as_str().unwrap_or_else(|| panic!("no start_lsn: {}", ctx())));
-    let stop = parse_lsn(b["stop_lsn"].as_str().unwrap_or_else(|| panic!("no stop_lsn: {}", ctx())));
-    assert!(start > 0 && start <= stop, "start_lsn must be > 0 and <= stop_lsn: {}", ctx());
+    let start = parse_lsn(
+        b["start_lsn"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no start_lsn: {}", ctx())),
+    );
+    let stop = parse_lsn(
+        b["stop_lsn"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no stop_lsn: {}", ctx())),
+    );
+    assert!(
+        start > 0 && start <= stop,
+        "start_lsn must be > 0 and <= stop_lsn: {}",
+        ctx()
+    );
     assert_eq!(b["timeline"].as_u64(), Some(1), "timeline: {}", ctx());
     for k in ["wal_start", "wal_stop"] {
         let w = b[k].as_str().unwrap_or_else(|| panic!("no {k}: {}", ctx()));
-        assert!(w.len() == 24 && w.chars().all(|c| c.is_ascii_hexdigit()), "{k} is not a WAL segment name: {}", ctx());
+        assert!(
+            w.len() == 24 && w.chars().all(|c| c.is_ascii_hexdigit()),
+            "{k} is not a WAL segment name: {}",
+            ctx()
+        );
     }
-    assert!(b["wal_start"].as_str() <= b["wal_stop"].as_str(), "wal_start > wal_stop: {}", ctx());
-    let size = b["size"].as_u64().unwrap_or_else(|| panic!("no size: {}", ctx()));
+    assert!(
+        b["wal_start"].as_str() <= b["wal_stop"].as_str(),
+        "wal_start > wal_stop: {}",
+        ctx()
+    );
+    let size = b["size"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no size: {}", ctx()));
     assert!(size > 1 << 20, "size implausibly small: {}", ctx());
-    assert!(b["stored_size"].as_u64().is_some(), "no stored_size: {}", ctx());
+    assert!(
+        b["stored_size"].as_u64().is_some(),
+        "no stored_size: {}",
+        ctx()
+    );
 }
 
 /// Run `pg_verifybackup` of `pg` on a restored directory (as postgres).
@@ -886,12 +1159,21 @@ fn start_and_compare(
 ) {
     let t = Instant::now();
     let v = pg_verifybackup(cluster.pg(), restored);
-    assert!(v.success(), "{what}: pg_verifybackup of the restored directory failed:\n{v}");
-    assert!(!restored.join("postmaster.pid").exists(), "{what}: restore left a postmaster.pid");
+    assert!(
+        v.success(),
+        "{what}: pg_verifybackup of the restored directory failed:\n{v}"
+    );
+    assert!(
+        !restored.join("postmaster.pid").exists(),
+        "{what}: restore left a postmaster.pid"
+    );
     let server = cluster.start_other(restored, free_port());
     server.wait_promoted(Duration::from_secs(60));
     step!("{what}: restored cluster up and promoted in {}", secs(t));
-    let loc = server.psql("postgres", "SELECT pg_tablespace_location(oid) FROM pg_tablespace WHERE spcname = 'ts1'");
+    let loc = server.psql(
+        "postgres",
+        "SELECT pg_tablespace_location(oid) FROM pg_tablespace WHERE spcname = 'ts1'",
+    );
     assert_eq!(
         fs::canonicalize(&loc).ok(),
         fs::canonicalize(ts_dir).ok(),
@@ -901,11 +1183,17 @@ fn start_and_compare(
     let fp = fingerprint(&server);
     assert_same_fingerprint(what, source_fp, &fp);
     let unlogged = server.psql("postgres", "SELECT count(*) FROM unlogged_t");
-    assert_eq!(unlogged, "0", "{what}: unlogged table must exist and be empty after restore");
+    assert_eq!(
+        unlogged, "0",
+        "{what}: unlogged table must exist and be empty after restore"
+    );
     if amcheck {
         let t = Instant::now();
         let r = server.amcheck();
-        assert!(r.success(), "{what}: pg_amcheck --all on the restored cluster failed:\n{r}");
+        assert!(
+            r.success(),
+            "{what}: pg_amcheck --all on the restored cluster failed:\n{r}"
+        );
         step!("{what}: pg_amcheck ok in {}", secs(t));
     }
     drop(server);
@@ -922,28 +1210,78 @@ pub fn version_scenario(pg: Pg) {
 
     // 1. stanza-create, full backup, info, verify, check.
     cluster.pgjet_cmd("stanza-create", &repo, &[]).ok();
-    let r = cluster.pgjet_cmd("backup", &repo, &["--type", "full", "--start-fast", "--jobs", "2"]).ok();
-    step!("full backup (default compression) in {:.1}s", r.elapsed.as_secs_f64());
+    let r = cluster
+        .pgjet_cmd(
+            "backup",
+            &repo,
+            &["--type", "full", "--start-fast", "--jobs", "2"],
+        )
+        .ok();
+    step!(
+        "full backup (default compression) in {:.1}s",
+        r.elapsed.as_secs_f64()
+    );
     let source_fp = fingerprint(&cluster.server);
     assert_dataset_present(&source_fp, DatasetSpec::FULL);
 
-    let r = pgjet_ok(&args!["info", "--stanza", cluster.stanza, "--repo-path", repo.display(), "--output", "json"]);
-    let v: serde_json::Value = serde_json::from_str(r.stdout.trim()).unwrap_or_else(|e| panic!("info json: {e}\n{r}"));
-    let stanzas = v.as_array().unwrap_or_else(|| panic!("info json is not an array:\n{r}"));
+    let r = pgjet_ok(&args![
+        "info",
+        "--stanza",
+        cluster.stanza,
+        "--repo-path",
+        repo.display(),
+        "--output",
+        "json"
+    ]);
+    let v: serde_json::Value =
+        serde_json::from_str(r.stdout.trim()).unwrap_or_else(|e| panic!("info json: {e}\n{r}"));
+    let stanzas = v
+        .as_array()
+        .unwrap_or_else(|| panic!("info json is not an array:\n{r}"));
     assert_eq!(stanzas.len(), 1, "exactly one stanza expected:\n{r}");
     assert_eq!(stanzas[0]["stanza"], "main", "{r}");
-    assert_eq!(stanzas[0]["system_identifier"].as_str(), Some(sysid.as_str()), "system_identifier (a string):\n{r}");
-    assert_eq!(stanzas[0]["pg_version"].as_str(), Some(pg.major), "pg_version:\n{r}");
-    let backups = stanzas[0]["backups"].as_array().unwrap_or_else(|| panic!("no backups array:\n{r}"));
+    assert_eq!(
+        stanzas[0]["system_identifier"].as_str(),
+        Some(sysid.as_str()),
+        "system_identifier (a string):\n{r}"
+    );
+    assert_eq!(
+        stanzas[0]["pg_version"].as_str(),
+        Some(pg.major),
+        "pg_version:\n{r}"
+    );
+    let backups = stanzas[0]["backups"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no backups array:\n{r}"));
     assert_eq!(backups.len(), 1, "exactly one backup expected:\n{r}");
     assert_sane_backup(&backups[0], "full");
     let full_label = backups[0]["label"].as_str().unwrap().to_string();
-    assert!(backup_dir(&repo, "main", &full_label).join("manifest.json").exists(), "manifest.json missing for {full_label}");
+    assert!(
+        backup_dir(&repo, "main", &full_label)
+            .join("manifest.json")
+            .exists(),
+        "manifest.json missing for {full_label}"
+    );
     // Text info works as well.
-    let r = pgjet_ok(&args!["info", "--stanza", "main", "--repo-path", repo.display()]);
-    assert!(r.stdout.contains(&full_label), "text info does not mention {full_label}:\n{r}");
+    let r = pgjet_ok(&args![
+        "info",
+        "--stanza",
+        "main",
+        "--repo-path",
+        repo.display()
+    ]);
+    assert!(
+        r.stdout.contains(&full_label),
+        "text info does not mention {full_label}:\n{r}"
+    );
 
-    let r = pgjet_ok(&args!["verify", "--stanza", "main", "--repo-path", repo.display()]);
+    let r = pgjet_ok(&args![
+        "verify",
+        "--stanza",
+        "main",
+        "--repo-path",
+        repo.display()
+    ]);
     step!("verify ok in {:.1}s", r.elapsed.as_secs_f64());
     cluster.pgjet_cmd("check", &repo, &[]).ok();
 
@@ -951,75 +1289,196 @@ pub fn version_scenario(pg: Pg) {
     let restored = cluster.new_dir("restore1");
     let ts_new = cluster.new_dir("restore1-ts1");
     let r = pgjet_ok(&args![
-        "restore", "--stanza", "main", "--repo-path", repo.display(), "--pg-path", restored.display(),
-        "--type", "immediate", "--tablespace-map", format!("ts1={}", ts_new.display()), "--jobs", "2"
+        "restore",
+        "--stanza",
+        "main",
+        "--repo-path",
+        repo.display(),
+        "--pg-path",
+        restored.display(),
+        "--type",
+        "immediate",
+        "--tablespace-map",
+        format!("ts1={}", ts_new.display()),
+        "--jobs",
+        "2"
     ]);
     step!("restore of {full_label} in {:.1}s", r.elapsed.as_secs_f64());
-    start_and_compare(&cluster, "restore of the full backup", &restored, &ts_new, &source_fp, true);
+    start_and_compare(
+        &cluster,
+        "restore of the full backup",
+        &restored,
+        &ts_new,
+        &source_fp,
+        true,
+    );
     let _ = fs::remove_dir_all(&restored);
     let _ = fs::remove_dir_all(&ts_new);
 
     // 3. lz4, gzip, none; restore the lz4 one (tablespace mapped by OID).
     let mut labels = vec![full_label.clone()];
     for ct in ["lz4", "gzip", "none"] {
-        let r = cluster.pgjet_cmd("backup", &repo, &["--type", "full", "--start-fast", "--jobs", "2", "--compress-type", ct]).ok();
+        let r = cluster
+            .pgjet_cmd(
+                "backup",
+                &repo,
+                &[
+                    "--type",
+                    "full",
+                    "--start-fast",
+                    "--jobs",
+                    "2",
+                    "--compress-type",
+                    ct,
+                ],
+            )
+            .ok();
         let backups = info_backups(&repo, "main");
-        assert_eq!(backups.len(), labels.len() + 1, "after the {ct} backup info must list {} backups:\n{r}", labels.len() + 1);
+        assert_eq!(
+            backups.len(),
+            labels.len() + 1,
+            "after the {ct} backup info must list {} backups:\n{r}",
+            labels.len() + 1
+        );
         let b = backups
             .iter()
             .find(|b| !labels.iter().any(|l| b["label"] == l.as_str()))
             .unwrap_or_else(|| panic!("new {ct} backup not found in info: {backups:?}"));
         assert_sane_backup(b, "full");
         labels.push(b["label"].as_str().unwrap().to_string());
-        step!("{ct} backup {} in {:.1}s (stored_size {})", labels.last().unwrap(), r.elapsed.as_secs_f64(), b["stored_size"]);
+        step!(
+            "{ct} backup {} in {:.1}s (stored_size {})",
+            labels.last().unwrap(),
+            r.elapsed.as_secs_f64(),
+            b["stored_size"]
+        );
     }
-    let sizes: Vec<u64> = info_backups(&repo, "main").iter().map(|b| b["stored_size"].as_u64().unwrap_or(0)).collect();
+    let sizes: Vec<u64> = info_backups(&repo, "main")
+        .iter()
+        .map(|b| b["stored_size"].as_u64().unwrap_or(0))
+        .collect();
     step!("stored sizes: {sizes:?}");
     let lz4_label = labels[1].clone();
     let ts_oid = cluster.tablespace_oid("ts1");
     let restored = cluster.new_dir("restore-lz4");
     let ts_new = cluster.new_dir("restore-lz4-ts1");
     pgjet_ok(&args![
-        "restore", "--stanza", "main", "--repo-path", repo.display(), "--pg-path", restored.display(), "--set", lz4_label,
-        "--type", "immediate", "--tablespace-map", format!("{ts_oid}={}", ts_new.display())
+        "restore",
+        "--stanza",
+        "main",
+        "--repo-path",
+        repo.display(),
+        "--pg-path",
+        restored.display(),
+        "--set",
+        lz4_label,
+        "--type",
+        "immediate",
+        "--tablespace-map",
+        format!("{ts_oid}={}", ts_new.display())
     ]);
-    start_and_compare(&cluster, "restore of the lz4 backup", &restored, &ts_new, &source_fp, false);
+    start_and_compare(
+        &cluster,
+        "restore of the lz4 backup",
+        &restored,
+        &ts_new,
+        &source_fp,
+        false,
+    );
     let _ = fs::remove_dir_all(&restored);
     let _ = fs::remove_dir_all(&ts_new);
-    pgjet_ok(&args!["verify", "--stanza", "main", "--repo-path", repo.display(), "--set", labels[3]]);
+    pgjet_ok(&args![
+        "verify",
+        "--stanza",
+        "main",
+        "--repo-path",
+        repo.display(),
+        "--set",
+        labels[3]
+    ]);
 
     // 4. replica-create with a slot, started by pgjet.
     let replica_dir = cluster.new_dir("replica");
     let replica_ts = cluster.new_dir("replica-ts1");
     let replica_port = free_port();
-    let source = format!("host={} port={} user=postgres dbname=postgres", cluster.sock().display(), cluster.port());
+    let source = format!(
+        "host={} port={} user=postgres dbname=postgres",
+        cluster.sock().display(),
+        cluster.port()
+    );
     let r = pgjet(&args![
-        "replica-create", "--source", source, "--pg-path", replica_dir.display(), "--pg-port", replica_port,
-        "--tablespace-map", format!("{ts_oid}={}", replica_ts.display()), "--slot", "pgjet_test", "--start-fast", "--start"
+        "replica-create",
+        "--source",
+        source,
+        "--pg-path",
+        replica_dir.display(),
+        "--pg-port",
+        replica_port,
+        "--tablespace-map",
+        format!("{ts_oid}={}", replica_ts.display()),
+        "--slot",
+        "pgjet_test",
+        "--start-fast",
+        "--start"
     ]);
     // Take charge of whatever server pgjet started, even if it then reported a failure.
-    let replica = Server::adopt(cluster.pg(), &replica_dir, &replica_dir.join("log/postgresql.log"));
+    let replica = Server::adopt(
+        cluster.pg(),
+        &replica_dir,
+        &replica_dir.join("log/postgresql.log"),
+    );
     assert!(r.success(), "replica-create failed:\n{r}");
-    let replica = replica.unwrap_or_else(|| panic!("replica-create --start succeeded but no server runs in {}:\n{r}", replica_dir.display()));
-    step!("replica-create in {:.1}s (replica port {}, socket {})", r.elapsed.as_secs_f64(), replica.port, replica.sock.display());
+    let replica = replica.unwrap_or_else(|| {
+        panic!(
+            "replica-create --start succeeded but no server runs in {}:\n{r}",
+            replica_dir.display()
+        )
+    });
+    step!(
+        "replica-create in {:.1}s (replica port {}, socket {})",
+        r.elapsed.as_secs_f64(),
+        replica.port,
+        replica.sock.display()
+    );
     assert_eq!(replica.port, replica_port, "replica must run on --pg-port");
-    cluster.psql("postgres", "CREATE TABLE repl_probe (x int); INSERT INTO repl_probe VALUES (42);");
+    cluster.psql(
+        "postgres",
+        "CREATE TABLE repl_probe (x int); INSERT INTO repl_probe VALUES (42);",
+    );
     let seen = wait_for(Duration::from_secs(60), || {
         let r = replica.psql_run("postgres", "SELECT count(*) FROM repl_probe WHERE x = 42");
         (r.success() && r.stdout.trim() == "1").then_some(())
     });
     assert!(seen.is_some(), "row inserted on the primary not visible on the replica within 60 s\n--- replica log ---\n{}", replica.log_tail());
-    assert_eq!(replica.psql("postgres", "SELECT pg_is_in_recovery()"), "t", "replica must be in recovery");
+    assert_eq!(
+        replica.psql("postgres", "SELECT pg_is_in_recovery()"),
+        "t",
+        "replica must be in recovery"
+    );
     let active = wait_for(Duration::from_secs(30), || {
-        (cluster.psql("postgres", "SELECT active FROM pg_replication_slots WHERE slot_name = 'pgjet_test'") == "t").then_some(())
+        (cluster.psql(
+            "postgres",
+            "SELECT active FROM pg_replication_slots WHERE slot_name = 'pgjet_test'",
+        ) == "t")
+            .then_some(())
     });
     assert!(
         active.is_some(),
         "slot pgjet_test not active on the primary: {}",
-        cluster.psql("postgres", "SELECT slot_name, slot_type, active, temporary FROM pg_replication_slots")
+        cluster.psql(
+            "postgres",
+            "SELECT slot_name, slot_type, active, temporary FROM pg_replication_slots"
+        )
     );
-    let loc = replica.psql("postgres", &format!("SELECT pg_tablespace_location({ts_oid})"));
-    assert_eq!(fs::canonicalize(&loc).ok(), fs::canonicalize(&replica_ts).ok(), "replica's ts1 must be at the mapped dir");
+    let loc = replica.psql(
+        "postgres",
+        &format!("SELECT pg_tablespace_location({ts_oid})"),
+    );
+    assert_eq!(
+        fs::canonicalize(&loc).ok(),
+        fs::canonicalize(&replica_ts).ok(),
+        "replica's ts1 must be at the mapped dir"
+    );
     let fp_primary = fingerprint(&cluster.server);
     let fp_replica = fingerprint(&replica);
     assert_same_fingerprint("replica", &fp_primary, &fp_replica);
