@@ -27,15 +27,20 @@ pub fn decode_piece(
     let ranges = super::nonzero_ranges(piece.logical_size as usize, &piece.zero_pages)
         .ok_or("the manifest's zero-page runs do not fit the piece")?;
     let payload_len: usize = ranges.iter().map(|r| r.1).sum();
-    payload.clear();
-    codec::decompress(kind, frame, payload_len, payload)
-        .map_err(|e| format!("cannot decompress: {e}"))?;
-    logical.clear();
-    logical.resize(piece.logical_size as usize, 0);
-    let mut src = 0usize;
-    for (off, n) in ranges {
-        logical[off..off + n].copy_from_slice(&payload[src..src + n]);
-        src += n;
+    if piece.zero_pages.is_empty() {
+        // No holes: the frame expands straight into the logical bytes.
+        logical.clear();
+        codec::decompress(kind, frame, payload_len, logical).map_err(|e| format!("cannot decompress: {e}"))?;
+    } else {
+        payload.clear();
+        codec::decompress(kind, frame, payload_len, payload).map_err(|e| format!("cannot decompress: {e}"))?;
+        logical.clear();
+        logical.resize(piece.logical_size as usize, 0);
+        let mut src = 0usize;
+        for (off, n) in ranges {
+            logical[off..off + n].copy_from_slice(&payload[src..src + n]);
+            src += n;
+        }
     }
     if codec::xxh3_hex(logical) != piece.xxh3 {
         return Err("logical bytes do not match their checksum".into());

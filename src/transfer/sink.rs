@@ -1,7 +1,7 @@
 //! The two sinks of the read pipeline: a repository (compress, hash, store one object per
 //! unit) and a data directory (write each piece in place, zero pages left as holes).
 use super::{nonzero_runs, ReadPiece, UnitSink};
-use crate::codec::{Compression, Compressor};
+use crate::codec::{CompressType, Compression, Compressor};
 use crate::error::{Error, Result};
 use crate::repo::{self, Piece};
 use crate::storage::Storage;
@@ -98,7 +98,12 @@ impl UnitSink for RepoSink<'_> {
                 object: id.clone(),
                 offset: start as u64,
                 stored_size: frame.len() as u64,
-                stored_xxh3: crate::codec::xxh3_hex(frame),
+                // Uncompressed and without holes, the frame is the logical bytes: hash once.
+                stored_xxh3: if self.compression.kind == CompressType::None && p.zero_pages.is_empty() {
+                    p.xxh3.clone()
+                } else {
+                    crate::codec::xxh3_hex(frame)
+                },
                 logical_offset: p.spec.offset,
                 logical_size: p.spec.len,
                 zero_pages: p.zero_pages.clone(),

@@ -361,8 +361,20 @@ fn read_pid(data: &Path) -> Option<i32> {
     s.lines().next()?.trim().parse().ok()
 }
 
+/// Whether process `pid` exists and is not a zombie (a stopped postmaster whose parent, after
+/// pg_ctl exited, has not reaped it yet counts as gone).
 fn pid_alive(pid: i32) -> bool {
-    unsafe { libc::kill(pid, 0) == 0 }
+    if unsafe { libc::kill(pid, 0) } != 0 {
+        return false;
+    }
+    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => {
+            // The state follows the ")" that closes the command name.
+            let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.trim_start().chars().next());
+            !matches!(state, Some('Z') | Some('X'))
+        }
+        Err(_) => false,
+    }
 }
 
 /// Stop the server of `data` by the PID in its postmaster.pid: `pg_ctl stop -m immediate`,
@@ -382,7 +394,7 @@ pub fn stop_server_by_pid(bin: &Path, data: &Path) {
         .stderr(Stdio::null())
         .status();
     let t = Instant::now();
-    while pid_alive(pid) && t.elapsed() < Duration::from_secs(10) {
+    while pid_alive(pid) && t.elapsed() < Duration::from_secs(15) {
         std::thread::sleep(Duration::from_millis(100));
     }
     if pid_alive(pid) {
@@ -593,7 +605,11 @@ impl Server {
     }
 
     pub fn stop(&mut self) {
+        let t = Instant::now();
         stop_server_by_pid(&self.pg.bin, &self.data);
+        if t.elapsed() > Duration::from_secs(5) {
+            step!("stopping the server of {} took {}", self.data.display(), secs(t));
+        }
         registry().servers.retain(|(_, d)| d != &self.data);
     }
 
