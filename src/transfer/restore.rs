@@ -30,10 +30,12 @@ pub fn decode_piece(
     if piece.zero_pages.is_empty() {
         // No holes: the frame expands straight into the logical bytes.
         logical.clear();
-        codec::decompress(kind, frame, payload_len, logical).map_err(|e| format!("cannot decompress: {e}"))?;
+        codec::decompress(kind, frame, payload_len, logical)
+            .map_err(|e| format!("cannot decompress: {e}"))?;
     } else {
         payload.clear();
-        codec::decompress(kind, frame, payload_len, payload).map_err(|e| format!("cannot decompress: {e}"))?;
+        codec::decompress(kind, frame, payload_len, payload)
+            .map_err(|e| format!("cannot decompress: {e}"))?;
         logical.clear();
         logical.resize(piece.logical_size as usize, 0);
         let mut src = 0usize;

@@ -99,7 +99,9 @@ impl UnitSink for RepoSink<'_> {
                 offset: start as u64,
                 stored_size: frame.len() as u64,
                 // Uncompressed and without holes, the frame is the logical bytes: hash once.
-                stored_xxh3: if self.compression.kind == CompressType::None && p.zero_pages.is_empty() {
+                stored_xxh3: if self.compression.kind == CompressType::None
+                    && p.zero_pages.is_empty()
+                {
                     p.xxh3.clone()
                 } else {
                     crate::codec::xxh3_hex(frame)

@@ -207,6 +207,12 @@ impl Run {
             self.text_lower().contains(&fragment.to_lowercase()),
             "command failed as expected, but its output does not contain {fragment:?}:\n{self}"
         );
+        let first = self
+            .stderr
+            .lines()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("");
+        step!("failed as expected ({}): {}", self.status, first);
         self
     }
 }
@@ -370,7 +376,9 @@ fn pid_alive(pid: i32) -> bool {
     match fs::read_to_string(format!("/proc/{pid}/stat")) {
         Ok(stat) => {
             // The state follows the ")" that closes the command name.
-            let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.trim_start().chars().next());
+            let state = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.trim_start().chars().next());
             !matches!(state, Some('Z') | Some('X'))
         }
         Err(_) => false,
@@ -608,7 +616,11 @@ impl Server {
         let t = Instant::now();
         stop_server_by_pid(&self.pg.bin, &self.data);
         if t.elapsed() > Duration::from_secs(5) {
-            step!("stopping the server of {} took {}", self.data.display(), secs(t));
+            step!(
+                "stopping the server of {} took {}",
+                self.data.display(),
+                secs(t)
+            );
         }
         registry().servers.retain(|(_, d)| d != &self.data);
     }
