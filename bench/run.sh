@@ -255,11 +255,15 @@ pgjet_fresh_repo() {
 
 pgjet_latest() { (cd "$1/$PGJET_STANZA/backup" && ls -d */ 2>/dev/null | tr -d / | sort | tail -n 1); }
 
+# The references copy what the backups copy: not the WAL segments already in pg_wal (with
+# max_wal_size = 2GB they are about as large as the data), nor postmaster.pid.
+TAR_EXCLUDE="--exclude='./pg_wal/0*' --exclude=./postmaster.pid"
+
 # ------------------------------------------------------------------ one round of every command
 bench_tar_copy() {          # plain copy reference
     local r=$1 o=$OUT/tar-copy
     rm -rf "$o"; mkdir -p "$o"
-    timed tar_copy "$r" "tar -C $(q "$PGDATA") --warning=no-file-changed --warning=no-file-removed -cf - . | tar -C $(q "$o") -xf -" || true
+    timed tar_copy "$r" "tar -C $(q "$PGDATA") --warning=no-file-changed --warning=no-file-removed $TAR_EXCLUDE -cf - . | tar -C $(q "$o") -xf -" || true
     record_size tar_copy "$o"
     rm -rf "$o"
 }
@@ -267,7 +271,7 @@ bench_tar_copy() {          # plain copy reference
 bench_tar_zstd() {          # compressed copy reference, then its restore reference
     local r=$1 f=$OUT/tar.zst o=$OUT/untar
     rm -f "$f"; mkdir -p "$OUT"
-    timed tar_zstd "$r" "tar -C $(q "$PGDATA") --warning=no-file-changed --warning=no-file-removed -cf - . | zstd -1 -T$JOBS -q > $(q "$f")" || true
+    timed tar_zstd "$r" "tar -C $(q "$PGDATA") --warning=no-file-changed --warning=no-file-removed $TAR_EXCLUDE -cf - . | zstd -1 -T$JOBS -q > $(q "$f")" || true
     record_size tar_zstd "$f"
     rm -rf "$o"; mkdir -p "$o"
     [ -s "$f" ] && { timed zstd_untar "$r" "zstd -d -T$JOBS -q < $(q "$f") | tar -C $(q "$o") -xf -" || true; }
@@ -383,8 +387,8 @@ ratio() {
 
 # shellcheck disable=SC2016  # markdown with backticks
 declare -A DESCR
-DESCR[tar_copy]='`tar -C PGDATA -cf - . | tar -C OUT -xf -; sync` (plain copy reference)'
-DESCR[tar_zstd]='`tar -C PGDATA -cf - . | zstd -1 -T'$JOBS' > OUT.tar.zst; sync`'
+DESCR[tar_copy]='`tar -C PGDATA --exclude=./pg_wal/0* -cf - . | tar -C OUT -xf -; sync` (plain copy reference, WAL segments left out as the backups do)'
+DESCR[tar_zstd]='`tar -C PGDATA --exclude=./pg_wal/0* -cf - . | zstd -1 -T'$JOBS' > OUT.tar.zst; sync`'
 DESCR[zstd_untar]='`zstd -d -T'$JOBS' < OUT.tar.zst | tar -C OUT -xf -; sync` (restore reference)'
 DESCR[pg_basebackup]='`pg_basebackup -D OUT -Fp -Xstream -c fast; sync`'
 DESCR[pg_basebackup_R]='`pg_basebackup -D OUT -Fp -Xstream -c fast -R; sync` (replica reference)'

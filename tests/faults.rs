@@ -97,25 +97,6 @@ fn assert_no_backups(repo: &Path, what: &str) {
     );
 }
 
-/// Restore args for the shared backup into `target`, tablespace ts1 mapped to `ts`.
-fn restore_args(repo: &Path, target: &Path, ts: &Path, label: &str) -> Vec<String> {
-    args![
-        "restore",
-        "--stanza",
-        "main",
-        "--repo-path",
-        repo.display(),
-        "--pg-path",
-        target.display(),
-        "--set",
-        label,
-        "--type",
-        "immediate",
-        "--tablespace-map",
-        format!("ts1={}", ts.display())
-    ]
-}
-
 // ------------------------------------------------------------------------------------------
 
 /// a. cluster not reachable (wrong --pg-port) for backup and check -> "could not connect".
@@ -231,7 +212,13 @@ fn d_restore_targets() {
     let ts = c.new_dir("restore-d-ts");
     fs::write(target.join("keep.txt"), b"precious").unwrap();
     chown_pg_recursive(&target);
-    pgjet(&restore_args(&c.repo, &target, &ts, &fx.label)).fails_with("not empty");
+    pgjet(&restore_args(
+        &c.repo,
+        &target,
+        &fx.label,
+        &format!("ts1={}", ts.display()),
+    ))
+    .fails_with("not empty");
     assert_eq!(
         fs::read(target.join("keep.txt")).unwrap(),
         b"precious",
@@ -257,7 +244,12 @@ fn d_restore_targets() {
     let version_before = fs::read(c.data().join("PG_VERSION")).unwrap();
     let control_exists = c.data().join("global/pg_control").exists();
     let ts2 = c.new_dir("restore-d-ts2");
-    let r = pgjet(&restore_args(&c.repo, c.data(), &ts2, &fx.label));
+    let r = pgjet(&restore_args(
+        &c.repo,
+        c.data(),
+        &fx.label,
+        &format!("ts1={}", ts2.display()),
+    ));
     assert!(
         !r.success(),
         "restore into a running cluster's data directory must fail:\n{r}"
@@ -382,7 +374,12 @@ fn e_flipped_byte() {
 
     let target = c.new_dir("restore-e");
     let ts = c.new_dir("restore-e-ts");
-    let r = pgjet(&restore_args(&repo, &target, &ts, &fx.label));
+    let r = pgjet(&restore_args(
+        &repo,
+        &target,
+        &fx.label,
+        &format!("ts1={}", ts.display()),
+    ));
     assert!(
         !r.success(),
         "restore must fail after a flipped byte in a piece of {path}:\n{r}"
@@ -469,7 +466,12 @@ fn f_disk_full_on_restore() {
     let ts = mnt_dir.join("ts1");
     mkdir_pg(&target, 0o700);
     mkdir_pg(&ts, 0o700);
-    let r = pgjet(&restore_args(&c.repo, &target, &ts, &fx.label));
+    let r = pgjet(&restore_args(
+        &c.repo,
+        &target,
+        &fx.label,
+        &format!("ts1={}", ts.display()),
+    ));
     let r = r.fails_with("no space left");
     assert!(
         !target.join("global/pg_control").exists(),
@@ -619,4 +621,110 @@ fn g_kill9_during_backup() {
         "--repo-path",
         repo.display()
     ]);
+}
+
+/// h. a page of the source cluster is really corrupt (a byte flipped on disk while the server
+/// was down): the backup still completes, warns with the file and block, and records the
+/// block in the manifest's `page_errors`; the other pages pass.
+#[test]
+fn h_corrupt_page_in_source_is_reported() {
+    let mut c = Cluster::new(&Pg::v15(), "pagecheck");
+    c.psql(
+        "postgres",
+        "CREATE TABLE victim AS SELECT g AS id, repeat('x', 200) AS pad FROM generate_series(1, 2000) g",
+    );
+    let rel = c.psql("postgres", "SELECT pg_relation_filepath('victim')");
+    c.psql("postgres", "CHECKPOINT");
+    // Flip a byte inside the tuple data of block 1, with the server stopped, then start it.
+    c.server.stop();
+    let file = c.data().join(&rel);
+    let mut bytes = fs::read(&file).unwrap();
+    assert!(bytes.len() >= 2 * 8192, "{} is too small", file.display());
+    bytes[8192 + 5000] ^= 0x5a;
+    fs::write(&file, &bytes).unwrap();
+    let (port, sock, log) = (c.port(), c.sock().to_path_buf(), c.server.log.clone());
+    let data = c.data().to_path_buf();
+    // The stopped server's handle must not run its Drop (it would stop the new one).
+    let stopped = std::mem::replace(
+        &mut c.server,
+        Server::start(&Pg::v15(), &data, port, &sock, &log),
+    );
+    std::mem::forget(stopped);
+
+    let repo = c.repo.clone();
+    c.pgjet_cmd("stanza-create", &repo, &[]).ok();
+    let run = c
+        .pgjet_cmd("backup", &repo, &["--type", "full", "--start-fast"])
+        .ok();
+    let text = run.text_lower();
+    assert!(
+        text.contains("page checksum mismatch") && text.contains(&rel) && text.contains("block 1"),
+        "backup must name the corrupt file {rel} and block 1:\n{run}"
+    );
+    assert!(
+        text.contains("1 page checksum error"),
+        "summary must count it:\n{run}"
+    );
+    let label = info_backups(&repo, "main")[0]["label"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let m = read_manifest(&backup_dir(&repo, "main", &label));
+    let files = m["files"].as_array().unwrap();
+    let entry = files
+        .iter()
+        .find(|f| f["path"] == rel.as_str())
+        .unwrap_or_else(|| panic!("{rel} missing from the manifest"));
+    assert_eq!(entry["page_errors"], serde_json::json!([1]), "{entry}");
+    let others = files
+        .iter()
+        .filter(|f| f["path"] != rel.as_str() && f.get("page_errors").is_some())
+        .count();
+    assert_eq!(others, 0, "only {rel} has a bad page");
+}
+
+/// i. replica-create refuses a non-empty target and a tablespace directory that is in use (the
+/// primary's own), before it touches the primary: no slot is left behind.
+#[test]
+fn i_replica_create_refuses_used_targets() {
+    let c = &fx().cluster;
+    let conninfo = format!(
+        "host={} port={} user=postgres dbname=postgres",
+        c.sock().display(),
+        c.port()
+    );
+    let fresh_ts = c.new_dir("replica-i-ts");
+    let target = c.new_dir("replica-i-nonempty");
+    fs::write(target.join("keep.txt"), b"precious").unwrap();
+    chown_pg_recursive(&target);
+    let port = free_port();
+    let run = |pg_path: &Path, ts: &Path| {
+        pgjet(&args![
+            "replica-create",
+            "--source",
+            conninfo,
+            "--pg-path",
+            pg_path.display(),
+            "--pg-port",
+            port,
+            "--tablespace-map",
+            format!("ts1={}", ts.display()),
+            "--slot",
+            "pgjet_refused"
+        ])
+    };
+    run(&target, &fresh_ts).fails_with("not empty");
+    assert_eq!(fs::read(target.join("keep.txt")).unwrap(), b"precious");
+    // The primary's own tablespace directory is in use.
+    let empty_target = c.root.join("replica-i-new");
+    run(&empty_target, &c.ts1).fails_with("not empty");
+    assert!(
+        !empty_target.exists(),
+        "a refused replica-create created its target"
+    );
+    assert_eq!(
+        c.psql("postgres", "SELECT count(*) FROM pg_replication_slots"),
+        "0",
+        "a refused replica-create left a replication slot"
+    );
 }

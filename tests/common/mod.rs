@@ -1143,6 +1143,26 @@ pub fn backup_dir(repo: &Path, stanza: &str, label: &str) -> PathBuf {
     repo.join(stanza).join("backup").join(label)
 }
 
+/// `restore` of backup `set` of stanza main into `target` (--type immediate), with one
+/// `--tablespace-map` value `ts_map` (ID=DIR).
+pub fn restore_args(repo: &Path, target: &Path, set: &str, ts_map: &str) -> Vec<String> {
+    args![
+        "restore",
+        "--stanza",
+        "main",
+        "--repo-path",
+        repo.display(),
+        "--pg-path",
+        target.display(),
+        "--set",
+        set,
+        "--type",
+        "immediate",
+        "--tablespace-map",
+        ts_map
+    ]
+}
+
 /// Parse manifest.json of a backup.
 pub fn read_manifest(dir: &Path) -> serde_json::Value {
     let p = dir.join("manifest.json");
@@ -1316,21 +1336,14 @@ pub fn version_scenario(pg: Pg) {
     // 2. restore (tablespace mapped by name), pg_verifybackup, start, compare, amcheck.
     let restored = cluster.new_dir("restore1");
     let ts_new = cluster.new_dir("restore1-ts1");
-    let r = pgjet_ok(&args![
-        "restore",
-        "--stanza",
-        "main",
-        "--repo-path",
-        repo.display(),
-        "--pg-path",
-        restored.display(),
-        "--type",
-        "immediate",
-        "--tablespace-map",
-        format!("ts1={}", ts_new.display()),
-        "--jobs",
-        "2"
-    ]);
+    let mut a = restore_args(
+        &repo,
+        &restored,
+        "latest",
+        &format!("ts1={}", ts_new.display()),
+    );
+    a.extend(args!["--jobs", "2"]);
+    let r = pgjet_ok(&a);
     step!("restore of {full_label} in {:.1}s", r.elapsed.as_secs_f64());
     start_and_compare(
         &cluster,
@@ -1390,21 +1403,12 @@ pub fn version_scenario(pg: Pg) {
     let ts_oid = cluster.tablespace_oid("ts1");
     let restored = cluster.new_dir("restore-lz4");
     let ts_new = cluster.new_dir("restore-lz4-ts1");
-    pgjet_ok(&args![
-        "restore",
-        "--stanza",
-        "main",
-        "--repo-path",
-        repo.display(),
-        "--pg-path",
-        restored.display(),
-        "--set",
-        lz4_label,
-        "--type",
-        "immediate",
-        "--tablespace-map",
-        format!("{ts_oid}={}", ts_new.display())
-    ]);
+    pgjet_ok(&restore_args(
+        &repo,
+        &restored,
+        &lz4_label,
+        &format!("{ts_oid}={}", ts_new.display()),
+    ));
     start_and_compare(
         &cluster,
         "restore of the lz4 backup",
