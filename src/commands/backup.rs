@@ -77,7 +77,7 @@ pub fn entries(files: &[SourceFile], out: CopyOutcome) -> (Vec<repo::FileEntry>,
 
 /// Runs `backup`.
 pub fn run(s: &Settings, args: &BackupArgs, progress: &dyn Progress) -> Result<BackupSummary> {
-    let _ = args.backup_type;
+    // Only full backups exist so far; args.backup_type can only be Full.
     let stanza = s.stanza()?;
     let pg_path = s.pg_path()?;
     let store = open_repo(s)?;

@@ -175,7 +175,6 @@ pub trait UnitSink: Sync {
     fn write_unit(
         &self,
         st: &mut Self::State,
-        unit_no: usize,
         pieces: &[ReadPiece],
     ) -> Result<Vec<Piece>>;
 }
@@ -313,7 +312,7 @@ fn worker<S: UnitSink>(
                 }
             })
             .collect();
-        let stored = sink.write_unit(&mut state, n, &pieces)?;
+        let stored = sink.write_unit(&mut state, &pieces)?;
         {
             let mut o = outcome.lock().unwrap_or_else(|p| p.into_inner());
             for (rp, piece) in pieces.iter().zip(stored) {

@@ -73,7 +73,6 @@ impl UnitSink for RepoSink<'_> {
     fn write_unit(
         &self,
         st: &mut RepoState,
-        _unit_no: usize,
         pieces: &[ReadPiece],
     ) -> Result<Vec<Piece>> {
         let id = object_id(self.next_object.fetch_add(1, Ordering::Relaxed));
@@ -92,7 +91,7 @@ impl UnitSink for RepoSink<'_> {
             let start = st.object.len();
             st.compressor
                 .compress(payload, &mut st.object)
-                .map_err(|e| Error::Other(format!("compressing {}: {e}", p.spec.offset)))?;
+                .map_err(|e| Error::Other(format!("{} compression failed at offset {}: {e}", self.compression.kind, p.spec.offset)))?;
             let frame = &st.object[start..];
             out.push(Piece {
                 object: id.clone(),
@@ -134,7 +133,7 @@ impl UnitSink for DirSink<'_> {
         Ok(())
     }
 
-    fn write_unit(&self, _: &mut (), _unit_no: usize, pieces: &[ReadPiece]) -> Result<Vec<Piece>> {
+    fn write_unit(&self, _: &mut (), pieces: &[ReadPiece]) -> Result<Vec<Piece>> {
         let mut out = Vec::with_capacity(pieces.len());
         for p in pieces {
             let path = &self.targets[p.spec.file];
@@ -168,6 +167,9 @@ pub fn write_runs(path: &PathBuf, offset: u64, data: &[u8], zero_pages: &[[u32; 
     for (off, bytes) in runs {
         f.write_all_at(bytes, offset + off as u64)
             .map_err(|e| Error::io("write", path, e))?;
+    }
+    if data.len() >= crate::storage::posix::WRITEBACK_MIN {
+        crate::storage::posix::start_writeback(&f, offset, data.len());
     }
     Ok(())
 }
