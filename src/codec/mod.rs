@@ -5,6 +5,7 @@
 //! the stored bytes (fast, for corruption detection) and CRC32C of the logical bytes (what
 //! PostgreSQL's `backup_manifest` uses; CRC32C values of consecutive pieces combine into the
 //! file's CRC32C).
+use crate::storage::direct::AlignedBuf;
 use serde::{Deserialize, Serialize};
 use std::io::{self, Read, Write};
 
@@ -106,7 +107,7 @@ impl Compressor {
     }
 
     /// Compresses `input` and appends the frame to `out`.
-    pub fn compress(&mut self, input: &[u8], out: &mut Vec<u8>) -> io::Result<()> {
+    pub fn compress(&mut self, input: &[u8], out: &mut AlignedBuf) -> io::Result<()> {
         match self.c.kind {
             CompressType::None => out.extend_from_slice(input),
             CompressType::Lz4 => {
@@ -125,62 +126,58 @@ impl Compressor {
                     .zstd
                     .as_mut()
                     .expect("zstd context made in new() for zstd");
-                self.scratch.clear();
-                self.scratch
-                    .reserve(zstd::zstd_safe::compress_bound(input.len()));
-                z.compress_to_buffer(input, &mut self.scratch)?;
-                out.extend_from_slice(&self.scratch);
+                let start = out.len();
+                out.resize(start + zstd::zstd_safe::compress_bound(input.len()), 0);
+                let n = z.compress_to_buffer(input, &mut out[start..])?;
+                out.truncate(start + n);
             }
             CompressType::Gzip => {
+                self.scratch.clear();
                 let mut enc = flate2::write::GzEncoder::new(
-                    out,
+                    &mut self.scratch,
                     flate2::Compression::new(self.c.level as u32),
                 );
                 enc.write_all(input)?;
                 enc.finish()?;
+                out.extend_from_slice(&self.scratch);
             }
         }
         Ok(())
     }
 }
 
-/// Decompresses one frame of `kind` that must expand to exactly `expected` bytes, appending
-/// them to `out`. Errors (InvalidData) when the frame is damaged or has another length.
-pub fn decompress(
-    kind: CompressType,
-    frame: &[u8],
-    expected: usize,
-    out: &mut Vec<u8>,
-) -> io::Result<()> {
-    let start = out.len();
-    match kind {
-        CompressType::None => out.extend_from_slice(frame),
+/// Decompresses one frame of `kind` into `out`, which it must fill exactly.
+/// Errors (InvalidData) when the frame is damaged or expands to another length.
+pub fn decompress(kind: CompressType, frame: &[u8], out: &mut [u8]) -> io::Result<()> {
+    let bad = |e: String| io::Error::new(io::ErrorKind::InvalidData, e);
+    let n = match kind {
+        CompressType::None => {
+            if frame.len() == out.len() {
+                out.copy_from_slice(frame);
+            }
+            frame.len()
+        }
         CompressType::Lz4 => {
-            out.resize(start + expected, 0);
-            let n = lz4_flex::block::decompress_into(frame, &mut out[start..])
-                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
-            out.truncate(start + n);
+            lz4_flex::block::decompress_into(frame, out).map_err(|e| bad(e.to_string()))?
         }
         CompressType::Zstd => {
-            out.resize(start + expected, 0);
-            let n = zstd::bulk::decompress_to_buffer(frame, &mut out[start..])
-                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
-            out.truncate(start + n);
+            zstd::bulk::decompress_to_buffer(frame, out).map_err(|e| bad(e.to_string()))?
         }
         CompressType::Gzip => {
             let mut d = flate2::read::GzDecoder::new(frame);
-            d.read_to_end(out)
-                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
+            d.read_exact(out).map_err(|e| bad(e.to_string()))?;
+            let mut extra = [0u8; 1];
+            match d.read(&mut extra).map_err(|e| bad(e.to_string()))? {
+                0 => out.len(),
+                _ => out.len() + 1,
+            }
         }
-    }
-    if out.len() - start != expected {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!(
-                "frame expands to {} bytes, expected {expected}",
-                out.len() - start
-            ),
-        ));
+    };
+    if n != out.len() {
+        return Err(bad(format!(
+            "frame expands to {n} bytes or more, expected {}",
+            out.len()
+        )));
     }
     Ok(())
 }
@@ -209,14 +206,20 @@ mod tests {
             CompressType::Gzip,
         ] {
             let mut c = Compressor::new(Compression::new(kind, None).unwrap()).unwrap();
-            let mut frame = vec![1, 2, 3];
+            let mut frame = crate::storage::direct::aligned_buf(0);
+            frame.extend_from_slice(&[1, 2, 3]);
             c.compress(&data, &mut frame).unwrap();
-            let mut out = vec![9];
-            decompress(kind, &frame[3..], data.len(), &mut out).unwrap();
-            assert_eq!(&out[1..], &data[..], "{kind}");
-            let mut bad = vec![];
+            let mut out = vec![9u8; data.len()];
+            decompress(kind, &frame[3..], &mut out).unwrap();
+            assert_eq!(out, data, "{kind}");
+            let mut longer = vec![0u8; data.len() + 1];
             assert!(
-                decompress(kind, &frame[3..], data.len() + 1, &mut bad).is_err(),
+                decompress(kind, &frame[3..], &mut longer).is_err(),
+                "{kind}"
+            );
+            let mut shorter = vec![0u8; data.len() - 1];
+            assert!(
+                decompress(kind, &frame[3..], &mut shorter).is_err(),
                 "{kind}"
             );
         }

@@ -5,6 +5,7 @@
 //! [`crate::transfer::CHUNK_SIZE`] logical bytes), so `put` takes the whole object: memory
 //! stays bounded without a streaming writer, and object stores can upload each object in one
 //! request. Whole files are never buffered.
+pub mod direct;
 pub mod posix;
 
 use crate::error::Result;
@@ -20,6 +21,13 @@ pub trait Storage: Send + Sync {
     fn get_range(&self, name: &str, offset: u64, len: u64) -> Result<Vec<u8>>;
     /// Reads all of `name`.
     fn get(&self, name: &str) -> Result<Vec<u8>>;
+    /// Reads all of `name` into a buffer aligned for direct I/O (see [`direct`]).
+    fn get_aligned(&self, name: &str) -> Result<direct::AlignedBuf> {
+        let v = self.get(name)?;
+        let mut b = direct::aligned_buf(v.len());
+        b.extend_from_slice(&v);
+        Ok(b)
+    }
     /// True when `name` exists.
     fn exists(&self, name: &str) -> Result<bool>;
     /// Size in bytes of `name`, or None when it does not exist.

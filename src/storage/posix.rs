@@ -3,6 +3,7 @@
 //! Durability is batched: `put` only writes; `sync` runs one `syncfs(2)` over the filesystem
 //! that holds the root (data and directory entries alike), so thousands of small objects cost
 //! one flush instead of one fsync each.
+use super::direct::{self, AlignedBuf, Writer};
 use super::Storage;
 use crate::error::{Error, Result};
 use std::collections::HashSet;
@@ -50,23 +51,6 @@ impl PosixStorage {
     }
 }
 
-/// Bytes below which [`start_writeback`] is not worth a system call.
-pub const WRITEBACK_MIN: usize = 1 << 20;
-
-/// Starts writing `len` bytes of `f` at `offset` to disk without waiting
-/// (`sync_file_range(2)` with SYNC_FILE_RANGE_WRITE; `len` 0 means to the end of the file).
-///
-/// Not a durability barrier: [`syncfs`] at the end of the unit of work still is. It only
-/// makes the disk write while the workers read and compress, instead of flushing every dirty
-/// byte at the end (on a machine with much memory the kernel would otherwise hold gigabytes
-/// dirty). Measured in docs/benchmarks.md. Failure is ignored: the later syncfs reports errors.
-pub fn start_writeback(f: &File, offset: u64, len: usize) {
-    // SAFETY: plain syscall on a descriptor we borrow for the duration of the call.
-    unsafe {
-        libc::sync_file_range(f.as_raw_fd(), offset as libc::off64_t, len as libc::off64_t, libc::SYNC_FILE_RANGE_WRITE);
-    }
-}
-
 /// fsync of a directory, so a rename or create inside it is durable.
 pub fn fsync_dir(dir: &Path) -> Result<()> {
     File::open(dir)
@@ -89,12 +73,8 @@ impl Storage for PosixStorage {
     fn put(&self, name: &str, data: &[u8]) -> Result<()> {
         let p = self.path(name);
         self.ensure_parent(&p)?;
-        let mut f = File::create(&p).map_err(|e| Error::io("create", &p, e))?;
-        f.write_all(data).map_err(|e| Error::io("write", &p, e))?;
-        if data.len() >= WRITEBACK_MIN {
-            start_writeback(&f, 0, 0);
-        }
-        Ok(())
+        let w = Writer::create(&p).map_err(|e| Error::io("create", &p, e))?;
+        w.write_at(data, 0).map_err(|e| Error::io("write", &p, e))
     }
 
     fn put_durable(&self, name: &str, data: &[u8]) -> Result<()> {
@@ -122,6 +102,14 @@ impl Storage for PosixStorage {
         f.read_exact_at(&mut buf, offset)
             .map_err(|e| Error::io("read", &p, e))?;
         Ok(buf)
+    }
+
+    fn get_aligned(&self, name: &str) -> Result<AlignedBuf> {
+        let p = self.path(name);
+        let size = fs::metadata(&p)
+            .map_err(|e| Error::io("stat", &p, e))?
+            .len();
+        direct::read_all(&p, size).map_err(|e| Error::io("read", &p, e))
     }
 
     fn get(&self, name: &str) -> Result<Vec<u8>> {

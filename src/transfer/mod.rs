@@ -16,6 +16,7 @@ pub mod sink;
 use crate::error::{Error, Result};
 use crate::pg::checksum::{self, PageVerdict, BLCKSZ, RELSEG_SIZE};
 use crate::repo::Piece;
+use crate::storage::direct::{aligned_buf, Reader};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
@@ -172,11 +173,7 @@ pub trait UnitSink: Sync {
     /// Makes one worker's state.
     fn new_state(&self) -> Result<Self::State>;
     /// Stores one unit and returns the manifest piece of each read piece, in order.
-    fn write_unit(
-        &self,
-        st: &mut Self::State,
-        pieces: &[ReadPiece],
-    ) -> Result<Vec<Piece>>;
+    fn write_unit(&self, st: &mut Self::State, pieces: &[ReadPiece]) -> Result<Vec<Piece>>;
 }
 
 /// What a copy produced, indexed like the file list.
@@ -263,7 +260,7 @@ fn worker<S: UnitSink>(
     outcome: &Mutex<CopyOutcome>,
 ) -> Result<()> {
     let mut state = sink.new_state()?;
-    let mut buf: Vec<u8> = Vec::new();
+    let mut buf = aligned_buf(CHUNK_SIZE as usize);
     loop {
         if shared.abort.load(Ordering::SeqCst) {
             return Ok(());
@@ -278,13 +275,13 @@ fn worker<S: UnitSink>(
         let mut errors = Vec::new();
         let mut vanished = Vec::new();
         let mut pos = 0usize;
-        let mut open: Option<(usize, File)> = None;
+        let mut open: Option<(usize, Reader)> = None;
         for spec in &unit.pieces {
             let f = &files[spec.file];
             let range = pos..pos + spec.len as usize;
             pos += spec.len as usize;
             if open.as_ref().map(|(i, _)| *i) != Some(spec.file) {
-                match File::open(&f.abs) {
+                match Reader::open(&f.abs) {
                     Ok(h) => open = Some((spec.file, h)),
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                         vanished.push(spec.file);
@@ -295,8 +292,10 @@ fn worker<S: UnitSink>(
             }
             let handle = &open.as_ref().expect("opened just above").1;
             let data = &mut buf[range.clone()];
-            read_padded(handle, data, spec.offset).map_err(|e| Error::io("read", &f.abs, e))?;
-            let zero_pages = scan_pages(f, spec, data, handle, opts, &mut errors);
+            handle
+                .read_padded(data, spec.offset)
+                .map_err(|e| Error::io("read", &f.abs, e))?;
+            let zero_pages = scan_pages(f, spec, data, handle.file(), opts, &mut errors);
             read.push((*spec, range, zero_pages));
         }
         let pieces: Vec<ReadPiece> = read

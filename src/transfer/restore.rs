@@ -6,6 +6,7 @@ use super::Progress;
 use crate::codec::{self, CompressType};
 use crate::error::{Error, Result};
 use crate::repo::{self, BackupManifest, Piece};
+use crate::storage::direct::{aligned_buf, AlignedBuf};
 use crate::storage::Storage;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -19,7 +20,7 @@ pub fn decode_piece(
     frame: &[u8],
     piece: &Piece,
     payload: &mut Vec<u8>,
-    logical: &mut Vec<u8>,
+    logical: &mut AlignedBuf,
 ) -> std::result::Result<(), String> {
     if frame.len() as u64 != piece.stored_size || codec::xxh3_hex(frame) != piece.stored_xxh3 {
         return Err("stored bytes do not match their checksum".into());
@@ -27,16 +28,15 @@ pub fn decode_piece(
     let ranges = super::nonzero_ranges(piece.logical_size as usize, &piece.zero_pages)
         .ok_or("the manifest's zero-page runs do not fit the piece")?;
     let payload_len: usize = ranges.iter().map(|r| r.1).sum();
+    logical.clear();
     if piece.zero_pages.is_empty() {
         // No holes: the frame expands straight into the logical bytes.
-        logical.clear();
-        codec::decompress(kind, frame, payload_len, logical)
-            .map_err(|e| format!("cannot decompress: {e}"))?;
+        logical.resize(payload_len, 0);
+        codec::decompress(kind, frame, logical).map_err(|e| format!("cannot decompress: {e}"))?;
     } else {
         payload.clear();
-        codec::decompress(kind, frame, payload_len, payload)
-            .map_err(|e| format!("cannot decompress: {e}"))?;
-        logical.clear();
+        payload.resize(payload_len, 0);
+        codec::decompress(kind, frame, payload).map_err(|e| format!("cannot decompress: {e}"))?;
         logical.resize(piece.logical_size as usize, 0);
         let mut src = 0usize;
         for (off, n) in ranges {
@@ -99,7 +99,8 @@ pub fn read_back(
     std::thread::scope(|s| {
         for _ in 0..jobs.max(1) {
             s.spawn(|| {
-                let (mut payload, mut logical) = (Vec::new(), Vec::new());
+                let (mut payload, mut logical) =
+                    (Vec::new(), aligned_buf(super::CHUNK_SIZE as usize));
                 while !abort.load(Ordering::SeqCst) {
                     let Some(w) = work.get(next.fetch_add(1, Ordering::SeqCst)) else {
                         break;
@@ -157,7 +158,7 @@ fn one_object(
     w: &ObjectWork,
     targets: Option<&[PathBuf]>,
     payload: &mut Vec<u8>,
-    logical: &mut Vec<u8>,
+    logical: &mut AlignedBuf,
     bad: &Mutex<Vec<String>>,
     progress: &dyn Progress,
 ) -> Result<()> {
@@ -170,7 +171,7 @@ fn one_object(
             .push(path.clone());
     };
     let object = match store.size(&name)? {
-        Some(n) if n == w.size => store.get(&name)?,
+        Some(n) if n == w.size => store.get_aligned(&name)?,
         found => {
             let why = match found {
                 None => "stored object is missing".to_string(),
@@ -212,7 +213,7 @@ pub fn restore_one(
     target: &PathBuf,
 ) -> Result<()> {
     let f = &m.files[file];
-    let (mut payload, mut logical) = (Vec::new(), Vec::new());
+    let (mut payload, mut logical) = (Vec::new(), aligned_buf(super::CHUNK_SIZE as usize));
     for p in &f.pieces {
         let frame = store.get_range(
             &repo::object_name(&m.stanza, &m.label, &p.object),

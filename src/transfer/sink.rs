@@ -4,9 +4,8 @@ use super::{nonzero_runs, ReadPiece, UnitSink};
 use crate::codec::{CompressType, Compression, Compressor};
 use crate::error::{Error, Result};
 use crate::repo::{self, Piece};
+use crate::storage::direct::{aligned_buf, AlignedBuf, Writer};
 use crate::storage::Storage;
-use std::fs::OpenOptions;
-use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
@@ -45,7 +44,7 @@ impl<'a> RepoSink<'a> {
 pub struct RepoState {
     compressor: Compressor,
     payload: Vec<u8>,
-    object: Vec<u8>,
+    object: AlignedBuf,
 }
 
 /// Object name of the `n`th object of a backup.
@@ -66,15 +65,11 @@ impl UnitSink for RepoSink<'_> {
         Ok(RepoState {
             compressor,
             payload: Vec::new(),
-            object: Vec::new(),
+            object: aligned_buf(super::CHUNK_SIZE as usize + super::CHUNK_SIZE as usize / 64),
         })
     }
 
-    fn write_unit(
-        &self,
-        st: &mut RepoState,
-        pieces: &[ReadPiece],
-    ) -> Result<Vec<Piece>> {
+    fn write_unit(&self, st: &mut RepoState, pieces: &[ReadPiece]) -> Result<Vec<Piece>> {
         let id = object_id(self.next_object.fetch_add(1, Ordering::Relaxed));
         st.object.clear();
         let mut out = Vec::with_capacity(pieces.len());
@@ -91,7 +86,12 @@ impl UnitSink for RepoSink<'_> {
             let start = st.object.len();
             st.compressor
                 .compress(payload, &mut st.object)
-                .map_err(|e| Error::Other(format!("{} compression failed at offset {}: {e}", self.compression.kind, p.spec.offset)))?;
+                .map_err(|e| {
+                    Error::Other(format!(
+                        "{} compression failed at offset {}: {e}",
+                        self.compression.kind, p.spec.offset
+                    ))
+                })?;
             let frame = &st.object[start..];
             out.push(Piece {
                 object: id.clone(),
@@ -154,22 +154,17 @@ impl UnitSink for DirSink<'_> {
     }
 }
 
-/// Writes the non-zero pages of `data` into the existing file `path` at `offset`.
+/// Writes the non-zero pages of `data` into the existing file `path` at `offset` (direct
+/// I/O for the aligned part, see [`crate::storage::direct`]).
 pub fn write_runs(path: &PathBuf, offset: u64, data: &[u8], zero_pages: &[[u32; 2]]) -> Result<()> {
     let runs = nonzero_runs(data, zero_pages);
     if runs.is_empty() {
         return Ok(());
     }
-    let f = OpenOptions::new()
-        .write(true)
-        .open(path)
-        .map_err(|e| Error::io("open", path, e))?;
+    let w = Writer::open(path).map_err(|e| Error::io("open", path, e))?;
     for (off, bytes) in runs {
-        f.write_all_at(bytes, offset + off as u64)
+        w.write_at(bytes, offset + off as u64)
             .map_err(|e| Error::io("write", path, e))?;
-    }
-    if data.len() >= crate::storage::posix::WRITEBACK_MIN {
-        crate::storage::posix::start_writeback(&f, offset, data.len());
     }
     Ok(())
 }

@@ -1,0 +1,213 @@
+//! Direct I/O (`O_DIRECT`) for the big sequential reads and writes of backups and restores.
+//!
+//! Measured on this project's machine (docs/benchmarks.md): reading a cold 1 GiB relation
+//! segment through the page cache runs at 613 MB/s and costs 1.65 s of kernel CPU; with
+//! O_DIRECT it runs at 1.8 GB/s for 0.05 s of CPU. Writing 2 GiB through the page cache and
+//! fsync runs at 408 MB/s (4.7 s of kernel CPU), and with O_DIRECT at 2.1 GB/s. A backup also
+//! should not push the database's working set out of the page cache.
+//!
+//! Direct I/O needs the buffer address, the file offset and the length aligned to
+//! [`ALIGN`]. The helpers here do the aligned head of each request directly and the unaligned
+//! rest (a file's tail, small files) through the page cache. Filesystems without O_DIRECT
+//! (tmpfs on older kernels) get plain buffered I/O.
+//! Direct writes are not durable by themselves; syncfs at the end of the unit of work is
+//! still the barrier.
+use aligned_vec::{AVec, ConstAlign};
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::Path;
+
+/// Alignment of buffers, offsets and lengths for direct I/O: 4096 bytes (a page; covers
+/// the 512- and 4096-byte logical blocks of common devices).
+pub const ALIGN: usize = 4096;
+
+/// A byte buffer whose start is aligned to [`ALIGN`].
+pub type AlignedBuf = AVec<u8, ConstAlign<ALIGN>>;
+
+/// An empty aligned buffer with room for `cap` bytes.
+pub fn aligned_buf(cap: usize) -> AlignedBuf {
+    AVec::with_capacity(ALIGN, cap)
+}
+
+fn aligned(n: u64) -> bool {
+    n.is_multiple_of(ALIGN as u64)
+}
+
+/// Splits a request on `buf` at `offset` into (direct head length, rest), the head being
+/// the largest aligned prefix when address and offset are aligned.
+fn split(ptr: *const u8, offset: u64, len: usize) -> usize {
+    if aligned(ptr as u64) && aligned(offset) {
+        len - len % ALIGN
+    } else {
+        0
+    }
+}
+
+fn open_direct(path: &Path, write: bool) -> Option<File> {
+    let mut o = OpenOptions::new();
+    o.read(!write).write(write).custom_flags(libc::O_DIRECT);
+    o.open(path).ok()
+}
+
+/// A file opened for reading, with a direct handle when the filesystem allows it.
+pub struct Reader {
+    buffered: File,
+    direct: Option<File>,
+}
+
+impl Reader {
+    /// Opens `path`. Errors as `File::open` (NotFound for a file that vanished).
+    pub fn open(path: &Path) -> io::Result<Reader> {
+        let buffered = File::open(path)?;
+        Ok(Reader {
+            buffered,
+            direct: open_direct(path, false),
+        })
+    }
+
+    /// The buffered handle (for small re-reads).
+    pub fn file(&self) -> &File {
+        &self.buffered
+    }
+
+    /// Fills `buf` from `offset`; bytes past the end of the file are zero.
+    pub fn read_padded(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        let mut done = 0usize;
+        if let Some(d) = &self.direct {
+            let head = split(buf.as_ptr(), offset, buf.len());
+            while done < head {
+                match d.read_at(&mut buf[done..head], offset + done as u64) {
+                    Ok(0) => {
+                        buf[done..].fill(0);
+                        return Ok(());
+                    }
+                    Ok(n) if n % ALIGN == 0 => done += n,
+                    // A short, unaligned read: the end of the file. Finish through the cache.
+                    Ok(n) => {
+                        done += n;
+                        break;
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) if e.raw_os_error() == Some(libc::EINVAL) => break,
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        while done < buf.len() {
+            match self
+                .buffered
+                .read_at(&mut buf[done..], offset + done as u64)
+            {
+                Ok(0) => {
+                    buf[done..].fill(0);
+                    break;
+                }
+                Ok(n) => done += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A file opened for writing, with a direct handle when the filesystem allows it.
+pub struct Writer {
+    buffered: File,
+    direct: Option<File>,
+}
+
+impl Writer {
+    /// Opens an existing file for writing.
+    pub fn open(path: &Path) -> io::Result<Writer> {
+        let buffered = OpenOptions::new().write(true).open(path)?;
+        Ok(Writer {
+            buffered,
+            direct: open_direct(path, true),
+        })
+    }
+
+    /// Creates (or truncates) `path` for writing.
+    pub fn create(path: &Path) -> io::Result<Writer> {
+        let buffered = File::create(path)?;
+        Ok(Writer {
+            buffered,
+            direct: open_direct(path, true),
+        })
+    }
+
+    /// Writes all of `data` at `offset`: the aligned head directly, the rest buffered.
+    pub fn write_at(&self, data: &[u8], offset: u64) -> io::Result<()> {
+        let mut done = 0usize;
+        if let Some(d) = &self.direct {
+            let head = split(data.as_ptr(), offset, data.len());
+            if head > 0 {
+                match d.write_all_at(&data[..head], offset) {
+                    Ok(()) => done = head,
+                    Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        if done < data.len() {
+            self.buffered
+                .write_all_at(&data[done..], offset + done as u64)?;
+        }
+        Ok(())
+    }
+
+    /// The buffered handle.
+    pub fn file(&self) -> &File {
+        &self.buffered
+    }
+}
+
+/// Reads all of `path` (`size` bytes, known from the caller) into an aligned buffer.
+pub fn read_all(path: &Path, size: u64) -> io::Result<AlignedBuf> {
+    let r = Reader::open(path)?;
+    let mut buf = aligned_buf(size as usize);
+    buf.resize(size as usize, 0);
+    r.read_padded(&mut buf, 0)?;
+    let actual = r.buffered.metadata()?.len();
+    if actual != size {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            format!("{} has {actual} bytes, expected {size}", path.display()),
+        ));
+    }
+    Ok(buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_aligned_and_unaligned() {
+        let dir = tempfile::tempdir_in("/var/tmp").unwrap_or_else(|_| tempfile::tempdir().unwrap());
+        let p = dir.path().join("f");
+        let mut data = aligned_buf(3 * ALIGN + 100);
+        data.extend_from_slice(
+            &(0..3 * ALIGN + 100)
+                .map(|i| (i % 251) as u8)
+                .collect::<Vec<_>>(),
+        );
+        let w = Writer::create(&p).unwrap();
+        w.write_at(&data, 0).unwrap();
+        w.write_at(&data[1..50], 3 * ALIGN as u64 + 200).unwrap();
+        drop(w);
+        let back = std::fs::read(&p).unwrap();
+        assert_eq!(&back[..data.len()], &data[..]);
+        assert_eq!(&back[3 * ALIGN + 200..3 * ALIGN + 249], &data[1..50]);
+        let r = Reader::open(&p).unwrap();
+        let mut buf = aligned_buf(4 * ALIGN);
+        buf.resize(4 * ALIGN, 7);
+        r.read_padded(&mut buf, 0).unwrap();
+        assert_eq!(&buf[..back.len()], &back[..]);
+        assert!(buf[back.len()..].iter().all(|b| *b == 0));
+        let all = read_all(&p, back.len() as u64).unwrap();
+        assert_eq!(&all[..], &back[..]);
+        assert!(read_all(&p, 5).is_err());
+    }
+}
