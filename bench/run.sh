@@ -416,6 +416,8 @@ write_report() {
             echo "**page cache NOT dropped** before the timed runs (drop_caches not permitted here)."
         fi
         echo
+        echo "What bounds each number, and how earlier designs measured: [benchmark-notes.md](benchmark-notes.md)."
+        echo
         echo "## Machine and versions"
         echo
         echo "- CPUs (\`nproc\`): $(nproc); $(awk '/model name/ {sub(/.*: /, ""); print; exit}' /proc/cpuinfo)"
