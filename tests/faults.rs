@@ -343,15 +343,7 @@ fn e_flipped_byte() {
         pieces.len()
     );
 
-    let r = pgjet(&args![
-        "verify",
-        "--stanza",
-        "main",
-        "--repo-path",
-        repo.display(),
-        "--set",
-        fx.label
-    ]);
+    let r = pgjet(&verify_args(&repo, &fx.label));
     assert!(
         !r.success(),
         "verify must fail after a flipped byte in a piece of {path}:\n{r}"

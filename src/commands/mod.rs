@@ -255,14 +255,23 @@ mod tests {
     fn tablespace_map_values() {
         let m = parse_tablespace_map(&["ts1=/srv/a".into(), "16385=/srv/b".into()]).unwrap();
         assert_eq!(mapped_dir(&m, 16400, "ts1"), Some(PathBuf::from("/srv/a")));
-        assert_eq!(mapped_dir(&m, 16385, "other"), Some(PathBuf::from("/srv/b")));
+        assert_eq!(
+            mapped_dir(&m, 16385, "other"),
+            Some(PathBuf::from("/srv/b"))
+        );
         assert_eq!(mapped_dir(&m, 1, "none"), None);
         for bad in ["ts1", "=/srv", "ts1=", "ts1=relative/dir"] {
-            assert!(matches!(parse_tablespace_map(&[bad.into()]), Err(Error::Config(_))), "{bad}");
+            assert!(
+                matches!(parse_tablespace_map(&[bad.into()]), Err(Error::Config(_))),
+                "{bad}"
+            );
         }
         assert!(check_map_used(&m, &[(16400, "ts1".into()), (16385, "x".into())]).is_ok());
         assert!(check_map_used(&m, &[(16400, "ts1".into())]).is_err());
-        assert_eq!(remap_tablespace_map(&[(16400, PathBuf::from("/srv/a"))]), "16400 /srv/a\n");
+        assert_eq!(
+            remap_tablespace_map(&[(16400, PathBuf::from("/srv/a"))]),
+            "16400 /srv/a\n"
+        );
     }
 
     #[test]
@@ -272,11 +281,15 @@ mod tests {
         assert!(check_empty_target(&missing, "target").is_ok());
         assert!(check_empty_target(d.path(), "target").is_ok());
         fs::write(d.path().join("x"), b"1").unwrap();
-        let e = check_empty_target(d.path(), "target").unwrap_err().to_string();
+        let e = check_empty_target(d.path(), "target")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("not empty"), "{e}");
         assert!(check_empty_target(&d.path().join("x"), "target").is_err());
         fs::write(d.path().join("postmaster.pid"), b"1").unwrap();
-        let e = check_empty_target(d.path(), "target").unwrap_err().to_string();
+        let e = check_empty_target(d.path(), "target")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("postmaster.pid"), "{e}");
     }
 
@@ -284,7 +297,9 @@ mod tests {
     fn labels_sort_by_time() {
         use chrono::TimeZone;
         let a = chrono::Utc.with_ymd_and_hms(2026, 11, 21, 8, 5, 9).unwrap();
-        let b = chrono::Utc.with_ymd_and_hms(2026, 11, 21, 10, 0, 0).unwrap();
+        let b = chrono::Utc
+            .with_ymd_and_hms(2026, 11, 21, 10, 0, 0)
+            .unwrap();
         assert_eq!(new_label(a), "20261121-080509F");
         assert!(new_label(a) < new_label(b));
     }

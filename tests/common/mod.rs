@@ -855,26 +855,10 @@ pub fn load_random(server: &Server, db: &str, table: &str, bytes: usize) {
             copy.push_str(&hex::encode(&buf));
             copy.push('\n');
         }
-        let r = run_as_postgres(
-            &server.pg.tool("psql"),
-            &args![
-                "-X",
-                "-At",
-                "-v",
-                "ON_ERROR_STOP=1",
-                "-h",
-                server.sock.display(),
-                "-p",
-                server.port,
-                "-U",
-                "postgres",
-                "-d",
-                db,
-                "-c",
-                format!("COPY {table} (id, b) FROM STDIN")
-            ],
-            Some(copy.as_bytes()),
-        );
+        // COPY ... FROM STDIN in a script read from stdin takes its rows from the script.
+        copy.insert_str(0, &format!("COPY {table} (id, b) FROM STDIN;\n"));
+        copy.push_str("\\.\n");
+        let r = server.psql_run(db, &copy);
         assert!(r.success(), "COPY into {table} failed:\n{r}");
     }
 }
@@ -1163,6 +1147,19 @@ pub fn restore_args(repo: &Path, target: &Path, set: &str, ts_map: &str) -> Vec<
     ]
 }
 
+/// `verify --set SET` of stanza main in `repo`.
+pub fn verify_args(repo: &Path, set: &str) -> Vec<String> {
+    args![
+        "verify",
+        "--stanza",
+        "main",
+        "--repo-path",
+        repo.display(),
+        "--set",
+        set
+    ]
+}
+
 /// Parse manifest.json of a backup.
 pub fn read_manifest(dir: &Path) -> serde_json::Value {
     let p = dir.join("manifest.json");
@@ -1419,15 +1416,7 @@ pub fn version_scenario(pg: Pg) {
     );
     let _ = fs::remove_dir_all(&restored);
     let _ = fs::remove_dir_all(&ts_new);
-    pgjet_ok(&args![
-        "verify",
-        "--stanza",
-        "main",
-        "--repo-path",
-        repo.display(),
-        "--set",
-        labels[3]
-    ]);
+    pgjet_ok(&verify_args(&repo, &labels[3]));
 
     // 4. replica-create with a slot, started by pgjet.
     let replica_dir = cluster.new_dir("replica");
