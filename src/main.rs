@@ -28,6 +28,14 @@ fn print_json<T: serde::Serialize>(v: &T) -> Result<(), Error> {
 fn run(cli: Cli) -> Result<(), Error> {
     let s = Settings::resolve(&cli.global)?;
     init_logging(&s.log_level);
+    // Like PostgreSQL's own server tools: files pgjet writes must belong to the cluster's owner.
+    let writes_cluster_files = !matches!(cli.command, Command::Info | Command::Verify(_));
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if writes_cluster_files && unsafe { libc::geteuid() } == 0 {
+        return Err(Error::Unsafe(
+            "pgjet must not run as root: it would leave files PostgreSQL cannot use; run it as the OS user that owns the cluster, e.g. `sudo -u postgres pgjet ...`".into(),
+        ));
+    }
     let json = s.output == Output::Json;
     let progress = term::TermProgress::for_stderr(json);
     match cli.command {

@@ -720,3 +720,32 @@ fn i_replica_create_refuses_used_targets() {
         "a refused replica-create left a replication slot"
     );
 }
+
+/// j. pgjet refuses to run as root for commands that write cluster or repository files.
+#[test]
+fn j_refuses_root() {
+    let c = &fx().cluster;
+    let out = Command::new(pgjet_bin())
+        .args(c.stanza_args(&c.repo))
+        .arg("check")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).to_lowercase();
+    assert!(
+        !out.status.success() && err.contains("root"),
+        "running as root must be refused: {err}"
+    );
+    // Read-only commands are fine as root.
+    let out = Command::new(pgjet_bin())
+        .args(["info", "--repo-path"])
+        .arg(&c.repo)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "info as root: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
