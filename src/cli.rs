@@ -155,3 +155,34 @@ pub struct ReplicaArgs {
     #[arg(long, value_name = "DIR")]
     pub pg_bin: Option<PathBuf>,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Settings;
+
+    #[test]
+    fn environment_fills_in_and_flags_win() {
+        // Only this test sets PGJET_* variables in the test process.
+        std::env::set_var("PGJET_REPO_PATH", "/from/env");
+        std::env::set_var("PGJET_PG_PORT", "6001");
+        let cli = Cli::try_parse_from(["pgjet", "--stanza", "main", "--pg-port", "7001", "info"])
+            .unwrap();
+        let s = Settings::resolve(&cli.global).unwrap();
+        std::env::remove_var("PGJET_REPO_PATH");
+        std::env::remove_var("PGJET_PG_PORT");
+        assert_eq!(
+            s.repo_path.as_deref(),
+            Some(std::path::Path::new("/from/env"))
+        );
+        assert_eq!(s.pg_port, 7001);
+        assert!(
+            Cli::try_parse_from(["pgjet", "--process-max", "3", "info"])
+                .unwrap()
+                .global
+                .jobs
+                == Some(3)
+        );
+        assert!(Cli::try_parse_from(["pgjet", "restore", "--type", "bogus"]).is_err());
+    }
+}
