@@ -55,6 +55,18 @@ pub fn source_files(listing: &Listing) -> (Vec<SourceFile>, Option<SourceFile>) 
     (files, control)
 }
 
+/// Fails when any of `files` vanished during the copy: for pg_control and the backup's WAL
+/// that means the backup cannot be restored (a WAL segment was removed or recycled).
+pub fn require_all(files: &[SourceFile], vanished: &[bool]) -> Result<()> {
+    match files.iter().zip(vanished).find(|(_, gone)| **gone) {
+        Some((f, _)) => Err(Error::Unsafe(format!(
+            "{} disappeared while it was being copied; the backup would not be restorable",
+            f.abs.display()
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// Turns copied files and their outcome into manifest entries, leaving out vanished files.
 pub fn entries(files: &[SourceFile], out: CopyOutcome) -> (Vec<repo::FileEntry>, usize) {
     let mut errors = 0;
@@ -132,6 +144,7 @@ pub fn run(s: &Settings, args: &BackupArgs, progress: &dyn Progress) -> Result<B
     let out = copy_files(&files, &opts, &sink, progress)?;
     let controls = [control];
     let out_control = copy_files(&controls, &opts, &sink, progress)?;
+    require_all(&controls, &out_control.vanished)?;
     let stop = sess.backup_stop()?;
     let label_info = parse_backup_label(&stop.backup_label).map_err(|e| {
         Error::Other(format!(
@@ -153,6 +166,8 @@ pub fn run(s: &Settings, args: &BackupArgs, progress: &dyn Progress) -> Result<B
         ..opts
     };
     let out_wal = copy_files(&wal, &wal_opts, &sink, progress)?;
+    require_all(&wal, &out_wal.vanished)?;
+    sess.check_slot_holds(&slot)?;
     progress.finish();
     sess.close();
 

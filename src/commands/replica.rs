@@ -13,7 +13,7 @@ use super::*;
 use crate::cli::ReplicaArgs;
 use crate::pg::datadir;
 use crate::pg::lsn::parse_backup_label;
-use crate::pg::session::quote_literal;
+use crate::pg::session::{quote_conf_value, quote_literal};
 use crate::transfer::sink::DirSink;
 use crate::transfer::{copy_files, Progress, ReadOptions};
 use std::process::Command;
@@ -68,18 +68,19 @@ pub fn run(s: &Settings, args: &ReplicaArgs, progress: &dyn Progress) -> Result<
         check_empty_target(&dir, &format!("tablespace {name} (OID {oid}) directory"))?;
     }
 
+    if let Some(name) = &args.slot {
+        if sess.slot_wal_status(name)?.is_some() {
+            return Err(Error::Unsafe(format!(
+                "replication slot {name} already exists on the primary; choose another --slot or drop it"
+            )));
+        }
+    }
     let clock = Instant::now();
-    let slot_name = match &args.slot {
-        Some(name) => {
-            sess.create_physical_slot(name, false)?;
-            name.clone()
-        }
-        None => {
-            let n = format!("pgjet_{}", std::process::id());
-            sess.create_physical_slot(&n, true)?;
-            n
-        }
-    };
+    // The copy runs under a temporary slot, made before the backup starts: it dies with this
+    // session if pgjet is killed, so a failed clone leaks nothing. --slot is made permanent
+    // only once the copy has succeeded, as a copy that keeps the temporary slot's restart LSN.
+    let temp_slot = format!("pgjet_{}", std::process::id());
+    sess.create_physical_slot(&temp_slot, true)?;
     let res = copy_and_configure(
         s,
         args,
@@ -89,12 +90,15 @@ pub fn run(s: &Settings, args: &ReplicaArgs, progress: &dyn Progress) -> Result<
         &target,
         &tablespaces,
         &map,
+        &temp_slot,
         progress,
     );
     if let Err(e) = res {
-        if args.slot.is_some() {
-            if let Err(d) = sess.drop_slot(&slot_name) {
-                tracing::warn!("could not drop slot {slot_name} after the failure: {d}");
+        if let Some(name) = &args.slot {
+            if sess.slot_wal_status(name).ok().flatten().is_some() {
+                if let Err(d) = sess.drop_slot(name) {
+                    tracing::warn!("could not drop slot {name} after the failure: {d}");
+                }
             }
         }
         let _ = fs::remove_file(target.join("global/pg_control"));
@@ -118,11 +122,32 @@ pub fn run(s: &Settings, args: &ReplicaArgs, progress: &dyn Progress) -> Result<
     })
 }
 
-/// application_name the standby uses in primary_conninfo (to find it in pg_stat_replication).
+/// application_name the standby uses in primary_conninfo (to find it in
+/// pg_stat_replication): the one --source gives, else the slot name or `pgjet_standby_<port>`.
 fn standby_app_name(s: &Settings, args: &ReplicaArgs) -> String {
-    args.slot
-        .clone()
+    args.source
+        .parse::<tokio_postgres::Config>()
+        .ok()
+        .and_then(|c| c.get_application_name().map(str::to_owned))
+        .or_else(|| args.slot.clone())
         .unwrap_or_else(|| format!("pgjet_standby_{}", s.pg_port))
+}
+
+/// primary_conninfo: --source with `application_name` added when it has none (as a
+/// key=value pair, or a URI query parameter).
+fn standby_conninfo(source: &str, app: &str) -> String {
+    let has_app = source
+        .parse::<tokio_postgres::Config>()
+        .ok()
+        .is_some_and(|c| c.get_application_name().is_some());
+    if has_app {
+        source.to_string()
+    } else if source.contains("://") {
+        let sep = if source.contains('?') { '&' } else { '?' };
+        format!("{source}{sep}application_name={app}")
+    } else {
+        format!("{source} application_name={app}")
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -135,6 +160,7 @@ fn copy_and_configure(
     target: &Path,
     tablespaces: &[(u32, String, String)],
     map: &[(String, PathBuf)],
+    temp_slot: &str,
     progress: &dyn Progress,
 ) -> Result<u64> {
     let start_lsn = sess.backup_start(
@@ -175,6 +201,8 @@ fn copy_and_configure(
             "{bad} page(s) of the primary failed checksum validation (see the warnings above)"
         );
     }
+    // pg_control is read before the backup stops, as basebackup.c sends it, and written last.
+    let control_bytes = fs::read(&control.abs).map_err(|e| Error::io("read", &control.abs, e))?;
     let stop = sess.backup_stop()?;
     let label = parse_backup_label(&stop.backup_label).map_err(|e| {
         Error::Other(format!(
@@ -198,7 +226,7 @@ fn copy_and_configure(
         verify_checksums: false,
         ..opts
     };
-    copy_files(
+    let wal_out = copy_files(
         &wal,
         &wal_opts,
         &DirSink {
@@ -206,7 +234,12 @@ fn copy_and_configure(
         },
         progress,
     )?;
+    super::backup::require_all(&wal, &wal_out.vanished)?;
+    sess.check_slot_holds(temp_slot)?;
     progress.finish();
+    if let Some(name) = &args.slot {
+        sess.copy_slot_permanent(temp_slot, name)?;
+    }
     let kept: Vec<(PathBuf, i64)> = files
         .iter()
         .zip(targets)
@@ -224,16 +257,13 @@ fn copy_and_configure(
             remap_tablespace_map(&locations).as_bytes(),
         )?;
     }
-    let mut conninfo = args.source.clone();
-    if !conninfo.contains("application_name") && !conninfo.contains("://") {
-        conninfo.push_str(&format!(" application_name={}", standby_app_name(s, args)));
-    }
+    let conninfo = standby_conninfo(&args.source, &standby_app_name(s, args));
     let mut lines = vec![
         "# standby settings added by pgjet replica-create".to_string(),
-        format!("primary_conninfo = {}", quote_literal(&conninfo)),
+        format!("primary_conninfo = {}", quote_conf_value(&conninfo)),
     ];
     if let Some(slot) = &args.slot {
-        lines.push(format!("primary_slot_name = {}", quote_literal(slot)));
+        lines.push(format!("primary_slot_name = {}", quote_conf_value(slot)));
     }
     if s.pg_port != crate::config::DEFAULT_PG_PORT || args.start {
         lines.push(format!("port = {}", s.pg_port));
@@ -242,26 +272,7 @@ fn copy_and_configure(
     write_file(&target.join("standby.signal"), b"")?;
     sync_all(target, &locations)?;
     // Last: pg_control.
-    let controls = [control];
-    let control_target = create_files(
-        target,
-        &[(
-            controls[0].path.as_str(),
-            controls[0].size,
-            controls[0].mode,
-        )],
-    )?;
-    copy_files(
-        &controls,
-        &opts,
-        &DirSink {
-            targets: &control_target,
-        },
-        progress,
-    )?;
-    std::fs::File::open(&control_target[0])
-        .and_then(|f| f.sync_all())
-        .map_err(|e| Error::io("fsync", &control_target[0], e))?;
+    write_file(&target.join(&control.path), &control_bytes)?;
     crate::storage::posix::fsync_dir(&target.join("global"))?;
     Ok(total)
 }
@@ -341,5 +352,30 @@ fn start_standby(
             )));
         }
         std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn application_name_is_added_once() {
+        assert_eq!(
+            standby_conninfo("host=/s port=5", "a"),
+            "host=/s port=5 application_name=a"
+        );
+        assert_eq!(
+            standby_conninfo("host=/s application_name=x", "a"),
+            "host=/s application_name=x"
+        );
+        assert_eq!(
+            standby_conninfo("postgresql://u@h/db", "a"),
+            "postgresql://u@h/db?application_name=a"
+        );
+        assert_eq!(
+            standby_conninfo("postgresql://u@h/db?sslmode=disable", "a"),
+            "postgresql://u@h/db?sslmode=disable&application_name=a"
+        );
     }
 }

@@ -130,7 +130,15 @@ impl Session {
                 target: target.clone(),
                 source,
             })?;
-        Ok(Session { rt, client, target })
+        let sess = Session { rt, client, target };
+        // A backup session waits on checkpoints and then sits idle while files are copied:
+        // server-side timeouts set for the role or database must not end it.
+        sess.query_strings(
+            "disable session timeouts",
+            "SET statement_timeout = 0; SET lock_timeout = 0; \
+             SET idle_in_transaction_session_timeout = 0; SET idle_session_timeout = 0",
+        )?;
+        Ok(sess)
     }
 
     /// Where this session is connected, for messages.
@@ -239,6 +247,41 @@ impl Session {
         parse_lsn(r.first().cloned().flatten())
     }
 
+    /// The WAL reservation state of slot `name` (`wal_status` of pg_replication_slots:
+    /// reserved, extended, unreserved or lost); None when the slot does not exist.
+    pub fn slot_wal_status(&self, name: &str) -> Result<Option<String>> {
+        let rows = self.query_strings("read slot state", &format!(
+            "SELECT coalesce(wal_status, 'reserved') FROM pg_replication_slots WHERE slot_name = {}", quote_literal(name)))?;
+        Ok(rows
+            .into_iter()
+            .next()
+            .and_then(|r| r.into_iter().next().flatten()))
+    }
+
+    /// Makes permanent slot `dst` as a copy of `src`, keeping its restart LSN
+    /// (pg_copy_physical_replication_slot, PostgreSQL 12+).
+    pub fn copy_slot_permanent(&self, src: &str, dst: &str) -> Result<()> {
+        self.query_strings(
+            "copy replication slot",
+            &format!(
+                "SELECT pg_copy_physical_replication_slot({}, {}, false)",
+                quote_literal(src),
+                quote_literal(dst)
+            ),
+        )?;
+        Ok(())
+    }
+
+    /// Fails when the slot's WAL is no longer protected (the backup's WAL may be gone).
+    pub fn check_slot_holds(&self, name: &str) -> Result<()> {
+        match self.slot_wal_status(name)?.as_deref() {
+            Some("reserved") | Some("extended") => Ok(()),
+            other => Err(Error::Unsafe(format!(
+                "replication slot {name} no longer protects the backup's WAL (wal_status {}); check max_slot_wal_keep_size",
+                other.unwrap_or("missing")))),
+        }
+    }
+
     /// Drops a replication slot (used to undo a permanent slot when replica-create fails).
     pub fn drop_slot(&self, name: &str) -> Result<()> {
         self.query_strings(
@@ -290,4 +333,22 @@ fn parse_lsn(s: Option<String>) -> Result<Lsn> {
 /// Quotes `s` as an SQL string literal.
 pub fn quote_literal(s: &str) -> String {
     format!("'{}'", s.replace('\'', "''"))
+}
+
+/// Quotes `s` as a value in postgresql.conf / postgresql.auto.conf, whose parser treats a
+/// backslash as an escape inside quotes (src/backend/utils/misc/guc-file.l): both `'` and
+/// `\` are doubled, as pg_basebackup does for primary_conninfo.
+pub fn quote_conf_value(s: &str) -> String {
+    format!("'{}'", s.replace('\\', "\\\\").replace('\'', "''"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoting() {
+        assert_eq!(quote_literal("it's"), "'it''s'");
+        assert_eq!(quote_conf_value("password=a\\b'c"), "'password=a\\\\b''c'");
+    }
 }

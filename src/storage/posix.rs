@@ -80,7 +80,9 @@ impl Storage for PosixStorage {
     fn put_durable(&self, name: &str, data: &[u8]) -> Result<()> {
         let p = self.path(name);
         self.ensure_parent(&p)?;
-        let tmp = p.with_extension("tmp");
+        let mut tmp = p.clone().into_os_string();
+        tmp.push(".tmp");
+        let tmp = PathBuf::from(tmp);
         {
             let mut f = OpenOptions::new()
                 .write(true)
