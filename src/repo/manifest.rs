@@ -1,7 +1,12 @@
 //! The backup manifest (`manifest.json`): everything needed to verify and restore a backup.
 use crate::codec::Compression;
+use crate::pg::checksum::BLCKSZ;
 use crate::pg::lsn::Lsn;
 use serde::{Deserialize, Serialize};
+use std::collections::HashSet;
+
+/// The most logical bytes one piece (and so one chunk or bundle) holds: 8 MiB.
+pub const MAX_PIECE_SIZE: u64 = 8 << 20;
 
 /// One stored frame: a contiguous range of a file's logical bytes, compressed on its own.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -105,4 +110,209 @@ pub struct BackupManifest {
     pub stored_size: u64,
     pub directories: Vec<DirEntry>,
     pub files: Vec<FileEntry>,
+}
+
+/// The (offset, length) ranges of a piece of `len` bytes that are not in `zero_pages`, in
+/// order. None when the runs are out of order or reach past `len` (a damaged manifest).
+pub fn nonzero_ranges(len: usize, zero_pages: &[[u32; 2]]) -> Option<Vec<(usize, usize)>> {
+    let mut out = Vec::with_capacity(zero_pages.len() + 1);
+    let mut pos = 0usize;
+    for r in zero_pages {
+        let start = (r[0] as usize).checked_mul(BLCKSZ)?;
+        let end = (r[0] as usize)
+            .checked_add(r[1] as usize)?
+            .checked_mul(BLCKSZ)?;
+        if start < pos || end > len {
+            return None;
+        }
+        if start > pos {
+            out.push((pos, start - pos));
+        }
+        pos = end;
+    }
+    if pos < len {
+        out.push((pos, len - pos));
+    }
+    Some(out)
+}
+
+/// True for a relative '/'-separated path with no empty, `.` or `..` component and no NUL.
+pub fn is_safe_relative_path(p: &str) -> bool {
+    !p.is_empty()
+        && !p.contains('\0')
+        && p.split('/').all(|c| !c.is_empty() && c != "." && c != "..")
+}
+
+impl BackupManifest {
+    /// Checks everything restore and verify rely on, so a damaged or edited manifest is
+    /// refused before any byte is written: safe unique paths, object names of digits only,
+    /// pieces that cover each file exactly and in order, frame and piece sizes within the
+    /// format's bounds, zero-page runs inside their piece, a pg_control, and a file for
+    /// every WAL segment named. Returns what is wrong.
+    pub fn validate(&self) -> Result<(), String> {
+        let mut seen = HashSet::new();
+        for d in &self.directories {
+            if !is_safe_relative_path(&d.path) {
+                return Err(format!(
+                    "directory path {:?} is not a safe relative path",
+                    d.path
+                ));
+            }
+        }
+        for f in &self.files {
+            if !is_safe_relative_path(&f.path) {
+                return Err(format!(
+                    "file path {:?} is not a safe relative path",
+                    f.path
+                ));
+            }
+            if !seen.insert(f.path.as_str()) {
+                return Err(format!("file {} is listed twice", f.path));
+            }
+            let mut expected = 0u64;
+            for p in &f.pieces {
+                if p.object.is_empty()
+                    || p.object.len() > 20
+                    || !p.object.bytes().all(|b| b.is_ascii_digit())
+                {
+                    return Err(format!(
+                        "{}: object name {:?} is not valid",
+                        f.path, p.object
+                    ));
+                }
+                if p.logical_offset != expected
+                    || p.logical_size == 0
+                    || p.logical_size > MAX_PIECE_SIZE
+                {
+                    return Err(format!(
+                        "{}: pieces do not cover the file in order at offset {expected}",
+                        f.path
+                    ));
+                }
+                if p.stored_size > MAX_PIECE_SIZE + MAX_PIECE_SIZE / 8 + 4096
+                    || p.offset.checked_add(p.stored_size).is_none()
+                {
+                    return Err(format!(
+                        "{}: a frame of {} bytes is out of bounds",
+                        f.path, p.stored_size
+                    ));
+                }
+                if nonzero_ranges(p.logical_size as usize, &p.zero_pages).is_none() {
+                    return Err(format!("{}: zero-page runs do not fit their piece", f.path));
+                }
+                expected += p.logical_size;
+            }
+            if expected != f.size {
+                return Err(format!(
+                    "{}: pieces cover {expected} of {} bytes",
+                    f.path, f.size
+                ));
+            }
+        }
+        if !seen.contains("global/pg_control") {
+            return Err("global/pg_control is missing".into());
+        }
+        for seg in &self.wal_segments {
+            if !seen.contains(format!("pg_wal/{seg}").as_str()) {
+                return Err(format!("WAL segment {seg} is named but not stored"));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> BackupManifest {
+        let piece = |off: u64, size: u64| {
+            serde_json::json!({"object": "000001", "offset": 0, "stored_size": 10, "stored_xxh3": "x",
+                "logical_offset": off, "logical_size": size, "xxh3": "y", "crc32c": 0})
+        };
+        serde_json::from_value(serde_json::json!({
+            "format": 1, "label": "L", "type": "full", "stanza": "s", "system_identifier": "1",
+            "pg_version": "15", "pg_version_num": 150000, "catalog_version": 1,
+            "start_time": "", "stop_time": "", "start_lsn": "0/1", "stop_lsn": "0/2", "timeline": 1,
+            "wal_segment_size": 16777216, "block_size": 8192, "data_checksums": true,
+            "compression": {"type": "zstd", "level": 1}, "backup_label": "", "tablespace_map": null,
+            "tablespaces": [], "wal_segments": ["000000010000000000000001"], "size": 0, "stored_size": 0,
+            "directories": [{"path": "base", "mode": 448}],
+            "files": [
+                {"path": "global/pg_control", "size": 8192, "mtime": 0, "mode": 384, "crc32c": 0, "pieces": [piece(0, 8192)]},
+                {"path": "base/1/2", "size": 9437184, "mtime": 0, "mode": 384, "crc32c": 0,
+                 "pieces": [piece(0, 8388608), piece(8388608, 1048576)]},
+                {"path": "pg_wal/000000010000000000000001", "size": 0, "mtime": 0, "mode": 384, "crc32c": 0, "pieces": []}
+            ]
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_good_manifest_passes() {
+        sample().validate().unwrap();
+    }
+
+    #[test]
+    fn damaged_manifests_are_refused() {
+        let cases: Vec<(&str, Box<dyn Fn(&mut BackupManifest)>)> = vec![
+            (
+                "safe",
+                Box::new(|m| m.files[1].path = "../../etc/passwd".into()),
+            ),
+            ("safe", Box::new(|m| m.directories[0].path = "/etc".into())),
+            (
+                "twice",
+                Box::new(|m| m.files[1].path = "global/pg_control".into()),
+            ),
+            (
+                "object",
+                Box::new(|m| m.files[1].pieces[0].object = "../x".into()),
+            ),
+            (
+                "cover",
+                Box::new(|m| {
+                    m.files[1].pieces.remove(0);
+                }),
+            ),
+            ("cover", Box::new(|m| m.files[1].size += 1)),
+            (
+                "cover",
+                Box::new(|m| m.files[1].pieces[1].logical_size = MAX_PIECE_SIZE + 1),
+            ),
+            (
+                "bounds",
+                Box::new(|m| m.files[1].pieces[0].stored_size = u64::MAX),
+            ),
+            (
+                "zero-page",
+                Box::new(|m| m.files[1].pieces[1].zero_pages = vec![[100, 100]]),
+            ),
+            (
+                "pg_control",
+                Box::new(|m| m.files[0].path = "global/other".into()),
+            ),
+            (
+                "WAL segment",
+                Box::new(|m| m.wal_segments.push("000000010000000000000002".into())),
+            ),
+        ];
+        for (want, damage) in cases {
+            let mut m = sample();
+            damage(&mut m);
+            let err = m.validate().unwrap_err();
+            assert!(err.contains(want), "expected '{want}' in: {err}");
+        }
+    }
+
+    #[test]
+    fn zero_page_ranges() {
+        assert_eq!(
+            nonzero_ranges(5 * BLCKSZ + 10, &[[1, 2], [4, 1]]).unwrap(),
+            vec![(0, BLCKSZ), (3 * BLCKSZ, BLCKSZ), (5 * BLCKSZ, 10)]
+        );
+        assert!(nonzero_ranges(BLCKSZ, &[[0, 2]]).is_none());
+        assert!(nonzero_ranges(4 * BLCKSZ, &[[2, 1], [1, 1]]).is_none());
+        assert!(nonzero_ranges(4 * BLCKSZ, &[[u32::MAX, u32::MAX]]).is_none());
+    }
 }

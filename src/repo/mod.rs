@@ -19,7 +19,7 @@ use std::fs::File;
 use std::os::unix::io::AsRawFd;
 use std::path::Path;
 
-pub use manifest::{BackupManifest, DirEntry, FileEntry, Piece, Tablespace};
+pub use manifest::{BackupManifest, DirEntry, FileEntry, Piece, Tablespace, MAX_PIECE_SIZE};
 
 /// Version of the repository format this build writes and reads.
 pub const REPO_FORMAT: u32 = 1;
@@ -150,6 +150,16 @@ pub fn read_manifest(store: &dyn Storage, stanza: &str, label: &str) -> Result<B
             m.format
         )));
     }
+    if m.label != label || m.stanza != stanza {
+        return Err(Error::Repo(format!(
+            "{name} describes backup {}/{}, not {stanza}/{label}",
+            m.stanza, m.label
+        )));
+    }
+    m.validate().map_err(|why| Error::Corrupt {
+        label: label.to_string(),
+        files: vec![format!("manifest.json ({why})")],
+    })?;
     Ok(m)
 }
 

@@ -15,6 +15,7 @@ pub mod sink;
 
 use crate::error::{Error, Result};
 use crate::pg::checksum::{self, PageVerdict, BLCKSZ, RELSEG_SIZE};
+use crate::repo::manifest::nonzero_ranges;
 use crate::repo::Piece;
 use crate::storage::direct::{aligned_buf, Reader};
 use std::fs::File;
@@ -26,7 +27,7 @@ use std::sync::Mutex;
 /// Size of a chunk of a large file and the most logical bytes a bundle holds: 8 MiB.
 /// Measured on this project's benchmark: 8 MiB keeps two workers busy on one 1 GiB segment
 /// while the per-unit memory (read buffer plus frame) stays at 16 MiB per worker.
-pub const CHUNK_SIZE: u64 = 8 << 20;
+pub const CHUNK_SIZE: u64 = crate::repo::MAX_PIECE_SIZE;
 /// Most files in one bundle (bounds the manifest work per object).
 pub const BUNDLE_MAX_FILES: usize = 4096;
 
@@ -402,30 +403,6 @@ fn scan_pages(
         }
     }
     runs
-}
-
-/// The (offset, length) ranges of a piece of `len` bytes that are not in `zero_pages`, in
-/// order. None when the runs are out of order or reach past `len` (a damaged manifest).
-pub fn nonzero_ranges(len: usize, zero_pages: &[[u32; 2]]) -> Option<Vec<(usize, usize)>> {
-    let mut out = Vec::with_capacity(zero_pages.len() + 1);
-    let mut pos = 0usize;
-    for r in zero_pages {
-        let start = (r[0] as usize).checked_mul(BLCKSZ)?;
-        let end = (r[0] as usize)
-            .checked_add(r[1] as usize)?
-            .checked_mul(BLCKSZ)?;
-        if start < pos || end > len {
-            return None;
-        }
-        if start > pos {
-            out.push((pos, start - pos));
-        }
-        pos = end;
-    }
-    if pos < len {
-        out.push((pos, len - pos));
-    }
-    Some(out)
 }
 
 /// Splits `data` of a piece into (offset, bytes) runs of pages that are not all-zero.

@@ -25,8 +25,9 @@ pub fn decode_piece(
     if frame.len() as u64 != piece.stored_size || codec::xxh3_hex(frame) != piece.stored_xxh3 {
         return Err("stored bytes do not match their checksum".into());
     }
-    let ranges = super::nonzero_ranges(piece.logical_size as usize, &piece.zero_pages)
-        .ok_or("the manifest's zero-page runs do not fit the piece")?;
+    let ranges =
+        crate::repo::manifest::nonzero_ranges(piece.logical_size as usize, &piece.zero_pages)
+            .ok_or("the manifest's zero-page runs do not fit the piece")?;
     let payload_len: usize = ranges.iter().map(|r| r.1).sum();
     logical.clear();
     if piece.zero_pages.is_empty() {
