@@ -123,6 +123,19 @@ pub struct RestoreArgs {
     /// Restore tablespace ID (OID or name) into DIR instead of its original location.
     #[arg(long, value_name = "ID=DIR")]
     pub tablespace_map: Vec<String>,
+    /// `off` sets archive_mode = off in the restored cluster, so a copy of production does
+    /// not archive into production's WAL archive; `preserve` (default) keeps the setting.
+    #[arg(long, value_enum, default_value_t = ArchiveMode::Preserve)]
+    pub archive_mode: ArchiveMode,
+}
+
+/// What restore does with the restored cluster's archive_mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ArchiveMode {
+    /// Keep the backed-up setting.
+    Preserve,
+    /// Write archive_mode = off.
+    Off,
 }
 
 /// `verify` flags.

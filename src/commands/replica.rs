@@ -7,7 +7,7 @@
 //! copied into the new pg_wal as well, so the standby reaches consistency even before it
 //! connects.
 use super::restore::{
-    append_auto_conf, create_files, prepare_target, set_mtimes, sync_all, write_file,
+    append_auto_conf, create_files, prepare_target, set_mtimes, write_file, TargetSync,
 };
 use super::*;
 use crate::cli::ReplicaArgs;
@@ -55,19 +55,7 @@ pub fn run(s: &Settings, args: &ReplicaArgs, progress: &dyn Progress) -> Result<
     let spcs = sess.tablespaces()?;
     let tablespaces: Vec<(u32, String, String)> = spcs.clone();
     // Check targets before anything is created on the primary.
-    check_map_used(
-        &map,
-        &tablespaces
-            .iter()
-            .map(|(o, n, _)| (*o, n.clone()))
-            .collect::<Vec<_>>(),
-    )?;
-    check_empty_target(&target, "target directory")?;
-    for (oid, name, loc) in &tablespaces {
-        let dir = mapped_dir(&map, *oid, name).unwrap_or_else(|| PathBuf::from(loc));
-        check_empty_target(&dir, &format!("tablespace {name} (OID {oid}) directory"))?;
-    }
-
+    super::restore::plan_locations(&target, &tablespaces, &map)?;
     if let Some(name) = &args.slot {
         if sess.slot_wal_status(name)?.is_some() {
             return Err(Error::Unsafe(format!(
@@ -174,6 +162,7 @@ fn copy_and_configure(
         info.data_checksums,
     )?;
     let locations = prepare_target(target, tablespaces, map, &listing.dirs)?;
+    let target_sync = TargetSync::open(target, &locations)?;
     let (files, control) = super::backup::source_files(&listing);
     let control = control
         .ok_or_else(|| Error::Unsafe(format!("{} has no global/pg_control", source.display())))?;
@@ -270,7 +259,7 @@ fn copy_and_configure(
     }
     append_auto_conf(target, &lines)?;
     write_file(&target.join("standby.signal"), b"")?;
-    sync_all(target, &locations)?;
+    target_sync.sync()?;
     // Last: pg_control.
     write_file(&target.join(&control.path), &control_bytes)?;
     crate::storage::posix::fsync_dir(&target.join("global"))?;

@@ -7,24 +7,23 @@
 //! global/pg_control is written. A restore that fails at any point leaves no pg_control:
 //! PostgreSQL will not start on the half-written directory.
 use super::*;
-use crate::cli::{RestoreArgs, RestoreType};
+use crate::cli::{ArchiveMode, RestoreArgs, RestoreType};
 use crate::pg::pg_manifest::{render_pg_manifest, PgManifestFile, PgWalRange};
 use crate::repo::{self, BackupManifest};
-use crate::storage::posix::{fsync_dir, syncfs};
+use crate::storage::posix::{fsync_dir, SyncHandle};
 use crate::transfer::restore::{read_back, restore_one};
 use crate::transfer::Progress;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 
-/// Checks the targets and creates the data directory, the tablespace directories and links
-/// (pg_tblspc/<oid> -> location) and every directory of `dirs`.
-/// `tablespaces`: (oid, name, original location). Returns (oid, chosen location).
-pub fn prepare_target(
+/// Checks the targets without touching anything: every --tablespace-map entry names a
+/// tablespace, the data directory and every tablespace directory are empty (or absent),
+/// hold no postmaster.pid, and none of them is inside another. Returns (oid, location).
+pub fn plan_locations(
     pg_path: &Path,
     tablespaces: &[(u32, String, String)],
     map: &[(String, PathBuf)],
-    dirs: &[(String, u32)],
 ) -> Result<Vec<(u32, PathBuf)>> {
     let known: Vec<(u32, String)> = tablespaces
         .iter()
@@ -36,14 +35,61 @@ pub fn prepare_target(
     for (oid, name, original) in tablespaces {
         let dir = mapped_dir(map, *oid, name).unwrap_or_else(|| PathBuf::from(original));
         check_empty_target(&dir, &format!("tablespace {name} (OID {oid}) directory"))?;
-        if dir.starts_with(pg_path) {
-            return Err(Error::Config(format!(
-                "tablespace directory {} must not be inside the data directory",
-                dir.display()
-            )));
-        }
         locations.push((*oid, dir));
     }
+    let all: Vec<PathBuf> = std::iter::once(pg_path.to_path_buf())
+        .chain(locations.iter().map(|(_, d)| d.clone()))
+        .map(|p| normalize(&p))
+        .collect::<Result<_>>()?;
+    for (i, a) in all.iter().enumerate() {
+        for b in &all[i + 1..] {
+            if a.starts_with(b) || b.starts_with(a) {
+                return Err(Error::Config(format!(
+                    "target directories {} and {} overlap: the data directory and each tablespace need a directory of their own",
+                    a.display(),
+                    b.display()
+                )));
+            }
+        }
+    }
+    Ok(locations)
+}
+
+/// An absolute path with `.` components dropped; `..` is refused (it would hide overlaps).
+fn normalize(p: &Path) -> Result<PathBuf> {
+    use std::path::Component;
+    if !p.is_absolute() {
+        return Err(Error::Config(format!(
+            "{} must be an absolute path",
+            p.display()
+        )));
+    }
+    let mut out = PathBuf::new();
+    for c in p.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                return Err(Error::Config(format!(
+                    "{} must not contain '..'",
+                    p.display()
+                )))
+            }
+            other => out.push(other),
+        }
+    }
+    Ok(out)
+}
+
+/// Checks the targets and creates the data directory, the tablespace directories and links
+/// (pg_tblspc/<oid> -> location) and every directory of `dirs`.
+/// `tablespaces`: (oid, name, original location). Returns (oid, chosen location).
+pub fn prepare_target(
+    pg_path: &Path,
+    tablespaces: &[(u32, String, String)],
+    map: &[(String, PathBuf)],
+    dirs: &[(String, u32)],
+) -> Result<Vec<(u32, PathBuf)>> {
+    let locations = plan_locations(pg_path, tablespaces, map)?;
     create_private_dir(pg_path)?;
     for (oid, dir) in &locations {
         create_private_dir(dir)?;
@@ -139,13 +185,24 @@ pub fn append_auto_conf(pg_path: &Path, lines: &[String]) -> Result<()> {
         .map_err(|e| Error::io("write", &p, e))
 }
 
-/// Flushes the data directory's and every tablespace's filesystem.
-pub fn sync_all(pg_path: &Path, locations: &[(u32, PathBuf)]) -> Result<()> {
-    syncfs(pg_path)?;
-    for (_, dir) in locations {
-        syncfs(dir)?;
+/// Handles on the data directory and every tablespace directory, opened before the first
+/// file is written and synced (one syncfs per filesystem) when everything is written.
+pub struct TargetSync(Vec<SyncHandle>);
+
+impl TargetSync {
+    /// Opens the handles; call right after [`prepare_target`].
+    pub fn open(pg_path: &Path, locations: &[(u32, PathBuf)]) -> Result<TargetSync> {
+        let mut v = vec![SyncHandle::open(pg_path)?];
+        for (_, dir) in locations {
+            v.push(SyncHandle::open(dir)?);
+        }
+        Ok(TargetSync(v))
     }
-    Ok(())
+
+    /// Flushes the filesystems; errors if any writeback since [`TargetSync::open`] failed.
+    pub fn sync(&self) -> Result<()> {
+        self.0.iter().try_for_each(SyncHandle::syncfs)
+    }
 }
 
 /// Runs `restore`; returns the restored backup's label.
@@ -193,6 +250,7 @@ fn restore_into(
     locations: &[(u32, PathBuf)],
     progress: &dyn Progress,
 ) -> Result<()> {
+    let target_sync = TargetSync::open(pg_path, locations)?;
     let specs: Vec<(&str, u64, u32)> = m
         .files
         .iter()
@@ -232,6 +290,15 @@ fn restore_into(
         "# recovery settings added by pgjet restore of backup {}",
         m.label
     );
+    if args.archive_mode == ArchiveMode::Off {
+        append_auto_conf(
+            pg_path,
+            &[
+                format!("# pgjet restore --archive-mode off (backup {})", m.label),
+                "archive_mode = 'off'".into(),
+            ],
+        )?;
+    }
     match args.restore_type {
         RestoreType::Default => {}
         RestoreType::Immediate => {
@@ -298,7 +365,7 @@ fn restore_into(
         &render_pg_manifest(m.pg_version_num, m.system_identifier, &pg_files, &wal),
     )?;
 
-    sync_all(pg_path, locations)?;
+    target_sync.sync()?;
     // Last: pg_control. Until it exists the directory is not a cluster PostgreSQL would start.
     let control_path = &targets[control];
     let cf = &m.files[control];
@@ -309,4 +376,28 @@ fn restore_into(
         .map_err(|e| Error::io("fsync", control_path, e))?;
     fsync_dir(&pg_path.join("global"))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overlapping_targets_are_refused() {
+        let ts: Vec<(u32, String, String)> = vec![
+            (16400, "ts1".into(), "/nonexistent/o/ts1".into()),
+            (16401, "ts2".into(), "/nonexistent/o/ts2".into()),
+        ];
+        let plan = |maps: &[&str]| {
+            let map = parse_tablespace_map(&maps.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+                .unwrap();
+            plan_locations(Path::new("/nonexistent/x/data"), &ts, &map)
+        };
+        assert!(plan(&["ts1=/nonexistent/x/a", "ts2=/nonexistent/x/b"]).is_ok());
+        assert!(plan(&["ts1=/nonexistent/x/a", "ts2=/nonexistent/x/a"]).is_err());
+        assert!(plan(&["ts1=/nonexistent/x/a", "ts2=/nonexistent/x/a/./sub"]).is_err());
+        assert!(plan(&["ts1=/nonexistent/x/data/ts", "ts2=/nonexistent/x/b"]).is_err());
+        assert!(plan(&["ts1=/nonexistent/x", "ts2=/nonexistent/y"]).is_err());
+        assert!(plan(&["ts1=/nonexistent/x/a/../b", "ts2=/nonexistent/y"]).is_err());
+    }
 }

@@ -101,7 +101,13 @@ fn walk(dir: &Path, rel: &str, version_num: u32, checksums: bool, l: &mut Listin
     };
     for ent in rd {
         let ent = ent.map_err(|e| Error::io("list", dir, e))?;
-        entries.push((ent.file_name().to_string_lossy().into_owned(), ent.path()));
+        let Some(name) = ent.file_name().to_str().map(str::to_owned) else {
+            return Err(Error::Unsafe(format!(
+                "{} has a name that is not valid UTF-8; pgjet cannot record it faithfully",
+                ent.path().display()
+            )));
+        };
+        entries.push((name, ent.path()));
     }
     entries.sort();
     let names: Vec<&str> = entries.iter().map(|(n, _)| n.as_str()).collect();

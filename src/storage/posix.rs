@@ -17,6 +17,7 @@ use std::sync::Mutex;
 /// A store rooted at a local directory.
 pub struct PosixStorage {
     root: PathBuf,
+    root_handle: SyncHandle,
     made_dirs: Mutex<HashSet<PathBuf>>,
 }
 
@@ -31,6 +32,7 @@ impl PosixStorage {
         }
         Ok(PosixStorage {
             root: root.to_path_buf(),
+            root_handle: SyncHandle::open(root)?,
             made_dirs: Mutex::new(HashSet::new()),
         })
     }
@@ -58,15 +60,39 @@ pub fn fsync_dir(dir: &Path) -> Result<()> {
         .map_err(|e| Error::io("fsync directory", dir, e))
 }
 
-/// `syncfs(2)` on the filesystem holding `path`: flushes all its dirty data and metadata.
-pub fn syncfs(path: &Path) -> Result<()> {
-    let f = File::open(path).map_err(|e| Error::io("open for syncfs", path, e))?;
-    // SAFETY: plain syscall on a file descriptor we own for the duration of the call.
-    let rc = unsafe { libc::syncfs(f.as_raw_fd()) };
-    if rc != 0 {
-        return Err(Error::io("syncfs", path, std::io::Error::last_os_error()));
+/// A descriptor kept open on a directory from before a unit of work's first write, so that
+/// `syncfs(2)` on it reports every writeback error of the filesystem since then (Linux
+/// reports errors to descriptors opened before they happened; one opened at the end could
+/// miss an error another caller already consumed).
+pub struct SyncHandle {
+    path: PathBuf,
+    file: File,
+}
+
+impl SyncHandle {
+    /// Opens `path` (a directory) for a later [`SyncHandle::syncfs`].
+    pub fn open(path: &Path) -> Result<SyncHandle> {
+        let file = File::open(path).map_err(|e| Error::io("open for syncfs", path, e))?;
+        Ok(SyncHandle {
+            path: path.to_path_buf(),
+            file,
+        })
     }
-    Ok(())
+
+    /// `syncfs(2)`: flushes all dirty data and metadata of the filesystem; errors if any
+    /// writeback since [`SyncHandle::open`] failed.
+    pub fn syncfs(&self) -> Result<()> {
+        // SAFETY: plain syscall on a descriptor we own.
+        let rc = unsafe { libc::syncfs(self.file.as_raw_fd()) };
+        if rc != 0 {
+            return Err(Error::io(
+                "syncfs",
+                &self.path,
+                std::io::Error::last_os_error(),
+            ));
+        }
+        Ok(())
+    }
 }
 
 impl Storage for PosixStorage {
@@ -162,6 +188,6 @@ impl Storage for PosixStorage {
     }
 
     fn sync(&self) -> Result<()> {
-        syncfs(&self.root)
+        self.root_handle.syncfs()
     }
 }

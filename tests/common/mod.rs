@@ -1400,12 +1400,19 @@ pub fn version_scenario(pg: Pg) {
     let ts_oid = cluster.tablespace_oid("ts1");
     let restored = cluster.new_dir("restore-lz4");
     let ts_new = cluster.new_dir("restore-lz4-ts1");
-    pgjet_ok(&restore_args(
+    let mut a = restore_args(
         &repo,
         &restored,
         &lz4_label,
         &format!("{ts_oid}={}", ts_new.display()),
-    ));
+    );
+    a.extend(args!["--archive-mode", "off"]);
+    pgjet_ok(&a);
+    let auto = fs::read_to_string(restored.join("postgresql.auto.conf")).unwrap_or_default();
+    assert!(
+        auto.contains("archive_mode = 'off'"),
+        "restore --archive-mode off must set archive_mode:\n{auto}"
+    );
     start_and_compare(
         &cluster,
         "restore of the lz4 backup",
