@@ -12,7 +12,9 @@ use crate::pg::lsn::parse_backup_label;
 use crate::repo::{self, BackupManifest, DirEntry, StanzaLock, Tablespace};
 use crate::storage::Storage;
 use crate::transfer::sink::RepoSink;
-use crate::transfer::{copy_files, CopyOutcome, Progress, ReadOptions, SourceFile};
+use crate::transfer::{
+    copy_files, CopyOutcome, PieceSpec, Progress, ReadOptions, ReadPiece, SourceFile, UnitSink,
+};
 use serde::Serialize;
 
 /// What `backup` reports at the end.
@@ -53,6 +55,30 @@ pub fn source_files(listing: &Listing) -> (Vec<SourceFile>, Option<SourceFile>) 
         }
     }
     (files, control)
+}
+
+/// Stores pg_control as an object of its own, from bytes whose CRC was checked (a torn read
+/// is read again), so the backup never holds a control file PostgreSQL would reject.
+fn store_control(sink: &RepoSink, control: &SourceFile) -> Result<repo::FileEntry> {
+    let bytes = crate::pg::control::read_control_file(&control.abs)?;
+    let piece = ReadPiece {
+        spec: PieceSpec {
+            file: 0,
+            offset: 0,
+            len: bytes.len() as u64,
+        },
+        data: &bytes,
+        zero_pages: Vec::new(),
+        xxh3: crate::codec::xxh3_hex(&bytes),
+        crc32c: crate::codec::crc32c(&bytes),
+    };
+    let mut state = sink.new_state()?;
+    let pieces = sink.write_unit(&mut state, &[piece])?;
+    let f = SourceFile {
+        size: bytes.len() as u64,
+        ..control.clone()
+    };
+    Ok(file_entry(&f, pieces, Vec::new()))
 }
 
 /// Fails when any of `files` vanished during the copy: for pg_control and the backup's WAL
@@ -142,9 +168,8 @@ pub fn run(s: &Settings, args: &BackupArgs, progress: &dyn Progress) -> Result<B
     let total: u64 = files.iter().map(|f| f.size).sum::<u64>() + control.size;
     progress.begin("backup", total);
     let out = copy_files(&files, &opts, &sink, progress)?;
-    let controls = [control];
-    let out_control = copy_files(&controls, &opts, &sink, progress)?;
-    require_all(&controls, &out_control.vanished)?;
+    let control_entry = store_control(&sink, &control)?;
+    progress.advance(control.size);
     let stop = sess.backup_stop()?;
     let label_info = parse_backup_label(&stop.backup_label).map_err(|e| {
         Error::Other(format!(
@@ -172,7 +197,7 @@ pub fn run(s: &Settings, args: &BackupArgs, progress: &dyn Progress) -> Result<B
     sess.close();
 
     let (mut file_entries, page_errors) = entries(&files, out);
-    file_entries.extend(entries(&controls, out_control).0);
+    file_entries.push(control_entry);
     file_entries.extend(entries(&wal, out_wal).0);
     file_entries.sort_by(|a, b| a.path.cmp(&b.path));
     let size: u64 = file_entries.iter().map(|f| f.size).sum();

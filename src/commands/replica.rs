@@ -191,7 +191,7 @@ fn copy_and_configure(
         );
     }
     // pg_control is read before the backup stops, as basebackup.c sends it, and written last.
-    let control_bytes = fs::read(&control.abs).map_err(|e| Error::io("read", &control.abs, e))?;
+    let control_bytes = crate::pg::control::read_control_file(&control.abs)?;
     let stop = sess.backup_stop()?;
     let label = parse_backup_label(&stop.backup_label).map_err(|e| {
         Error::Other(format!(

@@ -2,6 +2,7 @@
 //! rules, the data directory walk, the SQL session and the PostgreSQL `backup_manifest`
 //! writer. Nothing here knows about repositories.
 pub mod checksum;
+pub mod control;
 pub mod datadir;
 pub mod exclude;
 pub mod lsn;
