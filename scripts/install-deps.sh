@@ -93,8 +93,8 @@ fi
 # ---------------------------------------------------------------- Rust
 if command -v cargo >/dev/null 2>&1; then
     log "cargo: $(cargo --version)"
-elif [ -x "$HOME/.cargo/bin/cargo" ]; then
-    log "cargo: $("$HOME/.cargo/bin/cargo" --version) (add \$HOME/.cargo/bin to PATH)"
+elif [ -x "${HOME:-/root}/.cargo/bin/cargo" ]; then
+    log "cargo: $("${HOME:-/root}/.cargo/bin/cargo" --version) (add \${HOME:-/root}/.cargo/bin to PATH)"
 else
     log "WARNING: cargo not found (rustup is expected to be preinstalled)"
 fi

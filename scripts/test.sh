@@ -5,5 +5,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
-export PATH="$HOME/.cargo/bin:$PATH"
+export PATH="${HOME:-/root}/.cargo/bin:$PATH"
 cargo test --release -- --test-threads=2 "$@"
