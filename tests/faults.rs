@@ -749,3 +749,46 @@ fn j_refuses_root() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// k. a tampered manifest (a path that climbs out of the target) is refused by restore and
+/// verify before anything is written.
+#[test]
+fn k_tampered_manifest_is_refused() {
+    let fx = fx();
+    let c = &fx.cluster;
+    let repo = c.root.join("repo-k");
+    let st = Command::new("cp")
+        .arg("-a")
+        .arg(&c.repo)
+        .arg(&repo)
+        .status()
+        .unwrap();
+    assert!(st.success(), "cp -a repository");
+    let mpath = backup_dir(&repo, "main", &fx.label).join("manifest.json");
+    let mut m = read_manifest(&backup_dir(&repo, "main", &fx.label));
+    m["files"][0]["path"] = serde_json::json!("../../escaped");
+    fs::write(&mpath, serde_json::to_vec_pretty(&m).unwrap()).unwrap();
+    let target = c.root.join("restore-k");
+    let ts = c.root.join("restore-k-ts");
+    let r = pgjet(&restore_args(
+        &repo,
+        &target,
+        &fx.label,
+        &format!("ts1={}", ts.display()),
+    ));
+    let text = r.text_lower();
+    assert!(
+        !r.success() && text.contains("manifest.json") && text.contains("safe relative path"),
+        "restore of a tampered manifest must be refused:\n{r}"
+    );
+    assert!(
+        !target.exists() && !ts.exists(),
+        "a refused restore created its target"
+    );
+    assert!(!c.root.path.join("escaped").exists());
+    let v = pgjet(&verify_args(&repo, &fx.label));
+    assert!(
+        !v.success() && v.text_lower().contains("manifest.json"),
+        "verify of a tampered manifest must fail:\n{v}"
+    );
+}

@@ -190,6 +190,9 @@ pub fn run(s: &Settings, args: &BackupArgs, progress: &dyn Progress) -> Result<B
         verify_checksums: false,
         ..opts
     };
+    progress.finish();
+    // The WAL's size is known only after pg_backup_stop: a phase of its own.
+    progress.begin("WAL", wal.iter().map(|f| f.size).sum());
     let out_wal = copy_files(&wal, &wal_opts, &sink, progress)?;
     require_all(&wal, &out_wal.vanished)?;
     sess.check_slot_holds(&slot)?;

@@ -215,6 +215,9 @@ fn copy_and_configure(
         verify_checksums: false,
         ..opts
     };
+    progress.finish();
+    // The WAL's size is known only after pg_backup_stop: a phase of its own.
+    progress.begin("WAL", wal.iter().map(|f| f.size).sum());
     let wal_out = copy_files(
         &wal,
         &wal_opts,
