@@ -71,6 +71,19 @@ fn cmd(name: &str, rest: Vec<String>, extra: &[&str]) -> Vec<String> {
     a
 }
 
+/// A copy (`cp -a`) of the shared repository, for tests that damage it.
+fn copy_repo(c: &Cluster, name: &str) -> PathBuf {
+    let repo = c.root.join(name);
+    let st = Command::new("cp")
+        .arg("-a")
+        .arg(&c.repo)
+        .arg(&repo)
+        .status()
+        .unwrap();
+    assert!(st.success(), "cp -a repository");
+    repo
+}
+
 /// Label directories under <repo>/main/backup that contain a manifest.json (= look complete).
 fn complete_backups(repo: &Path) -> Vec<String> {
     let mut out = Vec::new();
@@ -289,14 +302,7 @@ fn d_restore_targets() {
 fn e_flipped_byte() {
     let fx = fx();
     let c = &fx.cluster;
-    let repo = c.root.join("repo-e");
-    let st = Command::new("cp")
-        .arg("-a")
-        .arg(&c.repo)
-        .arg(&repo)
-        .status()
-        .unwrap();
-    assert!(st.success(), "cp -a repository");
+    let repo = copy_repo(c, "repo-e");
     let bdir = backup_dir(&repo, "main", &fx.label);
     let manifest = read_manifest(&bdir);
     let files = manifest["files"]
@@ -756,14 +762,7 @@ fn j_refuses_root() {
 fn k_tampered_manifest_is_refused() {
     let fx = fx();
     let c = &fx.cluster;
-    let repo = c.root.join("repo-k");
-    let st = Command::new("cp")
-        .arg("-a")
-        .arg(&c.repo)
-        .arg(&repo)
-        .status()
-        .unwrap();
-    assert!(st.success(), "cp -a repository");
+    let repo = copy_repo(c, "repo-k");
     let mpath = backup_dir(&repo, "main", &fx.label).join("manifest.json");
     let mut m = read_manifest(&backup_dir(&repo, "main", &fx.label));
     m["files"][0]["path"] = serde_json::json!("../../escaped");

@@ -251,29 +251,28 @@ fn restore_into(
     progress: &dyn Progress,
 ) -> Result<()> {
     let target_sync = TargetSync::open(pg_path, locations)?;
-    let specs: Vec<(&str, u64, u32)> = m
-        .files
-        .iter()
-        .map(|f| (f.path.as_str(), f.size, f.mode))
-        .collect();
     let control = m
         .files
         .iter()
         .position(|f| f.path == "global/pg_control")
         .ok_or_else(|| Error::Repo(format!("backup {} has no global/pg_control", m.label)))?;
-    // pg_control is created last, not now.
-    let mut specs_wo = specs.clone();
-    specs_wo.remove(control);
-    let mut targets = create_files(pg_path, &specs_wo)?;
-    targets.insert(control, pg_path.join("global/pg_control"));
+    let targets: Vec<PathBuf> = m.files.iter().map(|f| pg_path.join(&f.path)).collect();
+    // Every file but pg_control, which is created last.
+    let rest = || {
+        m.files
+            .iter()
+            .enumerate()
+            .filter(move |(i, _)| *i != control)
+            .map(|(_, f)| f)
+    };
+    let specs: Vec<(&str, u64, u32)> = rest().map(|f| (f.path.as_str(), f.size, f.mode)).collect();
+    create_files(pg_path, &specs)?;
 
     progress.begin("restore", m.size);
     read_back(store, m, Some(&targets), Some(control), s.jobs, progress)?;
     progress.finish();
-    let mut mtimes: Vec<i64> = m.files.iter().map(|f| f.mtime).collect();
-    let mut paths = targets.clone();
-    paths.remove(control);
-    mtimes.remove(control);
+    let (paths, mtimes): (Vec<PathBuf>, Vec<i64>) =
+        rest().map(|f| (pg_path.join(&f.path), f.mtime)).unzip();
     set_mtimes(&paths, &mtimes)?;
 
     // backup_label, tablespace_map, recovery settings.

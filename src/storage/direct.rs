@@ -66,11 +66,6 @@ impl Reader {
         })
     }
 
-    /// The buffered handle (for small re-reads).
-    pub fn file(&self) -> &File {
-        &self.buffered
-    }
-
     /// Fills `buf` from `offset`; bytes past the end of the file are zero.
     pub fn read_padded(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         let mut done = 0usize;
@@ -155,11 +150,6 @@ impl Writer {
                 .write_all_at(&data[done..], offset + done as u64)?;
         }
         Ok(())
-    }
-
-    /// The buffered handle.
-    pub fn file(&self) -> &File {
-        &self.buffered
     }
 }
 
