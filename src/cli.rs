@@ -89,6 +89,19 @@ pub enum BackupType {
     Full,
 }
 
+/// How the files of a primary are read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
+pub enum Transport {
+    /// The local filesystem when the server provably runs on this host, else libpq.
+    #[default]
+    Auto,
+    /// The local filesystem (the server must run on this host).
+    Local,
+    /// Ordinary connections to the server, reading with pg_read_binary_file: nothing to
+    /// install on the primary.
+    Libpq,
+}
+
 /// `backup` flags.
 #[derive(Debug, Args)]
 pub struct BackupArgs {
@@ -98,6 +111,13 @@ pub struct BackupArgs {
     /// Ask for an immediate checkpoint instead of waiting for a spread one.
     #[arg(long)]
     pub start_fast: bool,
+    /// libpq connection string of the cluster when it runs on another host (or to connect
+    /// otherwise than through --pg-socket-path), e.g. "host=db1 user=backup sslmode=verify-full".
+    #[arg(long, visible_alias = "pg-host", value_name = "CONNINFO")]
+    pub source: Option<String>,
+    /// How files are read: auto (default), local or libpq.
+    #[arg(long, value_enum, default_value_t = Transport::Auto)]
+    pub transport: Transport,
 }
 
 /// What a restored cluster does when it starts.
@@ -149,9 +169,13 @@ pub struct VerifyArgs {
 /// `replica-create` flags.
 #[derive(Debug, Args)]
 pub struct ReplicaArgs {
-    /// libpq connection string of the primary, e.g. "host=/var/run/postgresql port=5432 user=postgres".
-    #[arg(long)]
+    /// libpq connection string of the primary, e.g. "host=db1 user=replicator sslmode=verify-full".
+    #[arg(long, value_name = "CONNINFO")]
     pub source: String,
+    /// How files are read: auto (default: local when the primary runs on this host), local
+    /// or libpq.
+    #[arg(long, value_enum, default_value_t = Transport::Auto)]
+    pub transport: Transport,
     /// Place tablespace ID (OID or name) in DIR.
     #[arg(long, value_name = "ID=DIR")]
     pub tablespace_map: Vec<String>,

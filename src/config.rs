@@ -45,6 +45,9 @@ pub struct Settings {
     pub pg_user: String,
     /// Worker threads, at least 1.
     pub jobs: usize,
+    /// Whether `jobs` was given (flag, environment or file) rather than defaulted to the
+    /// number of cores; a libpq source picks its own default then.
+    pub jobs_given: bool,
     pub compression: Compression,
     pub log_level: String,
     pub output: Output,
@@ -129,6 +132,7 @@ impl Settings {
             .clone()
             .or_else(|| get("pg-user"))
             .unwrap_or_else(|| "postgres".into());
+        let jobs_given = args.jobs.is_some() || get("jobs").is_some();
         let jobs = match (args.jobs, get("jobs")) {
             (Some(j), _) => j,
             (None, Some(v)) => parse("jobs", v)?,
@@ -181,6 +185,7 @@ impl Settings {
             pg_socket_path,
             pg_user,
             jobs,
+            jobs_given,
             compression,
             log_level,
             output,

@@ -8,6 +8,7 @@ pub mod commands;
 pub mod config;
 pub mod error;
 pub mod pg;
+pub mod remote;
 pub mod repo;
 pub mod storage;
 pub mod transfer;

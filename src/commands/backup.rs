@@ -1,19 +1,19 @@
-//! `backup --type full`: a self-contained full backup of a running cluster on this host.
+//! `backup --type full`: a self-contained full backup of a running cluster, on this host or
+//! (with --source) on another one over libpq.
 //!
-//! Order of work (the same as PostgreSQL's base backup, src/backend/backup/basebackup.c):
-//! a temporary replication slot reserves WAL; pg_backup_start; every file but pg_control is
-//! copied in parallel; pg_control last; pg_backup_stop; the WAL from the start to the stop
-//! LSN is copied from pg_wal (the slot kept it); all stored bytes are made durable; the
-//! manifest is written last, and only its presence makes the backup complete.
+//! The copy is the shared base-backup sequence ([`super::base_backup`]); then all stored
+//! bytes are made durable and the manifest is written last: only its presence makes the
+//! backup complete.
+use super::base_backup::{run_base_backup, BackupTarget, BaseBackup, BaseBackupOptions};
 use super::*;
 use crate::cli::BackupArgs;
-use crate::pg::datadir::{self, Listing};
-use crate::pg::lsn::parse_backup_label;
+use crate::pg::datadir::Listing;
 use crate::repo::{self, BackupManifest, DirEntry, StanzaLock, Tablespace};
 use crate::storage::Storage;
 use crate::transfer::sink::RepoSink;
 use crate::transfer::{
-    copy_files, CopyOutcome, PieceSpec, Progress, ReadOptions, ReadPiece, SourceFile, UnitSink,
+    copy_files, CopyOutcome, PieceSpec, Progress, ReadOptions, ReadPiece, Source, SourceFile,
+    UnitSink,
 };
 use serde::Serialize;
 
@@ -34,43 +34,40 @@ pub struct BackupSummary {
     pub page_errors: usize,
 }
 
-/// The files of a live cluster as the engine wants them: everything but pg_control, and
-/// pg_control on its own (it is copied last).
-pub fn source_files(listing: &Listing) -> (Vec<SourceFile>, Option<SourceFile>) {
-    let mut files = Vec::with_capacity(listing.files.len());
-    let mut control = None;
-    for f in &listing.files {
-        let sf = SourceFile {
-            path: f.rel.clone(),
-            abs: f.abs.clone(),
-            size: f.size,
-            mtime: f.mtime,
-            mode: f.mode,
-            checksum_segno: f.checksum_segno,
-        };
-        if f.rel == "global/pg_control" {
-            control = Some(sf);
-        } else {
-            files.push(sf);
-        }
-    }
-    (files, control)
+/// The repository as a [`BackupTarget`]: every unit becomes an object of the backup.
+pub struct RepoTarget<'a> {
+    pub sink: RepoSink<'a>,
 }
 
-/// Stores pg_control as an object of its own, from bytes whose CRC was checked (a torn read
-/// is read again), so the backup never holds a control file PostgreSQL would reject.
-fn store_control(sink: &RepoSink, control: &SourceFile) -> Result<repo::FileEntry> {
-    let bytes = crate::pg::control::read_control_file(&control.abs)?;
+impl BackupTarget for RepoTarget<'_> {
+    fn prepare(&mut self, _: &Listing) -> Result<()> {
+        Ok(())
+    }
+
+    fn copy(
+        &mut self,
+        source: &dyn Source,
+        files: &[SourceFile],
+        opts: &ReadOptions,
+        progress: &dyn Progress,
+    ) -> Result<CopyOutcome> {
+        copy_files(source, files, opts, &self.sink, progress)
+    }
+}
+
+/// Stores pg_control as an object of its own, from bytes whose CRC was checked, so the
+/// backup never holds a control file PostgreSQL would reject.
+fn store_control(sink: &RepoSink, control: &SourceFile, bytes: &[u8]) -> Result<repo::FileEntry> {
     let piece = ReadPiece {
         spec: PieceSpec {
             file: 0,
             offset: 0,
             len: bytes.len() as u64,
         },
-        data: &bytes,
+        data: bytes,
         zero_pages: Vec::new(),
-        xxh3: crate::codec::xxh3_hex(&bytes),
-        crc32c: crate::codec::crc32c(&bytes),
+        xxh3: crate::codec::xxh3_hex(bytes),
+        crc32c: crate::codec::crc32c(bytes),
     };
     let mut state = sink.new_state()?;
     let pieces = sink.write_unit(&mut state, &[piece])?;
@@ -79,18 +76,6 @@ fn store_control(sink: &RepoSink, control: &SourceFile) -> Result<repo::FileEntr
         ..control.clone()
     };
     Ok(file_entry(&f, pieces, Vec::new()))
-}
-
-/// Fails when any of `files` vanished during the copy: for pg_control and the backup's WAL
-/// that means the backup cannot be restored (a WAL segment was removed or recycled).
-pub fn require_all(files: &[SourceFile], vanished: &[bool]) -> Result<()> {
-    match files.iter().zip(vanished).find(|(_, gone)| **gone) {
-        Some((f, _)) => Err(Error::Unsafe(format!(
-            "{} disappeared while it was being copied; the backup would not be restorable",
-            f.abs.display()
-        ))),
-        None => Ok(()),
-    }
 }
 
 /// Turns copied files and their outcome into manifest entries, leaving out vanished files.
@@ -117,16 +102,13 @@ pub fn entries(files: &[SourceFile], out: CopyOutcome) -> (Vec<repo::FileEntry>,
 pub fn run(s: &Settings, args: &BackupArgs, progress: &dyn Progress) -> Result<BackupSummary> {
     // Only full backups exist so far; args.backup_type can only be Full.
     let stanza = s.stanza()?;
-    let pg_path = s.pg_path()?;
     let store = open_repo(s)?;
     let stanza_info = repo::read_stanza(&store, stanza)?;
-    let sess = connect_local(s)?;
-    let info = sess.server_info()?;
-    let pgdata = check_pg_path(pg_path, &info)?;
+    let primary = open_primary(s, args.source.as_deref(), args.transport, true)?;
+    let sess = &primary.sess;
+    let info = &primary.info.clone();
+    let spcs = sess.tablespaces()?;
     repo::check_same_cluster(&stanza_info, info.system_identifier, &info.major())?;
-    if info.in_recovery {
-        return Err(Error::Unsafe("the cluster is a standby: backups from a standby are not supported yet; back up the primary".into()));
-    }
     let _lock = StanzaLock::acquire(s.repo_path()?, stanza)?;
     for stale in repo::list_incomplete(&store, stanza)? {
         tracing::warn!("removing interrupted backup {stale} (it has no manifest)");
@@ -142,66 +124,41 @@ pub fn run(s: &Settings, args: &BackupArgs, progress: &dyn Progress) -> Result<B
         label = new_label(started);
     }
     let clock = std::time::Instant::now();
-    let spcs = sess.tablespaces()?;
 
-    // Keep the WAL from here to the end of the backup; the slot dies with the session.
-    let slot = format!("pgjet_{}", std::process::id());
-    sess.create_physical_slot(&slot, true)?;
-    let start_lsn = sess.backup_start(&format!("pgjet {label}"), args.start_fast)?;
-    tracing::info!("backup {label} started at LSN {start_lsn}");
-
-    let listing = datadir::list_data_directory(
-        &pgdata,
-        info.version_num,
-        &info.tablespace_dir(),
-        info.data_checksums,
-    )?;
-    let (files, control) = source_files(&listing);
-    let control = control
-        .ok_or_else(|| Error::Unsafe(format!("{} has no global/pg_control", pgdata.display())))?;
-    let opts = ReadOptions {
-        jobs: s.jobs,
-        verify_checksums: info.data_checksums,
-        backup_start_lsn: start_lsn.0,
+    let mut target = RepoTarget {
+        sink: RepoSink::new(&store, stanza, &label, s.compression),
     };
-    let sink = RepoSink::new(&store, stanza, &label, s.compression);
-    let total: u64 = files.iter().map(|f| f.size).sum::<u64>() + control.size;
-    progress.begin("backup", total);
-    let out = copy_files(&files, &opts, &sink, progress)?;
-    let control_entry = store_control(&sink, &control)?;
-    progress.advance(control.size);
-    let stop = sess.backup_stop()?;
-    let label_info = parse_backup_label(&stop.backup_label).map_err(|e| {
-        Error::Other(format!(
-            "pg_backup_stop returned a backup_label pgjet cannot read: {e}"
-        ))
-    })?;
-    tracing::info!("backup {label} stopped at LSN {}", stop.lsn);
-
-    let wal = wal_source_files(
-        &pgdata,
-        label_info.start_timeline,
+    let bb = run_base_backup(
+        sess,
+        info,
+        primary.source.as_ref(),
+        &spcs,
+        &mut target,
+        &BaseBackupOptions {
+            label: &format!("pgjet {label}"),
+            start_fast: args.start_fast,
+            jobs: primary.jobs,
+            phase: "backup",
+        },
+        progress,
+    )?;
+    let control_entry = store_control(&target.sink, &bb.control, &bb.control_bytes)?;
+    primary.close();
+    let sink = &target.sink;
+    let BaseBackup {
         start_lsn,
-        stop.lsn,
-        info.wal_segment_size,
-        info.system_identifier,
-    )?;
-    let wal_opts = ReadOptions {
-        verify_checksums: false,
-        ..opts
-    };
-    progress.finish();
-    // The WAL's size is known only after pg_backup_stop: a phase of its own.
-    progress.begin("WAL", wal.iter().map(|f| f.size).sum());
-    let out_wal = copy_files(&wal, &wal_opts, &sink, progress)?;
-    require_all(&wal, &out_wal.vanished)?;
-    sess.check_slot_holds(&slot)?;
-    progress.finish();
-    sess.close();
-
+        stop,
+        label: label_info,
+        listing,
+        files,
+        out,
+        wal,
+        wal_out,
+        ..
+    } = bb;
     let (mut file_entries, page_errors) = entries(&files, out);
     file_entries.push(control_entry);
-    file_entries.extend(entries(&wal, out_wal).0);
+    file_entries.extend(entries(&wal, wal_out).0);
     file_entries.sort_by(|a, b| a.path.cmp(&b.path));
     let size: u64 = file_entries.iter().map(|f| f.size).sum();
     let stored_size = sink.stored.load(std::sync::atomic::Ordering::Relaxed);

@@ -1,5 +1,6 @@
 //! One module per command; this one holds what several of them share.
 pub mod backup;
+pub mod base_backup;
 pub mod check;
 pub mod info;
 pub mod replica;
@@ -7,14 +8,24 @@ pub mod restore;
 pub mod stanza_create;
 pub mod verify;
 
+use crate::cli::Transport;
 use crate::config::Settings;
 use crate::error::{Error, Result};
+use crate::pg::conninfo::ConnTarget;
 use crate::pg::lsn::{self, Lsn};
 use crate::pg::session::{self, ServerInfo, Session};
+use crate::remote::libpq::LibpqSource;
 use crate::repo::{FileEntry, Piece};
 use crate::storage::posix::PosixStorage;
+use crate::transfer::source::LocalSource;
+use crate::transfer::Source;
 use std::fs;
 use std::path::{Path, PathBuf};
+
+/// Connections a libpq source opens when --jobs is not given. Chosen on the network lab
+/// (docs/libpq-source.md): enough streams to fill a long fat link, few enough for the
+/// server's connection slots.
+pub const DEFAULT_LIBPQ_JOBS: usize = 4;
 
 /// Opens the repository at --repo-path.
 pub fn open_repo(s: &Settings) -> Result<PosixStorage> {
@@ -27,7 +38,166 @@ pub fn connect_local(s: &Settings) -> Result<Session> {
         &s.pg_socket_path,
         s.pg_port,
         &s.pg_user,
-    ))
+    )?)
+}
+
+/// The primary a base backup copies: its session, its facts, how to reach it again, and
+/// where its files are read.
+pub struct Primary {
+    pub sess: Session,
+    pub info: ServerInfo,
+    pub target: ConnTarget,
+    pub source: Box<dyn Source>,
+    /// Parallel workers for this source.
+    pub jobs: usize,
+}
+
+impl Primary {
+    /// Ends the source's connections, then the session (and with it the temporary slot).
+    pub fn close(self) {
+        drop(self.source);
+        self.sess.close();
+    }
+
+    /// Whether the files are read over libpq.
+    pub fn is_remote(&self) -> bool {
+        self.source.describe() == self.target.describe
+    }
+}
+
+/// Connects to the primary (`conninfo`, else --pg-socket-path/--pg-port/--pg-user) and picks
+/// the source of its files: the local filesystem when `transport` allows it and the server
+/// provably runs on this host ([`local_data_directory`]), else libpq. With `check_pg_path`,
+/// a given --pg-path must be the server's data_directory when files are read locally.
+///
+/// Errors: connection, a --transport local the server's host does not allow, a wrong
+/// --pg-path, too few free connection slots.
+pub fn open_primary(
+    s: &Settings,
+    conninfo: Option<&str>,
+    transport: Transport,
+    check_pg_path_arg: bool,
+) -> Result<Primary> {
+    let target = match conninfo {
+        Some(c) => session::parse_conninfo(c)?,
+        None => session::local_config(&s.pg_socket_path, s.pg_port, &s.pg_user)?,
+    };
+    let sess = Session::connect(&target)?;
+    let info = sess.server_info()?;
+    let local = match transport {
+        Transport::Libpq => None,
+        Transport::Auto | Transport::Local => local_data_directory(&sess, &info),
+    };
+    if transport == Transport::Local && local.is_none() {
+        return Err(Error::Config(format!(
+            "--transport local: the server at {} does not run on this host (or its data directory {} is not readable here); use --transport libpq",
+            target.describe, info.data_directory
+        )));
+    }
+    let (source, jobs): (Box<dyn Source>, usize) = match local {
+        Some(dir) => {
+            if check_pg_path_arg {
+                if let Some(p) = &s.pg_path {
+                    check_pg_path(p, &info)?;
+                }
+            }
+            (Box::new(LocalSource::new(&dir)), s.jobs)
+        }
+        None => {
+            let wanted = if s.jobs_given {
+                s.jobs
+            } else {
+                DEFAULT_LIBPQ_JOBS
+            };
+            let jobs = fit_connections(&sess, wanted)?;
+            tracing::info!(
+                "reading {} over libpq with {jobs} connection(s)",
+                target.describe
+            );
+            (
+                Box::new(LibpqSource::new(target.clone(), &sess, jobs)?),
+                jobs,
+            )
+        }
+    };
+    Ok(Primary {
+        sess,
+        info,
+        target,
+        source,
+        jobs,
+    })
+}
+
+/// The server's data directory on this host, when the server provably runs here: the
+/// parent of this session's backend process is the postmaster whose PID the data
+/// directory's postmaster.pid names, and its pg_control has the server's system identifier.
+/// None otherwise (another host, another PID namespace, or a directory not readable here).
+pub fn local_data_directory(sess: &Session, info: &ServerInfo) -> Option<PathBuf> {
+    let backend = sess.backend_pid().ok()?;
+    let stat = fs::read_to_string(format!("/proc/{backend}/stat")).ok()?;
+    // /proc/PID/stat: "pid (comm) state ppid ..."; comm may hold spaces, so split after ')'.
+    let ppid: u32 = stat
+        .rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()?;
+    let dir = PathBuf::from(&info.data_directory);
+    let pidfile = fs::read_to_string(dir.join("postmaster.pid")).ok()?;
+    let postmaster: u32 = pidfile.lines().next()?.trim().parse().ok()?;
+    if postmaster != ppid {
+        tracing::debug!(
+            "postmaster.pid names {postmaster}, the backend's parent is {ppid}: not this host"
+        );
+        return None;
+    }
+    match read_control_system_identifier(&dir) {
+        Ok(id) if id == info.system_identifier => fs::canonicalize(&dir).ok(),
+        _ => None,
+    }
+}
+
+/// How many copy connections the server can take: `wanted`, or fewer when the server has
+/// fewer free slots (max_connections less superuser_reserved_connections, reserved_connections
+/// on 16+, and the client backends already connected; one is left for others).
+///
+/// Errors: no free slot at all.
+pub fn fit_connections(sess: &Session, wanted: usize) -> Result<usize> {
+    let reserved = if sess
+        .server_info()
+        .map(|i| i.version_num >= 160000)
+        .unwrap_or(false)
+    {
+        "current_setting('reserved_connections')::int"
+    } else {
+        "0"
+    };
+    let r = sess.query_row(
+        "count free connection slots",
+        &format!(
+            "SELECT current_setting('max_connections')::int              - current_setting('superuser_reserved_connections')::int              - CASE WHEN (SELECT rolsuper FROM pg_roles WHERE rolname = current_user) THEN 0 ELSE {reserved} END              - (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend')::int"
+        ),
+    )?;
+    let free: i64 = r
+        .first()
+        .cloned()
+        .flatten()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(wanted as i64 + 1);
+    let usable = (free - 1).max(0) as usize;
+    if usable == 0 {
+        return Err(Error::Unsafe(format!(
+            "the server has no free connection slot for copy connections ({free} free); raise max_connections or close sessions"
+        )));
+    }
+    if usable < wanted {
+        tracing::warn!(
+            "using {usable} copy connection(s) instead of {wanted}: the server has only {free} free slot(s)"
+        );
+    }
+    Ok(wanted.min(usable))
 }
 
 /// Refuses a --pg-path that is not the server's data_directory.
@@ -171,65 +341,6 @@ pub fn file_entry(
         pieces,
         page_errors,
     }
-}
-
-/// The WAL files a backup needs, as source files under `pgdata/pg_wal`: every segment from
-/// the start LSN to the stop LSN on `timeline`, and the timeline's history file if any.
-/// Each segment's first page header is checked (timeline, address, system identifier).
-pub fn wal_source_files(
-    pgdata: &Path,
-    timeline: u32,
-    start: Lsn,
-    stop: Lsn,
-    seg_size: u64,
-    system_identifier: u64,
-) -> Result<Vec<crate::transfer::SourceFile>> {
-    use std::os::unix::fs::MetadataExt;
-    let wal_dir = pgdata.join("pg_wal");
-    let mut names = Vec::new();
-    if timeline > 1 {
-        let h = lsn::history_file_name(timeline);
-        if wal_dir.join(&h).exists() {
-            names.push(h);
-        }
-    }
-    let first_segno = lsn::segno_of(start, seg_size);
-    let mut out = Vec::new();
-    let segs = lsn::wal_segments_for_range(timeline, start, stop, seg_size);
-    for (i, name) in segs.iter().enumerate() {
-        let abs = wal_dir.join(name);
-        let f = fs::File::open(&abs).map_err(|e| Error::io("open WAL segment", &abs, e))?;
-        let mut page = vec![0u8; 8192];
-        std::os::unix::fs::FileExt::read_exact_at(&f, &mut page, 0)
-            .map_err(|e| Error::io("read WAL segment", &abs, e))?;
-        lsn::check_wal_segment_header(
-            &page,
-            timeline,
-            first_segno + i as u64,
-            seg_size,
-            system_identifier,
-        )
-        .map_err(|why| {
-            Error::Unsafe(format!(
-                "WAL segment {} is not the one the backup needs: {why}",
-                abs.display()
-            ))
-        })?;
-        names.push(name.clone());
-    }
-    for name in names {
-        let abs = wal_dir.join(&name);
-        let meta = fs::metadata(&abs).map_err(|e| Error::io("stat WAL file", &abs, e))?;
-        out.push(crate::transfer::SourceFile {
-            path: format!("pg_wal/{name}"),
-            abs,
-            size: meta.len(),
-            mtime: meta.mtime(),
-            mode: 0o600,
-            checksum_segno: None,
-        });
-    }
-    Ok(out)
 }
 
 /// A backup label like pgBackRest's: `YYYYMMDD-HHMMSSF` (UTC).

@@ -13,7 +13,7 @@ pub const PG_CONTROL_FILE_SIZE: usize = 8192;
 /// Upper bound searched for the `crc` field; ControlFileData is about 300 bytes in 15..18.
 const MAX_CRC_OFFSET: usize = 1024;
 /// Reads tried before a control file whose CRC never matches is reported.
-const READ_ATTEMPTS: usize = 5;
+pub const READ_ATTEMPTS: usize = 5;
 
 /// True when `bytes` carries a ControlFileData whose CRC matches.
 pub fn crc_is_valid(bytes: &[u8]) -> bool {

@@ -1,6 +1,11 @@
 //! Walking a data directory the way PostgreSQL's base backup does (see
 //! src/backend/backup/basebackup.c): which directories and files are copied, which are
 //! skipped ([`crate::pg::exclude`]), and where the tablespaces are.
+//!
+//! The walk does not care where the directory is: it asks a [`DirLister`] for the entries of
+//! whole levels of directories at once (breadth first), so a lister on the other side of a
+//! network pays one round trip per level of depth (about six for a data directory), not one
+//! per directory. [`LocalLister`] reads this host's filesystem.
 use crate::error::{Error, Result};
 use crate::pg::exclude::{self, Decision};
 use std::fs;
@@ -12,7 +17,6 @@ use std::path::{Path, PathBuf};
 pub struct ListedFile {
     /// Path relative to the data directory ('/'-separated; tablespaces below pg_tblspc/<oid>/).
     pub rel: String,
-    pub abs: PathBuf,
     /// Bytes.
     pub size: u64,
     /// Unix seconds.
@@ -39,21 +43,108 @@ pub struct Listing {
     pub tablespaces: Vec<TablespaceLink>,
 }
 
-/// Lists `pgdata`. `tablespace_dir` is the per-version directory inside each tablespace
-/// (`PG_<major>_<catalog version>`, see TABLESPACE_VERSION_DIRECTORY in
-/// src/include/catalog/catalog.h); only it is copied, as basebackup.c does.
-/// `checksums`: whether the cluster has data checksums.
-///
-/// Errors: any directory or file that cannot be read (a file that vanishes while listing is
-/// skipped: PostgreSQL removed it and WAL replay will agree).
-pub fn list_data_directory(
-    pgdata: &Path,
-    version_num: u32,
-    tablespace_dir: &str,
-    checksums: bool,
-) -> Result<Listing> {
-    let mut l = Listing::default();
-    walk(pgdata, "", version_num, checksums, &mut l)?;
+/// What kind of entry a directory holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EntryKind {
+    File,
+    Dir,
+    /// A symbolic link that is not followed (only `pg_wal` and `pg_tblspc/<oid>` are).
+    Symlink,
+    /// A socket, FIFO or device: never copied.
+    Other,
+}
+
+/// One entry of a listed directory.
+#[derive(Debug, Clone)]
+pub struct Entry {
+    /// File name (no '/').
+    pub name: String,
+    pub kind: EntryKind,
+    /// Bytes (files).
+    pub size: u64,
+    /// Unix seconds.
+    pub mtime: i64,
+    /// Permission bits.
+    pub mode: u32,
+}
+
+/// Lists directories of a data directory, wherever it is.
+pub trait DirLister {
+    /// Lists each of `dirs` (relative to the data directory, "" for the data directory
+    /// itself). A directory that no longer exists gives None (PostgreSQL removed it; WAL
+    /// replay agrees). `pg_wal` given as a symbolic link to a directory is listed as a
+    /// directory; so are `pg_tblspc/<oid>` links when asked for their contents.
+    ///
+    /// Errors: a directory that exists but cannot be read; a name that is not UTF-8.
+    fn list_dirs(&self, dirs: &[String]) -> Result<Vec<Option<Vec<Entry>>>>;
+}
+
+/// Lists a data directory on this host.
+pub struct LocalLister<'a> {
+    pub pgdata: &'a Path,
+}
+
+impl DirLister for LocalLister<'_> {
+    fn list_dirs(&self, dirs: &[String]) -> Result<Vec<Option<Vec<Entry>>>> {
+        dirs.iter().map(|d| self.list_one(d)).collect()
+    }
+}
+
+impl LocalLister<'_> {
+    fn list_one(&self, rel: &str) -> Result<Option<Vec<Entry>>> {
+        let dir = self.pgdata.join(rel);
+        let rd = match fs::read_dir(&dir) {
+            Ok(rd) => rd,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !rel.is_empty() => {
+                return Ok(None)
+            }
+            Err(e) => return Err(Error::io("list", &dir, e)),
+        };
+        let mut out = Vec::new();
+        for ent in rd {
+            let ent = ent.map_err(|e| Error::io("list", &dir, e))?;
+            let Some(name) = ent.file_name().to_str().map(str::to_owned) else {
+                return Err(Error::Unsafe(format!(
+                    "{} has a name that is not valid UTF-8; pgjet cannot record it faithfully",
+                    ent.path().display()
+                )));
+            };
+            let abs = ent.path();
+            let meta = match fs::symlink_metadata(&abs) {
+                Ok(m) => m,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(Error::io("stat", &abs, e)),
+            };
+            let ft = meta.file_type();
+            // pg_wal may be a symlink to another disk (initdb -X): follow it like a directory.
+            let (kind, meta) = if ft.is_symlink() && rel.is_empty() && name == "pg_wal" {
+                match fs::metadata(&abs) {
+                    Ok(m) if m.is_dir() => (EntryKind::Dir, m),
+                    _ => (EntryKind::Symlink, meta),
+                }
+            } else if ft.is_symlink() {
+                (EntryKind::Symlink, meta)
+            } else if ft.is_dir() {
+                (EntryKind::Dir, meta)
+            } else if ft.is_file() {
+                (EntryKind::File, meta)
+            } else {
+                (EntryKind::Other, meta)
+            };
+            out.push(Entry {
+                name,
+                kind,
+                size: meta.len(),
+                mtime: meta.mtime(),
+                mode: meta.permissions().mode() & 0o7777,
+            });
+        }
+        Ok(Some(out))
+    }
+}
+
+/// Reads the tablespace links in `<pgdata>/pg_tblspc` on this host, by OID.
+pub fn local_tablespace_links(pgdata: &Path) -> Result<Vec<TablespaceLink>> {
     let tblspc = pgdata.join("pg_tblspc");
     let entries = fs::read_dir(&tblspc).map_err(|e| Error::io("list", &tblspc, e))?;
     let mut links = Vec::new();
@@ -68,133 +159,194 @@ pub fn list_data_directory(
         links.push(TablespaceLink { oid, target });
     }
     links.sort_by_key(|t| t.oid);
-    for t in &links {
-        let base = format!("pg_tblspc/{}", t.oid);
-        l.dirs.push((base.clone(), 0o700));
-        let vdir = t.target.join(tablespace_dir);
-        if vdir.is_dir() {
-            walk(
-                &vdir,
-                &format!("{base}/{tablespace_dir}"),
-                version_num,
-                checksums,
-                &mut l,
-            )?;
+    Ok(links)
+}
+
+/// Lists `pgdata` on this host (see [`walk`]).
+pub fn list_data_directory(
+    pgdata: &Path,
+    version_num: u32,
+    tablespace_dir: &str,
+    checksums: bool,
+) -> Result<Listing> {
+    let links = local_tablespace_links(pgdata)?;
+    walk(
+        &LocalLister { pgdata },
+        links,
+        version_num,
+        tablespace_dir,
+        checksums,
+    )
+}
+
+/// A directory waiting to be listed: its relative path and whether only its sub-directories
+/// are kept (a directory whose contents the backup skips, see [`Decision::IncludeDirOnly`]).
+struct Pending {
+    rel: String,
+    dirs_only: bool,
+    /// Record the directory itself once it is found (a tablespace's version directory,
+    /// which no parent listing names).
+    record_self: bool,
+}
+
+/// Lists what a base backup copies, level by level through `lister`. `tablespaces` are the
+/// cluster's tablespace links; `tablespace_dir` is the per-version directory inside each
+/// (`PG_<major>_<catalog version>`, see TABLESPACE_VERSION_DIRECTORY in
+/// src/include/catalog/catalog.h); only it is copied, as basebackup.c does.
+/// `checksums`: whether the cluster has data checksums.
+///
+/// Files and directories that vanish while listing are skipped: PostgreSQL removed them and
+/// WAL replay will agree. Errors: those of the lister.
+pub fn walk(
+    lister: &dyn DirLister,
+    tablespaces: Vec<TablespaceLink>,
+    version_num: u32,
+    tablespace_dir: &str,
+    checksums: bool,
+) -> Result<Listing> {
+    let mut l = Listing::default();
+    let mut level = vec![Pending {
+        rel: String::new(),
+        dirs_only: false,
+        record_self: false,
+    }];
+    let mut tablespaces_queued = false;
+    while !level.is_empty() {
+        let names: Vec<String> = level.iter().map(|p| p.rel.clone()).collect();
+        let listed = lister.list_dirs(&names)?;
+        let mut next = Vec::new();
+        for (p, entries) in level.iter().zip(listed) {
+            let Some(mut entries) = entries else {
+                continue;
+            };
+            if p.record_self {
+                l.dirs.push((p.rel.clone(), 0o700));
+            }
+            entries.sort_by(|a, b| a.name.cmp(&b.name));
+            if p.dirs_only {
+                keep_subdirs(&p.rel, &entries, version_num, &mut l);
+            } else {
+                visit(&p.rel, &entries, version_num, checksums, &mut l, &mut next);
+            }
         }
+        if !tablespaces_queued {
+            // The tablespaces join the walk at the level below the data directory.
+            tablespaces_queued = true;
+            for t in &tablespaces {
+                let base = format!("pg_tblspc/{}", t.oid);
+                l.dirs.push((base.clone(), 0o700));
+                next.push(Pending {
+                    rel: format!("{base}/{tablespace_dir}"),
+                    dirs_only: false,
+                    record_self: true,
+                });
+            }
+        }
+        level = next;
     }
-    l.tablespaces = links;
+    l.tablespaces = tablespaces;
     Ok(l)
 }
 
-fn walk(dir: &Path, rel: &str, version_num: u32, checksums: bool, l: &mut Listing) -> Result<()> {
-    if !rel.is_empty() {
-        let mode = fs::metadata(dir)
-            .map(|m| m.permissions().mode() & 0o7777)
-            .unwrap_or(0o700);
-        l.dirs.push((rel.to_string(), mode));
+/// Records the sub-directories PostgreSQL expects inside a directory whose contents are
+/// skipped (e.g. pg_wal/archive_status).
+fn keep_subdirs(rel: &str, entries: &[Entry], version_num: u32, l: &mut Listing) {
+    let mut subs: Vec<String> = entries
+        .iter()
+        .filter(|e| e.kind == EntryKind::Dir)
+        .map(|e| format!("{rel}/{}", e.name))
+        .filter(|s| exclude::classify(s, true, version_num) != Decision::Exclude)
+        .collect();
+    // basebackup.c sends these even when they are missing.
+    if rel == "pg_wal" {
+        for d in ["pg_wal/archive_status", "pg_wal/summaries"] {
+            if exclude::classify(d, true, version_num) != Decision::Exclude
+                && !subs.iter().any(|s| s == d)
+            {
+                subs.push(d.to_string());
+            }
+        }
     }
-    let mut entries: Vec<(String, PathBuf)> = Vec::new();
-    let rd = match fs::read_dir(dir) {
-        Ok(rd) => rd,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !rel.is_empty() => return Ok(()),
-        Err(e) => return Err(Error::io("list", dir, e)),
-    };
-    for ent in rd {
-        let ent = ent.map_err(|e| Error::io("list", dir, e))?;
-        let Some(name) = ent.file_name().to_str().map(str::to_owned) else {
-            return Err(Error::Unsafe(format!(
-                "{} has a name that is not valid UTF-8; pgjet cannot record it faithfully",
-                ent.path().display()
-            )));
-        };
-        entries.push((name, ent.path()));
-    }
-    entries.sort();
-    let names: Vec<&str> = entries.iter().map(|(n, _)| n.as_str()).collect();
-    let is_db_dir = is_database_dir(rel);
-    let skip_rel = if is_db_dir {
+    subs.sort();
+    l.dirs.extend(subs.into_iter().map(|s| (s, 0o700)));
+}
+
+/// Classifies the entries of one directory `rel`: files go to the listing, directories to
+/// the listing and to `next`.
+fn visit(
+    rel: &str,
+    entries: &[Entry],
+    version_num: u32,
+    checksums: bool,
+    l: &mut Listing,
+    next: &mut Vec<Pending>,
+) {
+    let names: Vec<&str> = entries.iter().map(|e| e.name.as_str()).collect();
+    let skip_rel = if is_database_dir(rel) {
         exclude::excluded_relation_files(&names)
     } else {
         Default::default()
     };
-    for (name, abs) in &entries {
+    for e in entries {
         let child = if rel.is_empty() {
-            name.clone()
+            e.name.clone()
         } else {
-            format!("{rel}/{name}")
+            format!("{rel}/{}", e.name)
         };
-        if rel.is_empty() && name == "pg_tblspc" {
+        if rel.is_empty() && e.name == "pg_tblspc" {
+            // Its entries are the tablespaces, walked on their own.
             l.dirs.push((child, 0o700));
             continue;
         }
-        let meta = match fs::symlink_metadata(abs) {
-            Ok(m) => m,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-            Err(e) => return Err(Error::io("stat", abs, e)),
-        };
-        let ft = meta.file_type();
-        // pg_wal may be a symlink to another disk (initdb -X): follow it like a directory.
-        let is_dir = ft.is_dir() || (ft.is_symlink() && abs.is_dir() && child == "pg_wal");
-        if ft.is_symlink() && !is_dir {
-            tracing::warn!("skipping symbolic link {child}");
-            continue;
+        match e.kind {
+            EntryKind::Symlink => {
+                tracing::warn!("skipping symbolic link {child}");
+                continue;
+            }
+            EntryKind::Other => continue,
+            EntryKind::File | EntryKind::Dir => {}
         }
+        let is_dir = e.kind == EntryKind::Dir;
         match exclude::classify(&child, is_dir, version_num) {
             Decision::Exclude => continue,
             Decision::IncludeDirOnly => {
                 if is_dir {
-                    l.dirs
-                        .push((child.clone(), meta.permissions().mode() & 0o7777));
-                    // Keep the directories PostgreSQL expects inside (e.g. pg_wal/archive_status).
-                    if let Ok(rd) = fs::read_dir(abs) {
-                        let mut subs: Vec<String> = rd
-                            .flatten()
-                            .filter(|e| e.file_type().map(|t| t.is_dir()).unwrap_or(false))
-                            .map(|e| format!("{child}/{}", e.file_name().to_string_lossy()))
-                            .filter(|s| {
-                                exclude::classify(s, true, version_num) != Decision::Exclude
-                            })
-                            .collect();
-                        // basebackup.c sends these even when they are missing.
-                        if child == "pg_wal" {
-                            for d in ["pg_wal/archive_status", "pg_wal/summaries"] {
-                                if exclude::classify(d, true, version_num) != Decision::Exclude
-                                    && !subs.iter().any(|s| s == d)
-                                {
-                                    subs.push(d.to_string());
-                                }
-                            }
-                        }
-                        subs.sort();
-                        l.dirs.extend(subs.into_iter().map(|s| (s, 0o700)));
-                    }
+                    l.dirs.push((child.clone(), e.mode));
+                    next.push(Pending {
+                        rel: child,
+                        dirs_only: true,
+                        record_self: false,
+                    });
                 }
                 continue;
             }
             Decision::Include => {}
         }
         if is_dir {
-            walk(abs, &child, version_num, checksums, l)?;
-        } else if ft.is_file() {
-            if skip_rel.contains(name.as_str()) {
+            l.dirs.push((child.clone(), e.mode));
+            next.push(Pending {
+                rel: child,
+                dirs_only: false,
+                record_self: false,
+            });
+        } else {
+            if skip_rel.contains(e.name.as_str()) {
                 continue;
             }
             let checksum_segno = if checksums && exclude::is_checksummed_file(&child) {
-                exclude::relation_segment_number(name)
+                exclude::relation_segment_number(&e.name)
             } else {
                 None
             };
             l.files.push(ListedFile {
                 rel: child,
-                abs: abs.clone(),
-                size: meta.len(),
-                mtime: meta.mtime(),
-                mode: meta.permissions().mode() & 0o7777,
+                size: e.size,
+                mtime: e.mtime,
+                mode: e.mode,
                 checksum_segno,
             });
         }
     }
-    Ok(())
 }
 
 /// True for `base/<oid>` and `pg_tblspc/<oid>/<version dir>/<oid>`: directories holding
@@ -206,5 +358,115 @@ fn is_database_dir(rel: &str) -> bool {
         ["base", db] => num(db),
         ["pg_tblspc", ts, _ver, db] => num(ts) && num(db),
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    /// A data directory in memory: relative directory path -> entries.
+    struct MemLister(BTreeMap<String, Vec<Entry>>, std::cell::RefCell<usize>);
+
+    impl DirLister for MemLister {
+        fn list_dirs(&self, dirs: &[String]) -> Result<Vec<Option<Vec<Entry>>>> {
+            *self.1.borrow_mut() += 1;
+            Ok(dirs.iter().map(|d| self.0.get(d).cloned()).collect())
+        }
+    }
+
+    fn file(name: &str, size: u64) -> Entry {
+        Entry {
+            name: name.into(),
+            kind: EntryKind::File,
+            size,
+            mtime: 7,
+            mode: 0o600,
+        }
+    }
+    fn dir(name: &str) -> Entry {
+        Entry {
+            name: name.into(),
+            kind: EntryKind::Dir,
+            size: 0,
+            mtime: 7,
+            mode: 0o700,
+        }
+    }
+
+    #[test]
+    fn walks_level_by_level_with_basebackup_rules() {
+        let mut m = BTreeMap::new();
+        m.insert(
+            String::new(),
+            vec![
+                dir("base"),
+                dir("global"),
+                dir("pg_wal"),
+                dir("pg_tblspc"),
+                file("postmaster.pid", 10),
+                file("PG_VERSION", 3),
+            ],
+        );
+        m.insert("base".into(), vec![dir("5")]);
+        m.insert(
+            "base/5".into(),
+            vec![
+                file("16384", 8192),
+                file("16390", 8192),
+                file("16390_init", 0),
+                file("t3_16400", 8192),
+            ],
+        );
+        m.insert("global".into(), vec![file("pg_control", 8192)]);
+        m.insert(
+            "pg_wal".into(),
+            vec![
+                file("000000010000000000000001", 16 << 20),
+                dir("archive_status"),
+            ],
+        );
+        m.insert("pg_tblspc/16500/PG_15_1".into(), vec![dir("5")]);
+        m.insert(
+            "pg_tblspc/16500/PG_15_1/5".into(),
+            vec![file("16501", 16384)],
+        );
+        let lister = MemLister(m, Default::default());
+        let links = vec![TablespaceLink {
+            oid: 16500,
+            target: PathBuf::from("/ts"),
+        }];
+        let l = walk(&lister, links, 150000, "PG_15_1", true).unwrap();
+        let files: Vec<(&str, Option<u32>)> = l
+            .files
+            .iter()
+            .map(|f| (f.rel.as_str(), f.checksum_segno))
+            .collect();
+        assert_eq!(
+            files,
+            vec![
+                ("PG_VERSION", None),
+                ("global/pg_control", None),
+                ("base/5/16384", Some(0)),
+                ("base/5/16390_init", Some(0)),
+                ("pg_tblspc/16500/PG_15_1/5/16501", Some(0)),
+            ]
+        );
+        let dirs: Vec<&str> = l.dirs.iter().map(|d| d.0.as_str()).collect();
+        for d in [
+            "base",
+            "base/5",
+            "pg_wal",
+            "pg_wal/archive_status",
+            "pg_tblspc",
+            "pg_tblspc/16500",
+            "pg_tblspc/16500/PG_15_1",
+            "pg_tblspc/16500/PG_15_1/5",
+        ] {
+            assert!(dirs.contains(&d), "{d} missing from {dirs:?}");
+        }
+        // One call per level of depth, not one per directory.
+        assert_eq!(*lister.1.borrow(), 3);
     }
 }

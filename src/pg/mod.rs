@@ -1,7 +1,8 @@
 //! PostgreSQL knowledge: LSN and WAL segment math, page checksums, the basebackup.c file
-//! rules, the data directory walk, the SQL session and the PostgreSQL `backup_manifest`
+//! rules, the data directory walk, libpq connection strings, the SQL session and the PostgreSQL `backup_manifest`
 //! writer. Nothing here knows about repositories.
 pub mod checksum;
+pub mod conninfo;
 pub mod control;
 pub mod datadir;
 pub mod exclude;

@@ -6,9 +6,10 @@
 //! dies, the connection closes and PostgreSQL aborts the backup; a temporary replication
 //! slot made on the same session is dropped with it.
 use crate::error::{Error, Result};
+use crate::pg::conninfo::{ConnInfo, ConnTarget};
 use crate::pg::lsn::Lsn;
 use std::path::Path;
-use tokio_postgres::{Client, Config, NoTls};
+use tokio_postgres::{Client, NoTls};
 
 /// The oldest major version pgjet supports (pg_backup_start appeared in 15).
 pub const MIN_VERSION_NUM: u32 = 150000;
@@ -60,77 +61,52 @@ pub struct Session {
     target: String,
 }
 
-/// Connection settings from --pg-socket-path, --pg-port and --pg-user.
-pub fn local_config(socket_dir: &Path, port: u16, user: &str) -> Config {
-    let mut c = Config::new();
-    c.host_path(socket_dir)
-        .port(port)
-        .user(user)
-        .dbname("postgres")
-        .application_name("pgjet");
-    c
+/// Connection settings from --pg-socket-path, --pg-port and --pg-user (a Unix socket,
+/// database postgres; the password, if the role needs one, from PGPASSWORD or ~/.pgpass).
+pub fn local_config(socket_dir: &Path, port: u16, user: &str) -> Result<ConnTarget> {
+    let mut ci = ConnInfo::default();
+    ci.params
+        .insert("host".into(), socket_dir.display().to_string());
+    ci.params.insert("port".into(), port.to_string());
+    ci.params.insert("user".into(), user.to_string());
+    ci.with_env_defaults(&env_var).resolve(&env_var, "pgjet")
 }
 
-/// Parses a libpq key=value or URI connection string (user defaults to the OS user postgres).
-pub fn parse_conninfo(s: &str) -> Result<Config> {
-    let mut c: Config = s.parse().map_err(|e| {
-        Error::Config(format!(
-            "--source '{s}' is not a valid connection string: {e}"
-        ))
-    })?;
-    if c.get_user().is_none() {
-        c.user("postgres");
-    }
-    if c.get_dbname().is_none() {
-        c.dbname("postgres");
-    }
-    if c.get_application_name().is_none() {
-        c.application_name("pgjet");
-    }
-    Ok(c)
+/// Looks up an environment variable (for libpq defaults).
+pub fn env_var(k: &str) -> Option<String> {
+    std::env::var(k).ok()
 }
 
-fn describe(c: &Config) -> String {
-    let hosts: Vec<String> = c
-        .get_hosts()
-        .iter()
-        .map(|h| match h {
-            tokio_postgres::config::Host::Tcp(s) => s.clone(),
-            tokio_postgres::config::Host::Unix(p) => p.display().to_string(),
-        })
-        .collect();
-    format!(
-        "host={} port={} user={}",
-        hosts.join(","),
-        c.get_ports().first().copied().unwrap_or(5432),
-        c.get_user().unwrap_or("")
-    )
+/// Parses a libpq connection string (key=value or URI), fills what it lacks from the
+/// environment, the defaults and the password file, and sets up TLS (see
+/// [`crate::pg::conninfo`]). Errors: [`Error::Config`] naming what is wrong.
+pub fn parse_conninfo(s: &str) -> Result<ConnTarget> {
+    ConnInfo::parse(s)
+        .map_err(|e| Error::Config(format!("--source: {e}")))?
+        .with_env_defaults(&env_var)
+        .resolve(&env_var, "pgjet")
 }
 
 impl Session {
-    /// Opens a session. Errors: [`Error::Connect`] when the server cannot be reached.
-    pub fn connect(config: &Config) -> Result<Session> {
+    /// Opens a session (TLS as the target's sslmode says). Errors: [`Error::Connect`] when
+    /// the server cannot be reached or refuses the role, password or certificate.
+    pub fn connect(target: &ConnTarget) -> Result<Session> {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
             .build()
             .map_err(|e| Error::Other(format!("cannot start the async runtime: {e}")))?;
-        let target = describe(config);
         let client = rt
-            .block_on(async {
-                let (client, conn) = config.connect(NoTls).await?;
-                tokio::spawn(async move {
-                    if let Err(e) = conn.await {
-                        tracing::debug!("PostgreSQL connection closed: {e}");
-                    }
-                });
-                Ok::<_, tokio_postgres::Error>(client)
-            })
+            .block_on(open_client(target))
             .map_err(|source| Error::Connect {
-                target: target.clone(),
+                target: target.describe.clone(),
                 source,
             })?;
-        let sess = Session { rt, client, target };
+        let sess = Session {
+            rt,
+            client,
+            target: target.describe.clone(),
+        };
         // A backup session waits on checkpoints and then sits idle while files are copied:
         // server-side timeouts set for the role or database must not end it.
         sess.query_strings(
@@ -146,7 +122,8 @@ impl Session {
         &self.target
     }
 
-    /// Runs `sql` and returns the first column of every row as text.
+    /// Runs `sql` (simple protocol, several statements allowed) and returns every column of
+    /// every row as text (NULL as None).
     pub fn query_strings(&self, what: &str, sql: &str) -> Result<Vec<Vec<Option<String>>>> {
         let rows = self
             .rt
@@ -317,10 +294,70 @@ impl Session {
         })
     }
 
+    /// Waits (up to 60 s) until the server has flushed WAL up to `lsn`, so no byte past what
+    /// it made durable is copied. Errors: still not flushed after 60 s.
+    pub fn wait_wal_flushed(&self, lsn: Lsn) -> Result<()> {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            let r = self.query_row(
+                "read the WAL flush LSN",
+                "SELECT pg_current_wal_flush_lsn()",
+            )?;
+            let flushed = parse_lsn(r.first().cloned().flatten())?;
+            if flushed >= lsn {
+                return Ok(());
+            }
+            if std::time::Instant::now() > deadline {
+                return Err(Error::Unsafe(format!(
+                    "the server has flushed WAL only to {flushed}, not to the backup's stop LSN {lsn}, after 60 s"
+                )));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+
+    /// PID of the server process serving this session (pg_backend_pid()).
+    pub fn backend_pid(&self) -> Result<u32> {
+        let r = self.query_row("read the backend PID", "SELECT pg_backend_pid()")?;
+        r.first()
+            .cloned()
+            .flatten()
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| Error::Other("pg_backend_pid() returned no number".into()))
+    }
+
     /// Closes the session cleanly.
     pub fn close(self) {
         drop(self.client);
         self.rt.shutdown_timeout(std::time::Duration::from_secs(2));
+    }
+}
+
+/// Connects with TLS when the target may use it (rustls), else in plain text; the
+/// connection task runs on the current runtime.
+pub async fn open_client(
+    target: &ConnTarget,
+) -> std::result::Result<Client, tokio_postgres::Error> {
+    match &target.tls {
+        Some(cfg) => {
+            let tls = tokio_postgres_rustls::MakeRustlsConnect::new((**cfg).clone());
+            let (client, conn) = target.config.connect(tls).await?;
+            tokio::spawn(async move {
+                if let Err(e) = conn.await {
+                    tracing::debug!("PostgreSQL connection closed: {e}");
+                }
+            });
+            Ok(client)
+        }
+        None => {
+            let (client, conn) = target.config.connect(NoTls).await?;
+            tokio::spawn(async move {
+                if let Err(e) = conn.await {
+                    tracing::debug!("PostgreSQL connection closed: {e}");
+                }
+            });
+            Ok(client)
+        }
     }
 }
 

@@ -3,24 +3,29 @@
 //! Files are cut into *units* of work: a file of at least [`CHUNK_SIZE`] bytes is split into
 //! chunks that separate workers copy at once; smaller files are batched into *bundles* of up
 //! to [`CHUNK_SIZE`] bytes, one stored object each, so small files cost no round trip or
-//! object of their own. Units are ordered largest first and handed to `jobs` worker threads
-//! through a shared cursor; each worker holds one unit in memory at a time, so memory is
-//! bounded by `jobs * 2 * CHUNK_SIZE` whatever the cluster size or file count.
+//! object of their own. Units are ordered largest first and handed to the worker threads
+//! through a shared cursor. A thread holds one unit at a time: a read buffer of the unit's
+//! size, the sink's per-thread state (for a repository, an output buffer of about the same
+//! size) and, for a network source, the reply being received. So memory is bounded by about
+//! `threads * 3 * CHUNK_SIZE`, whatever the cluster size or file count; the source decides
+//! the number of threads ([`Source::threads`]).
 //!
-//! Per piece a worker reads the bytes, checks PostgreSQL page checksums (re-reading a failing
-//! page once to tell a torn write from corruption), finds all-zero 8 KiB pages, and hashes
-//! the logical bytes (XXH3-128 and CRC32C); the [`UnitSink`] then stores or writes them.
+//! Bytes come from a [`Source`] (this host's files, or the server over libpq). Per piece a
+//! worker checks PostgreSQL page checksums (re-reading a failing page once to tell a torn
+//! write from corruption), finds all-zero 8 KiB pages, and hashes the logical bytes (XXH3-128
+//! and CRC32C); the [`UnitSink`] then stores or writes them. That per-piece step knows
+//! neither where the bytes came from nor where they go.
 pub mod restore;
 pub mod sink;
+pub mod source;
+
+pub use source::{Source, SourceReader};
 
 use crate::error::{Error, Result};
 use crate::pg::checksum::{self, PageVerdict, BLCKSZ, RELSEG_SIZE};
 use crate::repo::manifest::nonzero_ranges;
 use crate::repo::Piece;
-use crate::storage::direct::{aligned_buf, Reader};
-use std::fs::File;
-use std::os::unix::fs::FileExt;
-use std::path::PathBuf;
+use crate::storage::direct::aligned_buf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
@@ -28,22 +33,15 @@ use std::sync::Mutex;
 /// Measured on this project's benchmark: 8 MiB keeps two workers busy on one 1 GiB segment
 /// while the per-unit memory (read buffer plus frame) stays at 16 MiB per worker.
 pub const CHUNK_SIZE: u64 = crate::repo::MAX_PIECE_SIZE;
-/// Threads per job: while `jobs` threads hash, compress and write (the CPU stage takes one of
-/// `jobs` tokens), the others have their next unit's reads in flight. With direct I/O a
-/// thread waits for each read. Measured on the benchmark cluster with --jobs 2 (medians of
-/// 3): backup zstd 2.64 s against 3.37 s, backup none 3.75 s against 4.19 s, replica-create
-/// 4.41 s against 4.61 s.
-pub const IO_DEPTH: usize = 2;
 /// Most files in one bundle (bounds the manifest work per object).
 pub const BUNDLE_MAX_FILES: usize = 4096;
 
 /// A file to copy.
 #[derive(Debug, Clone)]
 pub struct SourceFile {
-    /// Path relative to the data directory, as recorded in the manifest.
+    /// Path relative to the data directory, as recorded in the manifest and as the
+    /// [`Source`] reads it.
     pub path: String,
-    /// Where to read it.
-    pub abs: PathBuf,
     /// Size in bytes seen when the file list was made; bytes past it are not copied (WAL
     /// replay recreates them) and a shorter file is padded with zeros (basebackup.c does the same).
     pub size: u64,
@@ -77,12 +75,20 @@ pub struct Unit {
 
 /// Plans and copies `files` in one go (see [`plan_units`] and [`copy_units`]).
 pub fn copy_files<S: UnitSink>(
+    source: &dyn Source,
     files: &[SourceFile],
     opts: &ReadOptions,
     sink: &S,
     progress: &dyn Progress,
 ) -> Result<CopyOutcome> {
-    copy_units(files, &plan_units(files, CHUNK_SIZE), opts, sink, progress)
+    copy_units(
+        source,
+        files,
+        &plan_units(files, CHUNK_SIZE),
+        opts,
+        sink,
+        progress,
+    )
 }
 
 /// Splits `files` into units: chunks of the large files first (largest file first), then
@@ -245,11 +251,13 @@ impl Shared {
     }
 }
 
-/// Runs `jobs` workers over `units`, reading from `files` into `sink`.
+/// Runs the source's threads for `opts.jobs` workers over `units`, reading `files` from
+/// `source` into `sink`; at most `opts.jobs` threads are in the CPU stage at once.
 ///
 /// Errors: the first read or sink error stops all workers and is returned. A file that
-/// vanishes (ENOENT) is marked in [`CopyOutcome::vanished`] instead.
+/// vanishes is marked in [`CopyOutcome::vanished`] instead.
 pub fn copy_units<S: UnitSink>(
+    source: &dyn Source,
     files: &[SourceFile],
     units: &[Unit],
     opts: &ReadOptions,
@@ -264,9 +272,11 @@ pub fn copy_units<S: UnitSink>(
         vanished: vec![false; files.len()],
     });
     std::thread::scope(|s| {
-        for _ in 0..jobs * IO_DEPTH {
+        for _ in 0..source.threads(jobs).max(1) {
             s.spawn(|| {
-                if let Err(e) = worker(files, units, opts, sink, progress, &shared, &outcome) {
+                if let Err(e) = worker(
+                    source, files, units, opts, sink, progress, &shared, &outcome,
+                ) {
                     shared.fail(e);
                 }
             });
@@ -289,7 +299,9 @@ pub fn copy_units<S: UnitSink>(
     Ok(out)
 }
 
+#[allow(clippy::too_many_arguments)]
 fn worker<S: UnitSink>(
+    source: &dyn Source,
     files: &[SourceFile],
     units: &[Unit],
     opts: &ReadOptions,
@@ -299,6 +311,7 @@ fn worker<S: UnitSink>(
     outcome: &Mutex<CopyOutcome>,
 ) -> Result<()> {
     let mut state = sink.new_state()?;
+    let mut reader = source.reader()?;
     let mut buf = aligned_buf(CHUNK_SIZE as usize);
     loop {
         if shared.abort.load(Ordering::SeqCst) {
@@ -311,38 +324,32 @@ fn worker<S: UnitSink>(
         buf.clear();
         buf.resize(unit.bytes as usize, 0);
         // I/O stage: read every piece of the unit (no CPU permit held).
+        let found = reader.read(files, &unit.pieces, &mut buf)?;
         let mut read = Vec::with_capacity(unit.pieces.len());
-        let mut errors = Vec::new();
         let mut vanished = Vec::new();
         let mut pos = 0usize;
-        let mut open: Option<(usize, Reader)> = None;
-        for spec in &unit.pieces {
-            let f = &files[spec.file];
+        for (spec, here) in unit.pieces.iter().zip(found) {
             let range = pos..pos + spec.len as usize;
             pos += spec.len as usize;
-            if open.as_ref().map(|(i, _)| *i) != Some(spec.file) {
-                match Reader::open(&f.abs) {
-                    Ok(h) => open = Some((spec.file, h)),
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                        vanished.push(spec.file);
-                        continue;
-                    }
-                    Err(e) => return Err(Error::io("open", &f.abs, e)),
-                }
+            if here {
+                read.push((*spec, range));
+            } else {
+                vanished.push(spec.file);
             }
-            let handle = &open.as_ref().expect("opened just above").1;
-            handle
-                .read_padded(&mut buf[range.clone()], spec.offset)
-                .map_err(|e| Error::io("read", &f.abs, e))?;
-            read.push((*spec, range));
         }
-        drop(open);
         // CPU stage (page checks, hashes, compression) and the write: at most `jobs` at once.
         let _permit = shared.permit();
+        let mut errors = Vec::new();
         let mut scanned = Vec::with_capacity(read.len());
         for (spec, range) in read {
-            let f = &files[spec.file];
-            let zero_pages = scan_pages(f, &spec, &mut buf[range.clone()], opts, &mut errors);
+            let zero_pages = scan_pages(
+                files,
+                &spec,
+                &mut buf[range.clone()],
+                opts,
+                reader.as_mut(),
+                &mut errors,
+            )?;
             scanned.push((spec, range, zero_pages));
         }
         let pieces: Vec<ReadPiece> = scanned
@@ -375,37 +382,22 @@ fn worker<S: UnitSink>(
     }
 }
 
-/// Reads `buf.len()` bytes at `offset`; past the end of the file the rest stays zero.
-fn read_padded(f: &File, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
-    let mut done = 0;
-    while done < buf.len() {
-        match f.read_at(&mut buf[done..], offset + done as u64) {
-            Ok(0) => {
-                buf[done..].fill(0);
-                break;
-            }
-            Ok(n) => done += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
-}
-
 /// Finds all-zero pages and checks page checksums of one piece; returns the zero-page runs.
 /// A page whose checksum fails is read again once: a page that was being written (torn
 /// read) then passes or carries an LSN past the backup start; one that fails again is
 /// recorded in `errors` as (file, block number).
 fn scan_pages(
-    f: &SourceFile,
+    files: &[SourceFile],
     spec: &PieceSpec,
     data: &mut [u8],
     opts: &ReadOptions,
+    reader: &mut dyn SourceReader,
     errors: &mut Vec<(usize, u32)>,
-) -> Vec<[u32; 2]> {
+) -> Result<Vec<[u32; 2]>> {
+    let f = &files[spec.file];
     let mut runs: Vec<[u32; 2]> = Vec::new();
     if !spec.offset.is_multiple_of(BLCKSZ as u64) {
-        return runs;
+        return Ok(runs);
     }
     let check = opts.verify_checksums && f.checksum_segno.is_some();
     let first_block = (spec.offset / BLCKSZ as u64) as u32;
@@ -430,9 +422,13 @@ fn scan_pages(
             checksum::verify_page(page, blkno, opts.backup_start_lsn)
         {
             let mut again = vec![0u8; BLCKSZ];
-            let ok = File::open(&f.abs)
-                .and_then(|h| read_padded(&h, &mut again, spec.offset + i as u64 * BLCKSZ as u64))
-                .is_ok()
+            let page_spec = PieceSpec {
+                file: spec.file,
+                offset: spec.offset + i as u64 * BLCKSZ as u64,
+                len: BLCKSZ as u64,
+            };
+            let here = reader.read(files, &[page_spec], &mut again)?;
+            let ok = here.first() == Some(&true)
                 && !matches!(
                     checksum::verify_page(&again, blkno, opts.backup_start_lsn),
                     PageVerdict::Mismatch { .. }
@@ -448,7 +444,7 @@ fn scan_pages(
             }
         }
     }
-    runs
+    Ok(runs)
 }
 
 /// Splits `data` of a piece into (offset, bytes) runs of pages that are not all-zero.
@@ -468,7 +464,6 @@ mod tests {
     fn f(path: &str, size: u64) -> SourceFile {
         SourceFile {
             path: path.into(),
-            abs: PathBuf::from(path),
             size,
             mtime: 0,
             mode: 0o600,

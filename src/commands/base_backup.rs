@@ -1,0 +1,209 @@
+//! The one base-backup sequence that `backup` and `replica-create` share; they differ only
+//! in where the bytes go (a [`BackupTarget`]).
+//!
+//! Order of work, as PostgreSQL's own base backup (src/backend/backup/basebackup.c):
+//! 1. a temporary physical replication slot reserves WAL (it dies with the session, so a
+//!    killed pgjet leaks nothing);
+//! 2. `pg_backup_start`;
+//! 3. the source lists the data directory and tablespaces;
+//! 4. every file but pg_control is copied in parallel;
+//! 5. pg_control is read (until its CRC matches) while the backup is still running;
+//! 6. `pg_backup_stop`;
+//! 7. the WAL from the start to the stop LSN is copied (never past the server's flush LSN),
+//!    while the slot still protects it;
+//! 8. the slot is checked: had it lost its WAL, the copy could hold recycled segments.
+//!
+//! The target then finishes on its own terms (a manifest written last, or pg_control written
+//! last into a data directory).
+use super::*;
+use crate::pg::datadir::Listing;
+use crate::pg::lsn::{parse_backup_label, BackupLabel};
+use crate::pg::session::BackupStop;
+use crate::transfer::source::{read_control, wal_files};
+use crate::transfer::{CopyOutcome, Progress, ReadOptions, Source, SourceFile};
+
+/// Where a base backup's bytes go.
+pub trait BackupTarget {
+    /// The listing is known and nothing is copied yet: lay out what the copy needs.
+    fn prepare(&mut self, listing: &Listing) -> Result<()>;
+    /// Copies `files` from `source` with the engine.
+    fn copy(
+        &mut self,
+        source: &dyn Source,
+        files: &[SourceFile],
+        opts: &ReadOptions,
+        progress: &dyn Progress,
+    ) -> Result<CopyOutcome>;
+}
+
+/// How to run the sequence.
+pub struct BaseBackupOptions<'a> {
+    /// Label passed to pg_backup_start (shows in backup_label and the server log).
+    pub label: &'a str,
+    /// Ask for an immediate checkpoint.
+    pub start_fast: bool,
+    /// Parallel workers.
+    pub jobs: usize,
+    /// Name of the first progress phase ("backup", "replica-create").
+    pub phase: &'a str,
+}
+
+/// What the sequence produced.
+pub struct BaseBackup {
+    /// The temporary slot that protected the WAL; it lives as long as the session.
+    pub slot: String,
+    pub start_lsn: Lsn,
+    pub stop: BackupStop,
+    /// pg_backup_stop's backup_label, parsed.
+    pub label: BackupLabel,
+    pub listing: Listing,
+    /// Every listed file but pg_control, as copied.
+    pub files: Vec<SourceFile>,
+    pub out: CopyOutcome,
+    /// global/pg_control as listed, and its bytes (CRC checked), read before the stop.
+    pub control: SourceFile,
+    pub control_bytes: Vec<u8>,
+    /// The WAL files from the start to the stop LSN (and the timeline history file).
+    pub wal: Vec<SourceFile>,
+    pub wal_out: CopyOutcome,
+}
+
+impl BaseBackup {
+    /// Logical bytes copied: data files, pg_control and WAL.
+    pub fn total_bytes(&self) -> u64 {
+        self.files.iter().map(|f| f.size).sum::<u64>()
+            + self.control_bytes.len() as u64
+            + self.wal.iter().map(|f| f.size).sum::<u64>()
+    }
+}
+
+/// The files of a listing as the engine wants them: everything but pg_control, and
+/// pg_control on its own (it is copied last).
+pub fn source_files(listing: &Listing) -> (Vec<SourceFile>, Option<SourceFile>) {
+    let mut files = Vec::with_capacity(listing.files.len());
+    let mut control = None;
+    for f in &listing.files {
+        let sf = SourceFile {
+            path: f.rel.clone(),
+            size: f.size,
+            mtime: f.mtime,
+            mode: f.mode,
+            checksum_segno: f.checksum_segno,
+        };
+        if f.rel == "global/pg_control" {
+            control = Some(sf);
+        } else {
+            files.push(sf);
+        }
+    }
+    (files, control)
+}
+
+/// Fails when any of `files` vanished during the copy: for the backup's WAL that means the
+/// backup cannot be restored (a WAL segment was removed or recycled).
+pub fn require_all(files: &[SourceFile], vanished: &[bool]) -> Result<()> {
+    match files.iter().zip(vanished).find(|(_, gone)| **gone) {
+        Some((f, _)) => Err(Error::Unsafe(format!(
+            "{} disappeared while it was being copied; the backup would not be restorable",
+            f.path
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// Runs the sequence on the primary behind `sess` (whose facts are `info`), reading files
+/// from `source` into `target`. `tablespaces`: (oid, name, location) from pg_tablespace.
+///
+/// Errors: any step's; the session's temporary slot and the backup in progress end with the
+/// session.
+pub fn run_base_backup<T: BackupTarget>(
+    sess: &Session,
+    info: &ServerInfo,
+    source: &dyn Source,
+    tablespaces: &[(u32, String, String)],
+    target: &mut T,
+    opts: &BaseBackupOptions,
+    progress: &dyn Progress,
+) -> Result<BaseBackup> {
+    if info.in_recovery {
+        return Err(Error::Unsafe(
+            "the cluster is a standby: base backups from a standby are not supported yet; use the primary"
+                .into(),
+        ));
+    }
+    let slot = format!("pgjet_{}", std::process::id());
+    sess.create_physical_slot(&slot, true)?;
+    let start_lsn = sess.backup_start(opts.label, opts.start_fast)?;
+    tracing::info!(
+        "{} started at LSN {start_lsn} ({})",
+        opts.phase,
+        source.describe()
+    );
+
+    let listing = source.list(info, tablespaces)?;
+    let (files, control) = source_files(&listing);
+    let control = control
+        .ok_or_else(|| Error::Unsafe(format!("{} has no global/pg_control", source.describe())))?;
+    target.prepare(&listing)?;
+    let read_opts = ReadOptions {
+        jobs: opts.jobs,
+        verify_checksums: info.data_checksums,
+        backup_start_lsn: start_lsn.0,
+    };
+    let total: u64 = files.iter().map(|f| f.size).sum::<u64>() + control.size;
+    progress.begin(opts.phase, total);
+    let out = target.copy(source, &files, &read_opts, progress)?;
+    let bad: usize = out.page_errors.iter().map(|e| e.len()).sum();
+    if bad > 0 {
+        tracing::warn!(
+            "{bad} page(s) of {} failed checksum validation (see the warnings above)",
+            source.describe()
+        );
+    }
+    // pg_control is read before the backup stops, as basebackup.c sends it last.
+    let control_bytes = read_control(source)?;
+    progress.advance(control.size);
+    let stop = sess.backup_stop()?;
+    let label = parse_backup_label(&stop.backup_label).map_err(|e| {
+        Error::Other(format!(
+            "pg_backup_stop returned a backup_label pgjet cannot read: {e}"
+        ))
+    })?;
+    tracing::info!("{} stopped at LSN {}", opts.phase, stop.lsn);
+    progress.finish();
+
+    // pg_backup_stop switches to a new segment, which flushes the stop LSN; check it anyway,
+    // so no byte past what the server made durable is ever copied.
+    sess.wait_wal_flushed(stop.lsn)?;
+    let wal = wal_files(
+        source,
+        label.start_timeline,
+        start_lsn,
+        stop.lsn,
+        info.wal_segment_size,
+        info.system_identifier,
+    )?;
+    let wal_opts = ReadOptions {
+        verify_checksums: false,
+        ..read_opts
+    };
+    // The WAL's size is known only after pg_backup_stop: a phase of its own.
+    progress.begin("WAL", wal.iter().map(|f| f.size).sum());
+    let wal_out = target.copy(source, &wal, &wal_opts, progress)?;
+    require_all(&wal, &wal_out.vanished)?;
+    sess.check_slot_holds(&slot)?;
+    progress.finish();
+    Ok(BaseBackup {
+        slot,
+        start_lsn,
+        stop,
+        label,
+        listing,
+        files,
+        out,
+        control,
+        control_bytes,
+        wal,
+        wal_out,
+    })
+}

@@ -1,0 +1,362 @@
+//! The libpq source: a cluster on another host, read through ordinary connections to its
+//! server, with nothing installed there (the way pg_rewind's libpq source works, see
+//! src/bin/pg_rewind/libpq_source.c).
+//!
+//! - Listing: `pg_ls_dir` and `pg_stat_file` for a whole level of directories in one query
+//!   (arrays + unnest), so a data directory costs one round trip per level of depth; the
+//!   tablespaces' locations come from `pg_tablespace_location`.
+//! - Reading: `pg_read_binary_file(path, offset, length, missing_ok => true)` in binary
+//!   result format. A bundle of small files is one query (arrays + unnest), never a round
+//!   trip per file; a large file's chunks are read by several connections at once. One call
+//!   is capped at [`MAX_READ`]: the server allocates the requested length up front and a
+//!   bytea cannot exceed 1 GB.
+//! - Paths are relative to the data directory, so the role needs no `pg_read_server_files`;
+//!   tablespace files are read through `pg_tblspc/<oid>/...`.
+//!
+//! Each engine thread holds one connection of its own: `jobs` connections plus the session
+//! that runs pg_backup_start/stop.
+use crate::error::{Error, Result};
+use crate::pg::conninfo::ConnTarget;
+use crate::pg::datadir::{self, DirLister, Entry, EntryKind, Listing, TablespaceLink};
+use crate::pg::session::{open_client, ServerInfo, Session};
+use crate::transfer::{PieceSpec, Source, SourceFile, SourceReader};
+use std::path::PathBuf;
+use std::sync::Mutex;
+use tokio_postgres::Client;
+
+/// Most bytes asked of the server in one `pg_read_binary_file` call: 64 MiB, far under the
+/// 1 GB limit of a bytea, since the server allocates the whole length before reading.
+pub const MAX_READ: u64 = 64 << 20;
+
+/// Lists a level of directories: for each input path, either one row per entry (name,
+/// size, is-dir, mtime) or one row with a NULL name (empty directory), or a NULL directory
+/// flag (the directory does not exist).
+const LIST_SQL: &str = "SELECT d.n::int4, ds.isdir, x.name, x.size, x.isdir, \
+    extract(epoch FROM x.modification)::int8 \
+    FROM unnest($1::text[]) WITH ORDINALITY AS d(path, n) \
+    CROSS JOIN LATERAL pg_stat_file(CASE WHEN d.path = '' THEN '.' ELSE d.path END, true) AS ds \
+    LEFT JOIN LATERAL (SELECT f.name, s.size, s.isdir, s.modification \
+        FROM pg_ls_dir(CASE WHEN d.path = '' THEN '.' ELSE d.path END, true, false) AS f(name) \
+        CROSS JOIN LATERAL pg_stat_file(CASE WHEN d.path = '' THEN f.name ELSE d.path || '/' || f.name END, true) AS s) x \
+        ON ds.isdir \
+    ORDER BY 1";
+
+/// Size and mtime of files by path; NULL size for a missing file.
+const STAT_SQL: &str = "SELECT d.n::int4, s.size, extract(epoch FROM s.modification)::int8 \
+    FROM unnest($1::text[]) WITH ORDINALITY AS d(path, n) \
+    LEFT JOIN LATERAL pg_stat_file(d.path, true) AS s ON true ORDER BY 1";
+
+/// Reads ranges of files in one query; NULL for a file that does not exist.
+const READ_SQL: &str = "SELECT pg_read_binary_file(f.p, f.o, f.l, true) \
+    FROM unnest($1::text[], $2::int8[], $3::int8[]) WITH ORDINALITY AS f(p, o, l, n) ORDER BY f.n";
+
+/// A cluster reached over libpq.
+pub struct LibpqSource {
+    target: ConnTarget,
+    rt: tokio::runtime::Runtime,
+    /// Idle connections, handed to readers and given back.
+    pool: Mutex<Vec<Client>>,
+    /// Connections this source may open (readers beyond it wait for one).
+    max_connections: usize,
+    opened: Mutex<usize>,
+    /// Permission bits of the data directory (data_directory_mode): 0700 or 0750.
+    dir_mode: u32,
+    describe: String,
+}
+
+impl LibpqSource {
+    /// A source reading the cluster behind `target` (whose session gave `info`) over at
+    /// most `connections` connections, opened when first needed.
+    ///
+    /// Errors: the settings cannot be read on `sess`.
+    pub fn new(target: ConnTarget, sess: &Session, connections: usize) -> Result<LibpqSource> {
+        let r = sess.query_row("read data_directory_mode", "SHOW data_directory_mode")?;
+        let mode = r
+            .first()
+            .cloned()
+            .flatten()
+            .and_then(|m| u32::from_str_radix(m.trim_start_matches('0'), 8).ok())
+            .unwrap_or(0o700);
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("pgjet-libpq")
+            .enable_all()
+            .build()
+            .map_err(|e| Error::Other(format!("cannot start the async runtime: {e}")))?;
+        let describe = target.describe.clone();
+        Ok(LibpqSource {
+            target,
+            rt,
+            pool: Mutex::new(Vec::new()),
+            max_connections: connections.max(1),
+            opened: Mutex::new(0),
+            dir_mode: mode & 0o777,
+            describe,
+        })
+    }
+
+    /// A connection from the pool, or a new one while fewer than `max_connections` exist.
+    fn checkout(&self) -> Result<Client> {
+        loop {
+            if let Some(c) = self.pool.lock().unwrap_or_else(|p| p.into_inner()).pop() {
+                if !c.is_closed() {
+                    return Ok(c);
+                }
+                *self.opened.lock().unwrap_or_else(|p| p.into_inner()) -= 1;
+                continue;
+            }
+            {
+                let mut n = self.opened.lock().unwrap_or_else(|p| p.into_inner());
+                if *n < self.max_connections {
+                    *n += 1;
+                    drop(n);
+                    return self.connect().inspect_err(|_| {
+                        *self.opened.lock().unwrap_or_else(|p| p.into_inner()) -= 1;
+                    });
+                }
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+
+    fn connect(&self) -> Result<Client> {
+        let client = self
+            .rt
+            .block_on(open_client(&self.target))
+            .map_err(|source| Error::Connect {
+                target: self.describe.clone(),
+                source,
+            })?;
+        // Reads can be long on a slow link; role or database timeouts must not end them.
+        self.rt
+            .block_on(client.batch_execute(
+                "SET statement_timeout = 0; SET idle_session_timeout = 0; \
+                 SET idle_in_transaction_session_timeout = 0",
+            ))
+            .map_err(|source| Error::Query {
+                what: "set up a copy connection".into(),
+                source,
+            })?;
+        Ok(client)
+    }
+
+    fn checkin(&self, c: Client) {
+        if c.is_closed() {
+            *self.opened.lock().unwrap_or_else(|p| p.into_inner()) -= 1;
+        } else {
+            self.pool.lock().unwrap_or_else(|p| p.into_inner()).push(c);
+        }
+    }
+
+    /// Runs `sql` with `params` on a pooled connection.
+    fn query(
+        &self,
+        what: &str,
+        sql: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<Vec<tokio_postgres::Row>> {
+        let c = self.checkout()?;
+        let res = self.rt.block_on(c.query(sql, params));
+        self.checkin(c);
+        res.map_err(|source| Error::Query {
+            what: format!("{what} on {}", self.describe),
+            source,
+        })
+    }
+}
+
+fn col<'a, T: tokio_postgres::types::FromSql<'a>>(
+    row: &'a tokio_postgres::Row,
+    i: usize,
+) -> Result<T> {
+    row.try_get(i).map_err(|e| {
+        Error::Other(format!(
+            "unexpected reply from the server (column {i}): {e}"
+        ))
+    })
+}
+
+impl DirLister for LibpqSource {
+    fn list_dirs(&self, dirs: &[String]) -> Result<Vec<Option<Vec<Entry>>>> {
+        let rows = self.query("list the data directory", LIST_SQL, &[&dirs])?;
+        let mut out: Vec<Option<Vec<Entry>>> = vec![None; dirs.len()];
+        let file_mode = self.dir_mode & 0o666;
+        for row in &rows {
+            let n: i32 = col(row, 0)?;
+            let Some(slot) = out.get_mut((n as usize).wrapping_sub(1)) else {
+                continue;
+            };
+            let dir_is_dir: Option<bool> = col(row, 1)?;
+            if dir_is_dir != Some(true) {
+                continue; // missing, or not a directory
+            }
+            let list = slot.get_or_insert_with(Vec::new);
+            let name: Option<String> = col(row, 2)?;
+            let size: Option<i64> = col(row, 3)?;
+            let is_dir: Option<bool> = col(row, 4)?;
+            let mtime: Option<i64> = col(row, 5)?;
+            let (Some(name), Some(size), Some(is_dir)) = (name, size, is_dir) else {
+                continue; // an empty directory, or an entry removed between ls and stat
+            };
+            list.push(Entry {
+                name,
+                kind: if is_dir {
+                    EntryKind::Dir
+                } else {
+                    EntryKind::File
+                },
+                size: size.max(0) as u64,
+                mtime: mtime.unwrap_or(0),
+                mode: if is_dir { self.dir_mode } else { file_mode },
+            });
+        }
+        Ok(out)
+    }
+}
+
+impl Source for LibpqSource {
+    fn describe(&self) -> String {
+        self.describe.clone()
+    }
+
+    fn list(&self, info: &ServerInfo, tablespaces: &[(u32, String, String)]) -> Result<Listing> {
+        let links = tablespaces
+            .iter()
+            .map(|(oid, _, loc)| TablespaceLink {
+                oid: *oid,
+                target: PathBuf::from(loc),
+            })
+            .collect();
+        datadir::walk(
+            self,
+            links,
+            info.version_num,
+            &info.tablespace_dir(),
+            info.data_checksums,
+        )
+    }
+
+    fn threads(&self, jobs: usize) -> usize {
+        jobs.min(self.max_connections)
+    }
+
+    fn reader(&self) -> Result<Box<dyn SourceReader + '_>> {
+        Ok(Box::new(LibpqReader {
+            src: self,
+            client: Some(self.checkout()?),
+        }))
+    }
+
+    fn stat(&self, paths: &[String]) -> Result<Vec<Option<(u64, i64)>>> {
+        let rows = self.query("stat files", STAT_SQL, &[&paths])?;
+        let mut out = vec![None; paths.len()];
+        for row in &rows {
+            let n: i32 = col(row, 0)?;
+            let size: Option<i64> = col(row, 1)?;
+            let mtime: Option<i64> = col(row, 2)?;
+            if let (Some(slot), Some(size)) = (out.get_mut((n as usize).wrapping_sub(1)), size) {
+                *slot = Some((size.max(0) as u64, mtime.unwrap_or(0)));
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// One engine thread's connection.
+struct LibpqReader<'a> {
+    src: &'a LibpqSource,
+    client: Option<Client>,
+}
+
+impl Drop for LibpqReader<'_> {
+    fn drop(&mut self) {
+        if let Some(c) = self.client.take() {
+            self.src.checkin(c);
+        }
+    }
+}
+
+impl SourceReader for LibpqReader<'_> {
+    fn read(
+        &mut self,
+        files: &[SourceFile],
+        pieces: &[PieceSpec],
+        buf: &mut [u8],
+    ) -> Result<Vec<bool>> {
+        let client = match &self.client {
+            Some(c) if !c.is_closed() => c,
+            _ => {
+                return Err(Error::Other(format!(
+                    "the connection to {} was lost during the copy",
+                    self.src.describe
+                )))
+            }
+        };
+        // Requests: each piece, cut at MAX_READ.
+        let mut paths: Vec<&str> = Vec::new();
+        let mut offsets: Vec<i64> = Vec::new();
+        let mut lens: Vec<i64> = Vec::new();
+        let mut owner: Vec<usize> = Vec::new();
+        for (i, p) in pieces.iter().enumerate() {
+            let mut off = 0;
+            while off < p.len || (p.len == 0 && off == 0) {
+                let len = (p.len - off).min(MAX_READ);
+                paths.push(&files[p.file].path);
+                offsets.push((p.offset + off) as i64);
+                lens.push(len as i64);
+                owner.push(i);
+                if len == 0 {
+                    break;
+                }
+                off += len;
+            }
+        }
+        let rows = self
+            .src
+            .rt
+            .block_on(client.query(READ_SQL, &[&paths, &offsets, &lens]))
+            .map_err(|source| Error::Query {
+                what: format!(
+                    "read {} of {} on {}",
+                    if pieces.len() == 1 {
+                        "a range"
+                    } else {
+                        "a bundle of files"
+                    },
+                    files[pieces[0].file].path,
+                    self.src.describe
+                ),
+                source,
+            })?;
+        if rows.len() != paths.len() {
+            return Err(Error::Other(format!(
+                "{} answered {} ranges for {} asked",
+                self.src.describe,
+                rows.len(),
+                paths.len()
+            )));
+        }
+        let mut found = vec![true; pieces.len()];
+        let mut starts = Vec::with_capacity(pieces.len());
+        let mut pos = 0usize;
+        for p in pieces {
+            starts.push(pos);
+            pos += p.len as usize;
+        }
+        for (k, row) in rows.iter().enumerate() {
+            let i = owner[k];
+            let data: Option<&[u8]> = col(row, 0)?;
+            let Some(data) = data else {
+                found[i] = false;
+                continue;
+            };
+            let at = starts[i] + (offsets[k] as u64 - pieces[i].offset) as usize;
+            let want = lens[k] as usize;
+            let n = data.len().min(want);
+            buf[at..at + n].copy_from_slice(&data[..n]);
+            // A file that shrank: the rest of the range reads as zeros.
+            buf[at + n..at + want].fill(0);
+        }
+        Ok(found)
+    }
+}

@@ -1,0 +1,266 @@
+//! Where the engine reads a cluster's bytes from: the [`Source`] seam.
+//!
+//! The engine never opens a cluster path itself. A source lists the cluster's files (with
+//! the rules of PostgreSQL's base backup), reads byte ranges of them, and tells the size of
+//! files by name (WAL segments). Two implementations exist: [`LocalSource`] reads this
+//! host's filesystem with direct I/O; `crate::remote::libpq::LibpqSource` reads through
+//! ordinary connections to the server with `pg_read_binary_file`.
+use super::{PieceSpec, SourceFile};
+use crate::error::{Error, Result};
+use crate::pg::datadir::{self, Listing};
+use crate::pg::lsn::{self, Lsn};
+use crate::pg::session::ServerInfo;
+use crate::storage::direct::Reader;
+use std::path::{Path, PathBuf};
+
+/// A cluster's files, wherever they are. Paths are relative to the data directory
+/// ('/'-separated; tablespaces as `pg_tblspc/<oid>/...`), as the manifest records them.
+pub trait Source: Sync {
+    /// Where the cluster is, for messages: a directory, or `host=... port=...`.
+    fn describe(&self) -> String;
+    /// Lists what a base backup copies (see [`crate::pg::datadir::walk`]).
+    /// `tablespaces` are (oid, name, location) as pg_tablespace gives them.
+    fn list(&self, info: &ServerInfo, tablespaces: &[(u32, String, String)]) -> Result<Listing>;
+    /// Engine threads to run for `jobs` workers (each thread holds one [`SourceReader`]).
+    fn threads(&self, jobs: usize) -> usize;
+    /// A reader for one engine thread. Errors: the source cannot be reached.
+    fn reader(&self) -> Result<Box<dyn SourceReader + '_>>;
+    /// Size in bytes and modification time (Unix seconds) of each of `paths`; None for a
+    /// file that does not exist.
+    fn stat(&self, paths: &[String]) -> Result<Vec<Option<(u64, i64)>>>;
+}
+
+/// Reads byte ranges for one engine thread.
+pub trait SourceReader {
+    /// Reads each of `pieces` (ranges of `files`) into consecutive ranges of `buf`, whose
+    /// length is the sum of the piece lengths. Bytes past the end of a file read as zeros
+    /// (a file that shrank is stored as read, padded; WAL replay fixes it, as basebackup.c
+    /// relies on). Returns, per piece, false when its file no longer exists (a dropped
+    /// relation).
+    ///
+    /// Errors: any other read failure, naming the file.
+    fn read(
+        &mut self,
+        files: &[SourceFile],
+        pieces: &[PieceSpec],
+        buf: &mut [u8],
+    ) -> Result<Vec<bool>>;
+}
+
+/// Reads `len` bytes of `path` at `offset` through one reader (padded with zeros past the
+/// end); None when the file does not exist.
+pub fn read_range(
+    source: &dyn Source,
+    path: &str,
+    offset: u64,
+    len: u64,
+) -> Result<Option<Vec<u8>>> {
+    let files = [SourceFile {
+        path: path.to_string(),
+        size: offset + len,
+        mtime: 0,
+        mode: 0o600,
+        checksum_segno: None,
+    }];
+    let piece = PieceSpec {
+        file: 0,
+        offset,
+        len,
+    };
+    let mut buf = vec![0u8; len as usize];
+    let found = source.reader()?.read(&files, &[piece], &mut buf)?;
+    Ok(found.first().copied().unwrap_or(false).then_some(buf))
+}
+
+/// Reads global/pg_control until its CRC matches (a read racing with the server's rewrite
+/// is torn), at most [`crate::pg::control::READ_ATTEMPTS`] times.
+///
+/// Errors: the file is missing, cannot be read, or never has a matching CRC.
+pub fn read_control(source: &dyn Source) -> Result<Vec<u8>> {
+    use crate::pg::control::{crc_is_valid, PG_CONTROL_FILE_SIZE, READ_ATTEMPTS};
+    for attempt in 0..READ_ATTEMPTS {
+        let bytes = read_range(source, "global/pg_control", 0, PG_CONTROL_FILE_SIZE as u64)?
+            .ok_or_else(|| {
+                Error::Unsafe(format!("{} has no global/pg_control", source.describe()))
+            })?;
+        if crc_is_valid(&bytes) {
+            return Ok(bytes);
+        }
+        tracing::debug!(
+            "pg_control: CRC mismatch on read {}, reading again",
+            attempt + 1
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    Err(Error::Unsafe(format!(
+        "global/pg_control of {}: the control file's CRC does not match after {READ_ATTEMPTS} reads; the file is damaged",
+        source.describe()
+    )))
+}
+
+/// The WAL files a backup needs, as source files `pg_wal/<name>`: every segment from the
+/// start LSN to the stop LSN on `timeline`, and the timeline's history file if any. Each
+/// segment's first page header is checked (timeline, address, system identifier; see
+/// [`lsn::check_wal_segment_header`]).
+///
+/// Errors: a segment is missing (removed or recycled: the backup would not restore) or is
+/// not the one expected.
+pub fn wal_files(
+    source: &dyn Source,
+    timeline: u32,
+    start: Lsn,
+    stop: Lsn,
+    seg_size: u64,
+    system_identifier: u64,
+) -> Result<Vec<SourceFile>> {
+    let segs = lsn::wal_segments_for_range(timeline, start, stop, seg_size);
+    let mut names: Vec<String> = Vec::new();
+    if timeline > 1 {
+        names.push(lsn::history_file_name(timeline));
+    }
+    let history = names.len();
+    names.extend(segs.iter().cloned());
+    let paths: Vec<String> = names.iter().map(|n| format!("pg_wal/{n}")).collect();
+    let stats = source.stat(&paths)?;
+    let first_segno = lsn::segno_of(start, seg_size);
+    let mut out = Vec::new();
+    for (i, (path, st)) in paths.iter().zip(stats).enumerate() {
+        let Some((size, mtime)) = st else {
+            if i < history {
+                continue; // a history file is optional
+            }
+            return Err(Error::Unsafe(format!(
+                "WAL segment {path} of {} is missing: it was removed or recycled before the backup could copy it",
+                source.describe()
+            )));
+        };
+        if i >= history {
+            let page = read_range(source, path, 0, crate::pg::checksum::BLCKSZ as u64)?
+                .ok_or_else(|| {
+                    Error::Unsafe(format!(
+                        "WAL segment {path} of {} disappeared while it was being checked",
+                        source.describe()
+                    ))
+                })?;
+            lsn::check_wal_segment_header(
+                &page,
+                timeline,
+                first_segno + (i - history) as u64,
+                seg_size,
+                system_identifier,
+            )
+            .map_err(|why| {
+                Error::Unsafe(format!(
+                    "WAL segment {path} of {} is not the one the backup needs: {why}",
+                    source.describe()
+                ))
+            })?;
+        }
+        out.push(SourceFile {
+            path: path.clone(),
+            size,
+            mtime,
+            mode: 0o600,
+            checksum_segno: None,
+        });
+    }
+    Ok(out)
+}
+
+/// A data directory on this host, read with direct I/O (see [`crate::storage::direct`]).
+pub struct LocalSource {
+    pub pgdata: PathBuf,
+}
+
+impl LocalSource {
+    /// The source for the data directory `pgdata`.
+    pub fn new(pgdata: &Path) -> LocalSource {
+        LocalSource {
+            pgdata: pgdata.to_path_buf(),
+        }
+    }
+}
+
+/// Threads per job for the local source: while `jobs` threads hash, compress and write (the
+/// CPU stage takes one of `jobs` tokens), the others have their next unit's reads in flight.
+/// With direct I/O a thread waits for each read. Measured on the benchmark cluster with
+/// --jobs 2 (medians of 3): backup zstd 2.64 s against 3.37 s, backup none 3.75 s against
+/// 4.19 s, replica-create 4.41 s against 4.61 s.
+pub const LOCAL_IO_DEPTH: usize = 2;
+
+impl Source for LocalSource {
+    fn describe(&self) -> String {
+        self.pgdata.display().to_string()
+    }
+
+    fn list(&self, info: &ServerInfo, _: &[(u32, String, String)]) -> Result<Listing> {
+        datadir::list_data_directory(
+            &self.pgdata,
+            info.version_num,
+            &info.tablespace_dir(),
+            info.data_checksums,
+        )
+    }
+
+    fn threads(&self, jobs: usize) -> usize {
+        jobs * LOCAL_IO_DEPTH
+    }
+
+    fn reader(&self) -> Result<Box<dyn SourceReader + '_>> {
+        Ok(Box::new(LocalReader { src: self }))
+    }
+
+    fn stat(&self, paths: &[String]) -> Result<Vec<Option<(u64, i64)>>> {
+        use std::os::unix::fs::MetadataExt;
+        paths
+            .iter()
+            .map(|p| {
+                let abs = self.pgdata.join(p);
+                match std::fs::metadata(&abs) {
+                    Ok(m) => Ok(Some((m.len(), m.mtime()))),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+                    Err(e) => Err(Error::io("stat", &abs, e)),
+                }
+            })
+            .collect()
+    }
+}
+
+struct LocalReader<'a> {
+    src: &'a LocalSource,
+}
+
+impl SourceReader for LocalReader<'_> {
+    fn read(
+        &mut self,
+        files: &[SourceFile],
+        pieces: &[PieceSpec],
+        buf: &mut [u8],
+    ) -> Result<Vec<bool>> {
+        let mut found = Vec::with_capacity(pieces.len());
+        let mut pos = 0usize;
+        let mut open: Option<(usize, Option<Reader>)> = None;
+        for spec in pieces {
+            let range = pos..pos + spec.len as usize;
+            pos += spec.len as usize;
+            let abs = self.src.pgdata.join(&files[spec.file].path);
+            if open.as_ref().map(|(i, _)| *i) != Some(spec.file) {
+                let h = match Reader::open(&abs) {
+                    Ok(h) => Some(h),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+                    Err(e) => return Err(Error::io("open", &abs, e)),
+                };
+                open = Some((spec.file, h));
+            }
+            match open.as_ref().and_then(|(_, h)| h.as_ref()) {
+                Some(h) => {
+                    h.read_padded(&mut buf[range], spec.offset)
+                        .map_err(|e| Error::io("read", &abs, e))?;
+                    found.push(true);
+                }
+                None => found.push(false),
+            }
+        }
+        Ok(found)
+    }
+}
