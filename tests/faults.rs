@@ -1,10 +1,12 @@
-//! Fault tests against PostgreSQL 15: each asserts a non-zero exit, the message fragment the
-//! contract (docs/.contract-draft.md) promises, and that nothing was lost or left looking
-//! complete.
+//! Fault tests against PostgreSQL 15: each makes something go wrong and asserts what a user
+//! would see (a non-zero exit with a fragment of the message, see README.md, "Commands": what
+//! failed, where, and a HINT; or, for a corrupt source page, a warning naming file and block),
+//! and that nothing was lost or left looking complete.
 //!
-//! Tests a-f share one cluster with a small dataset and one full backup (built once, in a
-//! static; its server is stopped and its directory removed when the test process exits).
-//! Test g (kill -9 during a backup) and the second cluster of test c have their own clusters.
+//! Tests a-f and i-k share one cluster with a small dataset and one full backup (built once, in
+//! a static; its server is stopped and its directory removed when the test process exits).
+//! Tests g (kill -9 during a backup) and h (a corrupt page in the source), and the second
+//! cluster of test c, have their own clusters.
 mod common;
 
 use common::*;

@@ -826,11 +826,12 @@ impl DatasetSpec {
     };
 }
 
-/// Number of large-object bytes and their expected md5 computed by PostgreSQL.
+/// SQL that creates one large object: the md5s of 1..10000 concatenated (320000 bytes).
 pub const LO_SQL: &str = "SELECT lo_from_bytea(0, convert_to(string_agg(md5(i::text), '' ORDER BY i), 'UTF8')) FROM generate_series(1, 10000) i";
 
-/// Append `bytes` random (incompressible) bytes to table `table` (id int, b bytea, storage
-/// EXTERNAL so TOAST does not compress), in rows of 256 KiB starting at id `first_id`.
+/// Load `bytes` random (incompressible) bytes into a new table `table` (id int, b bytea, storage
+/// EXTERNAL so TOAST does not compress), in rows of 256 KiB with ids 1, 2, ... (once per table:
+/// a second call would repeat the ids).
 pub fn load_random(server: &Server, db: &str, table: &str, bytes: usize) {
     const ROW: usize = 256 << 10;
     server.psql(
@@ -863,7 +864,7 @@ pub fn load_random(server: &Server, db: &str, table: &str, bytes: usize) {
     }
 }
 
-/// Build the test dataset on `cluster` (see the module docs of the tests): pgbench tables,
+/// Build the test dataset on `cluster`: pgbench tables,
 /// tablespace ts1 with a table and index, an unlogged table, a large object, many small tables,
 /// a second database, incompressible random bytes; then CHECKPOINT.
 pub fn load_dataset(cluster: &Cluster, spec: DatasetSpec) {
@@ -1167,7 +1168,8 @@ pub fn read_manifest(dir: &Path) -> serde_json::Value {
     serde_json::from_str(&s).unwrap_or_else(|e| panic!("parse {}: {e}", p.display()))
 }
 
-/// Recursive list of (relative path, size, file content md5-ish) for "unchanged" checks.
+/// Everything below `dir`, for "unchanged" checks: relative path -> file contents (directories
+/// as "path/" with no contents, other file types as `<other>`).
 pub fn snapshot_tree(dir: &Path) -> BTreeMap<String, Vec<u8>> {
     let mut out = BTreeMap::new();
     fn walk(base: &Path, d: &Path, out: &mut BTreeMap<String, Vec<u8>>) {
