@@ -1,6 +1,7 @@
 //! The per-version scenario against PostgreSQL 15 (Debian binaries): stanza-create, full
 //! backup, info, verify, check, restore (pg_verifybackup, fingerprint, pg_amcheck), lz4 / gzip /
-//! none backups, replica-create with a slot. See tests/common/mod.rs.
+//! none backups (lz4 and gzip restored and compared), replica-create with a slot. See
+//! tests/common/mod.rs.
 mod common;
 
 #[test]

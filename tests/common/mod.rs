@@ -1192,18 +1192,9 @@ pub fn snapshot_tree(dir: &Path) -> BTreeMap<String, Vec<u8>> {
     out
 }
 
-// ------------------------------------------------------------------------------------------
-// The per-version scenario (tests/pg15.rs, tests/pg18.rs).
-
-/// Restore checks shared by the scenario: start, compare data, unlogged table empty.
-fn start_and_compare(
-    cluster: &Cluster,
-    what: &str,
-    restored: &Path,
-    ts_dir: &Path,
-    source_fp: &BTreeMap<String, String>,
-    amcheck: bool,
-) {
+/// Check a restored directory with `pg_verifybackup`, then start it (with `cluster`'s binaries,
+/// on a free port) and wait until it has recovered and been promoted.
+pub fn start_restored(cluster: &Cluster, what: &str, restored: &Path) -> Server {
     let t = Instant::now();
     let v = pg_verifybackup(cluster.pg(), restored);
     assert!(
@@ -1217,6 +1208,52 @@ fn start_and_compare(
     let server = cluster.start_other(restored, free_port());
     server.wait_promoted(Duration::from_secs(60));
     step!("{what}: restored cluster up and promoted in {}", secs(t));
+    server
+}
+
+// ------------------------------------------------------------------------------------------
+// The per-version scenario (tests/pg15.rs, tests/pg18.rs).
+
+/// Restore backup `set` of stanza main from `repo` into fresh directories `<name>` and
+/// `<name>-ts1` of `cluster`, tablespace ts1 mapped by `ts_key` (its name or OID), with `extra`
+/// restore flags; returns (data directory, ts1 directory).
+fn restore_fresh(
+    cluster: &Cluster,
+    repo: &Path,
+    name: &str,
+    set: &str,
+    ts_key: &str,
+    extra: &[&str],
+) -> (PathBuf, PathBuf) {
+    let restored = cluster.new_dir(name);
+    let ts_new = cluster.new_dir(&format!("{name}-ts1"));
+    let mut a = restore_args(
+        repo,
+        &restored,
+        set,
+        &format!("{ts_key}={}", ts_new.display()),
+    );
+    a.extend(extra.iter().map(|s| s.to_string()));
+    let r = pgjet_ok(&a);
+    step!(
+        "{name}: restore of {set} in {:.1}s",
+        r.elapsed.as_secs_f64()
+    );
+    (restored, ts_new)
+}
+
+/// Restore checks shared by the scenario: pg_verifybackup, start, ts1 at the mapped directory,
+/// same data as the source, unlogged table empty, optionally pg_amcheck; then stop the server
+/// and remove the restored directories.
+fn start_and_compare(
+    cluster: &Cluster,
+    what: &str,
+    restored: &Path,
+    ts_dir: &Path,
+    source_fp: &BTreeMap<String, String>,
+    amcheck: bool,
+) {
+    let server = start_restored(cluster, what, restored);
     let loc = server.psql(
         "postgres",
         "SELECT pg_tablespace_location(oid) FROM pg_tablespace WHERE spcname = 'ts1'",
@@ -1244,10 +1281,13 @@ fn start_and_compare(
         step!("{what}: pg_amcheck ok in {}", secs(t));
     }
     drop(server);
+    let _ = fs::remove_dir_all(restored);
+    let _ = fs::remove_dir_all(ts_dir);
 }
 
 /// The whole per-version scenario: backup, info, verify, check, restore (+pg_verifybackup,
-/// fingerprint, pg_amcheck), other compressions, replica-create.
+/// fingerprint, pg_amcheck), lz4 / gzip / none backups with the lz4 and gzip ones restored
+/// (+pg_verifybackup, fingerprint), replica-create.
 pub fn version_scenario(pg: Pg) {
     let t0 = Instant::now();
     let cluster = Cluster::new(&pg, &format!("pg{}", pg.major));
@@ -1333,17 +1373,14 @@ pub fn version_scenario(pg: Pg) {
     cluster.pgjet_cmd("check", &repo, &[]).ok();
 
     // 2. restore (tablespace mapped by name), pg_verifybackup, start, compare, amcheck.
-    let restored = cluster.new_dir("restore1");
-    let ts_new = cluster.new_dir("restore1-ts1");
-    let mut a = restore_args(
+    let (restored, ts_new) = restore_fresh(
+        &cluster,
         &repo,
-        &restored,
+        "restore1",
         "latest",
-        &format!("ts1={}", ts_new.display()),
+        "ts1",
+        &["--jobs", "2"],
     );
-    a.extend(args!["--jobs", "2"]);
-    let r = pgjet_ok(&a);
-    step!("restore of {full_label} in {:.1}s", r.elapsed.as_secs_f64());
     start_and_compare(
         &cluster,
         "restore of the full backup",
@@ -1352,10 +1389,8 @@ pub fn version_scenario(pg: Pg) {
         &source_fp,
         true,
     );
-    let _ = fs::remove_dir_all(&restored);
-    let _ = fs::remove_dir_all(&ts_new);
 
-    // 3. lz4, gzip, none; restore the lz4 one (tablespace mapped by OID).
+    // 3. lz4, gzip, none; restore the lz4 one (tablespace mapped by OID) and the gzip one.
     let mut labels = vec![full_label.clone()];
     for ct in ["lz4", "gzip", "none"] {
         let r = cluster
@@ -1400,16 +1435,14 @@ pub fn version_scenario(pg: Pg) {
     step!("stored sizes: {sizes:?}");
     let lz4_label = labels[1].clone();
     let ts_oid = cluster.tablespace_oid("ts1");
-    let restored = cluster.new_dir("restore-lz4");
-    let ts_new = cluster.new_dir("restore-lz4-ts1");
-    let mut a = restore_args(
+    let (restored, ts_new) = restore_fresh(
+        &cluster,
         &repo,
-        &restored,
+        "restore-lz4",
         &lz4_label,
-        &format!("{ts_oid}={}", ts_new.display()),
+        &ts_oid,
+        &["--archive-mode", "off"],
     );
-    a.extend(args!["--archive-mode", "off"]);
-    pgjet_ok(&a);
     let auto = fs::read_to_string(restored.join("postgresql.auto.conf")).unwrap_or_default();
     assert!(
         auto.contains("archive_mode = 'off'"),
@@ -1423,8 +1456,23 @@ pub fn version_scenario(pg: Pg) {
         &source_fp,
         false,
     );
-    let _ = fs::remove_dir_all(&restored);
-    let _ = fs::remove_dir_all(&ts_new);
+    // The gzip backup restores too (tablespace mapped by name).
+    let (restored, ts_new) = restore_fresh(
+        &cluster,
+        &repo,
+        "restore-gzip",
+        &labels[2],
+        "ts1",
+        &["--jobs", "2"],
+    );
+    start_and_compare(
+        &cluster,
+        "restore of the gzip backup",
+        &restored,
+        &ts_new,
+        &source_fp,
+        false,
+    );
     pgjet_ok(&verify_args(&repo, &labels[3]));
 
     // 4. replica-create with a slot, started by pgjet.
