@@ -86,17 +86,26 @@ fn copy_repo(c: &Cluster, name: &str) -> PathBuf {
     repo
 }
 
+/// Label directories under <repo>/main/backup (docs/repository-format.md), sorted.
+fn backup_dirs(repo: &Path) -> Vec<String> {
+    let mut out: Vec<String> = fs::read_dir(repo.join("main").join("backup"))
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    out.sort();
+    out
+}
+
 /// Label directories under <repo>/main/backup that contain a manifest.json (= look complete).
 fn complete_backups(repo: &Path) -> Vec<String> {
-    let mut out = Vec::new();
-    if let Ok(rd) = fs::read_dir(repo.join("main").join("backup")) {
-        for e in rd.flatten() {
-            if e.path().join("manifest.json").exists() {
-                out.push(e.file_name().to_string_lossy().into_owned());
-            }
-        }
-    }
-    out
+    let backups = repo.join("main").join("backup");
+    backup_dirs(repo)
+        .into_iter()
+        .filter(|l| backups.join(l).join("manifest.json").exists())
+        .collect()
 }
 
 fn assert_no_backups(repo: &Path, what: &str) {
@@ -480,7 +489,8 @@ fn f_disk_full_on_restore() {
 }
 
 /// g. kill -9 during a backup: the partial backup is not listed, the server is left clean (no
-/// slots, no backup in progress, no leftover sessions), and the next backup works.
+/// slots, no backup in progress, no leftover sessions), and the next backup works, removes the
+/// interrupted backup's directory and is the only backup listed.
 #[test]
 fn g_kill9_during_backup() {
     let pg = Pg::v15();
@@ -570,6 +580,17 @@ fn g_kill9_during_backup() {
         !label_dir.join("manifest.json").exists(),
         "g: the backup finished (manifest.json exists) before the kill; make it slower"
     );
+    let killed_label = label_dir
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    assert_eq!(
+        backup_dirs(&repo),
+        vec![killed_label.clone()],
+        "g: the interrupted backup's directory must be the only one under {}",
+        backup_root.display()
+    );
 
     // The partial backup is not listed.
     let listed = info_backups(&repo, "main");
@@ -600,13 +621,30 @@ fn g_kill9_during_backup() {
     );
     c.psql("postgres", "SELECT pg_backup_start('pgjet-test-probe', true) IS NOT NULL;\nSELECT lsn IS NOT NULL FROM pg_backup_stop(false);");
 
-    // A fresh backup works, and only it is listed.
+    // A fresh backup works, removes the interrupted backup's directory, and only it is listed.
+    // Labels have a resolution of one second: wait until the fresh backup's label cannot be the
+    // killed one's, so that the directory seen afterwards is not the killed one reused.
+    let killed_at = chrono::NaiveDateTime::parse_from_str(&killed_label, "%Y%m%d-%H%M%SF")
+        .unwrap_or_else(|e| panic!("g: label {killed_label:?} is not YYYYMMDD-HHMMSSF: {e}"))
+        .and_utc();
+    let next_second = wait_for(Duration::from_secs(5), || {
+        (chrono::Utc::now() - killed_at >= chrono::TimeDelta::seconds(1)).then_some(())
+    });
+    assert!(
+        next_second.is_some(),
+        "g: the clock is behind label {killed_label}"
+    );
     c.pgjet_cmd(
         "backup",
         &repo,
         &["--type", "full", "--start-fast", "--jobs", "2"],
     )
     .ok();
+    assert!(
+        !label_dir.exists(),
+        "g: the next backup did not remove the interrupted backup's directory {}",
+        label_dir.display()
+    );
     let listed = info_backups(&repo, "main");
     assert_eq!(
         listed.len(),
@@ -614,6 +652,22 @@ fn g_kill9_during_backup() {
         "g: exactly one backup expected after the fresh backup: {listed:?}"
     );
     assert_sane_backup(&listed[0], "full");
+    let fresh_label = listed[0]["label"].as_str().unwrap().to_string();
+    assert_ne!(
+        fresh_label, killed_label,
+        "g: the fresh backup reused the killed one's label"
+    );
+    assert_eq!(
+        backup_dirs(&repo),
+        vec![fresh_label.clone()],
+        "g: after the fresh backup only its directory may be left under {}",
+        backup_root.display()
+    );
+    assert_eq!(
+        complete_backups(&repo),
+        vec![fresh_label],
+        "g: the listed backup must be complete (have its manifest.json)"
+    );
     pgjet_ok(&args![
         "verify",
         "--stanza",
