@@ -31,13 +31,7 @@ fn fx() -> &'static Fx {
         load_dataset(&cluster, DatasetSpec::SMALL);
         let repo = cluster.repo.clone();
         cluster.pgjet_cmd("stanza-create", &repo, &[]).ok();
-        cluster
-            .pgjet_cmd(
-                "backup",
-                &repo,
-                &["--type", "full", "--start-fast", "--jobs", "2"],
-            )
-            .ok();
+        cluster.full_backup(&repo);
         let backups = info_backups(&repo, "main");
         assert_eq!(
             backups.len(),
@@ -516,27 +510,14 @@ fn g_kill9_during_backup() {
         "--compress-level",
         "9"
     ]);
-    let script = format!("echo $$ > {}; exec \"$0\" \"$@\"", pidfile.display());
-    let mut child = Command::new("runuser")
-        .args(["-u", "postgres", "--", "sh", "-c", &script])
-        .arg(pgjet_bin())
-        .args(&a)
-        .current_dir("/tmp")
-        .env("CI", "true")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut backup = Background::spawn(&pgjet_bin(), &a, &pidfile);
     let backup_root = repo.join("main").join("backup");
     let started = Instant::now();
     let label_dir = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            let out = child.wait_with_output().unwrap();
+        if backup.try_wait().is_some() {
             panic!(
-                "g: the backup ended ({status}) before it could be killed; make it slower\nstdout:\n{}\nstderr:\n{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
+                "g: the backup ended before it could be killed; make it slower\n{}",
+                backup.wait()
             );
         }
         let found = fs::read_dir(&backup_root).ok().and_then(|rd| {
@@ -559,18 +540,10 @@ fn g_kill9_during_backup() {
         );
         std::thread::sleep(Duration::from_millis(20));
     };
-    let pid: i32 = fs::read_to_string(&pidfile)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
-    let st = Command::new("kill")
-        .args(["-9", &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(st.success(), "kill -9 {pid}");
-    let out = child.wait_with_output().unwrap();
-    assert!(!out.status.success(), "g: killed backup reported success?");
+    let pid = backup.pid();
+    backup.signal(libc::SIGKILL);
+    let r = backup.wait();
+    assert!(!r.success(), "g: killed backup reported success?\n{r}");
     step!(
         "g: killed pgjet backup (pid {pid}) after {} while writing {}",
         secs(started),
@@ -634,12 +607,7 @@ fn g_kill9_during_backup() {
         next_second.is_some(),
         "g: the clock is behind label {killed_label}"
     );
-    c.pgjet_cmd(
-        "backup",
-        &repo,
-        &["--type", "full", "--start-fast", "--jobs", "2"],
-    )
-    .ok();
+    c.full_backup(&repo);
     assert!(
         !label_dir.exists(),
         "g: the next backup did not remove the interrupted backup's directory {}",

@@ -253,18 +253,8 @@ pub fn run_as_postgres<S: AsRef<OsStr>>(program: &Path, args: &[S], stdin: Optio
         .arg("-k")
         .arg("10")
         .arg(COMMAND_TIMEOUT_S.to_string());
-    cmd.arg(program);
-    let mut cmdline = program.display().to_string();
-    for a in args {
-        cmd.arg(a.as_ref());
-        let s = a.as_ref().to_string_lossy();
-        if s.contains(' ') || s.is_empty() {
-            cmdline.push_str(&format!(" '{s}'"));
-        } else {
-            cmdline.push(' ');
-            cmdline.push_str(&s);
-        }
-    }
+    cmd.arg(program).args(args);
+    let cmdline = cmdline(program, args);
     prepare_env(&mut cmd);
     let t = Instant::now();
     cmd.stdin(if stdin.is_some() {
@@ -293,6 +283,106 @@ pub fn run_as_postgres<S: AsRef<OsStr>>(program: &Path, args: &[S], stdin: Optio
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
         elapsed: t.elapsed(),
+    }
+}
+
+/// `program args` as one printable line (arguments with spaces quoted).
+fn cmdline<S: AsRef<OsStr>>(program: &Path, args: &[S]) -> String {
+    let mut line = program.display().to_string();
+    for a in args {
+        let s = a.as_ref().to_string_lossy();
+        if s.contains(' ') || s.is_empty() {
+            line.push_str(&format!(" '{s}'"));
+        } else {
+            line.push(' ');
+            line.push_str(&s);
+        }
+    }
+    line
+}
+
+/// A program running in the background as the OS user postgres, whose own PID (not that of
+/// `runuser`) is known, so that it can be signalled. Killed with SIGKILL if still running when
+/// dropped.
+pub struct Background {
+    child: Option<std::process::Child>,
+    pidfile: PathBuf,
+    cmdline: String,
+    started: Instant,
+}
+
+impl Background {
+    /// Start `program args` as postgres; a shell writes its PID to `pidfile`, then execs it.
+    pub fn spawn<S: AsRef<OsStr>>(program: &Path, args: &[S], pidfile: &Path) -> Background {
+        let script = format!("echo $$ > {}; exec \"$0\" \"$@\"", pidfile.display());
+        let mut cmd = Command::new("runuser");
+        cmd.args(["-u", "postgres", "--", "sh", "-c", &script])
+            .arg(program)
+            .args(args);
+        prepare_env(&mut cmd);
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let cmdline = cmdline(program, args);
+        let child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {cmdline}: {e}"));
+        Background {
+            child: Some(child),
+            pidfile: pidfile.to_path_buf(),
+            cmdline,
+            started: Instant::now(),
+        }
+    }
+
+    /// The program's PID (waits up to 10 s for the shell to write it).
+    pub fn pid(&self) -> i32 {
+        wait_for(Duration::from_secs(10), || {
+            fs::read_to_string(&self.pidfile).ok()?.trim().parse().ok()
+        })
+        .unwrap_or_else(|| panic!("no PID in {} for {}", self.pidfile.display(), self.cmdline))
+    }
+
+    /// `None` while the program runs, its exit status once it has ended.
+    pub fn try_wait(&mut self) -> Option<ExitStatus> {
+        self.child.as_mut()?.try_wait().unwrap()
+    }
+
+    /// Send signal `sig` (libc::SIGTERM, ...) to the program.
+    pub fn signal(&self, sig: i32) {
+        let pid = self.pid();
+        let rc = unsafe { libc::kill(pid, sig) };
+        assert_eq!(rc, 0, "kill -{sig} {pid} ({})", self.cmdline);
+    }
+
+    /// Wait for the program to end; its status and output.
+    pub fn wait(mut self) -> Run {
+        let out = self.child.take().unwrap().wait_with_output().unwrap();
+        Run {
+            cmdline: self.cmdline.clone(),
+            status: out.status,
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            elapsed: self.started.elapsed(),
+        }
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            if matches!(child.try_wait(), Ok(None)) {
+                if let Some(pid) = fs::read_to_string(&self.pidfile)
+                    .ok()
+                    .and_then(|s| s.trim().parse::<i32>().ok())
+                {
+                    unsafe {
+                        libc::kill(pid, libc::SIGKILL);
+                    }
+                }
+            }
+            let _ = child.wait();
+        }
     }
 }
 
@@ -768,6 +858,16 @@ impl Cluster {
         pgjet(&a)
     }
 
+    /// `pgjet backup --type full --start-fast --jobs 2` into `repo`; panics unless it succeeds.
+    pub fn full_backup(&self, repo: &Path) -> Run {
+        self.pgjet_cmd(
+            "backup",
+            repo,
+            &["--type", "full", "--start-fast", "--jobs", "2"],
+        )
+        .ok()
+    }
+
     /// A new empty directory (mode 0700, owned by postgres) inside this cluster's root.
     pub fn new_dir(&self, name: &str) -> PathBuf {
         let d = self.root.join(name);
@@ -864,30 +964,36 @@ pub fn load_random(server: &Server, db: &str, table: &str, bytes: usize) {
     }
 }
 
+/// `pgbench` of `server`'s version, with the connection options for its database postgres
+/// after `args`.
+pub fn pgbench_args(server: &Server, args: &[String]) -> (PathBuf, Vec<String>) {
+    let mut a = args.to_vec();
+    a.extend(args![
+        "-h",
+        server.sock.display(),
+        "-p",
+        server.port,
+        "-U",
+        "postgres",
+        "postgres"
+    ]);
+    (server.pg.tool("pgbench"), a)
+}
+
+/// `pgbench -i -q -s scale` in the database postgres of `server`.
+pub fn pgbench_init(server: &Server, scale: u32) {
+    let (bin, a) = pgbench_args(server, &args!["-i", "-q", "-s", scale]);
+    let r = run_as_postgres(&bin, &a, None);
+    assert!(r.success(), "pgbench -i failed:\n{r}");
+}
+
 /// Build the test dataset on `cluster`: pgbench tables,
 /// tablespace ts1 with a table and index, an unlogged table, a large object, many small tables,
 /// a second database, incompressible random bytes; then CHECKPOINT.
 pub fn load_dataset(cluster: &Cluster, spec: DatasetSpec) {
     let t = Instant::now();
     let s = &cluster.server;
-    let r = run_as_postgres(
-        &cluster.pg().tool("pgbench"),
-        &args![
-            "-i",
-            "-q",
-            "-s",
-            spec.pgbench_scale,
-            "-h",
-            s.sock.display(),
-            "-p",
-            s.port,
-            "-U",
-            "postgres",
-            "postgres"
-        ],
-        None,
-    );
-    assert!(r.success(), "pgbench -i failed:\n{r}");
+    pgbench_init(s, spec.pgbench_scale);
     mkdir_pg(&cluster.ts1, 0o700);
     cluster.psql(
         "postgres",
@@ -1128,9 +1234,9 @@ pub fn backup_dir(repo: &Path, stanza: &str, label: &str) -> PathBuf {
     repo.join(stanza).join("backup").join(label)
 }
 
-/// `restore` of backup `set` of stanza main into `target` (--type immediate), with one
-/// `--tablespace-map` value `ts_map` (ID=DIR).
-pub fn restore_args(repo: &Path, target: &Path, set: &str, ts_map: &str) -> Vec<String> {
+/// `restore` of backup `set` of stanza main into `target` (--type immediate), for a cluster
+/// without tablespaces.
+pub fn restore_args_no_ts(repo: &Path, target: &Path, set: &str) -> Vec<String> {
     args![
         "restore",
         "--stanza",
@@ -1142,10 +1248,16 @@ pub fn restore_args(repo: &Path, target: &Path, set: &str, ts_map: &str) -> Vec<
         "--set",
         set,
         "--type",
-        "immediate",
-        "--tablespace-map",
-        ts_map
+        "immediate"
     ]
+}
+
+/// `restore` of backup `set` of stanza main into `target` (--type immediate), with one
+/// `--tablespace-map` value `ts_map` (ID=DIR).
+pub fn restore_args(repo: &Path, target: &Path, set: &str, ts_map: &str) -> Vec<String> {
+    let mut a = restore_args_no_ts(repo, target, set);
+    a.extend(args!["--tablespace-map", ts_map]);
+    a
 }
 
 /// `verify --set SET` of stanza main in `repo`.
@@ -1297,13 +1409,7 @@ pub fn version_scenario(pg: Pg) {
 
     // 1. stanza-create, full backup, info, verify, check.
     cluster.pgjet_cmd("stanza-create", &repo, &[]).ok();
-    let r = cluster
-        .pgjet_cmd(
-            "backup",
-            &repo,
-            &["--type", "full", "--start-fast", "--jobs", "2"],
-        )
-        .ok();
+    let r = cluster.full_backup(&repo);
     step!(
         "full backup (default compression) in {:.1}s",
         r.elapsed.as_secs_f64()
