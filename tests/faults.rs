@@ -1,10 +1,12 @@
-//! Fault tests against PostgreSQL 15: each asserts a non-zero exit, the message fragment the
-//! contract (docs/.contract-draft.md) promises, and that nothing was lost or left looking
-//! complete.
+//! Fault tests against PostgreSQL 15: each makes something go wrong and asserts what a user
+//! would see (a non-zero exit with a fragment of the message, see README.md, "Commands": what
+//! failed, where, and a HINT; or, for a corrupt source page, a warning naming file and block),
+//! and that nothing was lost or left looking complete.
 //!
-//! Tests a-f share one cluster with a small dataset and one full backup (built once, in a
-//! static; its server is stopped and its directory removed when the test process exits).
-//! Test g (kill -9 during a backup) and the second cluster of test c have their own clusters.
+//! Tests a-f and i-k share one cluster with a small dataset and one full backup (built once, in
+//! a static; its server is stopped and its directory removed when the test process exits).
+//! Tests g (kill -9 during a backup) and h (a corrupt page in the source), and the second
+//! cluster of test c, have their own clusters.
 mod common;
 
 use common::*;
@@ -29,13 +31,7 @@ fn fx() -> &'static Fx {
         load_dataset(&cluster, DatasetSpec::SMALL);
         let repo = cluster.repo.clone();
         cluster.pgjet_cmd("stanza-create", &repo, &[]).ok();
-        cluster
-            .pgjet_cmd(
-                "backup",
-                &repo,
-                &["--type", "full", "--start-fast", "--jobs", "2"],
-            )
-            .ok();
+        cluster.full_backup(&repo);
         let backups = info_backups(&repo, "main");
         assert_eq!(
             backups.len(),
@@ -84,17 +80,26 @@ fn copy_repo(c: &Cluster, name: &str) -> PathBuf {
     repo
 }
 
+/// Label directories under <repo>/main/backup (docs/repository-format.md), sorted.
+fn backup_dirs(repo: &Path) -> Vec<String> {
+    let mut out: Vec<String> = fs::read_dir(repo.join("main").join("backup"))
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    out.sort();
+    out
+}
+
 /// Label directories under <repo>/main/backup that contain a manifest.json (= look complete).
 fn complete_backups(repo: &Path) -> Vec<String> {
-    let mut out = Vec::new();
-    if let Ok(rd) = fs::read_dir(repo.join("main").join("backup")) {
-        for e in rd.flatten() {
-            if e.path().join("manifest.json").exists() {
-                out.push(e.file_name().to_string_lossy().into_owned());
-            }
-        }
-    }
-    out
+    let backups = repo.join("main").join("backup");
+    backup_dirs(repo)
+        .into_iter()
+        .filter(|l| backups.join(l).join("manifest.json").exists())
+        .collect()
 }
 
 fn assert_no_backups(repo: &Path, what: &str) {
@@ -478,7 +483,8 @@ fn f_disk_full_on_restore() {
 }
 
 /// g. kill -9 during a backup: the partial backup is not listed, the server is left clean (no
-/// slots, no backup in progress, no leftover sessions), and the next backup works.
+/// slots, no backup in progress, no leftover sessions), and the next backup works, removes the
+/// interrupted backup's directory and is the only backup listed.
 #[test]
 fn g_kill9_during_backup() {
     let pg = Pg::v15();
@@ -504,27 +510,14 @@ fn g_kill9_during_backup() {
         "--compress-level",
         "9"
     ]);
-    let script = format!("echo $$ > {}; exec \"$0\" \"$@\"", pidfile.display());
-    let mut child = Command::new("runuser")
-        .args(["-u", "postgres", "--", "sh", "-c", &script])
-        .arg(pgjet_bin())
-        .args(&a)
-        .current_dir("/tmp")
-        .env("CI", "true")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut backup = Background::spawn(&pgjet_bin(), &a, &pidfile);
     let backup_root = repo.join("main").join("backup");
     let started = Instant::now();
     let label_dir = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            let out = child.wait_with_output().unwrap();
+        if backup.try_wait().is_some() {
             panic!(
-                "g: the backup ended ({status}) before it could be killed; make it slower\nstdout:\n{}\nstderr:\n{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
+                "g: the backup ended before it could be killed; make it slower\n{}",
+                backup.wait()
             );
         }
         let found = fs::read_dir(&backup_root).ok().and_then(|rd| {
@@ -547,18 +540,10 @@ fn g_kill9_during_backup() {
         );
         std::thread::sleep(Duration::from_millis(20));
     };
-    let pid: i32 = fs::read_to_string(&pidfile)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
-    let st = Command::new("kill")
-        .args(["-9", &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(st.success(), "kill -9 {pid}");
-    let out = child.wait_with_output().unwrap();
-    assert!(!out.status.success(), "g: killed backup reported success?");
+    let pid = backup.pid();
+    backup.signal(libc::SIGKILL);
+    let r = backup.wait();
+    assert!(!r.success(), "g: killed backup reported success?\n{r}");
     step!(
         "g: killed pgjet backup (pid {pid}) after {} while writing {}",
         secs(started),
@@ -567,6 +552,17 @@ fn g_kill9_during_backup() {
     assert!(
         !label_dir.join("manifest.json").exists(),
         "g: the backup finished (manifest.json exists) before the kill; make it slower"
+    );
+    let killed_label = label_dir
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    assert_eq!(
+        backup_dirs(&repo),
+        vec![killed_label.clone()],
+        "g: the interrupted backup's directory must be the only one under {}",
+        backup_root.display()
     );
 
     // The partial backup is not listed.
@@ -598,13 +594,25 @@ fn g_kill9_during_backup() {
     );
     c.psql("postgres", "SELECT pg_backup_start('pgjet-test-probe', true) IS NOT NULL;\nSELECT lsn IS NOT NULL FROM pg_backup_stop(false);");
 
-    // A fresh backup works, and only it is listed.
-    c.pgjet_cmd(
-        "backup",
-        &repo,
-        &["--type", "full", "--start-fast", "--jobs", "2"],
-    )
-    .ok();
+    // A fresh backup works, removes the interrupted backup's directory, and only it is listed.
+    // Labels have a resolution of one second: wait until the fresh backup's label cannot be the
+    // killed one's, so that the directory seen afterwards is not the killed one reused.
+    let killed_at = chrono::NaiveDateTime::parse_from_str(&killed_label, "%Y%m%d-%H%M%SF")
+        .unwrap_or_else(|e| panic!("g: label {killed_label:?} is not YYYYMMDD-HHMMSSF: {e}"))
+        .and_utc();
+    let next_second = wait_for(Duration::from_secs(5), || {
+        (chrono::Utc::now() - killed_at >= chrono::TimeDelta::seconds(1)).then_some(())
+    });
+    assert!(
+        next_second.is_some(),
+        "g: the clock is behind label {killed_label}"
+    );
+    c.full_backup(&repo);
+    assert!(
+        !label_dir.exists(),
+        "g: the next backup did not remove the interrupted backup's directory {}",
+        label_dir.display()
+    );
     let listed = info_backups(&repo, "main");
     assert_eq!(
         listed.len(),
@@ -612,6 +620,22 @@ fn g_kill9_during_backup() {
         "g: exactly one backup expected after the fresh backup: {listed:?}"
     );
     assert_sane_backup(&listed[0], "full");
+    let fresh_label = listed[0]["label"].as_str().unwrap().to_string();
+    assert_ne!(
+        fresh_label, killed_label,
+        "g: the fresh backup reused the killed one's label"
+    );
+    assert_eq!(
+        backup_dirs(&repo),
+        vec![fresh_label.clone()],
+        "g: after the fresh backup only its directory may be left under {}",
+        backup_root.display()
+    );
+    assert_eq!(
+        complete_backups(&repo),
+        vec![fresh_label],
+        "g: the listed backup must be complete (have its manifest.json)"
+    );
     pgjet_ok(&args![
         "verify",
         "--stanza",

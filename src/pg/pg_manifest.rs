@@ -258,7 +258,7 @@ mod tests {
     /// Whole real manifests written by PostgreSQL 15.20 and 18.6 (`pg_basebackup -Fp
     /// -X fetch --manifest-checksums=CRC32C`), including PostgreSQL's own
     /// Manifest-Checksum, re-render byte-for-byte. Reads `tests/data/pg/` (see the README
-    /// there); skipped with a note when those fixtures are not present.
+    /// there); a missing fixture fails the test.
     #[test]
     fn rerender_full_real_manifests() {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/pg");
@@ -266,13 +266,13 @@ mod tests {
             ("pg15-fetch-backup_manifest", 150020u32, 1u64),
             ("pg18-fetch-backup_manifest", 180006, 2),
         ] {
-            let Ok(real) = std::fs::read(dir.join(name)) else {
-                eprintln!(
-                    "note: {} missing, full-manifest comparison skipped",
-                    dir.join(name).display()
-                );
-                continue;
-            };
+            let path = dir.join(name);
+            let real = std::fs::read(&path).unwrap_or_else(|e| {
+                panic!(
+                    "fixture {} is required (see tests/data/pg/README): {e}",
+                    path.display()
+                )
+            });
             let (version, sysid, files, ranges) = parse(&real);
             assert_eq!(version, expected_version, "{name}");
             assert!(files.len() > 900, "{name}");

@@ -253,18 +253,8 @@ pub fn run_as_postgres<S: AsRef<OsStr>>(program: &Path, args: &[S], stdin: Optio
         .arg("-k")
         .arg("10")
         .arg(COMMAND_TIMEOUT_S.to_string());
-    cmd.arg(program);
-    let mut cmdline = program.display().to_string();
-    for a in args {
-        cmd.arg(a.as_ref());
-        let s = a.as_ref().to_string_lossy();
-        if s.contains(' ') || s.is_empty() {
-            cmdline.push_str(&format!(" '{s}'"));
-        } else {
-            cmdline.push(' ');
-            cmdline.push_str(&s);
-        }
-    }
+    cmd.arg(program).args(args);
+    let cmdline = cmdline(program, args);
     prepare_env(&mut cmd);
     let t = Instant::now();
     cmd.stdin(if stdin.is_some() {
@@ -293,6 +283,106 @@ pub fn run_as_postgres<S: AsRef<OsStr>>(program: &Path, args: &[S], stdin: Optio
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
         elapsed: t.elapsed(),
+    }
+}
+
+/// `program args` as one printable line (arguments with spaces quoted).
+fn cmdline<S: AsRef<OsStr>>(program: &Path, args: &[S]) -> String {
+    let mut line = program.display().to_string();
+    for a in args {
+        let s = a.as_ref().to_string_lossy();
+        if s.contains(' ') || s.is_empty() {
+            line.push_str(&format!(" '{s}'"));
+        } else {
+            line.push(' ');
+            line.push_str(&s);
+        }
+    }
+    line
+}
+
+/// A program running in the background as the OS user postgres, whose own PID (not that of
+/// `runuser`) is known, so that it can be signalled. Killed with SIGKILL if still running when
+/// dropped.
+pub struct Background {
+    child: Option<std::process::Child>,
+    pidfile: PathBuf,
+    cmdline: String,
+    started: Instant,
+}
+
+impl Background {
+    /// Start `program args` as postgres; a shell writes its PID to `pidfile`, then execs it.
+    pub fn spawn<S: AsRef<OsStr>>(program: &Path, args: &[S], pidfile: &Path) -> Background {
+        let script = format!("echo $$ > {}; exec \"$0\" \"$@\"", pidfile.display());
+        let mut cmd = Command::new("runuser");
+        cmd.args(["-u", "postgres", "--", "sh", "-c", &script])
+            .arg(program)
+            .args(args);
+        prepare_env(&mut cmd);
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let cmdline = cmdline(program, args);
+        let child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {cmdline}: {e}"));
+        Background {
+            child: Some(child),
+            pidfile: pidfile.to_path_buf(),
+            cmdline,
+            started: Instant::now(),
+        }
+    }
+
+    /// The program's PID (waits up to 10 s for the shell to write it).
+    pub fn pid(&self) -> i32 {
+        wait_for(Duration::from_secs(10), || {
+            fs::read_to_string(&self.pidfile).ok()?.trim().parse().ok()
+        })
+        .unwrap_or_else(|| panic!("no PID in {} for {}", self.pidfile.display(), self.cmdline))
+    }
+
+    /// `None` while the program runs, its exit status once it has ended.
+    pub fn try_wait(&mut self) -> Option<ExitStatus> {
+        self.child.as_mut()?.try_wait().unwrap()
+    }
+
+    /// Send signal `sig` (libc::SIGTERM, ...) to the program.
+    pub fn signal(&self, sig: i32) {
+        let pid = self.pid();
+        let rc = unsafe { libc::kill(pid, sig) };
+        assert_eq!(rc, 0, "kill -{sig} {pid} ({})", self.cmdline);
+    }
+
+    /// Wait for the program to end; its status and output.
+    pub fn wait(mut self) -> Run {
+        let out = self.child.take().unwrap().wait_with_output().unwrap();
+        Run {
+            cmdline: self.cmdline.clone(),
+            status: out.status,
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            elapsed: self.started.elapsed(),
+        }
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            if matches!(child.try_wait(), Ok(None)) {
+                if let Some(pid) = fs::read_to_string(&self.pidfile)
+                    .ok()
+                    .and_then(|s| s.trim().parse::<i32>().ok())
+                {
+                    unsafe {
+                        libc::kill(pid, libc::SIGKILL);
+                    }
+                }
+            }
+            let _ = child.wait();
+        }
     }
 }
 
@@ -768,6 +858,16 @@ impl Cluster {
         pgjet(&a)
     }
 
+    /// `pgjet backup --type full --start-fast --jobs 2` into `repo`; panics unless it succeeds.
+    pub fn full_backup(&self, repo: &Path) -> Run {
+        self.pgjet_cmd(
+            "backup",
+            repo,
+            &["--type", "full", "--start-fast", "--jobs", "2"],
+        )
+        .ok()
+    }
+
     /// A new empty directory (mode 0700, owned by postgres) inside this cluster's root.
     pub fn new_dir(&self, name: &str) -> PathBuf {
         let d = self.root.join(name);
@@ -826,11 +926,12 @@ impl DatasetSpec {
     };
 }
 
-/// Number of large-object bytes and their expected md5 computed by PostgreSQL.
+/// SQL that creates one large object: the md5s of 1..10000 concatenated (320000 bytes).
 pub const LO_SQL: &str = "SELECT lo_from_bytea(0, convert_to(string_agg(md5(i::text), '' ORDER BY i), 'UTF8')) FROM generate_series(1, 10000) i";
 
-/// Append `bytes` random (incompressible) bytes to table `table` (id int, b bytea, storage
-/// EXTERNAL so TOAST does not compress), in rows of 256 KiB starting at id `first_id`.
+/// Load `bytes` random (incompressible) bytes into a new table `table` (id int, b bytea, storage
+/// EXTERNAL so TOAST does not compress), in rows of 256 KiB with ids 1, 2, ... (once per table:
+/// a second call would repeat the ids).
 pub fn load_random(server: &Server, db: &str, table: &str, bytes: usize) {
     const ROW: usize = 256 << 10;
     server.psql(
@@ -863,30 +964,36 @@ pub fn load_random(server: &Server, db: &str, table: &str, bytes: usize) {
     }
 }
 
-/// Build the test dataset on `cluster` (see the module docs of the tests): pgbench tables,
+/// `pgbench` of `server`'s version, with the connection options for its database postgres
+/// after `args`.
+pub fn pgbench_args(server: &Server, args: &[String]) -> (PathBuf, Vec<String>) {
+    let mut a = args.to_vec();
+    a.extend(args![
+        "-h",
+        server.sock.display(),
+        "-p",
+        server.port,
+        "-U",
+        "postgres",
+        "postgres"
+    ]);
+    (server.pg.tool("pgbench"), a)
+}
+
+/// `pgbench -i -q -s scale` in the database postgres of `server`.
+pub fn pgbench_init(server: &Server, scale: u32) {
+    let (bin, a) = pgbench_args(server, &args!["-i", "-q", "-s", scale]);
+    let r = run_as_postgres(&bin, &a, None);
+    assert!(r.success(), "pgbench -i failed:\n{r}");
+}
+
+/// Build the test dataset on `cluster`: pgbench tables,
 /// tablespace ts1 with a table and index, an unlogged table, a large object, many small tables,
 /// a second database, incompressible random bytes; then CHECKPOINT.
 pub fn load_dataset(cluster: &Cluster, spec: DatasetSpec) {
     let t = Instant::now();
     let s = &cluster.server;
-    let r = run_as_postgres(
-        &cluster.pg().tool("pgbench"),
-        &args![
-            "-i",
-            "-q",
-            "-s",
-            spec.pgbench_scale,
-            "-h",
-            s.sock.display(),
-            "-p",
-            s.port,
-            "-U",
-            "postgres",
-            "postgres"
-        ],
-        None,
-    );
-    assert!(r.success(), "pgbench -i failed:\n{r}");
+    pgbench_init(s, spec.pgbench_scale);
     mkdir_pg(&cluster.ts1, 0o700);
     cluster.psql(
         "postgres",
@@ -1127,9 +1234,9 @@ pub fn backup_dir(repo: &Path, stanza: &str, label: &str) -> PathBuf {
     repo.join(stanza).join("backup").join(label)
 }
 
-/// `restore` of backup `set` of stanza main into `target` (--type immediate), with one
-/// `--tablespace-map` value `ts_map` (ID=DIR).
-pub fn restore_args(repo: &Path, target: &Path, set: &str, ts_map: &str) -> Vec<String> {
+/// `restore` of backup `set` of stanza main into `target` (--type immediate), for a cluster
+/// without tablespaces.
+pub fn restore_args_no_ts(repo: &Path, target: &Path, set: &str) -> Vec<String> {
     args![
         "restore",
         "--stanza",
@@ -1141,10 +1248,16 @@ pub fn restore_args(repo: &Path, target: &Path, set: &str, ts_map: &str) -> Vec<
         "--set",
         set,
         "--type",
-        "immediate",
-        "--tablespace-map",
-        ts_map
+        "immediate"
     ]
+}
+
+/// `restore` of backup `set` of stanza main into `target` (--type immediate), with one
+/// `--tablespace-map` value `ts_map` (ID=DIR).
+pub fn restore_args(repo: &Path, target: &Path, set: &str, ts_map: &str) -> Vec<String> {
+    let mut a = restore_args_no_ts(repo, target, set);
+    a.extend(args!["--tablespace-map", ts_map]);
+    a
 }
 
 /// `verify --set SET` of stanza main in `repo`.
@@ -1167,7 +1280,8 @@ pub fn read_manifest(dir: &Path) -> serde_json::Value {
     serde_json::from_str(&s).unwrap_or_else(|e| panic!("parse {}: {e}", p.display()))
 }
 
-/// Recursive list of (relative path, size, file content md5-ish) for "unchanged" checks.
+/// Everything below `dir`, for "unchanged" checks: relative path -> file contents (directories
+/// as "path/" with no contents, other file types as `<other>`).
 pub fn snapshot_tree(dir: &Path) -> BTreeMap<String, Vec<u8>> {
     let mut out = BTreeMap::new();
     fn walk(base: &Path, d: &Path, out: &mut BTreeMap<String, Vec<u8>>) {
@@ -1190,18 +1304,9 @@ pub fn snapshot_tree(dir: &Path) -> BTreeMap<String, Vec<u8>> {
     out
 }
 
-// ------------------------------------------------------------------------------------------
-// The per-version scenario (tests/pg15.rs, tests/pg18.rs).
-
-/// Restore checks shared by the scenario: start, compare data, unlogged table empty.
-fn start_and_compare(
-    cluster: &Cluster,
-    what: &str,
-    restored: &Path,
-    ts_dir: &Path,
-    source_fp: &BTreeMap<String, String>,
-    amcheck: bool,
-) {
+/// Check a restored directory with `pg_verifybackup`, then start it (with `cluster`'s binaries,
+/// on a free port) and wait until it has recovered and been promoted.
+pub fn start_restored(cluster: &Cluster, what: &str, restored: &Path) -> Server {
     let t = Instant::now();
     let v = pg_verifybackup(cluster.pg(), restored);
     assert!(
@@ -1215,6 +1320,52 @@ fn start_and_compare(
     let server = cluster.start_other(restored, free_port());
     server.wait_promoted(Duration::from_secs(60));
     step!("{what}: restored cluster up and promoted in {}", secs(t));
+    server
+}
+
+// ------------------------------------------------------------------------------------------
+// The per-version scenario (tests/pg15.rs, tests/pg18.rs).
+
+/// Restore backup `set` of stanza main from `repo` into fresh directories `<name>` and
+/// `<name>-ts1` of `cluster`, tablespace ts1 mapped by `ts_key` (its name or OID), with `extra`
+/// restore flags; returns (data directory, ts1 directory).
+fn restore_fresh(
+    cluster: &Cluster,
+    repo: &Path,
+    name: &str,
+    set: &str,
+    ts_key: &str,
+    extra: &[&str],
+) -> (PathBuf, PathBuf) {
+    let restored = cluster.new_dir(name);
+    let ts_new = cluster.new_dir(&format!("{name}-ts1"));
+    let mut a = restore_args(
+        repo,
+        &restored,
+        set,
+        &format!("{ts_key}={}", ts_new.display()),
+    );
+    a.extend(extra.iter().map(|s| s.to_string()));
+    let r = pgjet_ok(&a);
+    step!(
+        "{name}: restore of {set} in {:.1}s",
+        r.elapsed.as_secs_f64()
+    );
+    (restored, ts_new)
+}
+
+/// Restore checks shared by the scenario: pg_verifybackup, start, ts1 at the mapped directory,
+/// same data as the source, unlogged table empty, optionally pg_amcheck; then stop the server
+/// and remove the restored directories.
+fn start_and_compare(
+    cluster: &Cluster,
+    what: &str,
+    restored: &Path,
+    ts_dir: &Path,
+    source_fp: &BTreeMap<String, String>,
+    amcheck: bool,
+) {
+    let server = start_restored(cluster, what, restored);
     let loc = server.psql(
         "postgres",
         "SELECT pg_tablespace_location(oid) FROM pg_tablespace WHERE spcname = 'ts1'",
@@ -1242,10 +1393,13 @@ fn start_and_compare(
         step!("{what}: pg_amcheck ok in {}", secs(t));
     }
     drop(server);
+    let _ = fs::remove_dir_all(restored);
+    let _ = fs::remove_dir_all(ts_dir);
 }
 
 /// The whole per-version scenario: backup, info, verify, check, restore (+pg_verifybackup,
-/// fingerprint, pg_amcheck), other compressions, replica-create.
+/// fingerprint, pg_amcheck), lz4 / gzip / none backups with the lz4 and gzip ones restored
+/// (+pg_verifybackup, fingerprint), replica-create.
 pub fn version_scenario(pg: Pg) {
     let t0 = Instant::now();
     let cluster = Cluster::new(&pg, &format!("pg{}", pg.major));
@@ -1255,13 +1409,7 @@ pub fn version_scenario(pg: Pg) {
 
     // 1. stanza-create, full backup, info, verify, check.
     cluster.pgjet_cmd("stanza-create", &repo, &[]).ok();
-    let r = cluster
-        .pgjet_cmd(
-            "backup",
-            &repo,
-            &["--type", "full", "--start-fast", "--jobs", "2"],
-        )
-        .ok();
+    let r = cluster.full_backup(&repo);
     step!(
         "full backup (default compression) in {:.1}s",
         r.elapsed.as_secs_f64()
@@ -1331,17 +1479,14 @@ pub fn version_scenario(pg: Pg) {
     cluster.pgjet_cmd("check", &repo, &[]).ok();
 
     // 2. restore (tablespace mapped by name), pg_verifybackup, start, compare, amcheck.
-    let restored = cluster.new_dir("restore1");
-    let ts_new = cluster.new_dir("restore1-ts1");
-    let mut a = restore_args(
+    let (restored, ts_new) = restore_fresh(
+        &cluster,
         &repo,
-        &restored,
+        "restore1",
         "latest",
-        &format!("ts1={}", ts_new.display()),
+        "ts1",
+        &["--jobs", "2"],
     );
-    a.extend(args!["--jobs", "2"]);
-    let r = pgjet_ok(&a);
-    step!("restore of {full_label} in {:.1}s", r.elapsed.as_secs_f64());
     start_and_compare(
         &cluster,
         "restore of the full backup",
@@ -1350,10 +1495,8 @@ pub fn version_scenario(pg: Pg) {
         &source_fp,
         true,
     );
-    let _ = fs::remove_dir_all(&restored);
-    let _ = fs::remove_dir_all(&ts_new);
 
-    // 3. lz4, gzip, none; restore the lz4 one (tablespace mapped by OID).
+    // 3. lz4, gzip, none; restore the lz4 one (tablespace mapped by OID) and the gzip one.
     let mut labels = vec![full_label.clone()];
     for ct in ["lz4", "gzip", "none"] {
         let r = cluster
@@ -1398,16 +1541,14 @@ pub fn version_scenario(pg: Pg) {
     step!("stored sizes: {sizes:?}");
     let lz4_label = labels[1].clone();
     let ts_oid = cluster.tablespace_oid("ts1");
-    let restored = cluster.new_dir("restore-lz4");
-    let ts_new = cluster.new_dir("restore-lz4-ts1");
-    let mut a = restore_args(
+    let (restored, ts_new) = restore_fresh(
+        &cluster,
         &repo,
-        &restored,
+        "restore-lz4",
         &lz4_label,
-        &format!("{ts_oid}={}", ts_new.display()),
+        &ts_oid,
+        &["--archive-mode", "off"],
     );
-    a.extend(args!["--archive-mode", "off"]);
-    pgjet_ok(&a);
     let auto = fs::read_to_string(restored.join("postgresql.auto.conf")).unwrap_or_default();
     assert!(
         auto.contains("archive_mode = 'off'"),
@@ -1421,8 +1562,23 @@ pub fn version_scenario(pg: Pg) {
         &source_fp,
         false,
     );
-    let _ = fs::remove_dir_all(&restored);
-    let _ = fs::remove_dir_all(&ts_new);
+    // The gzip backup restores too (tablespace mapped by name).
+    let (restored, ts_new) = restore_fresh(
+        &cluster,
+        &repo,
+        "restore-gzip",
+        &labels[2],
+        "ts1",
+        &["--jobs", "2"],
+    );
+    start_and_compare(
+        &cluster,
+        "restore of the gzip backup",
+        &restored,
+        &ts_new,
+        &source_fp,
+        false,
+    );
     pgjet_ok(&verify_args(&repo, &labels[3]));
 
     // 4. replica-create with a slot, started by pgjet.
