@@ -40,6 +40,21 @@ pub struct GlobalArgs {
     /// Database role to connect as (default: postgres).
     #[arg(long, global = true, env = "PGJET_PG_USER", value_name = "NAME")]
     pub pg_user: Option<String>,
+    /// The primary as a libpq connection string, URI or bare host name, e.g.
+    /// "host=db1 user=replicator sslmode=verify-full": the cluster to back up, check or clone
+    /// when it runs on another host (instead of --pg-socket-path/--pg-port/--pg-user).
+    #[arg(
+        long,
+        visible_alias = "pg-host",
+        global = true,
+        env = "PGJET_SOURCE",
+        value_name = "CONNINFO"
+    )]
+    pub source: Option<String>,
+    /// How the primary's files are read: auto (default: local when the server provably runs
+    /// on this host, else libpq), local, or libpq.
+    #[arg(long, global = true, env = "PGJET_TRANSPORT", value_name = "HOW")]
+    pub transport: Option<String>,
     /// Parallel workers (default: the number of cores).
     #[arg(
         long,
@@ -111,13 +126,6 @@ pub struct BackupArgs {
     /// Ask for an immediate checkpoint instead of waiting for a spread one.
     #[arg(long)]
     pub start_fast: bool,
-    /// libpq connection string of the cluster when it runs on another host (or to connect
-    /// otherwise than through --pg-socket-path), e.g. "host=db1 user=backup sslmode=verify-full".
-    #[arg(long, visible_alias = "pg-host", value_name = "CONNINFO")]
-    pub source: Option<String>,
-    /// How files are read: auto (default), local or libpq.
-    #[arg(long, value_enum, default_value_t = Transport::Auto)]
-    pub transport: Transport,
 }
 
 /// What a restored cluster does when it starts.
@@ -169,13 +177,6 @@ pub struct VerifyArgs {
 /// `replica-create` flags.
 #[derive(Debug, Args)]
 pub struct ReplicaArgs {
-    /// libpq connection string of the primary, e.g. "host=db1 user=replicator sslmode=verify-full".
-    #[arg(long, value_name = "CONNINFO")]
-    pub source: String,
-    /// How files are read: auto (default: local when the primary runs on this host), local
-    /// or libpq.
-    #[arg(long, value_enum, default_value_t = Transport::Auto)]
-    pub transport: Transport,
     /// Place tablespace ID (OID or name) in DIR.
     #[arg(long, value_name = "ID=DIR")]
     pub tablespace_map: Vec<String>,

@@ -13,9 +13,9 @@
 //! ```
 //!
 //! Keys are the long flag names without `--`. A `[<stanza>]` section overrides `[global]`.
-//! pgBackRest spellings `repo1-path`, `pg1-path`, `pg1-port`, `pg1-socket-path`, `pg1-user`
+//! pgBackRest spellings `repo1-path`, `pg1-path`, `pg1-port`, `pg1-socket-path`, `pg1-user`, `pg1-host`
 //! and `process-max` are accepted as aliases.
-use crate::cli::GlobalArgs;
+use crate::cli::{GlobalArgs, Transport};
 use crate::codec::{CompressType, Compression};
 use crate::error::{Error, Result};
 use std::path::{Path, PathBuf};
@@ -45,6 +45,11 @@ pub struct Settings {
     pub pg_user: String,
     /// Worker threads, at least 1.
     pub jobs: usize,
+    /// The primary's connection string (--source / --pg-host); a bare host name is turned
+    /// into `host=NAME`.
+    pub source: Option<String>,
+    /// How the primary's files are read.
+    pub transport: Transport,
     /// Whether `jobs` was given (flag, environment or file) rather than defaulted to the
     /// number of cores; a libpq source picks its own default then.
     pub jobs_given: bool,
@@ -60,6 +65,7 @@ const KEYS: &[(&str, &str)] = &[
     ("pg1-socket-path", "pg-socket-path"),
     ("pg1-user", "pg-user"),
     ("process-max", "jobs"),
+    ("pg1-host", "source"),
 ];
 
 /// Reads `key` from the stanza section, then from `[global]`.
@@ -132,6 +138,33 @@ impl Settings {
             .clone()
             .or_else(|| get("pg-user"))
             .unwrap_or_else(|| "postgres".into());
+        let source = args
+            .source
+            .clone()
+            .or_else(|| get("source"))
+            .filter(|v| !v.trim().is_empty())
+            .map(|v| {
+                if v.contains('=') || v.contains("://") {
+                    v
+                } else {
+                    format!("host={}", v.trim())
+                }
+            });
+        let transport = match args
+            .transport
+            .clone()
+            .or_else(|| get("transport"))
+            .as_deref()
+        {
+            None | Some("auto") => Transport::Auto,
+            Some("local") => Transport::Local,
+            Some("libpq") => Transport::Libpq,
+            Some(o) => {
+                return Err(Error::Config(format!(
+                    "transport '{o}' is not one of auto, local, libpq"
+                )))
+            }
+        };
         let jobs_given = args.jobs.is_some() || get("jobs").is_some();
         let jobs = match (args.jobs, get("jobs")) {
             (Some(j), _) => j,
@@ -186,6 +219,8 @@ impl Settings {
             pg_user,
             jobs,
             jobs_given,
+            source,
+            transport,
             compression,
             log_level,
             output,

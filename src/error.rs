@@ -68,7 +68,7 @@ impl Error {
         match self {
             Error::Config(_) => "HINT: check the flags, the PGJET_* environment and the config file (--config).".into(),
             Error::Connect { .. } => "HINT: is the cluster running? Check --pg-port, --pg-socket-path, --pg-user (or --source) and pg_hba.conf.".into(),
-            Error::Query { .. } => "HINT: pgjet needs a superuser or a role with pg_backup_start/pg_backup_stop and REPLICATION rights.".into(),
+            Error::Query { .. } => "HINT: pgjet needs a superuser or a role with the rights the README lists (\"A role for pgjet\"); `pgjet check` names each missing one with the GRANT that fixes it.".into(),
             Error::Repo(_) => "HINT: check --repo-path and --stanza; a new stanza is made with `pgjet stanza-create`.".into(),
             Error::Corrupt { .. } => "HINT: the repository bytes changed after they were written; take a new backup and check the storage.".into(),
             Error::Unsafe(_) => "HINT: pgjet refuses to risk data; fix the target or the cluster state and run it again.".into(),

@@ -104,7 +104,7 @@ pub fn run(s: &Settings, args: &BackupArgs, progress: &dyn Progress) -> Result<B
     let stanza = s.stanza()?;
     let store = open_repo(s)?;
     let stanza_info = repo::read_stanza(&store, stanza)?;
-    let primary = open_primary(s, args.source.as_deref(), args.transport, true)?;
+    let primary = open_primary(s, true)?;
     let sess = &primary.sess;
     let info = &primary.info.clone();
     let spcs = sess.tablespaces()?;

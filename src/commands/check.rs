@@ -1,45 +1,102 @@
-//! `check`: configuration, cluster and repository agree.
+//! `check`: configuration, cluster and repository agree, and the role has what it needs.
 use super::*;
 use crate::repo;
 use crate::storage::Storage;
 
-/// Runs `check`: connects, compares --pg-path with data_directory, the cluster's identity
-/// with the stanza's, and writes and removes a file in the stanza to prove the repository
-/// is writable. Returns a line per check.
+/// Runs `check`. Returns a line per check.
+///
+/// - Connects (--source, else the local socket) and says how (TLS or not).
+/// - The role's rights: every missing one is named with the GRANT that fixes it (an error
+///   at the end, so scripts see a failure).
+/// - How files would be read (local or libpq) and, for libpq, the free connection slots.
+/// - With a repository and a stanza: --pg-path is the data_directory (when local), the
+///   cluster's identity matches the stanza's, and the repository is writable.
 pub fn run(s: &Settings) -> Result<Vec<String>> {
-    let stanza = s.stanza()?;
-    let store = open_repo(s)?;
-    let sess = connect_local(s)?;
-    let info = sess.server_info()?;
+    let target = match &s.source {
+        Some(c) => session::parse_conninfo(c)?,
+        None => session::local_config(&s.pg_socket_path, s.pg_port, &s.pg_user)?,
+    };
+    let sess = Session::connect(&target)?;
     let mut lines = vec![format!(
-        "connected to PostgreSQL {} ({})",
-        info.major(),
-        sess.target()
+        "connected to {}{}",
+        sess.target(),
+        if target.tls.is_some() {
+            " (TLS allowed by sslmode)"
+        } else {
+            ""
+        }
     )];
-    let pgdata = check_pg_path(s.pg_path()?, &info)?;
+    // Rights first: without pg_read_all_settings even the server's facts cannot be read.
+    let missing = crate::pg::privileges::check(&sess)?;
+    if missing.is_empty() {
+        lines.push("the role has every right pgjet needs".into());
+    }
+    for m in &missing {
+        lines.push(format!("MISSING: {} -- fix: {}", m.what, m.fix));
+    }
+    if !missing.is_empty() {
+        for l in &lines {
+            println!("{l}");
+        }
+        return Err(Error::Config(format!(
+            "the role lacks {} right(s) pgjet needs; run the GRANT statements above on the primary as a superuser",
+            missing.len()
+        )));
+    }
+    let info = sess.server_info()?;
     lines.push(format!(
-        "--pg-path {} is the data_directory",
-        pgdata.display()
-    ));
-    let st = repo::read_stanza(&store, stanza)?;
-    repo::check_same_cluster(&st, info.system_identifier, &info.major())?;
-    lines.push(format!(
-        "stanza '{stanza}' matches system identifier {}",
+        "PostgreSQL {} (system identifier {})",
+        info.major(),
         info.system_identifier
     ));
-    let probe = format!("{stanza}/check.{}", std::process::id());
-    store.put_durable(&probe, b"pgjet check\n")?;
-    fs::remove_file(s.repo_path()?.join(&probe)).map_err(|e| {
-        Error::io(
-            "remove",
-            s.repo_path().unwrap_or(Path::new("")).join(&probe),
-            e,
-        )
-    })?;
-    lines.push(format!(
-        "repository {} is writable",
-        s.repo_path()?.display()
-    ));
+    let local = match s.transport {
+        crate::cli::Transport::Libpq => None,
+        _ => local_data_directory(&sess, &info),
+    };
+    match &local {
+        Some(dir) => {
+            lines.push(format!(
+                "the server runs on this host: files are read from {}",
+                dir.display()
+            ));
+            if let Some(p) = &s.pg_path {
+                let pgdata = check_pg_path(p, &info)?;
+                lines.push(format!(
+                    "--pg-path {} is the data_directory",
+                    pgdata.display()
+                ));
+            }
+        }
+        None => {
+            let wanted = if s.jobs_given {
+                s.jobs
+            } else {
+                DEFAULT_LIBPQ_JOBS
+            };
+            let n = fit_connections(&sess, wanted)?;
+            lines.push(format!(
+                "files are read over libpq: {n} copy connection(s) fit in the server's free slots"
+            ));
+        }
+    }
+    if let (Some(stanza), Some(repo_path)) = (&s.stanza, &s.repo_path) {
+        let store = open_repo(s)?;
+        let st = repo::read_stanza(&store, stanza)?;
+        repo::check_same_cluster(&st, info.system_identifier, &info.major())?;
+        lines.push(format!(
+            "stanza '{stanza}' matches system identifier {}",
+            info.system_identifier
+        ));
+        let probe = format!("{stanza}/check.{}", std::process::id());
+        store.put_durable(&probe, b"pgjet check\n")?;
+        fs::remove_file(repo_path.join(&probe))
+            .map_err(|e| Error::io("remove", repo_path.join(&probe), e))?;
+        lines.push(format!("repository {} is writable", repo_path.display()));
+    } else if s.source.is_none() {
+        // Without --source, check is about a stanza: both are needed.
+        s.stanza()?;
+        s.repo_path()?;
+    }
     if !info.data_checksums {
         lines.push("note: data checksums are off; pages cannot be validated".into());
     }

@@ -65,25 +65,28 @@ impl Primary {
     }
 }
 
-/// Connects to the primary (`conninfo`, else --pg-socket-path/--pg-port/--pg-user) and picks
+/// Connects to the primary: --source, else --pg-socket-path/--pg-port/--pg-user. Returns how
+/// it was reached, the session and the server's facts. Errors: configuration, connection.
+pub fn connect_primary(s: &Settings) -> Result<(ConnTarget, Session, ServerInfo)> {
+    let target = match &s.source {
+        Some(c) => session::parse_conninfo(c)?,
+        None => session::local_config(&s.pg_socket_path, s.pg_port, &s.pg_user)?,
+    };
+    let sess = Session::connect(&target)?;
+    let info = sess.server_info()?;
+    Ok((target, sess, info))
+}
+
+/// Connects to the primary (--source, else --pg-socket-path/--pg-port/--pg-user) and picks
 /// the source of its files: the local filesystem when `transport` allows it and the server
 /// provably runs on this host ([`local_data_directory`]), else libpq. With `check_pg_path`,
 /// a given --pg-path must be the server's data_directory when files are read locally.
 ///
 /// Errors: connection, a --transport local the server's host does not allow, a wrong
 /// --pg-path, too few free connection slots.
-pub fn open_primary(
-    s: &Settings,
-    conninfo: Option<&str>,
-    transport: Transport,
-    check_pg_path_arg: bool,
-) -> Result<Primary> {
-    let target = match conninfo {
-        Some(c) => session::parse_conninfo(c)?,
-        None => session::local_config(&s.pg_socket_path, s.pg_port, &s.pg_user)?,
-    };
-    let sess = Session::connect(&target)?;
-    let info = sess.server_info()?;
+pub fn open_primary(s: &Settings, check_pg_path_arg: bool) -> Result<Primary> {
+    let (target, sess, info) = connect_primary(s)?;
+    let transport = s.transport;
     let local = match transport {
         Transport::Libpq => None,
         Transport::Auto | Transport::Local => local_data_directory(&sess, &info),

@@ -96,11 +96,14 @@ pub fn run(s: &Settings, args: &ReplicaArgs, progress: &dyn Progress) -> Result<
         return Err(Error::Config("--pg-path must be an absolute path".into()));
     }
     let map = parse_tablespace_map(&args.tablespace_map)?;
-    // What the user gave (connection string and environment), for primary_conninfo.
-    let given = ConnInfo::parse(&args.source)
+    let source = s.source.as_deref().ok_or_else(|| {
+        Error::Config("replica-create needs --source: the primary's connection string".into())
+    })?;
+    // What the user gave (connection string and environment), for application_name.
+    let given = ConnInfo::parse(source)
         .map_err(|e| Error::Config(format!("--source: {e}")))?
         .with_env_defaults(&session::env_var);
-    let primary = open_primary(s, Some(&args.source), args.transport, false)?;
+    let primary = open_primary(s, false)?;
     if primary.info.in_recovery {
         return Err(Error::Unsafe("the source is a standby: replica-create from a standby is not supported yet; use the primary".into()));
     }
@@ -324,19 +327,31 @@ fn start_standby(
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let sess = Session::connect(conn)?;
+        // pg_stat_replication hides a walsender's state from roles without
+        // pg_read_all_stats; pg_stat_activity still shows the role's own walsenders.
         let rows = sess.query_strings(
             "pg_stat_replication",
             &format!(
-                "SELECT state FROM pg_stat_replication WHERE application_name = {}",
+                "SELECT coalesce(r.state, 'hidden') FROM pg_stat_activity a \
+                 LEFT JOIN pg_stat_replication r ON r.pid = a.pid \
+                 WHERE a.backend_type = 'walsender' AND a.application_name = {}",
                 quote_literal(app)
             ),
         )?;
         sess.close();
-        if rows
+        let states: Vec<String> = rows
             .iter()
-            .any(|r| r.first().cloned().flatten().as_deref() == Some("streaming"))
-        {
+            .filter_map(|r| r.first().cloned().flatten())
+            .collect();
+        if states.iter().any(|s| s == "streaming") {
             tracing::info!("standby {} is streaming", target.display());
+            return Ok(());
+        }
+        if states.iter().any(|s| s == "hidden") {
+            tracing::info!(
+                "standby {} is connected to the primary (its state is visible only with pg_read_all_stats)",
+                target.display()
+            );
             return Ok(());
         }
         if Instant::now() > deadline {

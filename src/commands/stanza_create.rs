@@ -13,9 +13,10 @@ pub fn run(s: &Settings) -> Result<String> {
         )));
     }
     let store = open_repo(s)?;
-    let sess = connect_local(s)?;
-    let info = sess.server_info()?;
-    check_pg_path(s.pg_path()?, &info)?;
+    let (_, sess, info) = connect_primary(s)?;
+    if s.source.is_none() || local_data_directory(&sess, &info).is_some() {
+        check_pg_path(s.pg_path()?, &info)?;
+    }
     sess.close();
     if store.exists(&repo::stanza_info_name(stanza))? {
         let existing = repo::read_stanza(&store, stanza)?;

@@ -8,4 +8,5 @@ pub mod datadir;
 pub mod exclude;
 pub mod lsn;
 pub mod pg_manifest;
+pub mod privileges;
 pub mod session;
