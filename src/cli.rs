@@ -189,6 +189,11 @@ pub struct ReplicaArgs {
     /// Start the new standby (on --pg-port) and wait until it streams.
     #[arg(long)]
     pub start: bool,
+    /// Re-sync an existing copy of the same cluster (a stale or interrupted standby, or a
+    /// former primary that diverged): only ranges whose hashes differ are copied, files the
+    /// primary lacks are removed. Refused while a server runs in the directory.
+    #[arg(long)]
+    pub delta: bool,
     /// Directory of the PostgreSQL binaries used by --start (default: those of the primary).
     #[arg(long, value_name = "DIR")]
     pub pg_bin: Option<PathBuf>,

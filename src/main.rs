@@ -81,11 +81,21 @@ fn run(cli: Cli) -> Result<(), Error> {
                 print_json(&r)?;
             } else {
                 println!(
-                    "standby created in {}: {} in {:.1} s ({:.0} MiB/s){}",
+                    "standby created in {}: {} in {:.1} s ({:.0} MiB/s, {} with {} job(s)){}{}",
                     r.pg_path,
                     commands::mib(r.size),
                     r.seconds,
                     r.mib_per_sec,
+                    r.transport,
+                    r.jobs,
+                    match (r.delta_same, r.delta_copied) {
+                        (Some(same), Some(copied)) => format!(
+                            "; delta: {} unchanged, {} copied",
+                            commands::mib(same),
+                            commands::mib(copied)
+                        ),
+                        _ => String::new(),
+                    },
                     if r.started {
                         ", started and streaming"
                     } else {

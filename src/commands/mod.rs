@@ -2,6 +2,7 @@
 pub mod backup;
 pub mod base_backup;
 pub mod check;
+pub mod delta;
 pub mod info;
 pub mod replica;
 pub mod restore;

@@ -18,8 +18,9 @@ use crate::cli::ReplicaArgs;
 use crate::pg::conninfo::ConnInfo;
 use crate::pg::datadir::Listing;
 use crate::pg::session::{quote_conf_value, quote_literal};
+use crate::transfer::delta::{plan_delta, range_units};
 use crate::transfer::sink::DirSink;
-use crate::transfer::{copy_files, CopyOutcome, Progress, ReadOptions, SourceFile};
+use crate::transfer::{copy_files, copy_units, CopyOutcome, Progress, ReadOptions, SourceFile};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -37,6 +38,9 @@ pub struct ReplicaSummary {
     pub transport: String,
     /// Copy connections (libpq) or workers (local).
     pub jobs: usize,
+    /// With --delta: logical bytes found equal by hash (not copied) and bytes copied.
+    pub delta_same: Option<u64>,
+    pub delta_copied: Option<u64>,
 }
 
 /// A new data directory as a [`BackupTarget`]: directories and tablespace links are made
@@ -50,11 +54,45 @@ pub struct DirTarget<'a> {
     pub sync: Option<TargetSync>,
     /// Files written (path, mtime), to stamp their modification times at the end.
     pub written: Vec<(PathBuf, i64)>,
+    /// The source's system identifier, for the marker kept while the directory is written.
+    pub system_identifier: u64,
+    /// Re-sync an existing copy: compare ranges and copy only what differs.
+    pub delta: bool,
+    /// Delta totals: bytes equal, bytes copied.
+    pub same: u64,
+    pub copied: u64,
 }
 
 impl BackupTarget for DirTarget<'_> {
     fn prepare(&mut self, listing: &Listing) -> Result<()> {
-        self.locations = prepare_target(self.pg_path, self.tablespaces, self.map, &listing.dirs)?;
+        if self.delta {
+            create_private_dir(self.pg_path)?;
+            delta::write_marker(self.pg_path, self.system_identifier)?;
+            // pg_control goes first: until the copy is whole, nothing may start here.
+            let control = self.pg_path.join("global/pg_control");
+            if control.exists() {
+                fs::remove_file(&control).map_err(|e| Error::io("remove", &control, e))?;
+                crate::storage::posix::fsync_dir(&self.pg_path.join("global"))?;
+            }
+            self.locations = self
+                .tablespaces
+                .iter()
+                .map(|(oid, name, loc)| {
+                    (
+                        *oid,
+                        mapped_dir(self.map, *oid, name).unwrap_or_else(|| PathBuf::from(loc)),
+                    )
+                })
+                .collect();
+            let removed = delta::clean_target(self.pg_path, &self.locations, listing)?;
+            tracing::info!(
+                "delta: removed {removed} file(s) or directories the primary does not have"
+            );
+        } else {
+            self.locations =
+                prepare_target(self.pg_path, self.tablespaces, self.map, &listing.dirs)?;
+            delta::write_marker(self.pg_path, self.system_identifier)?;
+        }
         self.sync = Some(TargetSync::open(self.pg_path, &self.locations)?);
         Ok(())
     }
@@ -66,18 +104,34 @@ impl BackupTarget for DirTarget<'_> {
         opts: &ReadOptions,
         progress: &dyn Progress,
     ) -> Result<CopyOutcome> {
-        let specs: Vec<(&str, u64, u32)> = files
-            .iter()
-            .map(|f| (f.path.as_str(), f.size, f.mode))
-            .collect();
-        let targets = create_files(self.pg_path, &specs)?;
-        let out = copy_files(
-            source,
-            files,
-            opts,
-            &DirSink { targets: &targets },
-            progress,
-        )?;
+        let (targets, out) = if self.delta {
+            let (targets, before) = delta::size_files(self.pg_path, files)?;
+            let plan = plan_delta(source, files, &targets, &before, opts.jobs, progress)?;
+            self.same += plan.same_bytes;
+            self.copied += plan.copy_bytes;
+            let units = range_units(&plan.copy);
+            progress.begin("copy", plan.copy_bytes);
+            let sink = DirSink {
+                targets: &targets,
+                overwrite: true,
+            };
+            let out = copy_units(source, files, &units, opts, &sink, progress)?;
+            progress.finish();
+            (targets, out)
+        } else {
+            let specs: Vec<(&str, u64, u32)> = files
+                .iter()
+                .map(|f| (f.path.as_str(), f.size, f.mode))
+                .collect();
+            let targets = create_files(self.pg_path, &specs)?;
+            let sink = DirSink {
+                targets: &targets,
+                overwrite: false,
+            };
+            self.copied += files.iter().map(|f| f.size).sum::<u64>();
+            let out = copy_files(source, files, opts, &sink, progress)?;
+            (targets, out)
+        };
         for ((f, t), gone) in files.iter().zip(targets).zip(&out.vanished) {
             if *gone {
                 let _ = fs::remove_file(&t);
@@ -115,7 +169,18 @@ pub fn run(s: &Settings, args: &ReplicaArgs, progress: &dyn Progress) -> Result<
     };
     let tablespaces = primary.sess.tablespaces()?;
     // Check targets before anything is created on the primary.
-    super::restore::plan_locations(&target, &tablespaces, &map)?;
+    let delta = args.delta
+        && delta::check_delta_target(&target, primary.info.system_identifier)?
+            == delta::DeltaTarget::SameCluster;
+    if delta {
+        let known: Vec<(u32, String)> = tablespaces
+            .iter()
+            .map(|(o, n, _)| (*o, n.clone()))
+            .collect();
+        check_map_used(&map, &known)?;
+    } else {
+        super::restore::plan_locations(&target, &tablespaces, &map)?;
+    }
     if let Some(name) = &args.slot {
         if primary.sess.slot_wal_status(name)?.is_some() {
             return Err(Error::Unsafe(format!(
@@ -133,6 +198,7 @@ pub fn run(s: &Settings, args: &ReplicaArgs, progress: &dyn Progress) -> Result<
         &tablespaces,
         &map,
         &app,
+        delta,
         progress,
     );
     if let Err(e) = res {
@@ -146,7 +212,7 @@ pub fn run(s: &Settings, args: &ReplicaArgs, progress: &dyn Progress) -> Result<
         let _ = fs::remove_file(target.join("global/pg_control"));
         return Err(e);
     }
-    let size = res.unwrap_or(0);
+    let (size, same, copied) = res.unwrap_or((0, 0, 0));
     let major = primary.info.major();
     let conn = primary.target.clone();
     let jobs = primary.jobs;
@@ -166,6 +232,8 @@ pub fn run(s: &Settings, args: &ReplicaArgs, progress: &dyn Progress) -> Result<
         started,
         transport: transport.into(),
         jobs,
+        delta_same: delta.then_some(same),
+        delta_copied: delta.then_some(copied),
     })
 }
 
@@ -200,8 +268,9 @@ fn copy_and_configure(
     tablespaces: &[(u32, String, String)],
     map: &[(String, PathBuf)],
     app: &str,
+    delta: bool,
     progress: &dyn Progress,
-) -> Result<u64> {
+) -> Result<(u64, u64, u64)> {
     let mut dir = DirTarget {
         pg_path: target,
         tablespaces,
@@ -209,6 +278,10 @@ fn copy_and_configure(
         locations: Vec::new(),
         sync: None,
         written: Vec::new(),
+        system_identifier: primary.info.system_identifier,
+        delta,
+        same: 0,
+        copied: 0,
     };
     let bb: BaseBackup = run_base_backup(
         &primary.sess,
@@ -257,10 +330,11 @@ fn copy_and_configure(
     if let Some(sync) = &dir.sync {
         sync.sync()?;
     }
-    // Last: pg_control.
+    // Last: pg_control, then the marker goes.
     write_file(&target.join(&bb.control.path), &bb.control_bytes)?;
     crate::storage::posix::fsync_dir(&target.join("global"))?;
-    Ok(bb.total_bytes())
+    delta::remove_marker(target)?;
+    Ok((bb.total_bytes(), dir.same, dir.copied))
 }
 
 /// The directory of the PostgreSQL binaries that start the standby: --pg-bin; else, when

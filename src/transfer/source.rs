@@ -45,6 +45,41 @@ pub trait SourceReader {
         pieces: &[PieceSpec],
         buf: &mut [u8],
     ) -> Result<Vec<bool>>;
+
+    /// SHA-256 of each of `pieces` (ranges of `files`; bytes past the end of a file are not
+    /// hashed, so a shorter file hashes what it has), None when the file no longer exists.
+    /// A remote source computes them where the bytes are, so only hashes cross the wire;
+    /// this default reads the bytes and hashes them here.
+    ///
+    /// Errors: as [`SourceReader::read`].
+    fn hash_ranges(
+        &mut self,
+        files: &[SourceFile],
+        pieces: &[PieceSpec],
+    ) -> Result<Vec<Option<[u8; 32]>>> {
+        let mut out = Vec::with_capacity(pieces.len());
+        let mut buf = Vec::new();
+        for p in pieces {
+            buf.clear();
+            buf.resize(p.len as usize, 0);
+            let here = self.read(files, std::slice::from_ref(p), &mut buf)?;
+            if here.first() != Some(&true) {
+                out.push(None);
+                continue;
+            }
+            // Hash only what the file holds: a range past its end is shorter.
+            let size = files[p.file].size;
+            let n = size.saturating_sub(p.offset).min(p.len) as usize;
+            out.push(Some(sha256(&buf[..n])));
+        }
+        Ok(out)
+    }
+}
+
+/// SHA-256 of `data` (what PostgreSQL's sha256(bytea) returns).
+pub fn sha256(data: &[u8]) -> [u8; 32] {
+    use sha2::Digest;
+    sha2::Sha256::digest(data).into()
 }
 
 /// Reads `len` bytes of `path` at `offset` through one reader (padded with zeros past the

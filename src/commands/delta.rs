@@ -1,0 +1,340 @@
+//! Turning an existing data directory into a copy of a source by changing only what differs
+//! (`replica-create --delta`): the target checks, the clean-up of everything a full copy
+//! would not hold, and the marker that proves an unfinished directory's identity.
+//!
+//! The result must be indistinguishable from a full copy: after [`clean_target`] the target
+//! holds only the source listing's directories and files (the copy then fixes their
+//! contents), and pg_control is written last, as in a full copy.
+use super::*;
+use crate::pg::datadir::Listing;
+use std::collections::HashSet;
+
+/// Name of the marker pgjet keeps in a data directory while it is being written (removed
+/// once pg_control is in place): JSON with the source's system identifier, so that a copy
+/// that was interrupted before pg_control existed can be finished with --delta.
+pub const MARKER: &str = "pgjet.incomplete";
+
+/// What a delta target is.
+#[derive(Debug, PartialEq, Eq)]
+pub enum DeltaTarget {
+    /// Missing or empty: a full copy.
+    Empty,
+    /// A data directory of the same cluster.
+    SameCluster,
+}
+
+/// Checks that `dir` may be overwritten with a copy of the cluster whose system identifier
+/// is `system_identifier`: no postmaster.pid (a server may run there), and its pg_control,
+/// or pgjet's marker when pg_control is missing, names the same cluster.
+///
+/// Errors: [`Error::Unsafe`] naming the reason.
+pub fn check_delta_target(dir: &Path, system_identifier: u64) -> Result<DeltaTarget> {
+    match fs::read_dir(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(DeltaTarget::Empty),
+        Err(e) => return Err(Error::io("list", dir, e)),
+        Ok(mut rd) => {
+            if rd.next().is_none() {
+                return Ok(DeltaTarget::Empty);
+            }
+        }
+    }
+    if dir.join("postmaster.pid").exists() {
+        return Err(Error::Unsafe(format!(
+            "{} holds a postmaster.pid: PostgreSQL may be running there; stop it first (remove postmaster.pid only if no server runs)",
+            dir.display()
+        )));
+    }
+    let control = dir.join("global/pg_control");
+    if control.exists() {
+        let id = read_control_system_identifier(dir)?;
+        if id != system_identifier {
+            return Err(Error::Unsafe(format!(
+                "{} belongs to another cluster (system identifier {id}, the source's is {system_identifier}); --delta only re-syncs a copy of the same cluster",
+                dir.display()
+            )));
+        }
+        return Ok(DeltaTarget::SameCluster);
+    }
+    match read_marker(dir) {
+        Some(id) if id == system_identifier => Ok(DeltaTarget::SameCluster),
+        Some(id) => Err(Error::Unsafe(format!(
+            "{} holds an unfinished copy of another cluster (system identifier {id}); remove it or choose another directory",
+            dir.display()
+        ))),
+        None => Err(Error::Unsafe(format!(
+            "{} is not empty and has neither global/pg_control nor pgjet's {MARKER}: nothing proves it is a copy of this cluster; empty it and run without --delta",
+            dir.display()
+        ))),
+    }
+}
+
+fn read_marker(dir: &Path) -> Option<u64> {
+    let text = fs::read_to_string(dir.join(MARKER)).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    v.get("system_identifier")?.as_str()?.parse().ok()
+}
+
+/// Writes the marker (durably) before anything else changes in `dir`.
+pub fn write_marker(dir: &Path, system_identifier: u64) -> Result<()> {
+    let text = format!(
+        "{{\"system_identifier\": \"{system_identifier}\", \"note\": \"pgjet is writing this data directory; it is not usable until this file is gone\"}}\n"
+    );
+    super::restore::write_file(&dir.join(MARKER), text.as_bytes())?;
+    crate::storage::posix::fsync_dir(dir)
+}
+
+/// Removes the marker once pg_control is durable.
+pub fn remove_marker(dir: &Path) -> Result<()> {
+    match fs::remove_file(dir.join(MARKER)) {
+        Ok(()) => crate::storage::posix::fsync_dir(dir),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(Error::io("remove", dir.join(MARKER), e)),
+    }
+}
+
+/// Makes the target's layout match `listing`: tablespace links point to `locations`
+/// (created if missing), every listed directory exists, and every file or directory the
+/// listing does not hold is removed: files the source lacks, what a base backup excludes
+/// (old WAL, postmaster.opts, backup_label, pg_replslot contents, temporary files, unlogged
+/// relations' main forks, ...) and global/pg_control (written last). Returns the number of
+/// entries removed.
+///
+/// Errors: a directory or file that cannot be listed, created or removed.
+pub fn clean_target(
+    pg_path: &Path,
+    locations: &[(u32, PathBuf)],
+    listing: &Listing,
+) -> Result<usize> {
+    create_private_dir(pg_path)?;
+    let tblspc = pg_path.join("pg_tblspc");
+    fs::create_dir_all(&tblspc).map_err(|e| Error::io("create directory", &tblspc, e))?;
+    // Tablespace links: exactly the listed ones, pointing where they should.
+    let wanted: HashSet<String> = locations.iter().map(|(o, _)| o.to_string()).collect();
+    let mut removed = 0;
+    for ent in fs::read_dir(&tblspc).map_err(|e| Error::io("list", &tblspc, e))? {
+        let ent = ent.map_err(|e| Error::io("list", &tblspc, e))?;
+        let name = ent.file_name().to_string_lossy().into_owned();
+        if !wanted.contains(&name) {
+            remove_any(&ent.path())?;
+            removed += 1;
+        }
+    }
+    for (oid, dir) in locations {
+        create_private_dir(dir)?;
+        let link = tblspc.join(oid.to_string());
+        let ok = fs::read_link(&link).map(|t| t == *dir).unwrap_or(false);
+        if !ok {
+            if fs::symlink_metadata(&link).is_ok() {
+                remove_any(&link)?;
+            }
+            std::os::unix::fs::symlink(dir, &link)
+                .map_err(|e| Error::io("create tablespace link", &link, e))?;
+        }
+    }
+    let dirs: HashSet<&str> = listing.dirs.iter().map(|(d, _)| d.as_str()).collect();
+    let files: HashSet<&str> = listing
+        .files
+        .iter()
+        .map(|f| f.rel.as_str())
+        .filter(|r| *r != "global/pg_control")
+        .collect();
+    // Walk the target; pg_tblspc/<oid> links are followed into their version directory.
+    let mut stack = vec![String::new()];
+    while let Some(rel) = stack.pop() {
+        let abs = pg_path.join(&rel);
+        let rd = match fs::read_dir(&abs) {
+            Ok(rd) => rd,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(Error::io("list", &abs, e)),
+        };
+        for ent in rd {
+            let ent = ent.map_err(|e| Error::io("list", &abs, e))?;
+            let name = ent.file_name().to_string_lossy().into_owned();
+            let child = if rel.is_empty() {
+                name.clone()
+            } else {
+                format!("{rel}/{name}")
+            };
+            if rel.is_empty() && name == MARKER {
+                continue;
+            }
+            let path = ent.path();
+            let is_tblspc_link = rel == "pg_tblspc";
+            let is_dir = if is_tblspc_link || (rel.is_empty() && name == "pg_wal") {
+                path.is_dir()
+            } else {
+                ent.file_type().map(|t| t.is_dir()).unwrap_or(false)
+            };
+            if is_dir {
+                if dirs.contains(child.as_str()) {
+                    stack.push(child);
+                } else {
+                    remove_any(&path)?;
+                    removed += 1;
+                }
+            } else if !files.contains(child.as_str()) {
+                remove_any(&path)?;
+                removed += 1;
+            }
+        }
+    }
+    for (rel, mode) in &listing.dirs {
+        if let Some(rest) = rel.strip_prefix("pg_tblspc/") {
+            if !rest.contains('/') {
+                continue;
+            }
+        }
+        let p = pg_path.join(rel);
+        if !p.is_dir() {
+            fs::create_dir_all(&p).map_err(|e| Error::io("create directory", &p, e))?;
+        }
+        use std::os::unix::fs::PermissionsExt;
+        let mode = if *mode == 0 { 0o700 } else { *mode };
+        fs::set_permissions(&p, fs::Permissions::from_mode(mode))
+            .map_err(|e| Error::io("chmod", &p, e))?;
+    }
+    Ok(removed)
+}
+
+/// Removes a file, a symbolic link (not what it points to) or a directory tree.
+fn remove_any(p: &Path) -> Result<()> {
+    let meta = fs::symlink_metadata(p).map_err(|e| Error::io("stat", p, e))?;
+    if meta.is_dir() {
+        fs::remove_dir_all(p).map_err(|e| Error::io("remove", p, e))
+    } else {
+        fs::remove_file(p).map_err(|e| Error::io("remove", p, e))
+    }
+}
+
+/// Opens or creates each target file and sets it to its source size. Returns the paths and
+/// the size each had before (None: it was created).
+pub fn size_files(
+    pg_path: &Path,
+    files: &[crate::transfer::SourceFile],
+) -> Result<(Vec<PathBuf>, Vec<Option<u64>>)> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let mut paths = Vec::with_capacity(files.len());
+    let mut before = Vec::with_capacity(files.len());
+    for f in files {
+        let p = pg_path.join(&f.path);
+        let old = fs::symlink_metadata(&p)
+            .ok()
+            .filter(|m| m.is_file())
+            .map(|m| m.len());
+        let mode = if f.mode == 0 { 0o600 } else { f.mode };
+        let h = fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .mode(mode)
+            .open(&p)
+            .map_err(|e| Error::io("open", &p, e))?;
+        if old != Some(f.size) {
+            h.set_len(f.size).map_err(|e| Error::io("size", &p, e))?;
+        }
+        fs::set_permissions(&p, fs::Permissions::from_mode(mode))
+            .map_err(|e| Error::io("chmod", &p, e))?;
+        paths.push(p);
+        before.push(old);
+    }
+    Ok((paths, before))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pg::datadir::ListedFile;
+
+    #[test]
+    fn clean_keeps_only_the_listing() {
+        let d = tempfile::tempdir().unwrap();
+        let pg = d.path().join("pg");
+        for dir in ["base/1", "base/99", "pg_wal/archive_status", "global"] {
+            fs::create_dir_all(pg.join(dir)).unwrap();
+        }
+        for f in [
+            "base/1/100",
+            "base/1/200",
+            "base/99/5",
+            "pg_wal/000000010000000000000001",
+            "global/pg_control",
+            "postmaster.opts",
+            "backup_label",
+        ] {
+            fs::write(pg.join(f), b"x").unwrap();
+        }
+        fs::write(pg.join(MARKER), b"{}").unwrap();
+        let listing = Listing {
+            dirs: [
+                "base",
+                "base/1",
+                "global",
+                "pg_wal",
+                "pg_wal/archive_status",
+                "pg_tblspc",
+            ]
+            .iter()
+            .map(|d| (d.to_string(), 0o700))
+            .collect(),
+            files: ["base/1/100", "global/pg_control"]
+                .iter()
+                .map(|f| ListedFile {
+                    rel: f.to_string(),
+                    size: 1,
+                    mtime: 0,
+                    mode: 0o600,
+                    checksum_segno: None,
+                })
+                .collect(),
+            tablespaces: Vec::new(),
+        };
+        let removed = clean_target(&pg, &[], &listing).unwrap();
+        assert_eq!(removed, 6);
+        assert!(pg.join("base/1/100").exists());
+        assert!(pg.join(MARKER).exists());
+        for gone in [
+            "base/1/200",
+            "base/99",
+            "pg_wal/000000010000000000000001",
+            "global/pg_control",
+            "postmaster.opts",
+            "backup_label",
+        ] {
+            assert!(!pg.join(gone).exists(), "{gone}");
+        }
+        assert!(pg.join("pg_wal/archive_status").is_dir());
+    }
+
+    #[test]
+    fn delta_targets_are_proven_first() {
+        let d = tempfile::tempdir().unwrap();
+        assert_eq!(
+            check_delta_target(&d.path().join("none"), 1).unwrap(),
+            DeltaTarget::Empty
+        );
+        assert_eq!(check_delta_target(d.path(), 1).unwrap(), DeltaTarget::Empty);
+        fs::write(d.path().join("PG_VERSION"), b"15\n").unwrap();
+        let e = check_delta_target(d.path(), 1).unwrap_err().to_string();
+        assert!(e.contains("nothing proves"), "{e}");
+        write_marker(d.path(), 42).unwrap();
+        assert!(check_delta_target(d.path(), 41).is_err());
+        assert_eq!(
+            check_delta_target(d.path(), 42).unwrap(),
+            DeltaTarget::SameCluster
+        );
+        fs::create_dir_all(d.path().join("global")).unwrap();
+        let mut control = vec![0u8; 8192];
+        control[..8].copy_from_slice(&7u64.to_le_bytes());
+        fs::write(d.path().join("global/pg_control"), &control).unwrap();
+        assert!(
+            check_delta_target(d.path(), 42).is_err(),
+            "pg_control wins over the marker"
+        );
+        assert_eq!(
+            check_delta_target(d.path(), 7).unwrap(),
+            DeltaTarget::SameCluster
+        );
+        fs::write(d.path().join("postmaster.pid"), b"1\n").unwrap();
+        let e = check_delta_target(d.path(), 7).unwrap_err().to_string();
+        assert!(e.contains("postmaster.pid"), "{e}");
+    }
+}

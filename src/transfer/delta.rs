@@ -1,0 +1,279 @@
+//! Delta: which ranges of an existing data directory differ from the source, so that only
+//! those cross the wire.
+//!
+//! Every file is cut into ranges of [`DELTA_RANGE`] bytes. For the part a target file shares
+//! with its source file (up to the shorter of the two), the destination hashes its own
+//! ranges (SHA-256) and the source hashes the same ranges where the bytes are
+//! ([`super::SourceReader::hash_ranges`]: server-side `sha256(pg_read_binary_file(...))`
+//! over libpq); ranges whose hashes differ, and everything past the target's end, are
+//! copied. The comparison is by content, not by modification time or LSN, so it also finds
+//! what a diverged former primary wrote after a failover.
+use super::{PieceSpec, Progress, Source, SourceFile, Unit, CHUNK_SIZE};
+use crate::error::{Error, Result};
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+/// Size of a compared range: 256 KiB (a multiple of the 8 KiB page, so copied ranges keep
+/// page checks). See docs/libpq-source.md for the measurement that chose it.
+pub const DELTA_RANGE: u64 = 256 << 10;
+
+/// Bytes of ranges hashed per request: 64 MiB, so each connection has a few seconds of
+/// server work per round trip and several connections hash at once.
+const HASH_BATCH_BYTES: u64 = 64 << 20;
+
+/// What a delta comparison found.
+#[derive(Debug, Default)]
+pub struct DeltaPlan {
+    /// Ranges to copy, merged where adjacent, in file order.
+    pub copy: Vec<PieceSpec>,
+    /// Bytes compared by hash and found equal.
+    pub same_bytes: u64,
+    /// Bytes to copy.
+    pub copy_bytes: u64,
+}
+
+/// Compares `files` of `source` with the existing target files `targets` (same index;
+/// a target that does not exist is copied whole). `target_sizes[i]` is the size the target
+/// file had before it was resized to the source size (None: it did not exist).
+///
+/// Errors: a target range cannot be read, a source error.
+pub fn plan_delta(
+    source: &dyn Source,
+    files: &[SourceFile],
+    targets: &[PathBuf],
+    target_sizes: &[Option<u64>],
+    jobs: usize,
+    progress: &dyn Progress,
+) -> Result<DeltaPlan> {
+    let mut compare: Vec<PieceSpec> = Vec::new();
+    let mut plan = DeltaPlan::default();
+    for (i, f) in files.iter().enumerate() {
+        let common = target_sizes[i].unwrap_or(0).min(f.size);
+        let mut off = 0;
+        while off < common {
+            let len = DELTA_RANGE.min(common - off);
+            compare.push(PieceSpec {
+                file: i,
+                offset: off,
+                len,
+            });
+            off += len;
+        }
+        if common < f.size {
+            plan.copy.push(PieceSpec {
+                file: i,
+                offset: common,
+                len: f.size - common,
+            });
+        }
+    }
+    // Batches of consecutive ranges for the worker threads.
+    let mut batches: Vec<std::ops::Range<usize>> = Vec::new();
+    let mut start = 0;
+    let mut bytes = 0;
+    for (k, p) in compare.iter().enumerate() {
+        if bytes + p.len > HASH_BATCH_BYTES && k > start {
+            batches.push(start..k);
+            start = k;
+            bytes = 0;
+        }
+        bytes += p.len;
+    }
+    if start < compare.len() {
+        batches.push(start..compare.len());
+    }
+    let total: u64 = compare.iter().map(|p| p.len).sum();
+    progress.begin("compare", total);
+    let next = AtomicUsize::new(0);
+    let abort = AtomicBool::new(false);
+    let differ: Mutex<Vec<PieceSpec>> = Mutex::new(Vec::new());
+    let first_error: Mutex<Option<Error>> = Mutex::new(None);
+    let same = std::sync::atomic::AtomicU64::new(0);
+    std::thread::scope(|s| {
+        for _ in 0..source.threads(jobs).max(1) {
+            s.spawn(|| {
+                let run = || -> Result<()> {
+                    let mut reader = source.reader()?;
+                    let mut buf = Vec::new();
+                    loop {
+                        if abort.load(Ordering::SeqCst) {
+                            return Ok(());
+                        }
+                        let n = next.fetch_add(1, Ordering::SeqCst);
+                        let Some(b) = batches.get(n) else {
+                            return Ok(());
+                        };
+                        let ranges = &compare[b.clone()];
+                        let theirs = reader.hash_ranges(files, ranges)?;
+                        let mut open: Option<(usize, std::fs::File)> = None;
+                        let mut local_differ = Vec::new();
+                        for (p, h) in ranges.iter().zip(theirs) {
+                            if open.as_ref().map(|o| o.0) != Some(p.file) {
+                                let t = &targets[p.file];
+                                let f =
+                                    std::fs::File::open(t).map_err(|e| Error::io("open", t, e))?;
+                                open = Some((p.file, f));
+                            }
+                            let (_, f) = open.as_ref().expect("opened just above");
+                            buf.resize(p.len as usize, 0);
+                            f.read_exact_at(&mut buf, p.offset)
+                                .map_err(|e| Error::io("read", &targets[p.file], e))?;
+                            let ours = super::source::sha256(&buf);
+                            if h == Some(ours) {
+                                same.fetch_add(p.len, Ordering::Relaxed);
+                            } else {
+                                local_differ.push(*p);
+                            }
+                            progress.advance(p.len);
+                        }
+                        differ
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .extend(local_differ);
+                    }
+                };
+                if let Err(e) = run() {
+                    abort.store(true, Ordering::SeqCst);
+                    first_error
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .get_or_insert(e);
+                }
+            });
+        }
+    });
+    progress.finish();
+    if let Some(e) = first_error.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        return Err(e);
+    }
+    plan.copy
+        .extend(differ.into_inner().unwrap_or_else(|p| p.into_inner()));
+    plan.copy = merge_adjacent(plan.copy);
+    plan.same_bytes = same.into_inner();
+    plan.copy_bytes = plan.copy.iter().map(|p| p.len).sum();
+    Ok(plan)
+}
+
+/// Sorts ranges by (file, offset) and joins those that touch.
+fn merge_adjacent(mut v: Vec<PieceSpec>) -> Vec<PieceSpec> {
+    v.sort_by_key(|p| (p.file, p.offset));
+    let mut out: Vec<PieceSpec> = Vec::with_capacity(v.len());
+    for p in v {
+        match out.last_mut() {
+            Some(l) if l.file == p.file && l.offset + l.len == p.offset => l.len += p.len,
+            _ => out.push(p),
+        }
+    }
+    out
+}
+
+/// Units of work for ranges: a range of at least `chunk` bytes is cut into chunks of its
+/// own; smaller ones are bundled up to `chunk` bytes per unit. Largest units first.
+pub fn plan_range_units(ranges: &[PieceSpec], chunk: u64) -> Vec<Unit> {
+    let mut big = Vec::new();
+    let mut small: Vec<PieceSpec> = Vec::new();
+    for r in ranges {
+        if r.len >= chunk {
+            let mut off = 0;
+            while off < r.len {
+                let len = chunk.min(r.len - off);
+                big.push(Unit {
+                    pieces: vec![PieceSpec {
+                        file: r.file,
+                        offset: r.offset + off,
+                        len,
+                    }],
+                    bytes: len,
+                });
+                off += len;
+            }
+        } else if r.len > 0 {
+            small.push(*r);
+        }
+    }
+    let mut units = big;
+    let mut bundle = Unit::default();
+    for r in small {
+        if bundle.bytes + r.len > chunk || bundle.pieces.len() >= super::BUNDLE_MAX_FILES {
+            units.push(std::mem::take(&mut bundle));
+        }
+        bundle.bytes += r.len;
+        bundle.pieces.push(r);
+    }
+    if !bundle.pieces.is_empty() {
+        units.push(bundle);
+    }
+    units
+}
+
+/// [`plan_range_units`] with the engine's chunk size.
+pub fn range_units(ranges: &[PieceSpec]) -> Vec<Unit> {
+    plan_range_units(ranges, CHUNK_SIZE)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn r(file: usize, offset: u64, len: u64) -> PieceSpec {
+        PieceSpec { file, offset, len }
+    }
+
+    #[test]
+    fn adjacent_ranges_merge_and_units_bundle() {
+        let m = merge_adjacent(vec![r(1, 8, 8), r(0, 0, 4), r(1, 0, 8), r(1, 24, 8)]);
+        let shape: Vec<(usize, u64, u64)> = m.iter().map(|p| (p.file, p.offset, p.len)).collect();
+        assert_eq!(shape, vec![(0, 0, 4), (1, 0, 16), (1, 24, 8)]);
+        let units = plan_range_units(&m, 10);
+        let shape: Vec<Vec<(usize, u64, u64)>> = units
+            .iter()
+            .map(|u| u.pieces.iter().map(|p| (p.file, p.offset, p.len)).collect())
+            .collect();
+        assert_eq!(
+            shape,
+            vec![
+                vec![(1, 0, 10)],
+                vec![(1, 10, 6)],
+                vec![(0, 0, 4)],
+                vec![(1, 24, 8)],
+            ]
+        );
+    }
+
+    #[test]
+    fn only_differing_ranges_are_copied() {
+        use crate::transfer::source::LocalSource;
+        let d = tempfile::tempdir().unwrap();
+        let src = d.path().join("src");
+        std::fs::create_dir_all(&src).unwrap();
+        let mut a = vec![7u8; (DELTA_RANGE * 3) as usize];
+        std::fs::write(src.join("f"), &a).unwrap();
+        // The target differs in the second range and is one range shorter.
+        a[DELTA_RANGE as usize + 5] = 1;
+        a.truncate((DELTA_RANGE * 2) as usize);
+        let t = d.path().join("t");
+        std::fs::write(&t, &a).unwrap();
+        let files = vec![SourceFile {
+            path: "f".into(),
+            size: DELTA_RANGE * 3,
+            mtime: 0,
+            mode: 0o600,
+            checksum_segno: None,
+        }];
+        let source = LocalSource::new(&src);
+        let plan = plan_delta(
+            &source,
+            &files,
+            &[t],
+            &[Some(DELTA_RANGE * 2)],
+            2,
+            &crate::transfer::NoProgress,
+        )
+        .unwrap();
+        let shape: Vec<(u64, u64)> = plan.copy.iter().map(|p| (p.offset, p.len)).collect();
+        assert_eq!(shape, vec![(DELTA_RANGE, DELTA_RANGE * 2)]);
+        assert_eq!(plan.same_bytes, DELTA_RANGE);
+    }
+}
