@@ -1513,3 +1513,4 @@ pub fn version_scenario(pg: Pg) {
     drop(replica);
     step!("PostgreSQL {} scenario passed in {}", pg.major, secs(t0));
 }
+pub mod netlab;
