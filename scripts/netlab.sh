@@ -97,6 +97,9 @@ stop_delayline() {
         fi
     fi
     rm -f "$pidfile"
+    # Its counters (packets delayed, dropped), printed when it stopped.
+    [ -s "$(dirname "$pidfile")/delayline.log" ] && sed 's/^/netlab.sh: /' "$(dirname "$pidfile")/delayline.log" >&2
+    return 0
 }
 
 cmd_down() {

@@ -601,3 +601,75 @@ fn main() -> ExitCode {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn parses_options() {
+        let o = parse_args(&args(&["--delay-ms", "12.5", "--dev=dlx", "--offload"])).ok().flatten().unwrap();
+        assert_eq!(o.delay, Duration::from_micros(12_500));
+        assert_eq!(o.dev, "dlx");
+        assert!(o.offload);
+        assert_eq!(o.limit_bytes, DEFAULT_LIMIT_BYTES);
+        assert!(parse_args(&args(&["--help"])).ok().unwrap().is_none());
+        for bad in [
+            &["--delay-ms", "inf"][..],
+            &["--delay-ms", "1e9"][..],
+            &["--delay-ms", "1", "--dev", ""][..],
+            &["--delay-ms", "1", "--dev", "a b"][..],
+            &["--delay-ms", "1", "--limit-bytes", "-1"][..],
+            &["--delay-ms", "1", "--offload=yes"][..],
+            &["--dev", "x"][..],
+        ] {
+            assert!(parse_args(&args(bad)).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    /// Pushes and pops packets of varied sizes through a small ring and checks that no two
+    /// queued packets overlap and that the byte count and limit hold.
+    #[test]
+    fn ring_never_overlaps_and_respects_the_limit() {
+        let limit = 3 * MAX_PACKET;
+        let mut r = Ring::new(limit);
+        let t = Instant::now();
+        let mut seed = 7u64;
+        let mut accepted = 0;
+        for i in 0..100_000 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let len = 1 + (seed % (MAX_PACKET as u64 - 1)) as usize;
+            if seed % 3 == 0 {
+                r.pop();
+            } else if let Some(off) = r.write_offset() {
+                // The read may fill MAX_PACKET bytes at `off`: none of them may be queued.
+                assert!(off + MAX_PACKET <= r.buf.len());
+                for q in &r.slots {
+                    assert!(off + MAX_PACKET <= q.off || q.off + q.len <= off, "step {i}: read area overlaps");
+                }
+                if r.queued + len <= limit {
+                    r.push(off, len, t);
+                    accepted += 1;
+                }
+            }
+            let mut spans: Vec<(usize, usize)> = r.slots.iter().map(|s| (s.off, s.off + s.len)).collect();
+            assert_eq!(r.queued, spans.iter().map(|(a, b)| b - a).sum::<usize>(), "step {i}");
+            assert!(r.queued <= limit);
+            spans.sort();
+            for w in spans.windows(2) {
+                assert!(w[0].1 <= w[1].0, "step {i}: overlap {w:?}");
+            }
+        }
+        assert!(accepted > 10_000);
+        while !r.slots.is_empty() {
+            r.pop();
+        }
+        assert_eq!((r.head, r.tail, r.queued), (0, 0, 0));
+    }
+}
