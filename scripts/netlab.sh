@@ -31,6 +31,8 @@
 #   OFFLOAD     1 (default) = the delay line uses IFF_VNET_HDR + TUNSETOFFLOAD (TCP
 #               super-packets up to 64 KiB: far less CPU at 1 Gbit/s); 0 = one packet per segment
 #   QUEUE_MS    tbf queue length in ms at RATE (default: RTT_MS + 10, i.e. about one BDP)
+#   DL_NICE     nice value of the delay line (default -10: it is small and timing-critical; at
+#               nice 0, three busy processes on this 2-core VM add up to 4 ms to a 20 ms RTT)
 #   DELAYLINE   path of the pgjet-delayline binary (default: target/release/pgjet-delayline
 #               next to this script, then $PATH)
 #   NETLAB_RUN  state directory root (default /run/pgjet-netlab): <root>/PREFIX holds the
@@ -204,8 +206,11 @@ cmd_up() {
         [ "$offload" = 1 ] && args+=(--offload)
         rm -f "$dir/delayline.pid"
         # setsid: its own session, so no terminal signal of the caller reaches it; stopped by
-        # PID on down. ip netns exec execs the program, so $! is the delay line's PID.
-        ip netns exec "$W" setsid "$dl" "${args[@]}" </dev/null >"$dir/delayline.log" 2>&1 &
+        # PID on down. ip netns exec, nice and setsid exec, so $! is the delay line's PID (it
+        # also writes its own PID to the pid file).
+        local nice_v=${DL_NICE:--10}
+        [[ "$nice_v" =~ ^-?[0-9]+$ ]] || die "DL_NICE '$nice_v' must be an integer"
+        ip netns exec "$W" nice -n "$nice_v" setsid "$dl" "${args[@]}" </dev/null >"$dir/delayline.log" 2>&1 &
         dl_pid=$!
         # The pid file is written once the device exists and is up.
         local ok=0
