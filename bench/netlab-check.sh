@@ -11,7 +11,11 @@
 #
 # Usage: bash bench/netlab-check.sh            (as root; about 3 minutes)
 # Env:   PINGS (20), IPERF_S (10), IPERF_OMIT (2), TOL_PCT (5), LAB_ID (200..203 used),
-#        SKIP_NO_OFFLOAD=1 to skip the OFFLOAD=0 comparison run
+#        SKIP_NO_OFFLOAD=1 to skip the OFFLOAD=0 comparison run,
+#        IPERF_NICE (-10): iperf3 runs at this nice value, like the delay line, so that the
+#          figures measure the lab rather than whoever else compiles on the machine,
+#        QUIET_WAIT_S (300): first wait up to this long for a quiet machine (less than
+#          QUIET_PCT (25) % of one core busy over 3 s); the background load is reported
 # Output: a Markdown table on stdout (also written to bench/results/netlab-<UTC time>.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,6 +36,9 @@ cargo build -q --release --bin pgjet-delayline
 export DELAYLINE=$CARGO_TARGET_DIR/release/pgjet-delayline
 
 TCK=$(getconf CLK_TCK)
+IPERF_NICE=${IPERF_NICE:--10}
+QUIET_WAIT_S=${QUIET_WAIT_S:-300}
+QUIET_PCT=${QUIET_PCT:-25}
 mkdir -p bench/results
 RESULT=bench/results/netlab-$(date -u +%Y%m%dT%H%MZ).md
 PREFIX="nlchk$$"
@@ -68,7 +75,7 @@ tbf_sent() { tc -n "$1" -s qdisc show dev wb 2>/dev/null | awk '/^qdisc tbf/ { f
 iperf_run() {
     local nb=$1 a=$2 nw=$3 p=$4 out w0 w1 t0 t1 ipid wire=-
     out=$(mktemp)
-    ip netns exec "$nb" iperf3 -c "$a" -R -P "$p" -t "$IPERF_S" -O "$IPERF_OMIT" -J >"$out" &
+    ip netns exec "$nb" nice -n "$IPERF_NICE" iperf3 -c "$a" -R -P "$p" -t "$IPERF_S" -O "$IPERF_OMIT" -J >"$out" &
     ipid=$!
     sleep $((IPERF_OMIT + 1))
     w0=$(tbf_sent "$nw"); t0=$(date +%s.%N)
@@ -85,13 +92,30 @@ iperf_run() {
 pct() { awk -v a="$1" -v b="$2" 'BEGIN { if (b == 0) print "n/a"; else printf "%.1f\n", 100 * a / b }'; }
 within() { awk -v a="$1" -v b="$2" -v t="$TOL_PCT" 'BEGIN { d = (a - b) / b; if (d < 0) d = -d; print (d <= t / 100) ? "yes" : "NO" }'; }
 
+# busy % of one core over 3 s, all processes
+busy_3s() {
+    local a b
+    a=$(machine_ticks); sleep 3; b=$(machine_ticks)
+    awk -v a="$a" -v b="$b" -v n="$(nproc)" 'BEGIN { split(a, x, " "); split(b, y, " ");
+        printf "%.0f\n", n * 100 * (y[1] - x[1]) / (y[2] - x[2]) }'
+}
+t_wait=$(date +%s)
+BACKGROUND=$(busy_3s)
+while [ "$BACKGROUND" -ge "$QUIET_PCT" ] && [ $(( $(date +%s) - t_wait )) -lt "$QUIET_WAIT_S" ]; do
+    echo "netlab-check: machine busy ($BACKGROUND % of a core), waiting for quiet" >&2
+    sleep 10
+    BACKGROUND=$(busy_3s)
+done
+echo "netlab-check: background load $BACKGROUND % of one core" >&2
+
 OUT_ROWS=()
 DATE=$(date -u +%Y-%m-%dT%H:%MZ)
 
 scenario() { # RATE RTT_MS OFFLOAD
     local rate=$1 rtt=$2 offload=$3 id=$LAB_ID
     LAB_ID=$((LAB_ID + 1))
-    echo "== RATE=${rate:-unlimited} RTT_MS=$rtt OFFLOAD=$offload" >&2
+    local bg; bg=$(busy_3s)
+    echo "== RATE=${rate:-unlimited} RTT_MS=$rtt OFFLOAD=$offload (background load $bg % of a core)" >&2
     RATE=$rate RTT_MS=$rtt OFFLOAD=$offload bash scripts/netlab.sh up "$PREFIX" "$id" >/dev/null
     local A=198.18.$id.2 NA="${PREFIX}a" NB="${PREFIX}b" dl_pid=""
     dl_pid=$(bash scripts/netlab.sh show "$PREFIX" | sed -n 's/^NETLAB_DELAYLINE_PID=//p')
@@ -104,7 +128,7 @@ scenario() { # RATE RTT_MS OFFLOAD
           | awk '{ v[NR] = $1 } END { if (NR == 0) print "nan"; else if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
 
     # iperf3 server in A, bound to A's address; stopped by PID.
-    ip netns exec "$NA" iperf3 -s -B "$A" >/dev/null 2>&1 &
+    ip netns exec "$NA" nice -n "$IPERF_NICE" iperf3 -s -B "$A" >/dev/null 2>&1 &
     IPERF_PID=$!
     sleep 0.5
     local c0 t0 c1 t1 r1 r4 one four
@@ -147,7 +171,7 @@ scenario() { # RATE RTT_MS OFFLOAD
     local mb1 mb4
     mb1=$(awk -v r="$r1" 'BEGIN { printf "%.1f\n", r / 1e6 }')
     mb4=$(awk -v r="$r4" 'BEGIN { printf "%.1f\n", r / 1e6 }')
-    OUT_ROWS+=("| ${rate:-unlimited} | $rtt | $offload | $med | $rtt_ok | $wire | $w_ok | $mb1 ($pr1 % / $pc1 %) | $t_ok1 | $retr1 | $mb4 ($pr4 % / $pc4 %) | $t_ok4 | $retr4 | $cpu | $mbusy |")
+    OUT_ROWS+=("| ${rate:-unlimited} | $rtt | $offload | $med | $rtt_ok | $wire | $w_ok | $mb1 ($pr1 % / $pc1 %) | $t_ok1 | $retr1 | $mb4 ($pr4 % / $pc4 %) | $t_ok4 | $retr4 | $cpu | $mbusy | $bg |")
     echo "   ping median $med ms; wire $wire Mbit/s; 1 stream $mb1 Mbit/s ($retr1 retr); 4 streams $mb4 Mbit/s ($retr4 retr); delay line CPU $cpu %, machine $mbusy % of 1 core" >&2
 }
 
@@ -162,10 +186,11 @@ fi
     echo "Network lab check, $DATE, $(nproc) cores, kernel $(uname -r), TCP $(sysctl -n net.ipv4.tcp_congestion_control)"
     echo "ping: median of $PINGS (idle link); iperf3: A -> B, ${IPERF_S} s after ${IPERF_OMIT} s warm-up; tolerance ${TOL_PCT} %"
     echo "wire: what the tbf toward B sent (frames with headers, GSO counted per segment) in the steady part of the 1- and 4-stream runs; the 4-stream figure (the link kept full) is compared with RATE"
-    echo "throughput: Mbit/s received (% of RATE / % of the TCP goodput ceiling RATE x 1448/1514); CPU: delay line, % of one core; machine busy: all processes (ours, iperf3, the kernel, and anyone else's), in % of one core (200 = both cores)"
+    echo "throughput: Mbit/s received (% of RATE / % of the TCP goodput ceiling RATE x 1448/1514); CPU: delay line, % of one core; machine busy: all processes (ours, iperf3, the kernel, and anyone else's), in % of one core (200 = both cores), during the iperf3 runs; load before: the machine's busy % in the 3 s before the setting's lab was built"
+    echo "iperf3 at nice $IPERF_NICE, delay line at nice ${DL_NICE:--10}"
     echo
-    echo "| RATE | RTT ms | offload | ping median ms | RTT within ${TOL_PCT} % | wire Mbit/s 1 / 4 streams (% of RATE) | within | 1 stream Mbit/s | within | retr | 4 streams Mbit/s | within | retr | delay line CPU % | machine busy % |"
-    echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    echo "| RATE | RTT ms | offload | ping median ms | RTT within ${TOL_PCT} % | wire Mbit/s 1 / 4 streams (% of RATE) | within | 1 stream Mbit/s | within | retr | 4 streams Mbit/s | within | retr | delay line CPU % | machine busy % | load before % |"
+    echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     printf '%s\n' "${OUT_ROWS[@]}"
 } | tee "$RESULT"
 echo "written: $RESULT" >&2
