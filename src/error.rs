@@ -64,10 +64,15 @@ impl Error {
     }
 
     /// One line telling the user what to do about it.
+    ///
+    /// A query error is told apart by its cause: a lost connection (no server error, or the
+    /// server shutting down), missing rights (SQLSTATE 42501), or another refusal.
     pub fn hint(&self) -> String {
         match self {
             Error::Config(_) => "HINT: check the flags, the PGJET_* environment and the config file (--config).".into(),
             Error::Connect { .. } => "HINT: is the cluster running? Check --pg-port, --pg-socket-path, --pg-user (or --source) and pg_hba.conf.".into(),
+            Error::Query { source, .. } if connection_lost(source) => "HINT: the connection to the server was lost (network, server restart or timeout); run the command again (replica-create: with --delta, to copy only what is missing).".into(),
+            Error::Query { source, .. } if source.as_db_error().map(|d| d.code() != &tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE).unwrap_or(false) => "HINT: the server refused the statement; its message above says why.".into(),
             Error::Query { .. } => "HINT: pgjet needs a superuser or a role with the rights the README lists (\"A role for pgjet\"); `pgjet check` names each missing one with the GRANT that fixes it.".into(),
             Error::Repo(_) => "HINT: check --repo-path and --stanza; a new stanza is made with `pgjet stanza-create`.".into(),
             Error::Corrupt { .. } => "HINT: the repository bytes changed after they were written; take a new backup and check the storage.".into(),
@@ -91,5 +96,15 @@ impl Error {
             Error::Io { .. } => 7,
             Error::Other(_) => 1,
         }
+    }
+}
+
+/// True when a query failed because the session ended: the connection broke (no server
+/// error) or the server was shut down or restarted (SQLSTATE class 57P, see PostgreSQL's
+/// errcodes.txt).
+fn connection_lost(e: &tokio_postgres::Error) -> bool {
+    match e.as_db_error() {
+        None => true,
+        Some(d) => d.code().code().starts_with("57P"),
     }
 }

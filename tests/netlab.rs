@@ -39,7 +39,8 @@ fn one_shot_server(
     let (tx, rx) = mpsc::channel();
     let h = lab.spawn_thread(&lab.ns_a, move || {
         let l = TcpListener::bind((addr, 0)).expect("bind in host A");
-        tx.send(l.local_addr().expect("local_addr")).expect("send addr");
+        tx.send(l.local_addr().expect("local_addr"))
+            .expect("send addr");
         let (mut s, peer) = l.accept().expect("accept in host A");
         s.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
         s.set_write_timeout(Some(IO_TIMEOUT)).unwrap();
@@ -80,19 +81,47 @@ fn tcp_carries_bytes_both_ways_across_the_wire() {
     let (rx1, tx1) = lab.iface_bytes(&lab.ns_b);
     let (wrx1, wtx1) = lab.iface_bytes_of(&lab.ns_wire, "dl0");
 
-    assert!(server_got == up, "A received {} bytes, not the {} B sent", server_got.len(), up.len());
-    assert!(client_got == down, "B received {} bytes, not the {} A sent", client_got.len(), down.len());
+    assert!(
+        server_got == up,
+        "A received {} bytes, not the {} B sent",
+        server_got.len(),
+        up.len()
+    );
+    assert!(
+        client_got == down,
+        "B received {} bytes, not the {} A sent",
+        client_got.len(),
+        down.len()
+    );
     // The server saw B's own address: no NAT, no proxy.
     assert_eq!(peer.ip(), lab.addr_b);
     assert_eq!(client_local.ip(), lab.addr_b);
     // B's link counted at least the payload each way (plus headers).
-    assert!(tx1 - tx0 >= up.len() as u64, "B's lab0 sent {} B < {}", tx1 - tx0, up.len());
-    assert!(rx1 - rx0 >= down.len() as u64, "B's lab0 received {} B < {}", rx1 - rx0, down.len());
+    assert!(
+        tx1 - tx0 >= up.len() as u64,
+        "B's lab0 sent {} B < {}",
+        tx1 - tx0,
+        up.len()
+    );
+    assert!(
+        rx1 - rx0 >= down.len() as u64,
+        "B's lab0 received {} B < {}",
+        rx1 - rx0,
+        down.len()
+    );
     // ... and every byte passed the delay line (TUN dl0: its tx is what the kernel handed the
     // delay line, its rx what the delay line wrote back), both directions together.
     let both = (up.len() + down.len()) as u64;
-    assert!(wtx1 - wtx0 >= both, "dl0 handed the delay line {} B < {both}", wtx1 - wtx0);
-    assert!(wrx1 - wrx0 >= both, "the delay line wrote back {} B < {both}", wrx1 - wrx0);
+    assert!(
+        wtx1 - wtx0 >= both,
+        "dl0 handed the delay line {} B < {both}",
+        wtx1 - wtx0
+    );
+    assert!(
+        wrx1 - wrx0 >= both,
+        "the delay line wrote back {} B < {both}",
+        wrx1 - wrx0
+    );
 }
 
 /// The RTTs (ms) of `count` pings from B to A.
@@ -100,10 +129,23 @@ fn ping_rtts(lab: &NetLab, count: u32) -> Vec<f64> {
     let out = lab.exec(
         &lab.ns_b,
         "ping",
-        &["-n", "-c", &count.to_string(), "-i", "0.2", "-W", "5", &lab.addr_a.to_string()],
+        &[
+            "-n",
+            "-c",
+            &count.to_string(),
+            "-i",
+            "0.2",
+            "-W",
+            "5",
+            &lab.addr_a.to_string(),
+        ],
     );
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "ping failed: {text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "ping failed: {text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let mut rtts: Vec<f64> = text
         .lines()
         .filter_map(|l| l.split("time=").nth(1))
@@ -121,8 +163,15 @@ fn ping_rtt_is_at_least_the_configured_rtt() {
         assert!(lab.delayline_pid.is_some());
         let rtts = ping_rtts(&lab, 10);
         let median = rtts[rtts.len() / 2];
-        assert!(rtts[0] >= rtt, "rate {rate:?}: min ping RTT {} ms < configured {rtt} ms ({rtts:?})", rtts[0]);
-        assert!(median < rtt + 15.0, "rate {rate:?}: median ping RTT {median} ms >= {rtt} + 15 ms ({rtts:?})");
+        assert!(
+            rtts[0] >= rtt,
+            "rate {rate:?}: min ping RTT {} ms < configured {rtt} ms ({rtts:?})",
+            rtts[0]
+        );
+        assert!(
+            median < rtt + 15.0,
+            "rate {rate:?}: median ping RTT {median} ms >= {rtt} + 15 ms ({rtts:?})"
+        );
     }
 }
 
@@ -132,7 +181,11 @@ fn unshaped_lab_without_delay_line_forwards() {
     assert!(lab.delayline_pid.is_none());
     let rtts = ping_rtts(&lab, 3);
     // No delay line: sub-millisecond on an idle machine; a loose bound for a busy one.
-    assert!(rtts[1] < 5.0, "median ping RTT {} ms without a delay line", rtts[1]);
+    assert!(
+        rtts[1] < 5.0,
+        "median ping RTT {} ms without a delay line",
+        rtts[1]
+    );
 }
 
 #[test]
@@ -181,22 +234,41 @@ fn server_in_host_a_is_not_reachable_from_the_root_namespace() {
             s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
             let mut got = Vec::new();
             let _ = s.read_to_end(&mut got);
-            assert_ne!(got, token, "A's server answered on {sa} in the root namespace");
+            assert_ne!(
+                got, token,
+                "A's server answered on {sa} in the root namespace"
+            );
         }
     }
     // A's address is on no interface of the root namespace, and the root's route to it uses
     // none of the lab's interfaces. (No packet is sent to it from the root: the root's default
     // route leads off this machine, where no lab host is.)
-    let addrs = Command::new("ip").args(["-o", "-4", "addr", "show"]).output().unwrap();
+    let addrs = Command::new("ip")
+        .args(["-o", "-4", "addr", "show"])
+        .output()
+        .unwrap();
     let addrs = String::from_utf8_lossy(&addrs.stdout);
-    assert!(!addrs.contains(&format!("{}/", lab.addr_a)), "root namespace has A's address: {addrs}");
-    let route = Command::new("ip").args(["route", "get", &lab.addr_a.to_string()]).output().unwrap();
+    assert!(
+        !addrs.contains(&format!("{}/", lab.addr_a)),
+        "root namespace has A's address: {addrs}"
+    );
+    let route = Command::new("ip")
+        .args(["route", "get", &lab.addr_a.to_string()])
+        .output()
+        .unwrap();
     let route = String::from_utf8_lossy(&route.stdout);
     for dev in ["lab0", "wa", "wb", "dl0"] {
-        assert!(!route.contains(&format!("dev {dev} ")), "root routes to A via {dev}: {route}");
+        assert!(
+            !route.contains(&format!("dev {dev} ")),
+            "root routes to A via {dev}: {route}"
+        );
     }
     stop_tx.send(()).unwrap();
-    assert_eq!(server.join().unwrap(), 1, "A's server must have served B only");
+    assert_eq!(
+        server.join().unwrap(),
+        1,
+        "A's server must have served B only"
+    );
 }
 
 #[test]
@@ -209,7 +281,11 @@ fn drop_removes_namespaces_and_stops_processes() {
         assert!(NetLab::ns_exists(ns), "{ns} missing");
     }
     // A process left running in host A (not stopped by its starter) is stopped by down.
-    let mut leftover = lab.command(&lab.ns_a, "sleep").arg("600").spawn().expect("spawn sleep");
+    let mut leftover = lab
+        .command(&lab.ns_a, "sleep")
+        .arg("600")
+        .spawn()
+        .expect("spawn sleep");
     // A process stopped by its guard.
     let mut guarded = lab.spawn(&lab.ns_b, "sleep", &["600"]);
     guarded.stop();
@@ -222,7 +298,12 @@ fn drop_removes_namespaces_and_stops_processes() {
     let list = Command::new("ip").args(["netns", "list"]).output().unwrap();
     let list = String::from_utf8_lossy(&list.stdout);
     for ns in &names {
-        assert!(!list.lines().any(|l| l.split_whitespace().next() == Some(ns)), "{ns} listed");
+        assert!(
+            !list
+                .lines()
+                .any(|l| l.split_whitespace().next() == Some(ns)),
+            "{ns} listed"
+        );
     }
     let cmdline = std::fs::read(format!("/proc/{dl_pid}/cmdline")).unwrap_or_default();
     assert!(
@@ -255,12 +336,24 @@ fn hidden_directories_are_empty_in_the_destination() {
         .arg(dir.path())
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "", "hidden dir not empty");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "",
+        "hidden dir not empty"
+    );
     // Outside, the file is still there.
     assert!(dir.path().join("secret").exists());
     // And the process is in B's network namespace.
-    let out = lab.command_hiding(&lab.ns_b, &[dir.path()], "ip").args(["-o", "-4", "addr"]).output().unwrap();
+    let out = lab
+        .command_hiding(&lab.ns_b, &[dir.path()], "ip")
+        .args(["-o", "-4", "addr"])
+        .output()
+        .unwrap();
     assert!(String::from_utf8_lossy(&out.stdout).contains(&lab.addr_b.to_string()));
 }
 
@@ -272,9 +365,18 @@ fn delayline_refuses_bad_input_with_a_message() {
         (&["--delay-ms", "abc"][..], "not a number"),
         (&["--delay-ms", "-3"][..], "out of range"),
         (&["--delay-ms", "NaN"][..], "out of range"),
-        (&["--delay-ms", "5", "--dev", "a/b"][..], "not a valid interface name"),
-        (&["--delay-ms", "5", "--dev", "waytoolonginterfacename"][..], "not a valid interface name"),
-        (&["--delay-ms", "5", "--limit-bytes", "12"][..], "out of range"),
+        (
+            &["--delay-ms", "5", "--dev", "a/b"][..],
+            "not a valid interface name",
+        ),
+        (
+            &["--delay-ms", "5", "--dev", "waytoolonginterfacename"][..],
+            "not a valid interface name",
+        ),
+        (
+            &["--delay-ms", "5", "--limit-bytes", "12"][..],
+            "out of range",
+        ),
         (&["--delay-ms", "5", "--bogus"][..], "unknown argument"),
         (&["--delay-ms"][..], "needs a value"),
     ] {
@@ -285,7 +387,12 @@ fn delayline_refuses_bad_input_with_a_message() {
     }
     // Not root: a clear message and exit 1, no panic.
     let o = Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all"])
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+        ])
         .arg(DELAYLINE_BIN)
         .args(["--delay-ms", "1"])
         .output()

@@ -155,7 +155,8 @@ fn parse_args(args: &[String]) -> Result<Option<Options>, UsageError> {
                 let v = value("interface name")?;
                 if v.is_empty()
                     || v.len() >= IFNAMSIZ
-                    || v.bytes().any(|b| b == b'/' || b == b':' || b.is_ascii_whitespace() || b == 0)
+                    || v.bytes()
+                        .any(|b| b == b'/' || b == b':' || b.is_ascii_whitespace() || b == 0)
                 {
                     return Err(UsageError(format!(
                         "--dev: '{v}' is not a valid interface name (1..=15 bytes, no '/', ':' or spaces)"
@@ -217,7 +218,11 @@ impl fmt::Display for Error {
 }
 
 fn err(what: impl Into<String>, source: io::Error, hint: Option<&'static str>) -> Error {
-    Error { what: what.into(), source, hint }
+    Error {
+        what: what.into(),
+        source,
+        hint,
+    }
 }
 
 const HINT_PRIV: &str = "run as root (the device needs CAP_NET_ADMIN in its network namespace)";
@@ -233,7 +238,11 @@ impl Drop for Fd {
 }
 
 fn ifreq(name: &str) -> IfReq {
-    let mut r = IfReq { name: [0; IFNAMSIZ], flags: 0, _pad: [0; 22] };
+    let mut r = IfReq {
+        name: [0; IFNAMSIZ],
+        flags: 0,
+        _pad: [0; 22],
+    };
     // The name was validated to be at most IFNAMSIZ-1 bytes, so the NUL stays.
     r.name[..name.len()].copy_from_slice(name.as_bytes());
     r
@@ -247,7 +256,12 @@ fn ifreq(name: &str) -> IfReq {
 fn open_tun(opts: &Options) -> Result<Fd, Error> {
     let path = CString::new("/dev/net/tun").expect("static path has no NUL");
     // SAFETY: plain open(2) of a NUL-terminated path.
-    let raw = unsafe { libc::open(path.as_ptr(), libc::O_RDWR | libc::O_NONBLOCK | libc::O_CLOEXEC) };
+    let raw = unsafe {
+        libc::open(
+            path.as_ptr(),
+            libc::O_RDWR | libc::O_NONBLOCK | libc::O_CLOEXEC,
+        )
+    };
     if raw < 0 {
         let e = io::Error::last_os_error();
         let hint = match e.raw_os_error() {
@@ -272,7 +286,11 @@ fn open_tun(opts: &Options) -> Result<Fd, Error> {
             Some(libc::EINVAL) => Some("an interface of this name exists and is not a TUN device"),
             _ => None,
         };
-        return Err(err(format!("cannot attach TUN device {}", opts.dev), e, hint));
+        return Err(err(
+            format!("cannot attach TUN device {}", opts.dev),
+            e,
+            hint,
+        ));
     }
     if opts.offload {
         let flags = TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6 | TUN_F_TSO_ECN;
@@ -291,14 +309,22 @@ fn set_up(name: &str) -> Result<(), Error> {
     // SAFETY: socket(2) with constant arguments.
     let s = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
     if s < 0 {
-        return Err(err("cannot open a socket to set the device up", io::Error::last_os_error(), None));
+        return Err(err(
+            "cannot open a socket to set the device up",
+            io::Error::last_os_error(),
+            None,
+        ));
     }
     let s = Fd(s);
     let mut req = ifreq(name);
     // SAFETY: SIOCGIFFLAGS/SIOCSIFFLAGS read/write the flags of a struct ifreq.
     unsafe {
         if libc::ioctl(s.0, libc::SIOCGIFFLAGS as _, &mut req as *mut IfReq) < 0 {
-            return Err(err(format!("cannot read the flags of {name}"), io::Error::last_os_error(), None));
+            return Err(err(
+                format!("cannot read the flags of {name}"),
+                io::Error::last_os_error(),
+                None,
+            ));
         }
         req.flags |= libc::IFF_UP as libc::c_short;
         if libc::ioctl(s.0, libc::SIOCSIFFLAGS as _, &mut req as *mut IfReq) < 0 {
@@ -335,14 +361,22 @@ fn install_signals() -> Result<libc::sigset_t, Error> {
         }
         let mut old: libc::sigset_t = std::mem::zeroed();
         if libc::pthread_sigmask(libc::SIG_BLOCK, &block, &mut old) != 0 {
-            return Err(err("cannot block signals", io::Error::last_os_error(), None));
+            return Err(err(
+                "cannot block signals",
+                io::Error::last_os_error(),
+                None,
+            ));
         }
         let mut sa: libc::sigaction = std::mem::zeroed();
         sa.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as usize;
         libc::sigemptyset(&mut sa.sa_mask);
         for s in STOP_SIGNALS {
             if libc::sigaction(s, &sa, std::ptr::null_mut()) != 0 {
-                return Err(err("cannot install a signal handler", io::Error::last_os_error(), None));
+                return Err(err(
+                    "cannot install a signal handler",
+                    io::Error::last_os_error(),
+                    None,
+                ));
             }
             libc::sigdelset(&mut old, s);
         }
@@ -496,10 +530,19 @@ fn run(opts: &Options) -> Result<Stats, Error> {
         // 2. Sleep until a packet arrives, the next one is due, or a stop signal.
         let timeout = ring.slots.front().map(|s| {
             let d = s.due.saturating_duration_since(Instant::now());
-            libc::timespec { tv_sec: d.as_secs() as libc::time_t, tv_nsec: d.subsec_nanos() as _ }
+            libc::timespec {
+                tv_sec: d.as_secs() as libc::time_t,
+                tv_nsec: d.subsec_nanos() as _,
+            }
         });
-        let mut pfd = libc::pollfd { fd: tun.0, events: libc::POLLIN, revents: 0 };
-        let tp = timeout.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
+        let mut pfd = libc::pollfd {
+            fd: tun.0,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let tp = timeout
+            .as_ref()
+            .map_or(std::ptr::null(), |t| t as *const libc::timespec);
         // SAFETY: one pollfd, an optional timespec and a sigset, all alive for the call.
         let r = unsafe { libc::ppoll(&mut pfd, 1, tp, &sigmask) };
         if r < 0 {
@@ -612,7 +655,10 @@ mod tests {
 
     #[test]
     fn parses_options() {
-        let o = parse_args(&args(&["--delay-ms", "12.5", "--dev=dlx", "--offload"])).ok().flatten().unwrap();
+        let o = parse_args(&args(&["--delay-ms", "12.5", "--dev=dlx", "--offload"]))
+            .ok()
+            .flatten()
+            .unwrap();
         assert_eq!(o.delay, Duration::from_micros(12_500));
         assert_eq!(o.dev, "dlx");
         assert!(o.offload);
@@ -651,15 +697,23 @@ mod tests {
                 // The read may fill MAX_PACKET bytes at `off`: none of them may be queued.
                 assert!(off + MAX_PACKET <= r.buf.len());
                 for q in &r.slots {
-                    assert!(off + MAX_PACKET <= q.off || q.off + q.len <= off, "step {i}: read area overlaps");
+                    assert!(
+                        off + MAX_PACKET <= q.off || q.off + q.len <= off,
+                        "step {i}: read area overlaps"
+                    );
                 }
                 if r.queued + len <= limit {
                     r.push(off, len, t);
                     accepted += 1;
                 }
             }
-            let mut spans: Vec<(usize, usize)> = r.slots.iter().map(|s| (s.off, s.off + s.len)).collect();
-            assert_eq!(r.queued, spans.iter().map(|(a, b)| b - a).sum::<usize>(), "step {i}");
+            let mut spans: Vec<(usize, usize)> =
+                r.slots.iter().map(|s| (s.off, s.off + s.len)).collect();
+            assert_eq!(
+                r.queued,
+                spans.iter().map(|(a, b)| b - a).sum::<usize>(),
+                "step {i}"
+            );
             assert!(r.queued <= limit);
             spans.sort();
             for w in spans.windows(2) {

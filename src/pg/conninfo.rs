@@ -41,6 +41,7 @@ const KNOWN: &[&str] = &[
     "keepalives_idle",
     "keepalives_interval",
     "keepalives_count",
+    "tcp_user_timeout",
     "target_session_attrs",
     "sslcompression",
     "sslsni",
@@ -67,6 +68,18 @@ const ENV_DEFAULTS: &[(&str, &str)] = &[
     ("options", "PGOPTIONS"),
     ("target_session_attrs", "PGTARGETSESSIONATTRS"),
 ];
+
+/// Defaults pgjet applies to TCP connections when the connection string leaves them unset, so
+/// that a cut link ends a copy with an error within about a minute instead of TCP's
+/// retransmission timeout of a quarter of an hour: keepalive probes after 15 s idle, every
+/// 5 s, 6 of them; and `tcp_user_timeout` 60 s for data that is never acknowledged.
+pub const DEFAULT_KEEPALIVES_IDLE_S: u64 = 15;
+/// See [`DEFAULT_KEEPALIVES_IDLE_S`].
+pub const DEFAULT_KEEPALIVES_INTERVAL_S: u64 = 5;
+/// See [`DEFAULT_KEEPALIVES_IDLE_S`].
+pub const DEFAULT_KEEPALIVES_COUNT: u32 = 6;
+/// See [`DEFAULT_KEEPALIVES_IDLE_S`].
+pub const DEFAULT_TCP_USER_TIMEOUT_S: u64 = 60;
 
 /// libpq's default Unix socket directory on Debian (DEFAULT_PGSOCKET_DIR).
 pub const DEFAULT_SOCKET_DIR: &str = "/var/run/postgresql";
@@ -275,24 +288,38 @@ impl ConnInfo {
                 c.connect_timeout(std::time::Duration::from_secs(secs.max(2)));
             }
         }
+        let secs = |k: &str, default: u64| -> Result<std::time::Duration> {
+            match p.get(k) {
+                None => Ok(std::time::Duration::from_secs(default)),
+                Some(v) => v
+                    .parse()
+                    .map(std::time::Duration::from_secs)
+                    .map_err(|_| Error::Config(format!("{k} '{v}' is not a number of seconds"))),
+            }
+        };
         if let Some(k) = p.get("keepalives") {
             c.keepalives(k != "0");
         }
-        if let Some(k) = p.get("keepalives_idle") {
-            if let Ok(n) = k.parse() {
-                c.keepalives_idle(std::time::Duration::from_secs(n));
-            }
-        }
-        if let Some(k) = p.get("keepalives_interval") {
-            if let Ok(n) = k.parse() {
-                c.keepalives_interval(std::time::Duration::from_secs(n));
-            }
-        }
-        if let Some(k) = p.get("keepalives_count") {
-            if let Ok(n) = k.parse() {
-                c.keepalives_retries(n);
-            }
-        }
+        c.keepalives_idle(secs("keepalives_idle", DEFAULT_KEEPALIVES_IDLE_S)?);
+        c.keepalives_interval(secs("keepalives_interval", DEFAULT_KEEPALIVES_INTERVAL_S)?);
+        c.keepalives_retries(match p.get("keepalives_count") {
+            None => DEFAULT_KEEPALIVES_COUNT,
+            Some(v) => v
+                .parse()
+                .map_err(|_| Error::Config(format!("keepalives_count '{v}' is not a number")))?,
+        });
+        // libpq gives tcp_user_timeout in milliseconds.
+        c.tcp_user_timeout(match p.get("tcp_user_timeout") {
+            None => std::time::Duration::from_secs(DEFAULT_TCP_USER_TIMEOUT_S),
+            Some(v) => v
+                .parse()
+                .map(std::time::Duration::from_millis)
+                .map_err(|_| {
+                    Error::Config(format!(
+                        "tcp_user_timeout '{v}' is not a number of milliseconds"
+                    ))
+                })?,
+        });
         match p.get("channel_binding").map(String::as_str) {
             None | Some("prefer") => {
                 c.channel_binding(tokio_postgres::config::ChannelBinding::Prefer);

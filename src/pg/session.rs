@@ -108,11 +108,15 @@ impl Session {
             target: target.describe.clone(),
         };
         // A backup session waits on checkpoints and then sits idle while files are copied:
-        // server-side timeouts set for the role or database must not end it.
+        // server-side timeouts set for the role or database must not end it. Server-side
+        // keepalives end it (and so the backup and the temporary slot) within about a
+        // minute when pgjet's host vanishes or the link is cut; the default is two hours.
         sess.query_strings(
             "disable session timeouts",
             "SET statement_timeout = 0; SET lock_timeout = 0; \
-             SET idle_in_transaction_session_timeout = 0; SET idle_session_timeout = 0",
+             SET idle_in_transaction_session_timeout = 0; SET idle_session_timeout = 0; \
+             SET tcp_keepalives_idle = 15; SET tcp_keepalives_interval = 5; \
+             SET tcp_keepalives_count = 6",
         )?;
         Ok(sess)
     }

@@ -137,7 +137,8 @@ impl LibpqSource {
         self.rt
             .block_on(client.batch_execute(
                 "SET statement_timeout = 0; SET idle_session_timeout = 0; \
-                 SET idle_in_transaction_session_timeout = 0",
+                 SET idle_in_transaction_session_timeout = 0; SET tcp_keepalives_idle = 15; \
+                 SET tcp_keepalives_interval = 5; SET tcp_keepalives_count = 6",
             ))
             .map_err(|source| Error::Query {
                 what: "set up a copy connection".into(),

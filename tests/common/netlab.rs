@@ -52,11 +52,16 @@ extern "C" fn down_all_at_exit() {
 
 fn script(args: &[&str], env: &[(&str, String)]) -> std::io::Result<Output> {
     let mut c = Command::new("timeout");
-    c.arg(SCRIPT_TIMEOUT_S.to_string()).arg("bash").arg(NETLAB_SH).args(args);
+    c.arg(SCRIPT_TIMEOUT_S.to_string())
+        .arg("bash")
+        .arg(NETLAB_SH)
+        .args(args);
     for (k, v) in env {
         c.env(k, v);
     }
-    c.env("DELAYLINE", DELAYLINE_BIN).stdin(Stdio::null()).output()
+    c.env("DELAYLINE", DELAYLINE_BIN)
+        .stdin(Stdio::null())
+        .output()
 }
 
 /// A running lab. Fields are the names and addresses the tests need; `Drop` runs
@@ -141,7 +146,8 @@ impl NetLab {
         };
         let ip = |k: &str| -> Result<Ipv4Addr, String> {
             let v = get(k)?;
-            v.parse().map_err(|_| format!("{k}={v} is not an IPv4 address"))
+            v.parse()
+                .map_err(|_| format!("{k}={v} is not an IPv4 address"))
         };
         let lab = NetLab {
             prefix: prefix.clone(),
@@ -171,14 +177,24 @@ impl NetLab {
     /// As [`NetLab::command`], in a new mount namespace where each directory of `hidden` is
     /// covered by an empty tmpfs: a process there cannot take a local shortcut to the source's
     /// files (see the network-test convention in DESIGN.md).
-    pub fn command_hiding<S: AsRef<OsStr>>(&self, ns: &str, hidden: &[&Path], program: S) -> Command {
+    pub fn command_hiding<S: AsRef<OsStr>>(
+        &self,
+        ns: &str,
+        hidden: &[&Path],
+        program: S,
+    ) -> Command {
         let mut script = String::from("set -e; mount --make-rprivate / ; ");
         for (i, _) in hidden.iter().enumerate() {
-            script.push_str(&format!("mount -t tmpfs -o size=1m,mode=0755 pgjet-hidden \"${{{}}}\"; ", i + 1));
+            script.push_str(&format!(
+                "mount -t tmpfs -o size=1m,mode=0755 pgjet-hidden \"${{{}}}\"; ",
+                i + 1
+            ));
         }
         script.push_str(&format!("shift {}; exec \"$@\"", hidden.len()));
         let mut c = Command::new("ip");
-        c.args(["netns", "exec", ns, "unshare", "-m", "--", "sh", "-c", &script, "sh"]);
+        c.args([
+            "netns", "exec", ns, "unshare", "-m", "--", "sh", "-c", &script, "sh",
+        ]);
         for h in hidden {
             c.arg(h);
         }
@@ -296,7 +312,11 @@ pub fn enter_netns(ns: &str) -> Result<(), String> {
     // SAFETY: setns(2) on a descriptor we own; affects only the calling thread.
     let r = unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) };
     if r != 0 {
-        return Err(format!("setns({}): {}", path.display(), std::io::Error::last_os_error()));
+        return Err(format!(
+            "setns({}): {}",
+            path.display(),
+            std::io::Error::last_os_error()
+        ));
     }
     Ok(())
 }

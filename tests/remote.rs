@@ -1,0 +1,851 @@
+//! Replicas and backups across a network, with nothing of pgjet on the primary.
+//!
+//! Every scenario runs in the network lab (tests/common/netlab.rs): the primary listens only
+//! on host `a`'s address inside namespace `a`; pgjet runs in namespace `b`, inside a mount
+//! namespace where the primary's data and tablespace directories are hidden under an empty
+//! tmpfs, so no byte can take a local shortcut; `b`'s interface counters show the bytes
+//! crossed the link. pgjet connects as `rep`, a role that is not a superuser and has exactly
+//! the rights the README lists.
+//!
+//! - PostgreSQL 15: TLS with sslmode=verify-full against a test CA, password from a password
+//!   file; replica-create, a backup from the remote primary restored and checked, `check`
+//!   naming a missing right, a wrong password, delta onto a stale standby, onto an
+//!   interrupted replica-create, after a cut link, after a primary restart, and onto a former
+//!   primary that diverged after its standby was promoted (it then follows the new primary).
+//! - PostgreSQL 18 (the wheel has no TLS): SCRAM over plain TCP, password from PGPASSWORD;
+//!   replica-create, backup and restore, delta onto a stale standby.
+mod common;
+
+use common::netlab::NetLab;
+use common::*;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const ROLE: &str = "rep";
+const PASSWORD: &str = "rep secret'1";
+
+/// The primary of a scenario, running in the lab's namespace `a`.
+struct Remote {
+    lab: NetLab,
+    cluster: Cluster,
+    /// Directories of the destination host (standbys, repository), never hidden.
+    dest: Scratch,
+    tls: bool,
+    /// The CA that signed the server certificate (PostgreSQL 15 only).
+    ca: PathBuf,
+    /// A password file for `rep` (0600, owned by postgres).
+    passfile: PathBuf,
+}
+
+impl Remote {
+    fn new(pg: Pg, tag: &str, tls: bool) -> Remote {
+        let lab = NetLab::up(Some("300mbit"), 2.0);
+        let cluster = Cluster::new(&pg, tag);
+        let dest = Scratch::new(&format!("{tag}-dest"));
+        let mut r = Remote {
+            lab,
+            cluster,
+            dest,
+            tls,
+            ca: PathBuf::new(),
+            passfile: PathBuf::new(),
+        };
+        r.configure();
+        r
+    }
+
+    fn addr_a(&self) -> String {
+        self.lab.addr_a.to_string()
+    }
+
+    /// Role, rights, pg_hba, TLS; then the primary is restarted inside namespace `a`,
+    /// listening on its lab address (and its Unix socket, for the test's own psql).
+    fn configure(&mut self) {
+        let c = &self.cluster;
+        let mut grants = format!(
+            "CREATE ROLE {ROLE} LOGIN PASSWORD '{}';\nCREATE ROLE norights LOGIN PASSWORD 'x';\n",
+            PASSWORD.replace('\'', "''")
+        );
+        grants.push_str(&format!(
+            "ALTER ROLE {ROLE} REPLICATION;\nGRANT pg_read_all_settings TO {ROLE};\n\
+             GRANT EXECUTE ON FUNCTION pg_backup_start(text, boolean) TO {ROLE};\n\
+             GRANT EXECUTE ON FUNCTION pg_backup_stop(boolean) TO {ROLE};\n\
+             GRANT EXECUTE ON FUNCTION pg_read_binary_file(text, bigint, bigint, boolean) TO {ROLE};\n\
+             GRANT EXECUTE ON FUNCTION pg_ls_dir(text, boolean, boolean) TO {ROLE};\n\
+             GRANT EXECUTE ON FUNCTION pg_stat_file(text, boolean) TO {ROLE};\n"
+        ));
+        c.psql("postgres", &grants);
+        let kind = if self.tls { "hostssl" } else { "host" };
+        fs::write(
+            c.data().join("pg_hba.conf"),
+            format!(
+                "local all all trust\n{kind} all {ROLE} 0.0.0.0/0 scram-sha-256\n\
+                 {kind} replication {ROLE} 0.0.0.0/0 scram-sha-256\n\
+                 {kind} all norights 0.0.0.0/0 scram-sha-256\n"
+            ),
+        )
+        .unwrap();
+        let mut conf =
+            String::from("\nlisten_addresses = '*'\npassword_encryption = 'scram-sha-256'\n");
+        if self.tls {
+            self.ca = self.make_certificates();
+            conf.push_str("ssl = on\nssl_cert_file = 'server.crt'\nssl_key_file = 'server.key'\n");
+        }
+        let mut f = fs::OpenOptions::new()
+            .append(true)
+            .open(c.data().join("postgresql.conf"))
+            .unwrap();
+        std::io::Write::write_all(&mut f, conf.as_bytes()).unwrap();
+        self.passfile = self.dest.join("pgpass");
+        fs::write(
+            &self.passfile,
+            format!(
+                "*:*:*:{ROLE}:{}\n",
+                PASSWORD.replace('\\', "\\\\").replace(':', "\\:")
+            ),
+        )
+        .unwrap();
+        chown_pg_recursive(&self.passfile);
+        fs::set_permissions(
+            &self.passfile,
+            std::os::unix::fs::PermissionsExt::from_mode(0o600),
+        )
+        .unwrap();
+        self.restart_primary();
+    }
+
+    /// A test CA and a server certificate for both lab addresses (the standby, a copy, uses
+    /// the same files once promoted). Returns the CA certificate's path.
+    fn make_certificates(&self) -> PathBuf {
+        let dir = self.dest.join("pki");
+        mkdir_pg(&dir, 0o755);
+        let ext = dir.join("san.ext");
+        fs::write(
+            &ext,
+            format!(
+                "subjectAltName=IP:{},IP:{}\nbasicConstraints=CA:FALSE\n",
+                self.lab.addr_a, self.lab.addr_b
+            ),
+        )
+        .unwrap();
+        let sh = |args: &str| {
+            let out = Command::new("sh")
+                .arg("-c")
+                .arg(format!("cd {} && {args}", dir.display()))
+                .stdin(Stdio::null())
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{args}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        sh("openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 2 -subj /CN=pgjet-test-ca 2>/dev/null");
+        sh(&format!(
+            "openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj /CN={} 2>/dev/null",
+            self.lab.addr_a
+        ));
+        sh("openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out server.crt -days 2 -extfile san.ext 2>/dev/null");
+        let data = self.cluster.data();
+        fs::copy(dir.join("server.crt"), data.join("server.crt")).unwrap();
+        fs::copy(dir.join("server.key"), data.join("server.key")).unwrap();
+        chown_pg_recursive(data);
+        fs::set_permissions(
+            data.join("server.key"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o600),
+        )
+        .unwrap();
+        chown_pg_recursive(&dir);
+        dir.join("ca.crt")
+    }
+
+    /// Stops the primary (after a checkpoint: the fixture runs with synchronous_commit off
+    /// and stops with -m immediate) and starts it again inside namespace `a`.
+    fn restart_primary(&mut self) {
+        let _ = self.cluster.psql_run("postgres", "CHECKPOINT");
+        self.cluster.server.stop();
+        let s = &self.cluster.server;
+        start_in_ns(
+            &self.lab,
+            &self.lab.ns_a,
+            &s.pg,
+            &s.data,
+            s.port,
+            &s.sock,
+            &s.log,
+        );
+        let adopted = Server::adopt(&s.pg, &s.data, &s.log).expect("adopt the primary");
+        let old = std::mem::replace(&mut self.cluster.server, adopted);
+        std::mem::forget(old); // already stopped; its Drop would stop the new one
+    }
+
+    /// The connection string pgjet uses in namespace `b` (password from the password file).
+    fn source(&self, extra: &str) -> String {
+        // TLS runs use the password file, plain runs PGPASSWORD (see pgjet_in).
+        let auth = if self.tls {
+            format!(
+                "sslmode=verify-full sslrootcert={} passfile={}",
+                self.ca.display(),
+                self.passfile.display()
+            )
+        } else {
+            "sslmode=disable".into()
+        };
+        format!(
+            "host={} port={} user={ROLE} dbname=postgres {auth} {extra}",
+            self.addr_a(),
+            self.cluster.port()
+        )
+    }
+
+    /// Directories of the primary that pgjet in namespace `b` must not see.
+    fn hidden(&self) -> Vec<PathBuf> {
+        let mut v = vec![self.cluster.data().to_path_buf()];
+        if self.cluster.ts1.exists() {
+            v.push(self.cluster.ts1.clone());
+        }
+        v
+    }
+
+    /// Runs pgjet as postgres in namespace `ns` with `hidden` covered; PGPASSWORD is
+    /// `password`, else rep's password on runs without TLS.
+    fn pgjet_in(
+        &self,
+        ns: &str,
+        hidden: &[PathBuf],
+        args: &[String],
+        password: Option<&str>,
+    ) -> Run {
+        let hidden: Vec<&Path> = hidden.iter().map(|p| p.as_path()).collect();
+        let mut cmd = self.lab.command_hiding(ns, &hidden, "runuser");
+        cmd.args(["-u", "postgres", "--", "env"]);
+        if let Some(pw) = password.or((!self.tls).then_some(PASSWORD)) {
+            cmd.arg(format!("PGPASSWORD={pw}"));
+        }
+        cmd.args(["timeout", "-k", "10", "600"])
+            .arg(pgjet_bin())
+            .args(args);
+        run_command(cmd, args)
+    }
+
+    /// `pgjet replica-create` from `b` into `dir` (more flags in `extra`).
+    fn replica_create(&self, dir: &Path, extra: &[&str]) -> Run {
+        let mut a = args![
+            "--source",
+            self.source(""),
+            "--pg-path",
+            dir.display(),
+            "--jobs",
+            "3",
+            "--output",
+            "json",
+            "replica-create",
+            "--start-fast",
+            "--tablespace-map",
+            format!("ts1={}", self.ts_dir(dir).display())
+        ];
+        a.extend(extra.iter().map(|s| s.to_string()));
+        self.pgjet_in(&self.lab.ns_b.clone(), &self.hidden(), &a, None)
+    }
+
+    /// Where a copy in `dir` keeps tablespace ts1.
+    fn ts_dir(&self, dir: &Path) -> PathBuf {
+        PathBuf::from(format!("{}-ts1", dir.display()))
+    }
+
+    /// Starts a copy (standby) inside namespace `ns` on a new port and socket.
+    fn start_copy(&self, ns: &str, dir: &Path) -> Server {
+        let name = dir.file_name().unwrap().to_string_lossy().to_string();
+        let sock = self.dest.join(&format!("{name}-sock"));
+        let log = self.dest.join(&format!("{name}.log"));
+        let port = free_port();
+        let pg = self.cluster.pg().clone();
+        start_in_ns(&self.lab, ns, &pg, dir, port, &sock, &log);
+        Server::adopt(&pg, dir, &log).expect("adopt the copy")
+    }
+
+    /// Waits until `standby` has replayed everything the primary has written so far.
+    fn wait_caught_up(&self, standby: &Server) {
+        let target = self
+            .cluster
+            .psql("postgres", "SELECT pg_current_wal_insert_lsn()");
+        let ok = wait_for(Duration::from_secs(60), || {
+            let r = standby.psql_run(
+                "postgres",
+                &format!("SELECT pg_last_wal_replay_lsn() >= '{target}'::pg_lsn"),
+            );
+            (r.success() && r.stdout.trim() == "t").then_some(())
+        });
+        assert!(
+            ok.is_some(),
+            "standby did not catch up to {target}:\n{}",
+            standby.log_tail()
+        );
+    }
+}
+
+/// Runs a prepared command and captures it as a [`Run`].
+fn run_command(mut cmd: Command, args: &[String]) -> Run {
+    let t = Instant::now();
+    let out = cmd
+        .stdin(Stdio::null())
+        .current_dir("/tmp")
+        .output()
+        .expect("start pgjet in the lab");
+    Run {
+        cmdline: format!("pgjet {}", args.join(" ")),
+        status: out.status,
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        elapsed: t.elapsed(),
+    }
+}
+
+/// Waits until a copy into `dir` has begun writing files; panics with the command's output
+/// if it ended first or never began.
+fn wait_copy_started(dir: &Path, handle: &std::thread::JoinHandle<Run>) {
+    let began = wait_for(Duration::from_secs(60), || {
+        (dir.join("base").exists() || handle.is_finished()).then_some(())
+    });
+    assert!(
+        began.is_some(),
+        "the copy into {} never started",
+        dir.display()
+    );
+    assert!(
+        !handle.is_finished() || dir.join("base").exists(),
+        "the copy ended before it began writing"
+    );
+}
+
+/// `pg_ctl start` as postgres inside namespace `ns`.
+fn start_in_ns(lab: &NetLab, ns: &str, pg: &Pg, data: &Path, port: u16, sock: &Path, log: &Path) {
+    if !sock.exists() {
+        mkdir_pg(sock, 0o755);
+    }
+    let out = lab
+        .command(ns, "runuser")
+        .args(["-u", "postgres", "--"])
+        .arg(pg.tool("pg_ctl"))
+        .args(["start", "-w", "-t", "120", "-D"])
+        .arg(data)
+        .arg("-l")
+        .arg(log)
+        .arg("-o")
+        .arg(format!("-p {port} -k {}", sock.display()))
+        .current_dir("/tmp")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "pg_ctl start in {ns} failed: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        fs::read_to_string(log).unwrap_or_default()
+    );
+}
+
+/// The JSON summary a pgjet command printed.
+fn summary(r: &Run) -> serde_json::Value {
+    serde_json::from_str(r.stdout.trim()).unwrap_or_else(|e| panic!("not JSON ({e}):\n{r}"))
+}
+
+/// Slots of the primary whose name starts with pgjet_ (temporary copy slots).
+fn pgjet_slots(c: &Cluster) -> String {
+    c.psql(
+        "postgres",
+        "SELECT string_agg(slot_name, ',') FROM pg_replication_slots WHERE slot_name LIKE 'pgjet%'",
+    )
+}
+
+/// A full replica-create across the lab, then the checks a user makes.
+fn replica_across_the_link(r: &Remote, dir: &Path) -> Server {
+    let (rx0, _) = r.lab.iface_bytes(&r.lab.ns_b);
+    let run = r.replica_create(dir, &["--slot", "standby1"]);
+    if !run.success() {
+        step!("primary's log:\n{}", r.cluster.server.log_tail());
+    }
+    let run = run.ok();
+    let (rx1, _) = r.lab.iface_bytes(&r.lab.ns_b);
+    let s = summary(&run);
+    assert_eq!(s["transport"], "libpq", "{run}");
+    let size = s["size"].as_u64().unwrap();
+    step!(
+        "replica-create over libpq: {} MiB in {:.1} s, {} MiB received on b's link",
+        size >> 20,
+        s["seconds"].as_f64().unwrap(),
+        (rx1 - rx0) >> 20
+    );
+    assert!(
+        rx1 - rx0 >= size,
+        "only {} bytes crossed the link for {size} bytes copied",
+        rx1 - rx0
+    );
+    assert!(
+        !dir.join(pgjet_marker()).exists(),
+        "the marker is removed at the end"
+    );
+    let conf = fs::read_to_string(dir.join("postgresql.auto.conf")).unwrap();
+    assert!(conf.contains("primary_slot_name = 'standby1'"), "{conf}");
+    let standby = r.start_copy(&r.lab.ns_b.clone(), dir);
+    let streaming = wait_for(Duration::from_secs(60), || {
+        let st = r.cluster.psql(
+            "postgres",
+            "SELECT state FROM pg_stat_replication WHERE application_name = 'standby1'",
+        );
+        (st == "streaming").then_some(())
+    });
+    assert!(
+        streaming.is_some(),
+        "standby does not stream:\n{}",
+        standby.log_tail()
+    );
+    r.cluster
+        .psql("postgres", "CREATE TABLE after_clone AS SELECT 42 AS v");
+    r.wait_caught_up(&standby);
+    assert_eq!(standby.psql("postgres", "SELECT v FROM after_clone"), "42");
+    assert_same_fingerprint(
+        "standby",
+        &fingerprint(&r.cluster.server),
+        &fingerprint(&standby),
+    );
+    standby
+}
+
+fn pgjet_marker() -> &'static str {
+    "pgjet.incomplete"
+}
+
+/// A backup of the remote primary from `b`, restored, verified by pg_verifybackup, started
+/// and compared with the primary.
+fn backup_across_the_link(r: &Remote) {
+    let repo = r.dest.join("repo");
+    mkdir_pg(&repo, 0o750);
+    let base = args![
+        "--source",
+        r.source(""),
+        "--stanza",
+        "main",
+        "--repo-path",
+        repo.display()
+    ];
+    let b = r.lab.ns_b.clone();
+    let mut a = base.clone();
+    a.push("stanza-create".into());
+    r.pgjet_in(&b, &r.hidden(), &a, None).ok();
+    let mut a = base.clone();
+    a.extend(args![
+        "--jobs",
+        "3",
+        "--output",
+        "json",
+        "backup",
+        "--start-fast"
+    ]);
+    let run = r.pgjet_in(&b, &r.hidden(), &a, None).ok();
+    let label = summary(&run)["label"].as_str().unwrap().to_string();
+    let source_fp = fingerprint(&r.cluster.server);
+    let mut a = base.clone();
+    a.extend(args!["verify", "--set", label]);
+    r.pgjet_in(&b, &r.hidden(), &a, None).ok();
+    let restored = r.dest.join("restored");
+    let ts = r.ts_dir(&restored);
+    let mut a = base;
+    a.extend(args![
+        "--pg-path",
+        restored.display(),
+        "restore",
+        "--set",
+        label,
+        "--tablespace-map",
+        format!("ts1={}", ts.display())
+    ]);
+    r.pgjet_in(&b, &r.hidden(), &a, None).ok();
+    pg_verifybackup(r.cluster.pg(), &restored).ok();
+    let server = r.start_copy(&b, &restored);
+    server.wait_promoted(Duration::from_secs(120));
+    assert_same_fingerprint(
+        "restored from a remote backup",
+        &source_fp,
+        &fingerprint(&server),
+    );
+    step!("backup {label} of the remote primary restored and compared");
+}
+
+/// Stops `standby`, writes on the primary, and re-syncs it with --delta: fewer bytes cross
+/// than a full copy, and it then streams and holds the primary's rows.
+fn delta_onto_stale_standby(r: &Remote, mut standby: Server, full_bytes: u64) -> Server {
+    let dir = standby.data.clone();
+    standby.stop();
+    let (bin, a) = pgbench_args(&r.cluster.server, &args!["-n", "-t", "200", "-c", "2"]);
+    run_as_postgres(&bin, &a, None).ok();
+    r.cluster.psql("postgres", "CHECKPOINT");
+    let (rx0, _) = r.lab.iface_bytes(&r.lab.ns_b);
+    let run = r.replica_create(&dir, &["--delta"]).ok();
+    let (rx1, _) = r.lab.iface_bytes(&r.lab.ns_b);
+    let s = summary(&run);
+    let same = s["delta_same"].as_u64().unwrap();
+    let copied = s["delta_copied"].as_u64().unwrap();
+    step!(
+        "delta onto the stale standby: {} MiB unchanged, {} MiB copied, {} MiB received",
+        same >> 20,
+        copied >> 20,
+        (rx1 - rx0) >> 20
+    );
+    assert!(same > 0 && copied > 0, "{run}");
+    assert!(
+        rx1 - rx0 < full_bytes,
+        "delta moved {} bytes, a full copy {full_bytes}",
+        rx1 - rx0
+    );
+    let standby = r.start_copy(&r.lab.ns_b.clone(), &dir);
+    r.cluster
+        .psql("postgres", "CREATE TABLE after_delta AS SELECT 7 AS v");
+    r.wait_caught_up(&standby);
+    assert_eq!(standby.psql("postgres", "SELECT v FROM after_delta"), "7");
+    assert_same_fingerprint(
+        "standby after --delta",
+        &fingerprint(&r.cluster.server),
+        &fingerprint(&standby),
+    );
+    standby
+}
+
+fn dataset(r: &Remote) {
+    load_dataset(
+        &r.cluster,
+        DatasetSpec {
+            pgbench_scale: 2,
+            small_tables: 300,
+            random_bytes: 24 << 20,
+        },
+    );
+}
+
+#[test]
+fn remote_pg15_tls_replica_backup_delta_and_faults() {
+    let mut r = Remote::new(Pg::v15(), "remote15", true);
+    dataset(&r);
+    let b = r.lab.ns_b.clone();
+
+    // check names what a role lacks, with the statement that fixes it.
+    let mut a = args![
+        "--source",
+        r.source("")
+            .replace(&format!("user={ROLE}"), "user=norights"),
+        "check"
+    ];
+    r.pgjet_in(&b, &r.hidden(), &a, Some("x"))
+        .fails_with("GRANT EXECUTE ON FUNCTION pg_backup_start(text, boolean) TO norights;");
+    a = args!["--source", r.source(""), "check"];
+    let ok = r.pgjet_in(&b, &r.hidden(), &a, None).ok();
+    assert!(ok.stdout.contains("every right"), "{ok}");
+    // A wrong password is a clear connection error (exit code 3).
+    a = args![
+        "--source",
+        format!(
+            "host={} port={} user={ROLE} password=wrong sslmode=verify-full sslrootcert={}",
+            r.addr_a(),
+            r.cluster.port(),
+            r.ca.display()
+        ),
+        "--pg-path",
+        r.dest.join("never").display(),
+        "replica-create"
+    ];
+    let bad = r
+        .pgjet_in(&b, &r.hidden(), &a, None)
+        .fails_with("password authentication failed");
+    assert_eq!(bad.status.code(), Some(3), "{bad}");
+    assert!(!r.dest.join("never").exists());
+    // verify-full refuses a certificate for another name.
+    a = args![
+        "--source",
+        r.source("").replace(
+            &format!("host={}", r.addr_a()),
+            &format!("host={} hostaddr={}", "wrong.example", r.addr_a())
+        ),
+        "check"
+    ];
+    r.pgjet_in(&b, &r.hidden(), &a, None)
+        .fails_with("certificate");
+
+    let standby_dir = r.dest.join("standby");
+    let full_bytes;
+    let standby = {
+        let (rx0, _) = r.lab.iface_bytes(&b);
+        let s = replica_across_the_link(&r, &standby_dir);
+        full_bytes = r.lab.iface_bytes(&b).0 - rx0;
+        s
+    };
+    backup_across_the_link(&r);
+    let standby = delta_onto_stale_standby(&r, standby, full_bytes);
+
+    // An interrupted replica-create: killed mid-copy, it leaves no pg_control and no slot;
+    // --delta then finishes the job.
+    let cut = r.dest.join("interrupted");
+    let pidfile = r.dest.join("interrupted.pid");
+    let args_bg = args![
+        "netns",
+        "exec",
+        b,
+        "runuser",
+        "-u",
+        "postgres",
+        "--",
+        "sh",
+        "-c",
+        format!("echo $$ > {}; exec \"$0\" \"$@\"", pidfile.display()),
+        pgjet_bin().display(),
+        "--source",
+        r.source(""),
+        "--pg-path",
+        cut.display(),
+        "--jobs",
+        "1",
+        "replica-create",
+        "--start-fast",
+        "--tablespace-map",
+        format!("ts1={}", r.ts_dir(&cut).display())
+    ];
+    let mut child = Command::new("ip")
+        .args(&args_bg)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = wait_for(Duration::from_secs(60), || {
+        cut.join("base").exists().then_some(())
+    });
+    assert!(started.is_some(), "the copy never started");
+    let pid: i32 = fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    let _ = child.wait();
+    assert!(
+        !cut.join("global/pg_control").exists(),
+        "a killed copy must not look complete"
+    );
+    assert!(
+        cut.join(pgjet_marker()).exists(),
+        "the marker proves the unfinished copy's identity"
+    );
+    let gone = wait_for(Duration::from_secs(30), || {
+        (pgjet_slots(&r.cluster).is_empty()).then_some(())
+    });
+    assert!(gone.is_some(), "slot leaked: {}", pgjet_slots(&r.cluster));
+    let run = r.replica_create(&cut, &["--delta"]).ok();
+    assert!(summary(&run)["delta_copied"].as_u64().is_some(), "{run}");
+    let finished = r.start_copy(&b, &cut);
+    r.wait_caught_up(&finished);
+    assert_same_fingerprint(
+        "interrupted copy finished by --delta",
+        &fingerprint(&r.cluster.server),
+        &fingerprint(&finished),
+    );
+    drop(finished);
+
+    // A link cut mid-copy: a clear error within the keepalive window, nothing that looks
+    // complete, no slot leaked; --delta afterwards finishes the job.
+    let cut2 = r.dest.join("linkcut");
+    let lab_wire = r.lab.ns_wire.clone();
+    let source_fast_fail = r
+        .source("keepalives_idle=1 keepalives_interval=1 keepalives_count=3 tcp_user_timeout=3000");
+    let a2 = args![
+        "--source",
+        source_fast_fail,
+        "--pg-path",
+        cut2.display(),
+        "--jobs",
+        "1",
+        "replica-create",
+        "--start-fast",
+        "--tablespace-map",
+        format!("ts1={}", r.ts_dir(&cut2).display())
+    ];
+    let hidden = r.hidden();
+    let lab_cmd = {
+        let h: Vec<&Path> = hidden.iter().map(|p| p.as_path()).collect();
+        let mut c = r.lab.command_hiding(&b, &h, "runuser");
+        c.args(["-u", "postgres", "--", "timeout", "300"])
+            .arg(pgjet_bin())
+            .args(&a2);
+        c
+    };
+    let handle = std::thread::spawn(move || run_command(lab_cmd, &a2));
+    wait_copy_started(&cut2, &handle);
+    // The wire drops every packet from either host (a policy rule ahead of the lab's own).
+    let cut_rule = ["rule", "add", "priority", "1", "blackhole"];
+    assert!(r.lab.exec(&lab_wire, "ip", &cut_rule).status.success());
+    let res = handle.join().unwrap();
+    let mend = ["rule", "del", "priority", "1"];
+    assert!(r.lab.exec(&lab_wire, "ip", &mend).status.success());
+    assert!(!res.success(), "a copy over a cut link must fail:\n{res}");
+    step!(
+        "link cut: failed after {:.1} s: {}",
+        res.elapsed.as_secs_f64(),
+        res.stderr.lines().last().unwrap_or("")
+    );
+    assert!(res.elapsed < Duration::from_secs(120), "{res}");
+    assert!(!cut2.join("global/pg_control").exists());
+    let gone = wait_for(Duration::from_secs(90), || {
+        (pgjet_slots(&r.cluster).is_empty()).then_some(())
+    });
+    assert!(
+        gone.is_some(),
+        "slot leaked after the link cut: {}",
+        pgjet_slots(&r.cluster)
+    );
+    r.replica_create(&cut2, &["--delta"]).ok();
+    assert!(cut2.join("global/pg_control").exists());
+
+    // The primary restarted mid-copy: a clear error, then --delta finishes.
+    let cut3 = r.dest.join("restarted");
+    let a3 = args![
+        "--source",
+        r.source(""),
+        "--pg-path",
+        cut3.display(),
+        "--jobs",
+        "1",
+        "replica-create",
+        "--start-fast",
+        "--tablespace-map",
+        format!("ts1={}", r.ts_dir(&cut3).display())
+    ];
+    let h: Vec<&Path> = hidden.iter().map(|p| p.as_path()).collect();
+    let mut c = r.lab.command_hiding(&b, &h, "runuser");
+    c.args(["-u", "postgres", "--", "timeout", "300"])
+        .arg(pgjet_bin())
+        .args(&a3);
+    let handle = std::thread::spawn(move || run_command(c, &a3));
+    wait_copy_started(&cut3, &handle);
+    r.restart_primary();
+    let res = handle.join().unwrap();
+    if res.success() {
+        step!("note: the copy finished before the restart took effect");
+    } else {
+        assert!(!cut3.join("global/pg_control").exists());
+        step!(
+            "primary restart: {}",
+            res.stderr.lines().last().unwrap_or("")
+        );
+    }
+    r.replica_create(&cut3, &["--delta"]).ok();
+
+    // A former primary that diverged: promote the standby, write on both, then turn the old
+    // primary into a standby of the new one with --delta, run from the old primary's host.
+    drop(standby);
+    former_primary_follows(&mut r, &standby_dir);
+}
+
+/// The pg_rewind case: the standby in `standby_dir` is promoted; the old primary writes a
+/// row the new one never sees; --delta (run in `a`, the new primary's files hidden) makes the
+/// old primary a standby of the new one, without the diverged row.
+fn former_primary_follows(r: &mut Remote, standby_dir: &Path) {
+    let b = r.lab.ns_b.clone();
+    let a_ns = r.lab.ns_a.clone();
+    let new_primary = r.start_copy(&b, standby_dir);
+    let promote = run_as_postgres(
+        &r.cluster.pg().tool("pg_ctl"),
+        &args!["promote", "-w", "-D", standby_dir.display()],
+        None,
+    );
+    assert!(promote.success(), "{promote}");
+    new_primary.wait_promoted(Duration::from_secs(60));
+    new_primary.psql(
+        "postgres",
+        "CREATE TABLE on_new_primary AS SELECT 1 AS v; CHECKPOINT",
+    );
+    r.cluster.psql(
+        "postgres",
+        "CREATE TABLE diverged AS SELECT 1 AS v; CHECKPOINT",
+    );
+    let old_data = r.cluster.data().to_path_buf();
+    r.cluster.server.stop();
+    // pgjet runs on the old primary's host now, the new primary's files hidden.
+    let source = {
+        let ssl = format!("sslmode=verify-full sslrootcert={}", r.ca.display());
+        format!(
+            "host={} port={} user={ROLE} dbname=postgres passfile={} {ssl}",
+            r.lab.addr_b,
+            new_primary.port,
+            r.passfile.display()
+        )
+    };
+    let a = args![
+        "--source",
+        source,
+        "--pg-path",
+        old_data.display(),
+        "--jobs",
+        "3",
+        "--output",
+        "json",
+        "replica-create",
+        "--delta",
+        "--start-fast",
+        "--tablespace-map",
+        format!("ts1={}", r.cluster.ts1.display())
+    ];
+    let hide = vec![standby_dir.to_path_buf(), r.ts_dir(standby_dir)];
+    let run = r.pgjet_in(&a_ns, &hide, &a, None).ok();
+    let s = summary(&run);
+    step!(
+        "former primary re-synced: {} MiB unchanged, {} MiB copied",
+        s["delta_same"].as_u64().unwrap() >> 20,
+        s["delta_copied"].as_u64().unwrap() >> 20
+    );
+    r.restart_primary();
+    let old = &r.cluster.server;
+    assert_eq!(old.psql("postgres", "SELECT pg_is_in_recovery()"), "t");
+    new_primary.psql("postgres", "CREATE TABLE followed AS SELECT 3 AS v");
+    let target = new_primary.psql("postgres", "SELECT pg_current_wal_insert_lsn()");
+    let ok = wait_for(Duration::from_secs(60), || {
+        let q = old.psql_run(
+            "postgres",
+            &format!("SELECT pg_last_wal_replay_lsn() >= '{target}'::pg_lsn"),
+        );
+        (q.success() && q.stdout.trim() == "t").then_some(())
+    });
+    assert!(
+        ok.is_some(),
+        "the old primary does not follow:\n{}",
+        old.log_tail()
+    );
+    assert_eq!(old.psql("postgres", "SELECT v FROM followed"), "3");
+    assert_eq!(old.psql("postgres", "SELECT v FROM on_new_primary"), "1");
+    assert_eq!(
+        old.psql(
+            "postgres",
+            "SELECT count(*) FROM pg_class WHERE relname = 'diverged'"
+        ),
+        "0",
+        "the diverged table must be gone"
+    );
+    assert_same_fingerprint(
+        "former primary",
+        &fingerprint(&new_primary),
+        &fingerprint(old),
+    );
+}
+
+#[test]
+fn remote_pg18_scram_replica_backup_delta() {
+    let r = Remote::new(Pg::v18(), "remote18", false);
+    dataset(&r);
+    let b = r.lab.ns_b.clone();
+    let standby_dir = r.dest.join("standby");
+    let (rx0, _) = r.lab.iface_bytes(&b);
+    let standby = replica_across_the_link(&r, &standby_dir);
+    let full_bytes = r.lab.iface_bytes(&b).0 - rx0;
+    backup_across_the_link(&r);
+    drop(delta_onto_stale_standby(&r, standby, full_bytes));
+}
