@@ -19,6 +19,20 @@ use std::sync::Mutex;
 /// page checks). See docs/libpq-source.md for the measurement that chose it.
 pub const DELTA_RANGE: u64 = 256 << 10;
 
+/// The range size in use: [`DELTA_RANGE`], or `PGJET_DELTA_RANGE_KIB` (a multiple of 8,
+/// from 8 to 65536) for the benchmark that chooses it. Errors: a value out of range.
+pub fn delta_range() -> Result<u64> {
+    match std::env::var("PGJET_DELTA_RANGE_KIB") {
+        Err(_) => Ok(DELTA_RANGE),
+        Ok(v) => match v.parse::<u64>() {
+            Ok(k) if (8..=65536).contains(&k) && k % 8 == 0 => Ok(k << 10),
+            _ => Err(Error::Config(format!(
+                "PGJET_DELTA_RANGE_KIB '{v}' must be a multiple of 8 between 8 and 65536"
+            ))),
+        },
+    }
+}
+
 /// Bytes of ranges hashed per request: 64 MiB, so each connection has a few seconds of
 /// server work per round trip and several connections hash at once.
 const HASH_BATCH_BYTES: u64 = 64 << 20;
@@ -47,13 +61,14 @@ pub fn plan_delta(
     jobs: usize,
     progress: &dyn Progress,
 ) -> Result<DeltaPlan> {
+    let range = delta_range()?;
     let mut compare: Vec<PieceSpec> = Vec::new();
     let mut plan = DeltaPlan::default();
     for (i, f) in files.iter().enumerate() {
         let common = target_sizes[i].unwrap_or(0).min(f.size);
         let mut off = 0;
         while off < common {
-            let len = DELTA_RANGE.min(common - off);
+            let len = range.min(common - off);
             compare.push(PieceSpec {
                 file: i,
                 offset: off,
