@@ -269,22 +269,26 @@ impl Remote {
 
     /// Waits until `standby` has replayed everything the primary has written so far.
     fn wait_caught_up(&self, standby: &Server) {
-        let target = self
-            .cluster
-            .psql("postgres", "SELECT pg_current_wal_insert_lsn()");
-        let ok = wait_for(Duration::from_secs(60), || {
-            let r = standby.psql_run(
-                "postgres",
-                &format!("SELECT pg_last_wal_replay_lsn() >= '{target}'::pg_lsn"),
-            );
-            (r.success() && r.stdout.trim() == "t").then_some(())
-        });
-        assert!(
-            ok.is_some(),
-            "standby did not catch up to {target}:\n{}",
-            standby.log_tail()
-        );
+        wait_replayed(&self.cluster.server, standby);
     }
+}
+
+/// Waits (up to 60 s) until `standby` has replayed everything `primary` has inserted so far.
+fn wait_replayed(primary: &Server, standby: &Server) {
+    let target = primary.psql("postgres", "SELECT pg_current_wal_insert_lsn()");
+    let ok = wait_for(Duration::from_secs(60), || {
+        let r = standby.psql_run(
+            "postgres",
+            &format!("SELECT pg_last_wal_replay_lsn() >= '{target}'::pg_lsn"),
+        );
+        (r.success() && r.stdout.trim() == "t").then_some(())
+    });
+    assert!(
+        ok.is_some(),
+        "{} did not catch up to {target}:\n{}",
+        standby.data.display(),
+        standby.log_tail()
+    );
 }
 
 /// Runs a prepared command and captures it as a [`Run`].
@@ -807,19 +811,7 @@ fn former_primary_follows(r: &mut Remote, standby_dir: &Path) {
     let old = &r.cluster.server;
     assert_eq!(old.psql("postgres", "SELECT pg_is_in_recovery()"), "t");
     new_primary.psql("postgres", "CREATE TABLE followed AS SELECT 3 AS v");
-    let target = new_primary.psql("postgres", "SELECT pg_current_wal_insert_lsn()");
-    let ok = wait_for(Duration::from_secs(60), || {
-        let q = old.psql_run(
-            "postgres",
-            &format!("SELECT pg_last_wal_replay_lsn() >= '{target}'::pg_lsn"),
-        );
-        (q.success() && q.stdout.trim() == "t").then_some(())
-    });
-    assert!(
-        ok.is_some(),
-        "the old primary does not follow:\n{}",
-        old.log_tail()
-    );
+    wait_replayed(&new_primary, old);
     assert_eq!(old.psql("postgres", "SELECT v FROM followed"), "3");
     assert_eq!(old.psql("postgres", "SELECT v FROM on_new_primary"), "1");
     assert_eq!(

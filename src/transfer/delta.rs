@@ -242,12 +242,8 @@ mod tests {
         let shape: Vec<(usize, u64, u64)> = m.iter().map(|p| (p.file, p.offset, p.len)).collect();
         assert_eq!(shape, vec![(0, 0, 4), (1, 0, 16), (1, 24, 8)]);
         let units = plan_range_units(&m, 10);
-        let shape: Vec<Vec<(usize, u64, u64)>> = units
-            .iter()
-            .map(|u| u.pieces.iter().map(|p| (p.file, p.offset, p.len)).collect())
-            .collect();
         assert_eq!(
-            shape,
+            crate::transfer::unit_shape(&units),
             vec![
                 vec![(1, 0, 10)],
                 vec![(1, 10, 6)],

@@ -458,6 +458,15 @@ pub fn nonzero_runs<'a>(data: &'a [u8], zero_pages: &[[u32; 2]]) -> Vec<(usize, 
         .collect()
 }
 
+/// The units as (file, offset, length) lists, for tests of the planners.
+#[cfg(test)]
+pub(crate) fn unit_shape(units: &[Unit]) -> Vec<Vec<(usize, u64, u64)>> {
+    units
+        .iter()
+        .map(|u| u.pieces.iter().map(|p| (p.file, p.offset, p.len)).collect())
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -476,12 +485,8 @@ mod tests {
     fn large_files_chunked_small_bundled_largest_first() {
         let files = vec![f("a", 3), f("big", 20), f("b", 4), f("empty", 0), f("c", 9)];
         let units = plan_units(&files, 8);
-        let shape: Vec<Vec<(usize, u64, u64)>> = units
-            .iter()
-            .map(|u| u.pieces.iter().map(|p| (p.file, p.offset, p.len)).collect())
-            .collect();
         assert_eq!(
-            shape,
+            unit_shape(&units),
             vec![
                 vec![(1, 0, 8)],
                 vec![(1, 8, 8)],
