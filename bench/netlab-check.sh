@@ -14,8 +14,9 @@
 #        SKIP_NO_OFFLOAD=1 to skip the OFFLOAD=0 comparison run,
 #        IPERF_NICE (-10): iperf3 runs at this nice value, like the delay line, so that the
 #          figures measure the lab rather than whoever else compiles on the machine,
-#        QUIET_WAIT_S (300): first wait up to this long for a quiet machine (less than
-#          QUIET_PCT (25) % of one core busy over 3 s); the background load is reported
+#        QUIET_WAIT_S (300): before each setting, wait up to this long for a quiet machine
+#          (less than QUIET_PCT (25) % of one core busy over 3 s); the load before and after
+#          each setting is reported (a shared machine: others' builds take CPU from the lab)
 # Output: a Markdown table on stdout (also written to bench/results/netlab-<UTC time>.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -99,14 +100,18 @@ busy_3s() {
     awk -v a="$a" -v b="$b" -v n="$(nproc)" 'BEGIN { split(a, x, " "); split(b, y, " ");
         printf "%.0f\n", n * 100 * (y[1] - x[1]) / (y[2] - x[2]) }'
 }
-t_wait=$(date +%s)
-BACKGROUND=$(busy_3s)
-while [ "$BACKGROUND" -ge "$QUIET_PCT" ] && [ $(( $(date +%s) - t_wait )) -lt "$QUIET_WAIT_S" ]; do
-    echo "netlab-check: machine busy ($BACKGROUND % of a core), waiting for quiet" >&2
-    sleep 10
-    BACKGROUND=$(busy_3s)
-done
-echo "netlab-check: background load $BACKGROUND % of one core" >&2
+# wait_quiet: waits (at most QUIET_WAIT_S) until the machine is quiet; prints the last busy %.
+wait_quiet() {
+    local t_wait bg
+    t_wait=$(date +%s)
+    bg=$(busy_3s)
+    while [ "$bg" -ge "$QUIET_PCT" ] && [ $(( $(date +%s) - t_wait )) -lt "$QUIET_WAIT_S" ]; do
+        echo "netlab-check: machine busy ($bg % of a core), waiting for quiet" >&2
+        sleep 7
+        bg=$(busy_3s)
+    done
+    echo "$bg"
+}
 
 OUT_ROWS=()
 DATE=$(date -u +%Y-%m-%dT%H:%MZ)
@@ -114,7 +119,7 @@ DATE=$(date -u +%Y-%m-%dT%H:%MZ)
 scenario() { # RATE RTT_MS OFFLOAD
     local rate=$1 rtt=$2 offload=$3 id=$LAB_ID
     LAB_ID=$((LAB_ID + 1))
-    local bg; bg=$(busy_3s)
+    local bg bg_after; bg=$(wait_quiet)
     echo "== RATE=${rate:-unlimited} RTT_MS=$rtt OFFLOAD=$offload (background load $bg % of a core)" >&2
     RATE=$rate RTT_MS=$rtt OFFLOAD=$offload bash scripts/netlab.sh up "$PREFIX" "$id" >/dev/null
     local A=198.18.$id.2 NA="${PREFIX}a" NB="${PREFIX}b" dl_pid=""
@@ -140,6 +145,7 @@ scenario() { # RATE RTT_MS OFFLOAD
     kill "$IPERF_PID" 2>/dev/null || true; wait "$IPERF_PID" 2>/dev/null || true; IPERF_PID=""
     # down prints the delay line's counters (packets, drops) on stderr.
     bash scripts/netlab.sh down "$PREFIX" >/dev/null
+    bg_after=$(busy_3s)
 
     local retr1 retr4 w1 w4
     read -r r1 retr1 w1 <<<"$one"
@@ -171,7 +177,7 @@ scenario() { # RATE RTT_MS OFFLOAD
     local mb1 mb4
     mb1=$(awk -v r="$r1" 'BEGIN { printf "%.1f\n", r / 1e6 }')
     mb4=$(awk -v r="$r4" 'BEGIN { printf "%.1f\n", r / 1e6 }')
-    OUT_ROWS+=("| ${rate:-unlimited} | $rtt | $offload | $med | $rtt_ok | $wire | $w_ok | $mb1 ($pr1 % / $pc1 %) | $t_ok1 | $retr1 | $mb4 ($pr4 % / $pc4 %) | $t_ok4 | $retr4 | $cpu | $mbusy | $bg |")
+    OUT_ROWS+=("| ${rate:-unlimited} | $rtt | $offload | $med | $rtt_ok | $wire | $w_ok | $mb1 ($pr1 % / $pc1 %) | $t_ok1 | $retr1 | $mb4 ($pr4 % / $pc4 %) | $t_ok4 | $retr4 | $cpu | $mbusy | $bg / $bg_after |")
     echo "   ping median $med ms; wire $wire Mbit/s; 1 stream $mb1 Mbit/s ($retr1 retr); 4 streams $mb4 Mbit/s ($retr4 retr); delay line CPU $cpu %, machine $mbusy % of 1 core" >&2
 }
 
@@ -186,10 +192,10 @@ fi
     echo "Network lab check, $DATE, $(nproc) cores, kernel $(uname -r), TCP $(sysctl -n net.ipv4.tcp_congestion_control)"
     echo "ping: median of $PINGS (idle link); iperf3: A -> B, ${IPERF_S} s after ${IPERF_OMIT} s warm-up; tolerance ${TOL_PCT} %"
     echo "wire: what the tbf toward B sent (frames with headers, GSO counted per segment) in the steady part of the 1- and 4-stream runs; the 4-stream figure (the link kept full) is compared with RATE"
-    echo "throughput: Mbit/s received (% of RATE / % of the TCP goodput ceiling RATE x 1448/1514); CPU: delay line, % of one core; machine busy: all processes (ours, iperf3, the kernel, and anyone else's), in % of one core (200 = both cores), during the iperf3 runs; load before: the machine's busy % in the 3 s before the setting's lab was built"
+    echo "throughput: Mbit/s received (% of RATE / % of the TCP goodput ceiling RATE x 1448/1514); CPU: delay line, % of one core; machine busy: all processes (ours, iperf3, the kernel, and anyone else's), in % of one core (200 = both cores), during the iperf3 runs; others before / after: the machine's busy % (others' work: our lab is not running then) in the 3 s before the setting's lab was built and after it was removed"
     echo "iperf3 at nice $IPERF_NICE, delay line at nice ${DL_NICE:--10}"
     echo
-    echo "| RATE | RTT ms | offload | ping median ms | RTT within ${TOL_PCT} % | wire Mbit/s 1 / 4 streams (% of RATE) | within | 1 stream Mbit/s | within | retr | 4 streams Mbit/s | within | retr | delay line CPU % | machine busy % | load before % |"
+    echo "| RATE | RTT ms | offload | ping median ms | RTT within ${TOL_PCT} % | wire Mbit/s 1 / 4 streams (% of RATE) | within | 1 stream Mbit/s | within | retr | 4 streams Mbit/s | within | retr | delay line CPU % | machine busy % | others before / after % |"
     echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     printf '%s\n' "${OUT_ROWS[@]}"
 } | tee "$RESULT"

