@@ -51,6 +51,8 @@ pub struct Primary {
     pub source: Box<dyn Source>,
     /// Parallel workers for this source.
     pub jobs: usize,
+    /// Whether the files are read over libpq (else from this host's filesystem).
+    pub remote: bool,
 }
 
 impl Primary {
@@ -60,10 +62,6 @@ impl Primary {
         self.sess.close();
     }
 
-    /// Whether the files are read over libpq.
-    pub fn is_remote(&self) -> bool {
-        self.source.describe() == self.target.describe
-    }
 }
 
 /// Connects to the primary: --source, else --pg-socket-path/--pg-port/--pg-user. Returns how
@@ -98,6 +96,7 @@ pub fn open_primary(s: &Settings, check_pg_path_arg: bool) -> Result<Primary> {
             target.describe, info.data_directory
         )));
     }
+    let remote = local.is_none();
     let (source, jobs): (Box<dyn Source>, usize) = match local {
         Some(dir) => {
             if check_pg_path_arg {
@@ -130,6 +129,7 @@ pub fn open_primary(s: &Settings, check_pg_path_arg: bool) -> Result<Primary> {
         target,
         source,
         jobs,
+        remote,
     })
 }
 

@@ -162,7 +162,7 @@ pub fn run(s: &Settings, args: &ReplicaArgs, progress: &dyn Progress) -> Result<
         return Err(Error::Unsafe("the source is a standby: replica-create from a standby is not supported yet; use the primary".into()));
     }
     let local_dir = local_data_directory(&primary.sess, &primary.info);
-    let transport = if primary.is_remote() {
+    let transport = if primary.remote {
         "libpq"
     } else {
         "local"
