@@ -11,7 +11,7 @@ use crate::cli::{ArchiveMode, RestoreArgs, RestoreType};
 use crate::pg::pg_manifest::{render_pg_manifest, PgManifestFile, PgWalRange};
 use crate::repo::{self, BackupManifest};
 use crate::storage::posix::{fsync_dir, SyncHandle};
-use crate::transfer::restore::{read_back_with, restore_one};
+use crate::transfer::restore::{allocate_targets, read_back_with, restore_one};
 use crate::transfer::Progress;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -284,6 +284,8 @@ fn restore_into(
         &mut || {
             create_files(pg_path, &specs)?;
             phase(&format!("{} files created", specs.len()));
+            allocate_targets(m, &targets, Some(control))?;
+            phase("files allocated");
             Ok(())
         },
     )?;

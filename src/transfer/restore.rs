@@ -6,11 +6,11 @@ use super::Progress;
 use crate::codec::{self, CompressType};
 use crate::error::{Error, Result};
 use crate::repo::{self, BackupManifest, Piece};
-use crate::storage::direct::{aligned_buf, AlignedBuf};
+use crate::storage::direct::{aligned_buf, AlignedBuf, Writer};
 use crate::storage::Storage;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 /// Checks one frame against its piece and expands it into `logical` (resized to the piece's
@@ -80,18 +80,21 @@ fn group_by_object(m: &BackupManifest, skip: Option<usize>) -> Vec<ObjectWork> {
 }
 
 /// Threads that read stored objects ahead of the decoders, each with one direct read in
-/// flight, so the disk does not wait while a decoder expands the previous object.
-pub const READ_AHEAD: usize = 2;
+/// flight. Reads share the disk with the writers' requests, and most objects of a zstd
+/// backup are small (an 8 MiB chunk of table data stores as about 1.6 MiB), so each read
+/// waits behind the queued writes: with two readers the decoders waited for objects about
+/// 8 of 11 seconds, with four about 5 (docs/benchmark-notes.md, restore section).
+pub const READ_AHEAD: usize = 4;
 /// Objects read and waiting for a decoder (each at most about [`super::CHUNK_SIZE`]). The
-/// reads finish well before the writes (a zstd backup stores about a quarter of the bytes),
-/// so a short queue is enough.
+/// readers are the stage that falls behind, not the decoders, so one slot is enough.
 const LOADED_QUEUE: usize = 1;
 /// Threads that write checked pieces into the target files, each with one direct write of
 /// up to 8 MiB in flight. The disk of the benchmark machine writes faster with more
 /// requests in flight (docs/benchmark-notes.md, restore section: 2 054 MiB took 5.7 s with
 /// one `dd` and 4.2 to 2.6 s with four to eight at once), and a restore writes four times
-/// the bytes it reads, so the writes get the depth. Independent of `--jobs`, which sizes the
-/// CPU stage.
+/// the bytes it reads, so the writes get the depth. The ranges are allocated before the
+/// writers start ([`allocate_targets`]): on ext4 direct writes that fill holes in one file
+/// go one at a time. Independent of `--jobs`, which sizes the CPU stage.
 pub const WRITERS: usize = 4;
 /// Checked pieces waiting for a writer, beyond the ones being written: keeps the writers
 /// busy while the decoders are descheduled. Each is a buffer of up to 8 MiB.
@@ -132,10 +135,51 @@ struct CheckedPiece {
 /// State shared by the three stages of [`read_back_with`].
 struct Stages<'a> {
     abort: AtomicBool,
+    /// Where the stages' threads spent their time, summed over threads (debug log): tells
+    /// a restore bound by the disk from one bound by the CPU.
+    clock: StageClock,
     bad: Mutex<Vec<String>>,
     first_error: Mutex<Option<Error>>,
     restoring: bool,
     m: &'a BackupManifest,
+}
+
+/// Nanoseconds summed over the threads of each stage.
+#[derive(Default)]
+struct StageClock {
+    read: AtomicU64,
+    read_wait_buffer: AtomicU64,
+    decode: AtomicU64,
+    decode_wait_object: AtomicU64,
+    decode_wait_buffer: AtomicU64,
+    write: AtomicU64,
+    write_wait_piece: AtomicU64,
+}
+
+/// Runs `f`, adding its duration to `acc`.
+fn clocked<T>(acc: &AtomicU64, f: impl FnOnce() -> T) -> T {
+    let t = std::time::Instant::now();
+    let r = f();
+    acc.fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    r
+}
+
+impl StageClock {
+    fn log(&self) {
+        let s = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64 / 1e9;
+        tracing::debug!(
+            "restore stages, seconds summed over threads: read {:.2} (waiting for a buffer {:.2}), \
+             decode {:.2} (waiting for an object {:.2}, for a buffer {:.2}), write {:.2} \
+             (waiting for a piece {:.2})",
+            s(&self.read),
+            s(&self.read_wait_buffer),
+            s(&self.decode),
+            s(&self.decode_wait_object),
+            s(&self.decode_wait_buffer),
+            s(&self.write),
+            s(&self.write_wait_piece)
+        );
+    }
 }
 
 impl Stages<'_> {
@@ -174,8 +218,8 @@ impl Stages<'_> {
 ///
 /// Memory is bounded by two pools of buffers reused throughout, each buffer of about
 /// [`super::CHUNK_SIZE`] (8 MiB): `READ_AHEAD + LOADED_QUEUE + jobs` object buffers and
-/// `jobs + WRITE_QUEUE + WRITERS` logical buffers; about 105 MiB with 2 jobs, whatever the
-/// size of the backup.
+/// `jobs + WRITE_QUEUE + WRITERS` logical buffers: 15 buffers, about 125 MiB resident with
+/// 2 jobs, whatever the size of the backup.
 pub fn read_back_with(
     store: &dyn Storage,
     m: &BackupManifest,
@@ -190,6 +234,7 @@ pub fn read_back_with(
     let next = AtomicUsize::new(0);
     let st = Stages {
         abort: AtomicBool::new(false),
+        clock: StageClock::default(),
         bad: Mutex::new(Vec::new()),
         first_error: Mutex::new(None),
         restoring: targets.is_some(),
@@ -226,8 +271,10 @@ pub fn read_back_with(
                     let i = next.fetch_add(1, Ordering::SeqCst);
                     let Some(w) = work.get(i) else { break };
                     // Buffers come back from the decoders; the pool owns every one.
-                    let Ok(buf) = obj_rx.recv() else { break };
-                    match load_object(store, m, w, buf) {
+                    let Ok(buf) = clocked(&st.clock.read_wait_buffer, || obj_rx.recv()) else {
+                        break;
+                    };
+                    match clocked(&st.clock.read, || load_object(store, m, w, buf)) {
                         Ok(l) => {
                             if tx.send((i, l)).is_err() {
                                 break;
@@ -245,7 +292,7 @@ pub fn read_back_with(
             let (st, work, obj_tx) = (&st, &work, obj_tx.clone());
             s.spawn(move || {
                 // Drain the queue even after an abort, so no reader stays blocked on it.
-                for (i, loaded) in rx.iter() {
+                while let Ok((i, loaded)) = clocked(&st.clock.decode_wait_object, || rx.recv()) {
                     let w = &work[i];
                     let object = match loaded {
                         Loaded::Object(o) => o,
@@ -259,9 +306,17 @@ pub fn read_back_with(
                             continue;
                         }
                     };
-                    decode_object(
+                    let t = std::time::Instant::now();
+                    let waited = decode_object(
                         st, m, w, &object, targets, &pool_tx, &pool_rx, &tx, progress,
                     );
+                    let busy = t.elapsed().saturating_sub(waited);
+                    st.clock
+                        .decode
+                        .fetch_add(busy.as_nanos() as u64, Ordering::Relaxed);
+                    st.clock
+                        .decode_wait_buffer
+                        .fetch_add(waited.as_nanos() as u64, Ordering::Relaxed);
                     let _ = obj_tx.send(object);
                 }
             });
@@ -274,16 +329,18 @@ pub fn read_back_with(
         for _ in 0..WRITERS {
             let (rx, pool_tx, st) = (write_rx.clone(), pool_tx.clone(), &st);
             s.spawn(move || {
-                for piece in rx.iter() {
+                while let Ok(piece) = clocked(&st.clock.write_wait_piece, || rx.recv()) {
                     if !st.aborted() {
                         if let Some(t) = targets {
                             let n = piece.logical.len() as u64;
-                            match write_runs(
-                                &t[piece.file],
-                                piece.offset,
-                                &piece.logical,
-                                &piece.zero_pages,
-                            ) {
+                            match clocked(&st.clock.write, || {
+                                write_runs(
+                                    &t[piece.file],
+                                    piece.offset,
+                                    &piece.logical,
+                                    &piece.zero_pages,
+                                )
+                            }) {
                                 Ok(()) => progress.advance(n),
                                 Err(e) => st.fail(e),
                             }
@@ -295,6 +352,7 @@ pub fn read_back_with(
         }
         drop(write_rx);
     });
+    st.clock.log();
     if let Some(e) = st
         .first_error
         .into_inner()
@@ -315,7 +373,8 @@ pub fn read_back_with(
 }
 
 /// Checks and expands every piece of one object; when restoring, hands each checked piece to
-/// the writers, else counts it as done.
+/// the writers, else counts it as done. Returns the time spent waiting for buffers and for
+/// room in the writers' queue.
 #[allow(clippy::too_many_arguments)]
 fn decode_object(
     st: &Stages,
@@ -327,10 +386,11 @@ fn decode_object(
     pool_rx: &crossbeam_channel::Receiver<AlignedBuf>,
     tx: &crossbeam_channel::Sender<CheckedPiece>,
     progress: &dyn Progress,
-) {
+) -> std::time::Duration {
+    let mut waited = std::time::Duration::ZERO;
     for &(fi, pi) in &w.pieces {
         if st.aborted() {
-            return;
+            break;
         }
         let p = &m.files[fi].pieces[pi];
         let Some(frame) = usize::try_from(p.offset)
@@ -347,8 +407,11 @@ fn decode_object(
         };
         // Buffers come back from the writers (or from this thread when verifying). The pool
         // keeps a sender of its own until all stages end, so recv cannot fail.
-        let Ok(mut logical) = pool_rx.recv() else {
-            return;
+        let t = std::time::Instant::now();
+        let got = pool_rx.recv();
+        waited += t.elapsed();
+        let Ok(mut logical) = got else {
+            break;
         };
         if let Err(why) = decode_piece(m.compression.kind, frame, p, &mut logical) {
             st.mark(fi, &w.name, &why);
@@ -362,14 +425,62 @@ fn decode_object(
                 zero_pages: p.zero_pages.clone(),
                 logical,
             };
-            if tx.send(piece).is_err() {
-                return;
+            let t = std::time::Instant::now();
+            let sent = tx.send(piece);
+            waited += t.elapsed();
+            if sent.is_err() {
+                break;
             }
         } else {
             progress.advance(p.logical_size);
             let _ = pool_tx.send(logical);
         }
     }
+    waited
+}
+
+/// Allocates, in each target file, the ranges the backup's pieces will write: everything
+/// but the zero pages, which stay holes ([`Writer::allocate`]). Run before the writers
+/// start, so their direct writes overwrite allocated blocks and several run in one file at
+/// once. Files at index `skip` are left out. Errors (ENOSPC first of all) name the file.
+pub fn allocate_targets(
+    m: &BackupManifest,
+    targets: &[PathBuf],
+    skip: Option<usize>,
+) -> Result<()> {
+    for (fi, f) in m.files.iter().enumerate() {
+        if Some(fi) == skip || f.pieces.is_empty() {
+            continue;
+        }
+        // Non-zero ranges of the file, adjacent ones merged (across pieces too).
+        let mut ranges: Vec<(u64, u64)> = Vec::new();
+        for p in &f.pieces {
+            let runs =
+                crate::repo::manifest::nonzero_ranges(p.logical_size as usize, &p.zero_pages)
+                    .unwrap_or_default();
+            for (off, n) in runs {
+                let (start, len) = (p.logical_offset + off as u64, n as u64);
+                match ranges.last_mut() {
+                    Some(r) if r.0 + r.1 == start => r.1 += len,
+                    _ => ranges.push((start, len)),
+                }
+            }
+        }
+        if ranges.is_empty() {
+            continue;
+        }
+        let path = &targets[fi];
+        let w = Writer::open(path).map_err(|e| Error::io("open", path, e))?;
+        for (start, len) in ranges {
+            if !w
+                .allocate(start, len)
+                .map_err(|e| Error::io("allocate", path, e))?
+            {
+                return Ok(()); // the filesystem cannot: the writes fill holes instead
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Reads one stored object whole, after checking it has the size the manifest expects.
