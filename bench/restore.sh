@@ -26,6 +26,8 @@
 #   SHM_DIR     where the in-memory inputs go (default /dev/shm/pgjet-bench)
 #   PGJET_ENV   extra environment for the timed pgjet restore (e.g. "RUST_LOG=...")
 #   DD_STREAMS  parallel dd's of the second write reference (default 4)
+#   PGJET_BASE  another pgjet binary to time in the same rounds (pgjet_base), e.g. the
+#               commit before a change
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -37,6 +39,7 @@ RREPORT=${RREPORT:-$RES/restore.md}
 SHM=${SHM_DIR:-/dev/shm/pgjet-bench}
 PGJET_ENV=${PGJET_ENV:-}
 DD_STREAMS=${DD_STREAMS:-4}
+PGJET_BASE=${PGJET_BASE:-}          # a second pgjet binary (e.g. an older commit), timed as pgjet_base
 STATE=$BENCH/restore-state.sh
 LOADS=$RES/loads.tsv                # name, run, 1-minute load average before the run
 PGJET_REPO=$BENCH/pgjet-repo-zstd
@@ -83,10 +86,10 @@ prepare() {
 }
 
 pgjet_restore_cmd() {
-    local env=()
+    local env=() bin=${2:-$PGJET_BIN}
     [ -n "$PGJET_ENV" ] && read -r -a env <<<"$PGJET_ENV"
     printf 'cd / && runuser -u postgres -- %s' \
-        "$(q env "${env[@]}" "$PGJET_BIN" restore --stanza "$PGJET_STANZA" --repo-path "$PGJET_REPO" --pg-path "$1" --jobs "$JOBS")"
+        "$(q env "${env[@]}" "$bin" restore --stanza "$PGJET_STANZA" --repo-path "$PGJET_REPO" --pg-path "$1" --jobs "$JOBS")"
 }
 
 # The in-memory inputs of the two references, sized from one untimed pgjet restore.
@@ -133,6 +136,12 @@ one_round() {
     record_size pgjet_restore "$o"
     [ "$CHECK_RESTORE" = 1 ] && [ "$r" = "$RUNS" ] && check_restored pgjet_restore "$o"
     rm -rf "$o"
+    if [ -n "$PGJET_BASE" ]; then
+        o=$OUT/pgjet-base-restore
+        fresh_dir "$o"
+        rtimed pgjet_base "$r" "$(pgjet_restore_cmd "$o" "$BENCH/bin/pgjet-base")" || true
+        rm -rf "$o"
+    fi
     if [ "$SKIP_PGBACKREST" != 1 ]; then
         o=$OUT/pgbr-restore
         fresh_dir "$o"
@@ -168,7 +177,7 @@ write_restore_report() {
         echo
         echo "| command | median s | min–max s | MiB/s (apparent) | peak RSS MiB | load avg before each run |"
         echo "|---|---:|---:|---:|---:|---|"
-        for n in dd_direct "dd_direct_x$DD_STREAMS" tar_x pgjet_restore pgbackrest_restore; do
+        for n in dd_direct "dd_direct_x$DD_STREAMS" tar_x pgjet_restore pgjet_base pgbackrest_restore; do
             med=$(median "$n"); rss=$(median "$n" 4)
             [ -z "$med" ] && [ "$(nfail "$n")" = 0 ] && continue
             printf '| %s | %s | %s | %s | %s | %s |\n' "$n" "$( [ -n "$med" ] && printf '%.2f' "$med" || echo FAILED)" \
@@ -181,6 +190,7 @@ write_restore_report() {
         echo "| pgjet restore / dd_direct (goal ≤ 1.11) | $(awk -v a="$(median pgjet_restore)" -v b="$(median dd_direct)" 'BEGIN {if (a && b) printf "%.2f", a / b; else print "n/a"}') | $(per_round_ratio pgjet_restore dd_direct) |"
         echo "| pgjet restore / dd_direct_x$DD_STREAMS | $(awk -v a="$(median pgjet_restore)" -v b="$(median "dd_direct_x$DD_STREAMS")" 'BEGIN {if (a && b) printf "%.2f", a / b; else print "n/a"}') | $(per_round_ratio pgjet_restore "dd_direct_x$DD_STREAMS") |"
         echo "| pgjet restore / tar_x | $(awk -v a="$(median pgjet_restore)" -v b="$(median tar_x)" 'BEGIN {if (a && b) printf "%.2f", a / b; else print "n/a"}') | $(per_round_ratio pgjet_restore tar_x) |"
+        [ -z "$PGJET_BASE" ] || echo "| pgjet_base / pgjet restore (above 1 = this pgjet faster) | $(ratio pgjet_base pgjet_restore | tr -d '×') | $(per_round_ratio pgjet_base pgjet_restore) |"
         echo "| pgBackRest restore / pgjet restore (above 1 = pgjet faster) | $(ratio pgbackrest_restore pgjet_restore | tr -d '×') | $(per_round_ratio pgbackrest_restore pgjet_restore) |"
         echo
         if [ -s "$RES/checks.txt" ]; then
@@ -203,6 +213,7 @@ restore_main() {
     : >"$TIMES"; : >"$SIZES"; : >"$RES/checks.txt"; : >"$LOADS"
     say "bench dir $BENCH; SCALE=$SCALE RANDOM_MB=$RANDOM_MB RUNS=$RUNS JOBS=$JOBS REUSE=$REUSE"
     setup_pgjet
+    [ -z "$PGJET_BASE" ] || install -m 755 "$PGJET_BASE" "$BENCH/bin/pgjet-base"
     prepare
     make_references
     local r
