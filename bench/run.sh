@@ -526,4 +526,7 @@ main() {
     say "report written to $REPORT"
 }
 
-main "$@"
+# Sourced (bench/restore.sh shares the helpers above): define only, run nothing.
+if [ "${BASH_SOURCE[0]}" = "$0" ]; then
+    main "$@"
+fi

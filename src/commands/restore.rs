@@ -11,7 +11,7 @@ use crate::cli::{ArchiveMode, RestoreArgs, RestoreType};
 use crate::pg::pg_manifest::{render_pg_manifest, PgManifestFile, PgWalRange};
 use crate::repo::{self, BackupManifest};
 use crate::storage::posix::{fsync_dir, SyncHandle};
-use crate::transfer::restore::{read_back, restore_one};
+use crate::transfer::restore::{allocate_targets, read_back_with, restore_one};
 use crate::transfer::Progress;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -250,6 +250,10 @@ fn restore_into(
     locations: &[(u32, PathBuf)],
     progress: &dyn Progress,
 ) -> Result<()> {
+    // Phase times at debug level: what a slow restore spent its time on.
+    let clock = std::time::Instant::now();
+    let phase =
+        |what: &str| tracing::debug!("restore: {what} at {} ms", clock.elapsed().as_millis());
     let target_sync = TargetSync::open(pg_path, locations)?;
     let control = m
         .files
@@ -266,14 +270,31 @@ fn restore_into(
             .map(|(_, f)| f)
     };
     let specs: Vec<(&str, u64, u32)> = rest().map(|f| (f.path.as_str(), f.size, f.mode)).collect();
-    create_files(pg_path, &specs)?;
 
     progress.begin("restore", m.size);
-    read_back(store, m, Some(&targets), Some(control), s.jobs, progress)?;
+    // The files are created while the first objects are read and checked; nothing is
+    // written before they all exist.
+    read_back_with(
+        store,
+        m,
+        Some(&targets),
+        Some(control),
+        s.jobs,
+        progress,
+        &mut || {
+            create_files(pg_path, &specs)?;
+            phase(&format!("{} files created", specs.len()));
+            allocate_targets(m, &targets, Some(control))?;
+            phase("files allocated");
+            Ok(())
+        },
+    )?;
     progress.finish();
+    phase("data written");
     let (paths, mtimes): (Vec<PathBuf>, Vec<i64>) =
         rest().map(|f| (pg_path.join(&f.path), f.mtime)).unzip();
     set_mtimes(&paths, &mtimes)?;
+    phase("mtimes set");
 
     // backup_label, tablespace_map, recovery settings.
     write_file(&pg_path.join("backup_label"), m.backup_label.as_bytes())?;
@@ -364,7 +385,9 @@ fn restore_into(
         &render_pg_manifest(m.pg_version_num, m.system_identifier, &pg_files, &wal),
     )?;
 
+    phase("backup_label, settings and backup_manifest written");
     target_sync.sync()?;
+    phase("syncfs done");
     // Last: pg_control. Until it exists the directory is not a cluster PostgreSQL would start.
     let control_path = &targets[control];
     let cf = &m.files[control];
@@ -374,6 +397,7 @@ fn restore_into(
         .and_then(|f| f.sync_all())
         .map_err(|e| Error::io("fsync", control_path, e))?;
     fsync_dir(&pg_path.join("global"))?;
+    phase("pg_control written");
     Ok(())
 }
 

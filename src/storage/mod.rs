@@ -28,6 +28,14 @@ pub trait Storage: Send + Sync {
         b.extend_from_slice(&v);
         Ok(b)
     }
+    /// Reads all of `name` into `buf` (replacing its contents, keeping its allocation when
+    /// it is large enough), aligned for direct I/O. Restore reuses a few buffers this way.
+    fn get_aligned_into(&self, name: &str, buf: &mut direct::AlignedBuf) -> Result<()> {
+        let v = self.get(name)?;
+        buf.clear();
+        buf.extend_from_slice(&v);
+        Ok(())
+    }
     /// True when `name` exists.
     fn exists(&self, name: &str) -> Result<bool>;
     /// Size in bytes of `name`, or None when it does not exist.

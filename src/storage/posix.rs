@@ -140,6 +140,14 @@ impl Storage for PosixStorage {
         direct::read_all(&p, size).map_err(|e| Error::io("read", &p, e))
     }
 
+    fn get_aligned_into(&self, name: &str, buf: &mut AlignedBuf) -> Result<()> {
+        let p = self.path(name);
+        let size = fs::metadata(&p)
+            .map_err(|e| Error::io("stat", &p, e))?
+            .len();
+        direct::read_all_into(&p, size, buf).map_err(|e| Error::io("read", &p, e))
+    }
+
     fn get(&self, name: &str) -> Result<Vec<u8>> {
         let p = self.path(name);
         let mut buf = Vec::new();
