@@ -155,6 +155,11 @@ pub struct RestoreArgs {
     /// not archive into production's WAL archive; `preserve` (default) keeps the setting.
     #[arg(long, value_enum, default_value_t = ArchiveMode::Preserve)]
     pub archive_mode: ArchiveMode,
+    /// Restore into an existing copy of the same cluster, writing only the pieces whose
+    /// bytes differ from the backup's and removing files the backup does not have. Refused
+    /// while a server runs in the directory.
+    #[arg(long)]
+    pub delta: bool,
 }
 
 /// What restore does with the restored cluster's archive_mode.

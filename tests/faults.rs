@@ -815,3 +815,107 @@ fn k_tampered_manifest_is_refused() {
         "verify of a tampered manifest must fail:\n{v}"
     );
 }
+
+/// `restore --delta` repairs a restored copy that was changed, truncated, added to and
+/// deleted from: only what differs is written back, files the backup lacks are removed,
+/// pg_verifybackup accepts the result and the cluster starts; a running server's directory
+/// and another cluster's are refused.
+#[test]
+fn l_restore_delta_repairs_a_copy() {
+    let fx = fx();
+    let c = &fx.cluster;
+    let target = c.new_dir("restore-l");
+    let ts = c.new_dir("restore-l-ts");
+    let ts_map = format!("ts1={}", ts.display());
+    pgjet(&restore_args(&c.repo, &target, &fx.label, &ts_map)).ok();
+    // Damage: a flipped byte in the largest relation file, a truncated file, a deleted
+    // file, a file and a directory the backup does not have, a stale postmaster.opts.
+    let mut rels: Vec<(u64, PathBuf)> = Vec::new();
+    for db in fs::read_dir(target.join("base")).unwrap().flatten() {
+        for f in fs::read_dir(db.path()).unwrap().flatten() {
+            let len = f.metadata().unwrap().len();
+            if f.file_name()
+                .to_string_lossy()
+                .chars()
+                .all(|ch| ch.is_ascii_digit())
+            {
+                rels.push((len, f.path()));
+            }
+        }
+    }
+    rels.sort();
+    let (len, big) = rels.last().cloned().unwrap();
+    let mut bytes = fs::read(&big).unwrap();
+    bytes[(len / 2) as usize] ^= 0x5a;
+    fs::write(&big, &bytes).unwrap();
+    let (_, mid) = rels[rels.len() / 2].clone();
+    let truncated_len = fs::metadata(&mid).unwrap().len() / 2;
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&mid)
+        .unwrap()
+        .set_len(truncated_len)
+        .unwrap();
+    let (_, gone) = rels[rels.len() / 3].clone();
+    fs::remove_file(&gone).unwrap();
+    fs::write(target.join("base/1/999999999"), b"not in the backup").unwrap();
+    fs::create_dir_all(target.join("extra_dir/sub")).unwrap();
+    fs::write(target.join("postmaster.opts"), b"stale").unwrap();
+    chown_pg_recursive(&target);
+
+    // A server pid file: refused, nothing touched.
+    fs::write(target.join("postmaster.pid"), b"1\n").unwrap();
+    let mut a = restore_args(&c.repo, &target, &fx.label, &ts_map);
+    a.push("--delta".into());
+    pgjet(&a).fails_with("postmaster.pid");
+    assert!(
+        target.join("global/pg_control").exists(),
+        "a refused delta changed the target"
+    );
+    fs::remove_file(target.join("postmaster.pid")).unwrap();
+
+    let r = pgjet(
+        &args!["--log-level", "info"]
+            .into_iter()
+            .chain(a.clone())
+            .collect::<Vec<_>>(),
+    )
+    .ok();
+    let line = r
+        .stderr
+        .lines()
+        .find(|l| l.contains("pieces already in place"))
+        .unwrap_or_else(|| panic!("no delta summary:\n{r}"));
+    step!("restore --delta: {line}");
+    let nums: Vec<usize> = line
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    assert!(
+        nums.len() >= 2 && nums[0] > 0 && nums[0] < nums[1],
+        "{line}"
+    );
+    for extra in [
+        "base/1/999999999",
+        "extra_dir",
+        "postmaster.opts",
+        "pgjet.incomplete",
+    ] {
+        assert!(!target.join(extra).exists(), "{extra} survived the delta");
+    }
+    assert!(gone.exists() && fs::metadata(&mid).unwrap().len() > truncated_len);
+    let server = start_restored(c, "restore --delta", &target);
+    assert!(server.answers());
+    drop(server);
+
+    // Another cluster's directory is refused.
+    let other = c.new_dir("restore-l-other");
+    fs::create_dir_all(other.join("global")).unwrap();
+    let mut control = vec![0u8; 8192];
+    control[..8].copy_from_slice(&1u64.to_le_bytes());
+    fs::write(other.join("global/pg_control"), &control).unwrap();
+    chown_pg_recursive(&other);
+    let mut a = restore_args(&c.repo, &other, &fx.label, &ts_map);
+    a.push("--delta".into());
+    pgjet(&a).fails_with("another cluster");
+}

@@ -206,30 +206,30 @@ fn remove_any(p: &Path) -> Result<()> {
     }
 }
 
-/// Opens or creates each target file and sets it to its source size. Returns the paths and
-/// the size each had before (None: it was created).
+/// Opens or creates each target file (relative path, size, mode) and sets it to its
+/// size. Returns the paths and the size each had before (None: it was created).
 pub fn size_files(
     pg_path: &Path,
-    files: &[crate::transfer::SourceFile],
+    files: &[(&str, u64, u32)],
 ) -> Result<(Vec<PathBuf>, Vec<Option<u64>>)> {
     use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     let mut paths = Vec::with_capacity(files.len());
     let mut before = Vec::with_capacity(files.len());
-    for f in files {
-        let p = pg_path.join(&f.path);
+    for (rel, size, mode) in files {
+        let p = pg_path.join(rel);
         let old = fs::symlink_metadata(&p)
             .ok()
             .filter(|m| m.is_file())
             .map(|m| m.len());
-        let mode = if f.mode == 0 { 0o600 } else { f.mode };
+        let mode = if *mode == 0 { 0o600 } else { *mode };
         let h = fs::OpenOptions::new()
             .write(true)
             .create(true)
             .mode(mode)
             .open(&p)
             .map_err(|e| Error::io("open", &p, e))?;
-        if old != Some(f.size) {
-            h.set_len(f.size).map_err(|e| Error::io("size", &p, e))?;
+        if old != Some(*size) {
+            h.set_len(*size).map_err(|e| Error::io("size", &p, e))?;
         }
         fs::set_permissions(&p, fs::Permissions::from_mode(mode))
             .map_err(|e| Error::io("chmod", &p, e))?;
@@ -237,6 +237,48 @@ pub fn size_files(
         before.push(old);
     }
     Ok((paths, before))
+}
+
+/// The listing a backup's manifest describes, to clean a delta target with.
+pub fn manifest_listing(m: &crate::repo::BackupManifest) -> Listing {
+    Listing {
+        dirs: m
+            .directories
+            .iter()
+            .map(|d| (d.path.clone(), d.mode))
+            .collect(),
+        files: m
+            .files
+            .iter()
+            .map(|f| crate::pg::datadir::ListedFile {
+                rel: f.path.clone(),
+                size: f.size,
+                mtime: f.mtime,
+                mode: f.mode,
+                checksum_segno: None,
+            })
+            .collect(),
+        tablespaces: Vec::new(),
+    }
+}
+
+/// Gets an existing data directory ready for a delta: the marker first, then pg_control
+/// removed (so nothing starts there until the copy is whole), then [`clean_target`].
+/// Returns the number of entries removed.
+pub fn begin_delta(
+    pg_path: &Path,
+    system_identifier: u64,
+    locations: &[(u32, PathBuf)],
+    listing: &Listing,
+) -> Result<usize> {
+    create_private_dir(pg_path)?;
+    write_marker(pg_path, system_identifier)?;
+    let control = pg_path.join("global/pg_control");
+    if control.exists() {
+        fs::remove_file(&control).map_err(|e| Error::io("remove", &control, e))?;
+        crate::storage::posix::fsync_dir(&pg_path.join("global"))?;
+    }
+    clean_target(pg_path, locations, listing)
 }
 
 /// For `restore --delta`: which pieces of each file of backup `m` the target in `pg_path`
@@ -294,7 +336,10 @@ pub fn pieces_needed(
                         }
                     }
                 }
-                equal.lock().unwrap_or_else(|p| p.into_inner()).extend(local);
+                equal
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .extend(local);
             });
         }
     });

@@ -61,7 +61,6 @@ impl Primary {
         drop(self.source);
         self.sess.close();
     }
-
 }
 
 /// Connects to the primary: --source, else --pg-socket-path/--pg-port/--pg-user. Returns how

@@ -66,14 +66,6 @@ pub struct DirTarget<'a> {
 impl BackupTarget for DirTarget<'_> {
     fn prepare(&mut self, listing: &Listing) -> Result<()> {
         if self.delta {
-            create_private_dir(self.pg_path)?;
-            delta::write_marker(self.pg_path, self.system_identifier)?;
-            // pg_control goes first: until the copy is whole, nothing may start here.
-            let control = self.pg_path.join("global/pg_control");
-            if control.exists() {
-                fs::remove_file(&control).map_err(|e| Error::io("remove", &control, e))?;
-                crate::storage::posix::fsync_dir(&self.pg_path.join("global"))?;
-            }
             self.locations = self
                 .tablespaces
                 .iter()
@@ -84,7 +76,12 @@ impl BackupTarget for DirTarget<'_> {
                     )
                 })
                 .collect();
-            let removed = delta::clean_target(self.pg_path, &self.locations, listing)?;
+            let removed = delta::begin_delta(
+                self.pg_path,
+                self.system_identifier,
+                &self.locations,
+                listing,
+            )?;
             tracing::info!(
                 "delta: removed {removed} file(s) or directories the primary does not have"
             );
@@ -105,7 +102,11 @@ impl BackupTarget for DirTarget<'_> {
         progress: &dyn Progress,
     ) -> Result<CopyOutcome> {
         let (targets, out) = if self.delta {
-            let (targets, before) = delta::size_files(self.pg_path, files)?;
+            let specs: Vec<(&str, u64, u32)> = files
+                .iter()
+                .map(|f| (f.path.as_str(), f.size, f.mode))
+                .collect();
+            let (targets, before) = delta::size_files(self.pg_path, &specs)?;
             let plan = plan_delta(source, files, &targets, &before, opts.jobs, progress)?;
             self.same += plan.same_bytes;
             self.copied += plan.copy_bytes;
@@ -162,11 +163,7 @@ pub fn run(s: &Settings, args: &ReplicaArgs, progress: &dyn Progress) -> Result<
         return Err(Error::Unsafe("the source is a standby: replica-create from a standby is not supported yet; use the primary".into()));
     }
     let local_dir = local_data_directory(&primary.sess, &primary.info);
-    let transport = if primary.remote {
-        "libpq"
-    } else {
-        "local"
-    };
+    let transport = if primary.remote { "libpq" } else { "local" };
     let tablespaces = primary.sess.tablespaces()?;
     // Check targets before anything is created on the primary.
     let delta = args.delta

@@ -227,8 +227,51 @@ pub fn run(s: &Settings, args: &RestoreArgs, progress: &dyn Progress) -> Result<
         .iter()
         .map(|d| (d.path.clone(), d.mode))
         .collect();
-    let locations = prepare_target(&pg_path, &tablespaces, &map, &dirs)?;
-    match restore_into(s, args, &store, &m, &pg_path, &locations, progress) {
+    let delta = args.delta
+        && super::delta::check_delta_target(&pg_path, m.system_identifier)?
+            == super::delta::DeltaTarget::SameCluster;
+    let (locations, needed) = if delta {
+        let known: Vec<(u32, String)> = tablespaces
+            .iter()
+            .map(|(o, n, _)| (*o, n.clone()))
+            .collect();
+        check_map_used(&map, &known)?;
+        let locations: Vec<(u32, PathBuf)> = tablespaces
+            .iter()
+            .map(|(oid, name, loc)| {
+                (
+                    *oid,
+                    mapped_dir(&map, *oid, name).unwrap_or_else(|| PathBuf::from(loc)),
+                )
+            })
+            .collect();
+        let listing = super::delta::manifest_listing(&m);
+        let removed =
+            super::delta::begin_delta(&pg_path, m.system_identifier, &locations, &listing)?;
+        let needed = super::delta::pieces_needed(&m, &pg_path, s.jobs)?;
+        let (all, kept) = needed
+            .iter()
+            .flatten()
+            .fold((0, 0), |(a, k), n| (a + 1, k + usize::from(!n)));
+        tracing::info!(
+            "delta: {kept} of {all} pieces already in place, {removed} file(s) or directories removed"
+        );
+        (locations, Some(needed))
+    } else {
+        let locations = prepare_target(&pg_path, &tablespaces, &map, &dirs)?;
+        super::delta::write_marker(&pg_path, m.system_identifier)?;
+        (locations, None)
+    };
+    match restore_into(
+        s,
+        args,
+        &store,
+        &m,
+        &pg_path,
+        &locations,
+        needed.as_deref(),
+        progress,
+    ) {
         Ok(()) => Ok(label),
         Err(e) => {
             let _ = fs::remove_file(pg_path.join("global/pg_control"));
@@ -241,6 +284,9 @@ pub fn run(s: &Settings, args: &RestoreArgs, progress: &dyn Progress) -> Result<
     }
 }
 
+/// Restores `m` into the prepared `pg_path`; with `needed` (a delta), only those pieces,
+/// into files that may exist already.
+#[allow(clippy::too_many_arguments)]
 fn restore_into(
     s: &Settings,
     args: &RestoreArgs,
@@ -248,6 +294,7 @@ fn restore_into(
     m: &BackupManifest,
     pg_path: &Path,
     locations: &[(u32, PathBuf)],
+    needed: Option<&[Vec<bool>]>,
     progress: &dyn Progress,
 ) -> Result<()> {
     // Phase times at debug level: what a slow restore spent its time on.
@@ -279,10 +326,15 @@ fn restore_into(
         m,
         Some(&targets),
         Some(control),
+        needed,
         s.jobs,
         progress,
         &mut || {
-            create_files(pg_path, &specs)?;
+            if needed.is_some() {
+                super::delta::size_files(pg_path, &specs)?;
+            } else {
+                create_files(pg_path, &specs)?;
+            }
             phase(&format!("{} files created", specs.len()));
             allocate_targets(m, &targets, Some(control))?;
             phase("files allocated");
@@ -397,6 +449,7 @@ fn restore_into(
         .and_then(|f| f.sync_all())
         .map_err(|e| Error::io("fsync", control_path, e))?;
     fsync_dir(&pg_path.join("global"))?;
+    super::delta::remove_marker(pg_path)?;
     phase("pg_control written");
     Ok(())
 }

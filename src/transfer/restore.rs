@@ -1,7 +1,7 @@
 //! Reading a backup back: every stored frame is checked (XXH3-128 of the stored bytes),
 //! expanded, checked again (XXH3-128 of the logical bytes) and only then written. `verify`
 //! runs the same checks without writing.
-use super::sink::write_runs;
+use super::sink::{punch_zero_pages, write_runs};
 use super::Progress;
 use crate::codec::{self, CompressType};
 use crate::error::{Error, Result};
@@ -59,7 +59,13 @@ struct ObjectWork {
     size: u64,
 }
 
-fn group_by_object(m: &BackupManifest, skip: Option<usize>) -> Vec<ObjectWork> {
+/// Groups the pieces to read by object: all but those of file `skip`, and, with `needed`
+/// (a delta restore), only the pieces it marks.
+fn group_by_object(
+    m: &BackupManifest,
+    skip: Option<usize>,
+    needed: Option<&[Vec<bool>]>,
+) -> Vec<ObjectWork> {
     let mut map: BTreeMap<&str, ObjectWork> = BTreeMap::new();
     for (fi, f) in m.files.iter().enumerate() {
         for (pi, p) in f.pieces.iter().enumerate() {
@@ -69,7 +75,10 @@ fn group_by_object(m: &BackupManifest, skip: Option<usize>) -> Vec<ObjectWork> {
                 size: 0,
             });
             w.size += p.stored_size;
-            if Some(fi) != skip {
+            let wanted = needed
+                .map(|n| n.get(fi).and_then(|f| f.get(pi)).copied().unwrap_or(true))
+                .unwrap_or(true);
+            if Some(fi) != skip && wanted {
                 w.pieces.push((fi, pi));
             }
         }
@@ -114,7 +123,16 @@ pub fn read_back(
     jobs: usize,
     progress: &dyn Progress,
 ) -> Result<Vec<String>> {
-    read_back_with(store, m, targets, skip, jobs, progress, &mut || Ok(()))
+    read_back_with(
+        store,
+        m,
+        targets,
+        skip,
+        None,
+        jobs,
+        progress,
+        &mut || Ok(()),
+    )
 }
 
 /// A stored object as read, or why it could not be used.
@@ -220,16 +238,23 @@ impl Stages<'_> {
 /// [`super::CHUNK_SIZE`] (8 MiB): `READ_AHEAD + LOADED_QUEUE + jobs` object buffers and
 /// `jobs + WRITE_QUEUE + WRITERS` logical buffers: 15 buffers, about 125 MiB resident with
 /// 2 jobs, whatever the size of the backup.
+///
+/// With `needed` (a delta restore into files that hold other bytes), only the marked pieces
+/// are read and written, and their all-zero pages are punched out of the target rather than
+/// left as they were.
+#[allow(clippy::too_many_arguments)]
 pub fn read_back_with(
     store: &dyn Storage,
     m: &BackupManifest,
     targets: Option<&[PathBuf]>,
     skip: Option<usize>,
+    needed: Option<&[Vec<bool>]>,
     jobs: usize,
     progress: &dyn Progress,
     before_write: &mut dyn FnMut() -> Result<()>,
 ) -> Result<Vec<String>> {
-    let work = group_by_object(m, skip);
+    let work = group_by_object(m, skip, needed);
+    let overwrite = needed.is_some();
     let jobs = jobs.max(1);
     let next = AtomicUsize::new(0);
     let st = Stages {
@@ -339,7 +364,15 @@ pub fn read_back_with(
                                     piece.offset,
                                     &piece.logical,
                                     &piece.zero_pages,
-                                )
+                                )?;
+                                if overwrite && !piece.zero_pages.is_empty() {
+                                    punch_zero_pages(
+                                        &t[piece.file],
+                                        piece.offset,
+                                        &piece.zero_pages,
+                                    )?;
+                                }
+                                Ok(())
                             }) {
                                 Ok(()) => progress.advance(n),
                                 Err(e) => st.fail(e),
