@@ -85,6 +85,7 @@ cleanup() {
     set +e
     stop_sampler
     stop_pgbr_server
+    stop_anchor
     for d in main small; do pg_stop_cluster "$BENCH/a/pg-$d"; done
     pg_stop_cluster "$BENCH/b/delta"
     bash "$ROOT/scripts/netlab.sh" down "$LAB_PREFIX" 2>/dev/null
@@ -138,18 +139,36 @@ lab_up() {
     local link=$1 ds=$2 rate rtt
     read -r rate rtt < <(lab_params "$link")
     stop_pgbr_server
+    stop_anchor
     [ -n "$CUR_DS" ] && pg_stop_cluster "$BENCH/a/pg-$CUR_DS"
     bash "$ROOT/scripts/netlab.sh" down "$LAB_PREFIX" >/dev/null 2>&1 || true
     RATE=$rate RTT_MS=$rtt bash "$ROOT/scripts/netlab.sh" up "$LAB_PREFIX" "$LAB_ID" >"$RES/lab.env"
     # shellcheck disable=SC1091
     ADDR_A=$(sed -n 's/^NETLAB_ADDR_A=//p' "$RES/lab.env")
     CUR_LINK=$link
+    start_anchor
     start_primary "$ds"
     start_pgbr_server
     say "lab: $(link_label "$link"); primary ($ds) in $NA at $ADDR_A:$PORT"
 }
 
 iface() { ip netns exec "$NB" cat "/sys/class/net/lab0/statistics/$1"; }
+# An idle process inside B, so that /proc/$ANCHOR_B/net/dev shows B's counters cheaply (the
+# sampler reads it every 0.2 s). Started with the lab, stopped with it.
+ANCHOR_B=""
+start_anchor() {
+    ip netns exec "$NB" sleep 100000 </dev/null >/dev/null 2>&1 &
+    ANCHOR_B=$!
+}
+stop_anchor() {
+    [ -n "$ANCHOR_B" ] || return 0
+    kill "$ANCHOR_B" 2>/dev/null || true
+    wait "$ANCHOR_B" 2>/dev/null || true
+    ANCHOR_B=""
+}
+rx_now() { sed -n 's/^ *lab0: *\([0-9]*\).*/\1/p' "/proc/$ANCHOR_B/net/dev" 2>/dev/null; }
+# busy and total jiffies of the whole machine (all cores), from /proc/stat
+cpu_now() { awk '$1 == "cpu" {t = 0; for (i = 2; i <= NF; i++) t += $i; print t - $5 - $6, t}' /proc/stat; }
 
 start_primary() {
     local ds=$1 d=$BENCH/a/pg-$1
@@ -174,10 +193,12 @@ cg_ns() { cat "$1/cpuacct.usage"; }
 # that were not there when the run began (backends, walsenders, pgBackRest workers), written
 # to $RES/sampler.
 sampler_loop() {
-    local hwm=0 anon=0 p v a
+    local hwm=0 anon=0 p v a t0
     declare -A base=()
     for p in $(cat "$CG_A/cgroup.procs"); do base[$p]=1; done
+    t0=${EPOCHREALTIME/./}
     while :; do
+        echo "$(( (${EPOCHREALTIME/./} - t0) / 1000 )) $(rx_now)" >>"$SAMPLER_TRACE"
         for p in $(cat "$CG_A/cgroup.procs"); do
             [ -n "${base[$p]:-}" ] && continue
             read -r v a < <(awk '/^VmHWM:/ {h=$2} /^RssAnon:/ {a=$2} END {print h+0, a+0}' "/proc/$p/status" 2>/dev/null || echo "0 0")
@@ -188,7 +209,7 @@ sampler_loop() {
         sleep 0.2
     done
 }
-start_sampler() { echo "0 0" >"$RES/sampler"; sampler_loop & SAMPLER_PID=$!; }
+start_sampler() { echo "0 0" >"$RES/sampler"; : >"$SAMPLER_TRACE"; sampler_loop & SAMPLER_PID=$!; }
 stop_sampler() {
     [ -n "$SAMPLER_PID" ] || return 0
     kill "$SAMPLER_PID" 2>/dev/null; wait "$SAMPLER_PID" 2>/dev/null || true
@@ -201,24 +222,32 @@ stop_sampler() {
 # primary's side, its peak backend VmHWM/RssAnon. Row in $TSV. Non-zero on failure.
 timed() {
     local name=$1 run=$2 cmd=$3 base=$LOGS/$1.$CUR_LINK_TAG.run$2 rx0 tx0 rx1 tx1 a0 a1 b0 b1 ok=ok
-    local sec rss us ss hwm anon acpu bcpu
+    local sec rss us ss hwm anon acpu bcpu steady
+    local c0 c1 mcpu
     cold_cache
-    rx0=$(iface rx_bytes); tx0=$(iface tx_bytes); a0=$(cg_ns "$CG_A"); b0=$(cg_ns "$CG_B")
+    SAMPLER_TRACE=$base.rx
+    rx0=$(iface rx_bytes); tx0=$(iface tx_bytes); a0=$(cg_ns "$CG_A"); b0=$(cg_ns "$CG_B"); c0=$(cpu_now)
     start_sampler
     if ! /usr/bin/time -f '%e %M %U %S' -o "$base.time" bash -c "echo \$\$ > $CG_B/tasks && $cmd && sync" >"$base.log" 2>&1; then ok=FAIL; fi
     stop_sampler
-    rx1=$(iface rx_bytes); tx1=$(iface tx_bytes); a1=$(cg_ns "$CG_A"); b1=$(cg_ns "$CG_B")
+    rx1=$(iface rx_bytes); tx1=$(iface tx_bytes); a1=$(cg_ns "$CG_A"); b1=$(cg_ns "$CG_B"); c1=$(cpu_now)
+    # the whole machine's busy share during the run, in % of all cores
+    mcpu=$(echo "$c0 $c1" | awk '{d = $4 - $2; printf "%.0f", (d > 0 ? 100 * ($3 - $1) / d : 0)}')
+    # steady wire rate: rx bytes between 25 % and 75 % of the run, per second
+    steady=$(awk 'NR == 1 {next} {t[n] = $1; b[n] = $2; n++} END {if (n < 4) {print ""; exit}
+        i = int(n / 4); j = int(3 * n / 4); if (t[j] > t[i]) printf "%.0f", (b[j] - b[i]) * 1000 / (t[j] - t[i])}' "$base.rx")
     read -r sec rss us ss < <(tail -n 1 "$base.time")
     read -r hwm anon <"$RES/sampler"
     acpu=$(awk -v t=$((a1 - a0)) 'BEGIN {printf "%.2f", t / 1e9}')
     bcpu=$(awk -v t=$((b1 - b0)) 'BEGIN {printf "%.2f", t / 1e9}')
     if [ "$ok" = ok ] && ! [[ "$sec" =~ ^[0-9.]+$ ]]; then ok=FAIL; fi
-    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$CUR_DS" "$CUR_LINK" "$name" "$run" \
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$CUR_DS" "$CUR_LINK" "$name" "$run" \
         "$sec" "$rss" "$bcpu" $((rx1 - rx0)) $((tx1 - tx0)) "$acpu" "$hwm" "$anon" "$ok" \
-        "$(awk -v u="$us" -v s="$ss" 'BEGIN {print u + s}')" >>"$TSV"
+        "$(awk -v u="$us" -v s="$ss" 'BEGIN {print u + s}')" "$mcpu" "$steady" >>"$TSV"
     if [ "$ok" = ok ]; then
-        printf '  %-26s run %d: %7.2f s  rx %6.0f MiB  B-cpu %6.1f s  A-cpu %6.1f s  RSS %4d MiB  A-HWM %4d MiB\n' "$name" "$run" "$sec" \
-            "$(awk -v b=$((rx1 - rx0)) 'BEGIN {print b / 1048576}')" "$bcpu" "$acpu" $((rss / 1024)) $((hwm / 1024))
+        printf '  %-24s run %d: %7.2f s  rx %5.0f MiB  steady %5.1f MiB/s  B-cpu %5.1f s  A-cpu %5.1f s  machine %3s%%  RSS %4d MiB  A-HWM %4d MiB\n' "$name" "$run" "$sec" \
+            "$(awk -v b=$((rx1 - rx0)) 'BEGIN {print b / 1048576}')" "$(awk -v b="${steady:-0}" 'BEGIN {print b / 1048576}')" \
+            "$bcpu" "$acpu" "$mcpu" $((rss / 1024)) $((hwm / 1024))
     else
         printf '  %-26s run %d: FAILED (log %s)\n' "$name" "$run" "$base.log"
         tail -n 6 "$base.log" | sed 's/^/      /'
@@ -697,7 +726,9 @@ rows = []
 for r in csv.reader(open(os.path.join(res, "runs.tsv")), delimiter="\t"):
     if len(r) < 13: continue
     ds, link, name, run, sec, rss, bcpu, rx, tx, acpu, hwm, anon, ok = r[:13]
-    rows.append(dict(ds=ds, link=link, name=name, run=int(run), ok=ok == "ok",
+    mcpu = float(r[14]) if len(r) > 14 and r[14] else None
+    steady = float(r[15]) if len(r) > 15 and r[15] else None
+    rows.append(dict(ds=ds, link=link, name=name, run=int(run), ok=ok == "ok", mcpu=mcpu, steady=steady,
                      sec=float(sec) if ok == "ok" else None, rss=int(rss or 0) if ok == "ok" else 0,
                      bcpu=float(bcpu or 0), rx=int(rx), tx=int(tx), acpu=float(acpu),
                      hwm=int(hwm), anon=int(anon)))
@@ -728,6 +759,8 @@ def stat(ds, link, name):
                 rx=med([x["rx"] for x in xs]), tx=med([x["tx"] for x in xs]),
                 wire=med([x["rx"] / x["sec"] for x in xs]),
                 bcpu=med([x["bcpu"] for x in xs]), acpu=med([x["acpu"] for x in xs]),
+                mcpu=med([x["mcpu"] for x in xs if x["mcpu"] is not None]),
+                steady=med([x["steady"] for x in xs if x["steady"] is not None]),
                 rss=max(x["rss"] for x in xs), hwm=max(x["hwm"] for x in xs), anon=max(x["anon"] for x in xs))
 DESCR = {
     "local_tar_copy": "local `tar -c \\| tar -x` + sync, no network (plain-copy reference)",
@@ -769,6 +802,8 @@ def main_table(ds, title):
     P("")
     P(f"Logical bytes (what a backup copies: PGDATA without pg_wal segments): {LOGICAL[ds]/MiB:.0f} MiB in {NFILES[ds]} files. "
       "Medians (min–max) of the runs. *wire*: bytes received on B's `lab0` (frames, headers included) / wall time; "
+      "*steady wire*: the same between 25 % and 75 % of the run's duration (sampled every 0.2 s; runs before this column existed show –); "
+      "*machine CPU*: busy share of both cores during the run, everything on the VM included; "
       "*B CPU*: CPU time of the command on B (cpuacct cgroup); *A CPU*: CPU time of everything on A — postmaster and all "
       "its processes, the pgBackRest TLS server and its workers, the raw sender (cpuacct cgroup); *RSS B*: the largest process on B (GNU time); "
       "*A peak*: the largest VmHWM / RssAnon among the processes that appeared on A during the run (backends, walsenders, "
@@ -790,15 +825,15 @@ def main_table(ds, title):
         if lk: extra.append(f"load average before → after: {lk[0]}")
         if extra: P("; ".join(extra) + ".")
         P("")
-        P("| command | runs | median s | min–max s | logical MiB/s | wire MiB/s | rx MiB | B CPU s | A CPU s | RSS B MiB | A peak HWM/anon MiB |")
-        P("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        P("| command | runs | median s | min–max s | logical MiB/s | wire MiB/s | steady wire MiB/s | rx MiB | B CPU s | A CPU s | machine CPU % | RSS B MiB | A peak HWM/anon MiB |")
+        P("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for n in names:
             s = stat(ds, link, n)
             if s["n"] == 0:
-                P(f"| {descr(n)} | 0 ({s['fail']} failed) | FAILED | | | | | | | | |"); continue
+                P(f"| {descr(n)} | 0 ({s['fail']} failed) | FAILED | | | | | | | | | | |"); continue
             fl = f" ({s['fail']} failed)" if s["fail"] else ""
             P(f"| {descr(n)} | {s['n']}{fl} | {s['sec']:.2f} | {s['lo']:.2f}–{s['hi']:.2f} | {LOGICAL[ds]/MiB/s['sec']:.1f} | "
-              f"{s['wire']/MiB:.1f} | {s['rx']/MiB:.0f} | {s['bcpu']:.1f} | {s['acpu']:.1f} | {s['rss']/1024:.0f} | "
+              f"{s['wire']/MiB:.1f} | {f(s['steady'] / MiB if s['steady'] else None)} | {s['rx']/MiB:.0f} | {s['bcpu']:.1f} | {s['acpu']:.1f} | {f(s['mcpu'], 0)} | {s['rss']/1024:.0f} | "
               f"{s['hwm']/1024:.0f} / {s['anon']/1024:.0f} |")
         P("")
 def label_short(link):
@@ -883,14 +918,14 @@ sw = [x for x in rows if x["name"].startswith("sweep_")]
 if sw:
     P("## Connections sweep (`replica-create --jobs N`, main dataset)")
     P("")
-    P("| link | jobs | wall s (median) | logical MiB/s | wire MiB/s | % of line rate | B CPU s | A CPU s | RSS B MiB |")
-    P("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    P("| link | jobs | wall s (median) | logical MiB/s | wire MiB/s | % of line rate | steady wire MiB/s | B CPU s | A CPU s | machine CPU % | RSS B MiB |")
+    P("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for link in dict.fromkeys(x["link"] for x in sw):
         for n in dict.fromkeys(x["name"] for x in sw if x["link"] == link):
             s = stat("main", link, n); lr = rate_bytes(link)
-            if not s.get("sec"): P(f"| {label_short(link)} | {n.split('_j')[1]} | FAILED | | | | | | |"); continue
+            if not s.get("sec"): P(f"| {label_short(link)} | {n.split('_j')[1]} | FAILED | | | | | | | | |"); continue
             P(f"| {label_short(link)} | {n.split('_j')[1]} | {s['sec']:.2f} | {LOGICAL['main']/MiB/s['sec']:.1f} | {s['wire']/MiB:.1f} | "
-              f"{100*s['wire']/lr:.1f} % | {s['bcpu']:.1f} | {s['acpu']:.1f} | {s['rss']/1024:.0f} |" if lr else "")
+              f"{100*s['wire']/lr:.1f} % | {f(s['steady'] / MiB if s['steady'] else None)} | {s['bcpu']:.1f} | {s['acpu']:.1f} | {f(s['mcpu'], 0)} | {s['rss']/1024:.0f} |" if lr else "")
     P("")
 main_table("small", "Small-file dataset")
 P("## Machine load per phase (1/5/15-minute load average, before → after)")
