@@ -14,7 +14,11 @@ pub fn run(s: &Settings) -> Result<String> {
     }
     let store = open_repo(s)?;
     let (_, sess, info) = connect_primary(s)?;
-    if s.source.is_none() || local_data_directory(&sess, &info).is_some() {
+    let local = match s.transport {
+        crate::cli::Transport::Libpq => false,
+        _ => s.source.is_none() || local_data_directory(&sess, &info).is_some(),
+    };
+    if local {
         check_pg_path(s.pg_path()?, &info)?;
     }
     sess.close();

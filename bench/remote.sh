@@ -1,0 +1,941 @@
+#!/usr/bin/env bash
+# pgjet cross-host benchmark: replica creation and backup of a primary on host A, run from
+# host B across the network lab (scripts/netlab.sh), side by side with pg_basebackup and
+# pgBackRest (TLS server on the primary), plus raw references, in one run. Not a test.
+#
+#   bash bench/remote.sh                                   # full size (see bench/README.md)
+#   SCALE=5 RANDOM_MB=50 SMALL_TABLES=500 RUNS=1 REPORT=/tmp/r.md bash bench/remote.sh  # smoke
+#
+# Run as root (namespaces, drop_caches; servers and clients run as postgres).
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/.." && pwd)
+# shellcheck source=scripts/pg-env.sh
+source "$ROOT/scripts/pg-env.sh"
+
+# ------------------------------------------------------------------ settings (env overrides)
+SCALE=${SCALE:-100}                 # pgbench scale of the main dataset
+RANDOM_MB=${RANDOM_MB:-500}         # MiB of incompressible bytes in the main dataset
+SMALL_TABLES=${SMALL_TABLES:-20000} # tables of the small-file dataset (0 = skip it)
+RUNS=${RUNS:-3}                     # timed runs per command in the main table
+LINKS=${LINKS:-"unshaped 1gbit/20 200mbit/50"}   # RATE/RTT_MS, or "unshaped"
+SMALL_LINKS=${SMALL_LINKS:-$LINKS}  # links for the small-table dataset
+SMALL_RUNS=${SMALL_RUNS:-1}
+JOBS_LIST=${JOBS_LIST:-"2 4"}       # pgBackRest process-max and pgjet backup --jobs
+REPLICA_JOBS=${REPLICA_JOBS:-4}     # pgjet replica-create --jobs in the main table (its default)
+PGBR_COMPRESS=${PGBR_COMPRESS:-"none lz4"}
+PGJET_COMPRESS=${PGJET_COMPRESS:-"none zstd"}
+SMALL_PGBR_COMPRESS=${SMALL_PGBR_COMPRESS:-none}    # the same for the small-table dataset
+SMALL_PGJET_COMPRESS=${SMALL_PGJET_COMPRESS:-none}
+SWEEP_LINKS=${SWEEP_LINKS:-"1gbit/20 200mbit/50"}
+SWEEP_JOBS=${SWEEP_JOBS:-"1 2 4 8"}
+SWEEP_RUNS=${SWEEP_RUNS:-1}
+DELTA_LINK=${DELTA_LINK:-1gbit/20}
+DELTA_RANGES=${DELTA_RANGES:-"64 256 1024"}
+export DELTA_PCT=${DELTA_PCT:-1}         # % of pgbench_accounts pages changed before each delta
+PARTS=${PARTS:-"main small sweep delta"}
+SKIP_PGBACKREST=${SKIP_PGBACKREST:-0}
+QUIET_LOAD=${QUIET_LOAD:-0.7}       # wait for a 1-min load average below this ...
+QUIET_WAIT=${QUIET_WAIT:-600}       # ... for at most this many seconds, before each link
+LAB_PREFIX=${LAB_PREFIX:-pjbr}
+LAB_ID=${LAB_ID:-91}
+PGV=15
+BENCH=${BENCH_DIR:-/var/tmp/pgjet-bench-remote}
+PGJET_SRC=${PGJET:-${CARGO_TARGET_DIR:-$ROOT/target}/release/pgjet}
+REPORT=${REPORT:-$ROOT/docs/benchmarks-remote.md}
+KEEP=${KEEP:-0}                     # 1 = keep clusters, repository and outputs
+REUSE=${REUSE:-0}                   # 1 = reuse the clusters a KEEP=1 run left; append to its results
+
+PGBIN=$(pg_bindir "$PGV")
+NA=${LAB_PREFIX}a
+NB=${LAB_PREFIX}b
+ADDR_A=""
+PORT=5432                           # inside namespace a nobody else listens
+LOGS=$BENCH/logs
+RES=$BENCH/results
+TSV=$RES/runs.tsv
+PKI=$BENCH/pki
+PASSFILE=$BENCH/pgpass
+PGJET_BIN=$BENCH/bin/pgjet
+PGBR_REPO=$BENCH/b/pgbr-repo
+PGBR_CONF_A=$BENCH/pgbr-a.conf
+PGBR_CONF_B=$BENCH/pgbr-b.conf
+OUT=$BENCH/b/out
+ROLE=replicator
+PASSWORD='bench-Pa55'
+CUR_DS=""                           # dataset whose primary runs now (main|small)
+CUR_LINK=""
+PGBR_PID=""
+SAMPLER_PID=""
+DROP_CACHES=unknown
+CG_A=/sys/fs/cgroup/cpuacct/${LAB_PREFIX}-bench-a   # cpuacct cgroup of everything on host A
+CG_B=/sys/fs/cgroup/cpuacct/${LAB_PREFIX}-bench-b   # ... and of the timed command on host B
+declare -A LOGICAL                  # dataset -> bytes a backup copies (PGDATA without pg_wal segments)
+declare -A LOAD                     # link/phase -> "before / after" load averages
+
+say() { printf '%s\n' "$*"; }
+header() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+die() { printf 'remote bench: %s\n' "$*" >&2; exit 1; }
+q() { printf '%q ' "$@"; }
+
+# ------------------------------------------------------------------ cleanup
+cleanup() {
+    local rc=$? d
+    set +e
+    stop_sampler
+    stop_pgbr_server
+    stop_anchor
+    for d in main small; do pg_stop_cluster "$BENCH/a/pg-$d"; done
+    pg_stop_cluster "$BENCH/b/delta"
+    bash "$ROOT/scripts/netlab.sh" down "$LAB_PREFIX" 2>/dev/null
+    rm -rf "/etc/netns/$NB"
+    rmdir "$CG_A" "$CG_B" 2>/dev/null
+    if [ "$KEEP" != 1 ]; then
+        rm -rf "$BENCH/a" "$BENCH/b" "$BENCH/bin"
+        say "removed clusters, repositories and outputs under $BENCH (results and logs kept)"
+    fi
+    [ $rc -eq 0 ] || say "remote bench exited with status $rc" >&2
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+cold_cache() {
+    sync
+    if [ "$DROP_CACHES" != no ]; then
+        if echo 3 >/proc/sys/vm/drop_caches 2>/dev/null; then DROP_CACHES=yes
+        else DROP_CACHES=no; say "WARNING: cannot drop the page cache; runs are warm"; fi
+    fi
+}
+
+load1() { cut -d' ' -f1 /proc/loadavg; }
+loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
+# wait_quiet: wait (at most QUIET_WAIT s) for a 1-minute load average below QUIET_LOAD
+wait_quiet() {
+    local t0=$SECONDS
+    while awk -v l="$(load1)" -v q="$QUIET_LOAD" 'BEGIN {exit !(l >= q)}'; do
+        if [ $((SECONDS - t0)) -ge "$QUIET_WAIT" ]; then
+            say "  machine not quiet after ${QUIET_WAIT}s (load $(loadavg)); going on"
+            return 0
+        fi
+        sleep 10
+    done
+    say "  machine quiet after $((SECONDS - t0)) s (load $(loadavg))"
+}
+
+# ------------------------------------------------------------------ the lab
+# lab_up LINK: (re)build the lab with LINK = unshaped | RATE/RTT_MS; the primary of the
+# current dataset and the pgBackRest server are restarted inside namespace a.
+lab_params() {
+    if [ "$1" = unshaped ]; then echo "unlimited 0"; else echo "${1%/*} ${1#*/}"; fi
+}
+link_title() {
+    if [ "$1" = unshaped ]; then echo "unshaped veth"; else
+        local r=${1%/*}; echo "${r/gbit/ Gbit/s}${r/*gbit*/}" | sed 's/mbit/ Mbit\/s/'; fi
+}
+link_label() { if [ "$1" = unshaped ]; then echo "unshaped"; else echo "${1%/*}, ${1#*/} ms RTT"; fi; }
+
+lab_up() {
+    local link=$1 ds=$2 rate rtt
+    read -r rate rtt < <(lab_params "$link")
+    stop_pgbr_server
+    stop_anchor
+    [ -n "$CUR_DS" ] && pg_stop_cluster "$BENCH/a/pg-$CUR_DS"
+    bash "$ROOT/scripts/netlab.sh" down "$LAB_PREFIX" >/dev/null 2>&1 || true
+    RATE=$rate RTT_MS=$rtt bash "$ROOT/scripts/netlab.sh" up "$LAB_PREFIX" "$LAB_ID" >"$RES/lab.env"
+    # shellcheck disable=SC1091
+    ADDR_A=$(sed -n 's/^NETLAB_ADDR_A=//p' "$RES/lab.env")
+    CUR_LINK=$link
+    start_anchor
+    start_primary "$ds"
+    start_pgbr_server
+    say "lab: $(link_label "$link"); primary ($ds) in $NA at $ADDR_A:$PORT"
+}
+
+iface() { ip netns exec "$NB" cat "/sys/class/net/lab0/statistics/$1"; }
+# An idle process inside B, so that /proc/$ANCHOR_B/net/dev shows B's counters cheaply (the
+# sampler reads it every 0.2 s). Started with the lab, stopped with it.
+ANCHOR_B=""
+start_anchor() {
+    ip netns exec "$NB" sleep 100000 </dev/null >/dev/null 2>&1 &
+    ANCHOR_B=$!
+}
+stop_anchor() {
+    [ -n "$ANCHOR_B" ] || return 0
+    kill "$ANCHOR_B" 2>/dev/null || true
+    wait "$ANCHOR_B" 2>/dev/null || true
+    ANCHOR_B=""
+}
+rx_now() { sed -n 's/^ *lab0: *\([0-9]*\).*/\1/p' "/proc/$ANCHOR_B/net/dev" 2>/dev/null; }
+# busy and total jiffies of the whole machine (all cores), from /proc/stat
+cpu_now() { awk '$1 == "cpu" {t = 0; for (i = 2; i <= NF; i++) t += $i; print t - $5 - $6, t}' /proc/stat; }
+
+start_primary() {
+    local ds=$1 d=$BENCH/a/pg-$1
+    touch "$d/log"; chown postgres: "$d/log"
+    in_cg_a ip netns exec "$NA" runuser -u postgres -- "$PGBIN/pg_ctl" -D "$d/data" -l "$d/log" -w -t 120 start >/dev/null \
+        || { tail -n 20 "$d/log"; die "primary $ds did not start in $NA"; }
+    CUR_DS=$ds
+}
+
+# ------------------------------------------------------------------ process CPU / memory
+# CPU: cpuacct cgroups (v1 on this machine). Everything of host A (postmaster and all its
+# processes, the pgBackRest TLS server and the workers it forks and detaches, the raw
+# sender) runs in $CG_A; the timed command on B in $CG_B. cpuacct.usage counts the CPU time
+# of exited members too, so the delta over a run is the side's whole CPU cost.
+make_cgroups() {
+    mkdir -p "$CG_A" "$CG_B" || die "cannot create cpuacct cgroups under /sys/fs/cgroup/cpuacct"
+}
+# in_cg_a CMD...: run CMD (exec) inside A's cgroup
+in_cg_a() { sh -c 'echo $$ > "$0/tasks" && exec "$@"' "$CG_A" "$@"; }
+cg_ns() { cat "$1/cpuacct.usage"; }
+# The sampler: every 0.2 s, the largest VmHWM and RssAnon among the processes of A's cgroup
+# that were not there when the run began (backends, walsenders, pgBackRest workers), written
+# to $RES/sampler.
+sampler_loop() {
+    local hwm=0 anon=0 p v a t0
+    declare -A base=()
+    for p in $(cat "$CG_A/cgroup.procs"); do base[$p]=1; done
+    t0=${EPOCHREALTIME/./}
+    while :; do
+        echo "$(( (${EPOCHREALTIME/./} - t0) / 1000 )) $(rx_now)" >>"$SAMPLER_TRACE"
+        for p in $(cat "$CG_A/cgroup.procs"); do
+            [ -n "${base[$p]:-}" ] && continue
+            read -r v a < <(awk '/^VmHWM:/ {h=$2} /^RssAnon:/ {a=$2} END {print h+0, a+0}' "/proc/$p/status" 2>/dev/null || echo "0 0")
+            [ "${v:-0}" -gt "$hwm" ] && hwm=$v
+            [ "${a:-0}" -gt "$anon" ] && anon=$a
+        done
+        echo "$hwm $anon" >"$RES/sampler.tmp" && mv "$RES/sampler.tmp" "$RES/sampler"
+        sleep 0.2
+    done
+}
+start_sampler() { echo "0 0" >"$RES/sampler"; : >"$SAMPLER_TRACE"; sampler_loop & SAMPLER_PID=$!; }
+stop_sampler() {
+    [ -n "$SAMPLER_PID" ] || return 0
+    kill "$SAMPLER_PID" 2>/dev/null; wait "$SAMPLER_PID" 2>/dev/null || true
+    SAMPLER_PID=""
+}
+
+# ------------------------------------------------------------------ timing
+# timed NAME RUN CMD: cold cache, then `bash -c "CMD && sync"` under GNU time; records wall,
+# peak RSS (largest single process on B), user+sys on B, lab0 rx/tx in B, CPU ticks of the
+# primary's side, its peak backend VmHWM/RssAnon. Row in $TSV. Non-zero on failure.
+timed() {
+    local name=$1 run=$2 cmd=$3 base=$LOGS/$1.$CUR_LINK_TAG.run$2 rx0 tx0 rx1 tx1 a0 a1 b0 b1 ok=ok
+    local sec rss us ss hwm anon acpu bcpu steady
+    local c0 c1 mcpu
+    cold_cache
+    SAMPLER_TRACE=$base.rx
+    rx0=$(iface rx_bytes); tx0=$(iface tx_bytes); a0=$(cg_ns "$CG_A"); b0=$(cg_ns "$CG_B"); c0=$(cpu_now)
+    start_sampler
+    if ! /usr/bin/time -f '%e %M %U %S' -o "$base.time" bash -c "echo \$\$ > $CG_B/tasks && $cmd && sync" >"$base.log" 2>&1; then ok=FAIL; fi
+    stop_sampler
+    rx1=$(iface rx_bytes); tx1=$(iface tx_bytes); a1=$(cg_ns "$CG_A"); b1=$(cg_ns "$CG_B"); c1=$(cpu_now)
+    # the whole machine's busy share during the run, in % of all cores
+    mcpu=$(echo "$c0 $c1" | awk '{d = $4 - $2; printf "%.0f", (d > 0 ? 100 * ($3 - $1) / d : 0)}')
+    # steady wire rate: rx bytes between 25 % and 75 % of the run, per second
+    steady=$(awk 'NR == 1 {next} {t[n] = $1; b[n] = $2; n++} END {if (n < 4) {print ""; exit}
+        i = int(n / 4); j = int(3 * n / 4); if (t[j] > t[i]) printf "%.0f", (b[j] - b[i]) * 1000 / (t[j] - t[i])}' "$base.rx")
+    read -r sec rss us ss < <(tail -n 1 "$base.time")
+    read -r hwm anon <"$RES/sampler"
+    acpu=$(awk -v t=$((a1 - a0)) 'BEGIN {printf "%.2f", t / 1e9}')
+    bcpu=$(awk -v t=$((b1 - b0)) 'BEGIN {printf "%.2f", t / 1e9}')
+    if [ "$ok" = ok ] && ! [[ "$sec" =~ ^[0-9.]+$ ]]; then ok=FAIL; fi
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$CUR_DS" "$CUR_LINK" "$name" "$run" \
+        "$sec" "$rss" "$bcpu" $((rx1 - rx0)) $((tx1 - tx0)) "$acpu" "$hwm" "$anon" "$ok" \
+        "$(awk -v u="$us" -v s="$ss" 'BEGIN {print u + s}')" "$mcpu" "$steady" >>"$TSV"
+    if [ "$ok" = ok ]; then
+        printf '  %-24s run %d: %7.2f s  rx %5.0f MiB  steady %5.1f MiB/s  B-cpu %5.1f s  A-cpu %5.1f s  machine %3s%%  RSS %4d MiB  A-HWM %4d MiB\n' "$name" "$run" "$sec" \
+            "$(awk -v b=$((rx1 - rx0)) 'BEGIN {print b / 1048576}')" "$(awk -v b="${steady:-0}" 'BEGIN {print b / 1048576}')" \
+            "$bcpu" "$acpu" "$mcpu" $((rss / 1024)) $((hwm / 1024))
+    else
+        printf '  %-26s run %d: FAILED (log %s)\n' "$name" "$run" "$base.log"
+        tail -n 6 "$base.log" | sed 's/^/      /'
+        return 1
+    fi
+}
+
+fresh_dir() { rm -rf "$1"; mkdir -p "$1"; chown postgres: "$1"; chmod 700 "$1"; }
+# in_b ARGS...: command string running ARGS as postgres inside namespace b
+# (inside, A's directories $BENCH/a are hidden under an empty tmpfs: ip netns exec runs in a
+# mount namespace of its own, so nothing in B can take a local shortcut to the primary's files)
+in_b() { printf 'cd / && ip netns exec %s sh -c %s -- runuser -u postgres -- env PGPASSFILE=%s %s' "$NB" \
+    "$(q 'mount -t tmpfs -o size=1m,mode=755 pgjet-bench-hidden "$BENCH_A" && exec "$@"')" "$PASSFILE" "$(q "$@")"; }
+conninfo() {
+    echo "host=$ADDR_A port=$PORT user=$ROLE dbname=postgres sslmode=verify-full sslrootcert=$PKI/ca.crt passfile=$PASSFILE"
+}
+
+# ------------------------------------------------------------------ set-up
+make_pki() {
+    rm -rf "$PKI"; mkdir -p "$PKI"
+    (
+        cd "$PKI"
+        openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 2 -subj /CN=pgjet-bench-ca 2>/dev/null
+        printf 'subjectAltName=IP:198.18.%s.2,DNS:pgjet-bench-a\nbasicConstraints=CA:FALSE\n' "$LAB_ID" >san.ext
+        openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj /CN=pgjet-bench-a 2>/dev/null
+        openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out server.crt -days 2 -extfile san.ext 2>/dev/null
+        openssl req -newkey rsa:2048 -nodes -keyout client.key -out client.csr -subj /CN=pgbackrest-client 2>/dev/null
+        openssl x509 -req -in client.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out client.crt -days 2 2>/dev/null
+    )
+    chown -R postgres: "$PKI"; chmod 600 "$PKI"/*.key; chmod 755 "$PKI"
+    printf '*:*:*:%s:%s\n' "$ROLE" "$PASSWORD" >"$PASSFILE"
+    chown postgres: "$PASSFILE"; chmod 600 "$PASSFILE"
+    # pgBackRest checks the server name against DNS names only: b resolves pgjet-bench-a
+    # through the namespace's own /etc/hosts (ip netns exec bind-mounts /etc/netns/NS/*).
+    mkdir -p "/etc/netns/$NB"
+    printf '127.0.0.1 localhost\n198.18.%s.2 pgjet-bench-a\n' "$LAB_ID" >"/etc/netns/$NB/hosts"
+}
+
+# build_cluster DS: initdb, TLS, role, pg_hba, archiving to the pgBackRest repository, then
+# the dataset. Built in the root namespace (socket only), stopped at the end.
+build_cluster() {
+    local ds=$1 d=$BENCH/a/pg-$1 port
+    header "Build the $ds dataset"
+    rm -rf "$d"; mkdir -p "$d"
+    port=$(free_port)
+    PG_SHARED_BUFFERS=256MB PG_EXTRA_CONF="max_wal_size = 2GB
+checkpoint_timeout = 30min
+autovacuum = off" pg_make_cluster "$PGV" "$d" "$port"
+    local t0=$SECONDS
+    if [ "$ds" = main ]; then
+        as_pg "$PGBIN/pgbench" -h "$d/sock" -p "$port" -U postgres -i -q -s "$SCALE" postgres 2>&1 | tail -n 1
+        cat >"$BENCH/bin/gen-random.sh" <<'EOF'
+#!/bin/sh
+i=0
+while [ "$i" -lt "$1" ]; do
+    printf '\\\\x'
+    head -c 1048576 /dev/urandom | basenc --base16 -w0
+    echo
+    i=$((i + 1))
+done
+EOF
+        chmod 755 "$BENCH/bin/gen-random.sh"
+        psql_as "$PGV" "$d" "$port" >/dev/null <<SQL
+CREATE TABLE random_bytes (id serial PRIMARY KEY, payload bytea NOT NULL);
+ALTER TABLE random_bytes ALTER COLUMN payload SET STORAGE EXTERNAL;
+COPY random_bytes (payload) FROM PROGRAM '$BENCH/bin/gen-random.sh $RANDOM_MB';
+SQL
+    else
+        # SMALL_TABLES tables of 5 rows each: one 8 KiB heap file each (no index, no TOAST
+        # table, and no VACUUM, so no free space or visibility map forks)
+        psql_as "$PGV" "$d" "$port" >/dev/null <<SQL
+SET synchronous_commit = off;
+SELECT format('CREATE TABLE small_%s (id int, v int); INSERT INTO small_%s SELECT g, g * 7 FROM generate_series(1, 5) g;', i, i)
+FROM generate_series(1, $SMALL_TABLES) i \gexec
+SQL
+    fi
+    [ "$ds" = main ] && psql_as "$PGV" "$d" "$port" -c "VACUUM (FREEZE, ANALYZE)" >/dev/null
+    psql_as "$PGV" "$d" "$port" >/dev/null <<SQL
+CHECKPOINT;
+CREATE ROLE $ROLE LOGIN REPLICATION PASSWORD '$PASSWORD';
+GRANT pg_read_all_settings TO $ROLE;
+GRANT EXECUTE ON FUNCTION pg_backup_start(text, boolean) TO $ROLE;
+GRANT EXECUTE ON FUNCTION pg_backup_stop(boolean) TO $ROLE;
+GRANT EXECUTE ON FUNCTION pg_read_binary_file(text, bigint, bigint, boolean) TO $ROLE;
+GRANT EXECUTE ON FUNCTION pg_ls_dir(text, boolean, boolean) TO $ROLE;
+GRANT EXECUTE ON FUNCTION pg_stat_file(text, boolean) TO $ROLE;
+SQL
+    say "loaded in $((SECONDS - t0)) s"
+    pg_stop_cluster "$d"
+    cp "$PKI/server.crt" "$PKI/server.key" "$d/data/"
+    chown postgres: "$d/data/server.crt" "$d/data/server.key"; chmod 600 "$d/data/server.key"
+    cat >>"$d/data/postgresql.conf" <<EOF
+# ---- bench/remote.sh: the primary in namespace $NA
+port = $PORT
+listen_addresses = '*'
+password_encryption = 'scram-sha-256'
+ssl = on
+ssl_cert_file = 'server.crt'
+ssl_key_file = 'server.key'
+max_connections = 40
+archive_mode = on
+archive_command = 'pgbackrest --config=$PGBR_CONF_A --stanza=$ds --compress-type=none archive-push %p'
+EOF
+    cat >"$d/data/pg_hba.conf" <<EOF
+local   all         all                     trust
+local   replication all                     trust
+hostssl all         $ROLE   0.0.0.0/0   scram-sha-256
+hostssl replication $ROLE   0.0.0.0/0   scram-sha-256
+EOF
+    # the role's password was set before password_encryption mattered: scram is the default in 15
+    measure_dataset "$ds"
+}
+
+measure_dataset() {
+    local ds=$1 d=$BENCH/a/pg-$1
+    LOGICAL[$ds]=$(find "$d/data" -type f ! -path '*/pg_wal/0*' ! -name postmaster.pid -printf '%s\n' | awk '{s += $1} END {print s + 0}')
+    du -sb "$d/data" >"$RES/size-$ds.txt"
+    find "$d/data" -type f ! -path '*/pg_wal/*' | wc -l >"$RES/files-$ds.txt"
+    say "PGDATA $ds: $(( $(cut -f1 "$RES/size-$ds.txt") >> 20 )) MiB, copied by a backup: $(( LOGICAL[$ds] >> 20 )) MiB in $(cat "$RES/files-$ds.txt") files"
+}
+
+# ------------------------------------------------------------------ pgBackRest
+write_pgbr_conf() {
+    mkdir -p "$BENCH/a/pgbr-log" "$BENCH/a/pgbr-lock" "$BENCH/a/pgbr-spool" "$BENCH/b/pgbr-log" \
+        "$BENCH/b/pgbr-lock" "$PGBR_REPO"
+    chown postgres: "$BENCH/a/pgbr-log" "$BENCH/a/pgbr-lock" "$BENCH/a/pgbr-spool" "$BENCH/b/pgbr-log" \
+        "$BENCH/b/pgbr-lock" "$PGBR_REPO"
+    # Host A: the TLS server the repository host connects to, and archive-push. archive-push
+    # writes into the repository directory directly (both "hosts" share this machine's disk):
+    # only WAL goes that way, a few segments per backup; the data files cross the link.
+    cat >"$PGBR_CONF_A" <<EOF
+[global]
+repo1-path=$PGBR_REPO
+log-path=$BENCH/a/pgbr-log
+lock-path=$BENCH/a/pgbr-lock
+spool-path=$BENCH/a/pgbr-spool
+log-level-console=warn
+log-level-file=info
+tls-server-address=198.18.$LAB_ID.2
+tls-server-cert-file=$PKI/server.crt
+tls-server-key-file=$PKI/server.key
+tls-server-ca-file=$PKI/ca.crt
+tls-server-auth=pgbackrest-client=*
+
+[main]
+pg1-path=$BENCH/a/pg-main/data
+pg1-port=$PORT
+pg1-socket-path=$BENCH/a/pg-main/sock
+
+[small]
+pg1-path=$BENCH/a/pg-small/data
+pg1-port=$PORT
+pg1-socket-path=$BENCH/a/pg-small/sock
+EOF
+    # Host B: the repository host; the primary through pgBackRest's TLS protocol.
+    cat >"$PGBR_CONF_B" <<EOF
+[global]
+repo1-path=$PGBR_REPO
+repo1-retention-full=9999
+log-path=$BENCH/b/pgbr-log
+lock-path=$BENCH/b/pgbr-lock
+log-level-console=warn
+log-level-file=info
+start-fast=y
+archive-copy=n
+archive-timeout=120
+EOF
+    local ds
+    for ds in main small; do
+        cat >>"$PGBR_CONF_B" <<EOF
+
+[$ds]
+pg1-host=pgjet-bench-a
+pg1-host-type=tls
+pg1-host-cert-file=$PKI/client.crt
+pg1-host-key-file=$PKI/client.key
+pg1-host-ca-file=$PKI/ca.crt
+pg1-path=$BENCH/a/pg-$ds/data
+pg1-port=$PORT
+pg1-socket-path=$BENCH/a/pg-$ds/sock
+EOF
+    done
+    chmod 644 "$PGBR_CONF_A" "$PGBR_CONF_B"
+}
+
+start_pgbr_server() {
+    [ "$SKIP_PGBACKREST" = 1 ] && return 0
+    # sh execs ip, which execs setpriv, which execs pgbackrest: $! is the server's PID
+    sh -c 'echo $$ > "$0/tasks" && exec "$@"' "$CG_A" ip netns exec "$NA" \
+        setpriv --reuid=postgres --regid=postgres --init-groups \
+        pgbackrest --config="$PGBR_CONF_A" server </dev/null >"$LOGS/pgbr-server.log" 2>&1 &
+    PGBR_PID=$!
+    local i
+    for i in $(seq 1 50); do
+        ip netns exec "$NA" ss -Hltn "sport = :8432" | grep -q . && return 0
+        sleep 0.1
+    done
+    die "pgbackrest server did not listen (log $LOGS/pgbr-server.log)"
+}
+stop_pgbr_server() {
+    [ -n "$PGBR_PID" ] || return 0
+    kill "$PGBR_PID" 2>/dev/null || true
+    wait "$PGBR_PID" 2>/dev/null || true
+    PGBR_PID=""
+}
+pgbr_b() { in_b pgbackrest --config="$PGBR_CONF_B" "$@"; }
+
+# ------------------------------------------------------------------ the timed commands
+LOCAL_EXCL="--exclude=./pg_wal/0* --exclude=./postmaster.pid"
+
+raw_sender() {   # python TCP server in A: on connect, tar the data dir into the socket
+    cat >"$BENCH/bin/raw.py" <<'EOF'
+import socket, subprocess, sys
+mode = sys.argv[1]
+if mode == "serve":
+    addr, port, datadir = sys.argv[2], int(sys.argv[3]), sys.argv[4]
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((addr, port)); s.listen(1)
+    c, _ = s.accept()
+    p = subprocess.Popen(["tar", "-C", datadir, "--exclude=./pg_wal/0*", "--exclude=./postmaster.pid",
+                          "--warning=no-file-changed", "--warning=no-file-removed", "-cf", "-", "."],
+                         stdout=subprocess.PIPE)
+    while True:
+        b = p.stdout.read(1 << 20)
+        if not b: break
+        c.sendall(b)
+    c.close(); p.wait()
+else:
+    addr, port = sys.argv[2], int(sys.argv[3])
+    c = socket.create_connection((addr, port))
+    out = sys.stdout.buffer
+    while True:
+        b = c.recv(1 << 20)
+        if not b: break
+        out.write(b)
+EOF
+}
+
+bench_raw() {  # tar | TCP (plain, no TLS) | tar -x: the same bytes over the same link
+    local r=$1 o=$OUT/raw p=7000
+    fresh_dir "$o"
+    in_cg_a ip netns exec "$NA" python3 "$BENCH/bin/raw.py" serve "$ADDR_A" $p "$BENCH/a/pg-$CUR_DS/data" </dev/null >"$LOGS/raw-sender.log" 2>&1 &
+    local spid=$!
+    sleep 0.5
+    timed raw_tar_tcp "$r" "ip netns exec $NB python3 $BENCH/bin/raw.py recv $ADDR_A $p | ip netns exec $NB tar -C $(q "$o") -xf -" || true
+    wait "$spid" 2>/dev/null || true
+    rm -rf "$o"
+}
+
+bench_local_copy() {   # plain local copy reference, no network
+    local r=$1 o=$OUT/local
+    rm -rf "$o"; mkdir -p "$o"
+    timed local_tar_copy "$r" "tar -C $(q "$BENCH/a/pg-$CUR_DS/data") --warning=no-file-changed --warning=no-file-removed $LOCAL_EXCL -cf - . | tar -C $(q "$o") -xf -" || true
+    rm -rf "$o"
+}
+
+bench_pg_basebackup() {
+    local r=$1 o=$OUT/pgbb
+    fresh_dir "$o"
+    timed pg_basebackup_R "$r" "$(in_b "$PGBIN/pg_basebackup" -d "$(conninfo)" -D "$o" -Fp -Xstream -R -c fast)" || true
+    rm -rf "$o"
+}
+
+bench_pgjet_replica() {   # NAME RUN JOBS [DIR]
+    local name=$1 r=$2 j=$3 o=${4:-$OUT/pgjet-replica}
+    fresh_dir "$o"
+    timed "$name" "$r" "$(in_b "$PGJET_BIN" --source "$(conninfo)" --transport libpq --jobs "$j" \
+        --pg-path "$o" --output json replica-create --start-fast)" || true
+}
+
+bench_pgbackrest() {
+    local r=$1 j ct
+    for ct in $PGBR_COMPRESS; do
+        for j in $JOBS_LIST; do
+            timed "pgbackrest_${ct}_p$j" "$r" "$(pgbr_b --stanza="$CUR_DS" --type=full --process-max="$j" \
+                --compress-type="$ct" backup)" || true
+            # keep the repository small (untimed)
+            as_pg pgbackrest --config="$PGBR_CONF_B" --stanza="$CUR_DS" --repo1-retention-full=1 expire >/dev/null 2>&1 || true
+        done
+    done
+}
+
+bench_pgjet_backup() {
+    local r=$1 j ct repo=$BENCH/b/pgjet-repo
+    for ct in $PGJET_COMPRESS; do
+        for j in $JOBS_LIST; do
+            fresh_dir "$repo"
+            eval "$(in_b "$PGJET_BIN" --stanza "$CUR_DS" --repo-path "$repo" --source "$(conninfo)" stanza-create)" \
+                >"$LOGS/pgjet-stanza-create.log" 2>&1 || { cat "$LOGS/pgjet-stanza-create.log"; continue; }
+            timed "pgjet_backup_${ct}_j$j" "$r" "$(in_b "$PGJET_BIN" --stanza "$CUR_DS" --repo-path "$repo" \
+                --source "$(conninfo)" --transport libpq --jobs "$j" --compress-type "$ct" --output json \
+                backup --type full --start-fast)" || true
+        done
+    done
+    rm -rf "$repo"
+}
+
+iperf_ref() {   # 10 s of iperf3 A -> B (1 stream), once per link: the link's TCP goodput
+    local out
+    in_cg_a ip netns exec "$NA" iperf3 -s -1 -B "$ADDR_A" >/dev/null 2>&1 &
+    local spid=$!
+    sleep 0.5
+    out=$(ip netns exec "$NB" iperf3 -c "$ADDR_A" -R -t 10 -O 2 -J 2>/dev/null | jq -r '.end.sum_received.bits_per_second' 2>/dev/null || echo "")
+    wait "$spid" 2>/dev/null || true
+    printf '%s\t%s\t%s\n' "$CUR_DS" "$CUR_LINK" "$out" >>"$RES/iperf.tsv"
+    say "  iperf3 (1 stream, A -> B): $(awk -v b="${out:-0}" 'BEGIN {printf "%.1f Mbit/s", b / 1e6}')"
+}
+
+# ------------------------------------------------------------------ the parts
+phase_begin() { header "$1"; wait_quiet; LOAD[$1]="$(loadavg)"; }
+phase_end() { LOAD[$1]="${LOAD[$1]} → $(loadavg)"; printf '%s\t%s\n' "$1" "${LOAD[$1]}" >>"$RES/load.tsv"; }
+
+part_main() {   # DS LINKS RUNS
+    local ds=$1 links=$2 runs=$3 link r
+    if [ "$ds" = small ]; then PGBR_COMPRESS=$SMALL_PGBR_COMPRESS; PGJET_COMPRESS=$SMALL_PGJET_COMPRESS; fi
+    for link in $links; do
+        CUR_LINK_TAG=${link//\//_}
+        lab_up "$link" "$ds"
+        phase_begin "$ds @ $(link_label "$link")"
+        iperf_ref
+        for r in $(seq 1 "$runs"); do
+            say "-- run $r of $runs"
+            [ "$link" = unshaped ] && bench_local_copy "$r"
+            bench_raw "$r"
+            bench_pgjet_replica pgjet_replica_j$REPLICA_JOBS "$r" "$REPLICA_JOBS"; rm -rf "$OUT/pgjet-replica"
+            bench_pg_basebackup "$r"
+            [ "$SKIP_PGBACKREST" = 1 ] || bench_pgbackrest "$r"
+            bench_pgjet_backup "$r"
+        done
+        phase_end "$ds @ $(link_label "$link")"
+    done
+}
+
+part_sweep() {
+    local link j r
+    for link in $SWEEP_LINKS; do
+        CUR_LINK_TAG=${link//\//_}
+        lab_up "$link" main
+        phase_begin "sweep @ $(link_label "$link")"
+        for r in $(seq 1 "$SWEEP_RUNS"); do
+            for j in $SWEEP_JOBS; do
+                bench_pgjet_replica "sweep_replica_j$j" "$r" "$j"; rm -rf "$OUT/pgjet-replica"
+            done
+        done
+        phase_end "sweep @ $(link_label "$link")"
+    done
+}
+
+# change_pages: update one row on DELTA_PCT % of pgbench_accounts' heap pages (chosen at
+# random, by ctid), then CHECKPOINT. Prints the number of rows updated.
+change_pages() {
+    local d=$BENCH/a/pg-main
+    psql_as "$PGV" "$d" "$PORT" -At <<SQL | tail -n 1
+WITH t AS (SELECT format('(%s,%s)', k, 1 + floor(random() * 61)::int)::tid AS t
+           FROM generate_series(0, (pg_relation_size('pgbench_accounts') / 8192)::int - 1) k
+           WHERE random() < $DELTA_PCT / 100.0),
+     u AS (UPDATE pgbench_accounts SET abalance = abalance + 1
+           WHERE ctid = ANY (ARRAY(SELECT t FROM t)) RETURNING 1)
+SELECT count(*) FROM u;
+CHECKPOINT;
+SELECT count(*) FROM pgbench_accounts WHERE false;
+SQL
+}
+
+part_delta() {
+    local link=$DELTA_LINK d=$BENCH/b/delta kib n r
+    CUR_LINK_TAG=${link//\//_}
+    lab_up "$link" main
+    phase_begin "delta @ $(link_label "$link")"
+    local pages
+    pages=$(psql_as "$PGV" "$BENCH/a/pg-main" "$PORT" -Atc "SELECT pg_relation_size('pgbench_accounts') / 8192")
+    bench_pgjet_replica delta_base_full 1 "$REPLICA_JOBS" "$d"
+    for r in $(seq 1 "$SWEEP_RUNS"); do
+        for kib in $DELTA_RANGES; do
+            n=$(psql_as "$PGV" "$BENCH/a/pg-main" "$PORT" -At <<SQL
+WITH t AS (SELECT format('(%s,%s)', k, 1 + floor(random() * 61)::int)::tid AS t
+           FROM generate_series(0, $pages - 1) k WHERE random() < $DELTA_PCT / 100.0),
+     u AS (UPDATE pgbench_accounts SET abalance = abalance + 1
+           WHERE ctid = ANY (ARRAY(SELECT t FROM t)) RETURNING 1)
+SELECT count(*) FROM u;
+SQL
+)
+            psql_as "$PGV" "$BENCH/a/pg-main" "$PORT" -c CHECKPOINT >/dev/null
+            printf '%s\t%s\t%s\t%s\n' "$kib" "$r" "$n" "$pages" >>"$RES/delta-changes.tsv"
+            say "  changed $n of $pages pgbench_accounts pages (one row each), checkpoint"
+            timed "delta_r${kib}k" "$r" "$(in_b env PGJET_DELTA_RANGE_KIB="$kib" "$PGJET_BIN" --source "$(conninfo)" \
+                --transport libpq --jobs "$REPLICA_JOBS" --pg-path "$d" --output json replica-create --delta --start-fast)" || true
+            cp "$LOGS/delta_r${kib}k.$CUR_LINK_TAG.run$r.log" "$RES/delta_r${kib}k.run$r.json" 2>/dev/null || true
+        done
+    done
+    # a full copy again for the comparison at the same time of the run
+    bench_pgjet_replica delta_full_again 1 "$REPLICA_JOBS"; rm -rf "$OUT/pgjet-replica"
+    phase_end "delta @ $(link_label "$link")"
+    rm -rf "$d"
+}
+
+# ------------------------------------------------------------------ main
+main() {
+    [ "$(id -u)" -eq 0 ] || die "run as root"
+    for c in /usr/bin/time pgbackrest runuser setpriv iperf3 jq python3 openssl "$PGBIN/pg_basebackup" basenc; do
+        command -v "$c" >/dev/null || die "missing $c: run scripts/install-deps.sh"
+    done
+    [ -x "$PGJET_SRC" ] || die "no pgjet at $PGJET_SRC (cargo build --release)"
+    [ -e "/run/netns/$NA" ] && die "namespace $NA exists (another run?): bash scripts/netlab.sh down $LAB_PREFIX"
+    mkdir -p "$BENCH/bin" "$BENCH/a" "$BENCH/b" "$LOGS" "$RES" "$OUT"
+    chmod 755 "$BENCH" "$BENCH/bin" "$BENCH/a" "$BENCH/b"
+    chown postgres: "$OUT"
+    if [ "$REUSE" != 1 ]; then
+        : >"$TSV"; : >"$RES/iperf.tsv"; : >"$RES/load.tsv"; : >"$RES/delta-changes.tsv"
+        loadavg >"$RES/load-start.txt"
+    fi
+    install -m 755 "$PGJET_SRC" "$PGJET_BIN"
+    PGJET_VERSION=$("$PGJET_BIN" --version | head -n 1)
+    say "bench dir $BENCH; SCALE=$SCALE RANDOM_MB=$RANDOM_MB SMALL_TABLES=$SMALL_TABLES RUNS=$RUNS LINKS='$LINKS' PARTS='$PARTS'"
+    say "load average at start: $(loadavg)"
+    export BENCH_A=$BENCH/a
+    make_cgroups
+    raw_sender
+    if [ "$REUSE" = 1 ]; then
+        [ -f "$BENCH/a/pg-main/data/PG_VERSION" ] || die "REUSE=1 but no cluster under $BENCH/a (run once with KEEP=1)"
+        mkdir -p "/etc/netns/$NB"
+        printf '127.0.0.1 localhost\n198.18.%s.2 pgjet-bench-a\n' "$LAB_ID" >"/etc/netns/$NB/hosts"
+        measure_dataset main
+        [ -f "$BENCH/a/pg-small/data/PG_VERSION" ] && measure_dataset small
+    else
+        make_pki
+        write_pgbr_conf
+        build_cluster main
+        [ "$SMALL_TABLES" -gt 0 ] && build_cluster small
+    fi
+
+    # pgBackRest stanzas, from B, over TLS (needs a lab; the first link of the run)
+    local first
+    first=$(echo "$LINKS" | awk '{print $1}')
+    CUR_LINK_TAG=setup
+    if [ "$SKIP_PGBACKREST" != 1 ] && [ "$REUSE" != 1 ]; then
+        local ds
+        for ds in main small; do
+            [ -f "$BENCH/a/pg-$ds/data/PG_VERSION" ] || continue
+            lab_up "$first" "$ds"
+            eval "$(pgbr_b --stanza="$ds" stanza-create)" && eval "$(pgbr_b --stanza="$ds" check)" \
+                || die "pgBackRest stanza-create/check of $ds failed (logs in $BENCH/b/pgbr-log, $BENCH/a/pgbr-log)"
+            say "pgBackRest stanza $ds created and checked over TLS"
+        done
+    fi
+
+    case " $PARTS " in *" main "*) part_main main "$LINKS" "$RUNS" ;; esac
+    case " $PARTS " in *" delta "*) part_delta ;; esac
+    case " $PARTS " in *" sweep "*) part_sweep ;; esac
+    if [ -f "$BENCH/a/pg-small/data/PG_VERSION" ]; then
+        case " $PARTS " in *" small "*) part_main small "$SMALL_LINKS" "$SMALL_RUNS" ;; esac
+    fi
+    loadavg >"$RES/load-end.txt"
+
+    header "Report"
+    stop_pgbr_server
+    pg_stop_cluster "$BENCH/a/pg-$CUR_DS"
+    write_report
+    say "report written to $REPORT"
+}
+
+write_report() {
+    local pgjet_commit
+    pgjet_commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
+    python3 - "$RES" "$REPORT" \
+        "SCALE=$SCALE RANDOM_MB=$RANDOM_MB SMALL_TABLES=$SMALL_TABLES RUNS=$RUNS SMALL_RUNS=$SMALL_RUNS SWEEP_RUNS=$SWEEP_RUNS LINKS='$LINKS' JOBS_LIST='$JOBS_LIST' REPLICA_JOBS=$REPLICA_JOBS DELTA_PCT=$DELTA_PCT" \
+        "$PGJET_VERSION (commit $pgjet_commit)" "$DROP_CACHES" "${LOGICAL[main]:-0}" "${LOGICAL[small]:-0}" \
+        "$(cat "$RES/files-main.txt" 2>/dev/null) $(cat "$RES/files-small.txt" 2>/dev/null)" \
+        "$(nproc); $(awk '/model name/ {sub(/.*: /, ""); print; exit}' /proc/cpuinfo); $(uname -r); $("$PGBIN/postgres" --version); $(pgbackrest version); congestion control $(cat /proc/sys/net/ipv4/tcp_congestion_control)" \
+        "$(cat "$RES/load-start.txt") → $(cat "$RES/load-end.txt")" <<'PYEOF'
+import sys, csv, statistics, json, os, glob, datetime
+res, report, settings, pgjet, drop, log_main, log_small, nfiles, machine, load_all = sys.argv[1:11]
+LOGICAL = {"main": int(log_main), "small": int(log_small)}
+NFILES = dict(zip(("main", "small"), (nfiles.split() + ["?", "?"])[:2]))
+rows = []
+for r in csv.reader(open(os.path.join(res, "runs.tsv")), delimiter="\t"):
+    if len(r) < 13: continue
+    ds, link, name, run, sec, rss, bcpu, rx, tx, acpu, hwm, anon, ok = r[:13]
+    mcpu = float(r[14]) if len(r) > 14 and r[14] else None
+    steady = float(r[15]) if len(r) > 15 and r[15] else None
+    rows.append(dict(ds=ds, link=link, name=name, run=int(run), ok=ok == "ok", mcpu=mcpu, steady=steady,
+                     sec=float(sec) if ok == "ok" else None, rss=int(rss or 0) if ok == "ok" else 0,
+                     bcpu=float(bcpu or 0), rx=int(rx), tx=int(tx), acpu=float(acpu),
+                     hwm=int(hwm), anon=int(anon)))
+load = dict(csv.reader(open(os.path.join(res, "load.tsv")), delimiter="\t")) if os.path.exists(os.path.join(res, "load.tsv")) else {}
+iperf = {}
+for r in csv.reader(open(os.path.join(res, "iperf.tsv")), delimiter="\t"):
+    if len(r) == 3 and r[2] not in ("", "null"): iperf[(r[0], r[1])] = float(r[2])
+MiB = 1048576.0
+def rate_bytes(link):
+    if link == "unshaped": return None
+    r = link.split("/")[0].lower()
+    for u, m in (("gbit", 1e9), ("mbit", 1e6), ("kbit", 1e3)):
+        if r.endswith(u): return float(r[:-len(u)]) * m / 8
+    return None
+def label(link):
+    if link == "unshaped": return "unshaped veth (no shaping, no delay)"
+    r, t = link.split("/")
+    return f"{r.replace('gbit',' Gbit/s').replace('mbit',' Mbit/s')}, {t} ms RTT"
+def sel(ds, link, name):
+    return [x for x in rows if x["ds"] == ds and x["link"] == link and x["name"] == name]
+def med(xs): return statistics.median(xs) if xs else None
+def stat(ds, link, name):
+    xs = [x for x in sel(ds, link, name) if x["ok"]]
+    n_fail = len(sel(ds, link, name)) - len(xs)
+    if not xs: return dict(n=0, fail=n_fail)
+    s = sorted(x["sec"] for x in xs)
+    return dict(n=len(xs), fail=n_fail, sec=med(s), lo=s[0], hi=s[-1],
+                rx=med([x["rx"] for x in xs]), tx=med([x["tx"] for x in xs]),
+                wire=med([x["rx"] / x["sec"] for x in xs]),
+                bcpu=med([x["bcpu"] for x in xs]), acpu=med([x["acpu"] for x in xs]),
+                mcpu=med([x["mcpu"] for x in xs if x["mcpu"] is not None]),
+                steady=med([x["steady"] for x in xs if x["steady"] is not None]),
+                rss=max(x["rss"] for x in xs), hwm=max(x["hwm"] for x in xs), anon=max(x["anon"] for x in xs))
+DESCR = {
+    "local_tar_copy": "local `tar -c \\| tar -x` + sync, no network (plain-copy reference)",
+    "raw_tar_tcp": "`tar -c` in A → plain TCP (python, no TLS) → `tar -x` in B (raw reference)",
+    "pg_basebackup_R": "`pg_basebackup -Fp -Xstream -R -c fast`, TLS verify-full",
+    "pgjet_replica_j4": "`pgjet replica-create --transport libpq --jobs 4`",
+}
+def descr(n):
+    if n in DESCR: return DESCR[n]
+    if n.startswith("pgjet_replica_j"): return f"`pgjet replica-create --transport libpq --jobs {n.split('_j')[1]}`"
+    if n.startswith("pgbackrest_"):
+        _, ct, p = n.split("_"); return f"`pgbackrest backup` TLS server on A, compress-type={ct}, process-max={p[1:]}"
+    if n.startswith("pgjet_backup_"):
+        _, _, ct, j = n.split("_"); return f"`pgjet backup` from B, --compress-type {ct}, --jobs {j[1:]}"
+    if n.startswith("sweep_replica_j"): return f"`pgjet replica-create --jobs {n.split('_j')[1]}`"
+    return n
+def f(x, d=1):
+    return "–" if x is None else f"{x:.{d}f}"
+out = []
+P = out.append
+P("# pgjet across hosts: replica creation and backup over the network lab")
+P("")
+P(f"Written by `bench/remote.sh` on {datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC. "
+  f"Page cache {'dropped before every timed run' if drop == 'yes' else 'NOT dropped (drop_caches not permitted)'}; "
+  "every command ends with `sync` inside the timing.")
+P("")
+P(f"- machine: {machine}")
+P(f"- pgjet: {pgjet}")
+P(f"- settings: {settings}")
+P(f"- load average (1/5/15 min) at start → end of the whole run: {load_all}")
+P("- both \"hosts\" are network namespaces of one VM: they share its 2 cores, its disk and its page cache.")
+P("")
+def main_table(ds, title):
+    links = []
+    for x in rows:
+        if x["ds"] == ds and not x["name"].startswith(("sweep_", "delta")) and x["link"] not in links: links.append(x["link"])
+    if not links: return
+    P(f"## {title}")
+    P("")
+    P(f"Logical bytes (what a backup copies: PGDATA without pg_wal segments): {LOGICAL[ds]/MiB:.0f} MiB in {NFILES[ds]} files. "
+      "Medians (min–max) of the runs. *wire*: bytes received on B's `lab0` (frames, headers included) / wall time; "
+      "*steady wire*: the same between 25 % and 75 % of the run's duration (sampled every 0.2 s; runs before this column existed show –); "
+      "*machine CPU*: busy share of both cores during the run, everything on the VM included; "
+      "*B CPU*: CPU time of the command on B (cpuacct cgroup); *A CPU*: CPU time of everything on A — postmaster and all "
+      "its processes, the pgBackRest TLS server and its workers, the raw sender (cpuacct cgroup); *RSS B*: the largest process on B (GNU time); "
+      "*A peak*: the largest VmHWM / RssAnon among the processes that appeared on A during the run (backends, walsenders, "
+      "pgBackRest workers; sampled every 0.2 s; "
+      "VmHWM includes the shared-buffer pages a backend touched).")
+    P("")
+    for link in links:
+        names = []
+        for x in rows:
+            if x["ds"] == ds and x["link"] == link and x["name"] not in names and not x["name"].startswith(("sweep_", "delta")): names.append(x["name"])
+        lr = rate_bytes(link)
+        ip = iperf.get((ds, link))
+        P(f"### {label(link)}")
+        P("")
+        extra = []
+        if lr: extra.append(f"line rate {lr/MiB:.1f} MiB/s")
+        if ip: extra.append(f"iperf3 1 stream A→B {ip/8/MiB:.1f} MiB/s goodput")
+        lk = [v for k, v in load.items() if k.startswith(ds + " @") and label_short(link) in k]
+        if lk: extra.append(f"load average before → after: {lk[0]}")
+        if extra: P("; ".join(extra) + ".")
+        P("")
+        P("| command | runs | median s | min–max s | logical MiB/s | wire MiB/s | steady wire MiB/s | rx MiB | B CPU s | A CPU s | machine CPU % | RSS B MiB | A peak HWM/anon MiB |")
+        P("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for n in names:
+            s = stat(ds, link, n)
+            if s["n"] == 0:
+                P(f"| {descr(n)} | 0 ({s['fail']} failed) | FAILED | | | | | | | | | | |"); continue
+            fl = f" ({s['fail']} failed)" if s["fail"] else ""
+            P(f"| {descr(n)} | {s['n']}{fl} | {s['sec']:.2f} | {s['lo']:.2f}–{s['hi']:.2f} | {LOGICAL[ds]/MiB/s['sec']:.1f} | "
+              f"{s['wire']/MiB:.1f} | {f(s['steady'] / MiB if s['steady'] else None)} | {s['rx']/MiB:.0f} | {s['bcpu']:.1f} | {s['acpu']:.1f} | {f(s['mcpu'], 0)} | {s['rss']/1024:.0f} | "
+              f"{s['hwm']/1024:.0f} / {s['anon']/1024:.0f} |")
+        P("")
+def label_short(link):
+    if "/" not in link: return link
+    return f"{link.split('/')[0]}, {link.split('/')[1]} ms RTT"
+main_table("main", "Main dataset: pgbench + incompressible bytes")
+# targets
+P("## Targets")
+P("")
+P("Ratios are peer median time / pgjet median time (above 1 = pgjet faster); *wire* is B's lab0 rx over the whole run.")
+P("")
+P("| link | target | measured | met? |")
+P("|---|---|---:|:---:|")
+def ratio(ds, link, a, b):
+    sa, sb = stat(ds, link, a), stat(ds, link, b)
+    if sa.get("sec") and sb.get("sec"): return sa["sec"] / sb["sec"]
+    return None
+def tgt(link, text, val, thr, fmt="{:.2f}×", ge=True, ds="main"):
+    if val is None: P(f"| {label_short(link)} | {text} | n/a | – |"); return
+    ok = val >= thr if ge else val <= thr
+    P(f"| {label_short(link)} | {text} | {fmt.format(val)} | {'yes' if ok else '**no**'} |")
+links_main = []
+for x in rows:
+    if x["ds"] == "main" and not x["name"].startswith(("sweep_", "delta")) and x["link"] not in links_main: links_main.append(x["link"])
+rep = [n for n in dict.fromkeys(x["name"] for x in rows if x["name"].startswith("pgjet_replica_j"))]
+repn = rep[0] if rep else "pgjet_replica_j4"
+jobs = sorted({n.split("_p")[-1] for n in (x["name"] for x in rows) if n.startswith("pgbackrest_")}, key=int)
+for link in links_main:
+    tgt(link, "replica-create ≥ 1.0× pg_basebackup -R", ratio("main", link, "pg_basebackup_R", repn), 1.0)
+    if link == "unshaped":
+        tgt(link, "replica-create ≥ 0.9× local plain copy", ratio("main", link, "local_tar_copy", repn), 0.9)
+    else:
+        s = stat("main", link, repn); lr = rate_bytes(link)
+        if s.get("wire") and lr: tgt(link, "replica-create on-wire ≥ 90 % of line rate", 100 * s["wire"] / lr, 90, "{:.1f} %")
+        for j in jobs:
+            tgt(link, f"backup none ≥ 1.5× pgBackRest none, {j} workers", ratio("main", link, f"pgbackrest_none_p{j}", f"pgjet_backup_none_j{j}"), 1.5)
+            tgt(link, f"backup zstd vs pgBackRest lz4, {j} workers (≥ 1.5×)", ratio("main", link, f"pgbackrest_lz4_p{j}", f"pgjet_backup_zstd_j{j}"), 1.5)
+for link in dict.fromkeys(x["link"] for x in rows if x["ds"] == "small"):
+    for j in jobs:
+        tgt(link, f"20k small tables: backup none ≥ 3× pgBackRest none, {j} workers", ratio("small", link, f"pgbackrest_none_p{j}", f"pgjet_backup_none_j{j}"), 3.0)
+    tgt(link, "20k small tables: replica-create vs pg_basebackup -R", ratio("small", link, "pg_basebackup_R", repn), 1.0)
+pg_rss = [x["rss"] for x in rows if x["ok"] and x["name"].startswith(("pgjet_", "sweep_", "delta"))]
+a_hwm = [x["hwm"] for x in rows if x["ok"] and x["name"].startswith(("pgjet_", "sweep_", "delta"))]
+if pg_rss: tgt("all", "pgjet peak RSS on B < 200 MiB", max(pg_rss) / 1024, 200, "{:.0f} MiB", ge=False)
+if a_hwm: tgt("all", "peak VmHWM of a backend on A serving pgjet < 200 MiB", max(a_hwm) / 1024, 200, "{:.0f} MiB", ge=False)
+P("")
+# delta
+dl = [x for x in rows if x["name"].startswith("delta")]
+if dl:
+    link = dl[0]["link"]
+    P(f"## Delta (`replica-create --delta`) on {label(link)}")
+    P("")
+    ch = list(csv.reader(open(os.path.join(res, "delta-changes.tsv")), delimiter="\t"))
+    full = [x for x in dl if x["name"] in ("delta_base_full", "delta_full_again") and x["ok"]]
+    fs = med([x["sec"] for x in full]); frx = med([x["rx"] for x in full])
+    P(f"Before each delta run, one row was updated on about {ch[0][3] if ch else '?'} × {sel and ''}"
+      f"{os.environ.get('DELTA_PCT','1')} % of `pgbench_accounts`' heap pages (random pages, by ctid), then CHECKPOINT "
+      "(autovacuum off). Full replica-create on the same link for comparison: "
+      + ', '.join('%.2f s / %.0f MiB rx' % (x['sec'], x['rx'] / MiB) for x in full) + ".")
+    P("")
+    P("| range KiB | rows (pages) updated | wall s | rx MiB | rx / full | full time / delta time | copied / unchanged MiB (pgjet summary) | B CPU s | A CPU s | RSS B MiB |")
+    P("|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|")
+    for x in dl:
+        if not x["name"].startswith("delta_r"): continue
+        kib = x["name"][7:-1]
+        n = next((c[2] for c in ch if c[0] == kib and c[1] == str(x["run"])), "?")
+        summ = ""
+        try:
+            t = open(os.path.join(res, f"{x['name']}.run{x['run']}.json")).read()
+            j = json.loads(t[t.index("\n{") + 1:])
+            keys = {k: v for k, v in j.items() if isinstance(v, (int, float))}
+            cp = next((keys[k] for k in keys if "copied" in k), None); un = next((keys[k] for k in keys if "same" in k), None)
+            if cp is not None: summ = f"{cp/MiB:.0f} / {(un or 0)/MiB:.0f}"
+        except Exception:
+            pass
+        if not x["ok"]:
+            P(f"| {kib} | {n} | FAILED | | | | | | | |"); continue
+        P(f"| {kib} | {n} | {x['sec']:.2f} | {x['rx']/MiB:.1f} | {100*x['rx']/frx:.1f} % | {fs/x['sec']:.2f}× | {summ} | {x['bcpu']:.1f} | {x['acpu']:.1f} | {x['rss']/1024:.0f} |")
+    P("")
+# sweep
+sw = [x for x in rows if x["name"].startswith("sweep_")]
+if sw:
+    P("## Connections sweep (`replica-create --jobs N`, main dataset)")
+    P("")
+    P("| link | jobs | wall s (median) | logical MiB/s | wire MiB/s | % of line rate | steady wire MiB/s | B CPU s | A CPU s | machine CPU % | RSS B MiB |")
+    P("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for link in dict.fromkeys(x["link"] for x in sw):
+        for n in dict.fromkeys(x["name"] for x in sw if x["link"] == link):
+            s = stat("main", link, n); lr = rate_bytes(link)
+            if not s.get("sec"): P(f"| {label_short(link)} | {n.split('_j')[1]} | FAILED | | | | | | | | |"); continue
+            P(f"| {label_short(link)} | {n.split('_j')[1]} | {s['sec']:.2f} | {LOGICAL['main']/MiB/s['sec']:.1f} | {s['wire']/MiB:.1f} | "
+              f"{100*s['wire']/lr:.1f} % | {f(s['steady'] / MiB if s['steady'] else None)} | {s['bcpu']:.1f} | {s['acpu']:.1f} | {f(s['mcpu'], 0)} | {s['rss']/1024:.0f} |" if lr else "")
+    P("")
+main_table("small", "Small-file dataset")
+P("## Machine load per phase (1/5/15-minute load average, before → after)")
+P("")
+for k, v in load.items(): P(f"- {k}: {v}")
+P("")
+P(f"Raw rows: `{os.path.join(res, 'runs.tsv')}` (dataset, link, command, run, s, RSS KiB, B CPU s, rx, tx, A CPU s, A HWM KiB, A anon KiB, ok).")
+open(report, "w").write("\n".join(out) + "\n")
+print("\n".join(out))
+PYEOF
+}
+
+main "$@"
