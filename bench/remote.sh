@@ -299,17 +299,7 @@ autovacuum = off" pg_make_cluster "$PGV" "$d" "$port"
     local t0=$SECONDS
     if [ "$ds" = main ]; then
         as_pg "$PGBIN/pgbench" -h "$d/sock" -p "$port" -U postgres -i -q -s "$SCALE" postgres 2>&1 | tail -n 1
-        cat >"$BENCH/bin/gen-random.sh" <<'EOF'
-#!/bin/sh
-i=0
-while [ "$i" -lt "$1" ]; do
-    printf '\\\\x'
-    head -c 1048576 /dev/urandom | basenc --base16 -w0
-    echo
-    i=$((i + 1))
-done
-EOF
-        chmod 755 "$BENCH/bin/gen-random.sh"
+        install -m 755 "$(dirname "${BASH_SOURCE[0]}")/gen-random.sh" "$BENCH/bin/gen-random.sh"
         psql_as "$PGV" "$d" "$port" >/dev/null <<SQL
 CREATE TABLE random_bytes (id serial PRIMARY KEY, payload bytea NOT NULL);
 ALTER TABLE random_bytes ALTER COLUMN payload SET STORAGE EXTERNAL;

@@ -141,18 +141,7 @@ archive_mode = off" pg_make_cluster "$PGV" "$PG" "$PORT"
 
     # incompressible bytes: 1 MiB of /dev/urandom per row, hex-encoded for COPY, stored
     # uncompressed out of line (STORAGE EXTERNAL: TOAST without compression)
-    cat >"$BENCH/bin/gen-random.sh" <<'EOF'
-#!/bin/sh
-# gen-random.sh N: N lines of COPY text for one bytea column, each 1 MiB from /dev/urandom
-i=0
-while [ "$i" -lt "$1" ]; do
-    printf '\\\\x'
-    head -c 1048576 /dev/urandom | basenc --base16 -w0
-    echo
-    i=$((i + 1))
-done
-EOF
-    chmod 755 "$BENCH/bin/gen-random.sh"
+    install -m 755 "$(dirname "${BASH_SOURCE[0]}")/gen-random.sh" "$BENCH/bin/gen-random.sh"
     psql_as "$PGV" "$PG" "$PORT" >/dev/null <<SQL
 CREATE TABLE random_bytes (id serial PRIMARY KEY, payload bytea NOT NULL);
 ALTER TABLE random_bytes ALTER COLUMN payload SET STORAGE EXTERNAL;
