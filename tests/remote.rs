@@ -13,7 +13,8 @@
 //!   interrupted replica-create, after a cut link, after a primary restart, and onto a former
 //!   primary that diverged after its standby was promoted (it then follows the new primary).
 //! - PostgreSQL 18 (the wheel has no TLS): SCRAM over plain TCP, password from PGPASSWORD;
-//!   replica-create, backup and restore, delta onto a stale standby.
+//!   md5 authentication (right and wrong password); replica-create, backup and restore,
+//!   delta onto a stale standby.
 mod common;
 
 use common::netlab::NetLab;
@@ -834,6 +835,32 @@ fn remote_pg18_scram_replica_backup_delta() {
     let r = Remote::new(Pg::v18(), "remote18", false);
     dataset(&r);
     let b = r.lab.ns_b.clone();
+    // md5 authentication: a role whose password is stored as md5, allowed by an md5 line.
+    r.cluster.psql(
+        "postgres",
+        "SET password_encryption = 'md5'; CREATE ROLE md5user LOGIN PASSWORD 'md5 pw';",
+    );
+    let hba = r.cluster.data().join("pg_hba.conf");
+    let mut lines = fs::read_to_string(&hba).unwrap();
+    lines.push_str("host all md5user 0.0.0.0/0 md5\n");
+    fs::write(&hba, lines).unwrap();
+    r.cluster.psql("postgres", "SELECT pg_reload_conf()");
+    let a = args![
+        "--source",
+        format!(
+            "host={} port={} user=md5user sslmode=disable",
+            r.addr_a(),
+            r.cluster.port()
+        ),
+        "check"
+    ];
+    let md5 = r
+        .pgjet_in(&b, &r.hidden(), &a, Some("md5 pw"))
+        .fails_with("MISSING");
+    assert!(md5.stdout.contains("connected to"), "{md5}");
+    r.pgjet_in(&b, &r.hidden(), &a, Some("wrong"))
+        .fails_with("password authentication failed");
+
     let standby_dir = r.dest.join("standby");
     let (rx0, _) = r.lab.iface_bytes(&b);
     let standby = replica_across_the_link(&r, &standby_dir);
