@@ -12,10 +12,7 @@ use crate::storage::Storage;
 /// - With a repository and a stanza: --pg-path is the data_directory (when local), the
 ///   cluster's identity matches the stanza's, and the repository is writable.
 pub fn run(s: &Settings) -> Result<Vec<String>> {
-    let target = match &s.source {
-        Some(c) => session::parse_conninfo(c)?,
-        None => session::local_config(&s.pg_socket_path, s.pg_port, &s.pg_user)?,
-    };
+    let target = primary_target(s)?;
     let sess = Session::connect(&target)?;
     let mut lines = vec![format!(
         "connected to {}{}",
@@ -68,12 +65,7 @@ pub fn run(s: &Settings) -> Result<Vec<String>> {
             }
         }
         None => {
-            let wanted = if s.jobs_given {
-                s.jobs
-            } else {
-                DEFAULT_LIBPQ_JOBS
-            };
-            let n = fit_connections(&sess, wanted)?;
+            let n = libpq_connections(s, &sess, &info)?;
             lines.push(format!(
                 "files are read over libpq: {n} copy connection(s) fit in the server's free slots"
             ));

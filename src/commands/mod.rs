@@ -33,13 +33,13 @@ pub fn open_repo(s: &Settings) -> Result<PosixStorage> {
     PosixStorage::open(s.repo_path()?)
 }
 
-/// Connects to the cluster described by --pg-socket-path, --pg-port, --pg-user.
-pub fn connect_local(s: &Settings) -> Result<Session> {
-    Session::connect(&session::local_config(
-        &s.pg_socket_path,
-        s.pg_port,
-        &s.pg_user,
-    )?)
+/// How to reach the primary: --source, else --pg-socket-path/--pg-port/--pg-user.
+/// Errors: a bad connection string or TLS setting.
+pub fn primary_target(s: &Settings) -> Result<ConnTarget> {
+    match &s.source {
+        Some(c) => session::parse_conninfo(c),
+        None => session::local_config(&s.pg_socket_path, s.pg_port, &s.pg_user),
+    }
 }
 
 /// The primary a base backup copies: its session, its facts, how to reach it again, and
@@ -51,8 +51,8 @@ pub struct Primary {
     pub source: Box<dyn Source>,
     /// Parallel workers for this source.
     pub jobs: usize,
-    /// Whether the files are read over libpq (else from this host's filesystem).
-    pub remote: bool,
+    /// The data directory on this host when files are read locally; None over libpq.
+    pub local_dir: Option<PathBuf>,
 }
 
 impl Primary {
@@ -66,10 +66,7 @@ impl Primary {
 /// Connects to the primary: --source, else --pg-socket-path/--pg-port/--pg-user. Returns how
 /// it was reached, the session and the server's facts. Errors: configuration, connection.
 pub fn connect_primary(s: &Settings) -> Result<(ConnTarget, Session, ServerInfo)> {
-    let target = match &s.source {
-        Some(c) => session::parse_conninfo(c)?,
-        None => session::local_config(&s.pg_socket_path, s.pg_port, &s.pg_user)?,
-    };
+    let target = primary_target(s)?;
     let sess = Session::connect(&target)?;
     let info = sess.server_info()?;
     Ok((target, sess, info))
@@ -95,23 +92,17 @@ pub fn open_primary(s: &Settings, check_pg_path_arg: bool) -> Result<Primary> {
             target.describe, info.data_directory
         )));
     }
-    let remote = local.is_none();
-    let (source, jobs): (Box<dyn Source>, usize) = match local {
+    let (source, jobs): (Box<dyn Source>, usize) = match &local {
         Some(dir) => {
             if check_pg_path_arg {
                 if let Some(p) = &s.pg_path {
                     check_pg_path(p, &info)?;
                 }
             }
-            (Box::new(LocalSource::new(&dir)), s.jobs)
+            (Box::new(LocalSource::new(dir)), s.jobs)
         }
         None => {
-            let wanted = if s.jobs_given {
-                s.jobs
-            } else {
-                DEFAULT_LIBPQ_JOBS
-            };
-            let jobs = fit_connections(&sess, wanted)?;
+            let jobs = libpq_connections(s, &sess, &info)?;
             tracing::info!(
                 "reading {} over libpq with {jobs} connection(s)",
                 target.describe
@@ -128,7 +119,7 @@ pub fn open_primary(s: &Settings, check_pg_path_arg: bool) -> Result<Primary> {
         target,
         source,
         jobs,
-        remote,
+        local_dir: local,
     })
 }
 
@@ -162,17 +153,24 @@ pub fn local_data_directory(sess: &Session, info: &ServerInfo) -> Option<PathBuf
     }
 }
 
+/// How many copy connections a libpq source opens: --jobs, or [`DEFAULT_LIBPQ_JOBS`] when
+/// not given, fitted to the server's free slots ([`fit_connections`]).
+pub fn libpq_connections(s: &Settings, sess: &Session, info: &ServerInfo) -> Result<usize> {
+    let wanted = if s.jobs_given {
+        s.jobs
+    } else {
+        DEFAULT_LIBPQ_JOBS
+    };
+    fit_connections(sess, info, wanted)
+}
+
 /// How many copy connections the server can take: `wanted`, or fewer when the server has
 /// fewer free slots (max_connections less superuser_reserved_connections, reserved_connections
 /// on 16+, and the client backends already connected; one is left for others).
 ///
 /// Errors: no free slot at all.
-pub fn fit_connections(sess: &Session, wanted: usize) -> Result<usize> {
-    let reserved = if sess
-        .server_info()
-        .map(|i| i.version_num >= 160000)
-        .unwrap_or(false)
-    {
+pub fn fit_connections(sess: &Session, info: &ServerInfo, wanted: usize) -> Result<usize> {
+    let reserved = if info.version_num >= 160000 {
         "current_setting('reserved_connections')::int"
     } else {
         "0"
@@ -290,6 +288,28 @@ pub fn parse_tablespace_map(values: &[String]) -> Result<Vec<(String, PathBuf)>>
             Ok((id.to_string(), dir))
         })
         .collect()
+}
+
+/// Where each tablespace (oid, name, original location) goes: its --tablespace-map entry,
+/// else its original location. Errors: a map entry that names no tablespace.
+pub fn tablespace_locations(
+    tablespaces: &[(u32, String, String)],
+    map: &[(String, PathBuf)],
+) -> Result<Vec<(u32, PathBuf)>> {
+    let known: Vec<(u32, String)> = tablespaces
+        .iter()
+        .map(|(o, n, _)| (*o, n.clone()))
+        .collect();
+    check_map_used(map, &known)?;
+    Ok(tablespaces
+        .iter()
+        .map(|(oid, name, loc)| {
+            (
+                *oid,
+                mapped_dir(map, *oid, name).unwrap_or_else(|| PathBuf::from(loc)),
+            )
+        })
+        .collect())
 }
 
 /// Picks the mapped directory for tablespace (oid, name), or None.

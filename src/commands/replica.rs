@@ -49,7 +49,8 @@ pub struct DirTarget<'a> {
     pub pg_path: &'a Path,
     pub tablespaces: &'a [(u32, String, String)],
     pub map: &'a [(String, PathBuf)],
-    /// (oid, chosen location), once prepared.
+    /// (oid, chosen location): checked before the backup starts, the tablespace
+    /// directories made by `prepare`.
     pub locations: Vec<(u32, PathBuf)>,
     pub sync: Option<TargetSync>,
     /// Files written (path, mtime), to stamp their modification times at the end.
@@ -66,16 +67,6 @@ pub struct DirTarget<'a> {
 impl BackupTarget for DirTarget<'_> {
     fn prepare(&mut self, listing: &Listing) -> Result<()> {
         if self.delta {
-            self.locations = self
-                .tablespaces
-                .iter()
-                .map(|(oid, name, loc)| {
-                    (
-                        *oid,
-                        mapped_dir(self.map, *oid, name).unwrap_or_else(|| PathBuf::from(loc)),
-                    )
-                })
-                .collect();
             let removed = delta::begin_delta(
                 self.pg_path,
                 self.system_identifier,
@@ -101,11 +92,11 @@ impl BackupTarget for DirTarget<'_> {
         opts: &ReadOptions,
         progress: &dyn Progress,
     ) -> Result<CopyOutcome> {
+        let specs: Vec<(&str, u64, u32)> = files
+            .iter()
+            .map(|f| (f.path.as_str(), f.size, f.mode))
+            .collect();
         let (targets, out) = if self.delta {
-            let specs: Vec<(&str, u64, u32)> = files
-                .iter()
-                .map(|f| (f.path.as_str(), f.size, f.mode))
-                .collect();
             let (targets, before) = delta::size_files(self.pg_path, &specs)?;
             let plan = plan_delta(source, files, &targets, &before, opts.jobs, progress)?;
             self.same += plan.same_bytes;
@@ -120,10 +111,6 @@ impl BackupTarget for DirTarget<'_> {
             progress.finish();
             (targets, out)
         } else {
-            let specs: Vec<(&str, u64, u32)> = files
-                .iter()
-                .map(|f| (f.path.as_str(), f.size, f.mode))
-                .collect();
             let targets = create_files(self.pg_path, &specs)?;
             let sink = DirSink {
                 targets: &targets,
@@ -162,22 +149,21 @@ pub fn run(s: &Settings, args: &ReplicaArgs, progress: &dyn Progress) -> Result<
     if primary.info.in_recovery {
         return Err(Error::Unsafe("the source is a standby: replica-create from a standby is not supported yet; use the primary".into()));
     }
-    let local_dir = local_data_directory(&primary.sess, &primary.info);
-    let transport = if primary.remote { "libpq" } else { "local" };
+    let transport = if primary.local_dir.is_some() {
+        "local"
+    } else {
+        "libpq"
+    };
     let tablespaces = primary.sess.tablespaces()?;
     // Check targets before anything is created on the primary.
     let delta = args.delta
         && delta::check_delta_target(&target, primary.info.system_identifier)?
             == delta::DeltaTarget::SameCluster;
-    if delta {
-        let known: Vec<(u32, String)> = tablespaces
-            .iter()
-            .map(|(o, n, _)| (*o, n.clone()))
-            .collect();
-        check_map_used(&map, &known)?;
+    let locations = if delta {
+        tablespace_locations(&tablespaces, &map)?
     } else {
-        super::restore::plan_locations(&target, &tablespaces, &map)?;
-    }
+        super::restore::plan_locations(&target, &tablespaces, &map)?
+    };
     if let Some(name) = &args.slot {
         if primary.sess.slot_wal_status(name)?.is_some() {
             return Err(Error::Unsafe(format!(
@@ -194,6 +180,7 @@ pub fn run(s: &Settings, args: &ReplicaArgs, progress: &dyn Progress) -> Result<
         &target,
         &tablespaces,
         &map,
+        locations,
         &app,
         delta,
         progress,
@@ -213,6 +200,7 @@ pub fn run(s: &Settings, args: &ReplicaArgs, progress: &dyn Progress) -> Result<
     let major = primary.info.major();
     let conn = primary.target.clone();
     let jobs = primary.jobs;
+    let local_dir = primary.local_dir.clone();
     primary.close();
     let seconds = clock.elapsed().as_secs_f64();
     let mut started = false;
@@ -264,6 +252,7 @@ fn copy_and_configure(
     target: &Path,
     tablespaces: &[(u32, String, String)],
     map: &[(String, PathBuf)],
+    locations: Vec<(u32, PathBuf)>,
     app: &str,
     delta: bool,
     progress: &dyn Progress,
@@ -272,7 +261,7 @@ fn copy_and_configure(
         pg_path: target,
         tablespaces,
         map,
-        locations: Vec::new(),
+        locations,
         sync: None,
         written: Vec::new(),
         system_identifier: primary.info.system_identifier,

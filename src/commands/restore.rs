@@ -25,17 +25,10 @@ pub fn plan_locations(
     tablespaces: &[(u32, String, String)],
     map: &[(String, PathBuf)],
 ) -> Result<Vec<(u32, PathBuf)>> {
-    let known: Vec<(u32, String)> = tablespaces
-        .iter()
-        .map(|(o, n, _)| (*o, n.clone()))
-        .collect();
-    check_map_used(map, &known)?;
+    let locations = tablespace_locations(tablespaces, map)?;
     check_empty_target(pg_path, "target directory")?;
-    let mut locations = Vec::new();
-    for (oid, name, original) in tablespaces {
-        let dir = mapped_dir(map, *oid, name).unwrap_or_else(|| PathBuf::from(original));
-        check_empty_target(&dir, &format!("tablespace {name} (OID {oid}) directory"))?;
-        locations.push((*oid, dir));
+    for ((oid, dir), (_, name, _)) in locations.iter().zip(tablespaces) {
+        check_empty_target(dir, &format!("tablespace {name} (OID {oid}) directory"))?;
     }
     let all: Vec<PathBuf> = std::iter::once(pg_path.to_path_buf())
         .chain(locations.iter().map(|(_, d)| d.clone()))
@@ -231,20 +224,7 @@ pub fn run(s: &Settings, args: &RestoreArgs, progress: &dyn Progress) -> Result<
         && super::delta::check_delta_target(&pg_path, m.system_identifier)?
             == super::delta::DeltaTarget::SameCluster;
     let (locations, needed) = if delta {
-        let known: Vec<(u32, String)> = tablespaces
-            .iter()
-            .map(|(o, n, _)| (*o, n.clone()))
-            .collect();
-        check_map_used(&map, &known)?;
-        let locations: Vec<(u32, PathBuf)> = tablespaces
-            .iter()
-            .map(|(oid, name, loc)| {
-                (
-                    *oid,
-                    mapped_dir(&map, *oid, name).unwrap_or_else(|| PathBuf::from(loc)),
-                )
-            })
-            .collect();
+        let locations = tablespace_locations(&tablespaces, &map)?;
         let listing = super::delta::manifest_listing(&m);
         let removed =
             super::delta::begin_delta(&pg_path, m.system_identifier, &locations, &listing)?;

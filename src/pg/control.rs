@@ -5,14 +5,13 @@
 //! crc))`). The field's offset differs between major versions, so [`crc_is_valid`] looks
 //! for the one 4-byte-aligned position where the stored value matches the CRC of the bytes
 //! before it. A torn read (the server rewriting the file while it is read) matches nowhere.
-use crate::error::{Error, Result};
-use std::path::Path;
 
 /// Size of the pg_control file on disk, bytes (PG_CONTROL_FILE_SIZE).
 pub const PG_CONTROL_FILE_SIZE: usize = 8192;
 /// Upper bound searched for the `crc` field; ControlFileData is about 300 bytes in 15..18.
 const MAX_CRC_OFFSET: usize = 1024;
-/// Reads tried before a control file whose CRC never matches is reported.
+/// Reads tried before a control file whose CRC never matches is reported (see
+/// `crate::transfer::source::read_control`).
 pub const READ_ATTEMPTS: usize = 5;
 
 /// True when `bytes` carries a ControlFileData whose CRC matches.
@@ -20,24 +19,6 @@ pub fn crc_is_valid(bytes: &[u8]) -> bool {
     (16..MAX_CRC_OFFSET.min(bytes.len().saturating_sub(4)))
         .step_by(4)
         .any(|n| crc32c::crc32c(&bytes[..n]).to_le_bytes() == bytes[n..n + 4])
-}
-
-/// Reads `path` until its CRC matches (re-reading a torn copy), at most
-/// [`READ_ATTEMPTS`] times. Errors when it never matches or cannot be read.
-pub fn read_control_file(path: &Path) -> Result<Vec<u8>> {
-    for attempt in 0..READ_ATTEMPTS {
-        let bytes = std::fs::read(path).map_err(|e| Error::io("read", path, e))?;
-        if crc_is_valid(&bytes) {
-            return Ok(bytes);
-        }
-        tracing::debug!(
-            "{}: CRC mismatch on read {}, reading again",
-            path.display(),
-            attempt + 1
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    Err(Error::Unsafe(format!("{}: the control file's CRC does not match after {READ_ATTEMPTS} reads; the file is damaged", path.display())))
 }
 
 #[cfg(test)]
