@@ -919,3 +919,44 @@ fn l_restore_delta_repairs_a_copy() {
     a.push("--delta".into());
     pgjet(&a).fails_with("another cluster");
 }
+
+/// Bad --source / --transport settings end with a clear configuration error (exit 2) and
+/// leave no target directory behind.
+#[test]
+fn m_source_and_transport_settings() {
+    let c = &fx().cluster;
+    let target = c.root.join("m-never");
+    let local_source = format!(
+        "host={} port={} user=postgres",
+        c.sock().display(),
+        c.port()
+    );
+    let r =
+        pgjet(&args!["--pg-path", target.display(), "replica-create"]).fails_with("needs --source");
+    assert_eq!(r.status.code(), Some(2), "{r}");
+    let r = pgjet(&args![
+        "--source",
+        local_source,
+        "--transport",
+        "bogus",
+        "--pg-path",
+        target.display(),
+        "replica-create"
+    ])
+    .fails_with("transport 'bogus'");
+    assert_eq!(r.status.code(), Some(2), "{r}");
+    let r = pgjet(&args![
+        "--source",
+        "host=/tmp port='unterminated",
+        "--pg-path",
+        target.display(),
+        "replica-create"
+    ])
+    .fails_with("unterminated");
+    assert_eq!(r.status.code(), Some(2), "{r}");
+    assert!(
+        !target.exists(),
+        "a refused replica-create left {}",
+        target.display()
+    );
+}

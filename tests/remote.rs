@@ -854,6 +854,21 @@ fn remote_pg18_scram_replica_backup_delta() {
         ),
         "check"
     ];
+    // --transport local is refused where the primary's files are not on this host.
+    let never = r.dest.join("never");
+    let local = args![
+        "--source",
+        r.source(""),
+        "--transport",
+        "local",
+        "--pg-path",
+        never.display(),
+        "replica-create"
+    ];
+    r.pgjet_in(&b, &r.hidden(), &local, None)
+        .fails_with("does not run on this host");
+    assert!(!never.exists());
+    assert!(pgjet_slots(&r.cluster).is_empty());
     let md5 = r
         .pgjet_in(&b, &r.hidden(), &a, Some("md5 pw"))
         .fails_with("MISSING");

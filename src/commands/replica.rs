@@ -143,7 +143,7 @@ pub fn run(s: &Settings, args: &ReplicaArgs, progress: &dyn Progress) -> Result<
     })?;
     // What the user gave (connection string and environment), for application_name.
     let given = ConnInfo::parse(source)
-        .map_err(|e| Error::Config(format!("--source: {e}")))?
+        .map_err(crate::pg::conninfo::source_error)?
         .with_env_defaults(&session::env_var);
     let primary = open_primary(s, false)?;
     if primary.info.in_recovery {

@@ -393,6 +393,15 @@ fn os_user_name(env: &dyn Fn(&str) -> Option<String>) -> String {
         .unwrap_or_else(|| "postgres".into())
 }
 
+/// Names the --source setting in a connection-string error, without a second
+/// "configuration:" prefix.
+pub fn source_error(e: Error) -> Error {
+    match e {
+        Error::Config(m) => Error::Config(format!("--source: {m}")),
+        other => other,
+    }
+}
+
 /// Hides a password in a connection string shown in messages.
 pub fn redact(s: &str) -> String {
     match ConnInfo::parse_loose(s) {

@@ -82,7 +82,7 @@ pub fn env_var(k: &str) -> Option<String> {
 /// [`crate::pg::conninfo`]). Errors: [`Error::Config`] naming what is wrong.
 pub fn parse_conninfo(s: &str) -> Result<ConnTarget> {
     ConnInfo::parse(s)
-        .map_err(|e| Error::Config(format!("--source: {e}")))?
+        .map_err(crate::pg::conninfo::source_error)?
         .with_env_defaults(&env_var)
         .resolve(&env_var, "pgjet")
 }
