@@ -21,12 +21,31 @@ use crate::pg::datadir::{self, DirLister, Entry, EntryKind, Listing, TablespaceL
 use crate::pg::session::{open_client, ServerInfo, Session};
 use crate::transfer::{PieceSpec, Source, SourceFile, SourceReader};
 use std::path::PathBuf;
-use std::sync::Mutex;
-use tokio_postgres::Client;
+use std::sync::{Arc, Mutex};
+use tokio_postgres::{Client, Row};
 
 /// Most bytes asked of the server in one `pg_read_binary_file` call: 64 MiB, far under the
 /// 1 GB limit of a bytea, since the server allocates the whole length before reading.
 pub const MAX_READ: u64 = 64 << 20;
+
+/// Bytes per result row when reading: a unit is asked for as rows of at most this size in
+/// one query, so the server sends each row while it reads the next (the connection is not
+/// idle while the server reads a whole unit) and neither side allocates a unit-sized reply.
+pub const READ_ROW: u64 = 1 << 20;
+
+/// The row size in use: [`READ_ROW`], or `PGJET_LIBPQ_ROW_KIB` (a multiple of 8 from 8 to
+/// 65536) for the benchmark that chooses it. Errors: a value out of range.
+pub fn read_row() -> Result<u64> {
+    match std::env::var("PGJET_LIBPQ_ROW_KIB") {
+        Err(_) => Ok(READ_ROW),
+        Ok(v) => match v.parse::<u64>() {
+            Ok(k) if (8..=65536).contains(&k) && k % 8 == 0 => Ok(k << 10),
+            _ => Err(Error::Config(format!(
+                "PGJET_LIBPQ_ROW_KIB '{v}' must be a multiple of 8 between 8 and 65536"
+            ))),
+        },
+    }
+}
 
 /// Lists a level of directories: for each input path, either one row per entry (name,
 /// size, is-dir, mtime) or one row with a NULL name (empty directory), or a NULL directory
@@ -67,6 +86,11 @@ pub struct LibpqSource {
     opened: Mutex<usize>,
     /// Permission bits of the data directory (data_directory_mode): 0700 or 0750.
     dir_mode: u32,
+    /// Most bytes per result row ([`read_row`]).
+    row: u64,
+    /// Whether readers send the next unit's read before the current one is processed
+    /// (`PGJET_LIBPQ_PREFETCH=0` turns it off, for the benchmark).
+    prefetch: bool,
     describe: String,
 }
 
@@ -97,6 +121,8 @@ impl LibpqSource {
             max_connections: connections.max(1),
             opened: Mutex::new(0),
             dir_mode: mode & 0o777,
+            row: read_row()?,
+            prefetch: std::env::var("PGJET_LIBPQ_PREFETCH").map_or(true, |v| v != "0"),
             describe,
         })
     }
@@ -250,7 +276,8 @@ impl Source for LibpqSource {
     fn reader(&self) -> Result<Box<dyn SourceReader + '_>> {
         Ok(Box::new(LibpqReader {
             src: self,
-            client: Some(self.checkout()?),
+            client: Some(Arc::new(self.checkout()?)),
+            pending: Default::default(),
         }))
     }
 
@@ -269,22 +296,81 @@ impl Source for LibpqSource {
     }
 }
 
-/// One engine thread's connection.
+/// Reads sent ahead on one connection, at most: the unit being received and the next one,
+/// so the server always has a query to answer while this side checks and writes.
+const READS_AHEAD: usize = 2;
+
+/// One engine thread's connection, with up to [`READS_AHEAD`] reads sent ahead
+/// ([`SourceReader::prefetch`]), answered in the order they were sent.
 struct LibpqReader<'a> {
     src: &'a LibpqSource,
-    client: Option<Client>,
+    client: Option<Arc<Client>>,
+    pending: std::collections::VecDeque<Pending>,
+}
+
+/// A read sent ahead: its requests and the task receiving its rows.
+struct Pending {
+    key: Vec<(usize, u64, u64)>,
+    req: ReadRequests,
+    rows: tokio::task::JoinHandle<std::result::Result<Vec<Row>, tokio_postgres::Error>>,
+}
+
+/// The rows asked of the server for a list of pieces: each piece cut into rows of at most
+/// the source's row size.
+struct ReadRequests {
+    paths: Vec<String>,
+    offsets: Vec<i64>,
+    lens: Vec<i64>,
+    /// The piece each row belongs to.
+    owner: Vec<usize>,
+}
+
+impl ReadRequests {
+    fn new(files: &[SourceFile], pieces: &[PieceSpec], row: u64) -> ReadRequests {
+        let mut r = ReadRequests {
+            paths: Vec::new(),
+            offsets: Vec::new(),
+            lens: Vec::new(),
+            owner: Vec::new(),
+        };
+        for (i, p) in pieces.iter().enumerate() {
+            let mut off = 0;
+            while off < p.len || (p.len == 0 && off == 0) {
+                let len = (p.len - off).min(row);
+                r.paths.push(files[p.file].path.clone());
+                r.offsets.push((p.offset + off) as i64);
+                r.lens.push(len as i64);
+                r.owner.push(i);
+                if len == 0 {
+                    break;
+                }
+                off += len;
+            }
+        }
+        r
+    }
+}
+
+fn piece_key(pieces: &[PieceSpec]) -> Vec<(usize, u64, u64)> {
+    pieces.iter().map(|p| (p.file, p.offset, p.len)).collect()
 }
 
 impl Drop for LibpqReader<'_> {
     fn drop(&mut self) {
-        if let Some(c) = self.client.take() {
+        for p in self.pending.drain(..) {
+            // Dropping a query discards the rest of its reply; wait until the task lets go
+            // of the connection so it can go back to the pool.
+            p.rows.abort();
+            let _ = self.src.rt.block_on(p.rows);
+        }
+        if let Some(c) = self.client.take().and_then(|c| Arc::try_unwrap(c).ok()) {
             self.src.checkin(c);
         }
     }
 }
 
 impl LibpqReader<'_> {
-    fn client(&self) -> Result<&Client> {
+    fn client(&self) -> Result<&Arc<Client>> {
         match &self.client {
             Some(c) if !c.is_closed() => Ok(c),
             _ => Err(Error::Other(format!(
@@ -292,6 +378,19 @@ impl LibpqReader<'_> {
                 self.src.describe
             ))),
         }
+    }
+
+    /// Sends the read of `req` and returns the task that collects its rows.
+    fn send(
+        &self,
+        req: &ReadRequests,
+    ) -> Result<tokio::task::JoinHandle<std::result::Result<Vec<Row>, tokio_postgres::Error>>> {
+        let client = self.client()?.clone();
+        let (paths, offsets, lens) = (req.paths.clone(), req.offsets.clone(), req.lens.clone());
+        Ok(self
+            .src
+            .rt
+            .spawn(async move { client.query(READ_SQL, &[&paths, &offsets, &lens]).await }))
     }
 }
 
@@ -332,55 +431,73 @@ impl SourceReader for LibpqReader<'_> {
             .collect()
     }
 
+    fn prefetch(&mut self, files: &[SourceFile], pieces: &[PieceSpec]) {
+        if self.pending.len() >= READS_AHEAD || !self.src.prefetch {
+            return;
+        }
+        let req = ReadRequests::new(files, pieces, self.src.row);
+        // A failure to send shows again when the read is asked for.
+        if let Ok(rows) = self.send(&req) {
+            self.pending.push_back(Pending {
+                key: piece_key(pieces),
+                req,
+                rows,
+            });
+        }
+    }
+
     fn read(
         &mut self,
         files: &[SourceFile],
         pieces: &[PieceSpec],
         buf: &mut [u8],
     ) -> Result<Vec<bool>> {
-        let client = self.client()?;
-        // Requests: each piece, cut at MAX_READ.
-        let mut paths: Vec<&str> = Vec::new();
-        let mut offsets: Vec<i64> = Vec::new();
-        let mut lens: Vec<i64> = Vec::new();
-        let mut owner: Vec<usize> = Vec::new();
-        for (i, p) in pieces.iter().enumerate() {
-            let mut off = 0;
-            while off < p.len || (p.len == 0 && off == 0) {
-                let len = (p.len - off).min(MAX_READ);
-                paths.push(&files[p.file].path);
-                offsets.push((p.offset + off) as i64);
-                lens.push(len as i64);
-                owner.push(i);
-                if len == 0 {
-                    break;
-                }
-                off += len;
+        let key = piece_key(pieces);
+        let (req, task) = match self.pending.front() {
+            Some(p) if p.key == key => {
+                let p = self.pending.pop_front().expect("front exists");
+                (p.req, p.rows)
             }
-        }
+            _ => {
+                // Not the read sent ahead (a page read again): send it now, behind those.
+                let req = ReadRequests::new(files, pieces, self.src.row);
+                let task = self.send(&req)?;
+                (req, task)
+            }
+        };
+        let what = || {
+            format!(
+                "read {} of {} on {}",
+                if pieces.len() == 1 {
+                    "a range"
+                } else {
+                    "a bundle of files"
+                },
+                files[pieces[0].file].path,
+                self.src.describe
+            )
+        };
         let rows = self
             .src
             .rt
-            .block_on(client.query(READ_SQL, &[&paths, &offsets, &lens]))
+            .block_on(task)
+            .map_err(|e| Error::Other(format!("{}: the reading task failed: {e}", what())))?
             .map_err(|source| Error::Query {
-                what: format!(
-                    "read {} of {} on {}",
-                    if pieces.len() == 1 {
-                        "a range"
-                    } else {
-                        "a bundle of files"
-                    },
-                    files[pieces[0].file].path,
-                    self.src.describe
-                ),
+                what: what(),
                 source,
             })?;
-        if rows.len() != paths.len() {
+        let ReadRequests {
+            offsets,
+            lens,
+            owner,
+            ..
+        } = req;
+        if rows.len() != offsets.len() {
             return Err(Error::Other(format!(
                 "{} answered {} ranges for {} asked",
                 self.src.describe,
                 rows.len(),
-                paths.len()
+                offsets.len()
             )));
         }
         let mut found = vec![true; pieces.len()];
@@ -405,5 +522,65 @@ impl SourceReader for LibpqReader<'_> {
             buf[at + n..at + want].fill(0);
         }
         Ok(found)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(path: &str, size: u64) -> SourceFile {
+        SourceFile {
+            path: path.into(),
+            size,
+            mtime: 0,
+            mode: 0o600,
+            checksum_segno: None,
+        }
+    }
+
+    #[test]
+    fn pieces_are_cut_into_rows_in_order() {
+        let files = [
+            file("base/1/1", 5000),
+            file("base/1/2", 0),
+            file("PG_VERSION", 3),
+        ];
+        let pieces = [
+            PieceSpec {
+                file: 0,
+                offset: 1000,
+                len: 2500,
+            },
+            PieceSpec {
+                file: 1,
+                offset: 0,
+                len: 0,
+            },
+            PieceSpec {
+                file: 2,
+                offset: 0,
+                len: 3,
+            },
+        ];
+        let r = ReadRequests::new(&files, &pieces, 1024);
+        assert_eq!(
+            r.paths,
+            ["base/1/1", "base/1/1", "base/1/1", "base/1/2", "PG_VERSION"]
+        );
+        assert_eq!(r.offsets, [1000, 2024, 3048, 0, 0]);
+        assert_eq!(r.lens, [1024, 1024, 452, 0, 3]);
+        assert_eq!(r.owner, [0, 0, 0, 1, 2]);
+    }
+
+    #[test]
+    fn row_size_setting_is_checked() {
+        // One test owns the variable: tests run in parallel threads of one process.
+        std::env::set_var("PGJET_LIBPQ_ROW_KIB", "12");
+        assert!(read_row().is_err());
+        std::env::set_var("PGJET_LIBPQ_ROW_KIB", "256");
+        assert_eq!(read_row().unwrap(), 256 << 10);
+        std::env::remove_var("PGJET_LIBPQ_ROW_KIB");
+        assert_eq!(read_row().unwrap(), READ_ROW);
     }
 }

@@ -314,14 +314,24 @@ fn worker<S: UnitSink>(
     let mut state = sink.new_state()?;
     let mut reader = source.reader()?;
     let mut buf = aligned_buf(CHUNK_SIZE as usize);
+    let claim = || units.get(shared.next.fetch_add(1, Ordering::SeqCst));
+    let mut next = claim();
+    if let Some(u) = next {
+        reader.prefetch(files, &u.pieces);
+    }
     loop {
         if shared.abort.load(Ordering::SeqCst) {
             return Ok(());
         }
-        let n = shared.next.fetch_add(1, Ordering::SeqCst);
-        let Some(unit) = units.get(n) else {
+        let Some(unit) = next else {
             return Ok(());
         };
+        // Announce the unit after this one before waiting for this one, so a remote
+        // source always has a request queued while this unit arrives and is processed.
+        next = claim();
+        if let Some(u) = next {
+            reader.prefetch(files, &u.pieces);
+        }
         buf.clear();
         buf.resize(unit.bytes as usize, 0);
         // I/O stage: read every piece of the unit (no CPU permit held).

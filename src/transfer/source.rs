@@ -46,6 +46,11 @@ pub trait SourceReader {
         buf: &mut [u8],
     ) -> Result<Vec<bool>>;
 
+    /// Announces that `pieces` will be read next, so a remote source can send the request
+    /// now and receive the bytes while this thread processes what it read before. The
+    /// default does nothing. A read of other pieces in between is still answered right.
+    fn prefetch(&mut self, _files: &[SourceFile], _pieces: &[PieceSpec]) {}
+
     /// SHA-256 of each of `pieces` (ranges of `files`; bytes past the end of a file are not
     /// hashed, so a shorter file hashes what it has), None when the file no longer exists.
     /// A remote source computes them where the bytes are, so only hashes cross the wire;
