@@ -107,6 +107,13 @@ impl Reader {
     }
 }
 
+/// Writes of fewer bytes than this to one file go through the page cache (and the caller's
+/// final sync), not direct I/O: a direct write returns only when the disk has the bytes, so
+/// a bundle of many small files written directly costs one disk round trip per file, in
+/// series, where the page cache takes them at memory speed and one syncfs writes them
+/// back together. 1 MiB: above it a direct write costs about what its bytes take anyway.
+pub const DIRECT_MIN_WRITE: usize = 1 << 20;
+
 /// A file opened for writing, with a direct handle when the filesystem allows it.
 pub struct Writer {
     buffered: File,
@@ -120,6 +127,15 @@ impl Writer {
         Ok(Writer {
             buffered,
             direct: open_direct(path, true),
+        })
+    }
+
+    /// Opens an existing file for writing through the page cache only: for writes smaller
+    /// than [`DIRECT_MIN_WRITE`], where a direct write would wait for the disk each time.
+    pub fn open_buffered(path: &Path) -> io::Result<Writer> {
+        Ok(Writer {
+            buffered: OpenOptions::new().write(true).open(path)?,
+            direct: None,
         })
     }
 

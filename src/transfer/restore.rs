@@ -6,7 +6,7 @@ use super::Progress;
 use crate::codec::{self, CompressType};
 use crate::error::{Error, Result};
 use crate::repo::{self, BackupManifest, Piece};
-use crate::storage::direct::{aligned_buf, AlignedBuf, Writer};
+use crate::storage::direct::{aligned_buf, AlignedBuf, Writer, DIRECT_MIN_WRITE};
 use crate::storage::Storage;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -499,11 +499,13 @@ pub fn allocate_targets(
                 }
             }
         }
-        if ranges.is_empty() {
+        // Small files are written through the page cache (write_runs): nothing to gain.
+        let bytes: u64 = ranges.iter().map(|r| r.1).sum();
+        if ranges.is_empty() || bytes < DIRECT_MIN_WRITE as u64 {
             continue;
         }
         let path = &targets[fi];
-        let w = Writer::open(path).map_err(|e| Error::io("open", path, e))?;
+        let w = Writer::open_buffered(path).map_err(|e| Error::io("open", path, e))?;
         for (start, len) in ranges {
             if !w
                 .allocate(start, len)

@@ -4,7 +4,7 @@ use super::{nonzero_runs, ReadPiece, UnitSink};
 use crate::codec::{CompressType, Compression, Compressor};
 use crate::error::{Error, Result};
 use crate::repo::{self, Piece};
-use crate::storage::direct::{aligned_buf, AlignedBuf, Writer};
+use crate::storage::direct::{aligned_buf, AlignedBuf, Writer, DIRECT_MIN_WRITE};
 use crate::storage::Storage;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -160,14 +160,21 @@ impl UnitSink for DirSink<'_> {
     }
 }
 
-/// Writes the non-zero pages of `data` into the existing file `path` at `offset` (direct
-/// I/O for the aligned part, see [`crate::storage::direct`]).
+/// Writes the non-zero pages of `data` into the existing file `path` at `offset`: direct
+/// I/O for the aligned part (see [`crate::storage::direct`]) when they are at least
+/// [`DIRECT_MIN_WRITE`] bytes, the page cache otherwise. The caller syncs at the end.
 pub fn write_runs(path: &PathBuf, offset: u64, data: &[u8], zero_pages: &[[u32; 2]]) -> Result<()> {
     let runs = nonzero_runs(data, zero_pages);
     if runs.is_empty() {
         return Ok(());
     }
-    let w = Writer::open(path).map_err(|e| Error::io("open", path, e))?;
+    let total: usize = runs.iter().map(|(_, b)| b.len()).sum();
+    let w = if total < DIRECT_MIN_WRITE {
+        Writer::open_buffered(path)
+    } else {
+        Writer::open(path)
+    }
+    .map_err(|e| Error::io("open", path, e))?;
     for (off, bytes) in runs {
         w.write_at(bytes, offset + off as u64)
             .map_err(|e| Error::io("write", path, e))?;
