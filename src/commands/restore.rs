@@ -178,14 +178,20 @@ pub fn append_auto_conf(pg_path: &Path, lines: &[String]) -> Result<()> {
         .map_err(|e| Error::io("write", &p, e))
 }
 
-/// Handles on the data directory and every tablespace directory, opened before the first
-/// file is written and synced (one syncfs per filesystem) when everything is written.
+/// Handles on the data directory, a symlinked pg_wal and every tablespace directory, opened
+/// before the first file is written and synced (one syncfs per filesystem) when everything
+/// is written.
 pub struct TargetSync(Vec<SyncHandle>);
 
 impl TargetSync {
     /// Opens the handles; call right after [`prepare_target`].
     pub fn open(pg_path: &Path, locations: &[(u32, PathBuf)]) -> Result<TargetSync> {
         let mut v = vec![SyncHandle::open(pg_path)?];
+        // A pg_wal kept as a symbolic link (a delta keeps it) may lie on another filesystem.
+        let wal = pg_path.join("pg_wal");
+        if wal.is_symlink() && wal.is_dir() {
+            v.push(SyncHandle::open(&wal)?);
+        }
         for (_, dir) in locations {
             v.push(SyncHandle::open(dir)?);
         }

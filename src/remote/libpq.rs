@@ -22,7 +22,7 @@ use crate::pg::session::{open_client, ServerInfo, Session};
 use crate::transfer::{PieceSpec, Source, SourceFile, SourceReader};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use tokio_postgres::{Client, Row};
+use tokio_postgres::{Client, Row, Statement};
 
 /// Most bytes asked of the server in one `pg_read_binary_file` call: 64 MiB, far under the
 /// 1 GB limit of a bytea, since the server allocates the whole length before reading.
@@ -273,10 +273,26 @@ impl Source for LibpqSource {
         jobs.min(self.max_connections)
     }
 
+    fn queues_reads(&self) -> bool {
+        self.prefetch
+    }
+
     fn reader(&self) -> Result<Box<dyn SourceReader + '_>> {
+        let client = self.checkout()?;
+        let read_stmt = match self.rt.block_on(client.prepare(READ_SQL)) {
+            Ok(s) => s,
+            Err(source) => {
+                self.checkin(client);
+                return Err(Error::Query {
+                    what: format!("prepare the read query on {}", self.describe),
+                    source,
+                });
+            }
+        };
         Ok(Box::new(LibpqReader {
             src: self,
-            client: Some(Arc::new(self.checkout()?)),
+            client: Some(Arc::new(client)),
+            read_stmt,
             pending: Default::default(),
         }))
     }
@@ -305,6 +321,9 @@ const READS_AHEAD: usize = 2;
 struct LibpqReader<'a> {
     src: &'a LibpqSource,
     client: Option<Arc<Client>>,
+    /// [`READ_SQL`], prepared once: a query sent as text is prepared first, a round trip
+    /// that a queued read would otherwise wait for before its bytes could start.
+    read_stmt: Statement,
     pending: std::collections::VecDeque<Pending>,
 }
 
@@ -386,11 +405,12 @@ impl LibpqReader<'_> {
         req: &ReadRequests,
     ) -> Result<tokio::task::JoinHandle<std::result::Result<Vec<Row>, tokio_postgres::Error>>> {
         let client = self.client()?.clone();
+        let stmt = self.read_stmt.clone();
         let (paths, offsets, lens) = (req.paths.clone(), req.offsets.clone(), req.lens.clone());
         Ok(self
             .src
             .rt
-            .spawn(async move { client.query(READ_SQL, &[&paths, &offsets, &lens]).await }))
+            .spawn(async move { client.query(&stmt, &[&paths, &offsets, &lens]).await }))
     }
 }
 

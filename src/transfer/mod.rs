@@ -315,7 +315,11 @@ fn worker<S: UnitSink>(
     let mut reader = source.reader()?;
     let mut buf = aligned_buf(CHUNK_SIZE as usize);
     let claim = || units.get(shared.next.fetch_add(1, Ordering::SeqCst));
-    let mut next = claim();
+    // A source that queues reads gets each thread's next unit announced before the thread
+    // waits for its current one, so a request is always queued while a unit arrives and is
+    // processed; other sources claim a unit only when a thread is free for it.
+    let ahead = source.queues_reads();
+    let mut next = if ahead { claim() } else { None };
     if let Some(u) = next {
         reader.prefetch(files, &u.pieces);
     }
@@ -323,14 +327,14 @@ fn worker<S: UnitSink>(
         if shared.abort.load(Ordering::SeqCst) {
             return Ok(());
         }
-        let Some(unit) = next else {
+        let Some(unit) = (if ahead { next } else { claim() }) else {
             return Ok(());
         };
-        // Announce the unit after this one before waiting for this one, so a remote
-        // source always has a request queued while this unit arrives and is processed.
-        next = claim();
-        if let Some(u) = next {
-            reader.prefetch(files, &u.pieces);
+        if ahead {
+            next = claim();
+            if let Some(u) = next {
+                reader.prefetch(files, &u.pieces);
+            }
         }
         buf.clear();
         buf.resize(unit.bytes as usize, 0);

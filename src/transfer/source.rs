@@ -23,6 +23,11 @@ pub trait Source: Sync {
     fn list(&self, info: &ServerInfo, tablespaces: &[(u32, String, String)]) -> Result<Listing>;
     /// Engine threads to run for `jobs` workers (each thread holds one [`SourceReader`]).
     fn threads(&self, jobs: usize) -> usize;
+    /// Whether readers act on [`SourceReader::prefetch`]: then each thread claims the unit
+    /// after its current one ahead of time, to announce it.
+    fn queues_reads(&self) -> bool {
+        false
+    }
     /// A reader for one engine thread. Errors: the source cannot be reached.
     fn reader(&self) -> Result<Box<dyn SourceReader + '_>>;
     /// Size in bytes and modification time (Unix seconds) of each of `paths`; None for a
