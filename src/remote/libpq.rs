@@ -36,15 +36,7 @@ pub const READ_ROW: u64 = 1 << 20;
 /// The row size in use: [`READ_ROW`], or `PGJET_LIBPQ_ROW_KIB` (a multiple of 8 from 8 to
 /// 65536) for the benchmark that chooses it. Errors: a value out of range.
 pub fn read_row() -> Result<u64> {
-    match std::env::var("PGJET_LIBPQ_ROW_KIB") {
-        Err(_) => Ok(READ_ROW),
-        Ok(v) => match v.parse::<u64>() {
-            Ok(k) if (8..=65536).contains(&k) && k % 8 == 0 => Ok(k << 10),
-            _ => Err(Error::Config(format!(
-                "PGJET_LIBPQ_ROW_KIB '{v}' must be a multiple of 8 between 8 and 65536"
-            ))),
-        },
-    }
+    crate::transfer::kib_setting("PGJET_LIBPQ_ROW_KIB", READ_ROW)
 }
 
 /// Lists a level of directories: for each input path, either one row per entry (name,
@@ -179,6 +171,17 @@ impl LibpqSource {
         } else {
             self.pool.lock().unwrap_or_else(|p| p.into_inner()).push(c);
         }
+    }
+
+    /// Errors unless the server answered one row (of `what`) per range asked.
+    fn expect_rows(&self, what: &str, got: usize, asked: usize) -> Result<()> {
+        if got == asked {
+            return Ok(());
+        }
+        Err(Error::Other(format!(
+            "{} answered {got} {what} for {asked} ranges asked",
+            self.describe
+        )))
     }
 
     /// Runs `sql` with `params` on a pooled connection.
@@ -435,14 +438,7 @@ impl SourceReader for LibpqReader<'_> {
                 what: format!("hash ranges of {} on {}", paths[0], self.src.describe),
                 source,
             })?;
-        if rows.len() != pieces.len() {
-            return Err(Error::Other(format!(
-                "{} answered {} hashes for {} ranges",
-                self.src.describe,
-                rows.len(),
-                pieces.len()
-            )));
-        }
+        self.src.expect_rows("hashes", rows.len(), pieces.len())?;
         rows.iter()
             .map(|r| {
                 let h: Option<&[u8]> = col(r, 0)?;
@@ -512,14 +508,7 @@ impl SourceReader for LibpqReader<'_> {
             owner,
             ..
         } = req;
-        if rows.len() != offsets.len() {
-            return Err(Error::Other(format!(
-                "{} answered {} ranges for {} asked",
-                self.src.describe,
-                rows.len(),
-                offsets.len()
-            )));
-        }
+        self.src.expect_rows("ranges", rows.len(), offsets.len())?;
         let mut found = vec![true; pieces.len()];
         let mut starts = Vec::with_capacity(pieces.len());
         let mut pos = 0usize;
@@ -550,13 +539,7 @@ mod tests {
     use super::*;
 
     fn file(path: &str, size: u64) -> SourceFile {
-        SourceFile {
-            path: path.into(),
-            size,
-            mtime: 0,
-            mode: 0o600,
-            checksum_segno: None,
-        }
+        SourceFile::plain(path, size)
     }
 
     #[test]

@@ -26,15 +26,7 @@ pub const DELTA_RANGE: u64 = 32 << 10;
 /// The range size in use: [`DELTA_RANGE`], or `PGJET_DELTA_RANGE_KIB` (a multiple of 8,
 /// from 8 to 65536) for the benchmark that chooses it. Errors: a value out of range.
 pub fn delta_range() -> Result<u64> {
-    match std::env::var("PGJET_DELTA_RANGE_KIB") {
-        Err(_) => Ok(DELTA_RANGE),
-        Ok(v) => match v.parse::<u64>() {
-            Ok(k) if (8..=65536).contains(&k) && k % 8 == 0 => Ok(k << 10),
-            _ => Err(Error::Config(format!(
-                "PGJET_DELTA_RANGE_KIB '{v}' must be a multiple of 8 between 8 and 65536"
-            ))),
-        },
-    }
+    super::kib_setting("PGJET_DELTA_RANGE_KIB", DELTA_RANGE)
 }
 
 /// Bytes of ranges hashed per request: 64 MiB, so each connection has a few seconds of
@@ -270,13 +262,7 @@ mod tests {
         a.truncate((DELTA_RANGE * 2) as usize);
         let t = d.path().join("t");
         std::fs::write(&t, &a).unwrap();
-        let files = vec![SourceFile {
-            path: "f".into(),
-            size: DELTA_RANGE * 3,
-            mtime: 0,
-            mode: 0o600,
-            checksum_segno: None,
-        }];
+        let files = vec![SourceFile::plain("f", DELTA_RANGE * 3)];
         let source = LocalSource::new(&src);
         let plan = plan_delta(
             &source,

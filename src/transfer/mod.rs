@@ -55,6 +55,20 @@ pub struct SourceFile {
     pub checksum_segno: Option<u32>,
 }
 
+impl SourceFile {
+    /// A file of `size` bytes without page checks, mode 0600 and no modification time: WAL
+    /// segments, pg_control, test files.
+    pub fn plain(path: &str, size: u64) -> SourceFile {
+        SourceFile {
+            path: path.to_string(),
+            size,
+            mtime: 0,
+            mode: 0o600,
+            checksum_segno: None,
+        }
+    }
+}
+
 /// A range of one file inside a unit.
 #[derive(Debug, Clone, Copy)]
 pub struct PieceSpec {
@@ -136,6 +150,21 @@ pub fn plan_units(files: &[SourceFile], chunk: u64) -> Vec<Unit> {
         units.push(bundle);
     }
     units
+}
+
+/// A size in KiB from the environment variable `var` (a multiple of 8 from 8 to 65536), in
+/// bytes; `default` bytes when it is not set. For the benchmarks that choose such sizes.
+/// Errors: a value that is not such a number.
+pub fn kib_setting(var: &str, default: u64) -> Result<u64> {
+    match std::env::var(var) {
+        Err(_) => Ok(default),
+        Ok(v) => match v.parse::<u64>() {
+            Ok(k) if (8..=65536).contains(&k) && k % 8 == 0 => Ok(k << 10),
+            _ => Err(Error::Config(format!(
+                "{var} '{v}' must be a multiple of 8 between 8 and 65536"
+            ))),
+        },
+    }
 }
 
 /// Receives progress; the library never draws on the terminal itself.
@@ -486,13 +515,7 @@ mod tests {
     use super::*;
 
     fn f(path: &str, size: u64) -> SourceFile {
-        SourceFile {
-            path: path.into(),
-            size,
-            mtime: 0,
-            mode: 0o600,
-            checksum_segno: None,
-        }
+        SourceFile::plain(path, size)
     }
 
     #[test]

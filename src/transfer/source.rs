@@ -100,13 +100,7 @@ pub fn read_range(
     offset: u64,
     len: u64,
 ) -> Result<Option<Vec<u8>>> {
-    let files = [SourceFile {
-        path: path.to_string(),
-        size: offset + len,
-        mtime: 0,
-        mode: 0o600,
-        checksum_segno: None,
-    }];
+    let files = [SourceFile::plain(path, offset + len)];
     let piece = PieceSpec {
         file: 0,
         offset,
@@ -202,11 +196,8 @@ pub fn wal_files(
             })?;
         }
         out.push(SourceFile {
-            path: path.clone(),
-            size,
             mtime,
-            mode: 0o600,
-            checksum_segno: None,
+            ..SourceFile::plain(path, size)
         });
     }
     Ok(out)
