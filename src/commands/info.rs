@@ -1,7 +1,6 @@
 //! `info`: stanzas and their complete backups.
 use super::*;
 use crate::repo;
-use crate::storage::Storage;
 use serde::Serialize;
 
 /// One backup as `info` shows it.
@@ -38,7 +37,7 @@ pub fn collect(s: &Settings) -> Result<Vec<StanzaView>> {
     let store = open_repo(s)?;
     let names = match &s.stanza {
         Some(n) => {
-            repo::read_stanza(&store, n)?;
+            repo::read_stanza(&*store, n)?;
             vec![n.clone()]
         }
         None => store
@@ -49,10 +48,10 @@ pub fn collect(s: &Settings) -> Result<Vec<StanzaView>> {
     };
     let mut out = Vec::new();
     for name in names {
-        let st = repo::read_stanza(&store, &name)?;
+        let st = repo::read_stanza(&*store, &name)?;
         let mut backups = Vec::new();
-        for label in repo::list_complete(&store, &name)? {
-            let m = repo::read_manifest(&store, &name, &label)?;
+        for label in repo::list_complete(&*store, &name)? {
+            let m = repo::read_manifest(&*store, &name, &label)?;
             backups.push(BackupInfo {
                 label,
                 backup_type: m.backup_type.clone(),

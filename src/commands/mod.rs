@@ -17,7 +17,7 @@ use crate::pg::lsn::{self, Lsn};
 use crate::pg::session::{self, ServerInfo, Session};
 use crate::remote::libpq::LibpqSource;
 use crate::repo::{FileEntry, Piece};
-use crate::storage::posix::PosixStorage;
+use crate::storage::Storage;
 use crate::transfer::source::LocalSource;
 use crate::transfer::Source;
 use std::fs;
@@ -28,9 +28,13 @@ use std::path::{Path, PathBuf};
 /// server's connection slots.
 pub const DEFAULT_LIBPQ_JOBS: usize = 4;
 
-/// Opens the repository at --repo-path.
-pub fn open_repo(s: &Settings) -> Result<PosixStorage> {
-    PosixStorage::open(s.repo_path()?)
+/// Opens the repository the command uses (`--repo N`, else the first configured).
+///
+/// Errors: none configured, a posix path that is not a directory, an object store that
+/// refuses the credentials or lacks the bucket.
+pub fn open_repo(s: &Settings) -> Result<std::sync::Arc<dyn Storage>> {
+    let (_, cfg) = s.repo()?;
+    crate::storage::open(cfg)
 }
 
 /// How to reach the primary: --source, else --pg-socket-path/--pg-port/--pg-user.

@@ -213,9 +213,9 @@ pub fn run(s: &Settings, args: &RestoreArgs, progress: &dyn Progress) -> Result<
     }
     let map = parse_tablespace_map(&args.tablespace_map)?;
     let store = open_repo(s)?;
-    repo::read_stanza(&store, stanza)?;
-    let label = repo::resolve_set(&store, stanza, &args.set)?;
-    let m = repo::read_manifest(&store, stanza, &label)?;
+    repo::read_stanza(&*store, stanza)?;
+    let label = repo::resolve_set(&*store, stanza, &args.set)?;
+    let m = repo::read_manifest(&*store, stanza, &label)?;
     let tablespaces: Vec<(u32, String, String)> = m
         .tablespaces
         .iter()
@@ -251,7 +251,7 @@ pub fn run(s: &Settings, args: &RestoreArgs, progress: &dyn Progress) -> Result<
     match restore_into(
         s,
         args,
-        &store,
+        &*store,
         &m,
         &pg_path,
         &locations,

@@ -1,7 +1,6 @@
 //! `stanza-create`: records the cluster's identity in the repository.
 use super::*;
 use crate::repo::{self, StanzaInfo, REPO_FORMAT};
-use crate::storage::Storage;
 
 /// Runs `stanza-create`. Idempotent for the same cluster; refuses a stanza that belongs to
 /// another cluster (different system identifier or major version).
@@ -23,7 +22,7 @@ pub fn run(s: &Settings) -> Result<String> {
     }
     sess.close();
     if store.exists(&repo::stanza_info_name(stanza))? {
-        let existing = repo::read_stanza(&store, stanza)?;
+        let existing = repo::read_stanza(&*store, stanza)?;
         repo::check_same_cluster(&existing, info.system_identifier, &info.major())?;
         return Ok(format!("stanza '{stanza}' already exists for this cluster"));
     }
@@ -37,11 +36,6 @@ pub fn run(s: &Settings) -> Result<String> {
         created: rfc3339(chrono::Utc::now()),
     };
     let json = serde_json::to_vec_pretty(&si).map_err(|e| Error::Other(e.to_string()))?;
-    let root = s.repo_path()?;
-    for d in ["backup", "archive"] {
-        let p = root.join(stanza).join(d);
-        fs::create_dir_all(&p).map_err(|e| Error::io("create directory", &p, e))?;
-    }
     store.put_durable(&repo::stanza_info_name(stanza), &json)?;
     Ok(format!(
         "stanza '{stanza}' created (system identifier {}, PostgreSQL {})",

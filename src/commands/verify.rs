@@ -9,17 +9,17 @@ use crate::transfer::Progress;
 pub fn run(s: &Settings, set: Option<&str>, progress: &dyn Progress) -> Result<Vec<String>> {
     let stanza = s.stanza()?;
     let store = open_repo(s)?;
-    repo::read_stanza(&store, stanza)?;
+    repo::read_stanza(&*store, stanza)?;
     let labels = match set {
-        Some(l) => vec![repo::resolve_set(&store, stanza, l)?],
-        None => repo::list_complete(&store, stanza)?,
+        Some(l) => vec![repo::resolve_set(&*store, stanza, l)?],
+        None => repo::list_complete(&*store, stanza)?,
     };
     let mut lines = Vec::new();
     let mut corrupt: Vec<(String, Vec<String>)> = Vec::new();
     for label in labels {
-        let m = repo::read_manifest(&store, stanza, &label)?;
+        let m = repo::read_manifest(&*store, stanza, &label)?;
         progress.begin(&format!("verify {label}"), m.size);
-        let bad = read_back(&store, &m, None, None, s.jobs, progress)?;
+        let bad = read_back(&*store, &m, None, None, s.jobs, progress)?;
         progress.finish();
         if bad.is_empty() {
             lines.push(format!(

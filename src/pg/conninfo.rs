@@ -651,7 +651,9 @@ pub fn pgpass_find(text: &str, host: &str, port: &str, db: &str, user: &str) -> 
     None
 }
 
-fn read_pem_certs(path: &Path) -> Result<Vec<rustls::pki_types::CertificateDer<'static>>> {
+pub(crate) fn read_pem_certs(
+    path: &Path,
+) -> Result<Vec<rustls::pki_types::CertificateDer<'static>>> {
     use rustls::pki_types::pem::PemObject;
     let certs: Vec<_> = rustls::pki_types::CertificateDer::pem_file_iter(path)
         .map_err(|e| {
@@ -823,7 +825,7 @@ impl rustls::client::danger::ServerCertVerifier for ChainVerifier {
 /// sslmode prefer/require without a root certificate: encryption without authentication,
 /// exactly what libpq gives in those modes. Signatures are still checked.
 #[derive(Debug)]
-struct NoVerifier(Arc<rustls::crypto::CryptoProvider>);
+pub(crate) struct NoVerifier(pub(crate) Arc<rustls::crypto::CryptoProvider>);
 
 impl rustls::client::danger::ServerCertVerifier for NoVerifier {
     fn verify_server_cert(

@@ -5,20 +5,19 @@
 //!
 //! ```text
 //! <stanza>/stanza.json                 StanzaInfo
-//! <stanza>/backup.lock                 flock(2) held by a running backup
+//! <stanza>/lock/backup.json           the backup lock (see [`lock`])
 //! <stanza>/backup/<label>/manifest.json  BackupManifest, written last (its presence = complete)
 //! <stanza>/backup/<label>/data/<object>  stored frames
 //! <stanza>/archive/                    reserved for the WAL archive
 //! ```
+pub mod lock;
 pub mod manifest;
 
 use crate::error::{Error, Result};
 use crate::storage::Storage;
 use serde::{Deserialize, Serialize};
-use std::fs::File;
-use std::os::unix::io::AsRawFd;
-use std::path::Path;
 
+pub use lock::StanzaLock;
 pub use manifest::{BackupManifest, DirEntry, FileEntry, Piece, Tablespace, MAX_PIECE_SIZE};
 
 /// Version of the repository format this build writes and reads.
@@ -179,33 +178,5 @@ pub fn resolve_set(store: &dyn Storage, stanza: &str, set: &str) -> Result<Strin
             "backup '{set}' not found in stanza '{stanza}' (complete backups: {})",
             labels.join(", ")
         )))
-    }
-}
-
-/// An exclusive lock on a stanza's backups, released when dropped or when the process dies.
-pub struct StanzaLock {
-    _file: File,
-}
-
-impl StanzaLock {
-    /// Takes `<repo>/<stanza>/backup.lock` with flock(2), without waiting.
-    /// Errors when another pgjet holds it.
-    pub fn acquire(repo: &Path, stanza: &str) -> Result<StanzaLock> {
-        let p = repo.join(stanza).join("backup.lock");
-        let f = File::options()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&p)
-            .map_err(|e| Error::io("open lock", &p, e))?;
-        // SAFETY: flock on a descriptor we own.
-        let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-        if rc != 0 {
-            return Err(Error::Unsafe(format!(
-                "another pgjet backup of stanza '{stanza}' is running (lock {} is held)",
-                p.display()
-            )));
-        }
-        Ok(StanzaLock { _file: f })
     }
 }

@@ -1,22 +1,53 @@
-//! Byte stores behind one trait. Only the posix store exists so far; object stores (S3 via
-//! OpenDAL) come with the next issue and implement the same trait.
+//! Byte stores behind one trait: the posix store (direct I/O, batched syncfs) and the object
+//! stores S3, GCS, Azure Blob and SFTP through OpenDAL ([`object`]).
 //!
-//! Objects are bounded in size by the transfer engine (one chunk or one bundle, at most
-//! [`crate::transfer::CHUNK_SIZE`] logical bytes), so `put` takes the whole object: memory
-//! stays bounded without a streaming writer, and object stores can upload each object in one
-//! request. Whole files are never buffered.
+//! Data objects are bounded in size by the transfer engine (one chunk or one bundle, at most
+//! [`crate::transfer::CHUNK_SIZE`] logical bytes), so [`Storage::put`] takes the whole object:
+//! memory stays bounded and an object store uploads it in one request (or a few parts).
+//! Objects of unbounded size (a manifest of a million files) go through
+//! [`Storage::writer`] and [`Storage::reader`], which stream.
+//!
+//! Nothing here assumes rename, flock or a local path: completeness is an object written last,
+//! locks are conditional creates ([`Storage::create_new`]) with a lease (see `repo::lock`).
 pub mod direct;
+pub mod object;
 pub mod posix;
 
+use crate::config::RepoConfig;
 use crate::error::Result;
+use std::io::Read;
+use std::sync::Arc;
 
-/// A flat namespace of objects addressed by '/'-separated names relative to the store root.
+/// A streaming upload of one object. The object exists, complete, only after
+/// [`ObjectWriter::finish`] returns; a writer dropped before that leaves nothing that looks
+/// complete (posix: a temporary file; object stores: an aborted multipart upload).
+pub trait ObjectWriter: Send {
+    /// Appends `data`.
+    fn write(&mut self, data: &[u8]) -> Result<()>;
+    /// Completes the object and makes it durable.
+    fn finish(self: Box<Self>) -> Result<()>;
+}
+
+/// A flat namespace of objects addressed by '/'-separated names relative to the repository
+/// root. A "directory" is a name prefix; it exists while an object is below it.
+///
+/// Errors: [`crate::error::Error::Storage`] (object stores, with a [`crate::error::StorageFault`]
+/// telling retryable from permanent after the store's own retries) or
+/// [`crate::error::Error::Io`] (posix).
 pub trait Storage: Send + Sync {
-    /// Writes (or replaces) object `name`. Not durable until [`Storage::sync`].
+    /// Where the repository is, for messages: `posix /var/lib/pgjet`,
+    /// `s3 https://host/bucket/prefix`.
+    fn describe(&self) -> String;
+    /// Writes (or replaces) object `name`. Not durable until [`Storage::sync`]
+    /// (object stores: durable when this returns).
     fn put(&self, name: &str, data: &[u8]) -> Result<()>;
     /// Writes `name` so that it is either absent or complete and durable when this returns
     /// (posix: temp file, fsync, rename, fsync of the directory).
     fn put_durable(&self, name: &str, data: &[u8]) -> Result<()>;
+    /// Creates `name`, complete and durable, only if it does not exist: Ok(true) when this
+    /// call created it, Ok(false) when it was already there (nothing written). Atomic against
+    /// other writers (posix: link(2) of a synced temporary file; S3: `If-None-Match: *`).
+    fn create_new(&self, name: &str, data: &[u8]) -> Result<bool>;
     /// Reads `len` bytes at `offset` of `name`; errors if the object is shorter.
     fn get_range(&self, name: &str, offset: u64, len: u64) -> Result<Vec<u8>>;
     /// Reads all of `name`.
@@ -36,14 +67,35 @@ pub trait Storage: Send + Sync {
         buf.extend_from_slice(&v);
         Ok(())
     }
-    /// True when `name` exists.
+    /// A streaming reader of all of `name`.
+    fn reader(&self, name: &str) -> Result<Box<dyn Read + Send>>;
+    /// A streaming writer of `name` (see [`ObjectWriter`]).
+    fn writer(&self, name: &str) -> Result<Box<dyn ObjectWriter>>;
+    /// True when the object `name` exists.
     fn exists(&self, name: &str) -> Result<bool>;
     /// Size in bytes of `name`, or None when it does not exist.
     fn size(&self, name: &str) -> Result<Option<u64>>;
-    /// Names directly below the directory `dir` (no recursion), sorted.
+    /// Names directly below the directory `dir` (objects and directories, no recursion,
+    /// no trailing '/'), sorted; empty when nothing is there.
     fn list(&self, dir: &str) -> Result<Vec<String>>;
+    /// Removes the object `name`; absent is fine.
+    fn delete(&self, name: &str) -> Result<()>;
     /// Removes `dir` and everything below it; absent is fine.
     fn remove_all(&self, dir: &str) -> Result<()>;
-    /// Makes everything written so far durable.
+    /// Makes everything written so far durable (object stores: a no-op, every write is).
     fn sync(&self) -> Result<()>;
+    /// Makes every call in flight and every later one fail at once (a command that already
+    /// failed stops waiting on its other requests). Posix calls are short: a no-op.
+    fn cancel(&self) {}
+}
+
+/// Opens the repository `cfg` describes.
+///
+/// Errors: a posix path that is not a directory; for object stores, settings that cannot work,
+/// refused credentials or a missing bucket (one request checks both).
+pub fn open(cfg: &RepoConfig) -> Result<Arc<dyn Storage>> {
+    match cfg {
+        RepoConfig::Posix { path } => Ok(Arc::new(posix::PosixStorage::open(path)?)),
+        other => Ok(Arc::new(object::ObjectStorage::open(other)?)),
+    }
 }

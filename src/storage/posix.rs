@@ -4,11 +4,11 @@
 //! that holds the root (data and directory entries alike), so thousands of small objects cost
 //! one flush instead of one fsync each.
 use super::direct::{self, AlignedBuf, Writer};
-use super::Storage;
+use super::{ObjectWriter, Storage};
 use crate::error::{Error, Result};
 use std::collections::HashSet;
 use std::fs::{self, File, OpenOptions};
-use std::io::{Read, Write};
+use std::io::{BufWriter, Read, Write};
 use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -39,6 +39,33 @@ impl PosixStorage {
 
     fn path(&self, name: &str) -> PathBuf {
         self.root.join(name)
+    }
+
+    /// A temporary sibling of `p` no other process uses: `<name>.tmp.<pid>.<n>`.
+    fn temp_for(p: &Path) -> PathBuf {
+        static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut t = p.as_os_str().to_owned();
+        t.push(format!(".tmp.{}.{n}", std::process::id()));
+        PathBuf::from(t)
+    }
+
+    /// Writes `data` to a new temporary sibling of `p` and fsyncs it.
+    fn write_temp(p: &Path, data: &[u8]) -> Result<PathBuf> {
+        let tmp = Self::temp_for(p);
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)
+            .map_err(|e| Error::io("create", &tmp, e))?;
+        let r = f
+            .write_all(data)
+            .and_then(|_| f.sync_all())
+            .map_err(|e| Error::io("write", &tmp, e));
+        if r.is_err() {
+            let _ = fs::remove_file(&tmp);
+        }
+        r.map(|_| tmp)
     }
 
     fn ensure_parent(&self, p: &Path) -> Result<()> {
@@ -95,7 +122,53 @@ impl SyncHandle {
     }
 }
 
+/// [`ObjectWriter`] of the posix store: a temporary file renamed into place by `finish`.
+struct PosixWriter {
+    tmp: PathBuf,
+    dest: PathBuf,
+    file: Option<BufWriter<File>>,
+}
+
+impl ObjectWriter for PosixWriter {
+    fn write(&mut self, data: &[u8]) -> Result<()> {
+        match self.file.as_mut() {
+            Some(f) => f
+                .write_all(data)
+                .map_err(|e| Error::io("write", &self.tmp, e)),
+            None => Err(Error::Other(format!(
+                "{} was already finished",
+                self.dest.display()
+            ))),
+        }
+    }
+
+    fn finish(mut self: Box<Self>) -> Result<()> {
+        let f = self
+            .file
+            .take()
+            .ok_or_else(|| Error::Other(format!("{} was already finished", self.dest.display())))?;
+        let f = f
+            .into_inner()
+            .map_err(|e| Error::io("write", &self.tmp, e.into_error()))?;
+        f.sync_all().map_err(|e| Error::io("fsync", &self.tmp, e))?;
+        fs::rename(&self.tmp, &self.dest).map_err(|e| Error::io("rename", &self.tmp, e))?;
+        fsync_dir(self.dest.parent().unwrap_or(Path::new("/")))
+    }
+}
+
+impl Drop for PosixWriter {
+    fn drop(&mut self) {
+        if self.file.is_some() {
+            let _ = fs::remove_file(&self.tmp);
+        }
+    }
+}
+
 impl Storage for PosixStorage {
+    fn describe(&self) -> String {
+        format!("posix {}", self.root.display())
+    }
+
     fn put(&self, name: &str, data: &[u8]) -> Result<()> {
         let p = self.path(name);
         self.ensure_parent(&p)?;
@@ -106,21 +179,58 @@ impl Storage for PosixStorage {
     fn put_durable(&self, name: &str, data: &[u8]) -> Result<()> {
         let p = self.path(name);
         self.ensure_parent(&p)?;
-        let mut tmp = p.clone().into_os_string();
-        tmp.push(".tmp");
-        let tmp = PathBuf::from(tmp);
-        {
-            let mut f = OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .open(&tmp)
-                .map_err(|e| Error::io("create", &tmp, e))?;
-            f.write_all(data).map_err(|e| Error::io("write", &tmp, e))?;
-            f.sync_all().map_err(|e| Error::io("fsync", &tmp, e))?;
-        }
+        let tmp = Self::write_temp(&p, data)?;
         fs::rename(&tmp, &p).map_err(|e| Error::io("rename", &tmp, e))?;
         fsync_dir(p.parent().unwrap_or(&self.root))
+    }
+
+    fn create_new(&self, name: &str, data: &[u8]) -> Result<bool> {
+        let p = self.path(name);
+        self.ensure_parent(&p)?;
+        let tmp = Self::write_temp(&p, data)?;
+        // link(2) fails with EEXIST when the name is taken: an atomic create-if-absent of a
+        // file that is complete from its first moment.
+        let linked = fs::hard_link(&tmp, &p);
+        let _ = fs::remove_file(&tmp);
+        match linked {
+            Ok(()) => {
+                fsync_dir(p.parent().unwrap_or(&self.root))?;
+                Ok(true)
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
+            Err(e) => Err(Error::io("link", &p, e)),
+        }
+    }
+
+    fn reader(&self, name: &str) -> Result<Box<dyn Read + Send>> {
+        let p = self.path(name);
+        let f = File::open(&p).map_err(|e| Error::io("open", &p, e))?;
+        Ok(Box::new(std::io::BufReader::with_capacity(1 << 20, f)))
+    }
+
+    fn writer(&self, name: &str) -> Result<Box<dyn ObjectWriter>> {
+        let p = self.path(name);
+        self.ensure_parent(&p)?;
+        let tmp = Self::temp_for(&p);
+        let f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)
+            .map_err(|e| Error::io("create", &tmp, e))?;
+        Ok(Box::new(PosixWriter {
+            tmp,
+            dest: p,
+            file: Some(BufWriter::with_capacity(1 << 20, f)),
+        }))
+    }
+
+    fn delete(&self, name: &str) -> Result<()> {
+        let p = self.path(name);
+        match fs::remove_file(&p) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(Error::io("remove", &p, e)),
+        }
     }
 
     fn get_range(&self, name: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
@@ -158,7 +268,7 @@ impl Storage for PosixStorage {
     }
 
     fn exists(&self, name: &str) -> Result<bool> {
-        Ok(self.path(name).exists())
+        Ok(self.path(name).is_file())
     }
 
     fn size(&self, name: &str) -> Result<Option<u64>> {

@@ -217,6 +217,8 @@ pub trait UnitSink: Sync {
     fn new_state(&self) -> Result<Self::State>;
     /// Stores one unit and returns the manifest piece of each read piece, in order.
     fn write_unit(&self, st: &mut Self::State, pieces: &[ReadPiece]) -> Result<Vec<Piece>>;
+    /// The copy failed: stop waiting on slow writes (an object store's retries).
+    fn abort(&self) {}
 }
 
 /// What a copy produced, indexed like the file list.
@@ -308,6 +310,7 @@ pub fn copy_units<S: UnitSink>(
                     source, files, units, opts, sink, progress, &shared, &outcome,
                 ) {
                     shared.fail(e);
+                    sink.abort();
                 }
             });
         }

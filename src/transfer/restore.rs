@@ -160,6 +160,8 @@ struct Stages<'a> {
     first_error: Mutex<Option<Error>>,
     restoring: bool,
     m: &'a BackupManifest,
+    /// Cancelled on the first error, so readers waiting on an object store stop at once.
+    store: &'a dyn Storage,
 }
 
 /// Nanoseconds summed over the threads of each stage.
@@ -203,6 +205,7 @@ impl StageClock {
 impl Stages<'_> {
     fn fail(&self, e: Error) {
         self.abort.store(true, Ordering::SeqCst);
+        self.store.cancel();
         self.first_error
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -264,6 +267,7 @@ pub fn read_back_with(
         first_error: Mutex::new(None),
         restoring: targets.is_some(),
         m,
+        store,
     };
     let (loaded_tx, loaded_rx) = crossbeam_channel::bounded::<(usize, Loaded)>(LOADED_QUEUE);
     // Object buffers: one per reader, per queue slot and per decoder, reused throughout

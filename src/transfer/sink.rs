@@ -118,6 +118,10 @@ impl UnitSink for RepoSink<'_> {
             .fetch_add(st.object.len() as u64, Ordering::Relaxed);
         Ok(out)
     }
+
+    fn abort(&self) {
+        self.store.cancel();
+    }
 }
 
 /// Writes pieces straight into files that already exist at their final size (sparse).

@@ -1357,7 +1357,7 @@ fn restore_fresh(
 /// Restore checks shared by the scenario: pg_verifybackup, start, ts1 at the mapped directory,
 /// same data as the source, unlogged table empty, optionally pg_amcheck; then stop the server
 /// and remove the restored directories.
-fn start_and_compare(
+pub fn start_and_compare(
     cluster: &Cluster,
     what: &str,
     restored: &Path,
@@ -1670,3 +1670,4 @@ pub fn version_scenario(pg: Pg) {
     step!("PostgreSQL {} scenario passed in {}", pg.major, secs(t0));
 }
 pub mod netlab;
+pub mod s3;

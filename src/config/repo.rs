@@ -1,0 +1,361 @@
+//! Repository settings, with pgBackRest's option names: `repo-type`, `repo-path`,
+//! `repo-s3-*`, `repo-gcs-*`, `repo-azure-*`, `repo-sftp-*`, `repo-storage-*`.
+//!
+//! Up to [`MAX_REPOS`] repositories are configured at once as `repoN-<option>`; the
+//! unnumbered `repo-<option>` is repository 1. Each value comes from a flag (repository 1
+//! only), then the environment (`PGJET_REPON_<OPTION>`, e.g. `PGJET_REPO2_S3_KEY_SECRET`, and
+//! for repository 1 also `PGJET_REPO_<OPTION>`), then the config file (stanza section, then
+//! `[global]`).
+use crate::error::{Error, Result};
+use std::path::PathBuf;
+
+/// How many repositories can be configured (`repo1-*` .. `repo4-*`), as in pgBackRest.
+pub const MAX_REPOS: u8 = 4;
+
+/// TLS settings of an HTTPS object store (`repo-storage-verify-tls`, `repo-storage-ca-file`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StorageTls {
+    /// Verify the server's certificate and name (default yes).
+    pub verify: bool,
+    /// CA certificates (PEM) to trust instead of the system's.
+    pub ca_file: Option<PathBuf>,
+}
+
+/// `repo-s3-uri-style`: bucket in the host name (`host`, AWS's default) or in the path
+/// (`path`, what most S3-compatible servers expect).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UriStyle {
+    Host,
+    Path,
+}
+
+/// One configured repository.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RepoConfig {
+    /// A local (or mounted) directory.
+    Posix { path: PathBuf },
+    /// Amazon S3 or an S3-compatible server.
+    S3 {
+        bucket: String,
+        /// `https://host[:port]`, or `http://...` when the endpoint was given with that scheme.
+        endpoint: String,
+        region: String,
+        key: String,
+        key_secret: String,
+        /// Session token of temporary credentials (`repo-s3-token`).
+        token: Option<String>,
+        uri_style: UriStyle,
+        /// Prefix of the repository inside the bucket ("/" = the bucket's root).
+        path: String,
+        tls: StorageTls,
+    },
+    /// Google Cloud Storage.
+    Gcs {
+        bucket: String,
+        endpoint: String,
+        /// Service account key file (JSON), or None for anonymous access (test servers).
+        key_file: Option<PathBuf>,
+        path: String,
+        tls: StorageTls,
+    },
+    /// Azure Blob Storage.
+    Azure {
+        account: String,
+        container: String,
+        /// Shared key (base64), or a SAS token when `sas` is true.
+        key: String,
+        sas: bool,
+        /// `https://<account>.blob.core.windows.net` or, path style, `https://host/<account>`.
+        endpoint: String,
+        path: String,
+        tls: StorageTls,
+    },
+    /// A directory on an SSH server, over SFTP (uses the `ssh` client).
+    Sftp {
+        host: String,
+        port: u16,
+        user: String,
+        private_key_file: Option<PathBuf>,
+        /// `strict` (default), `accept-new` or `none` (`repo-sftp-host-key-check-type`).
+        host_key_check: String,
+        path: String,
+    },
+}
+
+impl RepoConfig {
+    /// The repository's kind as `repo-type` spells it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            RepoConfig::Posix { .. } => "posix",
+            RepoConfig::S3 { .. } => "s3",
+            RepoConfig::Gcs { .. } => "gcs",
+            RepoConfig::Azure { .. } => "azure",
+            RepoConfig::Sftp { .. } => "sftp",
+        }
+    }
+
+    /// Reads repository `n` (1-based) through `get`, which answers an option name such as
+    /// `repo2-s3-bucket` with its value. None when repository `n` is not configured
+    /// (neither a type nor a path is set).
+    ///
+    /// Errors: an unknown type, a missing required option (named with its environment
+    /// variable), a malformed value.
+    pub fn resolve(n: u8, get: &dyn Fn(&str) -> Option<String>) -> Result<Option<RepoConfig>> {
+        let opt = |name: &str| -> Option<String> {
+            get(&format!("repo{n}-{name}"))
+                .or_else(|| {
+                    if n == 1 {
+                        get(&format!("repo-{name}"))
+                    } else {
+                        None
+                    }
+                })
+                .map(|v| v.trim().to_string())
+                .filter(|v| !v.is_empty())
+        };
+        let need = |name: &str| -> Result<String> {
+            opt(name).ok_or_else(|| {
+                Error::Config(format!(
+                    "repo{n}-{name} is required for repo{n}-type={} (flag, PGJET_REPO{n}_{} or the config file)",
+                    opt("type").unwrap_or_default(),
+                    name.to_uppercase().replace('-', "_")
+                ))
+            })
+        };
+        let kind = opt("type");
+        let path = opt("path");
+        if kind.is_none() && path.is_none() {
+            return Ok(None);
+        }
+        let tls = || -> Result<StorageTls> {
+            Ok(StorageTls {
+                verify: match opt("storage-verify-tls").as_deref() {
+                    None => true,
+                    Some(v) => yes_no(&format!("repo{n}-storage-verify-tls"), v)?,
+                },
+                ca_file: opt("storage-ca-file").map(PathBuf::from),
+            })
+        };
+        let prefix = || path.clone().unwrap_or_else(|| "/".into());
+        let port = || -> Result<Option<u16>> {
+            opt("storage-port")
+                .map(|v| {
+                    v.parse().map_err(|_| {
+                        Error::Config(format!("repo{n}-storage-port '{v}' is not a port"))
+                    })
+                })
+                .transpose()
+        };
+        let cfg = match kind.as_deref().unwrap_or("posix") {
+            "posix" | "cifs" => RepoConfig::Posix {
+                path: PathBuf::from(need("path")?),
+            },
+            "s3" => {
+                let bucket = need("s3-bucket")?;
+                let endpoint = endpoint_url(&need("s3-endpoint")?, opt("storage-host"), port()?);
+                RepoConfig::S3 {
+                    bucket,
+                    endpoint,
+                    region: need("s3-region")?,
+                    key: need("s3-key")?,
+                    key_secret: need("s3-key-secret")?,
+                    token: opt("s3-token"),
+                    uri_style: match opt("s3-uri-style").as_deref() {
+                        None | Some("host") => UriStyle::Host,
+                        Some("path") => UriStyle::Path,
+                        Some(o) => {
+                            return Err(Error::Config(format!(
+                                "repo{n}-s3-uri-style must be host or path, not '{o}'"
+                            )))
+                        }
+                    },
+                    path: prefix(),
+                    tls: tls()?,
+                }
+            }
+            "gcs" => RepoConfig::Gcs {
+                bucket: need("gcs-bucket")?,
+                endpoint: endpoint_url(
+                    &opt("gcs-endpoint").unwrap_or_else(|| "storage.googleapis.com".into()),
+                    opt("storage-host"),
+                    port()?,
+                ),
+                key_file: match opt("gcs-key-type").as_deref() {
+                    None | Some("service") => Some(PathBuf::from(need("gcs-key")?)),
+                    Some("none") => None,
+                    Some(o) => {
+                        return Err(Error::Config(format!(
+                            "repo{n}-gcs-key-type must be service or none, not '{o}'"
+                        )))
+                    }
+                },
+                path: prefix(),
+                tls: tls()?,
+            },
+            "azure" => {
+                let account = need("azure-account")?;
+                let host = opt("azure-endpoint").unwrap_or_else(|| "blob.core.windows.net".into());
+                let path_style = match opt("azure-uri-style").as_deref() {
+                    None | Some("host") => false,
+                    Some("path") => true,
+                    Some(o) => {
+                        return Err(Error::Config(format!(
+                            "repo{n}-azure-uri-style must be host or path, not '{o}'"
+                        )))
+                    }
+                };
+                let base = if path_style {
+                    endpoint_url(&host, opt("storage-host"), port()?)
+                } else {
+                    endpoint_url(&format!("{account}.{host}"), opt("storage-host"), port()?)
+                };
+                RepoConfig::Azure {
+                    endpoint: if path_style { format!("{base}/{account}") } else { base },
+                    container: need("azure-container")?,
+                    key: need("azure-key")?,
+                    sas: match opt("azure-key-type").as_deref() {
+                        None | Some("shared") => false,
+                        Some("sas") => true,
+                        Some(o) => {
+                            return Err(Error::Config(format!(
+                                "repo{n}-azure-key-type must be shared or sas, not '{o}'"
+                            )))
+                        }
+                    },
+                    account,
+                    path: prefix(),
+                    tls: tls()?,
+                }
+            }
+            "sftp" => RepoConfig::Sftp {
+                host: need("sftp-host")?,
+                port: match opt("sftp-host-port") {
+                    None => 22,
+                    Some(v) => v.parse().map_err(|_| {
+                        Error::Config(format!("repo{n}-sftp-host-port '{v}' is not a port"))
+                    })?,
+                },
+                user: need("sftp-host-user")?,
+                private_key_file: opt("sftp-private-key-file").map(PathBuf::from),
+                host_key_check: match opt("sftp-host-key-check-type").as_deref() {
+                    None => "strict".into(),
+                    Some(v @ ("strict" | "accept-new" | "none")) => v.into(),
+                    Some(o) => {
+                        return Err(Error::Config(format!(
+                            "repo{n}-sftp-host-key-check-type must be strict, accept-new or none, not '{o}'"
+                        )))
+                    }
+                },
+                path: need("path")?,
+            },
+            o => {
+                return Err(Error::Config(format!(
+                    "repo{n}-type '{o}' is not one of posix, s3, gcs, azure, sftp"
+                )))
+            }
+        };
+        Ok(Some(cfg))
+    }
+}
+
+/// `y`/`n` (pgBackRest's booleans), also `yes`/`no`, `true`/`false`, `on`/`off`, `1`/`0`.
+fn yes_no(key: &str, v: &str) -> Result<bool> {
+    match v.to_ascii_lowercase().as_str() {
+        "y" | "yes" | "true" | "on" | "1" => Ok(true),
+        "n" | "no" | "false" | "off" | "0" => Ok(false),
+        _ => Err(Error::Config(format!("{key} must be y or n, not '{v}'"))),
+    }
+}
+
+/// The base URL of an endpoint given as pgBackRest does (a host name, HTTPS implied) or as a
+/// URL with its scheme (`http://127.0.0.1:9000` for a local test server). `storage-host`
+/// replaces the host to connect to, `storage-port` the port.
+fn endpoint_url(endpoint: &str, host: Option<String>, port: Option<u16>) -> String {
+    let (scheme, rest) = match endpoint.split_once("://") {
+        Some((s, r)) => (s.to_string(), r.trim_end_matches('/').to_string()),
+        None => (
+            "https".to_string(),
+            endpoint.trim_end_matches('/').to_string(),
+        ),
+    };
+    let (h, p) = match rest.rsplit_once(':') {
+        Some((h, p)) if p.chars().all(|c| c.is_ascii_digit()) && !p.is_empty() => {
+            (h.to_string(), Some(p.to_string()))
+        }
+        _ => (rest.clone(), None),
+    };
+    let h = host.unwrap_or(h);
+    match port.map(|p| p.to_string()).or(p) {
+        Some(p) => format!("{scheme}://{h}:{p}"),
+        None => format!("{scheme}://{h}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn with(kv: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let m: HashMap<String, String> = kv
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |k| m.get(k).cloned()
+    }
+
+    #[test]
+    fn unnumbered_options_are_repo1_and_s3_needs_its_keys() {
+        let g = with(&[
+            ("repo-type", "s3"),
+            ("repo-s3-bucket", "b"),
+            ("repo-s3-endpoint", "127.0.0.1:9000"),
+            ("repo1-s3-region", "us-east-1"),
+            ("repo-s3-key", "k"),
+            ("repo-s3-key-secret", "s"),
+            ("repo-s3-uri-style", "path"),
+            ("repo-storage-verify-tls", "n"),
+        ]);
+        let c = RepoConfig::resolve(1, &g).unwrap().unwrap();
+        match c {
+            RepoConfig::S3 {
+                endpoint,
+                uri_style,
+                tls,
+                path,
+                ..
+            } => {
+                assert_eq!(endpoint, "https://127.0.0.1:9000");
+                assert_eq!(uri_style, UriStyle::Path);
+                assert!(!tls.verify);
+                assert_eq!(path, "/");
+            }
+            o => panic!("not s3: {o:?}"),
+        }
+        assert_eq!(RepoConfig::resolve(2, &g).unwrap(), None);
+        let g = with(&[("repo2-type", "s3"), ("repo2-s3-bucket", "b")]);
+        let e = RepoConfig::resolve(2, &g).unwrap_err().to_string();
+        assert!(
+            e.contains("repo2-s3-endpoint") && e.contains("PGJET_REPO2_S3_ENDPOINT"),
+            "{e}"
+        );
+        let g = with(&[("repo3-type", "nfs"), ("repo3-path", "/x")]);
+        assert!(RepoConfig::resolve(3, &g).is_err());
+    }
+
+    #[test]
+    fn endpoints_keep_an_explicit_scheme_and_take_port_overrides() {
+        assert_eq!(
+            endpoint_url("s3.example.com", None, None),
+            "https://s3.example.com"
+        );
+        assert_eq!(
+            endpoint_url("http://127.0.0.1:7070/", None, None),
+            "http://127.0.0.1:7070"
+        );
+        assert_eq!(
+            endpoint_url("s3.example.com", Some("127.0.0.2".into()), Some(9443)),
+            "https://127.0.0.2:9443"
+        );
+    }
+}

@@ -1,0 +1,333 @@
+//! The stanza's backup lock, on any store: an object `<stanza>/lock/backup.json` created only
+//! if absent ([`Storage::create_new`]), holding who took it and a lease the holder renews
+//! every [`RENEW_EVERY`]. A holder that crashed loses the lock when its lease runs out
+//! ([`LEASE`]), or at once when it ran on this host and its process is gone.
+//!
+//! Two takers of a stale lock: each deletes it and creates it again; only one create wins.
+//! A holder re-reads the record before each renewal and stops the backup (see
+//! [`StanzaLock::check`]) when the record is no longer its own. Hosts' clocks must agree to
+//! well within [`LEASE`].
+use crate::error::{Error, Result};
+use crate::storage::Storage;
+use serde::{Deserialize, Serialize};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+/// How long a lock stays valid without renewal.
+pub const LEASE: Duration = Duration::from_secs(60);
+/// How often the holder renews its lease (a quarter of [`LEASE`]: three renewals may fail in
+/// a row before the lease runs out).
+pub const RENEW_EVERY: Duration = Duration::from_secs(15);
+
+/// What the lock object holds.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LockRecord {
+    /// Host name of the holder.
+    pub host: String,
+    pub pid: u32,
+    /// The command holding it, e.g. "backup".
+    pub command: String,
+    /// Random token telling this holder from a later one with the same host and pid.
+    pub token: String,
+    /// RFC 3339 UTC time the lock was taken.
+    pub acquired: String,
+    /// Unix seconds until which the lease holds.
+    pub lease_until: i64,
+}
+
+/// Name of the backup lock object of `stanza`.
+pub fn lock_name(stanza: &str) -> String {
+    format!("{stanza}/lock/backup.json")
+}
+
+/// This host's name (`/proc/sys/kernel/hostname`), or "unknown".
+pub fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+/// True when process `pid` exists on this host.
+fn pid_alive(pid: u32) -> bool {
+    // SAFETY: kill with signal 0 only checks for existence and permission.
+    let rc = unsafe { libc::kill(pid as libc::pid_t, 0) };
+    rc == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
+fn now_unix() -> i64 {
+    chrono::Utc::now().timestamp()
+}
+
+/// Why a record no longer holds, or None while it does.
+fn stale_reason(rec: &LockRecord, host: &str) -> Option<String> {
+    if rec.host == host && rec.pid != std::process::id() && !pid_alive(rec.pid) {
+        return Some(format!("process {} on this host is gone", rec.pid));
+    }
+    let late = now_unix() - rec.lease_until;
+    if late > 0 {
+        return Some(format!("its lease ran out {late} s ago"));
+    }
+    None
+}
+
+struct Renewal {
+    stop: Mutex<bool>,
+    wake: Condvar,
+    lost: AtomicBool,
+}
+
+/// An exclusive lock on a stanza's backups, released (deleted) when dropped.
+pub struct StanzaLock {
+    store: Arc<dyn Storage>,
+    name: String,
+    token: String,
+    renewal: Arc<Renewal>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl StanzaLock {
+    /// Takes the backup lock of `stanza` for `command`, without waiting for a live holder.
+    ///
+    /// Errors: [`Error::Unsafe`] naming the holder (host, pid, command, since when) when
+    /// another pgjet holds it; storage errors.
+    pub fn acquire(store: Arc<dyn Storage>, stanza: &str, command: &str) -> Result<StanzaLock> {
+        let name = lock_name(stanza);
+        let host = host_name();
+        let token = format!("{:032x}", rand_u128());
+        let record = |lease_until: i64| LockRecord {
+            host: host.clone(),
+            pid: std::process::id(),
+            command: command.to_string(),
+            token: token.clone(),
+            acquired: crate::commands::rfc3339(chrono::Utc::now()),
+            lease_until,
+        };
+        let mut unreadable = 0;
+        for _ in 0..8 {
+            let rec = record(now_unix() + LEASE.as_secs() as i64);
+            let json = serde_json::to_vec(&rec).map_err(|e| Error::Other(e.to_string()))?;
+            if store.create_new(&name, &json)? {
+                let renewal = Arc::new(Renewal {
+                    stop: Mutex::new(false),
+                    wake: Condvar::new(),
+                    lost: AtomicBool::new(false),
+                });
+                let thread = {
+                    let (store, name, renewal) = (store.clone(), name.clone(), renewal.clone());
+                    std::thread::Builder::new()
+                        .name("pgjet-lock".into())
+                        .spawn(move || renew(&*store, &name, rec, &renewal))
+                        .map_err(|e| Error::Other(format!("cannot start the lock renewal: {e}")))?
+                };
+                return Ok(StanzaLock {
+                    store,
+                    name,
+                    token,
+                    renewal,
+                    thread: Some(thread),
+                });
+            }
+            let held = match store.get(&name) {
+                Ok(b) => b,
+                // Deleted between our create and our read: try again.
+                Err(_) if !store.exists(&name)? => continue,
+                Err(e) => return Err(e),
+            };
+            let held: LockRecord = match serde_json::from_slice(&held) {
+                Ok(r) => r,
+                Err(_) => {
+                    // A store that streams writes (SFTP) can show a record being written.
+                    unreadable += 1;
+                    if unreadable >= 3 {
+                        return Err(Error::Repo(format!(
+                            "the lock {name} in {} is unreadable; if no pgjet backup of stanza '{stanza}' runs, delete it",
+                            store.describe()
+                        )));
+                    }
+                    std::thread::sleep(Duration::from_millis(500));
+                    continue;
+                }
+            };
+            match stale_reason(&held, &host) {
+                Some(why) => {
+                    tracing::warn!(
+                        "removing the stale lock of {} (pid {} on {}, taken {}): {why}",
+                        held.command,
+                        held.pid,
+                        held.host,
+                        held.acquired
+                    );
+                    store.delete(&name)?;
+                }
+                None => {
+                    return Err(Error::Unsafe(format!(
+                        "another pgjet {} of stanza '{stanza}' is running: pid {} on host {}, since {} (lock {} in {}, lease until {})",
+                        held.command,
+                        held.pid,
+                        held.host,
+                        held.acquired,
+                        name,
+                        store.describe(),
+                        chrono::DateTime::from_timestamp(held.lease_until, 0)
+                            .map(crate::commands::rfc3339)
+                            .unwrap_or_default()
+                    )))
+                }
+            }
+        }
+        Err(Error::Unsafe(format!(
+            "could not take the lock {name} of stanza '{stanza}': other processes keep taking it"
+        )))
+    }
+
+    /// Errors when the lock was lost (the lease could not be renewed, or another process
+    /// took it): the backup must not be declared complete then.
+    pub fn check(&self) -> Result<()> {
+        if self.renewal.lost.load(Ordering::SeqCst) {
+            return Err(Error::Unsafe(format!(
+                "lost the lock {} (its lease could not be renewed or another process took it); the backup is not complete",
+                self.name
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Renews `rec`'s lease every [`RENEW_EVERY`] until told to stop; marks the lock lost when
+/// the record is no longer ours or the lease ran out without a successful renewal.
+fn renew(store: &dyn Storage, name: &str, mut rec: LockRecord, r: &Renewal) {
+    let mut stop = r.stop.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        // The predicate is checked before waiting: a stop set before this thread first took
+        // the mutex is not missed.
+        let (s, _) = r
+            .wake
+            .wait_timeout_while(stop, RENEW_EVERY, |stop| !*stop)
+            .unwrap_or_else(|e| e.into_inner());
+        stop = s;
+        if *stop {
+            return;
+        }
+        let ours = store
+            .get(name)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<LockRecord>(&b).ok())
+            .map(|h| h.token == rec.token);
+        match ours {
+            Some(false) => {
+                tracing::error!("the lock {name} was taken by another process");
+                r.lost.store(true, Ordering::SeqCst);
+                return;
+            }
+            None if now_unix() > rec.lease_until => {
+                tracing::error!("the lock {name} could not be read before its lease ran out");
+                r.lost.store(true, Ordering::SeqCst);
+                return;
+            }
+            _ => {}
+        }
+        let next = LockRecord {
+            lease_until: now_unix() + LEASE.as_secs() as i64,
+            ..rec.clone()
+        };
+        match serde_json::to_vec(&next).map(|j| store.put_durable(name, &j)) {
+            Ok(Ok(())) => rec = next,
+            Ok(Err(e)) => {
+                tracing::warn!("could not renew the lock {name}: {e}");
+                if now_unix() > rec.lease_until {
+                    r.lost.store(true, Ordering::SeqCst);
+                    return;
+                }
+            }
+            Err(e) => tracing::warn!("could not renew the lock {name}: {e}"),
+        }
+    }
+}
+
+impl Drop for StanzaLock {
+    fn drop(&mut self) {
+        *self.renewal.stop.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        self.renewal.wake.notify_all();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        let ours = self
+            .store
+            .get(&self.name)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<LockRecord>(&b).ok())
+            .map(|h| h.token == self.token)
+            .unwrap_or(false);
+        if ours {
+            if let Err(e) = self.store.delete(&self.name) {
+                tracing::warn!("could not release the lock {}: {e}", self.name);
+            }
+        }
+    }
+}
+
+/// 128 random bits from the kernel (getrandom(2)); falls back to time and pid.
+fn rand_u128() -> u128 {
+    let mut b = [0u8; 16];
+    // SAFETY: getrandom writes at most b.len() bytes into b.
+    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
+    if n == b.len() as isize {
+        u128::from_le_bytes(b)
+    } else {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        t ^ ((std::process::id() as u128) << 64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::posix::PosixStorage;
+
+    #[test]
+    fn a_second_taker_is_refused_by_name_and_a_dead_holder_is_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Storage> = Arc::new(PosixStorage::open(dir.path()).unwrap());
+        let l = StanzaLock::acquire(store.clone(), "main", "backup").unwrap();
+        // Same process: a live holder (our own pid is never taken for dead).
+        let e = StanzaLock::acquire(store.clone(), "main", "backup")
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            e.contains("another pgjet backup") && e.contains(&host_name()),
+            "{e}"
+        );
+        l.check().unwrap();
+        drop(l);
+        assert!(!store.exists(&lock_name("main")).unwrap());
+        // A record left by a process that is gone (pid beyond pid_max) is stale at once.
+        let dead = LockRecord {
+            host: host_name(),
+            pid: 4_194_305,
+            command: "backup".into(),
+            token: "x".into(),
+            acquired: "2026-01-01T00:00:00Z".into(),
+            lease_until: now_unix() + 3600,
+        };
+        store
+            .put_durable(&lock_name("main"), &serde_json::to_vec(&dead).unwrap())
+            .unwrap();
+        let l = StanzaLock::acquire(store.clone(), "main", "backup").unwrap();
+        drop(l);
+        // Another host's record with a lease that ran out is stale too.
+        let expired = LockRecord {
+            host: "elsewhere".into(),
+            lease_until: now_unix() - 5,
+            ..dead
+        };
+        store
+            .put_durable(&lock_name("main"), &serde_json::to_vec(&expired).unwrap())
+            .unwrap();
+        StanzaLock::acquire(store, "main", "backup").unwrap();
+    }
+}

@@ -1,0 +1,648 @@
+//! Object stores (S3 and S3-compatible servers, GCS, Azure Blob, SFTP) through OpenDAL.
+//!
+//! The engine's workers are threads; each call here runs its OpenDAL future on the store's own
+//! tokio runtime and blocks the calling thread until it ends, is cancelled
+//! ([`Storage::cancel`]) or times out. Every request goes through OpenDAL's retry layer
+//! (exponential backoff with jitter, each retry logged as a warning) and timeout layer; what
+//! still fails becomes [`Error::Storage`] with a [`StorageFault`] that says whether a later
+//! try can help.
+//!
+//! HTTP goes through our own reqwest client over rustls with the ring provider (the libpq
+//! TLS uses the same), so `repo-storage-ca-file` and `repo-storage-verify-tls` apply.
+use super::{ObjectWriter, Storage};
+use crate::config::{RepoConfig, StorageTls, UriStyle};
+use crate::error::{Error, Result, StorageFault};
+use futures::StreamExt;
+use opendal::layers::{RetryEvent, RetryInterceptor, RetryLayer, TimeoutLayer};
+use opendal::{ErrorKind, Operator};
+use std::future::Future;
+use std::io::Read;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Attempts after the first before a request counts as failed (OpenDAL's retry layer).
+pub const RETRIES: usize = 6;
+/// First backoff delay; it doubles per retry, with jitter, up to [`RETRY_MAX_DELAY`].
+pub const RETRY_MIN_DELAY: Duration = Duration::from_millis(200);
+/// Longest backoff delay.
+pub const RETRY_MAX_DELAY: Duration = Duration::from_secs(10);
+/// Longest a request without a body may take, and longest a body transfer may stall.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+/// Part size of multipart uploads by [`Storage::writer`], bytes (S3's minimum part is 5 MiB).
+pub const WRITER_PART: usize = 8 << 20;
+/// Parts of one multipart upload in flight at once.
+pub const WRITER_CONCURRENCY: usize = 4;
+
+/// A repository on an object store.
+pub struct ObjectStorage {
+    op: Operator,
+    rt: Arc<tokio::runtime::Runtime>,
+    /// `s3 https://host/bucket/prefix`, for messages.
+    desc: String,
+    /// URL-ish prefix of object names in messages: `s3://bucket/prefix/`.
+    target_prefix: String,
+    cancel_tx: tokio::sync::watch::Sender<bool>,
+}
+
+/// Logs each retry OpenDAL makes, so a storm of 5xx answers is visible.
+struct LogRetry;
+
+impl RetryInterceptor for LogRetry {
+    fn intercept(&self, ev: RetryEvent<'_>) {
+        tracing::warn!(
+            "storage {} failed (attempt {}), retrying in {:.1} s: {}",
+            ev.op,
+            ev.attempt,
+            ev.retry_after.as_secs_f64(),
+            ev.err
+        );
+    }
+}
+
+/// The prefix inside the bucket as OpenDAL's `root`: absolute, '/'-terminated.
+fn root_of(path: &str) -> String {
+    let p = path.trim_matches('/');
+    if p.is_empty() {
+        "/".into()
+    } else {
+        format!("/{p}/")
+    }
+}
+
+/// A reqwest client for `tls`: HTTP/1.1 (several pooled connections move large objects
+/// faster than one HTTP/2 connection), rustls with the ring provider.
+fn http_client(tls: &StorageTls) -> Result<reqwest::Client> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| Error::Config(format!("TLS set-up failed: {e}")))?;
+    let mut cfg = if tls.verify {
+        let mut roots = rustls::RootCertStore::empty();
+        match &tls.ca_file {
+            Some(f) => {
+                for c in crate::pg::conninfo::read_pem_certs(f)? {
+                    roots.add(c).map_err(|e| {
+                        Error::Config(format!("bad CA certificate in {}: {e}", f.display()))
+                    })?;
+                }
+            }
+            None => {
+                let found = rustls_native_certs::load_native_certs();
+                for c in found.certs {
+                    let _ = roots.add(c);
+                }
+                if roots.is_empty() {
+                    return Err(Error::Config(
+                        "no system CA certificates found for the object store's TLS: install ca-certificates or set repo-storage-ca-file".into(),
+                    ));
+                }
+            }
+        }
+        builder.with_root_certificates(roots).with_no_client_auth()
+    } else {
+        builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(crate::pg::conninfo::NoVerifier(provider)))
+            .with_no_client_auth()
+    };
+    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    reqwest::Client::builder()
+        .tls_backend_preconfigured(cfg)
+        .http1_only()
+        .pool_max_idle_per_host(64)
+        .build()
+        .map_err(|e| Error::Config(format!("cannot set up the HTTP client: {e}")))
+}
+
+/// Puts our HTTP client under an operator.
+fn with_client(op: Operator, client: reqwest::Client) -> Operator {
+    let transport = opendal::HttpTransporter::new(
+        opendal_http_transport_reqwest::ReqwestTransport::new(client),
+    );
+    let ctx = op.base_context().with_http_transport(transport);
+    op.with_context(ctx)
+}
+
+fn config_err(what: &str, e: opendal::Error) -> Error {
+    Error::Config(format!("{what}: {e}"))
+}
+
+impl ObjectStorage {
+    /// Opens the repository `cfg` (not posix) and checks, with one listing request, that the
+    /// bucket exists and the credentials are accepted.
+    ///
+    /// Errors: settings OpenDAL refuses ([`Error::Config`]), then the listing's
+    /// [`Error::Storage`] (Denied, NotFound, Transient).
+    pub fn open(cfg: &RepoConfig) -> Result<ObjectStorage> {
+        let (op, desc, target_prefix) = match cfg {
+            RepoConfig::S3 {
+                bucket,
+                endpoint,
+                region,
+                key,
+                key_secret,
+                token,
+                uri_style,
+                path,
+                tls,
+            } => {
+                let mut b = opendal::services::S3::default()
+                    .bucket(bucket)
+                    .endpoint(endpoint)
+                    .region(region)
+                    .access_key_id(key)
+                    .secret_access_key(key_secret)
+                    .root(&root_of(path))
+                    .disable_config_load()
+                    .disable_ec2_metadata();
+                if let Some(t) = token {
+                    b = b.session_token(t);
+                }
+                if *uri_style == UriStyle::Host {
+                    b = b.enable_virtual_host_style();
+                }
+                let op = Operator::new(b).map_err(|e| config_err("S3 repository settings", e))?;
+                (
+                    with_client(op, http_client(tls)?),
+                    format!(
+                        "s3 {endpoint}/{bucket}{}",
+                        root_of(path).trim_end_matches('/')
+                    ),
+                    format!("s3://{bucket}{}", root_of(path)),
+                )
+            }
+            RepoConfig::Gcs {
+                bucket,
+                endpoint,
+                key_file,
+                path,
+                tls,
+            } => {
+                let mut b = opendal::services::Gcs::default()
+                    .bucket(bucket)
+                    .endpoint(endpoint)
+                    .root(&root_of(path))
+                    .disable_config_load()
+                    .disable_vm_metadata();
+                b = match key_file {
+                    Some(f) => b.credential_path(&f.display().to_string()),
+                    None => b.skip_signature(),
+                };
+                let op = Operator::new(b).map_err(|e| config_err("GCS repository settings", e))?;
+                (
+                    with_client(op, http_client(tls)?),
+                    format!(
+                        "gcs {endpoint}/{bucket}{}",
+                        root_of(path).trim_end_matches('/')
+                    ),
+                    format!("gs://{bucket}{}", root_of(path)),
+                )
+            }
+            RepoConfig::Azure {
+                account,
+                container,
+                key,
+                sas,
+                endpoint,
+                path,
+                tls,
+            } => {
+                let mut b = opendal::services::Azblob::default()
+                    .container(container)
+                    .endpoint(endpoint)
+                    .account_name(account)
+                    .root(&root_of(path));
+                b = if *sas {
+                    b.sas_token(key)
+                } else {
+                    b.account_key(key)
+                };
+                let op =
+                    Operator::new(b).map_err(|e| config_err("Azure repository settings", e))?;
+                (
+                    with_client(op, http_client(tls)?),
+                    format!(
+                        "azure {endpoint}/{container}{}",
+                        root_of(path).trim_end_matches('/')
+                    ),
+                    format!("azure://{account}/{container}{}", root_of(path)),
+                )
+            }
+            RepoConfig::Sftp {
+                host,
+                port,
+                user,
+                private_key_file,
+                host_key_check,
+                path,
+            } => {
+                let mut b = opendal::services::Sftp::default()
+                    .endpoint(&format!("ssh://{host}:{port}"))
+                    .user(user)
+                    .root(&root_of(path))
+                    .known_hosts_strategy(match host_key_check.as_str() {
+                        "none" => "Accept",
+                        "accept-new" => "Add",
+                        _ => "Strict",
+                    });
+                if let Some(k) = private_key_file {
+                    b = b.key(&k.display().to_string());
+                }
+                let op = Operator::new(b).map_err(|e| config_err("SFTP repository settings", e))?;
+                (
+                    op,
+                    format!(
+                        "sftp {user}@{host}:{port}{}",
+                        root_of(path).trim_end_matches('/')
+                    ),
+                    format!("sftp://{user}@{host}{}", root_of(path)),
+                )
+            }
+            RepoConfig::Posix { .. } => {
+                return Err(Error::Config(
+                    "a posix repository is not an object store".into(),
+                ))
+            }
+        };
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("pgjet-storage")
+            .enable_all()
+            .build()
+            .map_err(|e| Error::Other(format!("cannot start the storage runtime: {e}")))?;
+        // One listing, first without retries: a certificate the store's TLS cannot verify
+        // fails here at once instead of after every retry; then a missing bucket or refused
+        // credentials fail by name instead of looking like an empty repository.
+        let probe = rt.block_on(async { op.list_with("").limit(1).await.map(|_| ()) });
+        if let Err(e) = &probe {
+            if let Some(why) = tls_failure(e) {
+                return Err(Error::Storage {
+                    op: "connect",
+                    target: desc,
+                    fault: StorageFault::Config,
+                    detail: format!("TLS: {why} (set repo-storage-ca-file to the CA that signed the store's certificate)"),
+                });
+            }
+        }
+        let op = op
+            .layer(
+                RetryLayer::new()
+                    .with_jitter()
+                    .with_max_times(RETRIES)
+                    .with_min_delay(RETRY_MIN_DELAY)
+                    .with_max_delay(RETRY_MAX_DELAY)
+                    .with_notify(LogRetry),
+            )
+            .layer(
+                TimeoutLayer::new()
+                    .with_timeout(REQUEST_TIMEOUT)
+                    .with_io_timeout(REQUEST_TIMEOUT),
+            );
+        let (cancel_tx, _) = tokio::sync::watch::channel(false);
+        let s = ObjectStorage {
+            op,
+            rt: Arc::new(rt),
+            desc,
+            target_prefix,
+            cancel_tx,
+        };
+        if probe.is_err() {
+            s.run("check", "", async {
+                s.op.list_with("").limit(1).await.map(|_| ())
+            })?;
+        }
+        Ok(s)
+    }
+
+    fn target(&self, name: &str) -> String {
+        format!("{}{name}", self.target_prefix)
+    }
+
+    fn err(&self, op: &'static str, name: &str, e: opendal::Error) -> Error {
+        storage_error(op, self.target(name), e)
+    }
+
+    /// Runs `fut` to its end on the store's runtime, unless cancelled first.
+    fn run<T>(
+        &self,
+        op: &'static str,
+        name: &str,
+        fut: impl Future<Output = opendal::Result<T>>,
+    ) -> Result<T> {
+        let mut cancel = self.cancel_tx.subscribe();
+        self.rt.block_on(async {
+            tokio::select! {
+                r = fut => r.map_err(|e| self.err(op, name, e)),
+                _ = cancel.wait_for(|c| *c) => Err(Error::Storage {
+                    op,
+                    target: self.target(name),
+                    fault: StorageFault::Transient,
+                    detail: "cancelled".into(),
+                }),
+            }
+        })
+    }
+}
+
+/// The messages of `e`'s causes, outermost first, joined with ": " (OpenDAL's own message
+/// stops at "error sending request"; the cause names the refused certificate or the reset).
+fn causes(e: &opendal::Error) -> String {
+    let mut out = Vec::new();
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(e);
+    while let Some(c) = cur {
+        let m = c.to_string();
+        if !out.iter().any(|o: &String| o.contains(&m)) {
+            out.push(m);
+        }
+        cur = c.source();
+    }
+    out.join(": ")
+}
+
+/// The reason, when `e` is a TLS handshake refused over the certificate or the protocol.
+fn tls_failure(e: &opendal::Error) -> Option<String> {
+    let c = causes(e);
+    let l = c.to_ascii_lowercase();
+    (l.contains("certificate") || l.contains("tls handshake") || l.contains("invalid peer"))
+        .then_some(c)
+}
+
+/// Maps an OpenDAL error (after its retries) to [`Error::Storage`]: the error's kind, the
+/// store's own message (an S3 error code such as `SignatureDoesNotMatch` or `NoSuchBucket`)
+/// and the causes; the whole OpenDAL context (URL, headers) goes to the debug log.
+fn storage_error(op: &'static str, target: String, e: opendal::Error) -> Error {
+    tracing::debug!("storage {op} {target}: {e:?}");
+    let msg: String = e.message().split_whitespace().collect::<Vec<_>>().join(" ");
+    let mut fault = match e.kind() {
+        ErrorKind::PermissionDenied => StorageFault::Denied,
+        ErrorKind::NotFound => StorageFault::NotFound,
+        ErrorKind::ConfigInvalid | ErrorKind::Unsupported => StorageFault::Config,
+        ErrorKind::AlreadyExists | ErrorKind::ConditionNotMatch | ErrorKind::Conflict => {
+            StorageFault::Conflict
+        }
+        ErrorKind::RateLimited => StorageFault::Transient,
+        _ if e.is_temporary() || e.is_persistent() => StorageFault::Transient,
+        _ => StorageFault::Other,
+    };
+    if ["NoSuchBucket", "ContainerNotFound", "bucket does not exist"]
+        .iter()
+        .any(|m| msg.contains(m))
+    {
+        fault = StorageFault::NotFound;
+    }
+    let mut detail = format!("{}", e.kind());
+    if !msg.is_empty() {
+        let short: String = msg.chars().take(400).collect();
+        detail.push_str(&format!(": {short}"));
+    }
+    let why = causes(&e);
+    if !why.is_empty() {
+        detail.push_str(&format!(": {why}"));
+    }
+    Error::Storage {
+        op,
+        target,
+        fault,
+        detail,
+    }
+}
+
+/// [`ObjectWriter`] of an object store: a multipart upload, completed by `finish`, aborted
+/// when dropped unfinished.
+struct ObjWriter {
+    w: Option<opendal::Writer>,
+    rt: Arc<tokio::runtime::Runtime>,
+    target: String,
+}
+
+impl ObjectWriter for ObjWriter {
+    fn write(&mut self, data: &[u8]) -> Result<()> {
+        let w = self
+            .w
+            .as_mut()
+            .ok_or_else(|| Error::Other(format!("{} was already finished", self.target)))?;
+        let buf = bytes::Bytes::copy_from_slice(data);
+        self.rt
+            .block_on(w.write(buf))
+            .map_err(|e| storage_error("write", self.target.clone(), e))
+    }
+
+    fn finish(mut self: Box<Self>) -> Result<()> {
+        let mut w = self
+            .w
+            .take()
+            .ok_or_else(|| Error::Other(format!("{} was already finished", self.target)))?;
+        self.rt
+            .block_on(w.close())
+            .map(|_| ())
+            .map_err(|e| storage_error("write", self.target.clone(), e))
+    }
+}
+
+impl Drop for ObjWriter {
+    fn drop(&mut self) {
+        if let Some(mut w) = self.w.take() {
+            if let Err(e) = self.rt.block_on(w.abort()) {
+                tracing::warn!("could not abort the upload of {}: {e}", self.target);
+            }
+        }
+    }
+}
+
+/// A blocking [`Read`] over an object's byte stream.
+struct ObjReader {
+    stream: futures::stream::BoxStream<'static, std::io::Result<bytes::Bytes>>,
+    cur: bytes::Bytes,
+    rt: Arc<tokio::runtime::Runtime>,
+}
+
+impl Read for ObjReader {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        while self.cur.is_empty() {
+            match self.rt.block_on(self.stream.next()) {
+                Some(Ok(b)) => self.cur = b,
+                Some(Err(e)) => return Err(e),
+                None => return Ok(0),
+            }
+        }
+        let n = out.len().min(self.cur.len());
+        out[..n].copy_from_slice(&self.cur[..n]);
+        self.cur = self.cur.slice(n..);
+        Ok(n)
+    }
+}
+
+impl Storage for ObjectStorage {
+    fn describe(&self) -> String {
+        self.desc.clone()
+    }
+
+    fn put(&self, name: &str, data: &[u8]) -> Result<()> {
+        let buf = bytes::Bytes::copy_from_slice(data);
+        self.run("write", name, async {
+            self.op
+                .write_with(name, buf)
+                .chunk(WRITER_PART)
+                .concurrent(WRITER_CONCURRENCY)
+                .await
+                .map(|_| ())
+        })
+    }
+
+    fn put_durable(&self, name: &str, data: &[u8]) -> Result<()> {
+        // An object store's PUT is atomic and durable when it is acknowledged.
+        self.put(name, data)
+    }
+
+    fn create_new(&self, name: &str, data: &[u8]) -> Result<bool> {
+        let buf = bytes::Bytes::copy_from_slice(data);
+        let r = self.run("create", name, async {
+            self.op
+                .write_with(name, buf)
+                .if_not_exists(true)
+                .await
+                .map(|_| ())
+        });
+        match r {
+            Ok(()) => Ok(true),
+            Err(Error::Storage {
+                fault: StorageFault::Conflict,
+                ..
+            }) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn get_range(&self, name: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
+        let buf = self.run("read", name, async {
+            self.op.read_with(name).range(offset..offset + len).await
+        })?;
+        if buf.len() as u64 != len {
+            return Err(Error::Storage {
+                op: "read",
+                target: self.target(name),
+                fault: StorageFault::Other,
+                detail: format!(
+                    "asked for {len} bytes at offset {offset}, got {}",
+                    buf.len()
+                ),
+            });
+        }
+        Ok(buf.to_vec())
+    }
+
+    fn get(&self, name: &str) -> Result<Vec<u8>> {
+        Ok(self
+            .run("read", name, async { self.op.read(name).await })?
+            .to_vec())
+    }
+
+    fn reader(&self, name: &str) -> Result<Box<dyn Read + Send>> {
+        let stream = self.run("read", name, async {
+            let r = self
+                .op
+                .reader_with(name)
+                .chunk(WRITER_PART)
+                .concurrent(2)
+                .await?;
+            r.into_bytes_stream(..).await
+        })?;
+        Ok(Box::new(ObjReader {
+            stream: stream.boxed(),
+            cur: bytes::Bytes::new(),
+            rt: self.rt.clone(),
+        }))
+    }
+
+    fn writer(&self, name: &str) -> Result<Box<dyn ObjectWriter>> {
+        let w = self.run("write", name, async {
+            self.op
+                .writer_with(name)
+                .chunk(WRITER_PART)
+                .concurrent(WRITER_CONCURRENCY)
+                .await
+        })?;
+        Ok(Box::new(ObjWriter {
+            w: Some(w),
+            rt: self.rt.clone(),
+            target: self.target(name),
+        }))
+    }
+
+    fn exists(&self, name: &str) -> Result<bool> {
+        Ok(self.size(name)?.is_some())
+    }
+
+    fn size(&self, name: &str) -> Result<Option<u64>> {
+        match self.run("stat", name, async { self.op.stat(name).await }) {
+            Ok(m) if m.mode().is_file() => Ok(Some(m.content_length())),
+            Ok(_) => Ok(None),
+            Err(Error::Storage {
+                fault: StorageFault::NotFound,
+                ..
+            }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn list(&self, dir: &str) -> Result<Vec<String>> {
+        let d = if dir.is_empty() || dir.ends_with('/') {
+            dir.to_string()
+        } else {
+            format!("{dir}/")
+        };
+        let entries = match self.run("list", &d, async { self.op.list(&d).await }) {
+            Ok(e) => e,
+            Err(Error::Storage {
+                fault: StorageFault::NotFound,
+                ..
+            }) => return Ok(vec![]),
+            Err(e) => return Err(e),
+        };
+        let mut names: Vec<String> = entries
+            .iter()
+            .map(|e| e.path().trim_end_matches('/'))
+            .filter_map(|p| {
+                p.strip_prefix(d.as_str())
+                    .or(if d.is_empty() { Some(p) } else { None })
+            })
+            .filter(|n| !n.is_empty() && !n.contains('/'))
+            .map(str::to_string)
+            .collect();
+        names.sort();
+        names.dedup();
+        Ok(names)
+    }
+
+    fn delete(&self, name: &str) -> Result<()> {
+        self.run("delete", name, async { self.op.delete(name).await })
+    }
+
+    fn remove_all(&self, dir: &str) -> Result<()> {
+        let d = format!("{}/", dir.trim_end_matches('/'));
+        self.run("remove", &d, async {
+            self.op.delete_with(&d).recursive(true).await
+        })
+    }
+
+    fn sync(&self) -> Result<()> {
+        Ok(())
+    }
+
+    fn cancel(&self) {
+        let _ = self.cancel_tx.send(true);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn roots_are_absolute_and_slash_terminated() {
+        assert_eq!(root_of("/"), "/");
+        assert_eq!(root_of(""), "/");
+        assert_eq!(root_of("/repo"), "/repo/");
+        assert_eq!(root_of("a/b/"), "/a/b/");
+    }
+}
