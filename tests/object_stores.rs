@@ -1,21 +1,23 @@
-//! Repositories on S3: a real S3 server (versitygw, tests/common/s3.rs) on 127.0.0.1 over
-//! TLS verified against a test CA, configured the pgBackRest way (a config file with
-//! `repo1-type=s3`, `repo1-s3-*`, `repo1-storage-*`).
+//! Repositories on object stores, each a real server on 127.0.0.1 started by the test
+//! (tests/common/stores.rs): S3 (versitygw, TLS verified against a test CA), GCS
+//! (fake-gcs-server, TLS), Azure Blob (Azurite) and SFTP (OpenSSH), configured the pgBackRest
+//! way (a config file with `repo1-type`, `repo1-s3-*`, `repo1-storage-*`, ...).
 //!
-//! - PostgreSQL 15: stanza-create, a full backup, info, verify, restore (pg_verifybackup,
-//!   start, same rows), all through S3; the objects are where the repository format says.
-//! - Refusals: a wrong secret, a missing bucket and an untrusted certificate fail at once
+//! - For each store, with PostgreSQL 15: stanza-create, a full backup, info, verify, check,
+//!   restore (pg_verifybackup, start, same rows); the objects are where the repository
+//!   format says and the backup lock is gone afterwards.
+//! - Refusals (S3): a wrong secret, a missing bucket and an untrusted certificate fail at once
 //!   with their own message and exit code; a backup while another holds the stanza's lock
 //!   (a conditional create on S3) fails naming the holder, and succeeds once it lets go.
 mod common;
 
-use common::s3::*;
+use common::stores::*;
 use common::*;
 use std::path::Path;
 use std::time::Duration;
 
 /// `--config C --stanza main --pg-path D --pg-port P --pg-socket-path S` for `cluster`.
-fn s3_args(conf: &Path, cluster: &Cluster) -> Vec<String> {
+fn store_args(conf: &Path, cluster: &Cluster) -> Vec<String> {
     args![
         "--config",
         conf.display(),
@@ -37,13 +39,14 @@ fn cmd(name: &str, base: &[String], extra: &[&str]) -> Vec<String> {
     a
 }
 
-#[test]
-fn pg15_s3_backup_info_verify_restore() {
-    let s3 = S3Server::start("pg15-s3");
-    let cluster = Cluster::new(&Pg::v15(), "pg15-s3");
+/// The scenario every store runs (see the module's doc).
+fn store_scenario(kind: StoreKind) {
+    let tag = format!("{kind:?}").to_lowercase();
+    let s3 = StoreServer::start(kind, &tag);
+    let cluster = Cluster::new(&Pg::v15(), &tag);
     load_dataset(&cluster, DatasetSpec::SMALL);
     let conf = s3.config_file("pgjet.conf", "/repo", &[]);
-    let base = s3_args(&conf, &cluster);
+    let base = store_args(&conf, &cluster);
 
     pgjet_ok(&cmd("stanza-create", &base, &[]));
     let r = pgjet_ok(&cmd(
@@ -51,7 +54,7 @@ fn pg15_s3_backup_info_verify_restore() {
         &base,
         &["--type", "full", "--start-fast", "--jobs", "2"],
     ));
-    step!("full backup to S3 in {:.1}s", r.elapsed.as_secs_f64());
+    step!("{kind:?}: full backup in {:.1}s", r.elapsed.as_secs_f64());
     let source_fp = fingerprint(&cluster.server);
 
     let r = pgjet_ok(&cmd("info", &base, &["--output", "json"]));
@@ -83,7 +86,7 @@ fn pg15_s3_backup_info_verify_restore() {
     );
 
     let r = pgjet_ok(&cmd("verify", &base, &[]));
-    step!("verify from S3 in {:.1}s", r.elapsed.as_secs_f64());
+    step!("{kind:?}: verify in {:.1}s", r.elapsed.as_secs_f64());
     pgjet_ok(&cmd("check", &base, &[]));
 
     let restored = cluster.new_dir("restored");
@@ -106,10 +109,10 @@ fn pg15_s3_backup_info_verify_restore() {
         format!("ts1={}", ts_dir.display())
     ];
     let r = pgjet_ok(&a);
-    step!("restore from S3 in {:.1}s", r.elapsed.as_secs_f64());
+    step!("{kind:?}: restore in {:.1}s", r.elapsed.as_secs_f64());
     start_and_compare(
         &cluster,
-        "restore from S3",
+        &format!("restore from {kind:?}"),
         &restored,
         &ts_dir,
         &source_fp,
@@ -118,16 +121,36 @@ fn pg15_s3_backup_info_verify_restore() {
 }
 
 #[test]
+fn s3_backup_info_verify_restore() {
+    store_scenario(StoreKind::S3);
+}
+
+#[test]
+fn gcs_backup_info_verify_restore() {
+    store_scenario(StoreKind::Gcs);
+}
+
+#[test]
+fn azure_backup_info_verify_restore() {
+    store_scenario(StoreKind::Azure);
+}
+
+#[test]
+fn sftp_backup_info_verify_restore() {
+    store_scenario(StoreKind::Sftp);
+}
+
+#[test]
 fn s3_refusals_name_their_cause() {
-    let s3 = S3Server::start("s3-refusals");
+    let s3 = StoreServer::start(StoreKind::S3, "s3-refusals");
     let cluster = Cluster::new(&Pg::v15(), "s3-refusals");
     let good = s3.config_file("good.conf", "/r", &[]);
-    let base = s3_args(&good, &cluster);
+    let base = store_args(&good, &cluster);
     pgjet_ok(&cmd("stanza-create", &base, &[]));
 
     // A wrong secret: refused, exit 4, the hint names the credentials.
     let bad = s3.config_file("bad-secret.conf", "/r", &[("repo1-s3-key-secret", "wrong")]);
-    let r = pgjet(&cmd("info", &s3_args(&bad, &cluster), &[]));
+    let r = pgjet(&cmd("info", &store_args(&bad, &cluster), &[]));
     assert_eq!(r.status.code(), Some(4), "wrong secret:\n{r}");
     assert!(r.stderr.contains("repo-s3-key"), "wrong secret, hint:\n{r}");
     step!("wrong secret: {}", r.stderr.trim());
@@ -138,7 +161,7 @@ fn s3_refusals_name_their_cause() {
         "/r",
         &[("repo1-s3-bucket", "nosuchbucket")],
     );
-    let r = pgjet(&cmd("info", &s3_args(&nob, &cluster), &[]));
+    let r = pgjet(&cmd("info", &store_args(&nob, &cluster), &[]));
     assert_eq!(r.status.code(), Some(4), "missing bucket:\n{r}");
     assert!(r.text_lower().contains("bucket"), "missing bucket:\n{r}");
     step!("missing bucket: {}", r.stderr.trim());
@@ -146,7 +169,7 @@ fn s3_refusals_name_their_cause() {
     // TLS verified against the system's CAs only: the test CA is unknown, so it fails (and
     // with verification off, it works).
     let sys = s3.config_file("system-ca.conf", "/r", &[("repo1-storage-ca-file", "")]);
-    let r = pgjet(&cmd("info", &s3_args(&sys, &cluster), &[]));
+    let r = pgjet(&cmd("info", &store_args(&sys, &cluster), &[]));
     assert_eq!(r.status.code(), Some(4), "an untrusted certificate:\n{r}");
     assert!(
         r.stderr.contains("certificate") && r.elapsed < Duration::from_secs(10),
@@ -161,25 +184,12 @@ fn s3_refusals_name_their_cause() {
             ("repo1-storage-verify-tls", "n"),
         ],
     );
-    pgjet_ok(&cmd("info", &s3_args(&nover, &cluster), &[]));
+    pgjet_ok(&cmd("info", &store_args(&nover, &cluster), &[]));
 
     // Another pgjet holds the stanza's lock (this test process, through the library): the
     // backup fails naming it (exit 6) and leaves no backup behind; once the holder lets go,
     // the next backup succeeds.
-    let cfg = pgjet::config::RepoConfig::S3 {
-        bucket: S3_BUCKET.into(),
-        endpoint: format!("https://127.0.0.1:{}", s3.port),
-        region: "us-east-1".into(),
-        key: S3_KEY.into(),
-        key_secret: S3_SECRET.into(),
-        token: None,
-        uri_style: pgjet::config::UriStyle::Path,
-        path: "/r".into(),
-        tls: pgjet::config::StorageTls {
-            verify: true,
-            ca_file: Some(s3.ca.clone()),
-        },
-    };
+    let cfg = s3.repo_config("/r");
     let store = pgjet::storage::open(&cfg).expect("open the S3 repository from the library");
     let lock = pgjet::repo::StanzaLock::acquire(store.clone(), "main", "backup").unwrap();
     assert!(s3
