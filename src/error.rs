@@ -28,8 +28,9 @@ pub enum Error {
     /// The repository is missing, belongs to another cluster or is malformed.
     #[error("repository: {0}")]
     Repo(String),
-    /// Stored bytes do not match the manifest: names every affected file.
-    #[error("corrupt backup {label}: {}", files.join(", "))]
+    /// Stored bytes do not match the manifest: names the affected files (the message shows
+    /// the first [`CORRUPT_NAMES_SHOWN`]; each one is also logged on its own line).
+    #[error("corrupt backup {label}: {}", shown_names(files))]
     Corrupt { label: String, files: Vec<String> },
     /// The cluster or the target is in a state that makes the command unsafe.
     #[error("{0}")]
@@ -74,6 +75,25 @@ pub enum StorageFault {
     Other,
 }
 
+/// How many damaged files an [`Error::Corrupt`] message names before "and N more".
+pub const CORRUPT_NAMES_SHOWN: usize = 20;
+
+fn shown_names(files: &[String]) -> String {
+    let mut s = files
+        .iter()
+        .take(CORRUPT_NAMES_SHOWN)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ");
+    if files.len() > CORRUPT_NAMES_SHOWN {
+        s.push_str(&format!(
+            " and {} more (each is logged above)",
+            files.len() - CORRUPT_NAMES_SHOWN
+        ));
+    }
+    s
+}
+
 impl Error {
     /// Wraps an I/O error with the operation and path it concerns.
     pub fn io(op: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Error {
@@ -81,6 +101,16 @@ impl Error {
             op,
             path: path.into(),
             source,
+        }
+    }
+
+    /// True when a file or object that was asked for does not exist (posix ENOENT, an object
+    /// store's 404).
+    pub fn is_not_found(&self) -> bool {
+        match self {
+            Error::Io { source, .. } => source.kind() == std::io::ErrorKind::NotFound,
+            Error::Storage { fault, .. } => *fault == StorageFault::NotFound,
+            _ => false,
         }
     }
 

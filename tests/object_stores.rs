@@ -13,6 +13,7 @@ mod common;
 
 use common::stores::*;
 use common::*;
+use std::fs;
 use std::path::Path;
 use std::time::Duration;
 
@@ -217,4 +218,304 @@ fn s3_refusals_name_their_cause() {
         &base,
         &["--type", "full", "--start-fast", "--jobs", "2"],
     ));
+}
+
+/// The labels `info --output json` lists for stanza main with config `conf`.
+fn labels(conf: &Path, cluster: &Cluster) -> Vec<String> {
+    let r = pgjet_ok(&cmd(
+        "info",
+        &store_args(conf, cluster),
+        &["--output", "json"],
+    ));
+    let v: serde_json::Value =
+        serde_json::from_str(r.stdout.trim()).unwrap_or_else(|e| panic!("info json: {e}\n{r}"));
+    v[0]["backups"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no backups array:\n{r}"))
+        .iter()
+        .map(|b| b["label"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// The backup directories (labels) that hold objects below `prefix`.
+fn backup_dirs(store: &StoreServer, prefix: &str) -> Vec<String> {
+    let mut d: Vec<String> = store
+        .objects(prefix)
+        .iter()
+        .filter_map(|o| o.strip_prefix("main/backup/"))
+        .filter_map(|o| o.split('/').next())
+        .map(str::to_string)
+        .collect();
+    d.dedup();
+    d
+}
+
+/// The S3 server is stopped while a backup uploads: the backup fails with the storage exit
+/// code (9) after its retries, `info` does not list it, and once the server is back the next
+/// backup succeeds, removes the interrupted one's objects and verifies.
+#[test]
+fn s3_server_stopped_mid_backup() {
+    let mut s3 = StoreServer::start(StoreKind::S3, "s3-stop");
+    let proxy = common::faultproxy::FaultProxy::start(s3.port);
+    let cluster = Cluster::new(&Pg::v15(), "s3-stop");
+    load_dataset(&cluster, DatasetSpec::SMALL);
+    let port = proxy.port.to_string();
+    let conf = s3.config_file("via-proxy.conf", "/r", &[("repo1-storage-port", &port)]);
+    let base = store_args(&conf, &cluster);
+    pgjet_ok(&cmd("stanza-create", &base, &[]));
+    // Slow the upload down so that the server can be stopped in the middle of it.
+    proxy.set_throttle_ms(20);
+    let before = proxy.up_bytes();
+    let backup = Background::spawn(
+        &pgjet_bin(),
+        &cmd(
+            "backup",
+            &base,
+            &["--type", "full", "--start-fast", "--jobs", "2"],
+        ),
+        &s3.dir.join("backup.pid"),
+    );
+    let uploading = wait_for(Duration::from_secs(60), || {
+        (proxy.up_bytes() > before + (2 << 20)).then_some(())
+    });
+    assert!(uploading.is_some(), "the backup never uploaded 2 MiB");
+    s3.stop();
+    let r = backup.wait();
+    step!(
+        "backup with the server stopped: {:?} after {:.1}s",
+        r.status.code(),
+        r.elapsed.as_secs_f64()
+    );
+    assert_eq!(
+        r.status.code(),
+        Some(9),
+        "a backup whose store went away:\n{r}"
+    );
+    assert!(
+        r.stderr.contains("storage"),
+        "the error names the storage:\n{r}"
+    );
+    s3.resume();
+    proxy.set_throttle_ms(0);
+    assert!(
+        labels(&conf, &cluster).is_empty(),
+        "an interrupted backup must not be listed"
+    );
+    let stale = backup_dirs(&s3, "/r");
+    assert_eq!(
+        stale.len(),
+        1,
+        "the interrupted backup left its objects: {stale:?}"
+    );
+    let r = pgjet_ok(&cmd(
+        "backup",
+        &base,
+        &["--type", "full", "--start-fast", "--jobs", "2"],
+    ));
+    assert!(r.stderr.contains("removing interrupted backup"), "{r}");
+    let listed = labels(&conf, &cluster);
+    assert_eq!(listed.len(), 1);
+    assert_eq!(
+        backup_dirs(&s3, "/r"),
+        listed,
+        "only the complete backup's objects remain"
+    );
+    pgjet_ok(&cmd("verify", &base, &[]));
+}
+
+/// A storm of resets, `503 Slow Down` answers and cut connections between pgjet and S3
+/// (plain HTTP, so the proxy can answer): backup, verify and restore all succeed through
+/// their retries, which are logged, and the restored cluster holds the source's rows.
+#[test]
+fn s3_fault_storm_is_retried() {
+    let s3 = StoreServer::start_with(StoreKind::S3, "s3-storm", false);
+    let proxy = common::faultproxy::FaultProxy::start(s3.port);
+    let cluster = Cluster::new(&Pg::v15(), "s3-storm");
+    load_dataset(&cluster, DatasetSpec::SMALL);
+    let port = proxy.port.to_string();
+    let conf = s3.config_file("storm.conf", "/r", &[("repo1-storage-port", &port)]);
+    let base = store_args(&conf, &cluster);
+    pgjet_ok(&cmd("stanza-create", &base, &[]));
+    proxy.set_storm(Some(common::faultproxy::Storm {
+        reset_pct: 10,
+        http503_pct: 10,
+        cut_pct: 5,
+    }));
+    let r = pgjet_ok(&cmd(
+        "backup",
+        &base,
+        &["--type", "full", "--start-fast", "--jobs", "2"],
+    ));
+    let source_fp = fingerprint(&cluster.server);
+    pgjet_ok(&cmd("verify", &base, &[]));
+    let restored = cluster.new_dir("restored");
+    let ts_dir = cluster.new_dir("restored-ts1");
+    let rr = pgjet_ok(&args![
+        "restore",
+        "--config",
+        conf.display(),
+        "--stanza",
+        "main",
+        "--pg-path",
+        restored.display(),
+        "--jobs",
+        2,
+        "--tablespace-map",
+        format!("ts1={}", ts_dir.display())
+    ]);
+    let (resets, answers, cuts) = proxy.faults();
+    step!("storm: {resets} resets, {answers} 503 answers, {cuts} cuts injected");
+    assert!(
+        resets + answers + cuts >= 3,
+        "too few faults were injected to prove anything: {:?}",
+        proxy.faults()
+    );
+    assert!(
+        format!("{}{}", r.stderr, rr.stderr).contains("retrying"),
+        "retries must be logged:\n{r}\n{rr}"
+    );
+    proxy.set_storm(None);
+    start_and_compare(
+        &cluster,
+        "restore through the storm",
+        &restored,
+        &ts_dir,
+        &source_fp,
+        false,
+    );
+}
+
+/// Damaged repository objects on S3: a flipped byte and a missing object are reported by
+/// `verify` (exit 5) naming the files they hold, and `restore` refuses (exit 5) naming one.
+#[test]
+fn s3_corrupt_and_missing_objects_are_named() {
+    let s3 = StoreServer::start(StoreKind::S3, "s3-damage");
+    let cluster = Cluster::new(&Pg::v15(), "s3-damage");
+    load_dataset(&cluster, DatasetSpec::SMALL);
+    let conf = s3.config_file("pgjet.conf", "/r", &[]);
+    let base = store_args(&conf, &cluster);
+    pgjet_ok(&cmd("stanza-create", &base, &[]));
+    pgjet_ok(&cmd(
+        "backup",
+        &base,
+        &["--type", "full", "--start-fast", "--jobs", "2"],
+    ));
+    let label = labels(&conf, &cluster).pop().unwrap();
+    let dir = format!("main/backup/{label}");
+    let manifest: serde_json::Value = serde_json::from_slice(
+        &fs::read(s3.object_file("/r", &format!("{dir}/manifest.json"))).unwrap(),
+    )
+    .unwrap();
+    // Pieces by object: (object, offset in the object, stored size, file).
+    let mut pieces: Vec<(String, u64, u64, String)> = Vec::new();
+    for f in manifest["files"].as_array().unwrap() {
+        for p in f["pieces"].as_array().unwrap() {
+            pieces.push((
+                p["object"].as_str().unwrap().to_string(),
+                p["offset"].as_u64().unwrap(),
+                p["stored_size"].as_u64().unwrap(),
+                f["path"].as_str().unwrap().to_string(),
+            ));
+        }
+    }
+    let mut objects: Vec<String> = pieces.iter().map(|p| p.0.clone()).collect();
+    objects.sort();
+    objects.dedup();
+    assert!(
+        objects.len() >= 3,
+        "the backup has too few objects: {objects:?}"
+    );
+    // Flip a byte in the middle of the first object: the file whose frame holds it is named.
+    let flipped = objects[0].clone();
+    let f = s3.object_file("/r", &format!("{dir}/data/{flipped}"));
+    let mut bytes = fs::read(&f).unwrap();
+    let mid = bytes.len() as u64 / 2;
+    bytes[mid as usize] ^= 0x40;
+    fs::write(&f, bytes).unwrap();
+    let flipped_file = pieces
+        .iter()
+        .find(|p| p.0 == flipped && p.1 <= mid && mid < p.1 + p.2)
+        .map(|p| p.3.clone())
+        .expect("a piece holds the middle byte");
+    // Remove the second object: every file stored in it is named.
+    let missing = objects[1].clone();
+    let missing_file = pieces.iter().find(|p| p.0 == missing).unwrap().3.clone();
+    fs::remove_file(s3.object_file("/r", &format!("{dir}/data/{missing}"))).unwrap();
+
+    let r = pgjet(&cmd("verify", &base, &[]));
+    assert_eq!(r.status.code(), Some(5), "verify of a damaged backup:\n{r}");
+    for name in [&flipped_file, &missing_file] {
+        assert!(
+            r.stderr.contains(name.as_str()),
+            "verify must name {name}:\n{r}"
+        );
+    }
+    let restored = cluster.new_dir("restored");
+    let ts_dir = cluster.new_dir("restored-ts1");
+    let r = pgjet(&args![
+        "restore",
+        "--config",
+        conf.display(),
+        "--stanza",
+        "main",
+        "--pg-path",
+        restored.display(),
+        "--tablespace-map",
+        format!("ts1={}", ts_dir.display())
+    ]);
+    assert_eq!(
+        r.status.code(),
+        Some(5),
+        "restore of a damaged backup:\n{r}"
+    );
+    assert!(
+        r.stderr.contains(flipped_file.as_str()) || r.stderr.contains(missing_file.as_str()),
+        "restore must name a damaged file:\n{r}"
+    );
+}
+
+/// Two backups of one stanza at once, both real pgjet processes: the second fails at once
+/// naming the first (its PID), the first completes.
+#[test]
+fn s3_concurrent_backups_one_fails_naming_the_other() {
+    let s3 = StoreServer::start(StoreKind::S3, "s3-twice");
+    let proxy = common::faultproxy::FaultProxy::start(s3.port);
+    let cluster = Cluster::new(&Pg::v15(), "s3-twice");
+    load_dataset(&cluster, DatasetSpec::SMALL);
+    let port = proxy.port.to_string();
+    let slow = s3.config_file("slow.conf", "/r", &[("repo1-storage-port", &port)]);
+    let direct = s3.config_file("direct.conf", "/r", &[]);
+    pgjet_ok(&cmd("stanza-create", &store_args(&direct, &cluster), &[]));
+    proxy.set_throttle_ms(20);
+    let first = Background::spawn(
+        &pgjet_bin(),
+        &cmd(
+            "backup",
+            &store_args(&slow, &cluster),
+            &["--type", "full", "--start-fast"],
+        ),
+        &s3.dir.join("first.pid"),
+    );
+    let held = wait_for(Duration::from_secs(60), || {
+        s3.objects("/r")
+            .iter()
+            .any(|o| o == "main/lock/backup.json")
+            .then_some(())
+    });
+    assert!(held.is_some(), "the first backup never took the lock");
+    let r = pgjet(&cmd(
+        "backup",
+        &store_args(&direct, &cluster),
+        &["--type", "full", "--start-fast"],
+    ));
+    assert_eq!(r.status.code(), Some(6), "the second backup:\n{r}");
+    assert!(
+        r.stderr.contains(&format!("pid {}", first.pid())),
+        "the second backup must name the first one's PID {}:\n{r}",
+        first.pid()
+    );
+    proxy.set_throttle_ms(0);
+    let r = first.wait();
+    assert!(r.success(), "the first backup must complete:\n{r}");
+    assert_eq!(labels(&direct, &cluster).len(), 1);
 }

@@ -522,7 +522,9 @@ pub fn allocate_targets(
     Ok(())
 }
 
-/// Reads one stored object whole, after checking it has the size the manifest expects.
+/// Reads one stored object whole and checks it has the size the manifest expects. One
+/// request (an object store pays a round trip per request): a missing object shows as
+/// not found.
 fn load_object(
     store: &dyn Storage,
     m: &BackupManifest,
@@ -530,17 +532,18 @@ fn load_object(
     mut buf: AlignedBuf,
 ) -> Result<Loaded> {
     let name = repo::object_name(&m.stanza, &m.label, &w.name);
-    Ok(match store.size(&name)? {
-        Some(n) if n == w.size => {
-            store.get_aligned_into(&name, &mut buf)?;
-            Loaded::Object(buf)
-        }
-        None => Loaded::Unusable("stored object is missing".to_string(), buf),
-        Some(n) => Loaded::Unusable(
-            format!("stored object has {n} bytes, expected {}", w.size),
+    match store.get_aligned_into(&name, &mut buf) {
+        Ok(()) if buf.len() as u64 == w.size => Ok(Loaded::Object(buf)),
+        Ok(()) => Ok(Loaded::Unusable(
+            format!("stored object has {} bytes, expected {}", buf.len(), w.size),
             buf,
-        ),
-    })
+        )),
+        Err(e) if e.is_not_found() => Ok(Loaded::Unusable(
+            "stored object is missing".to_string(),
+            buf,
+        )),
+        Err(e) => Err(e),
+    }
 }
 
 /// Reads, checks and writes one file on its own (restore uses it for pg_control, last).

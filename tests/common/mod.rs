@@ -1669,5 +1669,6 @@ pub fn version_scenario(pg: Pg) {
     drop(replica);
     step!("PostgreSQL {} scenario passed in {}", pg.major, secs(t0));
 }
+pub mod faultproxy;
 pub mod netlab;
 pub mod stores;

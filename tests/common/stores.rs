@@ -116,6 +116,8 @@ pub enum StoreKind {
 /// A running test store.
 pub struct StoreServer {
     pub kind: StoreKind,
+    /// HTTPS with the test CA (S3 and GCS), or plain HTTP.
+    pub tls: bool,
     pub port: u16,
     /// The server's files, TLS material, keys and log.
     pub dir: Scratch,
@@ -127,6 +129,13 @@ pub struct StoreServer {
 impl StoreServer {
     /// Starts a server of `kind` with an empty bucket (container, directory) [`BUCKET`].
     pub fn start(kind: StoreKind, tag: &str) -> StoreServer {
+        Self::start_with(kind, tag, true)
+    }
+
+    /// [`StoreServer::start`], over plain HTTP when `tls` is false (S3 only: a proxy that
+    /// answers HTTP itself needs to read the requests).
+    pub fn start_with(kind: StoreKind, tag: &str, tls: bool) -> StoreServer {
+        assert!(tls || kind == StoreKind::S3, "plain HTTP is for S3 only");
         let dir = Scratch::new(&format!("{tag}-store"));
         let port = free_port();
         let p = |s: &str| dir.join(s).display().to_string();
@@ -134,6 +143,18 @@ impl StoreServer {
             StoreKind::S3 => {
                 make_tls(&dir.path);
                 fs::create_dir_all(dir.join(&format!("data/{BUCKET}"))).unwrap();
+                let mut a = args![
+                    "--port",
+                    format!("127.0.0.1:{port}"),
+                    "--access",
+                    S3_KEY,
+                    "--secret",
+                    S3_SECRET
+                ];
+                if tls {
+                    a.extend(args!["--cert", p("server.crt"), "--key", p("server.key")]);
+                }
+                a.extend(args!["posix", p("data")]);
                 (
                     find_bin(
                         "versitygw",
@@ -142,20 +163,7 @@ impl StoreServer {
                             PathBuf::from("/root/go/bin/versitygw"),
                         ],
                     ),
-                    args![
-                        "--port",
-                        format!("127.0.0.1:{port}"),
-                        "--access",
-                        S3_KEY,
-                        "--secret",
-                        S3_SECRET,
-                        "--cert",
-                        p("server.crt"),
-                        "--key",
-                        p("server.key"),
-                        "posix",
-                        p("data")
-                    ],
+                    a,
                 )
             }
             StoreKind::Gcs => {
@@ -245,6 +253,7 @@ impl StoreServer {
         wait_listening(port, &dir.path);
         let s = StoreServer {
             kind,
+            tls,
             port,
             dir,
             proc,
@@ -307,6 +316,17 @@ impl StoreServer {
         };
         let ca = self.dir.join("ca.crt").display().to_string();
         match self.kind {
+            StoreKind::S3 if !self.tls => kv(&[
+                ("repo1-type", "s3".into()),
+                ("repo1-path", prefix.into()),
+                ("repo1-s3-bucket", BUCKET.into()),
+                ("repo1-s3-endpoint", "http://127.0.0.1".into()),
+                ("repo1-storage-port", self.port.to_string()),
+                ("repo1-s3-region", "us-east-1".into()),
+                ("repo1-s3-key", S3_KEY.into()),
+                ("repo1-s3-key-secret", S3_SECRET.into()),
+                ("repo1-s3-uri-style", "path".into()),
+            ]),
             StoreKind::S3 => kv(&[
                 ("repo1-type", "s3".into()),
                 ("repo1-path", prefix.into()),
@@ -392,6 +412,19 @@ impl StoreServer {
         fs::set_permissions(&p, fs::Permissions::from_mode(0o600)).unwrap();
         chown_pg_recursive(&p);
         p
+    }
+
+    /// The file behind object `name` of the repository at `prefix` (S3: versitygw keeps
+    /// each object as a file), for tests that damage stored bytes.
+    pub fn object_file(&self, prefix: &str, name: &str) -> PathBuf {
+        assert_eq!(
+            self.kind,
+            StoreKind::S3,
+            "only versitygw keeps objects as plain files"
+        );
+        self.dir
+            .join(&format!("data/{BUCKET}/{}", prefix.trim_matches('/')))
+            .join(name)
     }
 
     /// Every object name below the repository at `prefix`, sorted (read through the store's
