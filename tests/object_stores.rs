@@ -519,3 +519,96 @@ fn s3_concurrent_backups_one_fails_naming_the_other() {
     assert!(r.success(), "the first backup must complete:\n{r}");
     assert_eq!(labels(&direct, &cluster).len(), 1);
 }
+
+/// Two repositories at once, posix (repo1) and S3 (repo2): stanza-create sets up both;
+/// `backup --repo 2` goes to S3 and a plain backup to repo1; `info` lists both backups with
+/// their repository; `restore --set` of the S3 backup without `--repo` finds it in repo2, and
+/// the restored cluster holds the rows.
+#[test]
+fn posix_and_s3_repositories_together() {
+    let s3 = StoreServer::start(StoreKind::S3, "two-repos");
+    let cluster = Cluster::new(&Pg::v15(), "two-repos");
+    load_dataset(&cluster, DatasetSpec::SMALL);
+    let mut text = format!("[global]\nrepo1-path={}\n", cluster.repo.display());
+    for (k, v) in s3.options("/two") {
+        text.push_str(&format!("{}={v}\n", k.replacen("repo1-", "repo2-", 1)));
+    }
+    let conf = s3.dir.join("two.conf");
+    fs::write(&conf, text).unwrap();
+    chown_pg_recursive(&conf);
+    let base = store_args(&conf, &cluster);
+    let r = pgjet_ok(&cmd("stanza-create", &base, &[]));
+    assert!(
+        r.stdout.contains("repo1") && r.stdout.contains("repo2"),
+        "{r}"
+    );
+    pgjet_ok(&cmd(
+        "backup",
+        &base,
+        &[
+            "--repo",
+            "2",
+            "--type",
+            "full",
+            "--start-fast",
+            "--jobs",
+            "2",
+        ],
+    ));
+    let source_fp = fingerprint(&cluster.server);
+    pgjet_ok(&cmd(
+        "backup",
+        &base,
+        &["--type", "full", "--start-fast", "--jobs", "2"],
+    ));
+    let r = pgjet_ok(&cmd("info", &base, &["--output", "json"]));
+    let v: serde_json::Value = serde_json::from_str(r.stdout.trim()).unwrap();
+    let backups = v[0]["backups"].as_array().unwrap().clone();
+    let repos: Vec<u64> = backups
+        .iter()
+        .map(|b| b["repo"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        repos,
+        vec![2, 1],
+        "the S3 backup first (older), then the posix one:\n{r}"
+    );
+    assert!(
+        s3.objects("/two")
+            .iter()
+            .any(|o| o.ends_with("/manifest.json")),
+        "the S3 backup is in the bucket"
+    );
+    let s3_label = backups[0]["label"].as_str().unwrap().to_string();
+    pgjet_ok(&cmd("verify", &base, &[]));
+
+    let restored = cluster.new_dir("restored");
+    let ts_dir = cluster.new_dir("restored-ts1");
+    let r = pgjet_ok(&args![
+        "restore",
+        "--config",
+        conf.display(),
+        "--stanza",
+        "main",
+        "--pg-path",
+        restored.display(),
+        "--set",
+        s3_label,
+        "--jobs",
+        2,
+        "--tablespace-map",
+        format!("ts1={}", ts_dir.display())
+    ]);
+    assert!(
+        r.stderr.contains("from repo2"),
+        "the restore says where it reads:\n{r}"
+    );
+    start_and_compare(
+        &cluster,
+        "restore from repo2 (S3)",
+        &restored,
+        &ts_dir,
+        &source_fp,
+        false,
+    );
+}

@@ -71,17 +71,19 @@ pub fn run(s: &Settings) -> Result<Vec<String>> {
         }
     }
     if let (Some(stanza), false) = (&s.stanza, s.repos.is_empty()) {
-        let store = open_repo(s)?;
-        let st = repo::read_stanza(&*store, stanza)?;
-        repo::check_same_cluster(&st, info.system_identifier, &info.major())?;
-        lines.push(format!(
-            "stanza '{stanza}' matches system identifier {}",
-            info.system_identifier
-        ));
-        let probe = format!("{stanza}/check.{}", std::process::id());
-        store.put_durable(&probe, b"pgjet check\n")?;
-        store.delete(&probe)?;
-        lines.push(format!("repository {} is writable", store.describe()));
+        for (n, cfg) in repos_in_scope(s)? {
+            let store = crate::storage::open(cfg)?;
+            let st = repo::read_stanza(&*store, stanza)?;
+            repo::check_same_cluster(&st, info.system_identifier, &info.major())?;
+            lines.push(format!(
+                "repo{n}: stanza '{stanza}' matches system identifier {}",
+                info.system_identifier
+            ));
+            let probe = format!("{stanza}/check.{}", std::process::id());
+            store.put_durable(&probe, b"pgjet check\n")?;
+            store.delete(&probe)?;
+            lines.push(format!("repo{n}: {} is writable", store.describe()));
+        }
     } else if s.source.is_none() {
         // Without --source, check is about a stanza: both are needed.
         s.stanza()?;

@@ -7,6 +7,8 @@ use serde::Serialize;
 #[derive(Debug, Serialize)]
 pub struct BackupInfo {
     pub label: String,
+    /// The repository that holds it (1-4).
+    pub repo: u8,
     #[serde(rename = "type")]
     pub backup_type: String,
     pub start_time: String,
@@ -32,47 +34,71 @@ pub struct StanzaView {
     pub backups: Vec<BackupInfo>,
 }
 
-/// Collects the stanzas (only --stanza when given) and their complete backups.
+/// Collects the stanzas (only --stanza when given) and their complete backups, from every
+/// repository in scope (`--repo N`, else all configured); backups sorted by label.
 pub fn collect(s: &Settings) -> Result<Vec<StanzaView>> {
-    let store = open_repo(s)?;
-    let names = match &s.stanza {
-        Some(n) => {
-            repo::read_stanza(&*store, n)?;
-            vec![n.clone()]
+    let mut out: Vec<StanzaView> = Vec::new();
+    for (n, cfg) in repos_in_scope(s)? {
+        let store = crate::storage::open(cfg)?;
+        let names = match &s.stanza {
+            Some(name) => {
+                if s.repos.len() == 1 || store.exists(&repo::stanza_info_name(name))? {
+                    repo::read_stanza(&*store, name)?;
+                    vec![name.clone()]
+                } else {
+                    vec![]
+                }
+            }
+            None => store
+                .list("")?
+                .into_iter()
+                .filter(|n| store.exists(&repo::stanza_info_name(n)).unwrap_or(false))
+                .collect(),
+        };
+        for name in names {
+            let st = repo::read_stanza(&*store, &name)?;
+            let i = match out.iter().position(|v| v.stanza == name) {
+                Some(i) => i,
+                None => {
+                    out.push(StanzaView {
+                        stanza: name.clone(),
+                        system_identifier: st.system_identifier.to_string(),
+                        pg_version: st.pg_version.clone(),
+                        backups: Vec::new(),
+                    });
+                    out.len() - 1
+                }
+            };
+            for label in repo::list_complete(&*store, &name)? {
+                let m = repo::read_manifest(&*store, &name, &label)?;
+                out[i].backups.push(BackupInfo {
+                    label,
+                    repo: n,
+                    backup_type: m.backup_type.clone(),
+                    start_time: m.start_time.clone(),
+                    stop_time: m.stop_time.clone(),
+                    start_lsn: m.start_lsn.to_string(),
+                    stop_lsn: m.stop_lsn.to_string(),
+                    timeline: m.timeline,
+                    size: m.size,
+                    stored_size: m.stored_size,
+                    wal_start: m.wal_segments.first().cloned().unwrap_or_default(),
+                    wal_stop: m.wal_segments.last().cloned().unwrap_or_default(),
+                    compression: format!("{}", m.compression.kind),
+                });
+            }
         }
-        None => store
-            .list("")?
-            .into_iter()
-            .filter(|n| store.exists(&repo::stanza_info_name(n)).unwrap_or(false))
-            .collect(),
-    };
-    let mut out = Vec::new();
-    for name in names {
-        let st = repo::read_stanza(&*store, &name)?;
-        let mut backups = Vec::new();
-        for label in repo::list_complete(&*store, &name)? {
-            let m = repo::read_manifest(&*store, &name, &label)?;
-            backups.push(BackupInfo {
-                label,
-                backup_type: m.backup_type.clone(),
-                start_time: m.start_time.clone(),
-                stop_time: m.stop_time.clone(),
-                start_lsn: m.start_lsn.to_string(),
-                stop_lsn: m.stop_lsn.to_string(),
-                timeline: m.timeline,
-                size: m.size,
-                stored_size: m.stored_size,
-                wal_start: m.wal_segments.first().cloned().unwrap_or_default(),
-                wal_stop: m.wal_segments.last().cloned().unwrap_or_default(),
-                compression: format!("{}", m.compression.kind),
-            });
+    }
+    if let Some(name) = &s.stanza {
+        if out.is_empty() {
+            return Err(Error::Repo(format!(
+                "stanza '{name}' does not exist in any configured repository; run `pgjet stanza-create` first"
+            )));
         }
-        out.push(StanzaView {
-            stanza: name,
-            system_identifier: st.system_identifier.to_string(),
-            pg_version: st.pg_version,
-            backups,
-        });
+    }
+    for v in &mut out {
+        v.backups
+            .sort_by(|a, b| (&a.label, a.repo).cmp(&(&b.label, b.repo)));
     }
     Ok(out)
 }
@@ -93,8 +119,8 @@ pub fn render_text(v: &[StanzaView]) -> String {
         }
         for b in &st.backups {
             t.push_str(&format!(
-                "\n    {} backup: {}\n        start: {} (LSN {}), stop: {} (LSN {}), timeline {}\n        size: {}, stored: {} ({})\n        WAL: {} / {}\n",
-                b.backup_type, b.label, b.start_time, b.start_lsn, b.stop_time, b.stop_lsn, b.timeline,
+                "\n    {} backup: {} (repo{})\n        start: {} (LSN {}), stop: {} (LSN {}), timeline {}\n        size: {}, stored: {} ({})\n        WAL: {} / {}\n",
+                b.backup_type, b.label, b.repo, b.start_time, b.start_lsn, b.stop_time, b.stop_lsn, b.timeline,
                 mib(b.size), mib(b.stored_size), b.compression, b.wal_start, b.wal_stop
             ));
         }

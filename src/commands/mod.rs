@@ -37,6 +37,54 @@ pub fn open_repo(s: &Settings) -> Result<std::sync::Arc<dyn Storage>> {
     crate::storage::open(cfg)
 }
 
+/// The repositories a command that reads or sets up every repository works on: `--repo N`
+/// alone, else every configured one in order (repo1 first).
+///
+/// Errors: none configured, or `--repo N` not configured.
+pub fn repos_in_scope(s: &Settings) -> Result<Vec<(u8, &crate::config::RepoConfig)>> {
+    if s.repo.is_some() {
+        return Ok(vec![s.repo()?]);
+    }
+    s.repo()?;
+    Ok(s.repos.iter().map(|(n, c)| (*n, c)).collect())
+}
+
+/// Finds the repository that holds backup `set` (a label or `latest`) of `stanza`: with
+/// `--repo N` that one; else the first configured repository that has it (for `latest`, the
+/// first with a complete backup), as pgBackRest's restore searches. A repository that
+/// cannot be opened is skipped with a warning.
+///
+/// Returns the repository's number, its store and the backup's label. Errors: no repository
+/// has the set (the message names what each one said).
+pub fn open_repo_with_set(
+    s: &Settings,
+    stanza: &str,
+    set: &str,
+) -> Result<(u8, std::sync::Arc<dyn Storage>, String)> {
+    let scope = repos_in_scope(s)?;
+    let single = scope.len() == 1;
+    let mut why = Vec::new();
+    for (n, cfg) in scope {
+        let found = crate::storage::open(cfg).and_then(|store| {
+            crate::repo::read_stanza(&*store, stanza)?;
+            let label = crate::repo::resolve_set(&*store, stanza, set)?;
+            Ok((n, store, label))
+        });
+        match found {
+            Ok(f) => return Ok(f),
+            Err(e) if single => return Err(e),
+            Err(e) => {
+                tracing::warn!("repo{n}: {e}");
+                why.push(format!("repo{n}: {e}"));
+            }
+        }
+    }
+    Err(Error::Repo(format!(
+        "no repository holds backup '{set}' of stanza '{stanza}' ({})",
+        why.join("; ")
+    )))
+}
+
 /// How to reach the primary: --source, else --pg-socket-path/--pg-port/--pg-user.
 /// Errors: a bad connection string or TLS setting.
 pub fn primary_target(s: &Settings) -> Result<ConnTarget> {

@@ -212,9 +212,11 @@ pub fn run(s: &Settings, args: &RestoreArgs, progress: &dyn Progress) -> Result<
         return Err(Error::Config("--pg-path must be an absolute path".into()));
     }
     let map = parse_tablespace_map(&args.tablespace_map)?;
-    let store = open_repo(s)?;
-    repo::read_stanza(&*store, stanza)?;
-    let label = repo::resolve_set(&*store, stanza, &args.set)?;
+    let (repo_no, store, label) = open_repo_with_set(s, stanza, &args.set)?;
+    tracing::info!(
+        "restoring backup {label} from repo{repo_no} ({})",
+        store.describe()
+    );
     let m = repo::read_manifest(&*store, stanza, &label)?;
     let tablespaces: Vec<(u32, String, String)> = m
         .tablespaces

@@ -11,7 +11,11 @@ pub fn run(s: &Settings) -> Result<String> {
             "stanza name '{stanza}' is not valid"
         )));
     }
-    let store = open_repo(s)?;
+    // Every repository in scope opens (credentials, bucket) before anything is written.
+    let mut stores = Vec::new();
+    for (n, cfg) in repos_in_scope(s)? {
+        stores.push((n, crate::storage::open(cfg)?));
+    }
     let (_, sess, info) = connect_primary(s)?;
     let local = match s.transport {
         crate::cli::Transport::Libpq => false,
@@ -21,11 +25,6 @@ pub fn run(s: &Settings) -> Result<String> {
         check_pg_path(s.pg_path()?, &info)?;
     }
     sess.close();
-    if store.exists(&repo::stanza_info_name(stanza))? {
-        let existing = repo::read_stanza(&*store, stanza)?;
-        repo::check_same_cluster(&existing, info.system_identifier, &info.major())?;
-        return Ok(format!("stanza '{stanza}' already exists for this cluster"));
-    }
     let si = StanzaInfo {
         format: REPO_FORMAT,
         stanza: stanza.into(),
@@ -36,10 +35,36 @@ pub fn run(s: &Settings) -> Result<String> {
         created: rfc3339(chrono::Utc::now()),
     };
     let json = serde_json::to_vec_pretty(&si).map_err(|e| Error::Other(e.to_string()))?;
-    store.put_durable(&repo::stanza_info_name(stanza), &json)?;
-    Ok(format!(
-        "stanza '{stanza}' created (system identifier {}, PostgreSQL {})",
-        info.system_identifier,
-        info.major()
-    ))
+    // Refuse before writing anywhere if any repository holds this stanza for another cluster.
+    let mut existing = Vec::new();
+    for (n, store) in &stores {
+        if store.exists(&repo::stanza_info_name(stanza))? {
+            let st = repo::read_stanza(&**store, stanza)?;
+            repo::check_same_cluster(&st, info.system_identifier, &info.major())
+                .map_err(|e| Error::Repo(format!("repo{n}: {e}")))?;
+            existing.push(*n);
+        }
+    }
+    let several = stores.len() > 1;
+    let mut lines = Vec::new();
+    for (n, store) in &stores {
+        let at = if several {
+            format!(" in repo{n}")
+        } else {
+            String::new()
+        };
+        if existing.contains(n) {
+            lines.push(format!(
+                "stanza '{stanza}' already exists for this cluster{at}"
+            ));
+            continue;
+        }
+        store.put_durable(&repo::stanza_info_name(stanza), &json)?;
+        lines.push(format!(
+            "stanza '{stanza}' created{at} (system identifier {}, PostgreSQL {})",
+            info.system_identifier,
+            info.major()
+        ));
+    }
+    Ok(lines.join("\n"))
 }

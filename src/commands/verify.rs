@@ -8,30 +8,45 @@ use crate::transfer::Progress;
 /// every file with a missing or damaged frame.
 pub fn run(s: &Settings, set: Option<&str>, progress: &dyn Progress) -> Result<Vec<String>> {
     let stanza = s.stanza()?;
-    let store = open_repo(s)?;
-    repo::read_stanza(&*store, stanza)?;
-    let labels = match set {
-        Some(l) => vec![repo::resolve_set(&*store, stanza, l)?],
-        None => repo::list_complete(&*store, stanza)?,
-    };
+    // With --set: the repository that holds it. Without: every backup of every repository
+    // in scope.
+    let mut work: Vec<(u8, std::sync::Arc<dyn crate::storage::Storage>, String)> = Vec::new();
+    match set {
+        Some(l) => work.push(open_repo_with_set(s, stanza, l)?),
+        None => {
+            for (n, cfg) in repos_in_scope(s)? {
+                let store = crate::storage::open(cfg)?;
+                repo::read_stanza(&*store, stanza)?;
+                for label in repo::list_complete(&*store, stanza)? {
+                    work.push((n, store.clone(), label));
+                }
+            }
+        }
+    }
+    let several = s.repos.len() > 1;
     let mut lines = Vec::new();
     let mut corrupt: Vec<(String, Vec<String>)> = Vec::new();
-    for label in labels {
+    for (n, store, label) in work {
+        let shown = if several {
+            format!("repo{n} {label}")
+        } else {
+            label.clone()
+        };
         let m = repo::read_manifest(&*store, stanza, &label)?;
-        progress.begin(&format!("verify {label}"), m.size);
+        progress.begin(&format!("verify {shown}"), m.size);
         let bad = read_back(&*store, &m, None, None, s.jobs, progress)?;
         progress.finish();
         if bad.is_empty() {
             lines.push(format!(
-                "{label}: ok ({} files, {} stored)",
+                "{shown}: ok ({} files, {} stored)",
                 m.files.len(),
                 mib(m.stored_size)
             ));
         } else {
             for f in &bad {
-                lines.push(format!("{label}: corrupt file {f}"));
+                lines.push(format!("{shown}: corrupt file {f}"));
             }
-            corrupt.push((label, bad));
+            corrupt.push((shown, bad));
         }
     }
     if !corrupt.is_empty() {
