@@ -33,6 +33,31 @@ fn store_args(conf: &Path, cluster: &Cluster) -> Vec<String> {
     ]
 }
 
+/// `restore --config C --stanza main` into fresh directories `restored` and `restored-ts1` of
+/// `cluster` (tablespace ts1 mapped there), with `extra`; returns the arguments and the two
+/// directories.
+fn restore_cmd(
+    conf: &Path,
+    cluster: &Cluster,
+    extra: &[&str],
+) -> (Vec<String>, std::path::PathBuf, std::path::PathBuf) {
+    let restored = cluster.new_dir("restored");
+    let ts_dir = cluster.new_dir("restored-ts1");
+    let mut a = args![
+        "restore",
+        "--config",
+        conf.display(),
+        "--stanza",
+        "main",
+        "--pg-path",
+        restored.display(),
+        "--tablespace-map",
+        format!("ts1={}", ts_dir.display())
+    ];
+    a.extend(extra.iter().map(|s| s.to_string()));
+    (a, restored, ts_dir)
+}
+
 fn cmd(name: &str, base: &[String], extra: &[&str]) -> Vec<String> {
     let mut a = vec![name.to_string()];
     a.extend(base.iter().cloned());
@@ -90,25 +115,11 @@ fn store_scenario(kind: StoreKind) {
     step!("{kind:?}: verify in {:.1}s", r.elapsed.as_secs_f64());
     pgjet_ok(&cmd("check", &base, &[]));
 
-    let restored = cluster.new_dir("restored");
-    let ts_dir = cluster.new_dir("restored-ts1");
-    let a = args![
-        "restore",
-        "--config",
-        conf.display(),
-        "--stanza",
-        "main",
-        "--pg-path",
-        restored.display(),
-        "--set",
-        label,
-        "--type",
-        "immediate",
-        "--jobs",
-        2,
-        "--tablespace-map",
-        format!("ts1={}", ts_dir.display())
-    ];
+    let (a, restored, ts_dir) = restore_cmd(
+        &conf,
+        &cluster,
+        &["--set", &label, "--type", "immediate", "--jobs", "2"],
+    );
     let r = pgjet_ok(&a);
     step!("{kind:?}: restore in {:.1}s", r.elapsed.as_secs_f64());
     start_and_compare(
@@ -348,21 +359,8 @@ fn s3_fault_storm_is_retried() {
     ));
     let source_fp = fingerprint(&cluster.server);
     pgjet_ok(&cmd("verify", &base, &[]));
-    let restored = cluster.new_dir("restored");
-    let ts_dir = cluster.new_dir("restored-ts1");
-    let rr = pgjet_ok(&args![
-        "restore",
-        "--config",
-        conf.display(),
-        "--stanza",
-        "main",
-        "--pg-path",
-        restored.display(),
-        "--jobs",
-        2,
-        "--tablespace-map",
-        format!("ts1={}", ts_dir.display())
-    ]);
+    let (a, restored, ts_dir) = restore_cmd(&conf, &cluster, &["--jobs", "2"]);
+    let rr = pgjet_ok(&a);
     let (resets, answers, cuts) = proxy.faults();
     step!("storm: {resets} resets, {answers} 503 answers, {cuts} cuts injected");
     assert!(
@@ -450,19 +448,8 @@ fn s3_corrupt_and_missing_objects_are_named() {
             "verify must name {name}:\n{r}"
         );
     }
-    let restored = cluster.new_dir("restored");
-    let ts_dir = cluster.new_dir("restored-ts1");
-    let r = pgjet(&args![
-        "restore",
-        "--config",
-        conf.display(),
-        "--stanza",
-        "main",
-        "--pg-path",
-        restored.display(),
-        "--tablespace-map",
-        format!("ts1={}", ts_dir.display())
-    ]);
+    let (a, _, _) = restore_cmd(&conf, &cluster, &[]);
+    let r = pgjet(&a);
     assert_eq!(
         r.status.code(),
         Some(5),
@@ -582,23 +569,8 @@ fn posix_and_s3_repositories_together() {
     let s3_label = backups[0]["label"].as_str().unwrap().to_string();
     pgjet_ok(&cmd("verify", &base, &[]));
 
-    let restored = cluster.new_dir("restored");
-    let ts_dir = cluster.new_dir("restored-ts1");
-    let r = pgjet_ok(&args![
-        "restore",
-        "--config",
-        conf.display(),
-        "--stanza",
-        "main",
-        "--pg-path",
-        restored.display(),
-        "--set",
-        s3_label,
-        "--jobs",
-        2,
-        "--tablespace-map",
-        format!("ts1={}", ts_dir.display())
-    ]);
+    let (a, restored, ts_dir) = restore_cmd(&conf, &cluster, &["--set", &s3_label, "--jobs", "2"]);
+    let r = pgjet_ok(&a);
     assert!(
         r.stderr.contains("from repo2"),
         "the restore says where it reads:\n{r}"

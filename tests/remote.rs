@@ -122,34 +122,14 @@ impl Remote {
     fn make_certificates(&self) -> PathBuf {
         let dir = self.dest.join("pki");
         mkdir_pg(&dir, 0o755);
-        let ext = dir.join("san.ext");
-        fs::write(
-            &ext,
-            format!(
+        make_test_certificates(
+            &dir,
+            &self.lab.addr_a.to_string(),
+            &format!(
                 "subjectAltName=IP:{},IP:{}\nbasicConstraints=CA:FALSE\n",
                 self.lab.addr_a, self.lab.addr_b
             ),
-        )
-        .unwrap();
-        let sh = |args: &str| {
-            let out = Command::new("sh")
-                .arg("-c")
-                .arg(format!("cd {} && {args}", dir.display()))
-                .stdin(Stdio::null())
-                .output()
-                .unwrap();
-            assert!(
-                out.status.success(),
-                "{args}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        };
-        sh("openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 2 -subj /CN=pgjet-test-ca 2>/dev/null");
-        sh(&format!(
-            "openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj /CN={} 2>/dev/null",
-            self.lab.addr_a
-        ));
-        sh("openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out server.crt -days 2 -extfile san.ext 2>/dev/null");
+        );
         let data = self.cluster.data();
         fs::copy(dir.join("server.crt"), data.join("server.crt")).unwrap();
         fs::copy(dir.join("server.key"), data.join("server.key")).unwrap();

@@ -69,6 +69,16 @@ fn root_of(path: &str) -> String {
     }
 }
 
+/// The store's description for messages (`s3 https://host/bucket/prefix`) and the prefix of
+/// its object names in messages (`s3://bucket/prefix/`).
+fn names(kind: &str, endpoint: &str, scheme: &str, bucket: &str, path: &str) -> (String, String) {
+    let root = root_of(path);
+    (
+        format!("{kind} {endpoint}/{bucket}{}", root.trim_end_matches('/')),
+        format!("{scheme}{bucket}{root}"),
+    )
+}
+
 /// A reqwest client for `tls`: HTTP/1.1 (several pooled connections move large objects
 /// faster than one HTTP/2 connection), rustls with the ring provider.
 fn http_client(tls: &StorageTls) -> Result<reqwest::Client> {
@@ -162,14 +172,8 @@ impl ObjectStorage {
                     b = b.enable_virtual_host_style();
                 }
                 let op = Operator::new(b).map_err(|e| config_err("S3 repository settings", e))?;
-                (
-                    with_client(op, http_client(tls)?),
-                    format!(
-                        "s3 {endpoint}/{bucket}{}",
-                        root_of(path).trim_end_matches('/')
-                    ),
-                    format!("s3://{bucket}{}", root_of(path)),
-                )
+                let (desc, prefix) = names("s3", endpoint, "s3://", bucket, path);
+                (with_client(op, http_client(tls)?), desc, prefix)
             }
             RepoConfig::Gcs {
                 bucket,
@@ -189,14 +193,8 @@ impl ObjectStorage {
                     None => b.skip_signature(),
                 };
                 let op = Operator::new(b).map_err(|e| config_err("GCS repository settings", e))?;
-                (
-                    with_client(op, http_client(tls)?),
-                    format!(
-                        "gcs {endpoint}/{bucket}{}",
-                        root_of(path).trim_end_matches('/')
-                    ),
-                    format!("gs://{bucket}{}", root_of(path)),
-                )
+                let (desc, prefix) = names("gcs", endpoint, "gs://", bucket, path);
+                (with_client(op, http_client(tls)?), desc, prefix)
             }
             RepoConfig::Azure {
                 account,
@@ -219,14 +217,14 @@ impl ObjectStorage {
                 };
                 let op =
                     Operator::new(b).map_err(|e| config_err("Azure repository settings", e))?;
-                (
-                    with_client(op, http_client(tls)?),
-                    format!(
-                        "azure {endpoint}/{container}{}",
-                        root_of(path).trim_end_matches('/')
-                    ),
-                    format!("azure://{account}/{container}{}", root_of(path)),
-                )
+                let (desc, prefix) = names(
+                    "azure",
+                    endpoint,
+                    &format!("azure://{account}/"),
+                    container,
+                    path,
+                );
+                (with_client(op, http_client(tls)?), desc, prefix)
             }
             RepoConfig::Sftp {
                 host,
@@ -249,14 +247,9 @@ impl ObjectStorage {
                     b = b.key(&k.display().to_string());
                 }
                 let op = Operator::new(b).map_err(|e| config_err("SFTP repository settings", e))?;
-                (
-                    op,
-                    format!(
-                        "sftp {user}@{host}:{port}{}",
-                        root_of(path).trim_end_matches('/')
-                    ),
-                    format!("sftp://{user}@{host}{}", root_of(path)),
-                )
+                let root = root_of(path);
+                let desc = format!("sftp {user}@{host}:{port}{}", root.trim_end_matches('/'));
+                (op, desc, format!("sftp://{user}@{host}{root}"))
             }
             RepoConfig::Posix { .. } => {
                 return Err(Error::Config(

@@ -413,6 +413,31 @@ pub fn pgjet_bin() -> PathBuf {
     .clone()
 }
 
+/// Runs `cmd` with sh in `dir`; panics with its stderr if it fails.
+pub fn sh_in(dir: &Path, cmd: &str) {
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!("cd {} && {cmd}", dir.display()))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{cmd}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A test CA (`ca.crt`, `ca.key`) and a server certificate (`server.crt`, `server.key`) for
+/// common name `cn` with the extensions `ext` (an openssl extfile, e.g.
+/// "subjectAltName=IP:127.0.0.1\n"), in `dir`.
+pub fn make_test_certificates(dir: &Path, cn: &str, ext: &str) {
+    fs::write(dir.join("san.ext"), ext).unwrap();
+    sh_in(dir, "openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 2 -subj /CN=pgjet-test-ca 2>/dev/null");
+    sh_in(dir, &format!("openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj /CN={cn} 2>/dev/null"));
+    sh_in(dir, "openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out server.crt -days 2 -extfile san.ext 2>/dev/null");
+}
+
 /// Run pgjet as postgres.
 pub fn pgjet<S: AsRef<OsStr>>(args: &[S]) -> Run {
     run_as_postgres(&pgjet_bin(), args, None)

@@ -30,31 +30,18 @@ fn find_bin(what: &str, candidates: &[PathBuf]) -> PathBuf {
         .unwrap_or_else(|| panic!("{what} is not installed: run scripts/install-deps.sh"))
 }
 
-/// Runs `cmd` with sh in `dir`; panics with its stderr if it fails.
 fn sh(dir: &Path, cmd: &str) {
-    let out = Command::new("sh")
-        .arg("-c")
-        .arg(format!("cd {} && {cmd}", dir.display()))
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{cmd}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    sh_in(dir, cmd)
 }
 
 /// A test CA (`ca.crt`) and a server certificate for 127.0.0.1 (`server.crt`, `server.key`)
 /// in `dir`.
 fn make_tls(dir: &Path) {
-    sh(dir, "openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 2 -subj /CN=pgjet-store-test-ca 2>/dev/null");
-    sh(
+    make_test_certificates(
         dir,
-        "printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\n' > san.ext",
+        "127.0.0.1",
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\n",
     );
-    sh(dir, "openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj /CN=127.0.0.1 2>/dev/null");
-    sh(dir, "openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out server.crt -days 2 -extfile san.ext 2>/dev/null");
 }
 
 /// A server process with its output in `<dir>/server.log`.
