@@ -93,12 +93,12 @@ fn backup_dirs(repo: &Path) -> Vec<String> {
     out
 }
 
-/// Label directories under <repo>/main/backup that contain a manifest.json (= look complete).
+/// Label directories under <repo>/main/backup that contain a summary.json (= look complete).
 fn complete_backups(repo: &Path) -> Vec<String> {
     let backups = repo.join("main").join("backup");
     backup_dirs(repo)
         .into_iter()
-        .filter(|l| backups.join(l).join("manifest.json").exists())
+        .filter(|l| backups.join(l).join("summary.json").exists())
         .collect()
 }
 
@@ -111,7 +111,7 @@ fn assert_no_backups(repo: &Path, what: &str) {
     let complete = complete_backups(repo);
     assert!(
         complete.is_empty(),
-        "{what}: label dirs with manifest.json left behind: {complete:?}"
+        "{what}: label dirs with summary.json left behind: {complete:?}"
     );
 }
 
@@ -312,7 +312,7 @@ fn e_flipped_byte() {
     let manifest = read_manifest(&bdir);
     let files = manifest["files"]
         .as_array()
-        .unwrap_or_else(|| panic!("manifest.json has no files array"));
+        .unwrap_or_else(|| panic!("the manifest has no files array"));
     // The biggest file with pieces, preferring relation files (base/ or pg_tblspc/).
     let pick = files
         .iter()
@@ -322,7 +322,7 @@ fn e_flipped_byte() {
             let rel = p.starts_with("base/") || p.starts_with("pg_tblspc/");
             (rel, f["size"].as_u64().unwrap_or(0))
         })
-        .unwrap_or_else(|| panic!("no file with pieces in manifest.json"));
+        .unwrap_or_else(|| panic!("no file with pieces in the manifest"));
     let path = pick["path"].as_str().unwrap().to_string();
     let pieces = pick["pieces"].as_array().unwrap();
     let piece = &pieces[pieces.len() / 2];
@@ -550,8 +550,8 @@ fn g_kill9_during_backup() {
         label_dir.display()
     );
     assert!(
-        !label_dir.join("manifest.json").exists(),
-        "g: the backup finished (manifest.json exists) before the kill; make it slower"
+        !label_dir.join("summary.json").exists(),
+        "g: the backup finished (summary.json exists) before the kill; make it slower"
     );
     let killed_label = label_dir
         .file_name()
@@ -634,7 +634,7 @@ fn g_kill9_during_backup() {
     assert_eq!(
         complete_backups(&repo),
         vec![fresh_label],
-        "g: the listed backup must be complete (have its manifest.json)"
+        "g: the listed backup must be complete (have its summary.json)"
     );
     pgjet_ok(&args![
         "verify",
@@ -780,17 +780,29 @@ fn j_refuses_root() {
     );
 }
 
-/// k. a tampered manifest (a path that climbs out of the target) is refused by restore and
-/// verify before anything is written.
+/// k. a tampered manifest is refused by restore and verify before anything is written: one
+/// whose stored bytes changed (caught by the summary's checksum), and one rewritten with valid
+/// checksums but a path that climbs out of the target.
 #[test]
 fn k_tampered_manifest_is_refused() {
     let fx = fx();
     let c = &fx.cluster;
     let repo = copy_repo(c, "repo-k");
-    let mpath = backup_dir(&repo, "main", &fx.label).join("manifest.json");
-    let mut m = read_manifest(&backup_dir(&repo, "main", &fx.label));
+    let bdir = backup_dir(&repo, "main", &fx.label);
+    let original = read_manifest(&bdir);
+    let mpath = bdir.join("manifest.jsonl.zst");
+    let mut stored = fs::read(&mpath).unwrap();
+    let i = stored.len() / 2;
+    stored[i] ^= 0x10;
+    fs::write(&mpath, &stored).unwrap();
+    let v = pgjet(&verify_args(&repo, &fx.label));
+    assert!(
+        v.status.code() == Some(5) && v.stderr.contains("manifest.jsonl.zst"),
+        "verify of a manifest whose bytes changed must name it:\n{v}"
+    );
+    let mut m = original;
     m["files"][0]["path"] = serde_json::json!("../../escaped");
-    fs::write(&mpath, serde_json::to_vec_pretty(&m).unwrap()).unwrap();
+    write_manifest(&bdir, &m);
     let target = c.root.join("restore-k");
     let ts = c.root.join("restore-k-ts");
     let r = pgjet(&restore_args(
@@ -801,7 +813,7 @@ fn k_tampered_manifest_is_refused() {
     ));
     let text = r.text_lower();
     assert!(
-        !r.success() && text.contains("manifest.json") && text.contains("safe relative path"),
+        !r.success() && text.contains("manifest.jsonl.zst") && text.contains("safe relative path"),
         "restore of a tampered manifest must be refused:\n{r}"
     );
     assert!(
@@ -811,7 +823,7 @@ fn k_tampered_manifest_is_refused() {
     assert!(!c.root.path.join("escaped").exists());
     let v = pgjet(&verify_args(&repo, &fx.label));
     assert!(
-        !v.success() && v.text_lower().contains("manifest.json"),
+        !v.success() && v.text_lower().contains("manifest.jsonl.zst"),
         "verify of a tampered manifest must fail:\n{v}"
     );
 }

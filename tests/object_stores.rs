@@ -98,7 +98,8 @@ fn store_scenario(kind: StoreKind) {
     let objects = s3.objects("/repo");
     for want in [
         "main/stanza.json".to_string(),
-        format!("main/backup/{label}/manifest.json"),
+        format!("main/backup/{label}/manifest.jsonl.zst"),
+        format!("main/backup/{label}/summary.json"),
         format!("main/backup/{label}/data/000001"),
     ] {
         assert!(
@@ -400,10 +401,9 @@ fn s3_corrupt_and_missing_objects_are_named() {
     ));
     let label = labels(&conf, &cluster).pop().unwrap();
     let dir = format!("main/backup/{label}");
-    let manifest: serde_json::Value = serde_json::from_slice(
-        &fs::read(s3.object_file("/r", &format!("{dir}/manifest.json"))).unwrap(),
-    )
-    .unwrap();
+    let manifest = manifest_from_stored(
+        &fs::read(s3.object_file("/r", &format!("{dir}/manifest.jsonl.zst"))).unwrap(),
+    );
     // Pieces by object: (object, offset in the object, stored size, file).
     let mut pieces: Vec<(String, u64, u64, String)> = Vec::new();
     for f in manifest["files"].as_array().unwrap() {
@@ -563,7 +563,7 @@ fn posix_and_s3_repositories_together() {
     assert!(
         s3.objects("/two")
             .iter()
-            .any(|o| o.ends_with("/manifest.json")),
+            .any(|o| o.ends_with("/summary.json")),
         "the S3 backup is in the bucket"
     );
     let s3_label = backups[0]["label"].as_str().unwrap().to_string();

@@ -76,7 +76,7 @@ fn pg15_backup_under_pgbench_load() {
     let manifest = read_manifest(&backup_dir(&repo, "main", &label));
     let page_errors: Vec<&serde_json::Value> = manifest["files"]
         .as_array()
-        .unwrap_or_else(|| panic!("manifest.json of {label} has no files array"))
+        .unwrap_or_else(|| panic!("the manifest of {label} has no files array"))
         .iter()
         .filter(|f| f.get("page_errors").is_some())
         .collect();

@@ -110,7 +110,7 @@ pub fn run(s: &Settings, args: &BackupArgs, progress: &dyn Progress) -> Result<B
     repo::check_same_cluster(&stanza_info, info.system_identifier, &info.major())?;
     let lock = StanzaLock::acquire(store.clone(), stanza, "backup")?;
     for stale in repo::list_incomplete(&*store, stanza)? {
-        tracing::warn!("removing interrupted backup {stale} (it has no manifest)");
+        tracing::warn!("removing interrupted backup {stale} (it has no summary)");
         store.remove_all(&repo::backup_dir(stanza, &stale))?;
     }
     let mut started = chrono::Utc::now();
@@ -212,12 +212,11 @@ pub fn run(s: &Settings, args: &BackupArgs, progress: &dyn Progress) -> Result<B
             .collect(),
         files: file_entries,
     };
-    let json = serde_json::to_vec_pretty(&manifest)
-        .map_err(|e| Error::Other(format!("cannot encode the manifest: {e}")))?;
-    // Every object first, then the manifest: a backup is complete only once both are durable.
+    // Every object first, then the manifest, then the summary: a backup is complete only
+    // once all are durable.
     store.sync()?;
     lock.check()?;
-    store.put_durable(&repo::manifest_name(stanza, &label), &json)?;
+    repo::write_manifest(&*store, &manifest)?;
     drop(lock);
     let seconds = clock.elapsed().as_secs_f64();
     if page_errors > 0 {

@@ -70,20 +70,21 @@ pub fn collect(s: &Settings) -> Result<Vec<StanzaView>> {
                 }
             };
             for label in repo::list_complete(&*store, &name)? {
-                let m = repo::read_manifest(&*store, &name, &label)?;
+                // The summary only: info never reads a manifest.
+                let m = repo::read_summary(&*store, &name, &label)?;
                 out[i].backups.push(BackupInfo {
                     label,
                     repo: n,
-                    backup_type: m.backup_type.clone(),
-                    start_time: m.start_time.clone(),
-                    stop_time: m.stop_time.clone(),
+                    backup_type: m.backup_type,
+                    start_time: m.start_time,
+                    stop_time: m.stop_time,
                     start_lsn: m.start_lsn.to_string(),
                     stop_lsn: m.stop_lsn.to_string(),
                     timeline: m.timeline,
                     size: m.size,
                     stored_size: m.stored_size,
-                    wal_start: m.wal_segments.first().cloned().unwrap_or_default(),
-                    wal_stop: m.wal_segments.last().cloned().unwrap_or_default(),
+                    wal_start: m.wal_start,
+                    wal_stop: m.wal_stop,
                     compression: format!("{}", m.compression.kind),
                 });
             }

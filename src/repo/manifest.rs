@@ -1,4 +1,5 @@
-//! The backup manifest (`manifest.json`): everything needed to verify and restore a backup.
+//! The backup manifest: everything needed to verify and restore a backup (stored as described
+//! in [`super::manifest_io`]).
 use crate::codec::Compression;
 use crate::pg::checksum::BLCKSZ;
 use crate::pg::lsn::Lsn;
@@ -222,16 +223,17 @@ impl BackupManifest {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn sample() -> BackupManifest {
+    /// A small valid manifest (three files, one directory) in the current format.
+    pub(crate) fn sample() -> BackupManifest {
         let piece = |off: u64, size: u64| {
             serde_json::json!({"object": "000001", "offset": 0, "stored_size": 10, "stored_xxh3": "x",
                 "logical_offset": off, "logical_size": size, "xxh3": "y", "crc32c": 0})
         };
         serde_json::from_value(serde_json::json!({
-            "format": 1, "label": "L", "type": "full", "stanza": "s", "system_identifier": "1",
+            "format": crate::repo::REPO_FORMAT, "label": "L", "type": "full", "stanza": "s", "system_identifier": "1",
             "pg_version": "15", "pg_version_num": 150000, "catalog_version": 1,
             "start_time": "", "stop_time": "", "start_lsn": "0/1", "stop_lsn": "0/2", "timeline": 1,
             "wal_segment_size": 16777216, "block_size": 8192, "data_checksums": true,

@@ -6,12 +6,14 @@
 //! ```text
 //! <stanza>/stanza.json                 StanzaInfo
 //! <stanza>/lock/backup.json           the backup lock (see [`lock`])
-//! <stanza>/backup/<label>/manifest.json  BackupManifest, written last (its presence = complete)
+//! <stanza>/backup/<label>/manifest.jsonl.zst  the manifest, a stream of JSON lines
+//! <stanza>/backup/<label>/summary.json  written last (its presence = complete)
 //! <stanza>/backup/<label>/data/<object>  stored frames
 //! <stanza>/archive/                    reserved for the WAL archive
 //! ```
 pub mod lock;
 pub mod manifest;
+pub mod manifest_io;
 
 use crate::error::{Error, Result};
 use crate::storage::Storage;
@@ -19,9 +21,13 @@ use serde::{Deserialize, Serialize};
 
 pub use lock::StanzaLock;
 pub use manifest::{BackupManifest, DirEntry, FileEntry, Piece, Tablespace, MAX_PIECE_SIZE};
+pub use manifest_io::{
+    manifest_name, read_manifest, read_summary, summary_name, write_manifest, BackupSummary,
+};
 
 /// Version of the repository format this build writes and reads.
-pub const REPO_FORMAT: u32 = 1;
+/// 2: the manifest is a zstd stream of JSON lines and `summary.json` marks completeness.
+pub const REPO_FORMAT: u32 = 2;
 
 /// What a stanza records about its cluster; a repository stanza belongs to one cluster.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -61,10 +67,6 @@ pub fn stanza_info_name(stanza: &str) -> String {
 /// Directory of one backup.
 pub fn backup_dir(stanza: &str, label: &str) -> String {
     format!("{stanza}/backup/{label}")
-}
-/// Name of a backup's manifest.
-pub fn manifest_name(stanza: &str, label: &str) -> String {
-    format!("{stanza}/backup/{label}/manifest.json")
 }
 /// Name of a stored object of a backup.
 pub fn object_name(stanza: &str, label: &str, object: &str) -> String {
@@ -111,55 +113,26 @@ pub fn check_same_cluster(
     Ok(())
 }
 
-/// Labels of the complete backups of a stanza (those with a manifest), oldest first.
+/// Labels of the complete backups of a stanza (those with a summary), oldest first.
 pub fn list_complete(store: &dyn Storage, stanza: &str) -> Result<Vec<String>> {
     let mut out = Vec::new();
     for label in store.list(&format!("{stanza}/backup"))? {
-        if store.exists(&manifest_name(stanza, &label))? {
+        if store.exists(&summary_name(stanza, &label))? {
             out.push(label);
         }
     }
     Ok(out)
 }
 
-/// Labels of backup directories with no manifest: interrupted backups.
+/// Labels of backup directories with no summary: interrupted backups.
 pub fn list_incomplete(store: &dyn Storage, stanza: &str) -> Result<Vec<String>> {
     let mut out = Vec::new();
     for label in store.list(&format!("{stanza}/backup"))? {
-        if !label.ends_with(".tmp") && !store.exists(&manifest_name(stanza, &label))? {
+        if !label.ends_with(".tmp") && !store.exists(&summary_name(stanza, &label))? {
             out.push(label);
         }
     }
     Ok(out)
-}
-
-/// Reads and parses a backup's manifest.
-pub fn read_manifest(store: &dyn Storage, stanza: &str, label: &str) -> Result<BackupManifest> {
-    let name = manifest_name(stanza, label);
-    if !store.exists(&name)? {
-        return Err(Error::Repo(format!(
-            "backup '{label}' of stanza '{stanza}' does not exist or is incomplete"
-        )));
-    }
-    let m: BackupManifest = serde_json::from_slice(&store.get(&name)?)
-        .map_err(|e| Error::Repo(format!("{name} is not valid: {e}")))?;
-    if m.format != REPO_FORMAT {
-        return Err(Error::Repo(format!(
-            "{name} has format {}, this pgjet reads {REPO_FORMAT}",
-            m.format
-        )));
-    }
-    if m.label != label || m.stanza != stanza {
-        return Err(Error::Repo(format!(
-            "{name} describes backup {}/{}, not {stanza}/{label}",
-            m.stanza, m.label
-        )));
-    }
-    m.validate().map_err(|why| Error::Corrupt {
-        label: label.to_string(),
-        files: vec![format!("manifest.json ({why})")],
-    })?;
-    Ok(m)
 }
 
 /// Resolves `--set` (a label or `latest`) to a complete backup's label.

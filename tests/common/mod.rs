@@ -1298,11 +1298,75 @@ pub fn verify_args(repo: &Path, set: &str) -> Vec<String> {
     ]
 }
 
-/// Parse manifest.json of a backup.
+/// The manifest of a backup as one JSON value (repository format 2: the header's fields,
+/// `directories`, `files`, `size`, `stored_size`), decoded from the stored lines
+/// `<dir>/manifest.jsonl.zst`.
 pub fn read_manifest(dir: &Path) -> serde_json::Value {
-    let p = dir.join("manifest.json");
-    let s = fs::read_to_string(&p).unwrap_or_else(|e| panic!("read {}: {e}", p.display()));
-    serde_json::from_str(&s).unwrap_or_else(|e| panic!("parse {}: {e}", p.display()))
+    let p = dir.join("manifest.jsonl.zst");
+    let bytes = fs::read(&p).unwrap_or_else(|e| panic!("read {}: {e}", p.display()));
+    manifest_from_stored(&bytes)
+}
+
+/// [`read_manifest`] of the stored bytes of a manifest.
+pub fn manifest_from_stored(bytes: &[u8]) -> serde_json::Value {
+    let text = zstd::decode_all(bytes).expect("the manifest is zstd");
+    let mut out = serde_json::Map::new();
+    let (mut dirs, mut files) = (Vec::new(), Vec::new());
+    for line in String::from_utf8(text).unwrap().lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        let (kind, body) = v.as_object().unwrap().iter().next().unwrap();
+        match kind.as_str() {
+            "header" => out.extend(body.as_object().unwrap().clone()),
+            "dir" => dirs.push(body.clone()),
+            "file" => files.push(body.clone()),
+            "end" => {
+                out.insert("size".into(), body["size"].clone());
+                out.insert("stored_size".into(), body["stored_size"].clone());
+            }
+            other => panic!("unknown manifest line {other}"),
+        }
+    }
+    out.insert("directories".into(), dirs.into());
+    out.insert("files".into(), files.into());
+    serde_json::Value::Object(out)
+}
+
+/// Writes `m` (shaped as [`read_manifest`] returns it) back as the manifest of the backup in
+/// `dir`, and records the new bytes' size and XXH3 in its summary, as pgjet would have: a
+/// test of what pgjet makes of a manifest with valid checksums but bad content.
+pub fn write_manifest(dir: &Path, m: &serde_json::Value) {
+    let mut header = m.as_object().unwrap().clone();
+    let dirs = header.remove("directories").unwrap();
+    let files = header.remove("files").unwrap();
+    let size = header.remove("size").unwrap();
+    let stored = header.remove("stored_size").unwrap();
+    let mut text = String::new();
+    let mut push = |k: &str, v: serde_json::Value| {
+        text.push_str(&serde_json::json!({ k: v }).to_string());
+        text.push('\n');
+    };
+    push("header", serde_json::Value::Object(header));
+    let (nd, nf) = (
+        dirs.as_array().unwrap().len(),
+        files.as_array().unwrap().len(),
+    );
+    for d in dirs.as_array().unwrap() {
+        push("dir", d.clone());
+    }
+    for f in files.as_array().unwrap() {
+        push("file", f.clone());
+    }
+    push(
+        "end",
+        serde_json::json!({"dirs": nd, "files": nf, "size": size, "stored_size": stored}),
+    );
+    let bytes = zstd::encode_all(text.as_bytes(), 3).unwrap();
+    fs::write(dir.join("manifest.jsonl.zst"), &bytes).unwrap();
+    let sp = dir.join("summary.json");
+    let mut summary: serde_json::Value = serde_json::from_slice(&fs::read(&sp).unwrap()).unwrap();
+    summary["manifest"]["stored_size"] = bytes.len().into();
+    summary["manifest"]["xxh3"] = format!("{:032x}", xxhash_rust::xxh3::xxh3_128(&bytes)).into();
+    fs::write(&sp, serde_json::to_vec_pretty(&summary).unwrap()).unwrap();
 }
 
 /// Everything below `dir`, for "unchanged" checks: relative path -> file contents (directories
@@ -1476,9 +1540,9 @@ pub fn version_scenario(pg: Pg) {
     let full_label = backups[0]["label"].as_str().unwrap().to_string();
     assert!(
         backup_dir(&repo, "main", &full_label)
-            .join("manifest.json")
+            .join("summary.json")
             .exists(),
-        "manifest.json missing for {full_label}"
+        "summary.json missing for {full_label}"
     );
     // Text info works as well.
     let r = pgjet_ok(&args![
