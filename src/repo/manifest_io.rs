@@ -3,9 +3,11 @@
 //! small `summary.json` written last, whose presence makes the backup complete and which
 //! `info` reads instead of the manifest. docs/repository-format.md describes both.
 //!
-//! Lines of the manifest, in order: one `{"header": ...}`, the `{"dir": ...}` lines, the
-//! `{"file": ...}` lines, one `{"end": ...}` with the counts and totals (a truncated stream
-//! lacks it). The summary records the stored manifest's size and XXH3-128, checked on read.
+//! Lines of the manifest, in order: one `{"header": ...}` with what is known when the backup
+//! starts, the `{"dir": ...}` lines, the `{"file": ...}` lines (in any order: a backup may
+//! write each file as soon as it is stored), one `{"end": ...}` with what is known when it
+//! stops (stop LSN, backup label, WAL) and the counts and totals (a truncated stream lacks
+//! it). The summary records the stored manifest's size and XXH3-128, checked on read.
 use super::manifest::{BackupManifest, DirEntry, FileEntry, Tablespace};
 use super::{backup_dir, REPO_FORMAT};
 use crate::codec::Compression;
@@ -35,7 +37,7 @@ pub fn summary_name(stanza: &str, label: &str) -> String {
     format!("{}/{SUMMARY_OBJECT}", backup_dir(stanza, label))
 }
 
-/// Everything about a backup except its directories and files: the first manifest line.
+/// What is known of a backup when it starts: the first manifest line.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ManifestHeader {
     pub format: u32,
@@ -49,23 +51,27 @@ pub struct ManifestHeader {
     pub pg_version_num: u32,
     pub catalog_version: u32,
     pub start_time: String,
-    pub stop_time: String,
     pub start_lsn: Lsn,
-    pub stop_lsn: Lsn,
     pub timeline: u32,
     pub wal_segment_size: u64,
     pub block_size: u32,
     pub data_checksums: bool,
     pub compression: Compression,
-    pub backup_label: String,
-    pub tablespace_map: Option<String>,
     pub tablespaces: Vec<Tablespace>,
-    pub wal_segments: Vec<String>,
 }
 
-/// The last manifest line: counts and totals, so a truncated stream is told from a whole one.
+/// The last manifest line: what is known when the backup stops, and the counts and totals,
+/// so a truncated stream is told from a whole one.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct ManifestEnd {
+    pub stop_time: String,
+    pub stop_lsn: Lsn,
+    /// backup_label text returned by pg_backup_stop.
+    pub backup_label: String,
+    /// tablespace_map text returned by pg_backup_stop.
+    pub tablespace_map: Option<String>,
+    /// WAL segments stored under `pg_wal/`, first to last.
+    pub wal_segments: Vec<String>,
     pub dirs: u64,
     pub files: u64,
     /// Logical bytes of all files.
@@ -145,18 +151,27 @@ impl BackupManifest {
             pg_version_num: self.pg_version_num,
             catalog_version: self.catalog_version,
             start_time: self.start_time.clone(),
-            stop_time: self.stop_time.clone(),
             start_lsn: self.start_lsn,
-            stop_lsn: self.stop_lsn,
             timeline: self.timeline,
             wal_segment_size: self.wal_segment_size,
             block_size: self.block_size,
             data_checksums: self.data_checksums,
             compression: self.compression,
+            tablespaces: self.tablespaces.clone(),
+        }
+    }
+
+    fn end(&self) -> ManifestEnd {
+        ManifestEnd {
+            stop_time: self.stop_time.clone(),
+            stop_lsn: self.stop_lsn,
             backup_label: self.backup_label.clone(),
             tablespace_map: self.tablespace_map.clone(),
-            tablespaces: self.tablespaces.clone(),
             wal_segments: self.wal_segments.clone(),
+            dirs: self.directories.len() as u64,
+            files: self.files.len() as u64,
+            size: self.size,
+            stored_size: self.stored_size,
         }
     }
 
@@ -164,7 +179,7 @@ impl BackupManifest {
         h: ManifestHeader,
         directories: Vec<DirEntry>,
         files: Vec<FileEntry>,
-        end: &ManifestEnd,
+        end: ManifestEnd,
     ) -> BackupManifest {
         BackupManifest {
             format: h.format,
@@ -176,18 +191,18 @@ impl BackupManifest {
             pg_version_num: h.pg_version_num,
             catalog_version: h.catalog_version,
             start_time: h.start_time,
-            stop_time: h.stop_time,
+            stop_time: end.stop_time,
             start_lsn: h.start_lsn,
-            stop_lsn: h.stop_lsn,
+            stop_lsn: end.stop_lsn,
             timeline: h.timeline,
             wal_segment_size: h.wal_segment_size,
             block_size: h.block_size,
             data_checksums: h.data_checksums,
             compression: h.compression,
-            backup_label: h.backup_label,
-            tablespace_map: h.tablespace_map,
+            backup_label: end.backup_label,
+            tablespace_map: end.tablespace_map,
             tablespaces: h.tablespaces,
-            wal_segments: h.wal_segments,
+            wal_segments: end.wal_segments,
             size: end.size,
             stored_size: end.stored_size,
             directories,
@@ -271,12 +286,7 @@ pub fn write_manifest(store: &dyn Storage, m: &BackupManifest) -> Result<BackupS
     for f in &m.files {
         line(LineRef::File(f), &mut z)?;
     }
-    let end = ManifestEnd {
-        dirs: m.directories.len() as u64,
-        files: m.files.len() as u64,
-        size: m.size,
-        stored_size: m.stored_size,
-    };
+    let end = m.end();
     line(LineRef::End(&end), &mut z)?;
     let mut sink = match z.finish() {
         Ok(s) => s,
@@ -447,7 +457,7 @@ pub fn read_manifest(store: &dyn Storage, stanza: &str, label: &str) -> Result<B
             header.stanza, header.label, header.format
         )));
     }
-    let m = BackupManifest::from_parts(header, dirs, files, &end);
+    let m = BackupManifest::from_parts(header, dirs, files, end);
     m.validate().map_err(corrupt)?;
     Ok(m)
 }

@@ -1320,8 +1320,11 @@ pub fn manifest_from_stored(bytes: &[u8]) -> serde_json::Value {
             "dir" => dirs.push(body.clone()),
             "file" => files.push(body.clone()),
             "end" => {
-                out.insert("size".into(), body["size"].clone());
-                out.insert("stored_size".into(), body["stored_size"].clone());
+                for (k, v) in body.as_object().unwrap() {
+                    if k != "dirs" && k != "files" {
+                        out.insert(k.clone(), v.clone());
+                    }
+                }
             }
             other => panic!("unknown manifest line {other}"),
         }
@@ -1338,8 +1341,18 @@ pub fn write_manifest(dir: &Path, m: &serde_json::Value) {
     let mut header = m.as_object().unwrap().clone();
     let dirs = header.remove("directories").unwrap();
     let files = header.remove("files").unwrap();
-    let size = header.remove("size").unwrap();
-    let stored = header.remove("stored_size").unwrap();
+    let mut end = serde_json::Map::new();
+    for k in [
+        "stop_time",
+        "stop_lsn",
+        "backup_label",
+        "tablespace_map",
+        "wal_segments",
+        "size",
+        "stored_size",
+    ] {
+        end.insert(k.into(), header.remove(k).unwrap());
+    }
     let mut text = String::new();
     let mut push = |k: &str, v: serde_json::Value| {
         text.push_str(&serde_json::json!({ k: v }).to_string());
@@ -1356,10 +1369,9 @@ pub fn write_manifest(dir: &Path, m: &serde_json::Value) {
     for f in files.as_array().unwrap() {
         push("file", f.clone());
     }
-    push(
-        "end",
-        serde_json::json!({"dirs": nd, "files": nf, "size": size, "stored_size": stored}),
-    );
+    end.insert("dirs".into(), nd.into());
+    end.insert("files".into(), nf.into());
+    push("end", serde_json::Value::Object(end));
     let bytes = zstd::encode_all(text.as_bytes(), 3).unwrap();
     fs::write(dir.join("manifest.jsonl.zst"), &bytes).unwrap();
     let sp = dir.join("summary.json");
