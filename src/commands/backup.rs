@@ -8,11 +8,12 @@ use super::base_backup::{run_base_backup, BackupTarget, BaseBackup, BaseBackupOp
 use super::*;
 use crate::cli::BackupArgs;
 use crate::pg::datadir::Listing;
-use crate::repo::{self, BackupManifest, DirEntry, StanzaLock, Tablespace};
+use crate::repo::manifest_io::{ManifestHeader, ManifestWriter, StopInfo};
+use crate::repo::{self, DirEntry, StanzaLock, Tablespace};
 use crate::transfer::sink::RepoSink;
 use crate::transfer::{
-    copy_files, CopyOutcome, PieceSpec, Progress, ReadOptions, ReadPiece, Source, SourceFile,
-    UnitSink,
+    copy_units_into, plan_units, CopyOutcome, FileAssembler, PieceSpec, Progress, ReadOptions,
+    ReadPiece, Source, SourceFile, UnitSink, CHUNK_SIZE,
 };
 use serde::Serialize;
 
@@ -33,13 +34,52 @@ pub struct BackupSummary {
     pub page_errors: usize,
 }
 
-/// The repository as a [`BackupTarget`]: every unit becomes an object of the backup.
+/// The repository as a [`BackupTarget`]: every unit becomes an object of the backup, and
+/// every file a line of the manifest as soon as all its bytes are stored (nothing per file
+/// is kept in memory beyond the listing).
 pub struct RepoTarget<'a> {
     pub sink: RepoSink<'a>,
+    /// The manifest's header; `prepare` fills in the start LSN and the tablespaces.
+    header: ManifestHeader,
+    /// Names of the tablespaces by OID (the listing knows only OIDs and locations).
+    spcs: &'a [(u32, String, String)],
+    /// Started by `prepare`.
+    manifest: Option<ManifestWriter>,
+}
+
+impl RepoTarget<'_> {
+    fn manifest(&mut self) -> Result<&mut ManifestWriter> {
+        self.manifest
+            .as_mut()
+            .ok_or_else(|| Error::Other("the backup's manifest was not started".into()))
+    }
 }
 
 impl BackupTarget for RepoTarget<'_> {
-    fn prepare(&mut self, _: &Listing) -> Result<()> {
+    fn prepare(&mut self, listing: &Listing, start_lsn: Lsn) -> Result<()> {
+        self.header.start_lsn = start_lsn;
+        self.header.tablespaces = listing
+            .tablespaces
+            .iter()
+            .map(|t| Tablespace {
+                oid: t.oid,
+                name: self
+                    .spcs
+                    .iter()
+                    .find(|(o, _, _)| *o == t.oid)
+                    .map(|x| x.1.clone())
+                    .unwrap_or_else(|| t.oid.to_string()),
+                location: t.target.display().to_string(),
+            })
+            .collect();
+        let mut w = ManifestWriter::create(self.sink.store, self.header.clone())?;
+        for (path, mode) in &listing.dirs {
+            w.dir(&DirEntry {
+                path: path.clone(),
+                mode: *mode,
+            })?;
+        }
+        self.manifest = Some(w);
         Ok(())
     }
 
@@ -50,7 +90,30 @@ impl BackupTarget for RepoTarget<'_> {
         opts: &ReadOptions,
         progress: &dyn Progress,
     ) -> Result<CopyOutcome> {
-        copy_files(source, files, opts, &self.sink, progress)
+        let units = plan_units(files, CHUNK_SIZE);
+        let sink = &self.sink;
+        let manifest = self
+            .manifest
+            .as_mut()
+            .ok_or_else(|| Error::Other("the backup's manifest was not started".into()))?;
+        let mut emit = |i: usize, pieces: Vec<repo::Piece>, errs: Vec<u32>| {
+            manifest.file(&file_entry(&files[i], pieces, errs))
+        };
+        let mut asm = FileAssembler::new(files, &units, &mut emit)?;
+        copy_units_into(source, files, &units, opts, sink, &mut asm, progress)?;
+        let mut out = CopyOutcome {
+            vanished: vec![false; files.len()],
+            page_error_count: asm.page_error_count,
+            ..Default::default()
+        };
+        for i in asm.vanished {
+            tracing::debug!(
+                "{} vanished during the copy (dropped); left out",
+                files[i].path
+            );
+            out.vanished[i] = true;
+        }
+        Ok(out)
     }
 }
 
@@ -75,26 +138,6 @@ fn store_control(sink: &RepoSink, control: &SourceFile, bytes: &[u8]) -> Result<
         ..control.clone()
     };
     Ok(file_entry(&f, pieces, Vec::new()))
-}
-
-/// Turns copied files and their outcome into manifest entries, leaving out vanished files.
-pub fn entries(files: &[SourceFile], out: CopyOutcome) -> (Vec<repo::FileEntry>, usize) {
-    let mut errors = 0;
-    let mut v = Vec::with_capacity(files.len());
-    for (((f, pieces), errs), vanished) in files
-        .iter()
-        .zip(out.pieces)
-        .zip(out.page_errors)
-        .zip(out.vanished)
-    {
-        if vanished {
-            tracing::debug!("{} vanished during the copy (dropped); left out", f.path);
-            continue;
-        }
-        errors += errs.len();
-        v.push(file_entry(f, pieces, errs));
-    }
-    (v, errors)
 }
 
 /// Runs `backup`.
@@ -124,6 +167,25 @@ pub fn run(s: &Settings, args: &BackupArgs, progress: &dyn Progress) -> Result<B
 
     let mut target = RepoTarget {
         sink: RepoSink::new(&*store, stanza, &label, s.compression),
+        header: ManifestHeader {
+            format: repo::REPO_FORMAT,
+            label: label.clone(),
+            backup_type: "full".into(),
+            stanza: stanza.into(),
+            system_identifier: info.system_identifier,
+            pg_version: info.major(),
+            pg_version_num: info.version_num,
+            catalog_version: info.catalog_version,
+            start_time: rfc3339(started),
+            start_lsn: Lsn(0),
+            wal_segment_size: info.wal_segment_size,
+            block_size: info.block_size,
+            data_checksums: info.data_checksums,
+            compression: s.compression,
+            tablespaces: Vec::new(),
+        },
+        spcs: &spcs,
+        manifest: None,
     };
     let bb = run_base_backup(
         sess,
@@ -141,82 +203,46 @@ pub fn run(s: &Settings, args: &BackupArgs, progress: &dyn Progress) -> Result<B
     )?;
     let control_entry = store_control(&target.sink, &bb.control, &bb.control_bytes)?;
     primary.close();
-    let sink = &target.sink;
+    target.manifest()?.file(&control_entry)?;
     let BaseBackup {
         start_lsn,
         stop,
         label: label_info,
-        listing,
-        files,
         out,
         wal,
-        wal_out,
         ..
     } = bb;
-    let (mut file_entries, page_errors) = entries(&files, out);
-    file_entries.push(control_entry);
-    file_entries.extend(entries(&wal, wal_out).0);
-    file_entries.sort_by(|a, b| a.path.cmp(&b.path));
-    let size: u64 = file_entries.iter().map(|f| f.size).sum();
-    let stored_size = sink.stored.load(std::sync::atomic::Ordering::Relaxed);
-    let tablespaces = listing
-        .tablespaces
-        .iter()
-        .map(|t| Tablespace {
-            oid: t.oid,
-            name: spcs
-                .iter()
-                .find(|(o, _, _)| *o == t.oid)
-                .map(|x| x.1.clone())
-                .unwrap_or_else(|| t.oid.to_string()),
-            location: t.target.display().to_string(),
-        })
-        .collect();
-    let stopped = chrono::Utc::now();
-    let manifest = BackupManifest {
-        format: repo::REPO_FORMAT,
-        label: label.clone(),
-        backup_type: "full".into(),
-        stanza: stanza.into(),
-        system_identifier: info.system_identifier,
-        pg_version: info.major(),
-        pg_version_num: info.version_num,
-        catalog_version: info.catalog_version,
-        start_time: rfc3339(started),
-        stop_time: rfc3339(stopped),
-        start_lsn,
-        stop_lsn: stop.lsn,
-        timeline: label_info.start_timeline,
-        wal_segment_size: info.wal_segment_size,
-        block_size: info.block_size,
-        data_checksums: info.data_checksums,
-        compression: s.compression,
-        backup_label: stop.backup_label,
-        tablespace_map: stop.tablespace_map,
-        tablespaces,
-        wal_segments: wal
-            .iter()
-            .filter_map(|w| w.path.strip_prefix("pg_wal/"))
-            .filter(|n| lsn::is_wal_segment_name(n))
-            .map(str::to_owned)
-            .collect(),
-        size,
-        stored_size,
-        directories: listing
-            .dirs
-            .iter()
-            .map(|(p, m)| DirEntry {
-                path: p.clone(),
-                mode: *m,
-            })
-            .collect(),
-        files: file_entries,
-    };
+    let page_errors = out.page_error_count;
+    let stored_size = target
+        .sink
+        .stored
+        .load(std::sync::atomic::Ordering::Relaxed);
+    let manifest = target
+        .manifest
+        .take()
+        .ok_or_else(|| Error::Other("the backup's manifest was not started".into()))?;
+    let (size, files) = (manifest.size(), manifest.files() as usize);
     // Every object first, then the manifest, then the summary: a backup is complete only
     // once all are durable.
     store.sync()?;
     lock.check()?;
-    repo::write_manifest(&*store, &manifest)?;
+    manifest.finish(
+        &*store,
+        StopInfo {
+            stop_time: rfc3339(chrono::Utc::now()),
+            stop_lsn: stop.lsn,
+            timeline: label_info.start_timeline,
+            backup_label: stop.backup_label,
+            tablespace_map: stop.tablespace_map,
+            wal_segments: wal
+                .iter()
+                .filter_map(|w| w.path.strip_prefix("pg_wal/"))
+                .filter(|n| lsn::is_wal_segment_name(n))
+                .map(str::to_owned)
+                .collect(),
+            stored_size,
+        },
+    )?;
     drop(lock);
     let seconds = clock.elapsed().as_secs_f64();
     if page_errors > 0 {
@@ -226,7 +252,7 @@ pub fn run(s: &Settings, args: &BackupArgs, progress: &dyn Progress) -> Result<B
         label,
         size,
         stored_size,
-        files: manifest.files.len(),
+        files,
         seconds,
         mib_per_sec: size as f64 / (1 << 20) as f64 / seconds.max(1e-6),
         start_lsn: start_lsn.to_string(),

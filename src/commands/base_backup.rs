@@ -25,7 +25,7 @@ use crate::transfer::{CopyOutcome, Progress, ReadOptions, Source, SourceFile};
 /// Where a base backup's bytes go.
 pub trait BackupTarget {
     /// The listing is known and nothing is copied yet: lay out what the copy needs.
-    fn prepare(&mut self, listing: &Listing) -> Result<()>;
+    fn prepare(&mut self, listing: &Listing, start_lsn: Lsn) -> Result<()>;
     /// Copies `files` from `source` with the engine.
     fn copy(
         &mut self,
@@ -144,7 +144,7 @@ pub fn run_base_backup<T: BackupTarget>(
     let (files, control) = source_files(&listing);
     let control = control
         .ok_or_else(|| Error::Unsafe(format!("{} has no global/pg_control", source.describe())))?;
-    target.prepare(&listing)?;
+    target.prepare(&listing, start_lsn)?;
     let read_opts = ReadOptions {
         jobs: opts.jobs,
         verify_checksums: info.data_checksums,
@@ -153,7 +153,7 @@ pub fn run_base_backup<T: BackupTarget>(
     let total: u64 = files.iter().map(|f| f.size).sum::<u64>() + control.size;
     progress.begin(opts.phase, total);
     let out = target.copy(source, &files, &read_opts, progress)?;
-    let bad: usize = out.page_errors.iter().map(|e| e.len()).sum();
+    let bad = out.page_error_count;
     if bad > 0 {
         tracing::warn!(
             "{bad} page(s) of {} failed checksum validation (see the warnings above)",

@@ -65,7 +65,7 @@ pub struct DirTarget<'a> {
 }
 
 impl BackupTarget for DirTarget<'_> {
-    fn prepare(&mut self, listing: &Listing) -> Result<()> {
+    fn prepare(&mut self, listing: &Listing, _start_lsn: Lsn) -> Result<()> {
         if self.delta {
             let removed = delta::begin_delta(
                 self.pg_path,

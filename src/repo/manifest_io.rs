@@ -52,7 +52,6 @@ pub struct ManifestHeader {
     pub catalog_version: u32,
     pub start_time: String,
     pub start_lsn: Lsn,
-    pub timeline: u32,
     pub wal_segment_size: u64,
     pub block_size: u32,
     pub data_checksums: bool,
@@ -66,6 +65,8 @@ pub struct ManifestHeader {
 pub struct ManifestEnd {
     pub stop_time: String,
     pub stop_lsn: Lsn,
+    /// Timeline of the backup (START TIMELINE of its backup_label).
+    pub timeline: u32,
     /// backup_label text returned by pg_backup_stop.
     pub backup_label: String,
     /// tablespace_map text returned by pg_backup_stop.
@@ -140,7 +141,8 @@ pub struct BackupSummary {
 }
 
 impl BackupManifest {
-    fn header(&self) -> ManifestHeader {
+    /// The header line of this manifest.
+    pub fn header(&self) -> ManifestHeader {
         ManifestHeader {
             format: self.format,
             label: self.label.clone(),
@@ -152,7 +154,6 @@ impl BackupManifest {
             catalog_version: self.catalog_version,
             start_time: self.start_time.clone(),
             start_lsn: self.start_lsn,
-            timeline: self.timeline,
             wal_segment_size: self.wal_segment_size,
             block_size: self.block_size,
             data_checksums: self.data_checksums,
@@ -165,6 +166,7 @@ impl BackupManifest {
         ManifestEnd {
             stop_time: self.stop_time.clone(),
             stop_lsn: self.stop_lsn,
+            timeline: self.timeline,
             backup_label: self.backup_label.clone(),
             tablespace_map: self.tablespace_map.clone(),
             wal_segments: self.wal_segments.clone(),
@@ -194,7 +196,7 @@ impl BackupManifest {
             stop_time: end.stop_time,
             start_lsn: h.start_lsn,
             stop_lsn: end.stop_lsn,
-            timeline: h.timeline,
+            timeline: end.timeline,
             wal_segment_size: h.wal_segment_size,
             block_size: h.block_size,
             data_checksums: h.data_checksums,
@@ -253,80 +255,186 @@ impl Write for HashingSink {
     }
 }
 
-/// Writes `m`'s manifest as a stream, then its summary (last: the backup is complete from
-/// then on). Returns the summary.
+/// What is known of a backup when it stops: the manifest's last line without the counts,
+/// which the writer keeps.
+pub struct StopInfo {
+    pub stop_time: String,
+    pub stop_lsn: Lsn,
+    pub timeline: u32,
+    pub backup_label: String,
+    pub tablespace_map: Option<String>,
+    pub wal_segments: Vec<String>,
+    /// Stored bytes of the data objects.
+    pub stored_size: u64,
+}
+
+/// Writes a backup's manifest as the backup runs: the header when it starts, each directory
+/// and file as it is known, then [`ManifestWriter::finish`] writes the end line and the
+/// summary. Memory is the compressor's and one write buffer, whatever the file count. A
+/// writer dropped unfinished leaves no manifest (and no summary).
+pub struct ManifestWriter {
+    name: String,
+    header: ManifestHeader,
+    z: zstd::stream::write::Encoder<'static, HashingSink>,
+    dirs: u64,
+    files: u64,
+    size: u64,
+}
+
+impl ManifestWriter {
+    /// Starts the manifest of the backup `header` describes and writes the header line.
+    pub fn create(store: &dyn Storage, header: ManifestHeader) -> Result<ManifestWriter> {
+        let name = manifest_name(&header.stanza, &header.label);
+        let sink = HashingSink {
+            out: store.writer(&name)?,
+            buf: Vec::with_capacity(WRITE_BUFFER + (64 << 10)),
+            hash: Xxh3::new(),
+            bytes: 0,
+            failed: None,
+        };
+        let z = zstd::stream::write::Encoder::new(sink, MANIFEST_ZSTD_LEVEL)
+            .map_err(|e| Error::Other(format!("cannot start the manifest {name}: {e}")))?;
+        let mut w = ManifestWriter {
+            name,
+            header,
+            z,
+            dirs: 0,
+            files: 0,
+            size: 0,
+        };
+        let h = w.header.clone();
+        w.line(LineRef::Header(&h))?;
+        Ok(w)
+    }
+
+    fn line(&mut self, l: LineRef<'_>) -> Result<()> {
+        let r = serde_json::to_writer(&mut self.z, &l)
+            .map_err(std::io::Error::other)
+            .and_then(|_| self.z.write_all(b"\n"));
+        r.map_err(|e| self.error(e))
+    }
+
+    /// The store's own error when a write failed there, else an encoding error.
+    fn error(&mut self, e: std::io::Error) -> Error {
+        self.z.get_mut().failed.take().unwrap_or_else(|| {
+            Error::Other(format!("cannot write the manifest {}: {e}", self.name))
+        })
+    }
+
+    /// Adds a directory.
+    pub fn dir(&mut self, d: &DirEntry) -> Result<()> {
+        self.dirs += 1;
+        self.line(LineRef::Dir(d))
+    }
+
+    /// Adds a file.
+    pub fn file(&mut self, f: &FileEntry) -> Result<()> {
+        self.files += 1;
+        self.size += f.size;
+        self.line(LineRef::File(f))
+    }
+
+    /// Files added so far.
+    pub fn files(&self) -> u64 {
+        self.files
+    }
+
+    /// Logical bytes of the files added so far.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// Writes the end line, completes the manifest object, makes everything durable and
+    /// writes the summary last: the backup is complete when this returns.
+    pub fn finish(mut self, store: &dyn Storage, stop: StopInfo) -> Result<BackupSummary> {
+        let end = ManifestEnd {
+            stop_time: stop.stop_time,
+            stop_lsn: stop.stop_lsn,
+            timeline: stop.timeline,
+            backup_label: stop.backup_label,
+            tablespace_map: stop.tablespace_map,
+            wal_segments: stop.wal_segments,
+            dirs: self.dirs,
+            files: self.files,
+            size: self.size,
+            stored_size: stop.stored_size,
+        };
+        self.line(LineRef::End(&end))?;
+        let mut sink = match self.z.finish() {
+            Ok(s) => s,
+            Err(e) => {
+                return Err(Error::Other(format!(
+                    "cannot write the manifest {}: {e}",
+                    self.name
+                )))
+            }
+        };
+        if let Err(e) = sink.flush_buf() {
+            return Err(sink.failed.take().unwrap_or_else(|| {
+                Error::Other(format!("cannot write the manifest {}: {e}", self.name))
+            }));
+        }
+        let manifest = ManifestRef {
+            object: MANIFEST_OBJECT.into(),
+            stored_size: sink.bytes,
+            xxh3: format!("{:032x}", sink.hash.digest128()),
+        };
+        sink.out.finish()?;
+        let h = self.header;
+        let summary = BackupSummary {
+            format: REPO_FORMAT,
+            label: h.label,
+            backup_type: h.backup_type,
+            stanza: h.stanza,
+            system_identifier: h.system_identifier,
+            pg_version: h.pg_version,
+            start_time: h.start_time,
+            stop_time: end.stop_time,
+            start_lsn: h.start_lsn,
+            stop_lsn: end.stop_lsn,
+            timeline: end.timeline,
+            compression: h.compression,
+            wal_start: end.wal_segments.first().cloned().unwrap_or_default(),
+            wal_stop: end.wal_segments.last().cloned().unwrap_or_default(),
+            files: end.files,
+            dirs: end.dirs,
+            size: end.size,
+            stored_size: end.stored_size,
+            manifest,
+        };
+        let json = serde_json::to_vec_pretty(&summary)
+            .map_err(|e| Error::Other(format!("cannot encode the summary: {e}")))?;
+        store.sync()?;
+        store.put_durable(&summary_name(&summary.stanza, &summary.label), &json)?;
+        Ok(summary)
+    }
+}
+
+/// Writes `m`'s manifest and then its summary (last: the backup is complete from then on),
+/// through a [`ManifestWriter`]. Returns the summary.
 ///
 /// Errors: storage errors; a stream that could not be encoded.
 pub fn write_manifest(store: &dyn Storage, m: &BackupManifest) -> Result<BackupSummary> {
-    let name = manifest_name(&m.stanza, &m.label);
-    let sink = HashingSink {
-        out: store.writer(&name)?,
-        buf: Vec::with_capacity(WRITE_BUFFER + (64 << 10)),
-        hash: Xxh3::new(),
-        bytes: 0,
-        failed: None,
-    };
-    let encode_err =
-        |e: std::io::Error| Error::Other(format!("cannot write the manifest {name}: {e}"));
-    let mut z = zstd::stream::write::Encoder::new(sink, MANIFEST_ZSTD_LEVEL).map_err(encode_err)?;
-    let line =
-        |l: LineRef<'_>, z: &mut zstd::stream::write::Encoder<'_, HashingSink>| -> Result<()> {
-            let r = serde_json::to_writer(&mut *z, &l)
-                .map_err(std::io::Error::other)
-                .and_then(|_| z.write_all(b"\n"));
-            match r {
-                Ok(()) => Ok(()),
-                Err(e) => Err(z.get_mut().failed.take().unwrap_or_else(|| encode_err(e))),
-            }
-        };
-    line(LineRef::Header(&m.header()), &mut z)?;
+    let mut w = ManifestWriter::create(store, m.header())?;
     for d in &m.directories {
-        line(LineRef::Dir(d), &mut z)?;
+        w.dir(d)?;
     }
     for f in &m.files {
-        line(LineRef::File(f), &mut z)?;
+        w.file(f)?;
     }
     let end = m.end();
-    line(LineRef::End(&end), &mut z)?;
-    let mut sink = match z.finish() {
-        Ok(s) => s,
-        Err(e) => return Err(encode_err(e)),
-    };
-    if let Err(e) = sink.flush_buf() {
-        return Err(sink.failed.take().unwrap_or_else(|| encode_err(e)));
-    }
-    let manifest = ManifestRef {
-        object: MANIFEST_OBJECT.into(),
-        stored_size: sink.bytes,
-        xxh3: format!("{:032x}", sink.hash.digest128()),
-    };
-    sink.out.finish()?;
-    let summary = BackupSummary {
-        format: REPO_FORMAT,
-        label: m.label.clone(),
-        backup_type: m.backup_type.clone(),
-        stanza: m.stanza.clone(),
-        system_identifier: m.system_identifier,
-        pg_version: m.pg_version.clone(),
-        start_time: m.start_time.clone(),
-        stop_time: m.stop_time.clone(),
-        start_lsn: m.start_lsn,
-        stop_lsn: m.stop_lsn,
-        timeline: m.timeline,
-        compression: m.compression,
-        wal_start: m.wal_segments.first().cloned().unwrap_or_default(),
-        wal_stop: m.wal_segments.last().cloned().unwrap_or_default(),
-        files: end.files,
-        dirs: end.dirs,
-        size: end.size,
-        stored_size: end.stored_size,
-        manifest,
-    };
-    let json = serde_json::to_vec_pretty(&summary)
-        .map_err(|e| Error::Other(format!("cannot encode the summary: {e}")))?;
-    store.sync()?;
-    store.put_durable(&summary_name(&m.stanza, &m.label), &json)?;
-    Ok(summary)
+    w.finish(
+        store,
+        StopInfo {
+            stop_time: end.stop_time,
+            stop_lsn: end.stop_lsn,
+            timeline: end.timeline,
+            backup_label: end.backup_label,
+            tablespace_map: end.tablespace_map,
+            wal_segments: end.wal_segments,
+            stored_size: end.stored_size,
+        },
+    )
 }
 
 /// Reads a backup's summary; errors when the backup does not exist or is incomplete.
@@ -479,7 +587,8 @@ mod tests {
         let m = super::super::manifest::tests::sample();
         assert!(read_summary(&st, &m.stanza, &m.label).is_err());
         let s = write_manifest(&st, &m).unwrap();
-        assert_eq!((s.files, s.size), (m.files.len() as u64, m.size));
+        let sum: u64 = m.files.iter().map(|f| f.size).sum();
+        assert_eq!((s.files, s.size), (m.files.len() as u64, sum));
         let back = read_manifest(&st, &m.stanza, &m.label).unwrap();
         assert_eq!(back.files, m.files);
         assert_eq!(back.directories, m.directories);

@@ -230,6 +230,121 @@ pub struct CopyOutcome {
     pub page_errors: Vec<Vec<u32>>,
     /// Files that disappeared during the copy (dropped relations): leave them out.
     pub vanished: Vec<bool>,
+    /// Blocks with a failed page checksum, all files together.
+    pub page_error_count: usize,
+}
+
+/// What one unit produced, handed to a [`Collector`] when the unit is stored: each piece with
+/// its file's index, the blocks whose page checksum failed twice, the files that vanished.
+pub struct UnitDone {
+    pub pieces: Vec<(usize, Piece)>,
+    pub page_errors: Vec<(usize, u32)>,
+    pub vanished: Vec<usize>,
+}
+
+/// Receives each unit's outcome as the unit completes; the engine serializes the calls.
+/// An error stops the copy.
+pub trait Collector: Send {
+    fn unit_done(&mut self, done: UnitDone) -> Result<()>;
+}
+
+/// Collects everything, indexed like the file list.
+impl Collector for CopyOutcome {
+    fn unit_done(&mut self, done: UnitDone) -> Result<()> {
+        for (file, piece) in done.pieces {
+            self.pieces[file].push(piece);
+        }
+        self.page_error_count += done.page_errors.len();
+        for (file, blk) in done.page_errors {
+            self.page_errors[file].push(blk);
+        }
+        for file in done.vanished {
+            self.vanished[file] = true;
+        }
+        Ok(())
+    }
+}
+
+/// Puts files together from units as they complete, and hands each whole file to `emit`
+/// once (pieces in logical order, page errors sorted): a backup writes its manifest while it
+/// copies, and keeps only the files still in progress. Files that vanished during the copy
+/// are not emitted; their indexes are in [`FileAssembler::vanished`].
+///
+/// Memory: 4 bytes per file, plus the pieces of the files in progress (units are claimed in
+/// order and a large file's chunks are consecutive units, so few are).
+pub struct FileAssembler<'a> {
+    /// Pieces not yet stored, per file.
+    remaining: Vec<u32>,
+    /// Files in progress: pieces so far, page errors, vanished.
+    open: std::collections::HashMap<usize, (Vec<Piece>, Vec<u32>, bool)>,
+    emit: &'a mut (dyn FnMut(usize, Vec<Piece>, Vec<u32>) -> Result<()> + Send),
+    /// Files that vanished during the copy.
+    pub vanished: Vec<usize>,
+    /// Blocks with a failed page checksum, all files together.
+    pub page_error_count: usize,
+}
+
+impl<'a> FileAssembler<'a> {
+    /// An assembler for `files` copied as `units`; files no unit covers (empty ones) are
+    /// emitted at once.
+    pub fn new(
+        files: &[SourceFile],
+        units: &[Unit],
+        emit: &'a mut (dyn FnMut(usize, Vec<Piece>, Vec<u32>) -> Result<()> + Send),
+    ) -> Result<FileAssembler<'a>> {
+        let mut remaining = vec![0u32; files.len()];
+        for u in units {
+            for p in &u.pieces {
+                remaining[p.file] += 1;
+            }
+        }
+        for (i, n) in remaining.iter().enumerate() {
+            if *n == 0 {
+                emit(i, Vec::new(), Vec::new())?;
+            }
+        }
+        Ok(FileAssembler {
+            remaining,
+            open: Default::default(),
+            emit,
+            vanished: Vec::new(),
+            page_error_count: 0,
+        })
+    }
+
+    fn piece_done(&mut self, file: usize) -> Result<()> {
+        self.remaining[file] -= 1;
+        if self.remaining[file] == 0 {
+            if let Some((mut pieces, mut errs, gone)) = self.open.remove(&file) {
+                if gone {
+                    self.vanished.push(file);
+                } else {
+                    pieces.sort_by_key(|p| p.logical_offset);
+                    errs.sort_unstable();
+                    (self.emit)(file, pieces, errs)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Collector for FileAssembler<'_> {
+    fn unit_done(&mut self, done: UnitDone) -> Result<()> {
+        self.page_error_count += done.page_errors.len();
+        for (file, blk) in done.page_errors {
+            self.open.entry(file).or_default().1.push(blk);
+        }
+        for file in done.vanished {
+            self.open.entry(file).or_default().2 = true;
+            self.piece_done(file)?;
+        }
+        for (file, piece) in done.pieces {
+            self.open.entry(file).or_default().0.push(piece);
+            self.piece_done(file)?;
+        }
+        Ok(())
+    }
 }
 
 struct Shared {
@@ -284,7 +399,8 @@ impl Shared {
 }
 
 /// Runs the source's threads for `opts.jobs` workers over `units`, reading `files` from
-/// `source` into `sink`; at most `opts.jobs` threads are in the CPU stage at once.
+/// `source` into `sink`; at most `opts.jobs` threads are in the CPU stage at once. Collects
+/// every piece (see [`copy_units_into`] to stream them instead).
 ///
 /// Errors: the first read or sink error stops all workers and is returned. A file that
 /// vanishes is marked in [`CopyOutcome::vanished`] instead.
@@ -296,33 +412,13 @@ pub fn copy_units<S: UnitSink>(
     sink: &S,
     progress: &dyn Progress,
 ) -> Result<CopyOutcome> {
-    let jobs = opts.jobs.max(1);
-    let shared = Shared::new(jobs);
-    let outcome = Mutex::new(CopyOutcome {
+    let mut out = CopyOutcome {
         pieces: vec![Vec::new(); files.len()],
         page_errors: vec![Vec::new(); files.len()],
         vanished: vec![false; files.len()],
-    });
-    std::thread::scope(|s| {
-        for _ in 0..source.threads(jobs).max(1) {
-            s.spawn(|| {
-                if let Err(e) = worker(
-                    source, files, units, opts, sink, progress, &shared, &outcome,
-                ) {
-                    shared.fail(e);
-                    sink.abort();
-                }
-            });
-        }
-    });
-    if let Some(e) = shared
-        .first_error
-        .into_inner()
-        .unwrap_or_else(|p| p.into_inner())
-    {
-        return Err(e);
-    }
-    let mut out = outcome.into_inner().unwrap_or_else(|p| p.into_inner());
+        page_error_count: 0,
+    };
+    copy_units_into(source, files, units, opts, sink, &mut out, progress)?;
     for p in &mut out.pieces {
         p.sort_by_key(|p| p.logical_offset);
     }
@@ -330,6 +426,41 @@ pub fn copy_units<S: UnitSink>(
         e.sort_unstable();
     }
     Ok(out)
+}
+
+/// [`copy_units`], handing each unit's outcome to `collector` as the unit completes.
+pub fn copy_units_into<S: UnitSink>(
+    source: &dyn Source,
+    files: &[SourceFile],
+    units: &[Unit],
+    opts: &ReadOptions,
+    sink: &S,
+    collector: &mut dyn Collector,
+    progress: &dyn Progress,
+) -> Result<()> {
+    let jobs = opts.jobs.max(1);
+    let shared = Shared::new(jobs);
+    let collector = Mutex::new(collector);
+    std::thread::scope(|s| {
+        for _ in 0..source.threads(jobs).max(1) {
+            s.spawn(|| {
+                if let Err(e) = worker(
+                    source, files, units, opts, sink, progress, &shared, &collector,
+                ) {
+                    shared.fail(e);
+                    sink.abort();
+                }
+            });
+        }
+    });
+    match shared
+        .first_error
+        .into_inner()
+        .unwrap_or_else(|p| p.into_inner())
+    {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -341,7 +472,7 @@ fn worker<S: UnitSink>(
     sink: &S,
     progress: &dyn Progress,
     shared: &Shared,
-    outcome: &Mutex<CopyOutcome>,
+    collector: &Mutex<&mut dyn Collector>,
 ) -> Result<()> {
     let mut state = sink.new_state()?;
     let mut reader = source.reader()?;
@@ -413,18 +544,15 @@ fn worker<S: UnitSink>(
             })
             .collect();
         let stored = sink.write_unit(&mut state, &pieces)?;
-        {
-            let mut o = outcome.lock().unwrap_or_else(|p| p.into_inner());
-            for (rp, piece) in pieces.iter().zip(stored) {
-                o.pieces[rp.spec.file].push(piece);
-            }
-            for (file, blk) in errors {
-                o.page_errors[file].push(blk);
-            }
-            for file in vanished {
-                o.vanished[file] = true;
-            }
-        }
+        let done = UnitDone {
+            pieces: pieces.iter().map(|rp| rp.spec.file).zip(stored).collect(),
+            page_errors: errors,
+            vanished,
+        };
+        collector
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .unit_done(done)?;
         progress.advance(unit.bytes);
     }
 }

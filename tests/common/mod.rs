@@ -1345,6 +1345,7 @@ pub fn write_manifest(dir: &Path, m: &serde_json::Value) {
     for k in [
         "stop_time",
         "stop_lsn",
+        "timeline",
         "backup_label",
         "tablespace_map",
         "wal_segments",
