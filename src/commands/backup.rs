@@ -8,8 +8,9 @@ use super::base_backup::{run_base_backup, BackupTarget, BaseBackup, BaseBackupOp
 use super::*;
 use crate::cli::BackupArgs;
 use crate::pg::datadir::Listing;
-use crate::repo::manifest_io::{ManifestHeader, ManifestWriter, StopInfo};
+use crate::repo::manifest_io::ManifestWriter;
 use crate::repo::{self, DirEntry, StanzaLock, Tablespace};
+use crate::repo::{ManifestHeader, StopInfo};
 use crate::transfer::sink::RepoSink;
 use crate::transfer::{
     copy_units_into, plan_units, CopyOutcome, FileAssembler, PieceSpec, Progress, ReadOptions,
@@ -240,8 +241,8 @@ pub fn run(s: &Settings, args: &BackupArgs, progress: &dyn Progress) -> Result<B
                 .filter(|n| lsn::is_wal_segment_name(n))
                 .map(str::to_owned)
                 .collect(),
-            stored_size,
         },
+        stored_size,
     )?;
     drop(lock);
     let seconds = clock.elapsed().as_secs_f64();

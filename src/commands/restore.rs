@@ -219,6 +219,7 @@ pub fn run(s: &Settings, args: &RestoreArgs, progress: &dyn Progress) -> Result<
     );
     let m = repo::read_manifest(&*store, stanza, &label)?;
     let tablespaces: Vec<(u32, String, String)> = m
+        .header
         .tablespaces
         .iter()
         .map(|t| (t.oid, t.name.clone(), t.location.clone()))
@@ -229,13 +230,13 @@ pub fn run(s: &Settings, args: &RestoreArgs, progress: &dyn Progress) -> Result<
         .map(|d| (d.path.clone(), d.mode))
         .collect();
     let delta = args.delta
-        && super::delta::check_delta_target(&pg_path, m.system_identifier)?
+        && super::delta::check_delta_target(&pg_path, m.header.system_identifier)?
             == super::delta::DeltaTarget::SameCluster;
     let (locations, needed) = if delta {
         let locations = tablespace_locations(&tablespaces, &map)?;
         let listing = super::delta::manifest_listing(&m);
         let removed =
-            super::delta::begin_delta(&pg_path, m.system_identifier, &locations, &listing)?;
+            super::delta::begin_delta(&pg_path, m.header.system_identifier, &locations, &listing)?;
         let needed = super::delta::pieces_needed(&m, &pg_path, s.jobs)?;
         let (all, kept) = needed
             .iter()
@@ -247,7 +248,7 @@ pub fn run(s: &Settings, args: &RestoreArgs, progress: &dyn Progress) -> Result<
         (locations, Some(needed))
     } else {
         let locations = prepare_target(&pg_path, &tablespaces, &map, &dirs)?;
-        super::delta::write_marker(&pg_path, m.system_identifier)?;
+        super::delta::write_marker(&pg_path, m.header.system_identifier)?;
         (locations, None)
     };
     match restore_into(
@@ -294,7 +295,12 @@ fn restore_into(
         .files
         .iter()
         .position(|f| f.path == "global/pg_control")
-        .ok_or_else(|| Error::Repo(format!("backup {} has no global/pg_control", m.label)))?;
+        .ok_or_else(|| {
+            Error::Repo(format!(
+                "backup {} has no global/pg_control",
+                m.header.label
+            ))
+        })?;
     let targets: Vec<PathBuf> = m.files.iter().map(|f| pg_path.join(&f.path)).collect();
     // Every file but pg_control, which is created last.
     let rest = || {
@@ -337,8 +343,11 @@ fn restore_into(
     phase("mtimes set");
 
     // backup_label, tablespace_map, recovery settings.
-    write_file(&pg_path.join("backup_label"), m.backup_label.as_bytes())?;
-    let spcmap = if m.tablespaces.is_empty() {
+    write_file(
+        &pg_path.join("backup_label"),
+        m.stop.backup_label.as_bytes(),
+    )?;
+    let spcmap = if m.header.tablespaces.is_empty() {
         None
     } else {
         Some(remap_tablespace_map(locations))
@@ -348,13 +357,16 @@ fn restore_into(
     }
     let note = format!(
         "# recovery settings added by pgjet restore of backup {}",
-        m.label
+        m.header.label
     );
     if args.archive_mode == ArchiveMode::Off {
         append_auto_conf(
             pg_path,
             &[
-                format!("# pgjet restore --archive-mode off (backup {})", m.label),
+                format!(
+                    "# pgjet restore --archive-mode off (backup {})",
+                    m.header.label
+                ),
                 "archive_mode = 'off'".into(),
             ],
         )?;
@@ -402,9 +414,9 @@ fn restore_into(
         .collect();
     pg_files.push(PgManifestFile {
         path: "backup_label".into(),
-        size: m.backup_label.len() as u64,
+        size: m.stop.backup_label.len() as u64,
         mtime: now,
-        crc32c: crate::codec::crc32c(m.backup_label.as_bytes()),
+        crc32c: crate::codec::crc32c(m.stop.backup_label.as_bytes()),
     });
     if let Some(text) = &spcmap {
         pg_files.push(PgManifestFile {
@@ -416,13 +428,18 @@ fn restore_into(
     }
     pg_files.sort_by(|a, b| a.path.cmp(&b.path));
     let wal = [PgWalRange {
-        timeline: m.timeline,
-        start: m.start_lsn,
-        end: m.stop_lsn,
+        timeline: m.stop.timeline,
+        start: m.header.start_lsn,
+        end: m.stop.stop_lsn,
     }];
     write_file(
         &pg_path.join("backup_manifest"),
-        &render_pg_manifest(m.pg_version_num, m.system_identifier, &pg_files, &wal),
+        &render_pg_manifest(
+            m.header.pg_version_num,
+            m.header.system_identifier,
+            &pg_files,
+            &wal,
+        ),
     )?;
 
     phase("backup_label, settings and backup_manifest written");

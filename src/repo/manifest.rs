@@ -71,9 +71,9 @@ pub struct Tablespace {
     pub location: String,
 }
 
-/// A backup's manifest.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct BackupManifest {
+/// What is known of a backup when it starts: the first line of the stored manifest.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ManifestHeader {
     /// Repository format version.
     pub format: u32,
     pub label: String,
@@ -88,23 +88,40 @@ pub struct BackupManifest {
     pub catalog_version: u32,
     /// RFC 3339 UTC.
     pub start_time: String,
-    pub stop_time: String,
     pub start_lsn: Lsn,
-    pub stop_lsn: Lsn,
-    pub timeline: u32,
     /// Bytes.
     pub wal_segment_size: u64,
     /// Bytes.
     pub block_size: u32,
     pub data_checksums: bool,
     pub compression: Compression,
+    pub tablespaces: Vec<Tablespace>,
+}
+
+/// What is known of a backup when it stops: part of the last line of the stored manifest.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct StopInfo {
+    /// RFC 3339 UTC.
+    pub stop_time: String,
+    pub stop_lsn: Lsn,
+    /// Timeline of the backup (START TIMELINE of its backup_label).
+    pub timeline: u32,
     /// backup_label text returned by pg_backup_stop.
     pub backup_label: String,
     /// tablespace_map text returned by pg_backup_stop (None when there are no tablespaces).
     pub tablespace_map: Option<String>,
-    pub tablespaces: Vec<Tablespace>,
     /// WAL segments stored under `pg_wal/`, first to last.
     pub wal_segments: Vec<String>,
+}
+
+/// A backup's manifest, whole in memory (see [`super::manifest_io`] for how it is stored
+/// and streamed).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct BackupManifest {
+    #[serde(flatten)]
+    pub header: ManifestHeader,
+    #[serde(flatten)]
+    pub stop: StopInfo,
     /// Total logical bytes.
     pub size: u64,
     /// Total stored bytes.
@@ -213,7 +230,7 @@ impl BackupManifest {
         if !seen.contains("global/pg_control") {
             return Err("global/pg_control is missing".into());
         }
-        for seg in &self.wal_segments {
+        for seg in &self.stop.wal_segments {
             if !seen.contains(format!("pg_wal/{seg}").as_str()) {
                 return Err(format!("WAL segment {seg} is named but not stored"));
             }
@@ -296,7 +313,7 @@ pub(crate) mod tests {
             ),
             (
                 "WAL segment",
-                Box::new(|m| m.wal_segments.push("000000010000000000000002".into())),
+                Box::new(|m| m.stop.wal_segments.push("000000010000000000000002".into())),
             ),
         ];
         for (want, damage) in cases {

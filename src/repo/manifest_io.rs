@@ -8,7 +8,7 @@
 //! write each file as soon as it is stored), one `{"end": ...}` with what is known when it
 //! stops (stop LSN, backup label, WAL) and the counts and totals (a truncated stream lacks
 //! it). The summary records the stored manifest's size and XXH3-128, checked on read.
-use super::manifest::{BackupManifest, DirEntry, FileEntry, Tablespace};
+use super::manifest::{BackupManifest, DirEntry, FileEntry, ManifestHeader, StopInfo};
 use super::{backup_dir, REPO_FORMAT};
 use crate::codec::Compression;
 use crate::error::{Error, Result};
@@ -37,42 +37,12 @@ pub fn summary_name(stanza: &str, label: &str) -> String {
     format!("{}/{SUMMARY_OBJECT}", backup_dir(stanza, label))
 }
 
-/// What is known of a backup when it starts: the first manifest line.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ManifestHeader {
-    pub format: u32,
-    pub label: String,
-    #[serde(rename = "type")]
-    pub backup_type: String,
-    pub stanza: String,
-    #[serde(with = "crate::repo::u64_string")]
-    pub system_identifier: u64,
-    pub pg_version: String,
-    pub pg_version_num: u32,
-    pub catalog_version: u32,
-    pub start_time: String,
-    pub start_lsn: Lsn,
-    pub wal_segment_size: u64,
-    pub block_size: u32,
-    pub data_checksums: bool,
-    pub compression: Compression,
-    pub tablespaces: Vec<Tablespace>,
-}
-
 /// The last manifest line: what is known when the backup stops, and the counts and totals,
 /// so a truncated stream is told from a whole one.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct ManifestEnd {
-    pub stop_time: String,
-    pub stop_lsn: Lsn,
-    /// Timeline of the backup (START TIMELINE of its backup_label).
-    pub timeline: u32,
-    /// backup_label text returned by pg_backup_stop.
-    pub backup_label: String,
-    /// tablespace_map text returned by pg_backup_stop.
-    pub tablespace_map: Option<String>,
-    /// WAL segments stored under `pg_wal/`, first to last.
-    pub wal_segments: Vec<String>,
+    #[serde(flatten)]
+    pub stop: StopInfo,
     pub dirs: u64,
     pub files: u64,
     /// Logical bytes of all files.
@@ -140,79 +110,6 @@ pub struct BackupSummary {
     pub manifest: ManifestRef,
 }
 
-impl BackupManifest {
-    /// The header line of this manifest.
-    pub fn header(&self) -> ManifestHeader {
-        ManifestHeader {
-            format: self.format,
-            label: self.label.clone(),
-            backup_type: self.backup_type.clone(),
-            stanza: self.stanza.clone(),
-            system_identifier: self.system_identifier,
-            pg_version: self.pg_version.clone(),
-            pg_version_num: self.pg_version_num,
-            catalog_version: self.catalog_version,
-            start_time: self.start_time.clone(),
-            start_lsn: self.start_lsn,
-            wal_segment_size: self.wal_segment_size,
-            block_size: self.block_size,
-            data_checksums: self.data_checksums,
-            compression: self.compression,
-            tablespaces: self.tablespaces.clone(),
-        }
-    }
-
-    fn end(&self) -> ManifestEnd {
-        ManifestEnd {
-            stop_time: self.stop_time.clone(),
-            stop_lsn: self.stop_lsn,
-            timeline: self.timeline,
-            backup_label: self.backup_label.clone(),
-            tablespace_map: self.tablespace_map.clone(),
-            wal_segments: self.wal_segments.clone(),
-            dirs: self.directories.len() as u64,
-            files: self.files.len() as u64,
-            size: self.size,
-            stored_size: self.stored_size,
-        }
-    }
-
-    fn from_parts(
-        h: ManifestHeader,
-        directories: Vec<DirEntry>,
-        files: Vec<FileEntry>,
-        end: ManifestEnd,
-    ) -> BackupManifest {
-        BackupManifest {
-            format: h.format,
-            label: h.label,
-            backup_type: h.backup_type,
-            stanza: h.stanza,
-            system_identifier: h.system_identifier,
-            pg_version: h.pg_version,
-            pg_version_num: h.pg_version_num,
-            catalog_version: h.catalog_version,
-            start_time: h.start_time,
-            stop_time: end.stop_time,
-            start_lsn: h.start_lsn,
-            stop_lsn: end.stop_lsn,
-            timeline: end.timeline,
-            wal_segment_size: h.wal_segment_size,
-            block_size: h.block_size,
-            data_checksums: h.data_checksums,
-            compression: h.compression,
-            backup_label: end.backup_label,
-            tablespace_map: end.tablespace_map,
-            tablespaces: h.tablespaces,
-            wal_segments: end.wal_segments,
-            size: end.size,
-            stored_size: end.stored_size,
-            directories,
-            files,
-        }
-    }
-}
-
 /// A [`Write`] over an [`ObjectWriter`] that hashes and counts what passes, in chunks of
 /// [`WRITE_BUFFER`].
 struct HashingSink {
@@ -253,19 +150,6 @@ impl Write for HashingSink {
     fn flush(&mut self) -> std::io::Result<()> {
         self.flush_buf()
     }
-}
-
-/// What is known of a backup when it stops: the manifest's last line without the counts,
-/// which the writer keeps.
-pub struct StopInfo {
-    pub stop_time: String,
-    pub stop_lsn: Lsn,
-    pub timeline: u32,
-    pub backup_label: String,
-    pub tablespace_map: Option<String>,
-    pub wal_segments: Vec<String>,
-    /// Stored bytes of the data objects.
-    pub stored_size: u64,
 }
 
 /// Writes a backup's manifest as the backup runs: the header when it starts, each directory
@@ -346,18 +230,19 @@ impl ManifestWriter {
 
     /// Writes the end line, completes the manifest object, makes everything durable and
     /// writes the summary last: the backup is complete when this returns.
-    pub fn finish(mut self, store: &dyn Storage, stop: StopInfo) -> Result<BackupSummary> {
+    /// `stored_size`: bytes of the data objects.
+    pub fn finish(
+        mut self,
+        store: &dyn Storage,
+        stop: StopInfo,
+        stored_size: u64,
+    ) -> Result<BackupSummary> {
         let end = ManifestEnd {
-            stop_time: stop.stop_time,
-            stop_lsn: stop.stop_lsn,
-            timeline: stop.timeline,
-            backup_label: stop.backup_label,
-            tablespace_map: stop.tablespace_map,
-            wal_segments: stop.wal_segments,
+            stop,
             dirs: self.dirs,
             files: self.files,
             size: self.size,
-            stored_size: stop.stored_size,
+            stored_size,
         };
         self.line(LineRef::End(&end))?;
         let mut sink = match self.z.finish() {
@@ -389,13 +274,13 @@ impl ManifestWriter {
             system_identifier: h.system_identifier,
             pg_version: h.pg_version,
             start_time: h.start_time,
-            stop_time: end.stop_time,
+            stop_time: end.stop.stop_time.clone(),
             start_lsn: h.start_lsn,
-            stop_lsn: end.stop_lsn,
-            timeline: end.timeline,
+            stop_lsn: end.stop.stop_lsn,
+            timeline: end.stop.timeline,
             compression: h.compression,
-            wal_start: end.wal_segments.first().cloned().unwrap_or_default(),
-            wal_stop: end.wal_segments.last().cloned().unwrap_or_default(),
+            wal_start: end.stop.wal_segments.first().cloned().unwrap_or_default(),
+            wal_stop: end.stop.wal_segments.last().cloned().unwrap_or_default(),
             files: end.files,
             dirs: end.dirs,
             size: end.size,
@@ -415,26 +300,14 @@ impl ManifestWriter {
 ///
 /// Errors: storage errors; a stream that could not be encoded.
 pub fn write_manifest(store: &dyn Storage, m: &BackupManifest) -> Result<BackupSummary> {
-    let mut w = ManifestWriter::create(store, m.header())?;
+    let mut w = ManifestWriter::create(store, m.header.clone())?;
     for d in &m.directories {
         w.dir(d)?;
     }
     for f in &m.files {
         w.file(f)?;
     }
-    let end = m.end();
-    w.finish(
-        store,
-        StopInfo {
-            stop_time: end.stop_time,
-            stop_lsn: end.stop_lsn,
-            timeline: end.timeline,
-            backup_label: end.backup_label,
-            tablespace_map: end.tablespace_map,
-            wal_segments: end.wal_segments,
-            stored_size: end.stored_size,
-        },
-    )
+    w.finish(store, m.stop.clone(), m.stored_size)
 }
 
 /// Reads a backup's summary; errors when the backup does not exist or is incomplete.
@@ -565,7 +438,14 @@ pub fn read_manifest(store: &dyn Storage, stanza: &str, label: &str) -> Result<B
             header.stanza, header.label, header.format
         )));
     }
-    let m = BackupManifest::from_parts(header, dirs, files, end);
+    let m = BackupManifest {
+        header,
+        stop: end.stop,
+        size: end.size,
+        stored_size: end.stored_size,
+        directories: dirs,
+        files,
+    };
     m.validate().map_err(corrupt)?;
     Ok(m)
 }
@@ -585,16 +465,19 @@ mod tests {
     fn a_manifest_round_trips_and_its_summary_marks_it_complete() {
         let (_d, st) = store();
         let m = super::super::manifest::tests::sample();
-        assert!(read_summary(&st, &m.stanza, &m.label).is_err());
+        assert!(read_summary(&st, &m.header.stanza, &m.header.label).is_err());
         let s = write_manifest(&st, &m).unwrap();
         let sum: u64 = m.files.iter().map(|f| f.size).sum();
         assert_eq!((s.files, s.size), (m.files.len() as u64, sum));
-        let back = read_manifest(&st, &m.stanza, &m.label).unwrap();
+        let back = read_manifest(&st, &m.header.stanza, &m.header.label).unwrap();
         assert_eq!(back.files, m.files);
         assert_eq!(back.directories, m.directories);
-        assert_eq!(back.backup_label, m.backup_label);
+        assert_eq!(back.stop, m.stop);
+        assert_eq!(back.header, m.header);
         assert_eq!(
-            read_summary(&st, &m.stanza, &m.label).unwrap().manifest,
+            read_summary(&st, &m.header.stanza, &m.header.label)
+                .unwrap()
+                .manifest,
             s.manifest
         );
     }
@@ -604,26 +487,28 @@ mod tests {
         let (d, st) = store();
         let m = super::super::manifest::tests::sample();
         write_manifest(&st, &m).unwrap();
-        let path = d.path().join(manifest_name(&m.stanza, &m.label));
+        let path = d
+            .path()
+            .join(manifest_name(&m.header.stanza, &m.header.label));
         let good = std::fs::read(&path).unwrap();
         // A flipped byte: the stored bytes no longer match the summary.
         let mut bad = good.clone();
         let i = bad.len() / 2;
         bad[i] ^= 1;
         std::fs::write(&path, &bad).unwrap();
-        let e = read_manifest(&st, &m.stanza, &m.label)
+        let e = read_manifest(&st, &m.header.stanza, &m.header.label)
             .unwrap_err()
             .to_string();
         assert!(e.contains(MANIFEST_OBJECT), "{e}");
         // Truncated.
         std::fs::write(&path, &good[..good.len() / 2]).unwrap();
-        let e = read_manifest(&st, &m.stanza, &m.label)
+        let e = read_manifest(&st, &m.header.stanza, &m.header.label)
             .unwrap_err()
             .to_string();
         assert!(e.contains(MANIFEST_OBJECT), "{e}");
         // Missing.
         std::fs::remove_file(&path).unwrap();
-        let e = read_manifest(&st, &m.stanza, &m.label).unwrap_err();
+        let e = read_manifest(&st, &m.header.stanza, &m.header.label).unwrap_err();
         assert!(matches!(e, Error::Corrupt { .. }), "{e}");
     }
 }

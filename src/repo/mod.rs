@@ -20,7 +20,10 @@ use crate::storage::Storage;
 use serde::{Deserialize, Serialize};
 
 pub use lock::StanzaLock;
-pub use manifest::{BackupManifest, DirEntry, FileEntry, Piece, Tablespace, MAX_PIECE_SIZE};
+pub use manifest::{
+    BackupManifest, DirEntry, FileEntry, ManifestHeader, Piece, StopInfo, Tablespace,
+    MAX_PIECE_SIZE,
+};
 pub use manifest_io::{
     manifest_name, read_manifest, read_summary, summary_name, write_manifest, BackupSummary,
 };

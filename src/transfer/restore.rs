@@ -402,7 +402,7 @@ pub fn read_back_with(
     bad.dedup();
     if targets.is_some() && !bad.is_empty() {
         return Err(Error::Corrupt {
-            label: m.label.clone(),
+            label: m.header.label.clone(),
             files: bad,
         });
     }
@@ -450,7 +450,7 @@ fn decode_object(
         let Ok(mut logical) = got else {
             break;
         };
-        if let Err(why) = decode_piece(m.compression.kind, frame, p, &mut logical) {
+        if let Err(why) = decode_piece(m.header.compression.kind, frame, p, &mut logical) {
             st.mark(fi, &w.name, &why);
             let _ = pool_tx.send(logical);
             continue;
@@ -531,7 +531,7 @@ fn load_object(
     w: &ObjectWork,
     mut buf: AlignedBuf,
 ) -> Result<Loaded> {
-    let name = repo::object_name(&m.stanza, &m.label, &w.name);
+    let name = repo::object_name(&m.header.stanza, &m.header.label, &w.name);
     match store.get_aligned_into(&name, &mut buf) {
         Ok(()) if buf.len() as u64 == w.size => Ok(Loaded::Object(buf)),
         Ok(()) => Ok(Loaded::Unusable(
@@ -557,14 +557,14 @@ pub fn restore_one(
     let mut logical = aligned_buf(super::CHUNK_SIZE as usize);
     for p in &f.pieces {
         let frame = store.get_range(
-            &repo::object_name(&m.stanza, &m.label, &p.object),
+            &repo::object_name(&m.header.stanza, &m.header.label, &p.object),
             p.offset,
             p.stored_size,
         )?;
-        decode_piece(m.compression.kind, &frame, p, &mut logical).map_err(|why| {
+        decode_piece(m.header.compression.kind, &frame, p, &mut logical).map_err(|why| {
             tracing::error!("{}: {why}", f.path);
             Error::Corrupt {
-                label: m.label.clone(),
+                label: m.header.label.clone(),
                 files: vec![f.path.clone()],
             }
         })?;
