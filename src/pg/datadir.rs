@@ -90,6 +90,13 @@ impl DirLister for LocalLister<'_> {
     }
 }
 
+/// A directory with at least this many entries has them stat'ed by [`LIST_THREADS`] threads:
+/// a stat with a cold cache costs about 10 µs on this project's machine (100 000 files in
+/// 1.07 s with `find`), so a database of a million relation files would take ~11 s on one.
+const PARALLEL_STAT_MIN: usize = 2048;
+/// Threads that stat the entries of one large directory.
+const LIST_THREADS: usize = 4;
+
 impl LocalLister<'_> {
     fn list_one(&self, rel: &str) -> Result<Option<Vec<Entry>>> {
         let dir = self.pgdata.join(rel);
@@ -100,7 +107,7 @@ impl LocalLister<'_> {
             }
             Err(e) => return Err(Error::io("list", &dir, e)),
         };
-        let mut out = Vec::new();
+        let mut names = Vec::new();
         for ent in rd {
             let ent = ent.map_err(|e| Error::io("list", &dir, e))?;
             let Some(name) = ent.file_name().to_str().map(str::to_owned) else {
@@ -109,38 +116,80 @@ impl LocalLister<'_> {
                     ent.path().display()
                 )));
             };
-            let abs = ent.path();
-            let meta = match fs::symlink_metadata(&abs) {
-                Ok(m) => m,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(Error::io("stat", &abs, e)),
-            };
-            let ft = meta.file_type();
-            // pg_wal may be a symlink to another disk (initdb -X): follow it like a directory.
-            let (kind, meta) = if ft.is_symlink() && rel.is_empty() && name == "pg_wal" {
-                match fs::metadata(&abs) {
-                    Ok(m) if m.is_dir() => (EntryKind::Dir, m),
-                    _ => (EntryKind::Symlink, meta),
+            names.push(name);
+        }
+        let stat_all = |names: Vec<String>| -> Result<Vec<Entry>> {
+            let mut out = Vec::with_capacity(names.len());
+            for name in names {
+                if let Some(e) = stat_entry(&dir, rel, name)? {
+                    out.push(e);
                 }
-            } else if ft.is_symlink() {
-                (EntryKind::Symlink, meta)
-            } else if ft.is_dir() {
-                (EntryKind::Dir, meta)
-            } else if ft.is_file() {
-                (EntryKind::File, meta)
-            } else {
-                (EntryKind::Other, meta)
-            };
-            out.push(Entry {
-                name,
-                kind,
-                size: meta.len(),
-                mtime: meta.mtime(),
-                mode: meta.permissions().mode() & 0o7777,
-            });
+            }
+            Ok(out)
+        };
+        if names.len() < PARALLEL_STAT_MIN {
+            return stat_all(names).map(Some);
+        }
+        let per = names.len().div_ceil(LIST_THREADS);
+        let mut parts = Vec::with_capacity(LIST_THREADS);
+        while !names.is_empty() {
+            let rest = names.split_off(names.len().saturating_sub(per));
+            parts.push(rest);
+        }
+        let results: Vec<Result<Vec<Entry>>> = std::thread::scope(|s| {
+            let handles: Vec<_> = parts
+                .into_iter()
+                .map(|part| s.spawn(|| stat_all(part)))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        Err(Error::Other(format!("listing {} failed", dir.display())))
+                    })
+                })
+                .collect()
+        });
+        let mut out = Vec::new();
+        for r in results {
+            out.extend(r?);
         }
         Ok(Some(out))
     }
+}
+
+/// The entry `name` of directory `dir` (`rel` inside the data directory), or None when it
+/// vanished since it was listed.
+fn stat_entry(dir: &Path, rel: &str, name: String) -> Result<Option<Entry>> {
+    let abs = dir.join(&name);
+    let meta = match fs::symlink_metadata(&abs) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::io("stat", &abs, e)),
+    };
+    let ft = meta.file_type();
+    // pg_wal may be a symlink to another disk (initdb -X): follow it like a directory.
+    let (kind, meta) = if ft.is_symlink() && rel.is_empty() && name == "pg_wal" {
+        match fs::metadata(&abs) {
+            Ok(m) if m.is_dir() => (EntryKind::Dir, m),
+            _ => (EntryKind::Symlink, meta),
+        }
+    } else if ft.is_symlink() {
+        (EntryKind::Symlink, meta)
+    } else if ft.is_dir() {
+        (EntryKind::Dir, meta)
+    } else if ft.is_file() {
+        (EntryKind::File, meta)
+    } else {
+        (EntryKind::Other, meta)
+    };
+    Ok(Some(Entry {
+        name,
+        kind,
+        size: meta.len(),
+        mtime: meta.mtime(),
+        mode: meta.permissions().mode() & 0o7777,
+    }))
 }
 
 /// Reads the tablespace links in `<pgdata>/pg_tblspc` on this host, by OID.
@@ -468,5 +517,27 @@ mod tests {
         }
         // One call per level of depth, not one per directory.
         assert_eq!(*lister.1.borrow(), 3);
+    }
+
+    #[test]
+    fn a_large_directory_is_listed_whole_by_several_threads() {
+        let dir = tempfile::tempdir().unwrap();
+        let n = PARALLEL_STAT_MIN * 2 + 7;
+        for i in 0..n {
+            std::fs::write(dir.path().join(format!("{i}")), vec![1u8; i % 10]).unwrap();
+        }
+        let l = LocalLister { pgdata: dir.path() };
+        let got = l.list_one("").unwrap().unwrap();
+        assert_eq!(got.len(), n);
+        let mut names: Vec<usize> = got
+            .iter()
+            .map(|e| {
+                let i: usize = e.name.parse().unwrap();
+                assert_eq!((e.kind, e.size), (EntryKind::File, (i % 10) as u64));
+                i
+            })
+            .collect();
+        names.sort_unstable();
+        assert_eq!(names, (0..n).collect::<Vec<_>>());
     }
 }
