@@ -301,7 +301,6 @@ fn restore_into(
                 m.header.label
             ))
         })?;
-    let targets: Vec<PathBuf> = m.files.iter().map(|f| pg_path.join(&f.path)).collect();
     // Every file but pg_control, which is created last.
     let rest = || {
         m.files
@@ -318,7 +317,7 @@ fn restore_into(
     read_back_with(
         store,
         m,
-        Some(&targets),
+        Some(pg_path),
         Some(control),
         needed,
         s.jobs,
@@ -330,7 +329,7 @@ fn restore_into(
                 create_files(pg_path, &specs)?;
             }
             phase(&format!("{} files created", specs.len()));
-            allocate_targets(m, &targets, Some(control))?;
+            allocate_targets(m, pg_path, Some(control))?;
             phase("files allocated");
             Ok(())
         },
@@ -446,7 +445,7 @@ fn restore_into(
     target_sync.sync()?;
     phase("syncfs done");
     // Last: pg_control. Until it exists the directory is not a cluster PostgreSQL would start.
-    let control_path = &targets[control];
+    let control_path = &pg_path.join(&m.files[control].path);
     let cf = &m.files[control];
     create_files(pg_path, &[(cf.path.as_str(), cf.size, cf.mode)])?;
     restore_one(store, m, control, control_path)?;

@@ -9,7 +9,7 @@ use crate::repo::{self, BackupManifest, Piece};
 use crate::storage::direct::{aligned_buf, AlignedBuf, Writer, DIRECT_MIN_WRITE};
 use crate::storage::Storage;
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
@@ -109,8 +109,9 @@ pub const WRITERS: usize = 4;
 /// busy while the decoders are descheduled. Each is a buffer of up to 8 MiB.
 const WRITE_QUEUE: usize = 2;
 
-/// Checks every frame of backup `m` and, when `targets` is given, writes each file's bytes
-/// into `targets[file]` (files must already exist at their final size). Files at index
+/// Checks every frame of backup `m` and, when `target` (a data directory) is given, writes
+/// each file's bytes into `target/<its path>` (files must already exist at their final size;
+/// the paths are made when written, not kept per file). Files at index
 /// `skip` are left out (restore writes pg_control last, on its own).
 ///
 /// Returns the paths of the files with missing or damaged frames (verify: all of them;
@@ -118,21 +119,12 @@ const WRITE_QUEUE: usize = 2;
 pub fn read_back(
     store: &dyn Storage,
     m: &BackupManifest,
-    targets: Option<&[PathBuf]>,
+    target: Option<&Path>,
     skip: Option<usize>,
     jobs: usize,
     progress: &dyn Progress,
 ) -> Result<Vec<String>> {
-    read_back_with(
-        store,
-        m,
-        targets,
-        skip,
-        None,
-        jobs,
-        progress,
-        &mut || Ok(()),
-    )
+    read_back_with(store, m, target, skip, None, jobs, progress, &mut || Ok(()))
 }
 
 /// A stored object as read, or why it could not be used.
@@ -249,7 +241,7 @@ impl Stages<'_> {
 pub fn read_back_with(
     store: &dyn Storage,
     m: &BackupManifest,
-    targets: Option<&[PathBuf]>,
+    target: Option<&Path>,
     skip: Option<usize>,
     needed: Option<&[Vec<bool>]>,
     jobs: usize,
@@ -265,7 +257,7 @@ pub fn read_back_with(
         clock: StageClock::default(),
         bad: Mutex::new(Vec::new()),
         first_error: Mutex::new(None),
-        restoring: targets.is_some(),
+        restoring: target.is_some(),
         m,
         store,
     };
@@ -281,7 +273,7 @@ pub fn read_back_with(
     }
     let (write_tx, write_rx) = crossbeam_channel::bounded::<CheckedPiece>(WRITE_QUEUE);
     // The pool of logical buffers: a decoder takes one per piece, a writer gives it back.
-    let pool_size = if targets.is_some() {
+    let pool_size = if target.is_some() {
         jobs + WRITE_QUEUE + WRITERS
     } else {
         jobs
@@ -337,7 +329,15 @@ pub fn read_back_with(
                     };
                     let t = std::time::Instant::now();
                     let waited = decode_object(
-                        st, m, w, &object, targets, &pool_tx, &pool_rx, &tx, progress,
+                        st,
+                        m,
+                        w,
+                        &object,
+                        target.is_some(),
+                        &pool_tx,
+                        &pool_rx,
+                        &tx,
+                        progress,
                     );
                     let busy = t.elapsed().saturating_sub(waited);
                     st.clock
@@ -360,21 +360,13 @@ pub fn read_back_with(
             s.spawn(move || {
                 while let Ok(piece) = clocked(&st.clock.write_wait_piece, || rx.recv()) {
                     if !st.aborted() {
-                        if let Some(t) = targets {
+                        if let Some(root) = target {
                             let n = piece.logical.len() as u64;
+                            let path = root.join(&m.files[piece.file].path);
                             match clocked(&st.clock.write, || {
-                                write_runs(
-                                    &t[piece.file],
-                                    piece.offset,
-                                    &piece.logical,
-                                    &piece.zero_pages,
-                                )?;
+                                write_runs(&path, piece.offset, &piece.logical, &piece.zero_pages)?;
                                 if overwrite && !piece.zero_pages.is_empty() {
-                                    punch_zero_pages(
-                                        &t[piece.file],
-                                        piece.offset,
-                                        &piece.zero_pages,
-                                    )?;
+                                    punch_zero_pages(&path, piece.offset, &piece.zero_pages)?;
                                 }
                                 Ok(())
                             }) {
@@ -400,7 +392,7 @@ pub fn read_back_with(
     let mut bad = st.bad.into_inner().unwrap_or_else(|p| p.into_inner());
     bad.sort();
     bad.dedup();
-    if targets.is_some() && !bad.is_empty() {
+    if target.is_some() && !bad.is_empty() {
         return Err(Error::Corrupt {
             label: m.header.label.clone(),
             files: bad,
@@ -418,7 +410,7 @@ fn decode_object(
     m: &BackupManifest,
     w: &ObjectWork,
     object: &[u8],
-    targets: Option<&[PathBuf]>,
+    writing: bool,
     pool_tx: &crossbeam_channel::Sender<AlignedBuf>,
     pool_rx: &crossbeam_channel::Receiver<AlignedBuf>,
     tx: &crossbeam_channel::Sender<CheckedPiece>,
@@ -455,7 +447,7 @@ fn decode_object(
             let _ = pool_tx.send(logical);
             continue;
         }
-        if targets.is_some() {
+        if writing {
             let piece = CheckedPiece {
                 file: fi,
                 offset: p.logical_offset,
@@ -480,11 +472,7 @@ fn decode_object(
 /// but the zero pages, which stay holes ([`Writer::allocate`]). Run before the writers
 /// start, so their direct writes overwrite allocated blocks and several run in one file at
 /// once. Files at index `skip` are left out. Errors (ENOSPC first of all) name the file.
-pub fn allocate_targets(
-    m: &BackupManifest,
-    targets: &[PathBuf],
-    skip: Option<usize>,
-) -> Result<()> {
+pub fn allocate_targets(m: &BackupManifest, target: &Path, skip: Option<usize>) -> Result<()> {
     for (fi, f) in m.files.iter().enumerate() {
         if Some(fi) == skip || f.pieces.is_empty() {
             continue;
@@ -508,7 +496,7 @@ pub fn allocate_targets(
         if ranges.is_empty() || bytes < DIRECT_MIN_WRITE as u64 {
             continue;
         }
-        let path = &targets[fi];
+        let path = &target.join(&f.path);
         let w = Writer::open_buffered(path).map_err(|e| Error::io("open", path, e))?;
         for (start, len) in ranges {
             if !w
