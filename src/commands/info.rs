@@ -72,20 +72,21 @@ pub fn collect(s: &Settings) -> Result<Vec<StanzaView>> {
             for label in repo::list_complete(&*store, &name)? {
                 // The summary only: info never reads a manifest.
                 let m = repo::read_summary(&*store, &name, &label)?;
+                let (h, e) = (m.header, m.end);
                 out[i].backups.push(BackupInfo {
                     label,
                     repo: n,
-                    backup_type: m.backup_type,
-                    start_time: m.start_time,
-                    stop_time: m.stop_time,
-                    start_lsn: m.start_lsn.to_string(),
-                    stop_lsn: m.stop_lsn.to_string(),
-                    timeline: m.timeline,
-                    size: m.size,
-                    stored_size: m.stored_size,
-                    wal_start: m.wal_start,
-                    wal_stop: m.wal_stop,
-                    compression: format!("{}", m.compression.kind),
+                    backup_type: h.backup_type,
+                    start_time: h.start_time,
+                    stop_time: e.stop.stop_time,
+                    start_lsn: h.start_lsn.to_string(),
+                    stop_lsn: e.stop.stop_lsn.to_string(),
+                    timeline: e.stop.timeline,
+                    size: e.size,
+                    stored_size: e.stored_size,
+                    wal_start: e.stop.wal_segments.first().cloned().unwrap_or_default(),
+                    wal_stop: e.stop.wal_segments.last().cloned().unwrap_or_default(),
+                    compression: format!("{}", h.compression.kind),
                 });
             }
         }

@@ -10,9 +10,7 @@
 //! it). The summary records the stored manifest's size and XXH3-128, checked on read.
 use super::manifest::{BackupManifest, DirEntry, FileEntry, ManifestHeader, StopInfo};
 use super::{backup_dir, REPO_FORMAT};
-use crate::codec::Compression;
 use crate::error::{Error, Result};
-use crate::pg::lsn::Lsn;
 use crate::storage::{ObjectWriter, Storage};
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -81,32 +79,14 @@ pub struct ManifestRef {
     pub xxh3: String,
 }
 
-/// `summary.json`: what `info` shows of a backup, and the manifest's reference. Written last.
+/// `summary.json`: the manifest's header and end line without the files, and the manifest's
+/// reference; what `info` shows of a backup. Written last.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct BackupSummary {
-    pub format: u32,
-    pub label: String,
-    #[serde(rename = "type")]
-    pub backup_type: String,
-    pub stanza: String,
-    #[serde(with = "crate::repo::u64_string")]
-    pub system_identifier: u64,
-    pub pg_version: String,
-    pub start_time: String,
-    pub stop_time: String,
-    pub start_lsn: Lsn,
-    pub stop_lsn: Lsn,
-    pub timeline: u32,
-    pub compression: Compression,
-    /// First and last WAL segment stored with the backup ("" when none).
-    pub wal_start: String,
-    pub wal_stop: String,
-    pub files: u64,
-    pub dirs: u64,
-    /// Logical bytes.
-    pub size: u64,
-    /// Stored bytes of the data objects.
-    pub stored_size: u64,
+    #[serde(flatten)]
+    pub header: ManifestHeader,
+    #[serde(flatten)]
+    pub end: ManifestEnd,
     pub manifest: ManifestRef,
 }
 
@@ -265,32 +245,18 @@ impl ManifestWriter {
             xxh3: format!("{:032x}", sink.hash.digest128()),
         };
         sink.out.finish()?;
-        let h = self.header;
         let summary = BackupSummary {
-            format: REPO_FORMAT,
-            label: h.label,
-            backup_type: h.backup_type,
-            stanza: h.stanza,
-            system_identifier: h.system_identifier,
-            pg_version: h.pg_version,
-            start_time: h.start_time,
-            stop_time: end.stop.stop_time.clone(),
-            start_lsn: h.start_lsn,
-            stop_lsn: end.stop.stop_lsn,
-            timeline: end.stop.timeline,
-            compression: h.compression,
-            wal_start: end.stop.wal_segments.first().cloned().unwrap_or_default(),
-            wal_stop: end.stop.wal_segments.last().cloned().unwrap_or_default(),
-            files: end.files,
-            dirs: end.dirs,
-            size: end.size,
-            stored_size: end.stored_size,
+            header: self.header,
+            end,
             manifest,
         };
         let json = serde_json::to_vec_pretty(&summary)
             .map_err(|e| Error::Other(format!("cannot encode the summary: {e}")))?;
         store.sync()?;
-        store.put_durable(&summary_name(&summary.stanza, &summary.label), &json)?;
+        store.put_durable(
+            &summary_name(&summary.header.stanza, &summary.header.label),
+            &json,
+        )?;
         Ok(summary)
     }
 }
@@ -324,16 +290,17 @@ pub fn read_summary(store: &dyn Storage, stanza: &str, label: &str) -> Result<Ba
     };
     let s: BackupSummary = serde_json::from_slice(&bytes)
         .map_err(|e| Error::Repo(format!("{name} is not valid: {e}")))?;
-    if s.format != REPO_FORMAT {
+    let h = &s.header;
+    if h.format != REPO_FORMAT {
         return Err(Error::Repo(format!(
             "{name} has format {}, this pgjet reads {REPO_FORMAT}",
-            s.format
+            h.format
         )));
     }
-    if s.label != label || s.stanza != stanza {
+    if h.label != label || h.stanza != stanza {
         return Err(Error::Repo(format!(
             "{name} describes backup {}/{}, not {stanza}/{label}",
-            s.stanza, s.label
+            h.stanza, h.label
         )));
     }
     Ok(s)
@@ -468,7 +435,7 @@ mod tests {
         assert!(read_summary(&st, &m.header.stanza, &m.header.label).is_err());
         let s = write_manifest(&st, &m).unwrap();
         let sum: u64 = m.files.iter().map(|f| f.size).sum();
-        assert_eq!((s.files, s.size), (m.files.len() as u64, sum));
+        assert_eq!((s.end.files, s.end.size), (m.files.len() as u64, sum));
         let back = read_manifest(&st, &m.header.stanza, &m.header.label).unwrap();
         assert_eq!(back.files, m.files);
         assert_eq!(back.directories, m.directories);
