@@ -48,12 +48,9 @@ pub struct RepoTarget<'a> {
     manifest: Option<ManifestWriter>,
 }
 
-impl RepoTarget<'_> {
-    fn manifest(&mut self) -> Result<&mut ManifestWriter> {
-        self.manifest
-            .as_mut()
-            .ok_or_else(|| Error::Other("the backup's manifest was not started".into()))
-    }
+/// `RepoTarget::manifest` used before `prepare` started it (a bug, not a user error).
+fn manifest_not_started() -> Error {
+    Error::Other("the backup's manifest was not started".into())
 }
 
 impl BackupTarget for RepoTarget<'_> {
@@ -93,10 +90,7 @@ impl BackupTarget for RepoTarget<'_> {
     ) -> Result<CopyOutcome> {
         let units = plan_units(files, CHUNK_SIZE);
         let sink = &self.sink;
-        let manifest = self
-            .manifest
-            .as_mut()
-            .ok_or_else(|| Error::Other("the backup's manifest was not started".into()))?;
+        let manifest = self.manifest.as_mut().ok_or_else(manifest_not_started)?;
         let mut emit = |i: usize, pieces: Vec<repo::Piece>, errs: Vec<u32>| {
             manifest.file(&file_entry(&files[i], pieces, errs))
         };
@@ -204,7 +198,8 @@ pub fn run(s: &Settings, args: &BackupArgs, progress: &dyn Progress) -> Result<B
     )?;
     let control_entry = store_control(&target.sink, &bb.control, &bb.control_bytes)?;
     primary.close();
-    target.manifest()?.file(&control_entry)?;
+    let mut manifest = target.manifest.take().ok_or_else(manifest_not_started)?;
+    manifest.file(&control_entry)?;
     let BaseBackup {
         start_lsn,
         stop,
@@ -218,10 +213,6 @@ pub fn run(s: &Settings, args: &BackupArgs, progress: &dyn Progress) -> Result<B
         .sink
         .stored
         .load(std::sync::atomic::Ordering::Relaxed);
-    let manifest = target
-        .manifest
-        .take()
-        .ok_or_else(|| Error::Other("the backup's manifest was not started".into()))?;
     let (size, files) = (manifest.size(), manifest.files() as usize);
     // Every object first, then the manifest, then the summary: a backup is complete only
     // once all are durable.

@@ -71,8 +71,7 @@ pub fn run(s: &Settings) -> Result<Vec<String>> {
         }
     }
     if let (Some(stanza), false) = (&s.stanza, s.repos.is_empty()) {
-        for (n, cfg) in repos_in_scope(s)? {
-            let store = crate::storage::open(cfg)?;
+        for (n, store) in open_repos(s)? {
             let st = repo::read_stanza(&*store, stanza)?;
             repo::check_same_cluster(&st, info.system_identifier, &info.major())?;
             lines.push(format!(

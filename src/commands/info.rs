@@ -38,8 +38,7 @@ pub struct StanzaView {
 /// repository in scope (`--repo N`, else all configured); backups sorted by label.
 pub fn collect(s: &Settings) -> Result<Vec<StanzaView>> {
     let mut out: Vec<StanzaView> = Vec::new();
-    for (n, cfg) in repos_in_scope(s)? {
-        let store = crate::storage::open(cfg)?;
+    for (n, store) in open_repos(s)? {
         let names = match &s.stanza {
             Some(name) => {
                 if s.repos.len() == 1 || store.exists(&repo::stanza_info_name(name))? {

@@ -49,6 +49,16 @@ pub fn repos_in_scope(s: &Settings) -> Result<Vec<(u8, &crate::config::RepoConfi
     Ok(s.repos.iter().map(|(n, c)| (*n, c)).collect())
 }
 
+/// Opens every repository in scope ([`repos_in_scope`]), in order.
+///
+/// Errors: as [`crate::storage::open`], for the first repository that cannot be opened.
+pub fn open_repos(s: &Settings) -> Result<Vec<(u8, std::sync::Arc<dyn Storage>)>> {
+    repos_in_scope(s)?
+        .into_iter()
+        .map(|(n, cfg)| Ok((n, crate::storage::open(cfg)?)))
+        .collect()
+}
+
 /// Finds the repository that holds backup `set` (a label or `latest`) of `stanza`: with
 /// `--repo N` that one; else the first configured repository that has it (for `latest`, the
 /// first with a complete backup), as pgBackRest's restore searches. A repository that

@@ -12,10 +12,7 @@ pub fn run(s: &Settings) -> Result<String> {
         )));
     }
     // Every repository in scope opens (credentials, bucket) before anything is written.
-    let mut stores = Vec::new();
-    for (n, cfg) in repos_in_scope(s)? {
-        stores.push((n, crate::storage::open(cfg)?));
-    }
+    let stores = open_repos(s)?;
     let (_, sess, info) = connect_primary(s)?;
     let local = match s.transport {
         crate::cli::Transport::Libpq => false,

@@ -14,8 +14,7 @@ pub fn run(s: &Settings, set: Option<&str>, progress: &dyn Progress) -> Result<V
     match set {
         Some(l) => work.push(open_repo_with_set(s, stanza, l)?),
         None => {
-            for (n, cfg) in repos_in_scope(s)? {
-                let store = crate::storage::open(cfg)?;
+            for (n, store) in open_repos(s)? {
                 repo::read_stanza(&*store, stanza)?;
                 for label in repo::list_complete(&*store, stanza)? {
                     work.push((n, store.clone(), label));

@@ -59,6 +59,14 @@ fn now_unix() -> i64 {
     chrono::Utc::now().timestamp()
 }
 
+/// The record of lock `name`, or None when it is absent, unreadable or not a record.
+fn read_record(store: &dyn Storage, name: &str) -> Option<LockRecord> {
+    store
+        .get(name)
+        .ok()
+        .and_then(|b| serde_json::from_slice::<LockRecord>(&b).ok())
+}
+
 /// Why a record no longer holds, or None while it does.
 fn stale_reason(rec: &LockRecord, host: &str) -> Option<String> {
     if rec.host == host && rec.pid != std::process::id() && !pid_alive(rec.pid) {
@@ -209,11 +217,7 @@ fn renew(store: &dyn Storage, name: &str, mut rec: LockRecord, r: &Renewal) {
         if *stop {
             return;
         }
-        let ours = store
-            .get(name)
-            .ok()
-            .and_then(|b| serde_json::from_slice::<LockRecord>(&b).ok())
-            .map(|h| h.token == rec.token);
+        let ours = read_record(store, name).map(|h| h.token == rec.token);
         match ours {
             Some(false) => {
                 tracing::error!("the lock {name} was taken by another process");
@@ -231,16 +235,18 @@ fn renew(store: &dyn Storage, name: &str, mut rec: LockRecord, r: &Renewal) {
             lease_until: now_unix() + LEASE.as_secs() as i64,
             ..rec.clone()
         };
-        match serde_json::to_vec(&next).map(|j| store.put_durable(name, &j)) {
-            Ok(Ok(())) => rec = next,
-            Ok(Err(e)) => {
+        let written = serde_json::to_vec(&next)
+            .map_err(|e| Error::Other(e.to_string()))
+            .and_then(|j| store.put_durable(name, &j));
+        match written {
+            Ok(()) => rec = next,
+            Err(e) => {
                 tracing::warn!("could not renew the lock {name}: {e}");
                 if now_unix() > rec.lease_until {
                     r.lost.store(true, Ordering::SeqCst);
                     return;
                 }
             }
-            Err(e) => tracing::warn!("could not renew the lock {name}: {e}"),
         }
     }
 }
@@ -252,11 +258,7 @@ impl Drop for StanzaLock {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
-        let ours = self
-            .store
-            .get(&self.name)
-            .ok()
-            .and_then(|b| serde_json::from_slice::<LockRecord>(&b).ok())
+        let ours = read_record(&*self.store, &self.name)
             .map(|h| h.token == self.token)
             .unwrap_or(false);
         if ours {

@@ -225,20 +225,16 @@ impl ManifestWriter {
             stored_size,
         };
         self.line(LineRef::End(&end))?;
-        let mut sink = match self.z.finish() {
-            Ok(s) => s,
-            Err(e) => {
-                return Err(Error::Other(format!(
-                    "cannot write the manifest {}: {e}",
-                    self.name
-                )))
-            }
-        };
-        if let Err(e) = sink.flush_buf() {
-            return Err(sink.failed.take().unwrap_or_else(|| {
-                Error::Other(format!("cannot write the manifest {}: {e}", self.name))
-            }));
-        }
+        // The zstd frame's end, then the last buffered bytes: errors keep the store's own.
+        let done = self
+            .z
+            .do_finish()
+            .and_then(|_| self.z.get_mut().flush_buf());
+        done.map_err(|e| self.error(e))?;
+        let sink = self
+            .z
+            .finish()
+            .map_err(|e| Error::Other(format!("cannot write the manifest {}: {e}", self.name)))?;
         let manifest = ManifestRef {
             object: MANIFEST_OBJECT.into(),
             stored_size: sink.bytes,

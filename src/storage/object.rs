@@ -144,7 +144,8 @@ impl ObjectStorage {
     /// Errors: settings OpenDAL refuses ([`Error::Config`]), then the listing's
     /// [`Error::Storage`] (Denied, NotFound, Transient).
     pub fn open(cfg: &RepoConfig) -> Result<ObjectStorage> {
-        let (op, desc, target_prefix) = match cfg {
+        // Each HTTP store gives its TLS settings; our client goes under it after the match.
+        let (op, tls, desc, target_prefix) = match cfg {
             RepoConfig::S3 {
                 bucket,
                 endpoint,
@@ -173,7 +174,7 @@ impl ObjectStorage {
                 }
                 let op = Operator::new(b).map_err(|e| config_err("S3 repository settings", e))?;
                 let (desc, prefix) = names("s3", endpoint, "s3://", bucket, path);
-                (with_client(op, http_client(tls)?), desc, prefix)
+                (op, Some(tls), desc, prefix)
             }
             RepoConfig::Gcs {
                 bucket,
@@ -194,7 +195,7 @@ impl ObjectStorage {
                 };
                 let op = Operator::new(b).map_err(|e| config_err("GCS repository settings", e))?;
                 let (desc, prefix) = names("gcs", endpoint, "gs://", bucket, path);
-                (with_client(op, http_client(tls)?), desc, prefix)
+                (op, Some(tls), desc, prefix)
             }
             RepoConfig::Azure {
                 account,
@@ -224,7 +225,7 @@ impl ObjectStorage {
                     container,
                     path,
                 );
-                (with_client(op, http_client(tls)?), desc, prefix)
+                (op, Some(tls), desc, prefix)
             }
             RepoConfig::Sftp {
                 host,
@@ -249,13 +250,17 @@ impl ObjectStorage {
                 let op = Operator::new(b).map_err(|e| config_err("SFTP repository settings", e))?;
                 let root = root_of(path);
                 let desc = format!("sftp {user}@{host}:{port}{}", root.trim_end_matches('/'));
-                (op, desc, format!("sftp://{user}@{host}{root}"))
+                (op, None, desc, format!("sftp://{user}@{host}{root}"))
             }
             RepoConfig::Posix { .. } => {
                 return Err(Error::Config(
                     "a posix repository is not an object store".into(),
                 ))
             }
+        };
+        let op = match tls {
+            Some(tls) => with_client(op, http_client(tls)?),
+            None => op,
         };
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -610,10 +615,7 @@ impl Storage for ObjectStorage {
         let mut names: Vec<String> = entries
             .iter()
             .map(|e| e.path().trim_end_matches('/'))
-            .filter_map(|p| {
-                p.strip_prefix(d.as_str())
-                    .or(if d.is_empty() { Some(p) } else { None })
-            })
+            .filter_map(|p| p.strip_prefix(d.as_str()))
             .filter(|n| !n.is_empty() && !n.contains('/'))
             .map(str::to_string)
             .collect();
