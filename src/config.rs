@@ -354,6 +354,32 @@ mod tests {
     }
 
     #[test]
+    fn a_repo_that_is_not_configured_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("pgjet.conf");
+        std::fs::write(&f, "[global]\nrepo1-path=/a\nrepo2-path=/b\n").unwrap();
+        let mut a = GlobalArgs {
+            config: Some(f),
+            repo: Some(2),
+            ..Default::default()
+        };
+        let s = Settings::resolve(&a).unwrap();
+        assert_eq!(
+            s.repo().unwrap(),
+            (2, &RepoConfig::Posix { path: "/b".into() })
+        );
+        a.repo = Some(3);
+        let e = Settings::resolve(&a)
+            .unwrap()
+            .repo()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("repository 3 is not configured"), "{e}");
+        a.repo = Some(5);
+        assert!(matches!(Settings::resolve(&a), Err(Error::Config(_))));
+    }
+
+    #[test]
     fn bad_values_are_config_errors() {
         let a = GlobalArgs {
             config: Some("/nonexistent/pgjet.conf".into()),
