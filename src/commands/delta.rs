@@ -206,33 +206,46 @@ fn remove_any(p: &Path) -> Result<()> {
     }
 }
 
-/// Opens or creates each target file (relative path, size, mode) and sets it to its
-/// size. Returns the paths and the size each had before (None: it was created).
+/// Opens or creates the target file `rel` below `pg_path`, sets it to `size` bytes and
+/// its permission bits to `mode` (0: 0600). Returns its path, the open file and the size
+/// it had before (None: it was created).
+pub fn size_file(
+    pg_path: &Path,
+    rel: &str,
+    size: u64,
+    mode: u32,
+) -> Result<(PathBuf, fs::File, Option<u64>)> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let p = pg_path.join(rel);
+    let old = fs::symlink_metadata(&p)
+        .ok()
+        .filter(|m| m.is_file())
+        .map(|m| m.len());
+    let mode = if mode == 0 { 0o600 } else { mode };
+    let h = fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .mode(mode)
+        .open(&p)
+        .map_err(|e| Error::io("open", &p, e))?;
+    if old != Some(size) {
+        h.set_len(size).map_err(|e| Error::io("size", &p, e))?;
+    }
+    fs::set_permissions(&p, fs::Permissions::from_mode(mode))
+        .map_err(|e| Error::io("chmod", &p, e))?;
+    Ok((p, h, old))
+}
+
+/// [`size_file`] for each file (relative path, size, mode). Returns the paths and the
+/// size each had before (None: it was created).
 pub fn size_files(
     pg_path: &Path,
     files: &[(&str, u64, u32)],
 ) -> Result<(Vec<PathBuf>, Vec<Option<u64>>)> {
-    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     let mut paths = Vec::with_capacity(files.len());
     let mut before = Vec::with_capacity(files.len());
     for (rel, size, mode) in files {
-        let p = pg_path.join(rel);
-        let old = fs::symlink_metadata(&p)
-            .ok()
-            .filter(|m| m.is_file())
-            .map(|m| m.len());
-        let mode = if *mode == 0 { 0o600 } else { *mode };
-        let h = fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .mode(mode)
-            .open(&p)
-            .map_err(|e| Error::io("open", &p, e))?;
-        if old != Some(*size) {
-            h.set_len(*size).map_err(|e| Error::io("size", &p, e))?;
-        }
-        fs::set_permissions(&p, fs::Permissions::from_mode(mode))
-            .map_err(|e| Error::io("chmod", &p, e))?;
+        let (p, _, old) = size_file(pg_path, rel, *size, *mode)?;
         paths.push(p);
         before.push(old);
     }

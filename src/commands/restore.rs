@@ -8,10 +8,10 @@
 //! PostgreSQL will not start on the half-written directory.
 use super::*;
 use crate::cli::{ArchiveMode, RestoreArgs, RestoreType};
-use crate::pg::pg_manifest::{render_pg_manifest, PgManifestFile, PgWalRange};
-use crate::repo::{self, BackupManifest};
+use crate::pg::pg_manifest::{PgManifestWriter, PgWalRange};
+use crate::repo::{self, FileEntry};
 use crate::storage::posix::{fsync_dir, SyncHandle};
-use crate::transfer::restore::{allocate_targets, read_back_with, restore_one};
+use crate::transfer::restore::{allocate_pieces, restore_one, set_mtime, ReadBack, Want};
 use crate::transfer::Progress;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -111,30 +111,35 @@ pub fn prepare_target(
     Ok(locations)
 }
 
-/// Creates every file empty at its final size (sparse: unwritten pages stay holes) and
-/// returns their paths. (rel path, size, mode)
-pub fn create_files(pg_path: &Path, files: &[(&str, u64, u32)]) -> Result<Vec<PathBuf>> {
-    let mut out = Vec::with_capacity(files.len());
-    for (rel, size, mode) in files {
-        let p = pg_path.join(rel);
-        if let Some(parent) = p.parent() {
-            if !parent.exists() {
-                fs::create_dir_all(parent).map_err(|e| Error::io("create directory", parent, e))?;
-            }
+/// Creates `rel` below `pg_path` empty at `size` bytes (sparse: unwritten pages stay
+/// holes) with permission bits `mode` (0: 0600), making its parent directory if missing.
+/// Returns its path and the open file. Errors: the file exists, or cannot be made.
+pub fn create_file(pg_path: &Path, rel: &str, size: u64, mode: u32) -> Result<(PathBuf, File)> {
+    let p = pg_path.join(rel);
+    if let Some(parent) = p.parent() {
+        if !parent.exists() {
+            fs::create_dir_all(parent).map_err(|e| Error::io("create directory", parent, e))?;
         }
-        let mode = if *mode == 0 { 0o600 } else { *mode };
-        let f = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(mode)
-            .open(&p)
-            .map_err(|e| Error::io("create", &p, e))?;
-        if *size > 0 {
-            f.set_len(*size).map_err(|e| Error::io("size", &p, e))?;
-        }
-        out.push(p);
     }
-    Ok(out)
+    let mode = if mode == 0 { 0o600 } else { mode };
+    let f = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .open(&p)
+        .map_err(|e| Error::io("create", &p, e))?;
+    if size > 0 {
+        f.set_len(size).map_err(|e| Error::io("size", &p, e))?;
+    }
+    Ok((p, f))
+}
+
+/// Creates every file (rel path, size, mode) with [`create_file`] and returns their paths.
+pub fn create_files(pg_path: &Path, files: &[(&str, u64, u32)]) -> Result<Vec<PathBuf>> {
+    files
+        .iter()
+        .map(|(rel, size, mode)| create_file(pg_path, rel, *size, *mode).map(|(p, _)| p))
+        .collect()
 }
 
 /// Sets each file's modification time (Unix seconds).
@@ -217,26 +222,29 @@ pub fn run(s: &Settings, args: &RestoreArgs, progress: &dyn Progress) -> Result<
         "restoring backup {label} from repo{repo_no} ({})",
         store.describe()
     );
-    let m = repo::read_manifest(&*store, stanza, &label)?;
-    let tablespaces: Vec<(u32, String, String)> = m
-        .header
+    // A first pass checks the whole manifest and keeps only its directories and pg_control;
+    // the files are streamed by a second pass (a delta reads them into memory).
+    let scan = repo::scan_manifest(&*store, stanza, &label)?;
+    let h = &scan.summary.header;
+    let tablespaces: Vec<(u32, String, String)> = h
         .tablespaces
         .iter()
         .map(|t| (t.oid, t.name.clone(), t.location.clone()))
         .collect();
-    let dirs: Vec<(String, u32)> = m
+    let dirs: Vec<(String, u32)> = scan
         .directories
         .iter()
         .map(|d| (d.path.clone(), d.mode))
         .collect();
     let delta = args.delta
-        && super::delta::check_delta_target(&pg_path, m.header.system_identifier)?
+        && super::delta::check_delta_target(&pg_path, h.system_identifier)?
             == super::delta::DeltaTarget::SameCluster;
-    let (locations, needed) = if delta {
+    let (locations, files) = if delta {
+        let m = repo::read_manifest(&*store, stanza, &label)?;
         let locations = tablespace_locations(&tablespaces, &map)?;
         let listing = super::delta::manifest_listing(&m);
         let removed =
-            super::delta::begin_delta(&pg_path, m.header.system_identifier, &locations, &listing)?;
+            super::delta::begin_delta(&pg_path, h.system_identifier, &locations, &listing)?;
         let needed = super::delta::pieces_needed(&m, &pg_path, s.jobs)?;
         let (all, kept) = needed
             .iter()
@@ -245,21 +253,14 @@ pub fn run(s: &Settings, args: &RestoreArgs, progress: &dyn Progress) -> Result<
         tracing::info!(
             "delta: {kept} of {all} pieces already in place, {removed} file(s) or directories removed"
         );
-        (locations, Some(needed))
+        (locations, Files::InMemory(m.files, needed))
     } else {
         let locations = prepare_target(&pg_path, &tablespaces, &map, &dirs)?;
-        super::delta::write_marker(&pg_path, m.header.system_identifier)?;
-        (locations, None)
+        super::delta::write_marker(&pg_path, h.system_identifier)?;
+        (locations, Files::Streamed)
     };
     match restore_into(
-        s,
-        args,
-        &*store,
-        &m,
-        &pg_path,
-        &locations,
-        needed.as_deref(),
-        progress,
+        s, args, &*store, &scan, &pg_path, &locations, files, progress,
     ) {
         Ok(()) => Ok(label),
         Err(e) => {
@@ -273,17 +274,29 @@ pub fn run(s: &Settings, args: &RestoreArgs, progress: &dyn Progress) -> Result<
     }
 }
 
-/// Restores `m` into the prepared `pg_path`; with `needed` (a delta), only those pieces,
-/// into files that may exist already.
+/// Where restore takes the files of the backup from.
+enum Files {
+    /// A second pass over the stored manifest ([`repo::ManifestReader`]); the targets are
+    /// empty and each file is created as its line passes.
+    Streamed,
+    /// The manifest's files, read whole for a delta restore, and for each file which
+    /// pieces the target lacks ([`super::delta::pieces_needed`]).
+    InMemory(Vec<FileEntry>, Vec<Vec<bool>>),
+}
+
+/// Restores the backup `scan` describes into the prepared `pg_path`: the files of `files`
+/// (a delta: only the pieces it marks, into files that may exist already), then
+/// backup_label, the settings and PostgreSQL's backup_manifest, a sync, and pg_control
+/// last.
 #[allow(clippy::too_many_arguments)]
 fn restore_into(
     s: &Settings,
     args: &RestoreArgs,
     store: &dyn crate::storage::Storage,
-    m: &BackupManifest,
+    scan: &repo::ScannedManifest,
     pg_path: &Path,
     locations: &[(u32, PathBuf)],
-    needed: Option<&[Vec<bool>]>,
+    files: Files,
     progress: &dyn Progress,
 ) -> Result<()> {
     // Phase times at debug level: what a slow restore spent its time on.
@@ -291,62 +304,89 @@ fn restore_into(
     let phase =
         |what: &str| tracing::debug!("restore: {what} at {} ms", clock.elapsed().as_millis());
     let target_sync = TargetSync::open(pg_path, locations)?;
-    let control = m
-        .files
-        .iter()
-        .position(|f| f.path == "global/pg_control")
-        .ok_or_else(|| {
-            Error::Repo(format!(
-                "backup {} has no global/pg_control",
-                m.header.label
-            ))
-        })?;
-    // Every file but pg_control, which is created last.
-    let rest = || {
-        m.files
-            .iter()
-            .enumerate()
-            .filter(move |(i, _)| *i != control)
-            .map(|(_, f)| f)
-    };
-    let specs: Vec<(&str, u64, u32)> = rest().map(|f| (f.path.as_str(), f.size, f.mode)).collect();
+    let (h, end) = (&scan.summary.header, &scan.summary.end);
+    let stop = &end.stop;
+    let label = &h.label;
 
-    progress.begin("restore", m.size);
-    // The files are created while the first objects are read and checked; nothing is
-    // written before they all exist.
-    read_back_with(
+    // PostgreSQL's own backup_manifest, so pg_verifybackup can check the directory: written
+    // as the files pass, ended after backup_label and tablespace_map.
+    let pgm_path = pg_path.join("backup_manifest");
+    let pgm_io = |e: std::io::Error| Error::io("write", &pgm_path, e);
+    let pgm_file = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&pgm_path)
+        .map_err(|e| Error::io("create", &pgm_path, e))?;
+    let mut pgm = PgManifestWriter::new(
+        std::io::BufWriter::with_capacity(1 << 20, pgm_file),
+        h.pg_version_num,
+        h.system_identifier,
+    )
+    .map_err(pgm_io)?;
+
+    let delta = matches!(files, Files::InMemory(..));
+    let rb = ReadBack {
         store,
-        m,
-        Some(pg_path),
-        Some(control),
-        needed,
-        s.jobs,
-        progress,
-        &mut || {
-            if needed.is_some() {
-                super::delta::size_files(pg_path, &specs)?;
-            } else {
-                create_files(pg_path, &specs)?;
+        stanza: &h.stanza,
+        label,
+        kind: h.compression.kind,
+        contiguous: scan.contiguous,
+        target: Some(pg_path),
+        overwrite: delta,
+        jobs: s.jobs,
+    };
+    let mut can_allocate = true;
+    let mut created = 0u64;
+    let (files, needed) = match files {
+        Files::Streamed => (None, Vec::new()),
+        Files::InMemory(f, n) => (Some(f), n),
+    };
+    let mut needed = needed.into_iter();
+    // Each file, as it passes: into backup_manifest, then created (or, for a delta, opened
+    // and sized), its ranges allocated; pg_control is left for last.
+    let mut prepare = |f: &FileEntry| -> Result<Want> {
+        let wanted = if delta { needed.next() } else { None };
+        if !f.path.starts_with("pg_wal/") {
+            pgm.file(&f.path, f.size, f.mtime, f.crc32c)
+                .map_err(pgm_io)?;
+        }
+        if f.path == "global/pg_control" {
+            return Ok(Want::Nothing);
+        }
+        let (path, file, want) = match wanted {
+            Some(w) => {
+                let (p, file, _) = super::delta::size_file(pg_path, &f.path, f.size, f.mode)?;
+                (p, file, Want::Pieces(w))
             }
-            phase(&format!("{} files created", specs.len()));
-            allocate_targets(m, pg_path, Some(control))?;
-            phase("files allocated");
-            Ok(())
-        },
-    )?;
+            None => {
+                let (p, file) = create_file(pg_path, &f.path, f.size, f.mode)?;
+                (p, file, Want::All)
+            }
+        };
+        if can_allocate && !f.pieces.is_empty() {
+            can_allocate = allocate_pieces(&file, &path, f)?;
+        }
+        created += 1;
+        Ok(want)
+    };
+    progress.begin("restore", end.size);
+    match files {
+        None => {
+            let stream = repo::ManifestReader::open(store, &h.stanza, label)?.files();
+            rb.run(stream, &mut prepare, progress)?;
+        }
+        Some(files) => {
+            rb.run(files.into_iter().map(Ok), &mut prepare, progress)?;
+        }
+    }
     progress.finish();
-    phase("data written");
-    let (paths, mtimes): (Vec<PathBuf>, Vec<i64>) =
-        rest().map(|f| (pg_path.join(&f.path), f.mtime)).unzip();
-    set_mtimes(&paths, &mtimes)?;
-    phase("mtimes set");
+    phase(&format!("{created} files created and written"));
 
     // backup_label, tablespace_map, recovery settings.
-    write_file(
-        &pg_path.join("backup_label"),
-        m.stop.backup_label.as_bytes(),
-    )?;
-    let spcmap = if m.header.tablespaces.is_empty() {
+    write_file(&pg_path.join("backup_label"), stop.backup_label.as_bytes())?;
+    let spcmap = if h.tablespaces.is_empty() {
         None
     } else {
         Some(remap_tablespace_map(locations))
@@ -354,18 +394,12 @@ fn restore_into(
     if let Some(text) = &spcmap {
         write_file(&pg_path.join("tablespace_map"), text.as_bytes())?;
     }
-    let note = format!(
-        "# recovery settings added by pgjet restore of backup {}",
-        m.header.label
-    );
+    let note = format!("# recovery settings added by pgjet restore of backup {label}");
     if args.archive_mode == ArchiveMode::Off {
         append_auto_conf(
             pg_path,
             &[
-                format!(
-                    "# pgjet restore --archive-mode off (backup {})",
-                    m.header.label
-                ),
+                format!("# pgjet restore --archive-mode off (backup {label})"),
                 "archive_mode = 'off'".into(),
             ],
         )?;
@@ -398,60 +432,52 @@ fn restore_into(
         }
     }
 
-    // PostgreSQL's own backup_manifest, so pg_verifybackup can check the directory.
     let now = chrono::Utc::now().timestamp();
-    let mut pg_files: Vec<PgManifestFile> = m
-        .files
-        .iter()
-        .filter(|f| !f.path.starts_with("pg_wal/"))
-        .map(|f| PgManifestFile {
-            path: f.path.clone(),
-            size: f.size,
-            mtime: f.mtime,
-            crc32c: f.crc32c,
-        })
-        .collect();
-    pg_files.push(PgManifestFile {
-        path: "backup_label".into(),
-        size: m.stop.backup_label.len() as u64,
-        mtime: now,
-        crc32c: crate::codec::crc32c(m.stop.backup_label.as_bytes()),
-    });
+    let label_text = stop.backup_label.as_bytes();
+    pgm.file(
+        "backup_label",
+        label_text.len() as u64,
+        now,
+        crate::codec::crc32c(label_text),
+    )
+    .map_err(pgm_io)?;
     if let Some(text) = &spcmap {
-        pg_files.push(PgManifestFile {
-            path: "tablespace_map".into(),
-            size: text.len() as u64,
-            mtime: now,
-            crc32c: crate::codec::crc32c(text.as_bytes()),
-        });
+        pgm.file(
+            "tablespace_map",
+            text.len() as u64,
+            now,
+            crate::codec::crc32c(text.as_bytes()),
+        )
+        .map_err(pgm_io)?;
     }
-    pg_files.sort_by(|a, b| a.path.cmp(&b.path));
     let wal = [PgWalRange {
-        timeline: m.stop.timeline,
-        start: m.header.start_lsn,
-        end: m.stop.stop_lsn,
+        timeline: stop.timeline,
+        start: h.start_lsn,
+        end: stop.stop_lsn,
     }];
-    write_file(
-        &pg_path.join("backup_manifest"),
-        &render_pg_manifest(
-            m.header.pg_version_num,
-            m.header.system_identifier,
-            &pg_files,
-            &wal,
-        ),
-    )?;
+    pgm.finish(&wal)
+        .and_then(|w| w.into_inner().map_err(|e| e.into_error()))
+        .and_then(|f| f.sync_all())
+        .map_err(pgm_io)?;
 
     phase("backup_label, settings and backup_manifest written");
     target_sync.sync()?;
     phase("syncfs done");
     // Last: pg_control. Until it exists the directory is not a cluster PostgreSQL would start.
-    let control_path = &pg_path.join(&m.files[control].path);
-    let cf = &m.files[control];
-    create_files(pg_path, &[(cf.path.as_str(), cf.size, cf.mode)])?;
-    restore_one(store, m, control, control_path)?;
-    File::open(control_path)
+    let cf = &scan.control;
+    let (control_path, _) = create_file(pg_path, &cf.path, cf.size, cf.mode)?;
+    restore_one(
+        store,
+        &h.stanza,
+        label,
+        h.compression.kind,
+        cf,
+        &control_path,
+    )?;
+    set_mtime(&control_path, cf.mtime)?;
+    File::open(&control_path)
         .and_then(|f| f.sync_all())
-        .map_err(|e| Error::io("fsync", control_path, e))?;
+        .map_err(|e| Error::io("fsync", &control_path, e))?;
     fsync_dir(&pg_path.join("global"))?;
     super::delta::remove_marker(pg_path)?;
     phase("pg_control written");

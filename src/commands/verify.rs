@@ -1,7 +1,7 @@
 //! `verify`: re-reads every stored byte of one backup or of all, against the manifest.
 use super::*;
 use crate::repo;
-use crate::transfer::restore::read_back;
+use crate::transfer::restore::{ReadBack, Want};
 use crate::transfer::Progress;
 
 /// Runs `verify`. Returns one line per backup checked; errors with [`Error::Corrupt`] naming
@@ -31,15 +31,28 @@ pub fn run(s: &Settings, set: Option<&str>, progress: &dyn Progress) -> Result<V
         } else {
             label.clone()
         };
-        let m = repo::read_manifest(&*store, stanza, &label)?;
-        progress.begin(&format!("verify {shown}"), m.size);
-        let bad = read_back(&*store, &m, None, None, s.jobs, progress)?;
+        // A first pass checks the whole manifest; the second streams its files.
+        let scan = repo::scan_manifest(&*store, stanza, &label)?;
+        let (h, end) = (&scan.summary.header, &scan.summary.end);
+        let rb = ReadBack {
+            store: &*store,
+            stanza,
+            label: &label,
+            kind: h.compression.kind,
+            contiguous: scan.contiguous,
+            target: None,
+            overwrite: false,
+            jobs: s.jobs,
+        };
+        let stream = repo::ManifestReader::open(&*store, stanza, &label)?.files();
+        progress.begin(&format!("verify {shown}"), end.size);
+        let bad = rb.run(stream, &mut |_| Ok(Want::All), progress)?;
         progress.finish();
         if bad.is_empty() {
             lines.push(format!(
                 "{shown}: ok ({} files, {} stored)",
-                m.files.len(),
-                mib(m.stored_size)
+                end.files,
+                mib(end.stored_size)
             ));
         } else {
             for f in &bad {

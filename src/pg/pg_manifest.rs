@@ -6,6 +6,7 @@
 //! pgjet backup exactly as it accepts a `pg_basebackup` one.
 
 use sha2::{Digest, Sha256};
+use std::io::Write;
 
 use super::lsn::Lsn;
 
@@ -67,66 +68,115 @@ fn format_mtime(mtime: i64) -> String {
     t.format("%Y-%m-%d %H:%M:%S GMT").to_string()
 }
 
-/// Renders a complete PostgreSQL `backup_manifest`, byte-for-byte as the server writes
-/// it (`src/backend/backup/backup_manifest.c`) with CRC-32C file checksums.
+/// Writes a PostgreSQL `backup_manifest` as a stream, byte-for-byte as the server writes it
+/// (`src/backend/backup/backup_manifest.c`) with CRC-32C file checksums: the head at
+/// [`PgManifestWriter::new`], one line per [`PgManifestWriter::file`], the WAL ranges and
+/// the manifest checksum (SHA-256 of every byte before it, computed as the bytes pass) at
+/// [`PgManifestWriter::finish`]. Memory does not depend on the number of files.
 ///
-/// - `pg_version_num`: `server_version_num` (e.g. 150020). Below 170000 the manifest is
-///   version 1; from 170000 on it is version 2 and carries `"System-Identifier"`
-///   (`system_identifier`, ignored for version 1).
-/// - `files`: in the order they should appear (PostgreSQL's order is that of its
-///   directory walk; `pg_verifybackup` does not care). Each line is
-///   `{ "Path": ..., "Size": N, "Last-Modified": "...", "Checksum-Algorithm": "CRC32C",
-///   "Checksum": "xxxxxxxx" }`; the checksum is the hex of the CRC's four bytes in
-///   little-endian order (`pg_checksum_final` copies the native `uint32`), so CRC
-///   `0x12345678` is written `78563412`. Paths are always written as `"Path"` (a Rust
-///   `String` is valid UTF-8, so PostgreSQL's `"Encoded-Path"` form never applies).
-/// - `wal_ranges`: newest timeline first, as PostgreSQL lists them.
-/// - Ends with `"Manifest-Checksum"`: lower-case hex SHA-256 of every byte before that
-///   line, which `pg_verifybackup` recomputes.
-///
-/// Returns the manifest bytes (UTF-8, ends with `}` and a newline).
+/// Each file line is `{ "Path": ..., "Size": N, "Last-Modified": "...",
+/// "Checksum-Algorithm": "CRC32C", "Checksum": "xxxxxxxx" }`; the checksum is the hex of the
+/// CRC's four bytes in little-endian order (`pg_checksum_final` copies the native `uint32`),
+/// so CRC `0x12345678` is written `78563412`. Paths are always written as `"Path"` (a Rust
+/// `str` is valid UTF-8, so PostgreSQL's `"Encoded-Path"` form never applies). Files may
+/// come in any order: PostgreSQL's is that of its directory walk, and `pg_verifybackup`
+/// builds a hash table.
+pub struct PgManifestWriter<W: Write> {
+    out: W,
+    sha: Sha256,
+    files: u64,
+    line: String,
+}
+
+impl<W: Write> PgManifestWriter<W> {
+    /// Starts the manifest. `pg_version_num`: `server_version_num` (e.g. 150020); below
+    /// 170000 the manifest is version 1, from 170000 on version 2 with
+    /// `"System-Identifier"` (`system_identifier`, ignored for version 1).
+    pub fn new(out: W, pg_version_num: u32, system_identifier: u64) -> std::io::Result<Self> {
+        let mut w = PgManifestWriter {
+            out,
+            sha: Sha256::new(),
+            files: 0,
+            line: String::with_capacity(512),
+        };
+        let head = if pg_version_num >= 170000 {
+            format!(
+                "{{ \"PostgreSQL-Backup-Manifest-Version\": 2,\n\"System-Identifier\": {system_identifier},\n\"Files\": ["
+            )
+        } else {
+            "{ \"PostgreSQL-Backup-Manifest-Version\": 1,\n\"Files\": [".to_string()
+        };
+        w.put(&head)?;
+        Ok(w)
+    }
+
+    fn put(&mut self, s: &str) -> std::io::Result<()> {
+        self.sha.update(s.as_bytes());
+        self.out.write_all(s.as_bytes())
+    }
+
+    /// Adds a file: `path` relative to the data directory, `/`-separated; `size` in bytes;
+    /// `mtime` in Unix seconds; `crc32c` of the whole contents (the `crc32c` crate's value).
+    pub fn file(&mut self, path: &str, size: u64, mtime: i64, crc32c: u32) -> std::io::Result<()> {
+        let mut line = std::mem::take(&mut self.line);
+        line.clear();
+        line.push_str(if self.files == 0 { "\n" } else { ",\n" });
+        line.push_str("{ \"Path\": ");
+        push_json_string(&mut line, path);
+        line.push_str(&format!(
+            ", \"Size\": {size}, \"Last-Modified\": \"{}\", \"Checksum-Algorithm\": \"CRC32C\", \"Checksum\": \"{}\" }}",
+            format_mtime(mtime),
+            hex::encode(crc32c.to_le_bytes())
+        ));
+        self.files += 1;
+        let r = self.put(&line);
+        self.line = line;
+        r
+    }
+
+    /// Ends the manifest: `wal_ranges` (newest timeline first, as PostgreSQL lists them)
+    /// and the `"Manifest-Checksum"` line. Returns the output (flushed).
+    pub fn finish(mut self, wal_ranges: &[PgWalRange]) -> std::io::Result<W> {
+        let mut tail = String::from("\n],\n\"WAL-Ranges\": [\n");
+        for (i, r) in wal_ranges.iter().enumerate() {
+            if i > 0 {
+                tail.push_str(",\n");
+            }
+            tail.push_str(&format!(
+                "{{ \"Timeline\": {}, \"Start-LSN\": \"{}\", \"End-LSN\": \"{}\" }}",
+                r.timeline, r.start, r.end
+            ));
+        }
+        tail.push_str("\n],\n");
+        self.put(&tail)?;
+        let digest = hex::encode(std::mem::take(&mut self.sha).finalize());
+        self.out
+            .write_all(format!("\"Manifest-Checksum\": \"{digest}\"}}\n").as_bytes())?;
+        self.out.flush()?;
+        Ok(self.out)
+    }
+}
+
+/// Renders a complete PostgreSQL `backup_manifest` in memory with a [`PgManifestWriter`]
+/// (`files` in the order given). Returns the manifest bytes (UTF-8, ends with `}` and a
+/// newline).
 pub fn render_pg_manifest(
     pg_version_num: u32,
     system_identifier: u64,
     files: &[PgManifestFile],
     wal_ranges: &[PgWalRange],
 ) -> Vec<u8> {
-    let mut out = String::with_capacity(256 + files.len() * 160);
-    if pg_version_num >= 170000 {
-        out.push_str("{ \"PostgreSQL-Backup-Manifest-Version\": 2,\n");
-        out.push_str(&format!("\"System-Identifier\": {},\n", system_identifier));
-    } else {
-        out.push_str("{ \"PostgreSQL-Backup-Manifest-Version\": 1,\n");
+    let mut w = PgManifestWriter::new(
+        Vec::with_capacity(256 + files.len() * 160),
+        pg_version_num,
+        system_identifier,
+    )
+    .expect("writing to memory");
+    for f in files {
+        w.file(&f.path, f.size, f.mtime, f.crc32c)
+            .expect("writing to memory");
     }
-    out.push_str("\"Files\": [");
-    for (i, f) in files.iter().enumerate() {
-        out.push_str(if i == 0 { "\n" } else { ",\n" });
-        out.push_str("{ \"Path\": ");
-        push_json_string(&mut out, &f.path);
-        out.push_str(&format!(
-            ", \"Size\": {}, \"Last-Modified\": \"{}\", \"Checksum-Algorithm\": \"CRC32C\", \"Checksum\": \"{}\" }}",
-            f.size,
-            format_mtime(f.mtime),
-            hex::encode(f.crc32c.to_le_bytes())
-        ));
-    }
-    out.push_str("\n],\n");
-    out.push_str("\"WAL-Ranges\": [\n");
-    for (i, r) in wal_ranges.iter().enumerate() {
-        if i > 0 {
-            out.push_str(",\n");
-        }
-        out.push_str(&format!(
-            "{{ \"Timeline\": {}, \"Start-LSN\": \"{}\", \"End-LSN\": \"{}\" }}",
-            r.timeline, r.start, r.end
-        ));
-    }
-    out.push_str("\n],\n");
-    let digest = Sha256::digest(out.as_bytes());
-    out.push_str("\"Manifest-Checksum\": \"");
-    out.push_str(&hex::encode(digest));
-    out.push_str("\"}\n");
-    out.into_bytes()
+    w.finish(wal_ranges).expect("writing to memory")
 }
 
 /// CRC-32C of the concatenation `A || B` from `crc1 = crc32c(A)`, `crc2 = crc32c(B)` and

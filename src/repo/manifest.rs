@@ -161,70 +161,90 @@ pub fn is_safe_relative_path(p: &str) -> bool {
         && p.split('/').all(|c| !c.is_empty() && c != "." && c != "..")
 }
 
-impl BackupManifest {
-    /// Checks everything restore and verify rely on, so a damaged or edited manifest is
-    /// refused before any byte is written: safe unique paths, object names of digits only,
-    /// pieces that cover each file exactly and in order, frame and piece sizes within the
-    /// format's bounds, zero-page runs inside their piece, a pg_control, and a file for
-    /// every WAL segment named. Returns what is wrong.
-    pub fn validate(&self) -> Result<(), String> {
-        let mut seen = HashSet::new();
-        for d in &self.directories {
-            if !is_safe_relative_path(&d.path) {
+impl DirEntry {
+    /// Checks the directory's path (see [`BackupManifest::validate`]).
+    pub fn check(&self) -> Result<(), String> {
+        if !is_safe_relative_path(&self.path) {
+            return Err(format!(
+                "directory path {:?} is not a safe relative path",
+                self.path
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl FileEntry {
+    /// Checks what restore and verify rely on in one file line, so a damaged or edited line
+    /// is refused before any of its bytes is written: a safe relative path, object names of
+    /// digits only, pieces that cover the file exactly and in order, frame and piece sizes
+    /// within the format's bounds, zero-page runs inside their piece. Returns what is wrong.
+    pub fn check(&self) -> Result<(), String> {
+        let f = self;
+        if !is_safe_relative_path(&f.path) {
+            return Err(format!(
+                "file path {:?} is not a safe relative path",
+                f.path
+            ));
+        }
+        let mut expected = 0u64;
+        for p in &f.pieces {
+            if p.object.is_empty()
+                || p.object.len() > 20
+                || !p.object.bytes().all(|b| b.is_ascii_digit())
+            {
                 return Err(format!(
-                    "directory path {:?} is not a safe relative path",
-                    d.path
+                    "{}: object name {:?} is not valid",
+                    f.path, p.object
                 ));
             }
-        }
-        for f in &self.files {
-            if !is_safe_relative_path(&f.path) {
+            if p.logical_offset != expected
+                || p.logical_size == 0
+                || p.logical_size > MAX_PIECE_SIZE
+            {
                 return Err(format!(
-                    "file path {:?} is not a safe relative path",
+                    "{}: pieces do not cover the file in order at offset {expected}",
                     f.path
                 ));
             }
+            if p.stored_size > MAX_PIECE_SIZE + MAX_PIECE_SIZE / 8 + 4096
+                || p.offset.checked_add(p.stored_size).is_none()
+            {
+                return Err(format!(
+                    "{}: a frame of {} bytes is out of bounds",
+                    f.path, p.stored_size
+                ));
+            }
+            if nonzero_ranges(p.logical_size as usize, &p.zero_pages).is_none() {
+                return Err(format!("{}: zero-page runs do not fit their piece", f.path));
+            }
+            expected += p.logical_size;
+        }
+        if expected != f.size {
+            return Err(format!(
+                "{}: pieces cover {expected} of {} bytes",
+                f.path, f.size
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl BackupManifest {
+    /// Checks everything restore and verify rely on, so a damaged or edited manifest is
+    /// refused before any byte is written: every line ([`DirEntry::check`],
+    /// [`FileEntry::check`]), unique paths, a pg_control, and a file for every WAL segment
+    /// named. Returns what is wrong. (A streamed manifest gets the same checks from
+    /// [`super::manifest_io::ManifestChecks`].)
+    pub fn validate(&self) -> Result<(), String> {
+        let mut seen = HashSet::new();
+        for d in &self.directories {
+            d.check()?;
+        }
+        for f in &self.files {
+            f.check()?;
             if !seen.insert(f.path.as_str()) {
                 return Err(format!("file {} is listed twice", f.path));
-            }
-            let mut expected = 0u64;
-            for p in &f.pieces {
-                if p.object.is_empty()
-                    || p.object.len() > 20
-                    || !p.object.bytes().all(|b| b.is_ascii_digit())
-                {
-                    return Err(format!(
-                        "{}: object name {:?} is not valid",
-                        f.path, p.object
-                    ));
-                }
-                if p.logical_offset != expected
-                    || p.logical_size == 0
-                    || p.logical_size > MAX_PIECE_SIZE
-                {
-                    return Err(format!(
-                        "{}: pieces do not cover the file in order at offset {expected}",
-                        f.path
-                    ));
-                }
-                if p.stored_size > MAX_PIECE_SIZE + MAX_PIECE_SIZE / 8 + 4096
-                    || p.offset.checked_add(p.stored_size).is_none()
-                {
-                    return Err(format!(
-                        "{}: a frame of {} bytes is out of bounds",
-                        f.path, p.stored_size
-                    ));
-                }
-                if nonzero_ranges(p.logical_size as usize, &p.zero_pages).is_none() {
-                    return Err(format!("{}: zero-page runs do not fit their piece", f.path));
-                }
-                expected += p.logical_size;
-            }
-            if expected != f.size {
-                return Err(format!(
-                    "{}: pieces cover {expected} of {} bytes",
-                    f.path, f.size
-                ));
             }
         }
         if !seen.contains("global/pg_control") {

@@ -13,8 +13,9 @@ use super::{backup_dir, REPO_FORMAT};
 use crate::error::{Error, Result};
 use crate::storage::{ObjectWriter, Storage};
 use serde::{Deserialize, Serialize};
+use std::collections::HashSet;
 use std::io::{BufRead, BufReader, Read, Write};
-use xxhash_rust::xxh3::Xxh3;
+use xxhash_rust::xxh3::{xxh3_64, Xxh3};
 
 /// Object name of the manifest inside a backup's directory.
 pub const MANIFEST_OBJECT: &str = "manifest.jsonl.zst";
@@ -318,98 +319,352 @@ impl<R: Read> Read for HashingSource<R> {
     }
 }
 
-/// Reads a backup's manifest as a stream, checks it against its summary (size, XXH3 of the
-/// stored bytes, counts and totals of the last line) and validates it.
+/// A directory or file line of a manifest being read.
+#[derive(Debug)]
+pub enum Entry {
+    Dir(DirEntry),
+    File(FileEntry),
+}
+
+/// The decoded lines of a stored manifest, over a reader that hashes the stored bytes.
+type Lines =
+    BufReader<zstd::stream::read::Decoder<'static, BufReader<HashingSource<Box<dyn Read + Send>>>>>;
+
+/// Reads a backup's manifest as a stream of [`Entry`], one line at a time: memory is one
+/// line and the decoder's window, whatever the file count.
 ///
-/// Errors: [`Error::Repo`] for a missing or incomplete backup or another format;
-/// [`Error::Corrupt`] naming the manifest when its bytes or lines are damaged.
-pub fn read_manifest(store: &dyn Storage, stanza: &str, label: &str) -> Result<BackupManifest> {
-    let summary = read_summary(store, stanza, label)?;
-    let name = format!("{}/{}", backup_dir(stanza, label), summary.manifest.object);
-    let corrupt = |why: String| Error::Corrupt {
-        label: label.to_string(),
-        files: vec![format!("{} ({why})", summary.manifest.object)],
-    };
-    let mut src = HashingSource {
-        inner: store.reader(&name).map_err(|e| {
+/// Checks as it goes: the header line matches the summary (format, stanza, label); every
+/// line is well formed and passes [`DirEntry::check`] / [`FileEntry::check`]; and at the
+/// end, the stored bytes match the summary's size and XXH3-128, and the end line matches
+/// the summary and counts what the stream held. A failed check is [`Error::Corrupt`] naming
+/// the manifest object; after an error the stream yields nothing more. Whole-manifest
+/// checks (unique paths, pg_control, WAL) are [`ManifestChecks`].
+pub struct ManifestReader {
+    label: String,
+    object: String,
+    summary: BackupSummary,
+    lines: Option<Lines>,
+    buf: String,
+    line_no: u64,
+    dirs: u64,
+    files: u64,
+    size: u64,
+    end: Option<ManifestEnd>,
+}
+
+impl ManifestReader {
+    /// Reads the summary of backup `label`, opens its manifest and reads the header line.
+    ///
+    /// Errors: [`Error::Repo`] for a missing or incomplete backup or another format;
+    /// [`Error::Corrupt`] for a missing manifest object or a header that does not match.
+    pub fn open(store: &dyn Storage, stanza: &str, label: &str) -> Result<ManifestReader> {
+        let summary = read_summary(store, stanza, label)?;
+        let name = format!("{}/{}", backup_dir(stanza, label), summary.manifest.object);
+        let mut r = ManifestReader {
+            label: label.to_string(),
+            object: summary.manifest.object.clone(),
+            summary,
+            lines: None,
+            buf: String::new(),
+            line_no: 0,
+            dirs: 0,
+            files: 0,
+            size: 0,
+            end: None,
+        };
+        let inner = store.reader(&name).map_err(|e| {
             if e.is_not_found() {
-                corrupt("missing".into())
+                r.corrupt("missing".into())
             } else {
                 e
             }
-        })?,
-        hash: Xxh3::new(),
-        bytes: 0,
-    };
-    let (mut header, mut dirs, mut files, mut end) = (None, Vec::new(), Vec::new(), None);
-    {
-        let z = zstd::stream::read::Decoder::new(&mut src)
-            .map_err(|e| corrupt(format!("not zstd: {e}")))?;
-        let mut lines = BufReader::with_capacity(1 << 20, z);
-        let mut buf = String::new();
-        let mut n = 0u64;
+        })?;
+        let src = HashingSource {
+            inner,
+            hash: Xxh3::new(),
+            bytes: 0,
+        };
+        let z = zstd::stream::read::Decoder::new(src)
+            .map_err(|e| r.corrupt(format!("not zstd: {e}")))?;
+        r.lines = Some(BufReader::with_capacity(1 << 20, z));
+        match r.next_line()? {
+            Some(Line::Header(h)) if h == r.summary.header => Ok(r),
+            Some(Line::Header(h)) => Err(r.corrupt(format!(
+                "the header describes {}/{} in format {}, not what the summary describes",
+                h.stanza, h.label, h.format
+            ))),
+            _ => Err(r.corrupt("the first line is not the header".into())),
+        }
+    }
+
+    /// The backup's summary (its header and end line, as `summary.json` records them).
+    pub fn summary(&self) -> &BackupSummary {
+        &self.summary
+    }
+
+    fn corrupt(&self, why: String) -> Error {
+        Error::Corrupt {
+            label: self.label.clone(),
+            files: vec![format!("{} ({why})", self.object)],
+        }
+    }
+
+    /// The next decoded line, None at the end of the stream.
+    fn next_line(&mut self) -> Result<Option<Line>> {
+        let Some(lines) = self.lines.as_mut() else {
+            return Ok(None);
+        };
+        self.buf.clear();
+        let got = lines.read_line(&mut self.buf);
+        let n = self.line_no;
+        let got = got.map_err(|e| self.corrupt(format!("unreadable after line {n}: {e}")))?;
+        if got == 0 {
+            return Ok(None);
+        }
+        self.line_no += 1;
+        let n = self.line_no;
+        serde_json::from_str(&self.buf)
+            .map(Some)
+            .map_err(|e| self.corrupt(format!("line {n} is not valid: {e}")))
+    }
+
+    /// The next directory or file; None once the whole stream has been read and checked.
+    pub fn next_entry(&mut self) -> Result<Option<Entry>> {
+        let r = self.step();
+        if r.is_err() {
+            self.lines = None;
+        }
+        r
+    }
+
+    fn step(&mut self) -> Result<Option<Entry>> {
         loop {
-            buf.clear();
-            let got = lines
-                .read_line(&mut buf)
-                .map_err(|e| corrupt(format!("unreadable after line {n}: {e}")))?;
-            if got == 0 {
-                break;
+            if self.lines.is_none() {
+                return Ok(None);
             }
-            n += 1;
-            if end.is_some() {
-                return Err(corrupt(format!("line {n} follows the end line")));
+            let Some(line) = self.next_line()? else {
+                self.complete()?;
+                return Ok(None);
+            };
+            let n = self.line_no;
+            if self.end.is_some() {
+                return Err(self.corrupt(format!("line {n} follows the end line")));
             }
-            let l: Line = serde_json::from_str(&buf)
-                .map_err(|e| corrupt(format!("line {n} is not valid: {e}")))?;
-            match (l, header.is_some()) {
-                (Line::Header(h), false) if n == 1 => header = Some(h),
-                (Line::Dir(d), true) => dirs.push(d),
-                (Line::File(f), true) => files.push(f),
-                (Line::End(e), true) => end = Some(e),
-                _ => return Err(corrupt(format!("line {n} is out of order"))),
+            match line {
+                Line::Dir(d) => {
+                    d.check().map_err(|e| self.corrupt(e))?;
+                    self.dirs += 1;
+                    return Ok(Some(Entry::Dir(d)));
+                }
+                Line::File(f) => {
+                    f.check().map_err(|e| self.corrupt(e))?;
+                    self.files += 1;
+                    self.size += f.size;
+                    return Ok(Some(Entry::File(f)));
+                }
+                Line::End(e) => self.end = Some(e),
+                Line::Header(_) => return Err(self.corrupt(format!("line {n} is out of order"))),
             }
         }
+    }
+
+    /// At the end of the stream: drains the rest of the stored bytes and checks them and
+    /// the end line against the summary.
+    fn complete(&mut self) -> Result<()> {
+        let Some(lines) = self.lines.take() else {
+            return Ok(());
+        };
         // Drain what the decoder did not need, so the hash covers every stored byte.
         let mut rest = lines.into_inner().finish();
         std::io::copy(&mut rest, &mut std::io::sink())
-            .map_err(|e| corrupt(format!("unreadable: {e}")))?;
+            .map_err(|e| self.corrupt(format!("unreadable: {e}")))?;
+        let src = rest.into_inner();
+        let digest = format!("{:032x}", src.hash.digest128());
+        let m = &self.summary.manifest;
+        if src.bytes != m.stored_size || digest != m.xxh3 {
+            return Err(self.corrupt(format!(
+                "{} bytes with XXH3 {digest}, the summary records {} bytes with XXH3 {}",
+                src.bytes, m.stored_size, m.xxh3
+            )));
+        }
+        let Some(end) = &self.end else {
+            return Err(self.corrupt("truncated: no end line".into()));
+        };
+        if end != &self.summary.end {
+            return Err(self.corrupt("the end line does not match the summary".into()));
+        }
+        if (end.dirs, end.files, end.size) != (self.dirs, self.files, self.size) {
+            return Err(self.corrupt(format!(
+                "the end line counts {} directories and {} files of {} bytes, the stream holds {}, {} and {}",
+                end.dirs, end.files, end.size, self.dirs, self.files, self.size
+            )));
+        }
+        Ok(())
     }
-    let digest = format!("{:032x}", src.hash.digest128());
-    if src.bytes != summary.manifest.stored_size || digest != summary.manifest.xxh3 {
-        return Err(corrupt(format!(
-            "{} bytes with XXH3 {digest}, the summary records {} bytes with XXH3 {}",
-            src.bytes, summary.manifest.stored_size, summary.manifest.xxh3
-        )));
+}
+
+impl ManifestReader {
+    /// The file lines only, as a stream (the directories are skipped).
+    pub fn files(self) -> impl Iterator<Item = Result<FileEntry>> {
+        self.filter_map(|e| match e {
+            Ok(Entry::File(f)) => Some(Ok(f)),
+            Ok(Entry::Dir(_)) => None,
+            Err(e) => Some(Err(e)),
+        })
     }
-    let (header, end) = match (header, end) {
-        (Some(h), Some(e)) => (h, e),
-        _ => return Err(corrupt("truncated: no header or no end line".into())),
-    };
-    if end.dirs != dirs.len() as u64 || end.files != files.len() as u64 {
-        return Err(corrupt(format!(
-            "the end line counts {} directories and {} files, the stream holds {} and {}",
-            end.dirs,
-            end.files,
-            dirs.len(),
-            files.len()
-        )));
+}
+
+impl Iterator for ManifestReader {
+    type Item = Result<Entry>;
+
+    fn next(&mut self) -> Option<Result<Entry>> {
+        self.next_entry().transpose()
     }
-    if header.format != REPO_FORMAT || header.label != label || header.stanza != stanza {
-        return Err(corrupt(format!(
-            "the header describes {}/{} in format {}",
-            header.stanza, header.label, header.format
-        )));
+}
+
+/// The checks of [`BackupManifest::validate`] that need the whole manifest, made on a
+/// stream of file lines in bounded memory: unique paths (an XXH3-64 per path, 8 bytes
+/// each; two paths with one hash are resolved by [`scan_manifest`] from the paths
+/// themselves), a pg_control, a file for every WAL segment named. Also notes whether each
+/// object's pieces are on consecutive lines, as a backup writes them
+/// ([`ScannedManifest::contiguous`]).
+#[derive(Default)]
+pub struct ManifestChecks {
+    paths: HashSet<u64>,
+    collided: HashSet<u64>,
+    wal: HashSet<String>,
+    control: Option<FileEntry>,
+    /// Objects of the last file line with pieces.
+    open: Vec<u64>,
+    closed: HashSet<u64>,
+    scattered: bool,
+}
+
+impl ManifestChecks {
+    /// Takes one file line into account.
+    pub fn file(&mut self, f: &FileEntry) {
+        let h = xxh3_64(f.path.as_bytes());
+        if !self.paths.insert(h) {
+            self.collided.insert(h);
+        }
+        if let Some(seg) = f.path.strip_prefix("pg_wal/") {
+            self.wal.insert(seg.to_string());
+        }
+        if f.path == "global/pg_control" {
+            self.control = Some(f.clone());
+        }
+        if f.pieces.is_empty() {
+            return;
+        }
+        let mut objects: Vec<u64> = f
+            .pieces
+            .iter()
+            .map(|p| xxh3_64(p.object.as_bytes()))
+            .collect();
+        objects.dedup();
+        for o in std::mem::take(&mut self.open) {
+            if !objects.contains(&o) {
+                self.closed.insert(o);
+            }
+        }
+        self.scattered |= objects.iter().any(|o| self.closed.contains(o));
+        self.open = objects;
     }
+
+    /// The whole-manifest verdict: pg_control's line, or what is wrong. `stop`: the end
+    /// line's stop information (the WAL segments named).
+    fn finish(&mut self, stop: &StopInfo) -> std::result::Result<FileEntry, String> {
+        for seg in &stop.wal_segments {
+            if !self.wal.contains(seg) {
+                return Err(format!("WAL segment {seg} is named but not stored"));
+            }
+        }
+        self.control
+            .take()
+            .ok_or_else(|| "global/pg_control is missing".to_string())
+    }
+}
+
+/// What restore and verify need of a manifest before they stream its files
+/// ([`scan_manifest`]).
+#[derive(Debug)]
+pub struct ScannedManifest {
+    /// Header and end line.
+    pub summary: BackupSummary,
+    pub directories: Vec<DirEntry>,
+    /// The line of global/pg_control (restore writes it last).
+    pub control: FileEntry,
+    /// Each object's pieces are on consecutive file lines: a reader that groups the pieces
+    /// of consecutive lines by object sees each object once, whole, and can check its
+    /// size exactly. True for every manifest a backup writes.
+    pub contiguous: bool,
+}
+
+/// Reads a backup's manifest once through, checking everything ([`ManifestReader`],
+/// [`ManifestChecks`]), and keeps only the directories and pg_control: restore and verify
+/// then stream the files with a second [`ManifestReader`], in memory independent of the
+/// file count (about 10 bytes per file for the checks of this pass).
+///
+/// Errors: as [`ManifestReader`]; [`Error::Corrupt`] for a path listed twice, no
+/// pg_control, a WAL segment named but not stored.
+pub fn scan_manifest(store: &dyn Storage, stanza: &str, label: &str) -> Result<ScannedManifest> {
+    let mut r = ManifestReader::open(store, stanza, label)?;
+    let mut checks = ManifestChecks::default();
+    let mut directories = Vec::new();
+    for e in &mut r {
+        match e? {
+            Entry::Dir(d) => directories.push(d),
+            Entry::File(f) => checks.file(&f),
+        }
+    }
+    let summary = r.summary.clone();
+    let corrupt = |why: String| r.corrupt(why);
+    let control = checks.finish(&summary.end.stop).map_err(corrupt)?;
+    if !checks.collided.is_empty() {
+        // Two paths with one XXH3-64: compare the paths themselves (almost never runs).
+        let mut seen: HashSet<String> = HashSet::new();
+        for e in ManifestReader::open(store, stanza, label)? {
+            if let Entry::File(f) = e? {
+                if checks.collided.contains(&xxh3_64(f.path.as_bytes()))
+                    && !seen.insert(f.path.clone())
+                {
+                    return Err(corrupt(format!("file {} is listed twice", f.path)));
+                }
+            }
+        }
+    }
+    Ok(ScannedManifest {
+        summary,
+        directories,
+        control,
+        contiguous: !checks.scattered,
+    })
+}
+
+/// Reads a backup's manifest whole into memory ([`ManifestReader`]) and validates it
+/// ([`BackupManifest::validate`]). About 1.2 KiB per file: for the commands that need every
+/// line at once (a delta restore); restore and verify stream ([`scan_manifest`]).
+///
+/// Errors: as [`ManifestReader`]; [`Error::Corrupt`] when validation fails.
+pub fn read_manifest(store: &dyn Storage, stanza: &str, label: &str) -> Result<BackupManifest> {
+    let mut r = ManifestReader::open(store, stanza, label)?;
+    let (mut directories, mut files) = (Vec::new(), Vec::new());
+    for e in &mut r {
+        match e? {
+            Entry::Dir(d) => directories.push(d),
+            Entry::File(f) => files.push(f),
+        }
+    }
+    let s = r.summary.clone();
     let m = BackupManifest {
-        header,
-        stop: end.stop,
-        size: end.size,
-        stored_size: end.stored_size,
-        directories: dirs,
+        header: s.header,
+        stop: s.end.stop,
+        size: s.end.size,
+        stored_size: s.end.stored_size,
+        directories,
         files,
     };
-    m.validate().map_err(corrupt)?;
+    m.validate().map_err(|e| r.corrupt(e))?;
     Ok(m)
 }
 

@@ -25,7 +25,8 @@ pub use manifest::{
     MAX_PIECE_SIZE,
 };
 pub use manifest_io::{
-    manifest_name, read_manifest, read_summary, summary_name, write_manifest, BackupSummary,
+    manifest_name, read_manifest, read_summary, scan_manifest, summary_name, write_manifest,
+    BackupSummary, Entry, ManifestReader, ScannedManifest,
 };
 
 /// Version of the repository format this build writes and reads.

@@ -155,30 +155,7 @@ impl Writer {
     /// aligned overwrites of allocated (even unwritten) blocks share it. Ok(false) when the
     /// filesystem cannot allocate ahead (EOPNOTSUPP): the write then just fills the hole.
     pub fn allocate(&self, offset: u64, len: u64) -> io::Result<bool> {
-        use std::os::unix::io::AsRawFd;
-        if len == 0 {
-            return Ok(true);
-        }
-        loop {
-            // SAFETY: plain syscall on a descriptor we own.
-            let rc = unsafe {
-                libc::fallocate(
-                    self.buffered.as_raw_fd(),
-                    libc::FALLOC_FL_KEEP_SIZE,
-                    offset as libc::off_t,
-                    len as libc::off_t,
-                )
-            };
-            if rc == 0 {
-                return Ok(true);
-            }
-            let e = io::Error::last_os_error();
-            match e.raw_os_error() {
-                Some(libc::EINTR) => continue,
-                Some(libc::EOPNOTSUPP) => return Ok(false),
-                _ => return Err(e),
-            }
-        }
+        allocate(&self.buffered, offset, len)
     }
 
     /// Writes all of `data` at `offset`: the aligned head directly, the rest buffered.
@@ -224,6 +201,35 @@ pub fn read_all_into(path: &Path, size: u64, buf: &mut AlignedBuf) -> io::Result
         ));
     }
     Ok(())
+}
+
+/// [`Writer::allocate`] on an open file: `len` bytes at `offset` allocated, the size
+/// unchanged; Ok(false) when the filesystem cannot (EOPNOTSUPP).
+pub fn allocate(file: &File, offset: u64, len: u64) -> io::Result<bool> {
+    use std::os::unix::io::AsRawFd;
+    if len == 0 {
+        return Ok(true);
+    }
+    loop {
+        // SAFETY: plain syscall on an open descriptor.
+        let rc = unsafe {
+            libc::fallocate(
+                file.as_raw_fd(),
+                libc::FALLOC_FL_KEEP_SIZE,
+                offset as libc::off_t,
+                len as libc::off_t,
+            )
+        };
+        if rc == 0 {
+            return Ok(true);
+        }
+        let e = io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EINTR) => continue,
+            Some(libc::EOPNOTSUPP) => return Ok(false),
+            _ => return Err(e),
+        }
+    }
 }
 
 #[cfg(test)]

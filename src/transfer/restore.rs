@@ -5,12 +5,12 @@ use super::sink::{punch_zero_pages, write_runs};
 use super::Progress;
 use crate::codec::{self, CompressType};
 use crate::error::{Error, Result};
-use crate::repo::{self, BackupManifest, Piece};
-use crate::storage::direct::{aligned_buf, AlignedBuf, Writer, DIRECT_MIN_WRITE};
+use crate::repo::{self, FileEntry, Piece};
+use crate::storage::direct::{self, aligned_buf, AlignedBuf, DIRECT_MIN_WRITE};
 use crate::storage::Storage;
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::sync::Mutex;
 
 /// Checks one frame against its piece and expands it into `logical` (resized to the piece's
@@ -52,40 +52,31 @@ pub fn decode_piece(
     Ok(())
 }
 
-/// The frames of one object: (file index, piece index) pairs, and the object's expected size.
-struct ObjectWork {
-    name: String,
-    pieces: Vec<(usize, usize)>,
-    size: u64,
+/// Which pieces of a file [`ReadBack::run`] reads, checks and (when restoring) writes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Want {
+    /// Every piece.
+    All,
+    /// The pieces marked true (a delta restore: the others are in place already).
+    Pieces(Vec<bool>),
+    /// None: the file still counts towards its objects' sizes (restore writes pg_control
+    /// last, on its own).
+    Nothing,
 }
 
-/// Groups the pieces to read by object: all but those of file `skip`, and, with `needed`
-/// (a delta restore), only the pieces it marks.
-fn group_by_object(
-    m: &BackupManifest,
-    skip: Option<usize>,
-    needed: Option<&[Vec<bool>]>,
-) -> Vec<ObjectWork> {
-    let mut map: BTreeMap<&str, ObjectWork> = BTreeMap::new();
-    for (fi, f) in m.files.iter().enumerate() {
-        for (pi, p) in f.pieces.iter().enumerate() {
-            let w = map.entry(&p.object).or_insert_with(|| ObjectWork {
-                name: p.object.clone(),
-                pieces: vec![],
-                size: 0,
-            });
-            w.size += p.stored_size;
-            let wanted = needed
-                .map(|n| n.get(fi).and_then(|f| f.get(pi)).copied().unwrap_or(true))
-                .unwrap_or(true);
-            if Some(fi) != skip && wanted {
-                w.pieces.push((fi, pi));
-            }
-        }
-    }
-    let mut v: Vec<ObjectWork> = map.into_values().filter(|w| !w.pieces.is_empty()).collect();
-    v.sort_by_key(|w| std::cmp::Reverse(w.size));
-    v
+/// A file of the backup on its way through the stages.
+struct FileJob {
+    entry: FileEntry,
+    /// Wanted pieces not yet written; the writer of the last one sets the file's mtime.
+    remaining: AtomicUsize,
+}
+
+/// The frames of one stored object that are wanted, and the object's expected size.
+struct ObjectWork {
+    name: String,
+    pieces: Vec<(Arc<FileJob>, usize)>,
+    /// Stored bytes of every piece seen in the object, wanted or not.
+    size: u64,
 }
 
 /// Threads that read stored objects ahead of the decoders, each with one direct read in
@@ -94,6 +85,9 @@ fn group_by_object(
 /// waits behind the queued writes: with two readers the decoders waited for objects about
 /// 8 of 11 seconds, with four about 5 (docs/benchmark-notes.md, restore section).
 pub const READ_AHEAD: usize = 4;
+/// Objects planned and waiting for a reader: each holds its pieces' manifest lines (a
+/// bundle of small files, up to [`super::BUNDLE_MAX_FILES`] lines).
+const PLANNED_QUEUE: usize = 4;
 /// Objects read and waiting for a decoder (each at most about [`super::CHUNK_SIZE`]). The
 /// readers are the stage that falls behind, not the decoders, so one slot is enough.
 const LOADED_QUEUE: usize = 1;
@@ -101,31 +95,13 @@ const LOADED_QUEUE: usize = 1;
 /// up to 8 MiB in flight. The disk of the benchmark machine writes faster with more
 /// requests in flight (docs/benchmark-notes.md, restore section: 2 054 MiB took 5.7 s with
 /// one `dd` and 4.2 to 2.6 s with four to eight at once), and a restore writes four times
-/// the bytes it reads, so the writes get the depth. The ranges are allocated before the
-/// writers start ([`allocate_targets`]): on ext4 direct writes that fill holes in one file
-/// go one at a time. Independent of `--jobs`, which sizes the CPU stage.
+/// the bytes it reads, so the writes get the depth. The ranges are allocated when a file is
+/// created ([`allocate_pieces`]): on ext4 direct writes that fill holes in one file go one
+/// at a time. Independent of `--jobs`, which sizes the CPU stage.
 pub const WRITERS: usize = 4;
 /// Checked pieces waiting for a writer, beyond the ones being written: keeps the writers
 /// busy while the decoders are descheduled. Each is a buffer of up to 8 MiB.
 const WRITE_QUEUE: usize = 2;
-
-/// Checks every frame of backup `m` and, when `target` (a data directory) is given, writes
-/// each file's bytes into `target/<its path>` (files must already exist at their final size;
-/// the paths are made when written, not kept per file). Files at index
-/// `skip` are left out (restore writes pg_control last, on its own).
-///
-/// Returns the paths of the files with missing or damaged frames (verify: all of them;
-/// restore stops at the first and returns [`Error::Corrupt`]).
-pub fn read_back(
-    store: &dyn Storage,
-    m: &BackupManifest,
-    target: Option<&Path>,
-    skip: Option<usize>,
-    jobs: usize,
-    progress: &dyn Progress,
-) -> Result<Vec<String>> {
-    read_back_with(store, m, target, skip, None, jobs, progress, &mut || Ok(()))
-}
 
 /// A stored object as read, or why it could not be used.
 enum Loaded {
@@ -136,13 +112,13 @@ enum Loaded {
 
 /// A checked piece on its way to a writer: its logical bytes in a buffer of the pool.
 struct CheckedPiece {
-    file: usize,
+    file: Arc<FileJob>,
     offset: u64,
     zero_pages: Vec<[u32; 2]>,
     logical: AlignedBuf,
 }
 
-/// State shared by the three stages of [`read_back_with`].
+/// State shared by the stages of [`ReadBack::run`].
 struct Stages<'a> {
     abort: AtomicBool,
     /// Where the stages' threads spent their time, summed over threads (debug log): tells
@@ -150,15 +126,13 @@ struct Stages<'a> {
     clock: StageClock,
     bad: Mutex<Vec<String>>,
     first_error: Mutex<Option<Error>>,
-    restoring: bool,
-    m: &'a BackupManifest,
-    /// Cancelled on the first error, so readers waiting on an object store stop at once.
-    store: &'a dyn Storage,
+    rb: &'a ReadBack<'a>,
 }
 
 /// Nanoseconds summed over the threads of each stage.
 #[derive(Default)]
 struct StageClock {
+    plan: AtomicU64,
     read: AtomicU64,
     read_wait_buffer: AtomicU64,
     decode: AtomicU64,
@@ -180,9 +154,10 @@ impl StageClock {
     fn log(&self) {
         let s = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64 / 1e9;
         tracing::debug!(
-            "restore stages, seconds summed over threads: read {:.2} (waiting for a buffer {:.2}), \
-             decode {:.2} (waiting for an object {:.2}, for a buffer {:.2}), write {:.2} \
-             (waiting for a piece {:.2})",
+            "restore stages, seconds summed over threads: plan and prepare files {:.2}, \
+             read {:.2} (waiting for a buffer {:.2}), decode {:.2} (waiting for an object \
+             {:.2}, for a buffer {:.2}), write {:.2} (waiting for a piece {:.2})",
+            s(&self.plan),
             s(&self.read),
             s(&self.read_wait_buffer),
             s(&self.decode),
@@ -197,22 +172,22 @@ impl StageClock {
 impl Stages<'_> {
     fn fail(&self, e: Error) {
         self.abort.store(true, Ordering::SeqCst);
-        self.store.cancel();
+        self.rb.store.cancel();
         self.first_error
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get_or_insert(e);
     }
 
-    fn mark(&self, fi: usize, object: &str, why: &str) {
-        let path = &self.m.files[fi].path;
+    fn mark(&self, file: &FileJob, object: &str, why: &str) {
+        let path = &file.entry.path;
         tracing::error!("{path}: {why} (object data/{object})");
         self.bad
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push(path.clone());
         // A restore stops at the first damaged file; verify goes on to find them all.
-        if self.restoring {
+        if self.rb.target.is_some() {
             self.abort.store(true, Ordering::SeqCst);
         }
     }
@@ -220,194 +195,353 @@ impl Stages<'_> {
     fn aborted(&self) -> bool {
         self.abort.load(Ordering::SeqCst)
     }
+
+    /// A file's last wanted piece is written: its modification time is set.
+    fn file_done(&self, file: &FileJob) -> Result<()> {
+        match self.rb.target {
+            Some(root) => set_mtime(&root.join(&file.entry.path), file.entry.mtime),
+            None => Ok(()),
+        }
+    }
 }
 
-/// [`read_back`] in three overlapping stages: [`READ_AHEAD`] threads read stored objects
-/// (largest first), `jobs` threads check and expand their frames ([`decode_piece`]), and,
-/// when restoring, [`WRITERS`] threads write the checked pieces. Only a piece whose stored
-/// and logical checksums matched reaches a writer. `before_write` runs on the calling thread
-/// while the first objects are read and decoded; no piece is written before it returns Ok
-/// (restore creates the target files there).
-///
-/// Memory is bounded by two pools of buffers reused throughout, each buffer of about
-/// [`super::CHUNK_SIZE`] (8 MiB): `READ_AHEAD + LOADED_QUEUE + jobs` object buffers and
-/// `jobs + WRITE_QUEUE + WRITERS` logical buffers: 15 buffers, about 125 MiB resident with
-/// 2 jobs, whatever the size of the backup.
-///
-/// With `needed` (a delta restore into files that hold other bytes), only the marked pieces
-/// are read and written, and their all-zero pages are punched out of the target rather than
-/// left as they were.
-#[allow(clippy::too_many_arguments)]
-pub fn read_back_with(
-    store: &dyn Storage,
-    m: &BackupManifest,
-    target: Option<&Path>,
-    skip: Option<usize>,
-    needed: Option<&[Vec<bool>]>,
-    jobs: usize,
-    progress: &dyn Progress,
-    before_write: &mut dyn FnMut() -> Result<()>,
-) -> Result<Vec<String>> {
-    let work = group_by_object(m, skip, needed);
-    let overwrite = needed.is_some();
-    let jobs = jobs.max(1);
-    let next = AtomicUsize::new(0);
-    let st = Stages {
-        abort: AtomicBool::new(false),
-        clock: StageClock::default(),
-        bad: Mutex::new(Vec::new()),
-        first_error: Mutex::new(None),
-        restoring: target.is_some(),
-        m,
-        store,
+/// Sets the modification time of `path` to `mtime` (Unix seconds; negative as 0), without
+/// opening it.
+pub fn set_mtime(path: &Path, mtime: i64) -> Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| Error::Other(format!("{} contains a NUL byte", path.display())))?;
+    let t = libc::timespec {
+        tv_sec: mtime.max(0) as libc::time_t,
+        tv_nsec: 0,
     };
-    let (loaded_tx, loaded_rx) = crossbeam_channel::bounded::<(usize, Loaded)>(LOADED_QUEUE);
-    // Object buffers: one per reader, per queue slot and per decoder, reused throughout
-    // (fresh memory costs a page fault per 4 KiB).
-    let objects = READ_AHEAD + LOADED_QUEUE + jobs;
-    let (obj_tx, obj_rx) = crossbeam_channel::bounded::<AlignedBuf>(objects);
-    for _ in 0..objects {
-        let _ = obj_tx.send(aligned_buf(
-            super::CHUNK_SIZE as usize + super::CHUNK_SIZE as usize / 64,
+    let times = [
+        libc::timespec {
+            tv_sec: 0,
+            tv_nsec: libc::UTIME_OMIT,
+        },
+        t,
+    ];
+    // SAFETY: a NUL-terminated path and two timespecs, as utimensat(2) takes them.
+    let rc = unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), times.as_ptr(), 0) };
+    if rc != 0 {
+        return Err(Error::io(
+            "set mtime",
+            path,
+            std::io::Error::last_os_error(),
         ));
     }
-    let (write_tx, write_rx) = crossbeam_channel::bounded::<CheckedPiece>(WRITE_QUEUE);
-    // The pool of logical buffers: a decoder takes one per piece, a writer gives it back.
-    let pool_size = if target.is_some() {
-        jobs + WRITE_QUEUE + WRITERS
-    } else {
-        jobs
-    };
-    let (pool_tx, pool_rx) = crossbeam_channel::bounded::<AlignedBuf>(pool_size);
-    for _ in 0..pool_size {
-        // The channel has room for every buffer.
-        let _ = pool_tx.send(aligned_buf(super::CHUNK_SIZE as usize));
-    }
-    std::thread::scope(|s| {
-        for _ in 0..READ_AHEAD {
-            let (tx, obj_rx) = (loaded_tx.clone(), obj_rx.clone());
-            let (st, work, next) = (&st, &work, &next);
-            s.spawn(move || {
-                while !st.aborted() {
-                    let i = next.fetch_add(1, Ordering::SeqCst);
-                    let Some(w) = work.get(i) else { break };
-                    // Buffers come back from the decoders; the pool owns every one.
-                    let Ok(buf) = clocked(&st.clock.read_wait_buffer, || obj_rx.recv()) else {
-                        break;
-                    };
-                    match clocked(&st.clock.read, || load_object(store, m, w, buf)) {
-                        Ok(l) => {
-                            if tx.send((i, l)).is_err() {
-                                break;
-                            }
-                        }
-                        Err(e) => st.fail(e),
-                    }
-                }
-            });
-        }
-        drop(loaded_tx);
-        for _ in 0..jobs {
-            let (rx, tx) = (loaded_rx.clone(), write_tx.clone());
-            let (pool_tx, pool_rx) = (pool_tx.clone(), pool_rx.clone());
-            let (st, work, obj_tx) = (&st, &work, obj_tx.clone());
-            s.spawn(move || {
-                // Drain the queue even after an abort, so no reader stays blocked on it.
-                while let Ok((i, loaded)) = clocked(&st.clock.decode_wait_object, || rx.recv()) {
-                    let w = &work[i];
-                    let object = match loaded {
-                        Loaded::Object(o) => o,
-                        Loaded::Unusable(why, buf) => {
-                            let _ = obj_tx.send(buf);
-                            if !st.aborted() {
-                                for &(fi, _) in &w.pieces {
-                                    st.mark(fi, &w.name, &why);
-                                }
-                            }
-                            continue;
-                        }
-                    };
-                    let t = std::time::Instant::now();
-                    let waited = decode_object(
-                        st,
-                        m,
-                        w,
-                        &object,
-                        target.is_some(),
-                        &pool_tx,
-                        &pool_rx,
-                        &tx,
-                        progress,
-                    );
-                    let busy = t.elapsed().saturating_sub(waited);
-                    st.clock
-                        .decode
-                        .fetch_add(busy.as_nanos() as u64, Ordering::Relaxed);
-                    st.clock
-                        .decode_wait_buffer
-                        .fetch_add(waited.as_nanos() as u64, Ordering::Relaxed);
-                    let _ = obj_tx.send(object);
-                }
-            });
-        }
-        drop(write_tx);
-        // Readers and decoders are running: prepare the targets meanwhile.
-        if let Err(e) = before_write() {
-            st.fail(e);
-        }
-        for _ in 0..WRITERS {
-            let (rx, pool_tx, st) = (write_rx.clone(), pool_tx.clone(), &st);
-            s.spawn(move || {
-                while let Ok(piece) = clocked(&st.clock.write_wait_piece, || rx.recv()) {
-                    if !st.aborted() {
-                        if let Some(root) = target {
-                            let n = piece.logical.len() as u64;
-                            let path = root.join(&m.files[piece.file].path);
-                            match clocked(&st.clock.write, || {
-                                write_runs(&path, piece.offset, &piece.logical, &piece.zero_pages)?;
-                                if overwrite && !piece.zero_pages.is_empty() {
-                                    punch_zero_pages(&path, piece.offset, &piece.zero_pages)?;
-                                }
-                                Ok(())
-                            }) {
-                                Ok(()) => progress.advance(n),
-                                Err(e) => st.fail(e),
-                            }
-                        }
-                    }
-                    let _ = pool_tx.send(piece.logical);
-                }
-            });
-        }
-        drop(write_rx);
-    });
-    st.clock.log();
-    if let Some(e) = st
-        .first_error
-        .into_inner()
-        .unwrap_or_else(|p| p.into_inner())
-    {
-        return Err(e);
-    }
-    let mut bad = st.bad.into_inner().unwrap_or_else(|p| p.into_inner());
-    bad.sort();
-    bad.dedup();
-    if target.is_some() && !bad.is_empty() {
-        return Err(Error::Corrupt {
-            label: m.header.label.clone(),
-            files: bad,
-        });
-    }
-    Ok(bad)
+    Ok(())
 }
 
-/// Checks and expands every piece of one object; when restoring, hands each checked piece to
-/// the writers, else counts it as done. Returns the time spent waiting for buffers and for
-/// room in the writers' queue.
+/// Reading a backup back: every stored frame is read, checked and expanded, and, with a
+/// `target`, written there. The files come as a stream (a [`crate::repo::ManifestReader`]
+/// or a manifest in memory); objects are read as the stream reaches them, so memory does not
+/// depend on the number of files.
+pub struct ReadBack<'a> {
+    pub store: &'a dyn Storage,
+    pub stanza: &'a str,
+    pub label: &'a str,
+    /// Compression of the backup's frames.
+    pub kind: CompressType,
+    /// Each object's pieces are on consecutive lines of the stream
+    /// ([`crate::repo::ScannedManifest::contiguous`]): each object is then read once and
+    /// its size checked exactly. Otherwise an object may be read once per run of lines,
+    /// and only its frames are checked.
+    pub contiguous: bool,
+    /// The data directory to write into (files must exist at their final size when
+    /// `prepare` returns for them); None to check only (`verify`).
+    pub target: Option<&'a Path>,
+    /// The target files may hold other bytes (a delta restore): the all-zero pages of the
+    /// written pieces are punched out rather than left as they are.
+    pub overwrite: bool,
+    /// Threads checking and expanding frames.
+    pub jobs: usize,
+}
+
+impl ReadBack<'_> {
+    /// Reads back the files of `files`, in four overlapping stages: this thread plans,
+    /// calling `prepare` on each file in stream order (restore creates the file there and
+    /// says which pieces it wants; no piece of a file is written before `prepare` returns
+    /// for it) and grouping the wanted pieces of consecutive files by object;
+    /// [`READ_AHEAD`] threads read the objects; `jobs` threads check and expand their
+    /// frames ([`decode_piece`]); when restoring, [`WRITERS`] threads write the checked
+    /// pieces, and the writer of a file's last piece sets its mtime (a file with no piece
+    /// to write gets it when planned, unless [`Want::Nothing`]). Only a piece whose stored
+    /// and logical checksums matched reaches a writer.
+    ///
+    /// Memory is bounded by two pools of buffers reused throughout, each of about
+    /// [`super::CHUNK_SIZE`] (8 MiB): `READ_AHEAD + LOADED_QUEUE + jobs` object buffers and
+    /// `jobs + WRITE_QUEUE + WRITERS` logical buffers (15 buffers, about 125 MiB resident
+    /// with 2 jobs), plus the lines of the objects in flight, whatever the size of the
+    /// backup.
+    ///
+    /// Returns the paths of the files with missing or damaged frames (verify: all of them;
+    /// a restore stops at the first and returns [`Error::Corrupt`]). Errors: the first
+    /// error of `files`, `prepare`, the store or a write.
+    pub fn run<I>(
+        &self,
+        files: I,
+        prepare: &mut (dyn FnMut(&FileEntry) -> Result<Want> + Send),
+        progress: &dyn Progress,
+    ) -> Result<Vec<String>>
+    where
+        I: Iterator<Item = Result<FileEntry>> + Send,
+    {
+        let jobs = self.jobs.max(1);
+        let writing = self.target.is_some();
+        let st = Stages {
+            abort: AtomicBool::new(false),
+            clock: StageClock::default(),
+            bad: Mutex::new(Vec::new()),
+            first_error: Mutex::new(None),
+            rb: self,
+        };
+        let (plan_tx, plan_rx) = crossbeam_channel::bounded::<ObjectWork>(PLANNED_QUEUE);
+        let (loaded_tx, loaded_rx) =
+            crossbeam_channel::bounded::<(ObjectWork, Loaded)>(LOADED_QUEUE);
+        // Object buffers: one per reader, per queue slot and per decoder, reused throughout
+        // (fresh memory costs a page fault per 4 KiB).
+        let objects = READ_AHEAD + LOADED_QUEUE + jobs;
+        let (obj_tx, obj_rx) = crossbeam_channel::bounded::<AlignedBuf>(objects);
+        for _ in 0..objects {
+            let _ = obj_tx.send(aligned_buf(
+                super::CHUNK_SIZE as usize + super::CHUNK_SIZE as usize / 64,
+            ));
+        }
+        let (write_tx, write_rx) = crossbeam_channel::bounded::<CheckedPiece>(WRITE_QUEUE);
+        // The pool of logical buffers: a decoder takes one per piece, a writer gives it back.
+        let pool_size = if writing {
+            jobs + WRITE_QUEUE + WRITERS
+        } else {
+            jobs
+        };
+        let (pool_tx, pool_rx) = crossbeam_channel::bounded::<AlignedBuf>(pool_size);
+        for _ in 0..pool_size {
+            // The channel has room for every buffer.
+            let _ = pool_tx.send(aligned_buf(super::CHUNK_SIZE as usize));
+        }
+        std::thread::scope(|s| {
+            let st = &st;
+            for _ in 0..READ_AHEAD {
+                let (rx, tx, obj_rx) = (plan_rx.clone(), loaded_tx.clone(), obj_rx.clone());
+                s.spawn(move || {
+                    while let Ok(w) = rx.recv() {
+                        if st.aborted() {
+                            continue; // drain, so the planner is not left blocked
+                        }
+                        // Buffers come back from the decoders; the pool owns every one.
+                        let Ok(buf) = clocked(&st.clock.read_wait_buffer, || obj_rx.recv()) else {
+                            break;
+                        };
+                        match clocked(&st.clock.read, || self.load_object(&w, buf)) {
+                            Ok(l) => {
+                                if tx.send((w, l)).is_err() {
+                                    break;
+                                }
+                            }
+                            Err(e) => st.fail(e),
+                        }
+                    }
+                });
+            }
+            drop((plan_rx, loaded_tx));
+            for _ in 0..jobs {
+                let (rx, tx) = (loaded_rx.clone(), write_tx.clone());
+                let (pool_tx, pool_rx) = (pool_tx.clone(), pool_rx.clone());
+                let obj_tx = obj_tx.clone();
+                s.spawn(move || {
+                    // Drain the queue even after an abort, so no reader stays blocked on it.
+                    while let Ok((w, loaded)) = clocked(&st.clock.decode_wait_object, || rx.recv())
+                    {
+                        let object = match loaded {
+                            Loaded::Object(o) => o,
+                            Loaded::Unusable(why, buf) => {
+                                let _ = obj_tx.send(buf);
+                                if !st.aborted() {
+                                    for (f, _) in &w.pieces {
+                                        st.mark(f, &w.name, &why);
+                                    }
+                                }
+                                continue;
+                            }
+                        };
+                        let t = std::time::Instant::now();
+                        let waited = decode_object(
+                            st, &w, &object, writing, &pool_tx, &pool_rx, &tx, progress,
+                        );
+                        let busy = t.elapsed().saturating_sub(waited);
+                        st.clock
+                            .decode
+                            .fetch_add(busy.as_nanos() as u64, Ordering::Relaxed);
+                        st.clock
+                            .decode_wait_buffer
+                            .fetch_add(waited.as_nanos() as u64, Ordering::Relaxed);
+                        let _ = obj_tx.send(object);
+                    }
+                });
+            }
+            drop((loaded_rx, write_tx));
+            for _ in 0..WRITERS {
+                let (rx, pool_tx) = (write_rx.clone(), pool_tx.clone());
+                s.spawn(move || {
+                    while let Ok(piece) = clocked(&st.clock.write_wait_piece, || rx.recv()) {
+                        if !st.aborted() {
+                            if let Some(root) = self.target {
+                                let n = piece.logical.len() as u64;
+                                match clocked(&st.clock.write, || {
+                                    self.write_piece(st, root, &piece)
+                                }) {
+                                    Ok(()) => progress.advance(n),
+                                    Err(e) => st.fail(e),
+                                }
+                            }
+                        }
+                        let _ = pool_tx.send(piece.logical);
+                    }
+                });
+            }
+            drop(write_rx);
+            // This thread plans: it feeds the readers until the stream ends or a stage fails.
+            let planned = clocked(&st.clock.plan, || self.plan(st, files, prepare, &plan_tx));
+            if let Err(e) = planned {
+                st.fail(e);
+            }
+            drop(plan_tx);
+        });
+        st.clock.log();
+        if let Some(e) = st
+            .first_error
+            .into_inner()
+            .unwrap_or_else(|p| p.into_inner())
+        {
+            return Err(e);
+        }
+        let mut bad = st.bad.into_inner().unwrap_or_else(|p| p.into_inner());
+        bad.sort();
+        bad.dedup();
+        if writing && !bad.is_empty() {
+            return Err(Error::Corrupt {
+                label: self.label.to_string(),
+                files: bad,
+            });
+        }
+        Ok(bad)
+    }
+
+    /// The planning stage of [`ReadBack::run`]: objects are sent to the readers once the
+    /// stream has passed their last piece (the first file line with pieces that has none in
+    /// them).
+    fn plan<I>(
+        &self,
+        st: &Stages,
+        files: I,
+        prepare: &mut (dyn FnMut(&FileEntry) -> Result<Want> + Send),
+        tx: &crossbeam_channel::Sender<ObjectWork>,
+    ) -> Result<()>
+    where
+        I: Iterator<Item = Result<FileEntry>>,
+    {
+        let mut open: Vec<ObjectWork> = Vec::new();
+        let send = |w: ObjectWork| -> bool { w.pieces.is_empty() || tx.send(w).is_ok() };
+        for f in files {
+            if st.aborted() {
+                return Ok(());
+            }
+            let f = f?;
+            let want = prepare(&f)?;
+            let n = f.pieces.len();
+            let wanted: Vec<bool> = match &want {
+                Want::All => vec![true; n],
+                Want::Pieces(v) => (0..n).map(|i| v.get(i).copied().unwrap_or(true)).collect(),
+                Want::Nothing => vec![false; n],
+            };
+            let count = wanted.iter().filter(|w| **w).count();
+            if n > 0 {
+                // Objects this file has no piece in are complete: off to the readers.
+                let (done, still): (Vec<_>, Vec<_>) = std::mem::take(&mut open)
+                    .into_iter()
+                    .partition(|w| !f.pieces.iter().any(|p| p.object == w.name));
+                open = still;
+                for w in done {
+                    if !send(w) {
+                        return Ok(());
+                    }
+                }
+            }
+            let job = Arc::new(FileJob {
+                entry: f,
+                remaining: AtomicUsize::new(count),
+            });
+            if count == 0 && want != Want::Nothing {
+                st.file_done(&job)?;
+            }
+            for (pi, p) in job.entry.pieces.iter().enumerate() {
+                let at = match open.iter().position(|w| w.name == p.object) {
+                    Some(i) => i,
+                    None => {
+                        open.push(ObjectWork {
+                            name: p.object.clone(),
+                            pieces: Vec::new(),
+                            size: 0,
+                        });
+                        open.len() - 1
+                    }
+                };
+                open[at].size += p.stored_size;
+                if wanted[pi] {
+                    open[at].pieces.push((job.clone(), pi));
+                }
+            }
+        }
+        for w in open {
+            if !send(w) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes one checked piece; the file's last sets its mtime.
+    fn write_piece(&self, st: &Stages, root: &Path, piece: &CheckedPiece) -> Result<()> {
+        let path = root.join(&piece.file.entry.path);
+        write_runs(&path, piece.offset, &piece.logical, &piece.zero_pages)?;
+        if self.overwrite && !piece.zero_pages.is_empty() {
+            punch_zero_pages(&path, piece.offset, &piece.zero_pages)?;
+        }
+        if piece.file.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
+            st.file_done(&piece.file)?;
+        }
+        Ok(())
+    }
+
+    /// Reads one stored object whole and checks its size: exactly the manifest's when the
+    /// stream is contiguous, else only that each frame fits (checked per piece). One
+    /// request (an object store pays a round trip per request): a missing object shows as
+    /// not found.
+    fn load_object(&self, w: &ObjectWork, mut buf: AlignedBuf) -> Result<Loaded> {
+        let name = repo::object_name(self.stanza, self.label, &w.name);
+        match self.store.get_aligned_into(&name, &mut buf) {
+            Ok(()) if !self.contiguous || buf.len() as u64 == w.size => Ok(Loaded::Object(buf)),
+            Ok(()) => Ok(Loaded::Unusable(
+                format!("stored object has {} bytes, expected {}", buf.len(), w.size),
+                buf,
+            )),
+            Err(e) if e.is_not_found() => Ok(Loaded::Unusable(
+                "stored object is missing".to_string(),
+                buf,
+            )),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// Checks and expands every wanted piece of one object; when restoring, hands each checked
+/// piece to the writers, else counts it as done. Returns the time spent waiting for buffers
+/// and for room in the writers' queue.
 #[allow(clippy::too_many_arguments)]
 fn decode_object(
     st: &Stages,
-    m: &BackupManifest,
     w: &ObjectWork,
     object: &[u8],
     writing: bool,
@@ -417,18 +551,18 @@ fn decode_object(
     progress: &dyn Progress,
 ) -> std::time::Duration {
     let mut waited = std::time::Duration::ZERO;
-    for &(fi, pi) in &w.pieces {
+    for (file, pi) in &w.pieces {
         if st.aborted() {
             break;
         }
-        let p = &m.files[fi].pieces[pi];
+        let p = &file.entry.pieces[*pi];
         let Some(frame) = usize::try_from(p.offset)
             .ok()
             .zip(usize::try_from(p.offset.saturating_add(p.stored_size)).ok())
             .and_then(|(a, b)| object.get(a..b))
         else {
             st.mark(
-                fi,
+                file,
                 &w.name,
                 "the manifest points past the end of the stored object",
             );
@@ -442,14 +576,14 @@ fn decode_object(
         let Ok(mut logical) = got else {
             break;
         };
-        if let Err(why) = decode_piece(m.header.compression.kind, frame, p, &mut logical) {
-            st.mark(fi, &w.name, &why);
+        if let Err(why) = decode_piece(st.rb.kind, frame, p, &mut logical) {
+            st.mark(file, &w.name, &why);
             let _ = pool_tx.send(logical);
             continue;
         }
         if writing {
             let piece = CheckedPiece {
-                file: fi,
+                file: file.clone(),
                 offset: p.logical_offset,
                 zero_pages: p.zero_pages.clone(),
                 logical,
@@ -468,91 +602,60 @@ fn decode_object(
     waited
 }
 
-/// Allocates, in each target file, the ranges the backup's pieces will write: everything
-/// but the zero pages, which stay holes ([`Writer::allocate`]). Run before the writers
-/// start, so their direct writes overwrite allocated blocks and several run in one file at
-/// once. Files at index `skip` are left out. Errors (ENOSPC first of all) name the file.
-pub fn allocate_targets(m: &BackupManifest, target: &Path, skip: Option<usize>) -> Result<()> {
-    for (fi, f) in m.files.iter().enumerate() {
-        if Some(fi) == skip || f.pieces.is_empty() {
-            continue;
-        }
-        // Non-zero ranges of the file, adjacent ones merged (across pieces too).
-        let mut ranges: Vec<(u64, u64)> = Vec::new();
-        for p in &f.pieces {
-            let runs =
-                crate::repo::manifest::nonzero_ranges(p.logical_size as usize, &p.zero_pages)
-                    .unwrap_or_default();
-            for (off, n) in runs {
-                let (start, len) = (p.logical_offset + off as u64, n as u64);
-                match ranges.last_mut() {
-                    Some(r) if r.0 + r.1 == start => r.1 += len,
-                    _ => ranges.push((start, len)),
-                }
-            }
-        }
-        // Small files are written through the page cache (write_runs): nothing to gain.
-        let bytes: u64 = ranges.iter().map(|r| r.1).sum();
-        if ranges.is_empty() || bytes < DIRECT_MIN_WRITE as u64 {
-            continue;
-        }
-        let path = &target.join(&f.path);
-        let w = Writer::open_buffered(path).map_err(|e| Error::io("open", path, e))?;
-        for (start, len) in ranges {
-            if !w
-                .allocate(start, len)
-                .map_err(|e| Error::io("allocate", path, e))?
-            {
-                return Ok(()); // the filesystem cannot: the writes fill holes instead
+/// Allocates, in the open target file `file` at `path`, the ranges `f`'s pieces will
+/// write: everything but the zero pages, which stay holes ([`direct::allocate`]), so the
+/// writers' direct writes overwrite allocated blocks and several run in one file at once.
+/// Small files are left alone (they are written through the page cache). Returns false
+/// when the filesystem cannot allocate ahead (the caller may stop trying). Errors (ENOSPC
+/// first of all) name the file.
+pub fn allocate_pieces(file: &std::fs::File, path: &Path, f: &FileEntry) -> Result<bool> {
+    // Non-zero ranges of the file, adjacent ones merged (across pieces too).
+    let mut ranges: Vec<(u64, u64)> = Vec::new();
+    for p in &f.pieces {
+        let runs = crate::repo::manifest::nonzero_ranges(p.logical_size as usize, &p.zero_pages)
+            .unwrap_or_default();
+        for (off, n) in runs {
+            let (start, len) = (p.logical_offset + off as u64, n as u64);
+            match ranges.last_mut() {
+                Some(r) if r.0 + r.1 == start => r.1 += len,
+                _ => ranges.push((start, len)),
             }
         }
     }
-    Ok(())
-}
-
-/// Reads one stored object whole and checks it has the size the manifest expects. One
-/// request (an object store pays a round trip per request): a missing object shows as
-/// not found.
-fn load_object(
-    store: &dyn Storage,
-    m: &BackupManifest,
-    w: &ObjectWork,
-    mut buf: AlignedBuf,
-) -> Result<Loaded> {
-    let name = repo::object_name(&m.header.stanza, &m.header.label, &w.name);
-    match store.get_aligned_into(&name, &mut buf) {
-        Ok(()) if buf.len() as u64 == w.size => Ok(Loaded::Object(buf)),
-        Ok(()) => Ok(Loaded::Unusable(
-            format!("stored object has {} bytes, expected {}", buf.len(), w.size),
-            buf,
-        )),
-        Err(e) if e.is_not_found() => Ok(Loaded::Unusable(
-            "stored object is missing".to_string(),
-            buf,
-        )),
-        Err(e) => Err(e),
+    let bytes: u64 = ranges.iter().map(|r| r.1).sum();
+    if ranges.is_empty() || bytes < DIRECT_MIN_WRITE as u64 {
+        return Ok(true);
     }
+    for (start, len) in ranges {
+        if !direct::allocate(file, start, len).map_err(|e| Error::io("allocate", path, e))? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
-/// Reads, checks and writes one file on its own (restore uses it for pg_control, last).
+/// Reads, checks and writes one file on its own (restore uses it for pg_control, last):
+/// `f` of backup `label` of `stanza`, frames compressed with `kind`, into the existing
+/// `target`.
 pub fn restore_one(
     store: &dyn Storage,
-    m: &BackupManifest,
-    file: usize,
+    stanza: &str,
+    label: &str,
+    kind: CompressType,
+    f: &FileEntry,
     target: &PathBuf,
 ) -> Result<()> {
-    let f = &m.files[file];
     let mut logical = aligned_buf(super::CHUNK_SIZE as usize);
     for p in &f.pieces {
         let frame = store.get_range(
-            &repo::object_name(&m.header.stanza, &m.header.label, &p.object),
+            &repo::object_name(stanza, label, &p.object),
             p.offset,
             p.stored_size,
         )?;
-        decode_piece(m.header.compression.kind, &frame, p, &mut logical).map_err(|why| {
+        decode_piece(kind, &frame, p, &mut logical).map_err(|why| {
             tracing::error!("{}: {why}", f.path);
             Error::Corrupt {
-                label: m.header.label.clone(),
+                label: label.to_string(),
                 files: vec![f.path.clone()],
             }
         })?;
