@@ -13,6 +13,8 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/.." && pwd)
 # shellcheck source=scripts/pg-env.sh
 source "$ROOT/scripts/pg-env.sh"
+# shellcheck source=bench/common.sh
+source "$ROOT/bench/common.sh"
 
 # ------------------------------------------------------------------ settings (env overrides)
 SCALE=${SCALE:-100}                 # pgbench scale of the main dataset
@@ -100,13 +102,6 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-cold_cache() {
-    sync
-    if [ "$DROP_CACHES" != no ]; then
-        if echo 3 >/proc/sys/vm/drop_caches 2>/dev/null; then DROP_CACHES=yes
-        else DROP_CACHES=no; say "WARNING: cannot drop the page cache; runs are warm"; fi
-    fi
-}
 
 load1() { cut -d' ' -f1 /proc/loadavg; }
 loadavg() { cut -d' ' -f1-3 /proc/loadavg; }

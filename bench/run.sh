@@ -13,6 +13,8 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/.." && pwd)
 # shellcheck source=scripts/pg-env.sh
 source "$ROOT/scripts/pg-env.sh"
+# shellcheck source=bench/common.sh
+source "$ROOT/bench/common.sh"
 
 # ------------------------------------------------------------------ settings (env overrides)
 SCALE=${SCALE:-100}                 # pgbench scale (100 = about 1.5 GiB)
@@ -66,19 +68,6 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 # ------------------------------------------------------------------ measuring
-# cold_cache: write back dirty pages and drop the page cache, so every timed run reads from disk.
-cold_cache() {
-    sync
-    if [ "$DROP_CACHES" != no ]; then
-        if echo 3 >/proc/sys/vm/drop_caches 2>/dev/null; then
-            DROP_CACHES=yes
-        else
-            DROP_CACHES=no
-            say "WARNING: cannot drop the page cache (echo 3 > /proc/sys/vm/drop_caches failed);"
-            say "         runs are NOT cold-cache; carrying on"
-        fi
-    fi
-}
 
 # q ARGS... -> the arguments quoted for bash -c
 q() { printf '%q ' "$@"; }

@@ -19,6 +19,8 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/.." && pwd)
 # shellcheck source=scripts/pg-env.sh
 source "$ROOT/scripts/pg-env.sh"
+# shellcheck source=bench/common.sh
+source "$ROOT/bench/common.sh"
 
 # ------------------------------------------------------------------ settings (env overrides)
 TABLES=${TABLES:-100000}            # small tables of the main cluster (one row, one 8 KiB file each)
@@ -116,13 +118,6 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 # ------------------------------------------------------------------ measuring
-cold_cache() {
-    sync
-    if [ "$DROP_CACHES" != no ]; then
-        if echo 3 >/proc/sys/vm/drop_caches 2>/dev/null; then DROP_CACHES=yes
-        else DROP_CACHES=no; say "WARNING: cannot drop the page cache; runs are warm"; fi
-    fi
-}
 
 # timed NAME RUN CMD: cold cache, then `bash -c "CMD && sync"` under GNU time (wall seconds,
 # peak RSS of the largest single process). One row in $TIMES; non-zero on failure.

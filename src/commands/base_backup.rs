@@ -78,24 +78,14 @@ impl BaseBackup {
 }
 
 /// The files of a listing as the engine wants them: everything but pg_control, and
-/// pg_control on its own (it is copied last).
-pub fn source_files(listing: &Listing) -> (Vec<SourceFile>, Option<SourceFile>) {
-    let mut files = Vec::with_capacity(listing.files.len());
-    let mut control = None;
-    for f in &listing.files {
-        let sf = SourceFile {
-            path: f.rel.clone(),
-            size: f.size,
-            mtime: f.mtime,
-            mode: f.mode,
-            checksum_segno: f.checksum_segno,
-        };
-        if f.rel == "global/pg_control" {
-            control = Some(sf);
-        } else {
-            files.push(sf);
-        }
-    }
+/// pg_control on its own (it is copied last). Takes the files out of the listing (nothing
+/// is copied: one path per file in memory at a million files).
+pub fn source_files(listing: &mut Listing) -> (Vec<SourceFile>, Option<SourceFile>) {
+    let mut files = std::mem::take(&mut listing.files);
+    let control = files
+        .iter()
+        .position(|f| f.path == "global/pg_control")
+        .map(|i| files.remove(i));
     (files, control)
 }
 
@@ -140,11 +130,18 @@ pub fn run_base_backup<T: BackupTarget>(
         source.describe()
     );
 
-    let listing = source.list(info, tablespaces)?;
-    let (files, control) = source_files(&listing);
+    let mut listing = source.list(info, tablespaces)?;
+    if !listing.files.iter().any(|f| f.path == "global/pg_control") {
+        return Err(Error::Unsafe(format!(
+            "{} has no global/pg_control",
+            source.describe()
+        )));
+    }
+    // The target sees the whole listing (a delta cleans by it), then the files move out.
+    target.prepare(&listing, start_lsn)?;
+    let (files, control) = source_files(&mut listing);
     let control = control
         .ok_or_else(|| Error::Unsafe(format!("{} has no global/pg_control", source.describe())))?;
-    target.prepare(&listing, start_lsn)?;
     let read_opts = ReadOptions {
         jobs: opts.jobs,
         verify_checksums: info.data_checksums,

@@ -135,7 +135,7 @@ pub fn clean_target(
     let files: HashSet<&str> = listing
         .files
         .iter()
-        .map(|f| f.rel.as_str())
+        .map(|f| f.path.as_str())
         .filter(|r| *r != "global/pg_control")
         .collect();
     // Walk the target; pg_tblspc/<oid> links are followed into their version directory.
@@ -264,7 +264,7 @@ pub fn manifest_listing(m: &crate::repo::BackupManifest) -> Listing {
             .files
             .iter()
             .map(|f| crate::pg::datadir::ListedFile {
-                rel: f.path.clone(),
+                path: f.path.clone(),
                 size: f.size,
                 mtime: f.mtime,
                 mode: f.mode,
@@ -404,7 +404,7 @@ mod tests {
             files: ["base/1/100", "global/pg_control"]
                 .iter()
                 .map(|f| ListedFile {
-                    rel: f.to_string(),
+                    path: f.to_string(),
                     size: 1,
                     mtime: 0,
                     mode: 0o600,

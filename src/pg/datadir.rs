@@ -12,19 +12,9 @@ use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-/// A file to copy.
-#[derive(Debug, Clone)]
-pub struct ListedFile {
-    /// Path relative to the data directory ('/'-separated; tablespaces below pg_tblspc/<oid>/).
-    pub rel: String,
-    /// Bytes.
-    pub size: u64,
-    /// Unix seconds.
-    pub mtime: i64,
-    pub mode: u32,
-    /// Relation segment number when the file carries page checksums.
-    pub checksum_segno: Option<u32>,
-}
+/// A file of the listing: the engine's [`crate::transfer::SourceFile`] itself, so that a
+/// listing of a million files is handed to the engine without a copy.
+pub use crate::transfer::SourceFile as ListedFile;
 
 /// A tablespace link found in pg_tblspc.
 #[derive(Debug, Clone)]
@@ -275,7 +265,7 @@ pub fn walk(
             if p.dirs_only {
                 keep_subdirs(&p.rel, &entries, version_num, &mut l);
             } else {
-                visit(&p.rel, &entries, version_num, checksums, &mut l, &mut next);
+                visit(&p.rel, entries, version_num, checksums, &mut l, &mut next);
             }
         }
         if !tablespaces_queued {
@@ -324,18 +314,21 @@ fn keep_subdirs(rel: &str, entries: &[Entry], version_num: u32, l: &mut Listing)
 /// the listing and to `next`.
 fn visit(
     rel: &str,
-    entries: &[Entry],
+    entries: Vec<Entry>,
     version_num: u32,
     checksums: bool,
     l: &mut Listing,
     next: &mut Vec<Pending>,
 ) {
-    let names: Vec<&str> = entries.iter().map(|e| e.name.as_str()).collect();
     let skip_rel = if is_database_dir(rel) {
+        let names: Vec<&str> = entries.iter().map(|e| e.name.as_str()).collect();
         exclude::excluded_relation_files(&names)
     } else {
         Default::default()
     };
+    // Room for every file at once (no doubling: a database directory may hold a million),
+    // and each entry's name freed as its path is made.
+    l.files.reserve(entries.len());
     for e in entries {
         let child = if rel.is_empty() {
             e.name.clone()
@@ -388,7 +381,7 @@ fn visit(
                 None
             };
             l.files.push(ListedFile {
-                rel: child,
+                path: child,
                 size: e.size,
                 mtime: e.mtime,
                 mode: e.mode,
@@ -490,7 +483,7 @@ mod tests {
         let files: Vec<(&str, Option<u32>)> = l
             .files
             .iter()
-            .map(|f| (f.rel.as_str(), f.checksum_segno))
+            .map(|f| (f.path.as_str(), f.checksum_segno))
             .collect();
         assert_eq!(
             files,

@@ -729,4 +729,32 @@ mod tests {
         let e = read_manifest(&st, &m.header.stanza, &m.header.label).unwrap_err();
         assert!(matches!(e, Error::Corrupt { .. }), "{e}");
     }
+
+    #[test]
+    fn the_scan_checks_the_whole_and_notes_scattered_objects() {
+        let (_d, st) = store();
+        let mut m = super::super::manifest::tests::sample();
+        let (stanza, label) = (m.header.stanza.clone(), m.header.label.clone());
+        write_manifest(&st, &m).unwrap();
+        let scan = scan_manifest(&st, &stanza, &label).unwrap();
+        assert!(scan.contiguous);
+        assert_eq!(scan.control.path, "global/pg_control");
+        assert_eq!(scan.directories, m.directories);
+        // Object 000001 on lines 1 and 3, another object between them.
+        m.files[1].pieces[0].object = "000002".into();
+        m.files[1].pieces[1].object = "000002".into();
+        m.files.push(FileEntry {
+            path: "base/1/3".into(),
+            ..m.files[0].clone()
+        });
+        write_manifest(&st, &m).unwrap();
+        assert!(!scan_manifest(&st, &stanza, &label).unwrap().contiguous);
+        // A path listed twice is refused by the scan, as by the whole-manifest check.
+        m.files[3].path = "base/1/2".into();
+        write_manifest(&st, &m).unwrap();
+        let e = scan_manifest(&st, &stanza, &label).unwrap_err().to_string();
+        assert!(e.contains("listed twice"), "{e}");
+        let e = read_manifest(&st, &stanza, &label).unwrap_err().to_string();
+        assert!(e.contains("listed twice"), "{e}");
+    }
 }
