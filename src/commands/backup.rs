@@ -127,7 +127,7 @@ fn store_control(sink: &RepoSink, control: &SourceFile, bytes: &[u8]) -> Result<
         crc32c: crate::codec::crc32c(bytes),
     };
     let mut state = sink.new_state()?;
-    let pieces = sink.write_unit(&mut state, &[piece])?;
+    let pieces = sink.write_unit(&mut state, &[piece], &mut || {})?;
     let f = SourceFile {
         size: bytes.len() as u64,
         ..control.clone()

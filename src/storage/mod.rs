@@ -41,6 +41,23 @@ pub trait Storage: Send + Sync {
     /// Writes (or replaces) object `name`. Not durable until [`Storage::sync`]
     /// (object stores: durable when this returns).
     fn put(&self, name: &str, data: &[u8]) -> Result<()>;
+    /// How many whole-object reads a restore keeps in flight: posix 4 (the disk is shared
+    /// with the restore's writes, [`crate::transfer::restore::READ_AHEAD`]); an object store
+    /// more, since each request waits a round trip and ramps its connection up.
+    fn read_ahead(&self) -> usize {
+        crate::transfer::restore::READ_AHEAD
+    }
+    /// [`Storage::put`] of a buffer the store may keep instead of copying: returns it when
+    /// the caller can reuse it (posix, the default), None when the store kept it (object
+    /// stores upload the buffer itself, and free it when the upload ends).
+    fn put_owned(
+        &self,
+        name: &str,
+        data: direct::AlignedBuf,
+    ) -> Result<Option<direct::AlignedBuf>> {
+        self.put(name, &data)?;
+        Ok(Some(data))
+    }
     /// Writes `name` so that it is either absent or complete and durable when this returns
     /// (posix: temp file, fsync, rename, fsync of the directory).
     fn put_durable(&self, name: &str, data: &[u8]) -> Result<()>;

@@ -9,6 +9,7 @@
 //!
 //! HTTP goes through our own reqwest client over rustls with the ring provider (the libpq
 //! TLS uses the same), so `repo-storage-ca-file` and `repo-storage-verify-tls` apply.
+use super::direct::AlignedBuf;
 use super::{ObjectWriter, Storage};
 use crate::config::{RepoConfig, StorageTls, UriStyle};
 use crate::error::{Error, Result, StorageFault};
@@ -30,6 +31,8 @@ pub const RETRY_MAX_DELAY: Duration = Duration::from_secs(10);
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 /// Part size of multipart uploads by [`Storage::writer`], bytes (S3's minimum part is 5 MiB).
 pub const WRITER_PART: usize = 8 << 20;
+/// Whole-object reads a restore keeps in flight ([`Storage::read_ahead`]).
+pub const OBJECT_READ_AHEAD: usize = 8;
 /// Parts of one multipart upload in flight at once.
 pub const WRITER_CONCURRENCY: usize = 4;
 
@@ -320,6 +323,19 @@ impl ObjectStorage {
         storage_error(op, self.target(name), e)
     }
 
+    /// Uploads `buf` as object `name`: one PUT, or a multipart upload of [`WRITER_PART`]
+    /// parts, [`WRITER_CONCURRENCY`] at once, for a larger one.
+    fn upload(&self, name: &str, buf: bytes::Bytes) -> Result<()> {
+        self.run("write", name, async {
+            self.op
+                .write_with(name, buf)
+                .chunk(WRITER_PART)
+                .concurrent(WRITER_CONCURRENCY)
+                .await
+                .map(|_| ())
+        })
+    }
+
     /// Runs `fut` to its end on the store's runtime, unless cancelled first.
     fn run<T>(
         &self,
@@ -339,6 +355,26 @@ impl ObjectStorage {
                 }),
             }
         })
+    }
+}
+
+/// The store's own error inside an error of a body stream (a missing object stays not
+/// found); another failure of the stream as a temporary one, which a retry may mend.
+fn from_io(e: std::io::Error) -> opendal::Error {
+    let kind = e.kind();
+    match e
+        .into_inner()
+        .map(|inner| inner.downcast::<opendal::Error>())
+    {
+        Some(Ok(inner)) => *inner,
+        Some(Err(other)) => {
+            opendal::Error::new(ErrorKind::Unexpected, "the body could not be read")
+                .set_temporary()
+                .set_source(std::io::Error::new(kind, other))
+        }
+        None => opendal::Error::new(ErrorKind::Unexpected, "the body could not be read")
+            .set_temporary()
+            .set_source(std::io::Error::from(kind)),
     }
 }
 
@@ -480,15 +516,17 @@ impl Storage for ObjectStorage {
     }
 
     fn put(&self, name: &str, data: &[u8]) -> Result<()> {
-        let buf = bytes::Bytes::copy_from_slice(data);
-        self.run("write", name, async {
-            self.op
-                .write_with(name, buf)
-                .chunk(WRITER_PART)
-                .concurrent(WRITER_CONCURRENCY)
-                .await
-                .map(|_| ())
-        })
+        self.upload(name, bytes::Bytes::copy_from_slice(data))
+    }
+
+    fn read_ahead(&self) -> usize {
+        OBJECT_READ_AHEAD
+    }
+
+    fn put_owned(&self, name: &str, data: AlignedBuf) -> Result<Option<AlignedBuf>> {
+        // The upload holds the buffer (retries included) and frees it when done: no copy.
+        self.upload(name, bytes::Bytes::from_owner(OwnedBuf(data)))?;
+        Ok(None)
     }
 
     fn put_durable(&self, name: &str, data: &[u8]) -> Result<()> {
@@ -540,14 +578,16 @@ impl Storage for ObjectStorage {
     }
 
     fn get_aligned_into(&self, name: &str, buf: &mut super::direct::AlignedBuf) -> Result<()> {
-        // The body arrives as a few chunks: copy them once, straight into the buffer.
-        let body = self.run("read", name, async { self.op.read(name).await })?;
+        // The body is copied into the buffer as it arrives, so only the buffer holds the
+        // object (a whole-body read would hold it twice: with 8 readers, 64 MiB more).
         buf.clear();
-        buf.reserve(body.len());
-        for chunk in body {
-            buf.extend_from_slice(&chunk);
-        }
-        Ok(())
+        self.run("read", name, async {
+            let mut body = self.op.reader(name).await?.into_bytes_stream(..).await?;
+            while let Some(chunk) = body.next().await {
+                buf.extend_from_slice(&chunk.map_err(from_io)?);
+            }
+            Ok(())
+        })
     }
 
     fn reader(&self, name: &str) -> Result<Box<dyn Read + Send>> {
@@ -641,6 +681,15 @@ impl Storage for ObjectStorage {
 
     fn cancel(&self) {
         let _ = self.cancel_tx.send(true);
+    }
+}
+
+/// An aligned buffer as the owner of [`bytes::Bytes`].
+struct OwnedBuf(AlignedBuf);
+
+impl AsRef<[u8]> for OwnedBuf {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
     }
 }
 

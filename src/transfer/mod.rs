@@ -215,8 +215,15 @@ pub trait UnitSink: Sync {
     type State;
     /// Makes one worker's state.
     fn new_state(&self) -> Result<Self::State>;
-    /// Stores one unit and returns the manifest piece of each read piece, in order.
-    fn write_unit(&self, st: &mut Self::State, pieces: &[ReadPiece]) -> Result<Vec<Piece>>;
+    /// Stores one unit and returns the manifest piece of each read piece, in order. The
+    /// caller holds one of the `jobs` CPU-stage tokens; `release` gives it back, for a sink
+    /// whose last step only waits (an upload), so another thread's CPU work runs meanwhile.
+    fn write_unit(
+        &self,
+        st: &mut Self::State,
+        pieces: &[ReadPiece],
+        release: &mut dyn FnMut(),
+    ) -> Result<Vec<Piece>>;
     /// The copy failed: stop waiting on slow writes (an object store's retries).
     fn abort(&self) {}
 }
@@ -515,8 +522,9 @@ fn worker<S: UnitSink>(
                 vanished.push(spec.file);
             }
         }
-        // CPU stage (page checks, hashes, compression) and the write: at most `jobs` at once.
-        let _permit = shared.permit();
+        // CPU stage (page checks, hashes, compression) and the write: at most `jobs` at once
+        // (a sink may give the token back before it waits on an upload).
+        let mut permit = Some(shared.permit());
         let mut errors = Vec::new();
         let mut scanned = Vec::with_capacity(read.len());
         for (spec, range) in read {
@@ -543,7 +551,7 @@ fn worker<S: UnitSink>(
                 }
             })
             .collect();
-        let stored = sink.write_unit(&mut state, &pieces)?;
+        let stored = sink.write_unit(&mut state, &pieces, &mut || drop(permit.take()))?;
         let done = UnitDone {
             pieces: pieces.iter().map(|rp| rp.spec.file).zip(stored).collect(),
             page_errors: errors,

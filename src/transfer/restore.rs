@@ -79,12 +79,31 @@ struct ObjectWork {
     size: u64,
 }
 
-/// Threads that read stored objects ahead of the decoders, each with one direct read in
-/// flight. Reads share the disk with the writers' requests, and most objects of a zstd
-/// backup are small (an 8 MiB chunk of table data stores as about 1.6 MiB), so each read
-/// waits behind the queued writes: with two readers the decoders waited for objects about
-/// 8 of 11 seconds, with four about 5 (docs/benchmark-notes.md, restore section).
+/// Threads that read stored objects ahead of the decoders on a posix repository, each with
+/// one direct read in flight. Reads share the disk with the writers' requests, and most
+/// objects of a zstd backup are small (an 8 MiB chunk of table data stores as about
+/// 1.6 MiB), so each read waits behind the queued writes: with two readers the decoders
+/// waited for objects about 8 of 11 seconds, with four about 5 (docs/benchmark-notes.md,
+/// restore section). An object store gets its own count ([`Storage::read_ahead`]).
 pub const READ_AHEAD: usize = 4;
+
+/// Readers for `store`: its [`Storage::read_ahead`], or `PGJET_READ_AHEAD` (1 to 64; for
+/// the benchmarks that choose it).
+fn readers(store: &dyn Storage) -> usize {
+    std::env::var("PGJET_READ_AHEAD")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|n| (1..=64).contains(n))
+        .unwrap_or_else(|| store.read_ahead())
+}
+
+/// Threads that check and expand frames: `jobs`, but no more than the cores the process may
+/// use. The stage only computes, so a thread beyond the cores adds no speed, only its two
+/// buffers (16 MiB).
+fn decoders(jobs: usize) -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    jobs.clamp(1, cores.max(1))
+}
 /// Objects planned and waiting for a reader: each holds its pieces' manifest lines (a
 /// bundle of small files, up to [`super::BUNDLE_MAX_FILES`] lines).
 const PLANNED_QUEUE: usize = 4;
@@ -264,14 +283,15 @@ impl ReadBack<'_> {
     /// calling `prepare` on each file in stream order (restore creates the file there and
     /// says which pieces it wants; no piece of a file is written before `prepare` returns
     /// for it) and grouping the wanted pieces of consecutive files by object;
-    /// [`READ_AHEAD`] threads read the objects; `jobs` threads check and expand their
+    /// [`Storage::read_ahead`] threads read the objects; `jobs` threads (at most one per
+    /// core) check and expand their
     /// frames ([`decode_piece`]); when restoring, [`WRITERS`] threads write the checked
     /// pieces, and the writer of a file's last piece sets its mtime (a file with no piece
     /// to write gets it when planned, unless [`Want::Nothing`]). Only a piece whose stored
     /// and logical checksums matched reaches a writer.
     ///
     /// Memory is bounded by two pools of buffers reused throughout, each of about
-    /// [`super::CHUNK_SIZE`] (8 MiB): `READ_AHEAD + LOADED_QUEUE + jobs` object buffers and
+    /// [`super::CHUNK_SIZE`] (8 MiB): `readers + LOADED_QUEUE + jobs` object buffers and
     /// `jobs + WRITE_QUEUE + WRITERS` logical buffers (15 buffers, about 125 MiB resident
     /// with 2 jobs), plus the lines of the objects in flight, whatever the size of the
     /// backup.
@@ -288,7 +308,8 @@ impl ReadBack<'_> {
     where
         I: Iterator<Item = Result<FileEntry>> + Send,
     {
-        let jobs = self.jobs.max(1);
+        let jobs = decoders(self.jobs);
+        let readers = readers(self.store);
         let writing = self.target.is_some();
         let st = Stages {
             abort: AtomicBool::new(false),
@@ -302,7 +323,7 @@ impl ReadBack<'_> {
             crossbeam_channel::bounded::<(ObjectWork, Loaded)>(LOADED_QUEUE);
         // Object buffers: one per reader, per queue slot and per decoder, reused throughout
         // (fresh memory costs a page fault per 4 KiB).
-        let objects = READ_AHEAD + LOADED_QUEUE + jobs;
+        let objects = readers + LOADED_QUEUE + jobs;
         let (obj_tx, obj_rx) = crossbeam_channel::bounded::<AlignedBuf>(objects);
         for _ in 0..objects {
             let _ = obj_tx.send(aligned_buf(
@@ -323,7 +344,7 @@ impl ReadBack<'_> {
         }
         std::thread::scope(|s| {
             let st = &st;
-            for _ in 0..READ_AHEAD {
+            for _ in 0..readers {
                 let (rx, tx, obj_rx) = (plan_rx.clone(), loaded_tx.clone(), obj_rx.clone());
                 s.spawn(move || {
                     while let Ok(w) = rx.recv() {

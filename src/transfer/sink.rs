@@ -44,7 +44,14 @@ impl<'a> RepoSink<'a> {
 pub struct RepoState {
     compressor: Compressor,
     payload: Vec<u8>,
-    object: AlignedBuf,
+    /// The object being built; None after a store kept it ([`Storage::put_owned`]).
+    object: Option<AlignedBuf>,
+}
+
+/// A buffer for one stored object: a unit's bytes compressed, with room for a frame that
+/// does not shrink.
+fn object_buf() -> AlignedBuf {
+    aligned_buf(super::CHUNK_SIZE as usize + super::CHUNK_SIZE as usize / 64)
 }
 
 /// Object name of the `n`th object of a backup.
@@ -65,13 +72,20 @@ impl UnitSink for RepoSink<'_> {
         Ok(RepoState {
             compressor,
             payload: Vec::new(),
-            object: aligned_buf(super::CHUNK_SIZE as usize + super::CHUNK_SIZE as usize / 64),
+            object: Some(object_buf()),
         })
     }
 
-    fn write_unit(&self, st: &mut RepoState, pieces: &[ReadPiece]) -> Result<Vec<Piece>> {
+    fn write_unit(
+        &self,
+        st: &mut RepoState,
+        pieces: &[ReadPiece],
+        release: &mut dyn FnMut(),
+    ) -> Result<Vec<Piece>> {
         let id = object_id(self.next_object.fetch_add(1, Ordering::Relaxed));
-        st.object.clear();
+        // None when the last object went to a store that kept its buffer: a new one.
+        let mut object = st.object.take().unwrap_or_else(object_buf);
+        object.clear();
         let mut out = Vec::with_capacity(pieces.len());
         for p in pieces {
             let payload: &[u8] = if p.zero_pages.is_empty() {
@@ -83,16 +97,14 @@ impl UnitSink for RepoSink<'_> {
                 }
                 &st.payload
             };
-            let start = st.object.len();
-            st.compressor
-                .compress(payload, &mut st.object)
-                .map_err(|e| {
-                    Error::Other(format!(
-                        "{} compression failed at offset {}: {e}",
-                        self.compression.kind, p.spec.offset
-                    ))
-                })?;
-            let frame = &st.object[start..];
+            let start = object.len();
+            st.compressor.compress(payload, &mut object).map_err(|e| {
+                Error::Other(format!(
+                    "{} compression failed at offset {}: {e}",
+                    self.compression.kind, p.spec.offset
+                ))
+            })?;
+            let frame = &object[start..];
             out.push(Piece {
                 object: id.clone(),
                 offset: start as u64,
@@ -112,10 +124,14 @@ impl UnitSink for RepoSink<'_> {
                 crc32c: p.crc32c,
             });
         }
-        self.store
-            .put(&repo::object_name(self.stanza, self.label, &id), &st.object)?;
-        self.stored
-            .fetch_add(st.object.len() as u64, Ordering::Relaxed);
+        let len = object.len() as u64;
+        // The upload only waits: other threads may compress meanwhile. An object store
+        // uploads the buffer itself and keeps it until done (no copy); posix gives it back.
+        release();
+        st.object = self
+            .store
+            .put_owned(&repo::object_name(self.stanza, self.label, &id), object)?;
+        self.stored.fetch_add(len, Ordering::Relaxed);
         Ok(out)
     }
 
@@ -140,7 +156,12 @@ impl UnitSink for DirSink<'_> {
         Ok(())
     }
 
-    fn write_unit(&self, _: &mut (), pieces: &[ReadPiece]) -> Result<Vec<Piece>> {
+    fn write_unit(
+        &self,
+        _: &mut (),
+        pieces: &[ReadPiece],
+        _release: &mut dyn FnMut(),
+    ) -> Result<Vec<Piece>> {
         let mut out = Vec::with_capacity(pieces.len());
         for p in pieces {
             let path = &self.targets[p.spec.file];
