@@ -10,6 +10,7 @@ use super::*;
 use crate::cli::{ArchiveMode, RestoreArgs, RestoreType};
 use crate::pg::pg_manifest::{PgManifestWriter, PgWalRange};
 use crate::repo::{self, FileEntry};
+use crate::storage::direct::DIRECT_MIN_WRITE;
 use crate::storage::posix::{fsync_dir, SyncHandle};
 use crate::transfer::restore::{allocate_pieces, restore_one, set_mtime, ReadBack, Want};
 use crate::transfer::Progress;
@@ -354,6 +355,11 @@ fn restore_into(
         }
         if f.path == "global/pg_control" {
             return Ok(Want::Nothing);
+        }
+        // A small file of one piece is made by the writer of that piece, in one open.
+        if !delta && f.pieces.len() == 1 && f.size < DIRECT_MIN_WRITE as u64 {
+            created += 1;
+            return Ok(Want::Create(f.mode));
         }
         let (path, file, want) = match wanted {
             Some(w) => {

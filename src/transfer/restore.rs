@@ -62,11 +62,17 @@ pub enum Want {
     /// None: the file still counts towards its objects' sizes (restore writes pg_control
     /// last, on its own).
     Nothing,
+    /// Every piece of a file of one piece that does not exist yet: the writer of the piece
+    /// creates it with these permission bits, writes it and sets its mtime on the open file
+    /// (four system calls for a small file instead of eight).
+    Create(u32),
 }
 
 /// A file of the backup on its way through the stages.
 struct FileJob {
     entry: FileEntry,
+    /// Permission bits when the writer creates the file ([`Want::Create`]).
+    create: Option<u32>,
     /// Wanted pieces not yet written; the writer of the last one sets the file's mtime.
     remaining: AtomicUsize,
 }
@@ -474,6 +480,13 @@ impl ReadBack<'_> {
             let n = f.pieces.len();
             let wanted: Vec<bool> = match &want {
                 Want::All => vec![true; n],
+                Want::Create(_) if n != 1 => {
+                    return Err(Error::Other(format!(
+                        "{}: only a file of one piece can be created by its writer",
+                        f.path
+                    )))
+                }
+                Want::Create(_) => vec![true],
                 Want::Pieces(v) => (0..n).map(|i| v.get(i).copied().unwrap_or(true)).collect(),
                 Want::Nothing => vec![false; n],
             };
@@ -491,6 +504,10 @@ impl ReadBack<'_> {
                 }
             }
             let job = Arc::new(FileJob {
+                create: match want {
+                    Want::Create(mode) => Some(mode),
+                    _ => None,
+                },
                 entry: f,
                 remaining: AtomicUsize::new(count),
             });
@@ -526,6 +543,17 @@ impl ReadBack<'_> {
     /// Writes one checked piece; the file's last sets its mtime.
     fn write_piece(&self, st: &Stages, root: &Path, piece: &CheckedPiece) -> Result<()> {
         let path = root.join(&piece.file.entry.path);
+        if let Some(mode) = piece.file.create {
+            let f = &piece.file.entry;
+            return create_with(
+                &path,
+                mode,
+                f.size,
+                f.mtime,
+                &piece.logical,
+                &piece.zero_pages,
+            );
+        }
         write_runs(&path, piece.offset, &piece.logical, &piece.zero_pages)?;
         if self.overwrite && !piece.zero_pages.is_empty() {
             punch_zero_pages(&path, piece.offset, &piece.zero_pages)?;
@@ -621,6 +649,51 @@ fn decode_object(
         }
     }
     waited
+}
+
+/// Creates the file `path` (it must not exist; a missing parent directory is made) with
+/// permission bits `mode` (0: 0600), writes `data` at its start but for the all-zero pages
+/// `zero_pages` (left as holes), sets its size to `size` bytes and its mtime to `mtime`
+/// (Unix seconds) on the open file. Through the page cache: for small files.
+pub fn create_with(
+    path: &Path,
+    mode: u32,
+    size: u64,
+    mtime: i64,
+    data: &[u8],
+    zero_pages: &[[u32; 2]],
+) -> Result<()> {
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    let open = || {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(if mode == 0 { 0o600 } else { mode })
+            .open(path)
+    };
+    let file = match open() {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if let Some(parent) = path.parent() {
+                std::fs::create_dir_all(parent)
+                    .map_err(|e| Error::io("create directory", parent, e))?;
+            }
+            open()
+        }
+        other => other,
+    }
+    .map_err(|e| Error::io("create", path, e))?;
+    let mut end = 0u64;
+    for (off, run) in super::nonzero_runs(data, zero_pages) {
+        file.write_all_at(run, off as u64)
+            .map_err(|e| Error::io("write", path, e))?;
+        end = off as u64 + run.len() as u64;
+    }
+    if end != size {
+        file.set_len(size).map_err(|e| Error::io("size", path, e))?;
+    }
+    let when = std::time::UNIX_EPOCH + std::time::Duration::from_secs(mtime.max(0) as u64);
+    file.set_modified(when)
+        .map_err(|e| Error::io("set mtime", path, e))
 }
 
 /// Allocates, in the open target file `file` at `path`, the ranges `f`'s pieces will
