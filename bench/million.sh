@@ -16,6 +16,7 @@ cd "$(dirname "$0")/.."
 FILES=${FILES:-1000000}
 FILE_BYTES=${FILE_BYTES:-100}
 JOBS=${JOBS:-2}
+ONLY_BACKUP=${ONLY_BACKUP:-0}   # 1: time the backup only
 PGJET=${PGJET:-target/release/pgjet}
 BENCH_DIR=${BENCH_DIR:-/var/tmp/pgjet-million}
 PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
@@ -111,7 +112,10 @@ timed() { # name, command...
 }
 
 echo "== timed runs"
-timed backup "${PJ[@]}" backup
+# BACKUP_ARGS: more options for the backup (e.g. --log-level debug, which logs memory by phase).
+# shellcheck disable=SC2086
+timed backup "${PJ[@]}" backup ${BACKUP_ARGS:-}
+if [ "$ONLY_BACKUP" = 1 ]; then cat "$REPORT"; exit 0; fi
 timed info "${PJ[@]}" info
 timed verify "${PJ[@]}" verify
 timed restore "${PJ[@]}" restore --pg-path "$M/restore"

@@ -88,7 +88,13 @@ impl BackupTarget for RepoTarget<'_> {
         opts: &ReadOptions,
         progress: &dyn Progress,
     ) -> Result<CopyOutcome> {
+        tracing::debug!("memory with the listing: {}", crate::transfer::memory_note());
         let units = plan_units(files, CHUNK_SIZE);
+        tracing::debug!(
+            "{} units planned; memory: {}",
+            units.len(),
+            crate::transfer::memory_note()
+        );
         let sink = &self.sink;
         let manifest = self.manifest.as_mut().ok_or_else(manifest_not_started)?;
         let mut emit = |i: usize, pieces: Vec<repo::Piece>, errs: Vec<u32>| {
@@ -96,6 +102,7 @@ impl BackupTarget for RepoTarget<'_> {
         };
         let mut asm = FileAssembler::new(files, &units, &mut emit)?;
         copy_units_into(source, files, &units, opts, sink, &mut asm, progress)?;
+        tracing::debug!("units copied; memory: {}", crate::transfer::memory_note());
         let mut out = CopyOutcome {
             vanished: vec![false; files.len()],
             page_error_count: asm.page_error_count,

@@ -121,11 +121,12 @@ impl LocalLister<'_> {
             return stat_all(names).map(Some);
         }
         let per = names.len().div_ceil(LIST_THREADS);
-        let mut parts = Vec::with_capacity(LIST_THREADS);
-        while !names.is_empty() {
-            let rest = names.split_off(names.len().saturating_sub(per));
-            parts.push(rest);
-        }
+        // The names move into the parts and the first vector goes before the stats begin.
+        let mut all = names.into_iter();
+        let parts: Vec<Vec<String>> = (0..LIST_THREADS)
+            .map(|_| all.by_ref().take(per).collect())
+            .collect();
+        drop(all);
         let results: Vec<Result<Vec<Entry>>> = std::thread::scope(|s| {
             let handles: Vec<_> = parts
                 .into_iter()
@@ -140,9 +141,15 @@ impl LocalLister<'_> {
                 })
                 .collect()
         });
-        let mut out = Vec::new();
+        // One vector of the final size; each part's is freed as soon as it is moved in, so
+        // a million entries are not held twice.
+        let mut parts = Vec::with_capacity(results.len());
         for r in results {
-            out.extend(r?);
+            parts.push(r?);
+        }
+        let mut out = Vec::with_capacity(parts.iter().map(Vec::len).sum());
+        for part in parts {
+            out.extend(part);
         }
         Ok(Some(out))
     }
@@ -326,10 +333,19 @@ fn visit(
     } else {
         Default::default()
     };
-    // Room for every file at once (no doubling: a database directory may hold a million),
-    // and each entry's name freed as its path is made.
+    // Room for every file at once (no doubling: a database directory may hold a million).
+    // The entries are taken from the end and their vector shrunk as it empties, so a
+    // directory's entries and its listed files are not both whole in memory; the new tails
+    // are put back in directory order below.
     l.files.reserve(entries.len());
-    for e in entries {
+    let (files_before, dirs_before, next_before) = (l.files.len(), l.dirs.len(), next.len());
+    let mut entries = entries;
+    let mut taken = 0usize;
+    while let Some(e) = entries.pop() {
+        taken += 1;
+        if taken.is_multiple_of(SHRINK_EVERY) {
+            entries.shrink_to_fit();
+        }
         let child = if rel.is_empty() {
             e.name.clone()
         } else {
@@ -389,7 +405,14 @@ fn visit(
             });
         }
     }
+    l.files[files_before..].reverse();
+    l.dirs[dirs_before..].reverse();
+    next[next_before..].reverse();
 }
+
+/// Entries of a directory taken between two shrinks of their vector in [`visit`] (about
+/// 3 MiB of entries: few reallocations, and the memory follows the listing closely).
+const SHRINK_EVERY: usize = 65536;
 
 /// True for `base/<oid>` and `pg_tblspc/<oid>/<version dir>/<oid>`: directories holding
 /// relation files, where temporary and unlogged relations are sorted out.
