@@ -88,7 +88,10 @@ impl BackupTarget for RepoTarget<'_> {
         opts: &ReadOptions,
         progress: &dyn Progress,
     ) -> Result<CopyOutcome> {
-        tracing::debug!("memory with the listing: {}", crate::transfer::memory_note());
+        tracing::debug!(
+            "memory with the listing: {}",
+            crate::transfer::memory_note()
+        );
         let units = plan_units(files, CHUNK_SIZE);
         tracing::debug!(
             "{} units planned; memory: {}",

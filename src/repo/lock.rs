@@ -100,6 +100,18 @@ impl StanzaLock {
     /// Errors: [`Error::Unsafe`] naming the holder (host, pid, command, since when) when
     /// another pgjet holds it; storage errors.
     pub fn acquire(store: Arc<dyn Storage>, stanza: &str, command: &str) -> Result<StanzaLock> {
+        Self::acquire_timed(store, stanza, command, LEASE, RENEW_EVERY)
+    }
+
+    /// [`StanzaLock::acquire`] with a lease of `lease` (whole seconds) renewed every
+    /// `renew_every` (tests shorten both).
+    fn acquire_timed(
+        store: Arc<dyn Storage>,
+        stanza: &str,
+        command: &str,
+        lease: Duration,
+        renew_every: Duration,
+    ) -> Result<StanzaLock> {
         let name = lock_name(stanza);
         let host = host_name();
         let token = format!("{:032x}", rand_u128());
@@ -113,7 +125,7 @@ impl StanzaLock {
         };
         let mut unreadable = 0;
         for _ in 0..8 {
-            let rec = record(now_unix() + LEASE.as_secs() as i64);
+            let rec = record(now_unix() + lease.as_secs() as i64);
             let json = serde_json::to_vec(&rec).map_err(|e| Error::Other(e.to_string()))?;
             if store.create_new(&name, &json)? {
                 let renewal = Arc::new(Renewal {
@@ -125,7 +137,7 @@ impl StanzaLock {
                     let (store, name, renewal) = (store.clone(), name.clone(), renewal.clone());
                     std::thread::Builder::new()
                         .name("pgjet-lock".into())
-                        .spawn(move || renew(&*store, &name, rec, &renewal))
+                        .spawn(move || renew(&*store, &name, rec, &renewal, lease, renew_every))
                         .map_err(|e| Error::Other(format!("cannot start the lock renewal: {e}")))?
                 };
                 return Ok(StanzaLock {
@@ -202,16 +214,23 @@ impl StanzaLock {
     }
 }
 
-/// Renews `rec`'s lease every [`RENEW_EVERY`] until told to stop; marks the lock lost when
-/// the record is no longer ours or the lease ran out without a successful renewal.
-fn renew(store: &dyn Storage, name: &str, mut rec: LockRecord, r: &Renewal) {
+/// Renews `rec`'s lease (`lease` from now) every `every` until told to stop; marks the lock
+/// lost when the record is no longer ours or the lease ran out without a successful renewal.
+fn renew(
+    store: &dyn Storage,
+    name: &str,
+    mut rec: LockRecord,
+    r: &Renewal,
+    lease: Duration,
+    every: Duration,
+) {
     let mut stop = r.stop.lock().unwrap_or_else(|e| e.into_inner());
     loop {
         // The predicate is checked before waiting: a stop set before this thread first took
         // the mutex is not missed.
         let (s, _) = r
             .wake
-            .wait_timeout_while(stop, RENEW_EVERY, |stop| !*stop)
+            .wait_timeout_while(stop, every, |stop| !*stop)
             .unwrap_or_else(|e| e.into_inner());
         stop = s;
         if *stop {
@@ -232,7 +251,7 @@ fn renew(store: &dyn Storage, name: &str, mut rec: LockRecord, r: &Renewal) {
             _ => {}
         }
         let next = LockRecord {
-            lease_until: now_unix() + LEASE.as_secs() as i64,
+            lease_until: now_unix() + lease.as_secs() as i64,
             ..rec.clone()
         };
         let written = serde_json::to_vec(&next)
@@ -331,5 +350,61 @@ mod tests {
             .put_durable(&lock_name("main"), &serde_json::to_vec(&expired).unwrap())
             .unwrap();
         StanzaLock::acquire(store, "main", "backup").unwrap();
+    }
+
+    /// Waits up to 10 s for `l` to notice it lost its lock.
+    fn lost_within_10s(l: &StanzaLock) -> String {
+        let t = std::time::Instant::now();
+        loop {
+            if let Err(e) = l.check() {
+                return e.to_string();
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "the lock was never found lost"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    #[test]
+    fn a_lock_taken_over_or_not_renewable_is_lost_and_the_holder_is_told() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Storage> = Arc::new(PosixStorage::open(dir.path()).unwrap());
+        let (lease, every) = (Duration::from_secs(2), Duration::from_millis(100));
+        // Another process takes the lock over (say, after our lease looked expired to it).
+        let l = StanzaLock::acquire_timed(store.clone(), "main", "backup", lease, every).unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        l.check().unwrap();
+        let other = LockRecord {
+            host: "elsewhere".into(),
+            pid: 1,
+            command: "backup".into(),
+            token: "theirs".into(),
+            acquired: "2026-01-01T00:00:00Z".into(),
+            lease_until: now_unix() + 3600,
+        };
+        store
+            .put_durable(&lock_name("main"), &serde_json::to_vec(&other).unwrap())
+            .unwrap();
+        let e = lost_within_10s(&l);
+        assert!(
+            e.contains("lost the lock") && e.contains("not complete"),
+            "{e}"
+        );
+        drop(l);
+        // The other holder's record is left alone.
+        let left: LockRecord =
+            serde_json::from_slice(&store.get(&lock_name("main")).unwrap()).unwrap();
+        assert_eq!(left.token, "theirs");
+
+        // The lock can be neither read nor renewed until its lease runs out: lost too.
+        store.delete(&lock_name("main")).unwrap();
+        let l = StanzaLock::acquire_timed(store.clone(), "main", "backup", lease, every).unwrap();
+        let path = dir.path().join(lock_name("main"));
+        std::fs::remove_file(&path).unwrap();
+        std::fs::create_dir(&path).unwrap();
+        lost_within_10s(&l);
+        drop(l);
     }
 }
