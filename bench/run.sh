@@ -395,6 +395,7 @@ write_report() {
         fi
         echo
         echo "What bounds each number, and how earlier designs measured: [benchmark-notes.md](benchmark-notes.md)."
+        echo "Across hosts: [benchmarks-remote.md](benchmarks-remote.md). On an object store (S3 at 20 ms, 100 000 tables): [benchmarks-s3.md](benchmarks-s3.md)."
         echo
         echo "## Machine and versions"
         echo
