@@ -74,24 +74,6 @@ q() { printf '%q ' "$@"; }
 # pg_cmd ARGS... -> a shell command string running ARGS as postgres
 pg_cmd() { printf 'cd / && runuser -u postgres -- %s' "$(q "$@")"; }
 
-# timed NAME ROUND CMDSTRING: drop caches, then run `bash -c "CMDSTRING; sync"` under
-# /usr/bin/time. Records wall seconds and peak RSS (KiB; GNU time reports the largest single
-# process among the command and its children, not their sum). Returns non-zero on failure.
-timed() {
-    local name=$1 round=$2 cmd=$3 base sec rss
-    base=$LOGS/$name.run$round
-    cold_cache
-    if /usr/bin/time -f '%e %M' -o "$base.time" bash -c "$cmd && sync" >"$base.log" 2>&1; then
-        read -r sec rss < <(tail -n 1 "$base.time")
-        printf '%s\t%s\t%s\t%s\tok\n' "$name" "$round" "$sec" "$rss" >>"$TIMES"
-        printf '  %-24s run %d: %8.2f s  %7.0f MiB RSS\n' "$name" "$round" "$sec" "$((rss / 1024))"
-    else
-        printf '%s\t%s\t-\t-\tFAIL\n' "$name" "$round" >>"$TIMES"
-        printf '  %-24s run %d: FAILED (log %s):\n' "$name" "$round" "$base.log"
-        tail -n 5 "$base.log" | sed 's/^/      /'
-        return 1
-    fi
-}
 
 # record_size NAME PATH...: bytes on disk (apparent size) of PATHs, last run wins
 record_size() {

@@ -119,28 +119,6 @@ trap 'exit 130' INT TERM
 
 # ------------------------------------------------------------------ measuring
 
-# timed NAME RUN CMD: cold cache, then `bash -c "CMD && sync"` under GNU time (wall seconds,
-# peak RSS of the largest single process). One row in $TIMES; non-zero on failure.
-timed() {
-    local name=$1 run=$2 cmd=$3 base sec rss
-    base=$LOGS/$name.run$run
-    cold_cache
-    if /usr/bin/time -f '%e %M' -o "$base.time" bash -c "$cmd && sync" >"$base.log" 2>&1; then
-        read -r sec rss < <(tail -n 1 "$base.time")
-        printf '%s\t%s\t%s\t%s\tok\n' "$name" "$run" "$sec" "$rss" >>"$TIMES"
-        printf '  %-28s run %d: %8.2f s  %6d MiB RSS\n' "$name" "$run" "$sec" "$((rss / 1024))"
-    else
-        failed "$name" "$run" "log $base.log"
-        tail -n 6 "$base.log" | sed 's/^/      /'
-        return 1
-    fi
-}
-# failed NAME RUN WHY: record a command as failed without running it (or after it failed)
-failed() {
-    printf '%s\t%s\t-\t-\tFAIL\n' "$1" "$2" >>"$TIMES"
-    printf '  %-28s run %d: FAILED (%s)\n' "$1" "$2" "$3"
-}
-
 # record_size NAME DIR: bytes (apparent) and regular files under DIR, last run wins
 record_size() {
     local name=$1 dir=$2 bytes files
