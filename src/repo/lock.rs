@@ -202,9 +202,14 @@ impl StanzaLock {
     }
 
     /// Errors when the lock was lost (the lease could not be renewed, or another process
-    /// took it): the backup must not be declared complete then.
+    /// took it): the backup must not be declared complete then. Reads the record too, so a
+    /// takeover since the last renewal is seen at once. (A renewal that read the record just
+    /// before another process took the lock over may write over that process's record;
+    /// the other process then finds its lock lost at its own next renewal or check, so the
+    /// two never both complete.)
     pub fn check(&self) -> Result<()> {
-        if self.renewal.lost.load(Ordering::SeqCst) {
+        let taken = read_record(&*self.store, &self.name).is_some_and(|h| h.token != self.token);
+        if taken || self.renewal.lost.load(Ordering::SeqCst) {
             return Err(Error::Unsafe(format!(
                 "lost the lock {} (its lease could not be renewed or another process took it); the backup is not complete",
                 self.name
@@ -387,6 +392,20 @@ mod tests {
         store
             .put_durable(&lock_name("main"), &serde_json::to_vec(&other).unwrap())
             .unwrap();
+        // Seen by the renewal, which stops renewing. (A renewal that read our record just
+        // before the takeover may write it back once: the other holder writes again, as
+        // its own renewal would.)
+        let t = std::time::Instant::now();
+        while !l.renewal.lost.load(Ordering::SeqCst) {
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "the renewal never found the lock lost"
+            );
+            store
+                .put_durable(&lock_name("main"), &serde_json::to_vec(&other).unwrap())
+                .unwrap();
+            std::thread::sleep(Duration::from_millis(50));
+        }
         let e = lost_within_10s(&l);
         assert!(
             e.contains("lost the lock") && e.contains("not complete"),
@@ -397,6 +416,18 @@ mod tests {
         let left: LockRecord =
             serde_json::from_slice(&store.get(&lock_name("main")).unwrap()).unwrap();
         assert_eq!(left.token, "theirs");
+
+        // With no renewal due, check() sees a takeover at once: it reads the record.
+        store.delete(&lock_name("main")).unwrap();
+        let hour = Duration::from_secs(3600);
+        let l = StanzaLock::acquire_timed(store.clone(), "main", "backup", hour, hour).unwrap();
+        l.check().unwrap();
+        store
+            .put_durable(&lock_name("main"), &serde_json::to_vec(&other).unwrap())
+            .unwrap();
+        let e = l.check().unwrap_err().to_string();
+        assert!(e.contains("lost the lock"), "{e}");
+        drop(l);
 
         // The lock can be neither read nor renewed until its lease runs out: lost too.
         store.delete(&lock_name("main")).unwrap();
