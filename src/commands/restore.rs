@@ -12,7 +12,9 @@ use crate::pg::pg_manifest::{PgManifestWriter, PgWalRange};
 use crate::repo::{self, FileEntry};
 use crate::storage::direct::DIRECT_MIN_WRITE;
 use crate::storage::posix::{fsync_dir, SyncHandle};
-use crate::transfer::restore::{allocate_pieces, restore_one, set_mtime, ReadBack, Want};
+use crate::transfer::restore::{
+    allocate_pieces, create_new_file, restore_one, set_mtime, ReadBack, Want,
+};
 use crate::transfer::Progress;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -117,18 +119,7 @@ pub fn prepare_target(
 /// Returns its path and the open file. Errors: the file exists, or cannot be made.
 pub fn create_file(pg_path: &Path, rel: &str, size: u64, mode: u32) -> Result<(PathBuf, File)> {
     let p = pg_path.join(rel);
-    if let Some(parent) = p.parent() {
-        if !parent.exists() {
-            fs::create_dir_all(parent).map_err(|e| Error::io("create directory", parent, e))?;
-        }
-    }
-    let mode = if mode == 0 { 0o600 } else { mode };
-    let f = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(mode)
-        .open(&p)
-        .map_err(|e| Error::io("create", &p, e))?;
+    let f = create_new_file(&p, mode)?;
     if size > 0 {
         f.set_len(size).map_err(|e| Error::io("size", &p, e))?;
     }
@@ -145,16 +136,10 @@ pub fn create_files(pg_path: &Path, files: &[(&str, u64, u32)]) -> Result<Vec<Pa
 
 /// Sets each file's modification time (Unix seconds).
 pub fn set_mtimes(paths: &[PathBuf], mtimes: &[i64]) -> Result<()> {
-    for (p, t) in paths.iter().zip(mtimes) {
-        let when = std::time::UNIX_EPOCH + std::time::Duration::from_secs((*t).max(0) as u64);
-        let f = OpenOptions::new()
-            .write(true)
-            .open(p)
-            .map_err(|e| Error::io("open", p, e))?;
-        f.set_modified(when)
-            .map_err(|e| Error::io("set mtime", p, e))?;
-    }
-    Ok(())
+    paths
+        .iter()
+        .zip(mtimes)
+        .try_for_each(|(p, t)| set_mtime(p, *t))
 }
 
 /// Writes a small file durably (write, fsync) with mode 0600.

@@ -651,6 +651,32 @@ fn decode_object(
     waited
 }
 
+/// Creates the file `path`, which must not exist, with permission bits `mode` (0: 0600),
+/// and returns it open for writing. A missing parent directory is made (checked only when
+/// the create finds none: no extra stat per file). Errors: the file exists, or cannot be
+/// made.
+pub fn create_new_file(path: &Path, mode: u32) -> Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let open = || {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(if mode == 0 { 0o600 } else { mode })
+            .open(path)
+    };
+    match open() {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if let Some(parent) = path.parent() {
+                std::fs::create_dir_all(parent)
+                    .map_err(|e| Error::io("create directory", parent, e))?;
+            }
+            open()
+        }
+        other => other,
+    }
+    .map_err(|e| Error::io("create", path, e))
+}
+
 /// Creates the file `path` (it must not exist; a missing parent directory is made) with
 /// permission bits `mode` (0: 0600), writes `data` at its start but for the all-zero pages
 /// `zero_pages` (left as holes), sets its size to `size` bytes and its mtime to `mtime`
@@ -663,25 +689,8 @@ pub fn create_with(
     data: &[u8],
     zero_pages: &[[u32; 2]],
 ) -> Result<()> {
-    use std::os::unix::fs::{FileExt, OpenOptionsExt};
-    let open = || {
-        std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(if mode == 0 { 0o600 } else { mode })
-            .open(path)
-    };
-    let file = match open() {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            if let Some(parent) = path.parent() {
-                std::fs::create_dir_all(parent)
-                    .map_err(|e| Error::io("create directory", parent, e))?;
-            }
-            open()
-        }
-        other => other,
-    }
-    .map_err(|e| Error::io("create", path, e))?;
+    use std::os::unix::fs::FileExt;
+    let file = create_new_file(path, mode)?;
     let mut end = 0u64;
     for (off, run) in super::nonzero_runs(data, zero_pages) {
         file.write_all_at(run, off as u64)
