@@ -92,7 +92,7 @@ impl BackupTarget for RepoTarget<'_> {
             "memory with the listing: {}",
             crate::transfer::memory_note()
         );
-        let units = plan_units(files, CHUNK_SIZE);
+        let units = plan_units(files, CHUNK_SIZE)?;
         tracing::debug!(
             "{} units planned; memory: {}",
             units.len(),
@@ -126,11 +126,7 @@ impl BackupTarget for RepoTarget<'_> {
 /// backup never holds a control file PostgreSQL would reject.
 fn store_control(sink: &RepoSink, control: &SourceFile, bytes: &[u8]) -> Result<repo::FileEntry> {
     let piece = ReadPiece {
-        spec: PieceSpec {
-            file: 0,
-            offset: 0,
-            len: bytes.len() as u64,
-        },
+        spec: PieceSpec::new(0, 0, bytes.len() as u64)?,
         data: bytes,
         zero_pages: Vec::new(),
         xxh3: crate::codec::xxh3_hex(bytes),

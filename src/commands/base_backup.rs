@@ -84,7 +84,7 @@ pub fn source_files(listing: &mut Listing) -> (Vec<SourceFile>, Option<SourceFil
     let mut files = std::mem::take(&mut listing.files);
     let control = files
         .iter()
-        .position(|f| f.path == "global/pg_control")
+        .position(|f| &*f.path == "global/pg_control")
         .map(|i| files.remove(i));
     (files, control)
 }
@@ -136,7 +136,11 @@ pub fn run_base_backup<T: BackupTarget>(
         listing.files.len(),
         crate::transfer::memory_note()
     );
-    if !listing.files.iter().any(|f| f.path == "global/pg_control") {
+    if !listing
+        .files
+        .iter()
+        .any(|f| &*f.path == "global/pg_control")
+    {
         return Err(Error::Unsafe(format!(
             "{} has no global/pg_control",
             source.describe()
@@ -158,6 +162,9 @@ pub fn run_base_backup<T: BackupTarget>(
     let total: u64 = files.iter().map(|f| f.size).sum::<u64>() + control.size;
     progress.begin(opts.phase, total);
     let out = target.copy(source, &files, &read_opts, progress)?;
+    // The units and copy buffers of a million files are gone: hand their memory back before
+    // the WAL is copied with buffers of its own.
+    crate::transfer::release_free_memory();
     let bad = out.page_error_count;
     if bad > 0 {
         tracing::warn!(

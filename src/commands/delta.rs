@@ -135,7 +135,7 @@ pub fn clean_target(
     let files: HashSet<&str> = listing
         .files
         .iter()
-        .map(|f| f.path.as_str())
+        .map(|f| &*f.path)
         .filter(|r| *r != "global/pg_control")
         .collect();
     // Walk the target; pg_tblspc/<oid> links are followed into their version directory.
@@ -264,7 +264,7 @@ pub fn manifest_listing(m: &crate::repo::BackupManifest) -> Listing {
             .files
             .iter()
             .map(|f| crate::pg::datadir::ListedFile {
-                path: f.path.clone(),
+                path: f.path.as_str().into(),
                 size: f.size,
                 mtime: f.mtime,
                 mode: f.mode,
@@ -404,7 +404,7 @@ mod tests {
             files: ["base/1/100", "global/pg_control"]
                 .iter()
                 .map(|f| ListedFile {
-                    path: f.to_string(),
+                    path: (*f).into(),
                     size: 1,
                     mtime: 0,
                     mode: 0o600,

@@ -418,7 +418,7 @@ pub fn file_entry(
     page_errors: Vec<u32>,
 ) -> FileEntry {
     FileEntry {
-        path: f.path.clone(),
+        path: f.path.to_string(),
         size: f.size,
         mtime: f.mtime,
         mode: f.mode,

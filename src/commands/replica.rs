@@ -92,10 +92,8 @@ impl BackupTarget for DirTarget<'_> {
         opts: &ReadOptions,
         progress: &dyn Progress,
     ) -> Result<CopyOutcome> {
-        let specs: Vec<(&str, u64, u32)> = files
-            .iter()
-            .map(|f| (f.path.as_str(), f.size, f.mode))
-            .collect();
+        let specs: Vec<(&str, u64, u32)> =
+            files.iter().map(|f| (&*f.path, f.size, f.mode)).collect();
         let (targets, out) = if self.delta {
             let (targets, before) = delta::size_files(self.pg_path, &specs)?;
             let plan = plan_delta(source, files, &targets, &before, opts.jobs, progress)?;
@@ -317,7 +315,7 @@ fn copy_and_configure(
         sync.sync()?;
     }
     // Last: pg_control, then the marker goes.
-    write_file(&target.join(&bb.control.path), &bb.control_bytes)?;
+    write_file(&target.join(&*bb.control.path), &bb.control_bytes)?;
     crate::storage::posix::fsync_dir(&target.join("global"))?;
     delta::remove_marker(target)?;
     Ok((bb.total_bytes(), dir.same, dir.copied))

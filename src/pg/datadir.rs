@@ -48,7 +48,7 @@ pub enum EntryKind {
 #[derive(Debug, Clone)]
 pub struct Entry {
     /// File name (no '/').
-    pub name: String,
+    pub name: Box<str>,
     pub kind: EntryKind,
     /// Bytes (files).
     pub size: u64,
@@ -97,76 +97,74 @@ impl LocalLister<'_> {
             }
             Err(e) => return Err(Error::io("list", &dir, e)),
         };
-        let mut names = Vec::new();
+        // One vector of entries, named first and stat'ed in place (by several threads for a
+        // large directory), so a million names are never held twice.
+        let mut entries = Vec::new();
         for ent in rd {
             let ent = ent.map_err(|e| Error::io("list", &dir, e))?;
-            let Some(name) = ent.file_name().to_str().map(str::to_owned) else {
+            let Some(name) = ent.file_name().to_str().map(Box::<str>::from) else {
                 return Err(Error::Unsafe(format!(
                     "{} has a name that is not valid UTF-8; pgjet cannot record it faithfully",
                     ent.path().display()
                 )));
             };
-            names.push(name);
+            entries.push(Entry {
+                name,
+                kind: EntryKind::Other,
+                size: 0,
+                mtime: 0,
+                mode: 0,
+            });
         }
-        let stat_all = |names: Vec<String>| -> Result<Vec<Entry>> {
-            let mut out = Vec::with_capacity(names.len());
-            for name in names {
-                if let Some(e) = stat_entry(&dir, rel, name)? {
-                    out.push(e);
-                }
-            }
-            Ok(out)
+        entries.shrink_to_fit();
+        // Fills each entry of `part`; true for those that vanished since they were listed.
+        let stat_all = |part: &mut [Entry]| -> Result<Vec<bool>> {
+            part.iter_mut().map(|e| stat_entry(&dir, rel, e)).collect()
         };
-        if names.len() < PARALLEL_STAT_MIN {
-            return stat_all(names).map(Some);
-        }
-        let per = names.len().div_ceil(LIST_THREADS);
-        // The names move into the parts and the first vector goes before the stats begin.
-        let mut all = names.into_iter();
-        let parts: Vec<Vec<String>> = (0..LIST_THREADS)
-            .map(|_| all.by_ref().take(per).collect())
-            .collect();
-        drop(all);
-        let results: Vec<Result<Vec<Entry>>> = std::thread::scope(|s| {
-            let handles: Vec<_> = parts
-                .into_iter()
-                .map(|part| s.spawn(|| stat_all(part)))
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| {
-                    h.join().unwrap_or_else(|_| {
-                        Err(Error::Other(format!("listing {} failed", dir.display())))
+        let vanished: Vec<bool> = if entries.len() < PARALLEL_STAT_MIN {
+            stat_all(&mut entries)?
+        } else {
+            let per = entries.len().div_ceil(LIST_THREADS);
+            let results: Vec<Result<Vec<bool>>> = std::thread::scope(|s| {
+                let handles: Vec<_> = entries
+                    .chunks_mut(per)
+                    .map(|part| s.spawn(move || stat_all(part)))
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| {
+                        h.join().unwrap_or_else(|_| {
+                            Err(Error::Other(format!("listing {} failed", dir.display())))
+                        })
                     })
-                })
-                .collect()
-        });
-        // One vector of the final size; each part's is freed as soon as it is moved in, so
-        // a million entries are not held twice.
-        let mut parts = Vec::with_capacity(results.len());
-        for r in results {
-            parts.push(r?);
+                    .collect()
+            });
+            let mut all = Vec::with_capacity(entries.len());
+            for r in results {
+                all.extend(r?);
+            }
+            all
+        };
+        if vanished.contains(&true) {
+            let mut gone = vanished.into_iter();
+            entries.retain(|_| !gone.next().unwrap_or(false));
         }
-        let mut out = Vec::with_capacity(parts.iter().map(Vec::len).sum());
-        for part in parts {
-            out.extend(part);
-        }
-        Ok(Some(out))
+        Ok(Some(entries))
     }
 }
 
-/// The entry `name` of directory `dir` (`rel` inside the data directory), or None when it
-/// vanished since it was listed.
-fn stat_entry(dir: &Path, rel: &str, name: String) -> Result<Option<Entry>> {
-    let abs = dir.join(&name);
+/// Fills `e` (named, in directory `dir`, `rel` inside the data directory) from a stat of
+/// it; true when it vanished since it was listed.
+fn stat_entry(dir: &Path, rel: &str, e: &mut Entry) -> Result<bool> {
+    let abs = dir.join(&*e.name);
     let meta = match fs::symlink_metadata(&abs) {
         Ok(m) => m,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(Error::io("stat", &abs, e)),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(true),
+        Err(err) => return Err(Error::io("stat", &abs, err)),
     };
     let ft = meta.file_type();
     // pg_wal may be a symlink to another disk (initdb -X): follow it like a directory.
-    let (kind, meta) = if ft.is_symlink() && rel.is_empty() && name == "pg_wal" {
+    let (kind, meta) = if ft.is_symlink() && rel.is_empty() && &*e.name == "pg_wal" {
         match fs::metadata(&abs) {
             Ok(m) if m.is_dir() => (EntryKind::Dir, m),
             _ => (EntryKind::Symlink, meta),
@@ -180,13 +178,11 @@ fn stat_entry(dir: &Path, rel: &str, name: String) -> Result<Option<Entry>> {
     } else {
         (EntryKind::Other, meta)
     };
-    Ok(Some(Entry {
-        name,
-        kind,
-        size: meta.len(),
-        mtime: meta.mtime(),
-        mode: meta.permissions().mode() & 0o7777,
-    }))
+    e.kind = kind;
+    e.size = meta.len();
+    e.mtime = meta.mtime();
+    e.mode = meta.permissions().mode() & 0o7777;
+    Ok(false)
 }
 
 /// Reads the tablespace links in `<pgdata>/pg_tblspc` on this host, by OID.
@@ -328,7 +324,7 @@ fn visit(
     next: &mut Vec<Pending>,
 ) {
     let skip_rel = if is_database_dir(rel) {
-        let names: Vec<&str> = entries.iter().map(|e| e.name.as_str()).collect();
+        let names: Vec<&str> = entries.iter().map(|e| &*e.name).collect();
         exclude::excluded_relation_files(&names)
     } else {
         Default::default()
@@ -347,11 +343,11 @@ fn visit(
             entries.shrink_to_fit();
         }
         let child = if rel.is_empty() {
-            e.name.clone()
+            e.name.to_string()
         } else {
             format!("{rel}/{}", e.name)
         };
-        if rel.is_empty() && e.name == "pg_tblspc" {
+        if rel.is_empty() && &*e.name == "pg_tblspc" {
             // Its entries are the tablespaces, walked on their own.
             l.dirs.push((child, 0o700));
             continue;
@@ -388,7 +384,7 @@ fn visit(
                 record_self: false,
             });
         } else {
-            if skip_rel.contains(e.name.as_str()) {
+            if skip_rel.contains(&*e.name) {
                 continue;
             }
             let checksum_segno = if checksums && exclude::is_checksummed_file(&child) {
@@ -397,7 +393,7 @@ fn visit(
                 None
             };
             l.files.push(ListedFile {
-                path: child,
+                path: child.into_boxed_str(),
                 size: e.size,
                 mtime: e.mtime,
                 mode: e.mode,
@@ -506,7 +502,7 @@ mod tests {
         let files: Vec<(&str, Option<u32>)> = l
             .files
             .iter()
-            .map(|f| (f.path.as_str(), f.checksum_segno))
+            .map(|f| (&*f.path, f.checksum_segno))
             .collect();
         assert_eq!(
             files,

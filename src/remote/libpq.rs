@@ -235,7 +235,7 @@ impl DirLister for LibpqSource {
                 continue; // an empty directory, or an entry removed between ls and stat
             };
             list.push(Entry {
-                name,
+                name: name.into(),
                 kind: if is_dir {
                     EntryKind::Dir
                 } else {
@@ -356,10 +356,10 @@ impl ReadRequests {
             owner: Vec::new(),
         };
         for (i, p) in pieces.iter().enumerate() {
-            let mut off = 0;
-            while off < p.len || (p.len == 0 && off == 0) {
-                let len = (p.len - off).min(row);
-                r.paths.push(files[p.file].path.clone());
+            let mut off = 0u64;
+            while off < p.bytes() || (p.len == 0 && off == 0) {
+                let len = (p.bytes() - off).min(row);
+                r.paths.push(files[p.index()].path.to_string());
                 r.offsets.push((p.offset + off) as i64);
                 r.lens.push(len as i64);
                 r.owner.push(i);
@@ -374,7 +374,10 @@ impl ReadRequests {
 }
 
 fn piece_key(pieces: &[PieceSpec]) -> Vec<(usize, u64, u64)> {
-    pieces.iter().map(|p| (p.file, p.offset, p.len)).collect()
+    pieces
+        .iter()
+        .map(|p| (p.index(), p.offset, p.bytes()))
+        .collect()
 }
 
 impl Drop for LibpqReader<'_> {
@@ -427,9 +430,12 @@ impl SourceReader for LibpqReader<'_> {
             return Ok(Vec::new());
         }
         let client = self.client()?;
-        let paths: Vec<&str> = pieces.iter().map(|p| files[p.file].path.as_str()).collect();
+        let paths: Vec<&str> = pieces.iter().map(|p| &*files[p.index()].path).collect();
         let offsets: Vec<i64> = pieces.iter().map(|p| p.offset as i64).collect();
-        let lens: Vec<i64> = pieces.iter().map(|p| p.len.min(MAX_READ) as i64).collect();
+        let lens: Vec<i64> = pieces
+            .iter()
+            .map(|p| p.bytes().min(MAX_READ) as i64)
+            .collect();
         let rows = self
             .src
             .rt
@@ -489,7 +495,7 @@ impl SourceReader for LibpqReader<'_> {
                 } else {
                     "a bundle of files"
                 },
-                files[pieces[0].file].path,
+                files[pieces[0].index()].path,
                 self.src.describe
             )
         };

@@ -65,19 +65,15 @@ pub fn plan_delta(
         let mut off = 0;
         while off < common {
             let len = range.min(common - off);
-            compare.push(PieceSpec {
-                file: i,
-                offset: off,
-                len,
-            });
+            compare.push(PieceSpec::new(i, off, len)?);
             off += len;
         }
-        if common < f.size {
-            plan.copy.push(PieceSpec {
-                file: i,
-                offset: common,
-                len: f.size - common,
-            });
+        // The new tail, in pieces of at most MAX_PIECE bytes.
+        let mut off = common;
+        while off < f.size {
+            let len = super::MAX_PIECE.min(f.size - off);
+            plan.copy.push(PieceSpec::new(i, off, len)?);
+            off += len;
         }
     }
     // Batches of consecutive ranges for the worker threads.
@@ -85,17 +81,17 @@ pub fn plan_delta(
     let mut start = 0;
     let mut bytes = 0;
     for (k, p) in compare.iter().enumerate() {
-        if bytes + p.len > HASH_BATCH_BYTES && k > start {
+        if bytes + p.bytes() > HASH_BATCH_BYTES && k > start {
             batches.push(start..k);
             start = k;
             bytes = 0;
         }
-        bytes += p.len;
+        bytes += p.bytes();
     }
     if start < compare.len() {
         batches.push(start..compare.len());
     }
-    let total: u64 = compare.iter().map(|p| p.len).sum();
+    let total: u64 = compare.iter().map(PieceSpec::bytes).sum();
     progress.begin("compare", total);
     let next = AtomicUsize::new(0);
     let abort = AtomicBool::new(false);
@@ -121,23 +117,23 @@ pub fn plan_delta(
                         let mut open: Option<(usize, std::fs::File)> = None;
                         let mut local_differ = Vec::new();
                         for (p, h) in ranges.iter().zip(theirs) {
-                            if open.as_ref().map(|o| o.0) != Some(p.file) {
-                                let t = &targets[p.file];
+                            if open.as_ref().map(|o| o.0) != Some(p.index()) {
+                                let t = &targets[p.index()];
                                 let f =
                                     std::fs::File::open(t).map_err(|e| Error::io("open", t, e))?;
-                                open = Some((p.file, f));
+                                open = Some((p.index(), f));
                             }
                             let (_, f) = open.as_ref().expect("opened just above");
                             buf.resize(p.len as usize, 0);
                             f.read_exact_at(&mut buf, p.offset)
-                                .map_err(|e| Error::io("read", &targets[p.file], e))?;
+                                .map_err(|e| Error::io("read", &targets[p.index()], e))?;
                             let ours = super::source::sha256(&buf);
                             if h == Some(ours) {
-                                same.fetch_add(p.len, Ordering::Relaxed);
+                                same.fetch_add(p.bytes(), Ordering::Relaxed);
                             } else {
                                 local_differ.push(*p);
                             }
-                            progress.advance(p.len);
+                            progress.advance(p.bytes());
                         }
                         differ
                             .lock()
@@ -163,17 +159,24 @@ pub fn plan_delta(
         .extend(differ.into_inner().unwrap_or_else(|p| p.into_inner()));
     plan.copy = merge_adjacent(plan.copy);
     plan.same_bytes = same.into_inner();
-    plan.copy_bytes = plan.copy.iter().map(|p| p.len).sum();
+    plan.copy_bytes = plan.copy.iter().map(PieceSpec::bytes).sum();
     Ok(plan)
 }
 
-/// Sorts ranges by (file, offset) and joins those that touch.
+/// Sorts ranges by (file, offset) and joins those that touch, up to
+/// [`super::MAX_PIECE`] bytes per range.
 fn merge_adjacent(mut v: Vec<PieceSpec>) -> Vec<PieceSpec> {
     v.sort_by_key(|p| (p.file, p.offset));
     let mut out: Vec<PieceSpec> = Vec::with_capacity(v.len());
     for p in v {
         match out.last_mut() {
-            Some(l) if l.file == p.file && l.offset + l.len == p.offset => l.len += p.len,
+            Some(l)
+                if l.file == p.file
+                    && l.offset + l.bytes() == p.offset
+                    && l.bytes() + p.bytes() <= super::MAX_PIECE =>
+            {
+                l.len += p.len
+            }
             _ => out.push(p),
         }
     }
@@ -186,17 +189,18 @@ pub fn plan_range_units(ranges: &[PieceSpec], chunk: u64) -> Vec<Unit> {
     let mut big = Vec::new();
     let mut small: Vec<PieceSpec> = Vec::new();
     for r in ranges {
-        if r.len >= chunk {
-            let mut off = 0;
+        if r.bytes() >= chunk {
+            let mut off = 0u32;
             while off < r.len {
-                let len = chunk.min(r.len - off);
+                // at most r.len - off, a u32
+                let len = chunk.min(u64::from(r.len - off)) as u32;
                 big.push(Unit {
                     pieces: vec![PieceSpec {
                         file: r.file,
-                        offset: r.offset + off,
+                        offset: r.offset + u64::from(off),
                         len,
                     }],
-                    bytes: len,
+                    bytes: u64::from(len),
                 });
                 off += len;
             }
@@ -207,10 +211,10 @@ pub fn plan_range_units(ranges: &[PieceSpec], chunk: u64) -> Vec<Unit> {
     let mut units = big;
     let mut bundle = Unit::default();
     for r in small {
-        if bundle.bytes + r.len > chunk || bundle.pieces.len() >= super::BUNDLE_MAX_FILES {
+        if bundle.bytes + r.bytes() > chunk || bundle.pieces.len() >= super::BUNDLE_MAX_FILES {
             units.push(std::mem::take(&mut bundle));
         }
-        bundle.bytes += r.len;
+        bundle.bytes += r.bytes();
         bundle.pieces.push(r);
     }
     if !bundle.pieces.is_empty() {
@@ -229,13 +233,14 @@ mod tests {
     use super::*;
 
     fn r(file: usize, offset: u64, len: u64) -> PieceSpec {
-        PieceSpec { file, offset, len }
+        PieceSpec::new(file, offset, len).unwrap()
     }
 
     #[test]
     fn adjacent_ranges_merge_and_units_bundle() {
         let m = merge_adjacent(vec![r(1, 8, 8), r(0, 0, 4), r(1, 0, 8), r(1, 24, 8)]);
-        let shape: Vec<(usize, u64, u64)> = m.iter().map(|p| (p.file, p.offset, p.len)).collect();
+        let shape: Vec<(usize, u64, u64)> =
+            m.iter().map(|p| (p.index(), p.offset, p.bytes())).collect();
         assert_eq!(shape, vec![(0, 0, 4), (1, 0, 16), (1, 24, 8)]);
         let units = plan_range_units(&m, 10);
         assert_eq!(
@@ -273,7 +278,7 @@ mod tests {
             &crate::transfer::NoProgress,
         )
         .unwrap();
-        let shape: Vec<(u64, u64)> = plan.copy.iter().map(|p| (p.offset, p.len)).collect();
+        let shape: Vec<(u64, u64)> = plan.copy.iter().map(|p| (p.offset, p.bytes())).collect();
         assert_eq!(shape, vec![(DELTA_RANGE, DELTA_RANGE * 2)]);
         assert_eq!(plan.same_bytes, DELTA_RANGE);
     }

@@ -41,8 +41,8 @@ pub const BUNDLE_MAX_FILES: usize = 4096;
 #[derive(Debug, Clone)]
 pub struct SourceFile {
     /// Path relative to the data directory, as recorded in the manifest and as the
-    /// [`Source`] reads it.
-    pub path: String,
+    /// [`Source`] reads it. Boxed (16 bytes, no spare capacity): a listing holds a million.
+    pub path: Box<str>,
     /// Size in bytes seen when the file list was made; bytes past it are not copied (WAL
     /// replay recreates them) and a shorter file is padded with zeros (basebackup.c does the same).
     pub size: u64,
@@ -60,7 +60,7 @@ impl SourceFile {
     /// segments, pg_control, test files.
     pub fn plain(path: &str, size: u64) -> SourceFile {
         SourceFile {
-            path: path.to_string(),
+            path: path.into(),
             size,
             mtime: 0,
             mode: 0o600,
@@ -69,15 +69,46 @@ impl SourceFile {
     }
 }
 
-/// A range of one file inside a unit.
+/// A range of one file inside a unit: 16 bytes, as a backup of a million files plans a
+/// million of them.
 #[derive(Debug, Clone, Copy)]
 pub struct PieceSpec {
-    /// Index into the file list.
-    pub file: usize,
     /// Offset in the file, bytes.
     pub offset: u64,
+    /// Index into the file list.
+    pub file: u32,
+    /// Length, bytes: at most [`MAX_PIECE`].
+    pub len: u32,
+}
+
+/// The longest piece, bytes (1 GiB: a relation segment of the default size, far above
+/// any unit size).
+pub const MAX_PIECE: u64 = 1 << 30;
+
+impl PieceSpec {
+    /// The piece of file `file` at `offset`, `len` bytes. Callers cut longer ranges
+    /// (see [`MAX_PIECE`]); a longer `len` or an index past `u32` is a planning bug and
+    /// gives an error rather than a short copy.
+    pub fn new(file: usize, offset: u64, len: u64) -> Result<PieceSpec> {
+        match (u32::try_from(file), u32::try_from(len)) {
+            (Ok(file), Ok(len)) if u64::from(len) <= MAX_PIECE => {
+                Ok(PieceSpec { offset, file, len })
+            }
+            _ => Err(Error::Other(format!(
+                "internal: piece of file #{file} at {offset} with {len} bytes is out of range"
+            ))),
+        }
+    }
+
+    /// Index into the file list.
+    pub fn index(&self) -> usize {
+        self.file as usize
+    }
+
     /// Length, bytes.
-    pub len: u64,
+    pub fn bytes(&self) -> u64 {
+        u64::from(self.len)
+    }
 }
 
 /// A unit of work: one chunk of a large file, or a bundle of small files.
@@ -99,7 +130,7 @@ pub fn copy_files<S: UnitSink>(
     copy_units(
         source,
         files,
-        &plan_units(files, CHUNK_SIZE),
+        &plan_units(files, CHUNK_SIZE)?,
         opts,
         sink,
         progress,
@@ -107,8 +138,10 @@ pub fn copy_files<S: UnitSink>(
 }
 
 /// Splits `files` into units: chunks of the large files first (largest file first), then
-/// bundles of the small ones. Empty files get no unit.
-pub fn plan_units(files: &[SourceFile], chunk: u64) -> Vec<Unit> {
+/// bundles of the small ones, `chunk` bytes at most (capped at [`MAX_PIECE`]). Empty files
+/// get no unit. Errors: more than 2^32 files.
+pub fn plan_units(files: &[SourceFile], chunk: u64) -> Result<Vec<Unit>> {
+    let chunk = chunk.clamp(1, MAX_PIECE);
     let mut order: Vec<usize> = (0..files.len()).filter(|&i| files[i].size > 0).collect();
     order.sort_by(|&a, &b| {
         files[b]
@@ -125,11 +158,7 @@ pub fn plan_units(files: &[SourceFile], chunk: u64) -> Vec<Unit> {
             while off < size {
                 let len = chunk.min(size - off);
                 units.push(Unit {
-                    pieces: vec![PieceSpec {
-                        file: i,
-                        offset: off,
-                        len,
-                    }],
+                    pieces: vec![PieceSpec::new(i, off, len)?],
                     bytes: len,
                 });
                 off += len;
@@ -138,18 +167,14 @@ pub fn plan_units(files: &[SourceFile], chunk: u64) -> Vec<Unit> {
             if bundle.bytes + size > chunk || bundle.pieces.len() >= BUNDLE_MAX_FILES {
                 units.push(std::mem::take(&mut bundle));
             }
-            bundle.pieces.push(PieceSpec {
-                file: i,
-                offset: 0,
-                len: size,
-            });
+            bundle.pieces.push(PieceSpec::new(i, 0, size)?);
             bundle.bytes += size;
         }
     }
     if !bundle.pieces.is_empty() {
         units.push(bundle);
     }
-    units
+    Ok(units)
 }
 
 /// A size in KiB from the environment variable `var` (a multiple of 8 from 8 to 65536), in
@@ -328,7 +353,7 @@ impl<'a> FileAssembler<'a> {
         let mut remaining = vec![0u32; files.len()];
         for u in units {
             for p in &u.pieces {
-                remaining[p.file] += 1;
+                remaining[p.index()] += 1;
             }
         }
         for (i, n) in remaining.iter().enumerate() {
@@ -545,7 +570,7 @@ fn worker<S: UnitSink>(
             if here {
                 read.push((*spec, range));
             } else {
-                vanished.push(spec.file);
+                vanished.push(spec.index());
             }
         }
         // CPU stage (page checks, hashes, compression) and the write: at most `jobs` at once
@@ -579,7 +604,11 @@ fn worker<S: UnitSink>(
             .collect();
         let stored = sink.write_unit(&mut state, &pieces, &mut || drop(permit.take()))?;
         let done = UnitDone {
-            pieces: pieces.iter().map(|rp| rp.spec.file).zip(stored).collect(),
+            pieces: pieces
+                .iter()
+                .map(|rp| rp.spec.index())
+                .zip(stored)
+                .collect(),
             page_errors: errors,
             vanished,
         };
@@ -603,7 +632,7 @@ fn scan_pages(
     reader: &mut dyn SourceReader,
     errors: &mut Vec<(usize, u32)>,
 ) -> Result<Vec<[u32; 2]>> {
-    let f = &files[spec.file];
+    let f = &files[spec.index()];
     let mut runs: Vec<[u32; 2]> = Vec::new();
     if !spec.offset.is_multiple_of(BLCKSZ as u64) {
         return Ok(runs);
@@ -634,7 +663,7 @@ fn scan_pages(
             let page_spec = PieceSpec {
                 file: spec.file,
                 offset: spec.offset + i as u64 * BLCKSZ as u64,
-                len: BLCKSZ as u64,
+                len: BLCKSZ as u32,
             };
             let here = reader.read(files, &[page_spec], &mut again)?;
             let ok = here.first() == Some(&true)
@@ -649,7 +678,7 @@ fn scan_pages(
                     "page checksum mismatch in {} block {blkno}: stored {stored:#06x}, computed {computed:#06x}",
                     f.path
                 );
-                errors.push((spec.file, blkno));
+                errors.push((spec.index(), blkno));
             }
         }
     }
@@ -671,7 +700,12 @@ pub fn nonzero_runs<'a>(data: &'a [u8], zero_pages: &[[u32; 2]]) -> Vec<(usize, 
 pub(crate) fn unit_shape(units: &[Unit]) -> Vec<Vec<(usize, u64, u64)>> {
     units
         .iter()
-        .map(|u| u.pieces.iter().map(|p| (p.file, p.offset, p.len)).collect())
+        .map(|u| {
+            u.pieces
+                .iter()
+                .map(|p| (p.index(), p.offset, p.bytes()))
+                .collect()
+        })
         .collect()
 }
 
@@ -686,7 +720,7 @@ mod tests {
     #[test]
     fn large_files_chunked_small_bundled_largest_first() {
         let files = vec![f("a", 3), f("big", 20), f("b", 4), f("empty", 0), f("c", 9)];
-        let units = plan_units(&files, 8);
+        let units = plan_units(&files, 8).unwrap();
         assert_eq!(
             unit_shape(&units),
             vec![
@@ -700,7 +734,7 @@ mod tests {
         );
         assert!(units
             .iter()
-            .all(|u| u.bytes == u.pieces.iter().map(|p| p.len).sum::<u64>()));
+            .all(|u| u.bytes == u.pieces.iter().map(|p| p.bytes()).sum::<u64>()));
     }
 
     #[test]

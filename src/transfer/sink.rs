@@ -118,7 +118,7 @@ impl UnitSink for RepoSink<'_> {
                     crate::codec::xxh3_hex(frame)
                 },
                 logical_offset: p.spec.offset,
-                logical_size: p.spec.len,
+                logical_size: p.spec.bytes(),
                 zero_pages: p.zero_pages.clone(),
                 xxh3: p.xxh3.clone(),
                 crc32c: p.crc32c,
@@ -164,7 +164,7 @@ impl UnitSink for DirSink<'_> {
     ) -> Result<Vec<Piece>> {
         let mut out = Vec::with_capacity(pieces.len());
         for p in pieces {
-            let path = &self.targets[p.spec.file];
+            let path = &self.targets[p.spec.index()];
             write_runs(path, p.spec.offset, p.data, &p.zero_pages)?;
             if self.overwrite && !p.zero_pages.is_empty() {
                 punch_zero_pages(path, p.spec.offset, &p.zero_pages)?;
@@ -175,7 +175,7 @@ impl UnitSink for DirSink<'_> {
                 stored_size: 0,
                 stored_xxh3: String::new(),
                 logical_offset: p.spec.offset,
-                logical_size: p.spec.len,
+                logical_size: p.spec.bytes(),
                 zero_pages: p.zero_pages.clone(),
                 xxh3: p.xxh3.clone(),
                 crc32c: p.crc32c,

@@ -78,8 +78,8 @@ pub trait SourceReader {
                 continue;
             }
             // Hash only what the file holds: a range past its end is shorter.
-            let size = files[p.file].size;
-            let n = size.saturating_sub(p.offset).min(p.len) as usize;
+            let size = files[p.index()].size;
+            let n = size.saturating_sub(p.offset).min(p.bytes()) as usize;
             out.push(Some(sha256(&buf[..n])));
         }
         Ok(out)
@@ -101,11 +101,7 @@ pub fn read_range(
     len: u64,
 ) -> Result<Option<Vec<u8>>> {
     let files = [SourceFile::plain(path, offset + len)];
-    let piece = PieceSpec {
-        file: 0,
-        offset,
-        len,
-    };
+    let piece = PieceSpec::new(0, offset, len)?;
     let mut buf = vec![0u8; len as usize];
     let found = source.reader()?.read(&files, &[piece], &mut buf)?;
     Ok(found.first().copied().unwrap_or(false).then_some(buf))
@@ -279,14 +275,14 @@ impl SourceReader for LocalReader<'_> {
         for spec in pieces {
             let range = pos..pos + spec.len as usize;
             pos += spec.len as usize;
-            let abs = self.src.pgdata.join(&files[spec.file].path);
-            if open.as_ref().map(|(i, _)| *i) != Some(spec.file) {
+            let abs = self.src.pgdata.join(&*files[spec.index()].path);
+            if open.as_ref().map(|(i, _)| *i) != Some(spec.index()) {
                 let h = match Reader::open(&abs) {
                     Ok(h) => Some(h),
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
                     Err(e) => return Err(Error::io("open", &abs, e)),
                 };
-                open = Some((spec.file, h));
+                open = Some((spec.index(), h));
             }
             match open.as_ref().and_then(|(_, h)| h.as_ref()) {
                 Some(h) => {
