@@ -277,8 +277,11 @@ start_versitygw() {
     rm -rf "$S3DATA"; mkdir -p "$S3DATA/$BUCKET"
     make_pki
     # --quiet: no line per request on stdout. Credentials through the environment (not argv).
+    # --keep-alive: versitygw 1.8 otherwise answers every request with "Connection: close",
+    # so each request pays a TCP and TLS handshake and a fresh slow start; S3, GCS and Azure
+    # keep connections open, and every client here reuses them when it may.
     ROOT_ACCESS_KEY_ID=$S3_KEY ROOT_SECRET_ACCESS_KEY=$S3_SECRET \
-        ip netns exec "$NA" "$VERSITYGW" --quiet --port "$ADDR_A:$S3_PORT" \
+        ip netns exec "$NA" "$VERSITYGW" --quiet --keep-alive --port "$ADDR_A:$S3_PORT" \
         --cert "$PKI/server.crt" --key "$PKI/server.key" posix "$S3DATA" \
         </dev/null >"$LOGS/versitygw.log" 2>&1 9>&- &
     VGW_PID=$!          # ip netns exec execs: this is versitygw itself

@@ -84,6 +84,19 @@ pub trait Storage: Send + Sync {
         buf.extend_from_slice(&v);
         Ok(())
     }
+    /// [`Storage::get_aligned_into`] of an object whose size the caller knows (`size`
+    /// bytes, from the manifest). An object store reads a large one as several ranged
+    /// requests at once; whatever the object holds, `buf` gets all of it and no more,
+    /// so a caller still compares its length with `size`.
+    fn get_aligned_sized_into(
+        &self,
+        name: &str,
+        size: u64,
+        buf: &mut direct::AlignedBuf,
+    ) -> Result<()> {
+        let _ = size;
+        self.get_aligned_into(name, buf)
+    }
     /// A streaming reader of all of `name`.
     fn reader(&self, name: &str) -> Result<Box<dyn Read + Send>>;
     /// A streaming writer of `name` (see [`ObjectWriter`]).

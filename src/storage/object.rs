@@ -33,6 +33,13 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 pub const WRITER_PART: usize = 8 << 20;
 /// Whole-object reads a restore keeps in flight ([`Storage::read_ahead`]).
 pub const OBJECT_READ_AHEAD: usize = 8;
+/// Ranged requests one object read of known size is split into
+/// ([`Storage::get_aligned_sized_into`]), each of at least [`READ_PART_MIN`] bytes: more
+/// requests in flight for the same buffers. `PGJET_READ_PARTS` (1 to 16) overrides it for
+/// the benchmarks.
+pub const READ_PARTS: usize = 4;
+/// Smallest ranged request of a split read, bytes.
+pub const READ_PART_MIN: u64 = 1 << 20;
 /// Parts of one multipart upload in flight at once.
 pub const WRITER_CONCURRENCY: usize = 4;
 
@@ -358,6 +365,15 @@ impl ObjectStorage {
     }
 }
 
+/// [`READ_PARTS`], or `PGJET_READ_PARTS` (1 to 16).
+fn read_parts() -> usize {
+    std::env::var("PGJET_READ_PARTS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|n| (1..=16).contains(n))
+        .unwrap_or(READ_PARTS)
+}
+
 /// The store's own error inside an error of a body stream (a missing object stays not
 /// found); another failure of the stream as a temporary one, which a retry may mend.
 fn from_io(e: std::io::Error) -> opendal::Error {
@@ -588,6 +604,88 @@ impl Storage for ObjectStorage {
             }
             Ok(())
         })
+    }
+
+    fn get_aligned_sized_into(
+        &self,
+        name: &str,
+        size: u64,
+        buf: &mut super::direct::AlignedBuf,
+    ) -> Result<()> {
+        let parts = read_parts().min((size / READ_PART_MIN) as usize);
+        let Ok(len) = usize::try_from(size) else {
+            return self.get_aligned_into(name, buf);
+        };
+        if parts < 2 {
+            return self.get_aligned_into(name, buf);
+        }
+        // The buffer is cut into `parts` slices, each filled by its own ranged GET. The
+        // last range is open-ended, so an object longer than `size` is noticed. A shorter
+        // one fails a range (the store refuses it, or sends less than asked): the object
+        // is then read whole, once, and the caller's length check names it.
+        buf.clear();
+        buf.resize(len, 0);
+        let per = len.div_ceil(parts);
+        let last = len.div_ceil(per) - 1;
+        let split = self.run("read", name, async {
+            let reader = self.op.reader(name).await?;
+            let reads = buf.chunks_mut(per).enumerate().map(|(i, slice)| {
+                let reader = reader.clone();
+                async move {
+                    let start = (i * per) as u64;
+                    let opened = if i == last {
+                        reader.into_bytes_stream(start..).await
+                    } else {
+                        reader
+                            .into_bytes_stream(start..start + slice.len() as u64)
+                            .await
+                    };
+                    let mut body = opened?;
+                    let (mut at, mut longer) = (0usize, false);
+                    while let Some(chunk) = body.next().await {
+                        let chunk = chunk.map_err(from_io)?;
+                        let room = slice.len() - at;
+                        if chunk.len() > room {
+                            if i != last {
+                                return Err(opendal::Error::new(
+                                    ErrorKind::Unexpected,
+                                    "a ranged read returned more bytes than asked",
+                                ));
+                            }
+                            longer = true;
+                        }
+                        let n = chunk.len().min(room);
+                        slice[at..at + n].copy_from_slice(&chunk[..n]);
+                        at += n;
+                    }
+                    Ok::<(usize, bool), opendal::Error>((at, longer))
+                }
+            });
+            futures::future::try_join_all(reads).await
+        });
+        let got = match split {
+            Ok(got) => got,
+            Err(e) if e.is_not_found() => return Err(e),
+            Err(e) => {
+                tracing::debug!("split read of {name} failed ({e}); reading it whole");
+                return self.get_aligned_into(name, buf);
+            }
+        };
+        // Keep the bytes up to the first short range; one byte more marks a longer object.
+        let mut total = 0usize;
+        for (i, (n, longer)) in got.iter().enumerate() {
+            total += n;
+            if *longer {
+                buf.truncate(total);
+                buf.push(0);
+                return Ok(());
+            }
+            if *n < per.min(len - i * per) {
+                break;
+            }
+        }
+        buf.truncate(total);
+        Ok(())
     }
 
     fn reader(&self, name: &str) -> Result<Box<dyn Read + Send>> {

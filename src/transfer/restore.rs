@@ -570,7 +570,12 @@ impl ReadBack<'_> {
     /// not found.
     fn load_object(&self, w: &ObjectWork, mut buf: AlignedBuf) -> Result<Loaded> {
         let name = repo::object_name(self.stanza, self.label, &w.name);
-        match self.store.get_aligned_into(&name, &mut buf) {
+        let read = if self.contiguous {
+            self.store.get_aligned_sized_into(&name, w.size, &mut buf)
+        } else {
+            self.store.get_aligned_into(&name, &mut buf)
+        };
+        match read {
             Ok(()) if !self.contiguous || buf.len() as u64 == w.size => Ok(Loaded::Object(buf)),
             Ok(()) => Ok(Loaded::Unusable(
                 format!("stored object has {} bytes, expected {}", buf.len(), w.size),
