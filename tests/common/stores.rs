@@ -120,7 +120,9 @@ impl StoreServer {
     }
 
     /// [`StoreServer::start`], over plain HTTP when `tls` is false (S3 only: a proxy that
-    /// answers HTTP itself needs to read the requests).
+    /// answers HTTP itself needs to read the requests). Over TLS connections are kept open
+    /// between requests, as real object stores do; over plain HTTP the server closes each
+    /// one, so the fault proxy, which picks a fault per connection, sees every request.
     pub fn start_with(kind: StoreKind, tag: &str, tls: bool) -> StoreServer {
         assert!(tls || kind == StoreKind::S3, "plain HTTP is for S3 only");
         let dir = Scratch::new(&format!("{tag}-store"));
@@ -140,6 +142,9 @@ impl StoreServer {
                 ];
                 if tls {
                     a.extend(args!["--cert", p("server.crt"), "--key", p("server.key")]);
+                    // pooled connections, as against a real object store (versitygw
+                    // closes every connection otherwise)
+                    a.extend(args!["--keep-alive"]);
                 }
                 a.extend(args!["posix", p("data")]);
                 (
