@@ -31,8 +31,10 @@ pub const RETRY_MAX_DELAY: Duration = Duration::from_secs(10);
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 /// Part size of multipart uploads by [`Storage::writer`], bytes (S3's minimum part is 5 MiB).
 pub const WRITER_PART: usize = 8 << 20;
-/// Whole-object reads a restore keeps in flight ([`Storage::read_ahead`]).
-pub const OBJECT_READ_AHEAD: usize = 8;
+/// Whole-object reads a restore keeps in flight ([`Storage::read_ahead`]), each split into
+/// up to [`READ_PARTS`] ranged requests. Measured at 20 ms on 2 GiB of large files
+/// (docs/benchmark-notes.md): 6 restored as fast as 8 with 17 MiB less memory.
+pub const OBJECT_READ_AHEAD: usize = 6;
 /// Ranged requests one object read of known size is split into
 /// ([`Storage::get_aligned_sized_into`]), each of at least [`READ_PART_MIN`] bytes: more
 /// requests in flight for the same buffers. `PGJET_READ_PARTS` (1 to 16) overrides it for
