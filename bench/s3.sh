@@ -683,7 +683,7 @@ if F("skip_pgbackrest") != "1":
 P(f"- **s5cmd** ({F('s5cmd')}): `s5cmd --numworkers 1 cp -c {F('jobs')} -p {F('s5cmd_part_mb')}` (one file at a time, {F('jobs')} parts of "
   f"{F('s5cmd_part_mb')} MiB in flight: as many requests at once as pgjet's {F('jobs')} jobs); the link-limit rows: `s5cmd cp -c {F('s5cmd_max_conc')} "
   f"-p {F('s5cmd_part_mb')}` with its default 256 workers. Credentials and CA from the environment (`AWS_CA_BUNDLE`); path-style (its choice for a custom endpoint).")
-P(f"- **versitygw** {F('versitygw')}: `versitygw --quiet --port {F('addr_a')}:{F('s3_port')} --cert ... --key ... posix DIR` (objects as files on the bench disk).")
+P(f"- **versitygw** {F('versitygw')}: `versitygw --quiet --keep-alive --port {F('addr_a')}:{F('s3_port')} --cert ... --key ... posix DIR` (objects as files on the bench disk; `--keep-alive`, or it closes every connection, which real object stores do not).")
 P("")
 
 def fmt_row(label, name, base, ref=None, size=True, ratio_mode="time"):
