@@ -13,8 +13,8 @@ use crate::repo::{self, DirEntry, StanzaLock, Tablespace};
 use crate::repo::{ManifestHeader, StopInfo};
 use crate::transfer::sink::RepoSink;
 use crate::transfer::{
-    copy_units_into, plan_units, CopyOutcome, FileAssembler, PieceSpec, Progress, ReadOptions,
-    ReadPiece, Source, SourceFile, UnitSink, CHUNK_SIZE,
+    copy_units_into, CopyOutcome, FileAssembler, PieceSpec, Progress, ReadOptions, ReadPiece,
+    Source, SourceFile, UnitSink, CHUNK_SIZE,
 };
 use serde::Serialize;
 
@@ -92,7 +92,9 @@ impl BackupTarget for RepoTarget<'_> {
             "memory with the listing: {}",
             crate::transfer::memory_note()
         );
-        let units = plan_units(files, CHUNK_SIZE)?;
+        let (bundle_bytes, bundle_files) = crate::transfer::bundle_settings()?;
+        let units =
+            crate::transfer::plan_units_bundled(files, CHUNK_SIZE, bundle_bytes, bundle_files)?;
         tracing::debug!(
             "{} units planned; memory: {}",
             units.len(),

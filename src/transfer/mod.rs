@@ -138,10 +138,25 @@ pub fn copy_files<S: UnitSink>(
 }
 
 /// Splits `files` into units: chunks of the large files first (largest file first), then
-/// bundles of the small ones, `chunk` bytes at most (capped at [`MAX_PIECE`]). Empty files
-/// get no unit. Errors: more than 2^32 files.
+/// bundles of the small ones, `chunk` bytes at most (capped at [`MAX_PIECE`]) and
+/// [`BUNDLE_MAX_FILES`] files. Empty files get no unit. Errors: more than 2^32 files.
 pub fn plan_units(files: &[SourceFile], chunk: u64) -> Result<Vec<Unit>> {
+    plan_units_bundled(files, chunk, chunk, BUNDLE_MAX_FILES)
+}
+
+/// [`plan_units`] with bundles of at most `bundle_bytes` logical bytes (at most `chunk`)
+/// and `bundle_files` files: a file smaller than `chunk` still goes into a bundle, alone
+/// when it is larger than `bundle_bytes`. For the benchmarks that measure bundle sizes
+/// ([`bundle_settings`]).
+pub fn plan_units_bundled(
+    files: &[SourceFile],
+    chunk: u64,
+    bundle_bytes: u64,
+    bundle_files: usize,
+) -> Result<Vec<Unit>> {
     let chunk = chunk.clamp(1, MAX_PIECE);
+    let bundle_bytes = bundle_bytes.clamp(1, chunk);
+    let bundle_files = bundle_files.max(1);
     let mut order: Vec<usize> = (0..files.len()).filter(|&i| files[i].size > 0).collect();
     order.sort_by(|&a, &b| {
         files[b]
@@ -164,7 +179,8 @@ pub fn plan_units(files: &[SourceFile], chunk: u64) -> Result<Vec<Unit>> {
                 off += len;
             }
         } else {
-            if bundle.bytes + size > chunk || bundle.pieces.len() >= BUNDLE_MAX_FILES {
+            let full = bundle.bytes + size > bundle_bytes || bundle.pieces.len() >= bundle_files;
+            if full && !bundle.pieces.is_empty() {
                 units.push(std::mem::take(&mut bundle));
             }
             bundle.pieces.push(PieceSpec::new(i, 0, size)?);
@@ -175,6 +191,25 @@ pub fn plan_units(files: &[SourceFile], chunk: u64) -> Result<Vec<Unit>> {
         units.push(bundle);
     }
     Ok(units)
+}
+
+/// Bundle limits of a backup: logical bytes (`PGJET_BUNDLE_KIB`, at most [`CHUNK_SIZE`])
+/// and files (`PGJET_BUNDLE_FILES`, 1 to 65536); [`CHUNK_SIZE`] and [`BUNDLE_MAX_FILES`]
+/// unless set. For the benchmarks that measure them. Errors: a value out of range.
+pub fn bundle_settings() -> Result<(u64, usize)> {
+    let bytes = kib_setting("PGJET_BUNDLE_KIB", CHUNK_SIZE)?.min(CHUNK_SIZE);
+    let files = match std::env::var("PGJET_BUNDLE_FILES") {
+        Err(_) => BUNDLE_MAX_FILES,
+        Ok(v) => match v.parse::<usize>() {
+            Ok(n) if (1..=65536).contains(&n) => n,
+            _ => {
+                return Err(Error::Config(format!(
+                    "PGJET_BUNDLE_FILES '{v}' must be a number from 1 to 65536"
+                )))
+            }
+        },
+    };
+    Ok((bytes, files))
 }
 
 /// A size in KiB from the environment variable `var` (a multiple of 8 from 8 to 65536), in
@@ -735,6 +770,31 @@ mod tests {
         assert!(units
             .iter()
             .all(|u| u.bytes == u.pieces.iter().map(|p| p.bytes()).sum::<u64>()));
+    }
+
+    #[test]
+    fn bundles_obey_their_own_limits() {
+        let files = vec![f("a", 3), f("b", 3), f("c", 3), f("mid", 6), f("big", 20)];
+        // chunks of 8, bundles of at most 5 bytes and 2 files: "mid" (6 bytes, under a
+        // chunk) is a bundle of its own, and a, b, c go two and one.
+        let units = plan_units_bundled(&files, 8, 5, 2).unwrap();
+        assert_eq!(
+            unit_shape(&units),
+            vec![
+                vec![(4, 0, 8)],
+                vec![(4, 8, 8)],
+                vec![(4, 16, 4)],
+                vec![(3, 0, 6)],
+                vec![(0, 0, 3)],
+                vec![(1, 0, 3)],
+                vec![(2, 0, 3)],
+            ]
+        );
+        let units = plan_units_bundled(&files, 8, 8, 2).unwrap();
+        assert_eq!(
+            unit_shape(&units)[3..],
+            [vec![(3, 0, 6)], vec![(0, 0, 3), (1, 0, 3)], vec![(2, 0, 3)]]
+        );
     }
 
     #[test]
