@@ -404,11 +404,17 @@ pub fn remap_tablespace_map(locations: &[(u32, PathBuf)]) -> String {
         .collect()
 }
 
-/// The file's CRC32C, combined from its pieces in order.
+/// The file's CRC32C, combined from its pieces in order (0 for a file without pieces, the
+/// CRC-32C of no bytes). The first piece's CRC is taken as it is: a combine costs about
+/// 12 µs (zlib's matrix method, one squaring per bit of the length), which was 30% of a
+/// backup's CPU at 100 000 one-piece files (docs/benchmark-notes.md).
 pub fn file_crc(pieces: &[Piece]) -> u32 {
-    pieces.iter().fold(0u32, |crc, p| {
-        crate::pg::pg_manifest::crc32c_combine(crc, p.crc32c, p.logical_size)
-    })
+    match pieces.split_first() {
+        None => 0,
+        Some((first, rest)) => rest.iter().fold(first.crc32c, |crc, p| {
+            crate::pg::pg_manifest::crc32c_combine(crc, p.crc32c, p.logical_size)
+        }),
+    }
 }
 
 /// Builds the manifest entry of a copied file.
@@ -445,6 +451,28 @@ pub fn mib(bytes: u64) -> String {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn file_crc_is_the_crc_of_the_pieces_in_order() {
+        let data: Vec<u8> = (0..30_000u32).map(|i| (i * 7 + i / 13) as u8).collect();
+        let piece = |off: usize, len: usize| Piece {
+            object: "x".into(),
+            offset: 0,
+            stored_size: 0,
+            stored_xxh3: String::new(),
+            logical_offset: off as u64,
+            logical_size: len as u64,
+            zero_pages: Vec::new(),
+            xxh3: String::new(),
+            crc32c: crate::codec::crc32c(&data[off..off + len]),
+        };
+        assert_eq!(file_crc(&[]), crate::codec::crc32c(b""));
+        assert_eq!(file_crc(&[piece(0, 30_000)]), crate::codec::crc32c(&data));
+        assert_eq!(
+            file_crc(&[piece(0, 8192), piece(8192, 10_000), piece(18_192, 11_808)]),
+            crate::codec::crc32c(&data)
+        );
+    }
     use super::*;
 
     #[test]
