@@ -543,6 +543,14 @@ fn posix_and_s3_repositories_together() {
         ],
     ));
     let source_fp = fingerprint(&cluster.server);
+    // Labels have one-second resolution and are unique per repository only: start the
+    // second backup in a later second, so that the two labels order as the backups did.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_nanos(
+        1_000_000_000 - u64::from(now.subsec_nanos()) + 50_000_000,
+    ));
     pgjet_ok(&cmd(
         "backup",
         &base,
