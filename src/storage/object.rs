@@ -369,11 +369,7 @@ impl ObjectStorage {
 
 /// [`READ_PARTS`], or `PGJET_READ_PARTS` (1 to 16).
 fn read_parts() -> usize {
-    std::env::var("PGJET_READ_PARTS")
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-        .filter(|n| (1..=16).contains(n))
-        .unwrap_or(READ_PARTS)
+    crate::transfer::count_setting("PGJET_READ_PARTS", 16).unwrap_or(READ_PARTS)
 }
 
 /// The store's own error inside an error of a body stream (a missing object stays not

@@ -212,6 +212,15 @@ pub fn bundle_settings() -> Result<(u64, usize)> {
     Ok((bytes, files))
 }
 
+/// A count from the environment variable `var` when it is a number from 1 to `max`, else
+/// None (the caller's default). For the benchmarks that choose such counts.
+pub fn count_setting(var: &str, max: usize) -> Option<usize> {
+    std::env::var(var)
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|n| (1..=max).contains(n))
+}
+
 /// A size in KiB from the environment variable `var` (a multiple of 8 from 8 to 65536), in
 /// bytes; `default` bytes when it is not set. For the benchmarks that choose such sizes.
 /// Errors: a value that is not such a number.
@@ -776,7 +785,7 @@ mod tests {
     fn bundles_obey_their_own_limits() {
         let files = vec![f("a", 3), f("b", 3), f("c", 3), f("mid", 6), f("big", 20)];
         // chunks of 8, bundles of at most 5 bytes and 2 files: "mid" (6 bytes, under a
-        // chunk) is a bundle of its own, and a, b, c go two and one.
+        // chunk) is a bundle of its own, and a, b, c (3 bytes each) go one per bundle.
         let units = plan_units_bundled(&files, 8, 5, 2).unwrap();
         assert_eq!(
             unit_shape(&units),

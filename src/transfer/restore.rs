@@ -96,11 +96,7 @@ pub const READ_AHEAD: usize = 4;
 /// Readers for `store`: its [`Storage::read_ahead`], or `PGJET_READ_AHEAD` (1 to 64; for
 /// the benchmarks that choose it).
 fn readers(store: &dyn Storage) -> usize {
-    std::env::var("PGJET_READ_AHEAD")
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-        .filter(|n| (1..=64).contains(n))
-        .unwrap_or_else(|| store.read_ahead())
+    super::count_setting("PGJET_READ_AHEAD", 64).unwrap_or_else(|| store.read_ahead())
 }
 
 /// Threads that check and expand frames: `jobs`, but no more than the cores the process may
