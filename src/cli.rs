@@ -120,6 +120,31 @@ pub struct GlobalArgs {
     /// Compression level (default: 1 for zstd, 6 for gzip; lz4 has none).
     #[arg(long, global = true, env = "PGJET_COMPRESS_LEVEL", value_name = "N")]
     pub compress_level: Option<i32>,
+    /// Seconds archive-push waits for its segment to be archived (async: acknowledged by
+    /// the background pusher), and backup and check wait for a segment to reach the archive
+    /// (default 60).
+    #[arg(long, global = true, env = "PGJET_ARCHIVE_TIMEOUT", value_name = "SECONDS")]
+    pub archive_timeout: Option<f64>,
+    /// y or n (default): archive-push and archive-get work asynchronously through the spool
+    /// directory, with a background process moving several WAL files at once.
+    #[arg(long, global = true, env = "PGJET_ARCHIVE_ASYNC", value_name = "Y|N")]
+    pub archive_async: Option<String>,
+    /// Spool directory of asynchronous archiving (default /var/spool/pgjet); local, owned
+    /// by the cluster's OS user.
+    #[arg(long, global = true, env = "PGJET_SPOOL_PATH", value_name = "DIR")]
+    pub spool_path: Option<PathBuf>,
+    /// Most WAL (bytes; suffixes KB MB GB TB, powers of 1024) waiting to be archived before
+    /// archive-push drops it with a WARNING and records the gap (default: no limit).
+    #[arg(long, global = true, env = "PGJET_ARCHIVE_PUSH_QUEUE_MAX", value_name = "SIZE")]
+    pub archive_push_queue_max: Option<String>,
+    /// Most WAL (bytes, suffixes as above) archive-get fetches ahead into the spool
+    /// directory when asynchronous (default 128MB).
+    #[arg(long, global = true, env = "PGJET_ARCHIVE_GET_QUEUE_MAX", value_name = "SIZE")]
+    pub archive_get_queue_max: Option<String>,
+    /// y (default) or n: a backup of a cluster that archives WAL waits until its last
+    /// segment is in the archive and records its WAL range there.
+    #[arg(long, global = true, env = "PGJET_ARCHIVE_CHECK", value_name = "Y|N")]
+    pub archive_check: Option<String>,
     /// error, warn, info (default) or debug.
     #[arg(long, global = true, env = "PGJET_LOG_LEVEL", value_name = "LEVEL")]
     pub log_level: Option<String>,
@@ -145,6 +170,31 @@ pub enum Command {
     Check,
     /// Clone a running primary straight into a new standby data directory.
     ReplicaCreate(ReplicaArgs),
+    /// Archive one WAL file (archive_command = 'pgjet --stanza=NAME archive-push %p').
+    ArchivePush(ArchivePushArgs),
+    /// Fetch one archived WAL file (restore_command = 'pgjet --stanza=NAME archive-get %f "%p"');
+    /// exit status 1 when the archive does not have it.
+    ArchiveGet(ArchiveGetArgs),
+}
+
+/// `archive-push` arguments.
+#[derive(Debug, Args)]
+pub struct ArchivePushArgs {
+    /// The WAL file (`%p`): relative to the data directory, where PostgreSQL runs
+    /// archive_command, or absolute.
+    #[arg(value_name = "WAL_PATH")]
+    pub wal_path: PathBuf,
+}
+
+/// `archive-get` arguments.
+#[derive(Debug, Args)]
+pub struct ArchiveGetArgs {
+    /// The WAL file PostgreSQL asks for (`%f`).
+    #[arg(value_name = "WAL_FILE")]
+    pub wal_file: String,
+    /// Where to write it (`%p`): relative to the data directory, or absolute.
+    #[arg(value_name = "DEST")]
+    pub dest: PathBuf,
 }
 
 /// Backup types. Only `full` exists so far.

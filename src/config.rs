@@ -64,6 +64,67 @@ pub struct Settings {
     pub compression: Compression,
     pub log_level: String,
     pub output: Output,
+    /// WAL archiving settings.
+    pub archive: ArchiveSettings,
+}
+
+/// Default `archive-timeout`, seconds.
+pub const DEFAULT_ARCHIVE_TIMEOUT: f64 = 60.0;
+/// Default spool directory of asynchronous archiving.
+pub const DEFAULT_SPOOL_PATH: &str = "/var/spool/pgjet";
+/// Default `archive-get-queue-max`, bytes (pgBackRest's default too).
+pub const DEFAULT_ARCHIVE_GET_QUEUE_MAX: u64 = 128 << 20;
+
+/// The settings of WAL archiving (archive-push, archive-get, and backup's archive check).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ArchiveSettings {
+    /// How long to wait for a segment to be archived, in seconds.
+    pub timeout: f64,
+    /// archive-async=y.
+    pub asynchronous: bool,
+    pub spool_path: PathBuf,
+    /// archive-push-queue-max in bytes; None: no limit.
+    pub push_queue_max: Option<u64>,
+    /// archive-get-queue-max in bytes.
+    pub get_queue_max: u64,
+    /// archive-check (backup waits for its WAL in the archive).
+    pub check: bool,
+}
+
+/// Parses a size: digits with an optional suffix B, KB, MB, GB, TB (powers of 1024, as
+/// pgBackRest reads them; KiB, MiB, GiB, TiB too), case-insensitive.
+///
+/// Errors: [`Error::Config`] naming `key`.
+pub fn parse_size(key: &str, v: &str) -> Result<u64> {
+    let t = v.trim().to_ascii_lowercase();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let mult: u64 = match unit.trim() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        "t" | "tb" | "tib" => 1 << 40,
+        _ => u64::MAX,
+    };
+    num.parse::<u64>()
+        .ok()
+        .filter(|_| mult != u64::MAX)
+        .and_then(|n| n.checked_mul(mult))
+        .ok_or_else(|| {
+            Error::Config(format!(
+                "{key}: '{v}' is not a size (a number with an optional KB, MB, GB or TB)"
+            ))
+        })
+}
+
+/// Parses y/n (also true/false, on/off, 1/0). Errors: [`Error::Config`] naming `key`.
+pub fn parse_bool(key: &str, v: &str) -> Result<bool> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "y" | "yes" | "true" | "on" | "1" => Ok(true),
+        "n" | "no" | "false" | "off" | "0" => Ok(false),
+        _ => Err(Error::Config(format!("{key}: '{v}' is not y or n"))),
+    }
 }
 
 const KEYS: &[(&str, &str)] = &[
@@ -266,7 +327,50 @@ impl Settings {
                 )))
             }
         };
+        let archive = ArchiveSettings {
+            timeout: match (args.archive_timeout, get("archive-timeout")) {
+                (Some(t), _) => t,
+                (None, Some(v)) => parse("archive-timeout", v)?,
+                (None, None) => DEFAULT_ARCHIVE_TIMEOUT,
+            },
+            asynchronous: match args.archive_async.clone().or_else(|| get("archive-async")) {
+                Some(v) => parse_bool("archive-async", &v)?,
+                None => false,
+            },
+            spool_path: args
+                .spool_path
+                .clone()
+                .or_else(|| get("spool-path").map(PathBuf::from))
+                .unwrap_or_else(|| PathBuf::from(DEFAULT_SPOOL_PATH)),
+            push_queue_max: match args
+                .archive_push_queue_max
+                .clone()
+                .or_else(|| get("archive-push-queue-max"))
+            {
+                Some(v) => Some(parse_size("archive-push-queue-max", &v)?),
+                None => None,
+            },
+            get_queue_max: match args
+                .archive_get_queue_max
+                .clone()
+                .or_else(|| get("archive-get-queue-max"))
+            {
+                Some(v) => parse_size("archive-get-queue-max", &v)?,
+                None => DEFAULT_ARCHIVE_GET_QUEUE_MAX,
+            },
+            check: match args.archive_check.clone().or_else(|| get("archive-check")) {
+                Some(v) => parse_bool("archive-check", &v)?,
+                None => true,
+            },
+        };
+        if !(archive.timeout > 0.0 && archive.timeout <= 86400.0) {
+            return Err(Error::Config(format!(
+                "archive-timeout must be between 0 and 86400 seconds, not {}",
+                archive.timeout
+            )));
+        }
         Ok(Settings {
+            archive,
             stanza,
             repos,
             repo,
@@ -377,6 +481,20 @@ mod tests {
         assert!(e.contains("repository 3 is not configured"), "{e}");
         a.repo = Some(5);
         assert!(matches!(Settings::resolve(&a), Err(Error::Config(_))));
+    }
+
+    #[test]
+    fn sizes_and_switches_parse() {
+        assert_eq!(parse_size("k", "1GB").unwrap(), 1 << 30);
+        assert_eq!(parse_size("k", "256mb").unwrap(), 256 << 20);
+        assert_eq!(parse_size("k", "4096").unwrap(), 4096);
+        assert_eq!(parse_size("k", "2 MiB").unwrap(), 2 << 20);
+        for bad in ["", "MB", "1.5GB", "-1", "1PB", "99999999999TB"] {
+            assert!(parse_size("k", bad).is_err(), "{bad}");
+        }
+        assert!(parse_bool("k", "y").unwrap());
+        assert!(!parse_bool("k", "N").unwrap());
+        assert!(parse_bool("k", "maybe").is_err());
     }
 
     #[test]

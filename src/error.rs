@@ -32,6 +32,10 @@ pub enum Error {
     /// the first [`CORRUPT_NAMES_SHOWN`]; each one is also logged on its own line).
     #[error("corrupt backup {label}: {}", shown_names(files))]
     Corrupt { label: String, files: Vec<String> },
+    /// A file of the WAL archive does not hold what its header says (or no valid header):
+    /// `name` is the repository object.
+    #[error("corrupt WAL archive file {name}: {reason}")]
+    CorruptWal { name: String, reason: String },
     /// The cluster or the target is in a state that makes the command unsafe.
     #[error("{0}")]
     Unsafe(String),
@@ -133,6 +137,7 @@ impl Error {
             Error::Query { .. } => "HINT: pgjet needs a superuser or a role with the rights the README lists (\"A role for pgjet\"); `pgjet check` names each missing one with the GRANT that fixes it.".into(),
             Error::Repo(_) => "HINT: check --repo-path and --stanza; a new stanza is made with `pgjet stanza-create`.".into(),
             Error::Corrupt { .. } => "HINT: the repository bytes changed after they were written; take a new backup and check the storage.".into(),
+            Error::CorruptWal { .. } => "HINT: the archived WAL changed after it was written; recovery cannot pass this file: take a new backup (its own WAL is in it) and check the storage.".into(),
             Error::Unsafe(_) => "HINT: pgjet refuses to risk data; fix the target or the cluster state and run it again.".into(),
             Error::Io { .. } if self.is_disk_full() => "HINT: no space left on the device: free space or choose another target; nothing written counts as complete.".into(),
             Error::Io { .. } => "HINT: check that the path exists and that the user running pgjet (postgres) may use it.".into(),
@@ -154,7 +159,7 @@ impl Error {
             Error::Config(_) => 2,
             Error::Connect { .. } | Error::Query { .. } => 3,
             Error::Repo(_) => 4,
-            Error::Corrupt { .. } => 5,
+            Error::Corrupt { .. } | Error::CorruptWal { .. } => 5,
             Error::Unsafe(_) => 6,
             Error::Io { .. } if self.is_disk_full() => 8,
             Error::Io { .. } => 7,

@@ -1,4 +1,4 @@
-//! pgjet: PostgreSQL physical backup, restore, replica creation and (later) WAL archiving.
+//! pgjet: PostgreSQL physical backup, restore, replica creation and WAL archiving.
 //!
 //! The library knows nothing of the terminal: commands report progress through
 //! [`transfer::Progress`] and return typed [`error::Error`]s; the binary maps them to exit codes.

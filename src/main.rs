@@ -75,6 +75,17 @@ fn run(cli: Cli) -> Result<(), Error> {
                 println!("{l}");
             }
         }
+        Command::ArchivePush(a) => commands::archive_push::run(&s, &a.wal_path)?,
+        Command::ArchiveGet(a) => {
+            if commands::archive_get::run(&s, &a.wal_file, &a.dest)?
+                == commands::archive_get::GetOutcome::Missing
+            {
+                // The normal end of recovery from the archive: PostgreSQL asks for the next
+                // file until one is missing. Status 1 and one quiet line.
+                tracing::info!("{} is not in the archive", a.wal_file);
+                std::process::exit(1);
+            }
+        }
         Command::ReplicaCreate(a) => {
             let r = commands::replica::run(&s, &a, &progress)?;
             if json {

@@ -1,4 +1,6 @@
 //! One module per command; this one holds what several of them share.
+pub mod archive_get;
+pub mod archive_push;
 pub mod backup;
 pub mod base_backup;
 pub mod check;

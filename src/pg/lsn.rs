@@ -151,6 +151,43 @@ pub fn is_wal_segment_name(name: &str) -> bool {
             .all(|b| b.is_ascii_digit() || (b'A'..=b'F').contains(&b))
 }
 
+/// Timeline and segment number of a WAL segment file name (PostgreSQL `XLogFromFileName`:
+/// timeline, then `log * segments-per-xlogid + seg`). `seg_size` in bytes. None when
+/// `name` is not a segment name ([`is_wal_segment_name`]) or its segment part is out of
+/// range for `seg_size`. See `src/include/access/xlog_internal.h`.
+pub fn parse_wal_segment_name(name: &str, seg_size: u64) -> Option<(u32, u64)> {
+    if !is_wal_segment_name(name) || seg_size == 0 {
+        return None;
+    }
+    let tli = u32::from_str_radix(&name[0..8], 16).ok()?;
+    let log = u64::from_str_radix(&name[8..16], 16).ok()?;
+    let seg = u64::from_str_radix(&name[16..24], 16).ok()?;
+    let per = segments_per_xlogid(seg_size);
+    if seg >= per {
+        return None;
+    }
+    Some((tli, log * per + seg))
+}
+
+/// The `XLOG_PAGE_MAGIC` a major version writes into every WAL page header (the WAL format
+/// version; see `src/include/access/xlog_internal.h` of each major). None for majors this
+/// table does not know.
+pub fn xlog_page_magic(major: &str) -> Option<u16> {
+    match major {
+        "15" => Some(0xD110),
+        "16" => Some(0xD113),
+        "17" => Some(0xD116),
+        "18" => Some(0xD118),
+        _ => None,
+    }
+}
+
+/// `xlp_magic` of a WAL segment's first page (little-endian u16 at offset 0), or None when
+/// `first_page` is shorter than two bytes.
+pub fn wal_page_magic(first_page: &[u8]) -> Option<u16> {
+    Some(u16::from_le_bytes([*first_page.first()?, *first_page.get(1)?]))
+}
+
 /// The name of the history file of timeline `tli`, `%08X.history` (e.g.
 /// `00000002.history`); PostgreSQL `TLHistoryFileName`,
 /// `src/include/access/xlog_internal.h`.
@@ -409,6 +446,20 @@ mod tests {
         assert!(Lsn(1) < Lsn(2));
         assert!("1/0".parse::<Lsn>().unwrap() > "0/FFFFFFFF".parse::<Lsn>().unwrap());
         assert!(Lsn::INVALID.is_invalid());
+    }
+
+    #[test]
+    fn segment_names_parse_back() {
+        let n = wal_segment_name(3, 0x1_05, SEG);
+        assert_eq!(n, "000000030000000100000005");
+        assert_eq!(parse_wal_segment_name(&n, SEG), Some((3, 0x1_05)));
+        // 1 GiB segments: 4 per xlogid, so a segment part of 4 is out of range.
+        assert_eq!(parse_wal_segment_name("000000010000000000000004", 1 << 30), None);
+        assert_eq!(parse_wal_segment_name("00000001000000000000000", SEG), None);
+        assert_eq!(parse_wal_segment_name("00000001000000000000000a", SEG), None);
+        assert_eq!(xlog_page_magic("15"), Some(0xD110));
+        assert_eq!(xlog_page_magic("14"), None);
+        assert_eq!(wal_page_magic(&[0x10, 0xD1, 0]), Some(0xD110));
     }
 
     #[test]

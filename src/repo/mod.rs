@@ -9,11 +9,12 @@
 //! <stanza>/backup/<label>/manifest.jsonl.zst  the manifest, a stream of JSON lines
 //! <stanza>/backup/<label>/summary.json  written last (its presence = complete)
 //! <stanza>/backup/<label>/data/<object>  stored frames
-//! <stanza>/archive/                    reserved for the WAL archive
+//! <stanza>/archive/<TLI>/...          the WAL archive (see [`wal`])
 //! ```
 pub mod lock;
 pub mod manifest;
 pub mod manifest_io;
+pub mod wal;
 
 use crate::error::{Error, Result};
 use crate::storage::Storage;

@@ -1,0 +1,72 @@
+//! `archive-get`: fetch one archived WAL file for PostgreSQL's
+//! `restore_command = 'pgjet --stanza=NAME archive-get %f "%p"'`.
+//!
+//! The repositories are tried in order (`--repo N` alone when given); the first that has the
+//! file serves it, checked whole (checksums of the stored and the decompressed bytes) before a
+//! byte reaches `%p`. A file no repository has is the normal end of the archive: the caller
+//! exits with status 1 and says little. Any other failure is an error.
+use super::archive_push::resolve_path;
+use super::*;
+use crate::repo::wal::{self, WalFile};
+use std::io::Write;
+
+/// What `archive-get` did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum GetOutcome {
+    /// Written to the destination from repository N.
+    Found(u8),
+    /// No repository has it.
+    Missing,
+}
+
+/// Writes `data` to `dest` through a temporary sibling renamed into place, so PostgreSQL
+/// never reads a half-written file.
+///
+/// Errors: [`Error::Io`] naming the path.
+pub fn write_wal_file(dest: &Path, data: &[u8]) -> Result<()> {
+    let mut tmp = dest.as_os_str().to_owned();
+    tmp.push(".pgjet.tmp");
+    let tmp = PathBuf::from(tmp);
+    let r = fs::File::create(&tmp)
+        .and_then(|mut f| f.write_all(data))
+        .map_err(|e| Error::io("write", &tmp, e))
+        .and_then(|_| fs::rename(&tmp, dest).map_err(|e| Error::io("rename", dest, e)));
+    if r.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    r
+}
+
+/// Runs `archive-get` for `wal_file` into `dest`.
+///
+/// A repository that fails (unreachable, or a corrupt copy, [`Error::CorruptWal`]) is
+/// logged and the next one tried: another repository's copy passes the same checks.
+///
+/// Errors: a name that is not a WAL file name; when no repository served the file and at
+/// least one failed, the first failure (never "missing": PostgreSQL would take that for the
+/// end of the archive and end recovery early).
+pub fn run(s: &Settings, wal_file: &str, dest: &Path) -> Result<GetOutcome> {
+    let stanza = s.stanza()?;
+    let file = WalFile::parse(wal_file)?;
+    let dest = resolve_path(dest);
+    let mut failed = None;
+    for (n, cfg) in repos_in_scope(s)? {
+        let got = crate::storage::open(cfg).and_then(|store| wal::fetch(&*store, stanza, &file));
+        match got {
+            Ok(Some(data)) => {
+                write_wal_file(&dest, &data)?;
+                tracing::debug!("{} restored from repo{n}", file.name);
+                return Ok(GetOutcome::Found(n));
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!("repo{n}: cannot read {}: {e}", file.name);
+                failed.get_or_insert(e);
+            }
+        }
+    }
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(GetOutcome::Missing),
+    }
+}

@@ -1,0 +1,197 @@
+//! `archive-push`: archive one WAL file into every configured repository, for PostgreSQL's
+//! `archive_command = 'pgjet --stanza=NAME archive-push %p'`.
+//!
+//! The file is read once, checked against the stanza (a segment's long page header carries
+//! the system identifier, the segment size and the WAL format's magic number), compressed
+//! and stored with a conditional create: exit status 0 only once it is durable in every
+//! repository. A file archived before is compared, never replaced (see [`wal::store`]).
+use super::*;
+use crate::codec::{Compression, Compressor};
+use crate::repo::wal::{self, PushOutcome, WalFile, WalFileKind};
+use crate::repo::{self, StanzaInfo};
+use std::sync::Arc;
+
+/// Smallest and largest WAL segment size PostgreSQL allows, in bytes (`WalSegMinSize`,
+/// `WalSegMaxSize` in src/include/access/xlog_internal.h).
+const WAL_SEG_MIN: u64 = 1 << 20;
+const WAL_SEG_MAX: u64 = 1 << 30;
+
+/// The repositories archive-push writes to, each with its stanza's facts, read once (the
+/// background pusher keeps one for its whole life).
+pub struct Archiver {
+    stanza: String,
+    repos: Vec<(u8, Arc<dyn Storage>, StanzaInfo)>,
+    compression: Compression,
+    /// Data directory whose pg_control must name the stanza's cluster (--pg-path, else the
+    /// working directory when it holds one: PostgreSQL runs archive_command there).
+    control_dir: Option<PathBuf>,
+}
+
+impl Archiver {
+    /// Opens every configured repository (`--repo N` alone when given) and reads the
+    /// stanza's facts from each.
+    ///
+    /// Errors: no stanza or repository configured; a repository that cannot be opened or
+    /// lacks the stanza; the data directory's pg_control naming another cluster.
+    pub fn open(s: &Settings) -> Result<Archiver> {
+        let stanza = s.stanza()?.to_string();
+        let mut repos = Vec::new();
+        for (n, store) in open_repos(s)? {
+            let info = repo::read_stanza(&*store, &stanza)?;
+            repos.push((n, store, info));
+        }
+        let control_dir = match &s.pg_path {
+            Some(p) => Some(p.clone()),
+            None => std::env::current_dir()
+                .ok()
+                .filter(|d| d.join("global/pg_control").is_file()),
+        };
+        let a = Archiver {
+            stanza,
+            repos,
+            compression: s.compression,
+            control_dir,
+        };
+        if let Some(dir) = &a.control_dir {
+            // A data directory that cannot be read (another user's) proves nothing either
+            // way; the segments' own headers are still checked.
+            if let Ok(sysid) = read_control_system_identifier(dir) {
+                for (n, _, info) in &a.repos {
+                    if info.system_identifier != sysid {
+                        return Err(Error::Repo(format!(
+                            "repo{n}: stanza '{}' belongs to the cluster with system identifier {}, but {} has system identifier {sysid}",
+                            a.stanza, info.system_identifier, dir.display()
+                        )));
+                    }
+                }
+            }
+        }
+        Ok(a)
+    }
+
+    /// The stanza's name.
+    pub fn stanza(&self) -> &str {
+        &self.stanza
+    }
+
+    /// The repositories, by number.
+    pub fn repos(&self) -> impl Iterator<Item = (u8, &Arc<dyn Storage>)> {
+        self.repos.iter().map(|(n, s, _)| (*n, s))
+    }
+
+    /// A compressor for [`Archiver::push`] (one per thread).
+    pub fn compressor(&self) -> Result<Compressor> {
+        Compressor::new(self.compression)
+            .map_err(|e| Error::Other(format!("cannot create a compressor: {e}")))
+    }
+
+    /// Reads the WAL file at `path`, checks it against the stanza and archives it into every
+    /// repository. Returns each repository's outcome. Every repository is tried; the first
+    /// failure is returned after the others were written (PostgreSQL retries the file, and
+    /// the repositories that have it answer [`PushOutcome::AlreadyArchived`]).
+    ///
+    /// Errors: the file cannot be read or is not a WAL file name; a segment whose size or
+    /// header does not fit the stanza ([`Error::Repo`]); a different copy already archived
+    /// ([`Error::Repo`]); the store's errors.
+    pub fn push(&self, path: &Path, compressor: &mut Compressor) -> Result<Vec<(u8, PushOutcome)>> {
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .ok_or_else(|| Error::Config(format!("{} names no WAL file", path.display())))?;
+        let file = WalFile::parse(name)?;
+        let data = fs::read(path).map_err(|e| Error::io("read", path, e))?;
+        self.check(&file, &data)?;
+        let sysid = self.repos.first().map(|r| r.2.system_identifier).unwrap_or(0);
+        let encoded = wal::encode(&file.name, &data, self.compression, compressor, sysid)?;
+        let mut out = Vec::new();
+        let mut first_err = None;
+        for (n, store, _) in &self.repos {
+            match wal::store(&**store, &self.stanza, &file, &data, &encoded) {
+                Ok(o) => {
+                    if o == PushOutcome::AlreadyArchived {
+                        tracing::warn!(
+                            "WAL file {} is already in repo{n} with the same content; nothing written",
+                            file.name
+                        );
+                    }
+                    out.push((*n, o));
+                }
+                Err(e) => {
+                    tracing::error!("repo{n}: cannot archive {}: {e}", file.name);
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(out),
+        }
+    }
+
+    /// Checks a segment (or partial segment) against every repository's stanza: a power-of-two
+    /// size PostgreSQL allows, and a long page header with the stanza's system identifier,
+    /// the file's own address and segment size, and the major version's WAL magic.
+    fn check(&self, file: &WalFile, data: &[u8]) -> Result<()> {
+        if !matches!(file.kind, WalFileKind::Segment | WalFileKind::Partial) {
+            return Ok(());
+        }
+        let size = data.len() as u64;
+        if !(WAL_SEG_MIN..=WAL_SEG_MAX).contains(&size) || !size.is_power_of_two() {
+            return Err(Error::Repo(format!(
+                "{} is {size} bytes: not a WAL segment (a power of two from 1 MiB to 1 GiB)",
+                file.name
+            )));
+        }
+        let seg = file.segment().unwrap_or(&file.name);
+        let (tli, segno) = crate::pg::lsn::parse_wal_segment_name(seg, size).ok_or_else(|| {
+            Error::Repo(format!(
+                "{} is not a valid segment name for {size}-byte segments",
+                file.name
+            ))
+        })?;
+        for (n, _, info) in &self.repos {
+            lsn::check_wal_segment_header(data, tli, segno, size, info.system_identifier)
+                .map_err(|e| {
+                    Error::Repo(format!(
+                        "{} does not belong to stanza '{}' of repo{n}: {e}",
+                        file.name, self.stanza
+                    ))
+                })?;
+            let magic = lsn::wal_page_magic(data);
+            if let (Some(want), Some(got)) = (lsn::xlog_page_magic(&info.pg_version), magic) {
+                if want != got {
+                    return Err(Error::Repo(format!(
+                        "{} was written by another PostgreSQL major version (page magic {got:#06X}; PostgreSQL {} writes {want:#06X}); stanza '{}' of repo{n} holds PostgreSQL {}",
+                        file.name, info.pg_version, self.stanza, info.pg_version
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Resolves `%p`/`%f`-style paths: relative ones are relative to the working directory
+/// (PostgreSQL runs archive_command and restore_command in the data directory).
+pub fn resolve_path(p: &Path) -> PathBuf {
+    if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        std::env::current_dir()
+            .map(|d| d.join(p))
+            .unwrap_or_else(|_| p.to_path_buf())
+    }
+}
+
+/// Runs `archive-push` for the WAL file at `wal_path`: returns once it is durable in every
+/// repository.
+///
+/// Errors: as [`Archiver::open`] and [`Archiver::push`].
+pub fn run(s: &Settings, wal_path: &Path) -> Result<()> {
+    let path = resolve_path(wal_path);
+    let archiver = Archiver::open(s)?;
+    let mut c = archiver.compressor()?;
+    archiver.push(&path, &mut c)?;
+    tracing::debug!("archived {}", path.display());
+    Ok(())
+}

@@ -1,0 +1,428 @@
+//! The WAL archive: where archived WAL files live in a stanza and how each one is stored.
+//! Documented in docs/repository-format.md ("The WAL archive").
+//!
+//! ```text
+//! <stanza>/archive/<TLI>/<TLI>.history            timeline history file
+//! <stanza>/archive/<TLI>/<LOG>/<segment>          WAL segment (24 hex digits)
+//! <stanza>/archive/<TLI>/<LOG>/<segment>.partial  partial segment (end of a timeline)
+//! <stanza>/archive/<TLI>/<LOG>/<segment>.<off>.backup  backup history file
+//! ```
+//!
+//! `<TLI>` and `<LOG>` are the first and second 8 hex digits of the segment name (timeline,
+//! and the high 32 bits of the segment's LSN), so one `<LOG>` directory holds 256 segments of
+//! 16 MiB and a listing per timeline is cheap.
+//!
+//! Each archived file is one object: a JSON header line ([`WalHeader`]) ending in `\n`, then
+//! the file's bytes compressed as one frame. Objects are created only if absent
+//! ([`Storage::create_new`]), so an archived file is never replaced; the name is the
+//! PostgreSQL file name whatever the compression, so a second push finds the first.
+use crate::codec::{self, Compression, Compressor};
+use crate::error::{Error, Result};
+use crate::storage::{direct, Storage};
+use serde::{Deserialize, Serialize};
+
+/// Version of the WAL object header this build writes and reads.
+pub const WAL_OBJECT_FORMAT: u32 = 1;
+
+/// Largest header line a reader accepts, in bytes (a real one is about 300).
+const MAX_HEADER: usize = 4096;
+
+/// Largest WAL file pgjet archives, in bytes: PostgreSQL's largest segment size (1 GiB,
+/// `WalSegMaxSize` in src/include/access/xlog_internal.h).
+pub const MAX_WAL_FILE: u64 = 1 << 30;
+
+/// What kind of file PostgreSQL hands to archive_command or asks restore_command for.
+/// Names as `src/include/access/xlog_internal.h` forms them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WalFileKind {
+    /// `TTTTTTTTLLLLLLLLSSSSSSSS`: a WAL segment.
+    Segment,
+    /// `<segment>.partial`: the last, partly filled segment of a timeline, archived at
+    /// promotion (`XLogArchiveNotify` of the renamed file in xlog.c).
+    Partial,
+    /// `<segment>.<8 hex>.backup`: a backup history file (`BackupHistoryFileName`).
+    BackupHistory,
+    /// `<TLI>.history`: a timeline history file (`TLHistoryFileName`).
+    TimelineHistory,
+}
+
+/// A WAL archive file name, classified.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WalFile {
+    /// The file name as PostgreSQL uses it (`%f`).
+    pub name: String,
+    pub kind: WalFileKind,
+    /// Timeline (the first 8 hex digits).
+    pub timeline: u32,
+}
+
+impl WalFile {
+    /// Classifies a PostgreSQL WAL archive file name (no directory part).
+    ///
+    /// Errors: [`Error::Config`] for a name that is none of the four kinds (a path, a
+    /// lower-case name, a temporary file), saying what the names look like.
+    pub fn parse(name: &str) -> Result<WalFile> {
+        let hex8 = |s: &str| {
+            s.len() == 8
+                && s.bytes()
+                    .all(|b| b.is_ascii_digit() || (b'A'..=b'F').contains(&b))
+        };
+        let seg = crate::pg::lsn::is_wal_segment_name;
+        let kind = if seg(name) {
+            Some(WalFileKind::Segment)
+        } else if let Some(s) = name.strip_suffix(".partial") {
+            seg(s).then_some(WalFileKind::Partial)
+        } else if let Some(t) = name.strip_suffix(".history") {
+            hex8(t).then_some(WalFileKind::TimelineHistory)
+        } else if let Some(rest) = name.strip_suffix(".backup") {
+            (rest.len() == 33 && seg(&rest[..24]) && &rest[24..25] == "." && hex8(&rest[25..]))
+                .then_some(WalFileKind::BackupHistory)
+        } else {
+            None
+        };
+        let kind = kind.ok_or_else(|| {
+            Error::Config(format!(
+                "'{name}' is not a WAL file name: expected a segment (24 upper-case hex digits), <segment>.partial, <segment>.<offset>.backup or <timeline>.history"
+            ))
+        })?;
+        let timeline = u32::from_str_radix(&name[..8], 16)
+            .map_err(|_| Error::Config(format!("'{name}': bad timeline")))?;
+        Ok(WalFile {
+            name: name.to_string(),
+            kind,
+            timeline,
+        })
+    }
+
+    /// The segment name a segment, partial or backup history file belongs to (None for a
+    /// timeline history file).
+    pub fn segment(&self) -> Option<&str> {
+        match self.kind {
+            WalFileKind::TimelineHistory => None,
+            _ => Some(&self.name[..24]),
+        }
+    }
+
+    /// Its object name in the repository (see the module documentation).
+    pub fn object_name(&self, stanza: &str) -> String {
+        let tli = &self.name[..8];
+        match self.kind {
+            WalFileKind::TimelineHistory => format!("{stanza}/archive/{tli}/{}", self.name),
+            _ => format!("{stanza}/archive/{tli}/{}/{}", &self.name[8..16], self.name),
+        }
+    }
+}
+
+/// Directory of a stanza's WAL archive.
+pub fn archive_dir(stanza: &str) -> String {
+    format!("{stanza}/archive")
+}
+
+/// The header line of an archived WAL object: what the file is, and the checksums of its
+/// logical and stored bytes.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct WalHeader {
+    /// [`WAL_OBJECT_FORMAT`].
+    pub pgjet_wal: u32,
+    /// The PostgreSQL file name.
+    pub file: String,
+    /// Logical size in bytes.
+    pub size: u64,
+    /// XXH3-128 of the logical bytes (32 hex digits).
+    pub xxh3: String,
+    pub compression: Compression,
+    /// Size in bytes of the frame after the header line.
+    pub stored_size: u64,
+    /// XXH3-128 of the frame.
+    pub stored_xxh3: String,
+    /// The cluster's system identifier (from the stanza).
+    #[serde(with = "super::u64_string")]
+    pub system_identifier: u64,
+    /// RFC 3339 UTC time of the push.
+    pub pushed: String,
+}
+
+/// Encodes `data` (the file `name`) as an archive object: header line, then one frame.
+///
+/// Errors: the compressor's (out of memory).
+pub fn encode(
+    name: &str,
+    data: &[u8],
+    compression: Compression,
+    compressor: &mut Compressor,
+    system_identifier: u64,
+) -> Result<Vec<u8>> {
+    let mut frame = direct::aligned_buf(0);
+    compressor
+        .compress(data, &mut frame)
+        .map_err(|e| Error::Other(format!("cannot compress {name}: {e}")))?;
+    let header = WalHeader {
+        pgjet_wal: WAL_OBJECT_FORMAT,
+        file: name.to_string(),
+        size: data.len() as u64,
+        xxh3: codec::xxh3_hex(data),
+        compression,
+        stored_size: frame.len() as u64,
+        stored_xxh3: codec::xxh3_hex(&frame),
+        system_identifier,
+        pushed: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+    };
+    let mut out = serde_json::to_vec(&header)
+        .map_err(|e| Error::Other(format!("cannot encode the header of {name}: {e}")))?;
+    out.push(b'\n');
+    out.extend_from_slice(&frame);
+    Ok(out)
+}
+
+/// Reads the header line of an archive object (`object` names it in errors) and returns it
+/// with the offset where the frame starts.
+///
+/// Errors: [`Error::CorruptWal`] when there is no valid header line.
+pub fn parse_header(object: &str, bytes: &[u8]) -> Result<(WalHeader, usize)> {
+    let corrupt = |reason: String| Error::CorruptWal {
+        name: object.to_string(),
+        reason,
+    };
+    let end = bytes
+        .iter()
+        .take(MAX_HEADER)
+        .position(|&b| b == b'\n')
+        .ok_or_else(|| corrupt("no header line".into()))?;
+    let h: WalHeader = serde_json::from_slice(&bytes[..end])
+        .map_err(|e| corrupt(format!("header is not valid: {e}")))?;
+    if h.pgjet_wal != WAL_OBJECT_FORMAT {
+        return Err(corrupt(format!(
+            "header format {}, this pgjet reads {WAL_OBJECT_FORMAT}",
+            h.pgjet_wal
+        )));
+    }
+    Ok((h, end + 1))
+}
+
+/// Checks an archive object whole and returns its header and the file's bytes: the frame's
+/// size and XXH3-128, then the decompressed bytes' size and XXH3-128. `expected` is the file
+/// name it must hold.
+///
+/// Errors: [`Error::CorruptWal`] naming `object` and the first check that failed.
+pub fn decode(object: &str, expected: &str, bytes: &[u8]) -> Result<(WalHeader, Vec<u8>)> {
+    let corrupt = |reason: String| Error::CorruptWal {
+        name: object.to_string(),
+        reason,
+    };
+    let (h, start) = parse_header(object, bytes)?;
+    if h.file != expected {
+        return Err(corrupt(format!("it holds {}, not {expected}", h.file)));
+    }
+    let frame = &bytes[start..];
+    if frame.len() as u64 != h.stored_size {
+        return Err(corrupt(format!(
+            "{} stored bytes, the header says {}",
+            frame.len(),
+            h.stored_size
+        )));
+    }
+    if codec::xxh3_hex(frame) != h.stored_xxh3 {
+        return Err(corrupt("stored bytes do not match their checksum".into()));
+    }
+    if h.size > MAX_WAL_FILE {
+        return Err(corrupt(format!("size {} is too large", h.size)));
+    }
+    let mut out = vec![0u8; h.size as usize];
+    codec::decompress(h.compression.kind, frame, &mut out)
+        .map_err(|e| corrupt(format!("cannot decompress: {e}")))?;
+    if codec::xxh3_hex(&out) != h.xxh3 {
+        return Err(corrupt("decompressed bytes do not match their checksum".into()));
+    }
+    Ok((h, out))
+}
+
+/// How a push ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PushOutcome {
+    /// The object was created and is durable.
+    Stored,
+    /// The file was archived before with the same bytes; nothing was written.
+    AlreadyArchived,
+}
+
+/// Stores the encoded object `encoded` of `file` (bytes `data`) unless the archive has it:
+/// a conditional create, durable when it returns. When the name is taken, the archived copy
+/// is read and compared by size and XXH3-128 of the logical bytes.
+///
+/// Errors: [`Error::Repo`] when the archived copy differs (it is never replaced);
+/// [`Error::CorruptWal`] when the archived copy cannot be read as an archive object; the
+/// store's errors.
+pub fn store(
+    store: &dyn Storage,
+    stanza: &str,
+    file: &WalFile,
+    data: &[u8],
+    encoded: &[u8],
+) -> Result<PushOutcome> {
+    let name = file.object_name(stanza);
+    if store.create_new(&name, encoded)? {
+        return Ok(PushOutcome::Stored);
+    }
+    let existing = store.get(&name)?;
+    let (h, _) = parse_header(&name, &existing)?;
+    if h.size == data.len() as u64 && h.xxh3 == codec::xxh3_hex(data) {
+        // The header matches; check the stored copy whole before trusting it.
+        decode(&name, &file.name, &existing)?;
+        return Ok(PushOutcome::AlreadyArchived);
+    }
+    Err(Error::Repo(format!(
+        "WAL file {} is already archived in {} with different content ({} bytes, XXH3 {}; this one: {} bytes, XXH3 {}); the archived copy is kept. Two clusters may be archiving into one stanza",
+        file.name,
+        store.describe(),
+        h.size,
+        h.xxh3,
+        data.len(),
+        codec::xxh3_hex(data)
+    )))
+}
+
+/// Reads archived `file` and checks it whole: None when the archive does not have it.
+///
+/// Errors: [`Error::CorruptWal`]; the store's errors other than not-found.
+pub fn fetch(store: &dyn Storage, stanza: &str, file: &WalFile) -> Result<Option<Vec<u8>>> {
+    let name = file.object_name(stanza);
+    let bytes = match store.get(&name) {
+        Ok(b) => b,
+        Err(e) if e.is_not_found() => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let (_, data) = decode(&name, &file.name, &bytes)?;
+    Ok(Some(data))
+}
+
+/// True when the archive has `file` (one existence check, no read).
+pub fn contains(store: &dyn Storage, stanza: &str, file: &WalFile) -> Result<bool> {
+    store.exists(&file.object_name(stanza))
+}
+
+/// Timelines that have an archive directory, ascending.
+pub fn timelines(store: &dyn Storage, stanza: &str) -> Result<Vec<u32>> {
+    let mut t: Vec<u32> = store
+        .list(&archive_dir(stanza))?
+        .iter()
+        .filter(|n| n.len() == 8)
+        .filter_map(|n| u32::from_str_radix(n, 16).ok())
+        .collect();
+    t.sort_unstable();
+    Ok(t)
+}
+
+/// Every archived file name of timeline `tli` (segments, partial and backup history files,
+/// and the history file), sorted by name.
+pub fn list_timeline(store: &dyn Storage, stanza: &str, tli: u32) -> Result<Vec<String>> {
+    let dir = format!("{}/{:08X}", archive_dir(stanza), tli);
+    let mut out = Vec::new();
+    for entry in store.list(&dir)? {
+        if entry.len() == 8 && !entry.contains('.') {
+            out.extend(
+                store
+                    .list(&format!("{dir}/{entry}"))?
+                    .into_iter()
+                    .filter(|n| WalFile::parse(n).is_ok()),
+            );
+        } else if WalFile::parse(&entry).is_ok() {
+            out.push(entry);
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codec::CompressType;
+
+    #[test]
+    fn names_are_classified_and_placed_per_timeline() {
+        let f = WalFile::parse("000000020000000A000000FF").unwrap();
+        assert_eq!((f.kind, f.timeline), (WalFileKind::Segment, 2));
+        assert_eq!(
+            f.object_name("main"),
+            "main/archive/00000002/0000000A/000000020000000A000000FF"
+        );
+        let h = WalFile::parse("0000000A.history").unwrap();
+        assert_eq!((h.kind, h.timeline), (WalFileKind::TimelineHistory, 10));
+        assert_eq!(h.object_name("m"), "m/archive/0000000A/0000000A.history");
+        assert_eq!(h.segment(), None);
+        let p = WalFile::parse("000000010000000000000005.partial").unwrap();
+        assert_eq!(p.kind, WalFileKind::Partial);
+        assert_eq!(p.segment(), Some("000000010000000000000005"));
+        let b = WalFile::parse("000000010000000000000003.00000028.backup").unwrap();
+        assert_eq!(b.kind, WalFileKind::BackupHistory);
+        assert_eq!(
+            b.object_name("m"),
+            "m/archive/00000001/00000000/000000010000000000000003.00000028.backup"
+        );
+        for bad in [
+            "",
+            "00000001000000000000000",
+            "00000001000000000000000a",
+            "pg_wal/000000010000000000000001",
+            "0000000a.history",
+            "000000010000000000000003.0000028.backup",
+            "000000010000000000000003.tmp",
+            "RECOVERYXLOG",
+        ] {
+            assert!(WalFile::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn objects_round_trip_and_damage_is_named() {
+        let data: Vec<u8> = (0..100_000u32).flat_map(|i| (i % 251).to_le_bytes()).collect();
+        for kind in [
+            CompressType::None,
+            CompressType::Lz4,
+            CompressType::Zstd,
+            CompressType::Gzip,
+        ] {
+            let c = Compression::new(kind, None).unwrap();
+            let mut comp = Compressor::new(c).unwrap();
+            let name = "000000010000000000000001";
+            let obj = encode(name, &data, c, &mut comp, 42).unwrap();
+            let (h, back) = decode("o", name, &obj).unwrap();
+            assert_eq!(back, data);
+            assert_eq!(h.system_identifier, 42);
+            assert!(decode("o", "000000010000000000000002", &obj).is_err());
+            let mut bad = obj.clone();
+            let last = bad.len() - 1;
+            bad[last] ^= 1;
+            let e = decode("o", name, &bad).unwrap_err().to_string();
+            assert!(e.contains("corrupt WAL archive file o"), "{e}");
+            assert!(decode("o", name, &obj[..obj.len() - 1]).is_err());
+            assert!(decode("o", name, b"garbage").is_err());
+        }
+    }
+
+    #[test]
+    fn a_second_push_is_compared_never_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let st = crate::storage::posix::PosixStorage::open(dir.path()).unwrap();
+        let c = Compression::new(CompressType::Zstd, None).unwrap();
+        let mut comp = Compressor::new(c).unwrap();
+        let f = WalFile::parse("000000010000000000000007").unwrap();
+        let a = vec![7u8; 1 << 20];
+        let ea = encode(&f.name, &a, c, &mut comp, 1).unwrap();
+        assert_eq!(store(&st, "s", &f, &a, &ea).unwrap(), PushOutcome::Stored);
+        assert_eq!(
+            store(&st, "s", &f, &a, &ea).unwrap(),
+            PushOutcome::AlreadyArchived
+        );
+        let mut b = a.clone();
+        b[5] = 0;
+        let eb = encode(&f.name, &b, c, &mut comp, 1).unwrap();
+        let e = store(&st, "s", &f, &b, &eb).unwrap_err().to_string();
+        assert!(e.contains("different content"), "{e}");
+        assert_eq!(fetch(&st, "s", &f).unwrap().unwrap(), a);
+        let missing = WalFile::parse("000000010000000000000008").unwrap();
+        assert_eq!(fetch(&st, "s", &missing).unwrap(), None);
+        assert_eq!(list_timeline(&st, "s", 1).unwrap(), vec![f.name.clone()]);
+        assert_eq!(timelines(&st, "s").unwrap(), vec![1]);
+    }
+}
