@@ -228,26 +228,69 @@ pub struct BackupArgs {
     pub start_fast: bool,
 }
 
-/// What a restored cluster does when it starts.
+/// What a restored cluster does when it starts (pgBackRest's `--type` values).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum RestoreType {
-    /// Replay the WAL the backup holds in pg_wal (crash recovery from backup_label), no signal file.
+    /// Recover from the archive to its end, then promote (default).
     Default,
-    /// Recover to the first consistent point and promote (default).
+    /// Recover to the first consistent point.
     Immediate,
-    /// Start as a standby (standby.signal).
+    /// Recover to a time (--target '2026-11-22 14:15:02+00').
+    Time,
+    /// Recover to an LSN (--target 0/3000060).
+    Lsn,
+    /// Recover to a transaction ID (--target 1234).
+    Xid,
+    /// Recover to a restore point (--target NAME, made with pg_create_restore_point()).
+    Name,
+    /// Start as a standby (standby.signal), reading the archive.
     Standby,
+    /// Keep the recovery settings the backup had; write none.
+    Preserve,
+    /// No recovery settings: crash recovery from backup_label with the WAL the backup holds.
+    None,
+}
+
+/// What the restored cluster does once it reaches the recovery target
+/// (recovery_target_action).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
+pub enum TargetAction {
+    /// Pause recovery, so the state can be inspected before promoting (PostgreSQL's default).
+    #[default]
+    Pause,
+    /// End recovery and open for writes on a new timeline.
+    Promote,
+    /// Shut the server down.
+    Shutdown,
 }
 
 /// `restore` flags.
 #[derive(Debug, Args)]
 pub struct RestoreArgs {
-    /// Backup label to restore, or `latest`.
+    /// Backup label to restore, or `latest` (with --type time or lsn: the newest backup that
+    /// ends before the target).
     #[arg(long, default_value = "latest")]
     pub set: String,
     /// Recovery type.
-    #[arg(long = "type", value_enum, default_value_t = RestoreType::Immediate)]
+    #[arg(long = "type", value_enum, default_value_t = RestoreType::Default)]
     pub restore_type: RestoreType,
+    /// Recovery target: a time with its zone, an LSN, a transaction ID or a restore point
+    /// name, for --type time, lsn, xid and name.
+    #[arg(long, value_name = "VALUE")]
+    pub target: Option<String>,
+    /// Stop just before the target instead of just after it (recovery_target_inclusive = false).
+    #[arg(long)]
+    pub target_exclusive: bool,
+    /// What to do at the target.
+    #[arg(long, value_enum, default_value_t = TargetAction::Pause)]
+    pub target_action: TargetAction,
+    /// Timeline to recover along: current, latest (PostgreSQL's default) or a number.
+    #[arg(long, value_name = "TIMELINE")]
+    pub target_timeline: Option<String>,
+    /// A recovery setting KEY=VALUE for postgresql.auto.conf (repeatable); replaces the one
+    /// pgjet would write, e.g. restore_command=... .
+    #[arg(long, value_name = "KEY=VALUE")]
+    pub recovery_option: Vec<String>,
     /// Restore tablespace ID (OID or name) into DIR instead of its original location.
     #[arg(long, value_name = "ID=DIR")]
     pub tablespace_map: Vec<String>,

@@ -42,6 +42,8 @@ pub enum Output {
 /// Validated settings of one invocation.
 #[derive(Debug, Clone)]
 pub struct Settings {
+    /// The config file that was read (None when there was none).
+    pub config_file: Option<PathBuf>,
     pub stanza: Option<String>,
     /// The configured repositories, by number (1..=[`MAX_REPOS`]), in order.
     pub repos: Vec<(u8, RepoConfig)>,
@@ -180,6 +182,7 @@ impl Settings {
         } else {
             None
         };
+        let config_file = ini.as_ref().map(|_| path.clone());
         let ini = ini.as_ref();
         let stanza = args
             .stanza
@@ -370,6 +373,7 @@ impl Settings {
             )));
         }
         Ok(Settings {
+            config_file,
             archive,
             stanza,
             repos,

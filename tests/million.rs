@@ -155,6 +155,8 @@ fn write_backup(store: &dyn Storage) {
         backup_label: String::new(),
         tablespace_map: None,
         wal_segments: vec![],
+        archive_start: None,
+        archive_stop: None,
     };
     w.finish(store, stop, stored).unwrap();
 }

@@ -154,6 +154,13 @@ pub fn run(s: &Settings, args: &BackupArgs, progress: &dyn Progress) -> Result<B
     let info = &primary.info.clone();
     let spcs = sess.tablespaces()?;
     repo::check_same_cluster(&stanza_info, info.system_identifier, &info.major())?;
+    // When the cluster archives WAL, the backup's WAL must reach the archive too (a
+    // point-in-time recovery starts from it); the backup still holds its own WAL.
+    let archiving = sess.archiving()?;
+    let archive_check = s.archive.check && archiving.active();
+    if archiving.active() && !s.archive.check {
+        tracing::info!("archive-check=n: not waiting for the backup's WAL in the archive");
+    }
     let lock = StanzaLock::acquire(store.clone(), stanza, "backup")?;
     for stale in repo::list_incomplete(&*store, stanza)? {
         tracing::warn!("removing interrupted backup {stale} (it has no summary)");
@@ -217,6 +224,19 @@ pub fn run(s: &Settings, args: &BackupArgs, progress: &dyn Progress) -> Result<B
         ..
     } = bb;
     let page_errors = out.page_error_count;
+    let seg_size = info.wal_segment_size;
+    let tli = label_info.start_timeline;
+    let (archive_start, archive_stop) = if archive_check {
+        let first = lsn::wal_segment_name(tli, lsn::segno_of(start_lsn, seg_size), seg_size);
+        let last = lsn::wal_segment_name(tli, lsn::prev_segno_of(stop.lsn, seg_size), seg_size);
+        let waited = wait_archived(&*store, stanza, &last, s.archive.timeout)?;
+        tracing::info!(
+            "WAL segment {last} is in the archive (waited {waited:.1} s); the backup needs {first} to {last}"
+        );
+        (Some(first), Some(last))
+    } else {
+        (None, None)
+    };
     let stored_size = target
         .sink
         .stored
@@ -240,6 +260,8 @@ pub fn run(s: &Settings, args: &BackupArgs, progress: &dyn Progress) -> Result<B
                 .filter(|n| lsn::is_wal_segment_name(n))
                 .map(str::to_owned)
                 .collect(),
+            archive_start,
+            archive_stop,
         },
         stored_size,
     )?;

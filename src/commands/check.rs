@@ -2,6 +2,41 @@
 use super::*;
 use crate::repo;
 
+/// When the cluster archives WAL: writes a restore point, forces a WAL switch and waits (up
+/// to archive-timeout) until the completed segment is in every repository's archive, as
+/// pgBackRest's check does. Returns its lines.
+fn check_archiving(
+    s: &Settings,
+    sess: &Session,
+    info: &ServerInfo,
+    stanza: &str,
+    repos: &[(u8, std::sync::Arc<dyn Storage>)],
+) -> Result<Vec<String>> {
+    let archiving = sess.archiving()?;
+    if !archiving.active() {
+        return Ok(vec![format!(
+            "WAL is not archived (archive_mode = {}{}): backups hold their own WAL; point-in-time recovery needs archive_command = 'pgjet --stanza={stanza} archive-push %p'",
+            archiving.mode,
+            if archiving.command.is_empty() && archiving.library.is_empty() { ", no archive_command" } else { "" }
+        )]);
+    }
+    if info.in_recovery {
+        return Ok(vec![
+            "the cluster is a standby: the WAL switch check runs on the primary".into(),
+        ]);
+    }
+    sess.create_restore_point("pgjet archive check")?;
+    let segment = sess.switch_wal()?;
+    let mut lines = Vec::new();
+    for (n, store) in repos {
+        let waited = wait_archived(&**store, stanza, &segment, s.archive.timeout)?;
+        lines.push(format!(
+            "repo{n}: WAL segment {segment} (after pg_switch_wal) reached the archive in {waited:.1} s"
+        ));
+    }
+    Ok(lines)
+}
+
 /// Runs `check`. Returns a line per check.
 ///
 /// - Connects (--source, else the local socket) and says how (TLS or not).
@@ -71,8 +106,9 @@ pub fn run(s: &Settings) -> Result<Vec<String>> {
         }
     }
     if let (Some(stanza), false) = (&s.stanza, s.repos.is_empty()) {
-        for (n, store) in open_repos(s)? {
-            let st = repo::read_stanza(&*store, stanza)?;
+        let repos = open_repos(s)?;
+        for (n, store) in &repos {
+            let st = repo::read_stanza(&**store, stanza)?;
             repo::check_same_cluster(&st, info.system_identifier, &info.major())?;
             lines.push(format!(
                 "repo{n}: stanza '{stanza}' matches system identifier {}",
@@ -83,6 +119,7 @@ pub fn run(s: &Settings) -> Result<Vec<String>> {
             store.delete(&probe)?;
             lines.push(format!("repo{n}: {} is writable", store.describe()));
         }
+        lines.extend(check_archiving(s, &sess, &info, stanza, &repos)?);
     } else if s.source.is_none() {
         // Without --source, check is about a stanza: both are needed.
         s.stanza()?;

@@ -6,6 +6,7 @@ pub mod base_backup;
 pub mod check;
 pub mod delta;
 pub mod info;
+pub mod recovery;
 pub mod replica;
 pub mod restore;
 pub mod stanza_create;
@@ -444,6 +445,28 @@ pub fn new_label(now: chrono::DateTime<chrono::Utc>) -> String {
 /// RFC 3339 UTC timestamp with seconds.
 pub fn rfc3339(t: chrono::DateTime<chrono::Utc>) -> String {
     t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+/// Waits until WAL file `name` (a segment, or a history file) is in the archive of `store`,
+/// checking every 100 ms for up to `timeout` seconds. Returns the seconds waited.
+///
+/// Errors: [`Error::Unsafe`] naming the file, the repository and what to check when it does
+/// not arrive in time; the store's errors.
+pub fn wait_archived(store: &dyn Storage, stanza: &str, name: &str, timeout: f64) -> Result<f64> {
+    let file = crate::repo::wal::WalFile::parse(name)?;
+    let t = std::time::Instant::now();
+    loop {
+        if crate::repo::wal::contains(store, stanza, &file)? {
+            return Ok(t.elapsed().as_secs_f64());
+        }
+        if t.elapsed().as_secs_f64() >= timeout {
+            return Err(Error::Unsafe(format!(
+                "WAL file {name} did not reach the archive of stanza '{stanza}' in {} within {timeout} s (archive-timeout): check archive_command (it should run `pgjet --stanza={stanza} archive-push %p`) and the server log for its errors",
+                store.describe()
+            )));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
 }
 
 /// Bytes as MiB with one decimal.

@@ -7,7 +7,7 @@
 //! global/pg_control is written. A restore that fails at any point leaves no pg_control:
 //! PostgreSQL will not start on the half-written directory.
 use super::*;
-use crate::cli::{ArchiveMode, RestoreArgs, RestoreType};
+use crate::cli::{ArchiveMode, RestoreArgs};
 use crate::pg::pg_manifest::{PgManifestWriter, PgWalRange};
 use crate::repo::{self, FileEntry};
 use crate::storage::direct::DIRECT_MIN_WRITE;
@@ -203,7 +203,19 @@ pub fn run(s: &Settings, args: &RestoreArgs, progress: &dyn Progress) -> Result<
         return Err(Error::Config("--pg-path must be an absolute path".into()));
     }
     let map = parse_tablespace_map(&args.tablespace_map)?;
-    let (repo_no, store, label) = open_repo_with_set(s, stanza, &args.set)?;
+    let target = super::recovery::parse_target(args)?;
+    // Every setting is checked before a byte is written.
+    let recovery =
+        super::recovery::plan(args, &target, &super::recovery::restore_command(s, stanza))?;
+    let pitr = matches!(
+        target,
+        super::recovery::Target::Time(..) | super::recovery::Target::Lsn(_)
+    );
+    let (repo_no, store, label) = if pitr && args.set == "latest" {
+        super::recovery::choose_backup(s, stanza, &target)?
+    } else {
+        open_repo_with_set(s, stanza, &args.set)?
+    };
     tracing::info!(
         "restoring backup {label} from repo{repo_no} ({})",
         store.describe()
@@ -211,6 +223,14 @@ pub fn run(s: &Settings, args: &RestoreArgs, progress: &dyn Progress) -> Result<
     // A first pass checks the whole manifest and keeps only its directories and pg_control;
     // the files are streamed by a second pass (a delta reads them into memory).
     let scan = repo::scan_manifest(&*store, stanza, &label)?;
+    if !super::recovery::ends_before(&scan.summary, &target)? {
+        return Err(Error::Config(format!(
+            "backup {label} ends at {} (LSN {}), after the recovery target {}: a point-in-time recovery replays forward from a backup; choose an older backup, or leave out --set to have the newest one before the target chosen",
+            scan.summary.end.stop.stop_time,
+            scan.summary.end.stop.stop_lsn,
+            args.target.as_deref().unwrap_or("")
+        )));
+    }
     let h = &scan.summary.header;
     let tablespaces: Vec<(u32, String, String)> = h
         .tablespaces
@@ -246,7 +266,7 @@ pub fn run(s: &Settings, args: &RestoreArgs, progress: &dyn Progress) -> Result<
         (locations, Files::Streamed)
     };
     match restore_into(
-        s, args, &*store, &scan, &pg_path, &locations, files, progress,
+        s, args, &recovery, &*store, &scan, &pg_path, &locations, files, progress,
     ) {
         Ok(()) => Ok(label),
         Err(e) => {
@@ -278,6 +298,7 @@ enum Files {
 fn restore_into(
     s: &Settings,
     args: &RestoreArgs,
+    recovery: &super::recovery::RecoveryPlan,
     store: &dyn crate::storage::Storage,
     scan: &repo::ScannedManifest,
     pg_path: &Path,
@@ -395,32 +416,16 @@ fn restore_into(
             ],
         )?;
     }
-    match args.restore_type {
-        RestoreType::Default => {}
-        RestoreType::Immediate => {
-            append_auto_conf(
-                pg_path,
-                &[
-                    note,
-                    "# the backup holds its WAL in pg_wal; there is no archive to fetch from"
-                        .into(),
-                    "restore_command = '/bin/false'".into(),
-                    "recovery_target = 'immediate'".into(),
-                    "recovery_target_action = 'promote'".into(),
-                ],
-            )?;
-            write_file(&pg_path.join("recovery.signal"), b"")?;
-        }
-        RestoreType::Standby => {
-            append_auto_conf(
-                pg_path,
-                &[
-                    note,
-                    "# set primary_conninfo to stream from a primary".into(),
-                ],
-            )?;
-            write_file(&pg_path.join("standby.signal"), b"")?;
-        }
+    if !recovery.lines.is_empty() {
+        let mut lines = vec![format!(
+            "{note} (--type {})",
+            super::recovery::type_name(args.restore_type)
+        )];
+        lines.extend(recovery.lines.iter().cloned());
+        append_auto_conf(pg_path, &lines)?;
+    }
+    if let Some(signal) = recovery.signal {
+        write_file(&pg_path.join(signal), b"")?;
     }
 
     let now = chrono::Utc::now().timestamp();

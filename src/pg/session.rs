@@ -46,6 +46,22 @@ impl ServerInfo {
     }
 }
 
+/// The server's archiving settings (see [`Session::archiving`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Archiving {
+    /// `archive_mode`: off, on or always.
+    pub mode: String,
+    pub command: String,
+    pub library: String,
+}
+
+impl Archiving {
+    /// True when the server archives WAL (mode not off, and a command or library set).
+    pub fn active(&self) -> bool {
+        self.mode != "off" && (!self.command.is_empty() || !self.library.is_empty())
+    }
+}
+
 /// What pg_backup_stop returned.
 #[derive(Debug, Clone)]
 pub struct BackupStop {
@@ -318,6 +334,47 @@ impl Session {
             }
             std::thread::sleep(std::time::Duration::from_millis(50));
         }
+    }
+
+    /// The server's archiving settings: `archive_mode` and whether an archive_command or
+    /// archive_library is set. WAL is archived when the mode is not `off` and one is set
+    /// (`XLogArchivingActive` and the archiver's checks in src/backend/postmaster/pgarch.c).
+    pub fn archiving(&self) -> Result<Archiving> {
+        let r = self.query_row(
+            "read the archiving settings",
+            "SELECT current_setting('archive_mode'), current_setting('archive_command'), \
+             coalesce(current_setting('archive_library', true), '')",
+        )?;
+        let col = |i: usize| r.get(i).cloned().flatten().unwrap_or_default();
+        Ok(Archiving {
+            mode: col(0),
+            command: col(1),
+            library: col(2),
+        })
+    }
+
+    /// Writes a restore point (`pg_create_restore_point(name)`) and returns its LSN.
+    pub fn create_restore_point(&self, name: &str) -> Result<Lsn> {
+        let r = self.query_row(
+            "pg_create_restore_point",
+            &format!("SELECT pg_create_restore_point({})", quote_literal(name)),
+        )?;
+        parse_lsn(r.first().cloned().flatten())
+    }
+
+    /// Forces a switch to a new WAL segment (`pg_switch_wal()`) and returns the name of the
+    /// segment it completed (`pg_walfile_name` of the returned LSN, which names the segment
+    /// holding the byte before it). Write a record first (a restore point): with nothing
+    /// written since the last switch there is nothing to complete.
+    pub fn switch_wal(&self) -> Result<String> {
+        let r = self.query_row(
+            "pg_switch_wal",
+            "SELECT pg_walfile_name(pg_switch_wal())",
+        )?;
+        r.first()
+            .cloned()
+            .flatten()
+            .ok_or_else(|| Error::Other("pg_switch_wal returned no segment".into()))
     }
 
     /// PID of the server process serving this session (pg_backend_pid()).

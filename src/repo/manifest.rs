@@ -112,6 +112,15 @@ pub struct StopInfo {
     pub tablespace_map: Option<String>,
     /// WAL segments stored under `pg_wal/`, first to last.
     pub wal_segments: Vec<String>,
+    /// When the cluster archived WAL and the backup checked the archive: the first and last
+    /// WAL segment of the backup (the segments holding the start LSN and the stop LSN's last
+    /// byte, on `timeline`), the last of them seen in the archive before the backup
+    /// completed. A point-in-time recovery from this backup replays the archive from
+    /// `archive_start`. Absent otherwise (the backup relies on the WAL it holds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub archive_start: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub archive_stop: Option<String>,
 }
 
 /// A backup's manifest, whole in memory (see [`super::manifest_io`] for how it is stored

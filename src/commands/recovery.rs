@@ -1,0 +1,365 @@
+//! What a restored cluster does when it starts: the recovery settings `restore` writes for
+//! each `--type`, the recovery target, and the choice of backup for a point-in-time target.
+//!
+//! PostgreSQL's recovery settings are documented in "Archive Recovery" and "Recovery Target"
+//! of its manual (runtime-config-wal); `recovery.signal` asks for archive recovery,
+//! `standby.signal` for standby mode.
+use super::*;
+use crate::cli::{RestoreArgs, RestoreType, TargetAction};
+use crate::repo::{self, BackupSummary};
+use chrono::{DateTime, FixedOffset, NaiveDateTime, Utc};
+use std::sync::Arc;
+
+/// A recovery target, parsed and checked.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Target {
+    /// No target: to the end of the archive (`default`, `standby`), or none at all.
+    None,
+    /// The first consistent point.
+    Immediate,
+    /// `recovery_target_time`: the text given, and the instant it means.
+    Time(String, DateTime<Utc>),
+    Lsn(Lsn),
+    /// `recovery_target_xid`: a transaction ID (with or without epoch).
+    Xid(u64),
+    /// `recovery_target_name`: a restore point made with pg_create_restore_point().
+    Name(String),
+}
+
+/// Parses a recovery target time as PostgreSQL's `timestamptz` input would take it in the
+/// common forms: `YYYY-MM-DD HH:MM:SS[.frac]` with an offset (`+00`, `+02:00`, `Z`) or the
+/// word `UTC`, or RFC 3339. A time without a zone is refused: PostgreSQL would read it in
+/// the restored server's `timezone`, which pgjet cannot know.
+///
+/// Errors: [`Error::Config`] naming the value and the forms accepted.
+pub fn parse_target_time(v: &str) -> Result<DateTime<Utc>> {
+    let t = v.trim();
+    if let Ok(d) = DateTime::parse_from_rfc3339(t) {
+        return Ok(d.with_timezone(&Utc));
+    }
+    // The date and time may be joined by a 'T' (ISO 8601).
+    let t2 = match t.get(10..11) {
+        Some("T") | Some("t") => format!("{} {}", &t[..10], &t[11..]),
+        _ => t.to_string(),
+    };
+    for suffix in [" UTC", " utc", " GMT", "Z", "z"] {
+        if let Some(base) = t2.strip_suffix(suffix) {
+            for f in ["%Y-%m-%d %H:%M:%S%.f", "%Y-%m-%d %H:%M:%S", "%Y-%m-%d %H:%M"] {
+                if let Ok(n) = NaiveDateTime::parse_from_str(base.trim(), f) {
+                    return Ok(n.and_utc());
+                }
+            }
+        }
+    }
+    // An offset of hours only (+02) is what PostgreSQL prints; chrono wants minutes.
+    let with_minutes = match t2.rfind(['+', '-']) {
+        Some(i) if i > 10 && t2[i + 1..].len() == 2 => format!("{t2}:00"),
+        _ => t2.clone(),
+    };
+    for f in ["%Y-%m-%d %H:%M:%S%.f%:z", "%Y-%m-%d %H:%M:%S%:z", "%Y-%m-%d %H:%M:%S%.f%z"] {
+        if let Ok(d) = DateTime::<FixedOffset>::parse_from_str(&with_minutes, f) {
+            return Ok(d.with_timezone(&Utc));
+        }
+    }
+    Err(Error::Config(format!(
+        "--target '{v}' is not a time pgjet can read: give it with its time zone, e.g. '2026-11-22 14:15:02+00', '2026-11-22 14:15:02.123 UTC' or '2026-11-22T14:15:02Z'"
+    )))
+}
+
+/// Checks `--type`, `--target`, `--target-exclusive` and `--target-action` together and
+/// returns the target.
+///
+/// Errors: [`Error::Config`]: a target missing for time/lsn/xid/name or given for another
+/// type, a value that does not parse, `--target-exclusive` where it means nothing.
+pub fn parse_target(args: &RestoreArgs) -> Result<Target> {
+    let needs = matches!(
+        args.restore_type,
+        RestoreType::Time | RestoreType::Lsn | RestoreType::Xid | RestoreType::Name
+    );
+    let v = match (&args.target, needs) {
+        (Some(v), true) => v.clone(),
+        (None, true) => {
+            return Err(Error::Config(format!(
+                "--type {} needs --target",
+                type_name(args.restore_type)
+            )))
+        }
+        (Some(_), false) => {
+            return Err(Error::Config(format!(
+                "--target is only for --type time, lsn, xid or name, not {}",
+                type_name(args.restore_type)
+            )))
+        }
+        (None, false) => String::new(),
+    };
+    if args.target_exclusive
+        && !matches!(
+            args.restore_type,
+            RestoreType::Time | RestoreType::Lsn | RestoreType::Xid
+        )
+    {
+        return Err(Error::Config(
+            "--target-exclusive is only for --type time, lsn or xid".into(),
+        ));
+    }
+    Ok(match args.restore_type {
+        RestoreType::Immediate => Target::Immediate,
+        RestoreType::Time => Target::Time(v.clone(), parse_target_time(&v)?),
+        RestoreType::Lsn => Target::Lsn(v.parse().map_err(|_| {
+            Error::Config(format!("--target '{v}' is not an LSN (e.g. 0/3000060)"))
+        })?),
+        RestoreType::Xid => Target::Xid(v.trim().parse().map_err(|_| {
+            Error::Config(format!("--target '{v}' is not a transaction ID"))
+        })?),
+        RestoreType::Name => {
+            if v.is_empty() || v.len() >= 64 {
+                return Err(Error::Config(format!(
+                    "--target '{v}' is not a restore point name (1 to 63 bytes)"
+                )));
+            }
+            Target::Name(v)
+        }
+        _ => Target::None,
+    })
+}
+
+/// `--type` as the flag spells it.
+pub fn type_name(t: RestoreType) -> &'static str {
+    match t {
+        RestoreType::Default => "default",
+        RestoreType::Immediate => "immediate",
+        RestoreType::Time => "time",
+        RestoreType::Lsn => "lsn",
+        RestoreType::Xid => "xid",
+        RestoreType::Name => "name",
+        RestoreType::Standby => "standby",
+        RestoreType::Preserve => "preserve",
+        RestoreType::None => "none",
+    }
+}
+
+/// The stop time of a backup as an instant (its summary's RFC 3339 `stop_time`).
+fn stop_instant(b: &BackupSummary) -> Result<DateTime<Utc>> {
+    DateTime::parse_from_rfc3339(&b.end.stop.stop_time)
+        .map(|d| d.with_timezone(&Utc))
+        .map_err(|e| {
+            Error::Repo(format!(
+                "backup {}: stop_time '{}' is not valid: {e}",
+                b.header.label, b.end.stop.stop_time
+            ))
+        })
+}
+
+/// True when backup `b` reaches consistency no later than `target`: its stop time (time) or
+/// stop LSN (lsn) is not after it. Other targets cannot be placed before a restore.
+pub fn ends_before(b: &BackupSummary, target: &Target) -> Result<bool> {
+    Ok(match target {
+        Target::Time(_, t) => stop_instant(b)? <= *t,
+        Target::Lsn(l) => b.end.stop.stop_lsn <= *l,
+        _ => true,
+    })
+}
+
+/// Picks the backup to restore for `--set latest` and a time or LSN target: the newest one,
+/// over every repository in scope, that ends before the target. Returns its repository
+/// number, store and label.
+///
+/// Errors: no backup ends before the target (naming the oldest one's end); the stores'.
+pub fn choose_backup(
+    s: &Settings,
+    stanza: &str,
+    target: &Target,
+) -> Result<(u8, Arc<dyn Storage>, String)> {
+    let mut best: Option<(String, u8, Arc<dyn Storage>)> = None;
+    let mut oldest: Option<(String, String)> = None;
+    for (n, store) in open_repos(s)? {
+        if !store.exists(&repo::stanza_info_name(stanza))? {
+            continue;
+        }
+        for label in repo::list_complete(&*store, stanza)? {
+            let b = repo::read_summary(&*store, stanza, &label)?;
+            let end = match target {
+                Target::Lsn(_) => b.end.stop.stop_lsn.to_string(),
+                _ => b.end.stop.stop_time.clone(),
+            };
+            if oldest.as_ref().map(|(l, _)| label < *l).unwrap_or(true) {
+                oldest = Some((label.clone(), end));
+            }
+            if ends_before(&b, target)?
+                && best.as_ref().map(|(l, _, _)| label > *l).unwrap_or(true)
+            {
+                best = Some((label, n, store.clone()));
+            }
+        }
+    }
+    match (best, oldest) {
+        (Some((label, n, store)), _) => Ok((n, store, label)),
+        (None, Some((label, end))) => Err(Error::Repo(format!(
+            "no backup of stanza '{stanza}' ends before the target: the oldest, {label}, ends at {end}; a point-in-time recovery replays WAL forward from a backup, never back"
+        ))),
+        (None, None) => Err(Error::Repo(format!(
+            "stanza '{stanza}' has no complete backup"
+        ))),
+    }
+}
+
+/// The `restore_command` a restored cluster runs: this pgjet binary with the config file
+/// (when one was read), the stanza and repository 1's path when it is a posix directory
+/// given outside a file. Object store settings and credentials must come from the config
+/// file (`--config`) or the server's environment; `--recovery-option restore_command=...`
+/// replaces the whole command.
+pub fn restore_command(s: &Settings, stanza: &str) -> String {
+    let exe = std::env::current_exe()
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| "pgjet".into());
+    let mut cmd = vec![shell_word(&exe)];
+    if let Some(f) = &s.config_file {
+        cmd.push(shell_word(&format!("--config={}", f.display())));
+    }
+    cmd.push(shell_word(&format!("--stanza={stanza}")));
+    for (n, cfg) in &s.repos {
+        if let crate::config::RepoConfig::Posix { path } = cfg {
+            if *n == 1 {
+                cmd.push(shell_word(&format!("--repo-path={}", path.display())));
+            }
+        }
+    }
+    if let Some(n) = s.repo {
+        cmd.push(format!("--repo={n}"));
+    }
+    cmd.push("archive-get %f \"%p\"".into());
+    cmd.join(" ")
+}
+
+/// Quotes a word for the shell that runs restore_command, when it needs quoting.
+fn shell_word(w: &str) -> String {
+    if w
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"-_=./:,@+".contains(&b))
+    {
+        w.to_string()
+    } else {
+        format!("'{}'", w.replace('\'', "'\\''"))
+    }
+}
+
+/// The settings (lines for postgresql.auto.conf) and signal file for a restore.
+#[derive(Debug, Default, PartialEq)]
+pub struct RecoveryPlan {
+    /// `key = 'value'` lines, already quoted.
+    pub lines: Vec<String>,
+    /// `recovery.signal` or `standby.signal`, or None.
+    pub signal: Option<&'static str>,
+}
+
+/// Builds the recovery settings of `args` for backup `label`: `restore_command` for every
+/// type that reads the archive, the target, its inclusiveness and action, the timeline, then
+/// `--recovery-option` entries (which replace a generated key of the same name).
+///
+/// Errors: a malformed `--recovery-option`.
+pub fn plan(
+    args: &RestoreArgs,
+    target: &Target,
+    restore_command: &str,
+) -> Result<RecoveryPlan> {
+    use crate::pg::session::quote_conf_value as q;
+    let mut kv: Vec<(String, String)> = Vec::new();
+    let mut push = |k: &str, v: String| kv.push((k.to_string(), v));
+    let signal = match args.restore_type {
+        RestoreType::None | RestoreType::Preserve => None,
+        RestoreType::Standby => Some("standby.signal"),
+        _ => Some("recovery.signal"),
+    };
+    if signal.is_some() {
+        push("restore_command", restore_command.to_string());
+    }
+    match target {
+        Target::None => {}
+        Target::Immediate => push("recovery_target", "immediate".into()),
+        Target::Time(v, _) => push("recovery_target_time", v.clone()),
+        Target::Lsn(l) => push("recovery_target_lsn", l.to_string()),
+        Target::Xid(x) => push("recovery_target_xid", x.to_string()),
+        Target::Name(n) => push("recovery_target_name", n.clone()),
+    }
+    if args.target_exclusive {
+        push("recovery_target_inclusive", "false".into());
+    }
+    if !matches!(target, Target::None) {
+        push(
+            "recovery_target_action",
+            match args.target_action {
+                TargetAction::Pause => "pause",
+                TargetAction::Promote => "promote",
+                TargetAction::Shutdown => "shutdown",
+            }
+            .into(),
+        );
+    }
+    if let Some(t) = &args.target_timeline {
+        let t = t.trim();
+        if !(t == "current" || t == "latest" || t.parse::<u32>().map(|n| n > 0).unwrap_or(false)) {
+            return Err(Error::Config(format!(
+                "--target-timeline '{t}' is not current, latest or a timeline number"
+            )));
+        }
+        if signal.is_none() {
+            return Err(Error::Config(
+                "--target-timeline needs a type that recovers from the archive".into(),
+            ));
+        }
+        push("recovery_target_timeline", t.to_string());
+    }
+    for o in &args.recovery_option {
+        let (k, v) = o.split_once('=').ok_or_else(|| {
+            Error::Config(format!("--recovery-option '{o}' is not KEY=VALUE"))
+        })?;
+        let k = k.trim();
+        if k.is_empty() || !k.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+            return Err(Error::Config(format!(
+                "--recovery-option '{o}': '{k}' is not a setting name"
+            )));
+        }
+        kv.retain(|(name, _)| name != k);
+        kv.push((k.to_string(), v.to_string()));
+    }
+    Ok(RecoveryPlan {
+        lines: kv
+            .into_iter()
+            .map(|(k, v)| format!("{k} = {}", q(&v)))
+            .collect(),
+        signal,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn target_times_need_a_zone() {
+        let want = DateTime::parse_from_rfc3339("2026-11-22T14:15:02Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        for ok in [
+            "2026-11-22 14:15:02+00",
+            "2026-11-22 14:15:02 UTC",
+            "2026-11-22T14:15:02Z",
+            "2026-11-22 16:15:02+02:00",
+            "2026-11-22 16:15:02+02",
+            "2026-11-22 12:15:02-02",
+        ] {
+            assert_eq!(parse_target_time(ok).unwrap(), want, "{ok}");
+        }
+        let frac = parse_target_time("2026-11-22 14:15:02.250+00").unwrap();
+        assert_eq!(frac.timestamp_subsec_millis(), 250);
+        for bad in ["2026-11-22 14:15:02", "yesterday", "", "2026-13-01 00:00:00+00"] {
+            assert!(parse_target_time(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn shell_words_are_quoted_when_needed() {
+        assert_eq!(shell_word("--repo-path=/var/lib/pgjet"), "--repo-path=/var/lib/pgjet");
+        assert_eq!(shell_word("/a b/it's"), "'/a b/it'\\''s'");
+    }
+}
