@@ -183,13 +183,59 @@ pub fn resolve_path(p: &Path) -> PathBuf {
     }
 }
 
+/// Synchronous archive-push with a queue limit: when the WAL waiting in `archive_status`
+/// (this file included) passes `max` bytes, a segment is dropped instead of archived, and the
+/// gap recorded. Returns the warning when it dropped the file.
+fn drop_if_queue_full(
+    s: &Settings,
+    archiver: &Archiver,
+    path: &Path,
+    max: u64,
+) -> Result<Option<String>> {
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    if WalFile::parse(name)?.kind != WalFileKind::Segment {
+        return Ok(None);
+    }
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let ready = match super::archive_async::ready_files(dir) {
+        Ok(r) => r,
+        // No archive_status next to the file: not PostgreSQL's queue, nothing to measure.
+        Err(_) => return Ok(None),
+    };
+    let size = fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+    let queued = size * ready.len().max(1) as u64;
+    if queued <= max {
+        return Ok(None);
+    }
+    let spool = super::archive_async::Spool::open(s, archiver.stanza())?;
+    let reason = format!(
+        "archive-push-queue-max ({}) was exceeded: {} waited to be archived",
+        mib(max),
+        mib(queued)
+    );
+    super::archive_async::drop_segments(&spool, archiver, &[name.to_string()], size, &reason)
+        .map(Some)
+}
+
 /// Runs `archive-push` for the WAL file at `wal_path`: returns once it is durable in every
 /// repository.
 ///
 /// Errors: as [`Archiver::open`] and [`Archiver::push`].
 pub fn run(s: &Settings, wal_path: &Path) -> Result<()> {
+    if let Some(dir) = std::env::var_os(super::archive_async::BACKGROUND_ENV) {
+        return super::archive_async::push_background(s, Path::new(&dir));
+    }
+    if s.archive.asynchronous {
+        return super::archive_async::push_foreground(s, wal_path);
+    }
     let path = resolve_path(wal_path);
     let archiver = Archiver::open(s)?;
+    if let Some(max) = s.archive.push_queue_max {
+        if let Some(warning) = drop_if_queue_full(s, &archiver, &path, max)? {
+            tracing::warn!("{warning}");
+            return Ok(());
+        }
+    }
     let mut c = archiver.compressor()?;
     archiver.push(&path, &mut c)?;
     tracing::debug!("archived {}", path.display());

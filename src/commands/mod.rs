@@ -1,4 +1,5 @@
 //! One module per command; this one holds what several of them share.
+pub mod archive_async;
 pub mod archive_get;
 pub mod archive_push;
 pub mod backup;

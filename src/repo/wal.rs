@@ -333,6 +333,65 @@ pub fn list_timeline(store: &dyn Storage, stanza: &str, tli: u32) -> Result<Vec<
     Ok(out)
 }
 
+/// A run of WAL segments that was never archived: dropped by archive-push because the
+/// queue passed `archive-push-queue-max`. Recovery cannot replay across it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Gap {
+    /// First and last missing segment (same timeline), inclusive.
+    pub first: String,
+    pub last: String,
+    /// Number of segments dropped.
+    pub segments: u64,
+    /// RFC 3339 UTC time the WAL was dropped.
+    pub recorded: String,
+    /// Why, for people: e.g. "archive-push-queue-max 1 GiB exceeded (70 segments waiting)".
+    pub reason: String,
+}
+
+impl Gap {
+    /// Timeline of the gap.
+    pub fn timeline(&self) -> u32 {
+        u32::from_str_radix(self.first.get(..8).unwrap_or(""), 16).unwrap_or(0)
+    }
+}
+
+/// Directory of a stanza's gap records: `<stanza>/archive/gap/<first>-<last>.json`.
+pub fn gap_dir(stanza: &str) -> String {
+    format!("{}/gap", archive_dir(stanza))
+}
+
+/// Records `gap` durably (it must be in the repository before the WAL it names is
+/// acknowledged to PostgreSQL as done).
+///
+/// Errors: the store's.
+pub fn record_gap(store: &dyn Storage, stanza: &str, gap: &Gap) -> Result<()> {
+    let json = serde_json::to_vec_pretty(gap)
+        .map_err(|e| Error::Other(format!("cannot encode a gap record: {e}")))?;
+    store.put_durable(
+        &format!("{}/{}-{}.json", gap_dir(stanza), gap.first, gap.last),
+        &json,
+    )
+}
+
+/// The gap records of a stanza, sorted by first segment.
+///
+/// Errors: a record that cannot be read or parsed ([`Error::Repo`] naming it); the store's.
+pub fn gaps(store: &dyn Storage, stanza: &str) -> Result<Vec<Gap>> {
+    let dir = gap_dir(stanza);
+    let mut out = Vec::new();
+    for n in store.list(&dir)? {
+        if !n.ends_with(".json") {
+            continue;
+        }
+        let name = format!("{dir}/{n}");
+        let g: Gap = serde_json::from_slice(&store.get(&name)?)
+            .map_err(|e| Error::Repo(format!("gap record {name} is not valid: {e}")))?;
+        out.push(g);
+    }
+    out.sort_by(|a, b| a.first.cmp(&b.first));
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,507 @@
+//! Asynchronous archiving through the spool directory (`archive-async=y`).
+//!
+//! ```text
+//! <spool-path>/archive/<stanza>/out/<file>.ok     acknowledged: durable in every repository
+//!                                                 (or dropped by the queue limit: the file
+//!                                                 then holds the warning)
+//! <spool-path>/archive/<stanza>/out/<file>.error  the last attempt failed: the message
+//! <spool-path>/archive/<stanza>/out/global.error  the background pusher could not start
+//! <spool-path>/archive/<stanza>/push.lock         flock(2) held by the background pusher
+//! <spool-path>/archive/<stanza>/push.log          its log
+//! <spool-path>/archive/<stanza>/gap/<first>-<last>.json  gap records not yet in a repository
+//! ```
+//!
+//! PostgreSQL's archiver runs `archive-push %p` for one file at a time. In asynchronous mode
+//! that foreground command only waits for the file's acknowledgement; one background pusher
+//! per stanza (kept single by the lock, started by the foreground when none runs) scans
+//! `pg_wal/archive_status/*.ready` ahead of the archiver and pushes up to `--jobs` files at
+//! once over the connections it keeps, writing an acknowledgement per file only once the file
+//! is durable in every repository. A kill -9 of the pusher at any moment loses nothing: what
+//! has no `.ok` is pushed again (and found already archived), and the lock dies with it.
+use super::archive_push::{resolve_path, Archiver};
+use super::*;
+use crate::repo::wal::{self, Gap, WalFile, WalFileKind};
+use std::collections::{HashMap, HashSet};
+use std::os::unix::io::AsRawFd;
+use std::time::{Duration, Instant};
+
+/// Environment variable that makes `archive-push` the background pusher for the `pg_wal`
+/// directory of its WAL path (set by the foreground when it starts one).
+pub const BACKGROUND_ENV: &str = "PGJET_ARCHIVE_PUSH_BACKGROUND";
+
+/// How long the background pusher stays with nothing to do before it exits; the next
+/// foreground starts another.
+pub const IDLE_EXIT: Duration = Duration::from_secs(10);
+
+/// How often the background pusher scans archive_status when idle, and how often the
+/// foreground looks for its acknowledgement: short, because PostgreSQL's archiver waits for
+/// the foreground.
+const SCAN_EVERY: Duration = Duration::from_millis(5);
+const ACK_POLL: Duration = Duration::from_millis(2);
+
+/// How long a failed file waits before the background pusher tries it again.
+const RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// The spool directory of one stanza.
+pub struct Spool {
+    dir: PathBuf,
+}
+
+impl Spool {
+    /// Opens (creating if needed) `<spool-path>/archive/<stanza>` with `out/` and `gap/`.
+    ///
+    /// Errors: [`Error::Io`] when the spool path cannot be created (it must belong to the
+    /// cluster's OS user).
+    pub fn open(s: &Settings, stanza: &str) -> Result<Spool> {
+        let dir = s.archive.spool_path.join("archive").join(stanza);
+        for d in [dir.join("out"), dir.join("gap")] {
+            fs::create_dir_all(&d).map_err(|e| Error::io("create spool directory", &d, e))?;
+        }
+        Ok(Spool { dir })
+    }
+
+    /// `out/<name>.<ext>`.
+    pub fn ack(&self, name: &str, ext: &str) -> PathBuf {
+        self.dir.join("out").join(format!("{name}.{ext}"))
+    }
+
+    /// Writes an acknowledgement (or error) file whole: a temporary file renamed into place.
+    fn write_ack(&self, name: &str, ext: &str, text: &str) -> Result<()> {
+        let p = self.ack(name, ext);
+        let tmp = self.dir.join("out").join(format!(".{name}.{ext}.tmp"));
+        fs::write(&tmp, text).map_err(|e| Error::io("write", &tmp, e))?;
+        fs::rename(&tmp, &p).map_err(|e| Error::io("rename", &p, e))
+    }
+
+    /// Takes `<name>.lock` with flock(2) without waiting: Some(file) while held, None when
+    /// another process holds it. The kernel releases it when the holder dies.
+    pub fn try_lock(&self, name: &str) -> Result<Option<fs::File>> {
+        let p = self.dir.join(format!("{name}.lock"));
+        let f = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&p)
+            .map_err(|e| Error::io("open", &p, e))?;
+        // SAFETY: flock on a descriptor we own; no memory is involved.
+        let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if r == 0 {
+            Ok(Some(f))
+        } else {
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+                Ok(None)
+            } else {
+                Err(Error::io("lock", &p, e))
+            }
+        }
+    }
+
+    /// Path of a background process's log.
+    pub fn log(&self, name: &str) -> PathBuf {
+        self.dir.join(format!("{name}.log"))
+    }
+
+    fn gap_dir(&self) -> PathBuf {
+        self.dir.join("gap")
+    }
+}
+
+/// Starts the background pusher for `wal_path`'s pg_wal directory unless one runs: this
+/// binary with the same arguments and [`BACKGROUND_ENV`] set, in a session of its own, its
+/// output into the spool's `push.log`.
+fn ensure_background(spool: &Spool, wal_path: &Path) -> Result<()> {
+    if spool.try_lock("push")?.is_none() {
+        return Ok(());
+    }
+    // The lock was free (and is released again here): start a pusher. Should two starts
+    // race, the second finds the lock taken and exits.
+    let exe = std::env::current_exe().map_err(|e| Error::io("locate", "pgjet", e))?;
+    let log_path = spool.log("push");
+    let log = fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .map_err(|e| Error::io("open", &log_path, e))?;
+    let log2 = log.try_clone().map_err(|e| Error::io("open", &log_path, e))?;
+    let wal_dir = wal_path.parent().unwrap_or(Path::new("."));
+    let mut cmd = std::process::Command::new(exe);
+    cmd.args(std::env::args_os().skip(1))
+        .env(BACKGROUND_ENV, wal_dir)
+        .stdin(std::process::Stdio::null())
+        .stdout(log)
+        .stderr(log2);
+    // SAFETY: setsid() in the child before exec is async-signal-safe and touches no memory.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        cmd.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    cmd.spawn()
+        .map_err(|e| Error::io("start the background pusher", &log_path, e))?;
+    tracing::debug!("started the background pusher (log {})", log_path.display());
+    Ok(())
+}
+
+/// The foreground of asynchronous `archive-push`: returns once the background pusher has
+/// acknowledged `wal_path`'s file, starting a pusher when none runs.
+///
+/// Errors: the pusher's error for this file (the `.error` file is removed, so the next call
+/// waits for a new attempt) or its start-up error; no acknowledgement within
+/// archive-timeout ([`Error::Unsafe`]).
+pub fn push_foreground(s: &Settings, wal_path: &Path) -> Result<()> {
+    let stanza = s.stanza()?;
+    let path = resolve_path(wal_path);
+    let name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .ok_or_else(|| Error::Config(format!("{} names no WAL file", path.display())))?
+        .to_string();
+    WalFile::parse(&name)?;
+    let spool = Spool::open(s, stanza)?;
+    let (ok, err, global) = (
+        spool.ack(&name, "ok"),
+        spool.ack(&name, "error"),
+        spool.ack("global", "error"),
+    );
+    let t = Instant::now();
+    let mut next_check = t;
+    loop {
+        if let Ok(text) = fs::read_to_string(&ok) {
+            let _ = fs::remove_file(&ok);
+            if !text.trim().is_empty() {
+                tracing::warn!("{}", text.trim());
+            }
+            return Ok(());
+        }
+        for e in [&err, &global] {
+            if let Ok(text) = fs::read_to_string(e) {
+                let _ = fs::remove_file(e);
+                return Err(Error::Other(format!(
+                    "asynchronous archive-push of {name} failed: {}",
+                    text.trim()
+                )));
+            }
+        }
+        if Instant::now() >= next_check {
+            ensure_background(&spool, &path)?;
+            next_check = Instant::now() + Duration::from_secs(1);
+        }
+        if t.elapsed().as_secs_f64() > s.archive.timeout {
+            return Err(Error::Unsafe(format!(
+                "{name} was not acknowledged by the background pusher within {} s (archive-timeout); see {}",
+                s.archive.timeout,
+                spool.log("push").display()
+            )));
+        }
+        std::thread::sleep(ACK_POLL);
+    }
+}
+
+/// Names of the files PostgreSQL has marked ready to archive (`archive_status/<f>.ready`),
+/// sorted: timeline history files first (PostgreSQL archives them first too), then by name.
+pub fn ready_files(wal_dir: &Path) -> Result<Vec<String>> {
+    let status = wal_dir.join("archive_status");
+    let mut out: Vec<String> = fs::read_dir(&status)
+        .map_err(|e| Error::io("list", &status, e))?
+        .flatten()
+        .filter_map(|e| {
+            e.file_name()
+                .to_str()
+                .and_then(|n| n.strip_suffix(".ready"))
+                .map(str::to_owned)
+        })
+        .collect();
+    out.sort_by_key(|n| (!n.ends_with(".history"), n.clone()));
+    Ok(out)
+}
+
+/// Writes the gap records waiting in the spool into every repository, removing each once
+/// all have it. Errors are logged and left for the next call (the record stays).
+fn flush_gaps(spool: &Spool, archiver: &Archiver) {
+    let Ok(rd) = fs::read_dir(spool.gap_dir()) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let p = e.path();
+        if p.extension().and_then(|x| x.to_str()) != Some("json") {
+            continue;
+        }
+        let Some(gap) = fs::read(&p)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Gap>(&b).ok())
+        else {
+            continue;
+        };
+        let all = archiver
+            .repos()
+            .map(|(n, store)| {
+                wal::record_gap(&**store, archiver.stanza(), &gap)
+                    .map_err(|e| tracing::warn!("repo{n}: gap record {}-{} not written yet: {e}", gap.first, gap.last))
+                    .is_ok()
+            })
+            .fold(true, |a, b| a && b);
+        if all {
+            let _ = fs::remove_file(&p);
+        }
+    }
+}
+
+/// Drops `names` (segments waiting to be archived) because the queue passed its limit:
+/// records the gaps (one per run of consecutive segments) in the spool, durably, then in the
+/// repositories when they answer; returns the warning each acknowledgement carries.
+///
+/// Errors: the spool record cannot be written (then nothing is dropped).
+pub fn drop_segments(
+    spool: &Spool,
+    archiver: &Archiver,
+    names: &[String],
+    seg_size: u64,
+    reason: &str,
+) -> Result<String> {
+    let mut runs: Vec<(String, String, u64)> = Vec::new();
+    let mut prev: Option<(u32, u64)> = None;
+    for n in names {
+        let cur = lsn::parse_wal_segment_name(n, seg_size);
+        match (runs.last_mut(), prev, cur) {
+            (Some(run), Some((pt, ps)), Some((t, sn))) if pt == t && ps + 1 == sn => {
+                run.1 = n.clone();
+                run.2 += 1;
+            }
+            _ => runs.push((n.clone(), n.clone(), 1)),
+        }
+        prev = cur;
+    }
+    let recorded = rfc3339(chrono::Utc::now());
+    for (first, last, count) in &runs {
+        let gap = Gap {
+            first: first.clone(),
+            last: last.clone(),
+            segments: *count,
+            recorded: recorded.clone(),
+            reason: reason.to_string(),
+        };
+        let p = spool.gap_dir().join(format!("{first}-{last}.json"));
+        let json = serde_json::to_vec_pretty(&gap)
+            .map_err(|e| Error::Other(format!("cannot encode a gap record: {e}")))?;
+        let tmp = p.with_extension("tmp");
+        fs::File::create(&tmp)
+            .and_then(|mut f| {
+                std::io::Write::write_all(&mut f, &json)?;
+                f.sync_all()
+            })
+            .and_then(|_| fs::rename(&tmp, &p))
+            .map_err(|e| Error::io("write", &p, e))?;
+    }
+    flush_gaps(spool, archiver);
+    let what = runs
+        .iter()
+        .map(|(f, l, _)| if f == l { f.clone() } else { format!("{f} to {l}") })
+        .collect::<Vec<_>>()
+        .join(", ");
+    Ok(format!(
+        "WAL DROPPED: {} segment(s) ({what}) were not archived because {reason}; the gap is recorded in the repository: no point-in-time recovery can cross it, take a new backup",
+        names.len()
+    ))
+}
+
+/// Bytes of WAL `names` hold in `wal_dir` (their sizes on disk; a file that vanished counts 0).
+fn queued_bytes(wal_dir: &Path, names: &[String]) -> u64 {
+    names
+        .iter()
+        .filter_map(|n| fs::metadata(wal_dir.join(n)).ok())
+        .map(|m| m.len())
+        .sum()
+}
+
+/// The WAL segment size of a queue: the size of its first segment file (PostgreSQL's
+/// segments are all one size), or 16 MiB.
+fn segment_size(wal_dir: &Path, names: &[String]) -> u64 {
+    names
+        .iter()
+        .filter(|n| lsn::is_wal_segment_name(n))
+        .find_map(|n| fs::metadata(wal_dir.join(n)).ok())
+        .map(|m| m.len())
+        .unwrap_or(16 << 20)
+}
+
+/// What the background pusher knows of the files it was given.
+#[derive(Default)]
+struct Queue {
+    /// Handed to a worker, no result yet.
+    in_flight: HashSet<String>,
+    /// Acknowledged by this pusher (kept while their `.ready` exists, so a file the
+    /// foreground already took the `.ok` of is not pushed again).
+    done: HashSet<String>,
+    /// Failed: not before this instant again.
+    retry: HashMap<String, Instant>,
+}
+
+impl Queue {
+    /// A worker's result: the acknowledgement (`.ok` once durable everywhere) or the error.
+    fn finished(&mut self, spool: &Spool, name: String, r: Result<(), String>) -> Result<()> {
+        self.in_flight.remove(&name);
+        match r {
+            Ok(()) => {
+                spool.write_ack(&name, "ok", "")?;
+                let _ = fs::remove_file(spool.ack(&name, "error"));
+                self.retry.remove(&name);
+                self.done.insert(name);
+            }
+            Err(msg) => {
+                tracing::error!("{name}: {msg}");
+                spool.write_ack(&name, "error", &msg)?;
+                self.retry.insert(name, Instant::now() + RETRY_AFTER);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The background pusher: pushes every ready file of `wal_dir` with up to `--jobs` at once
+/// until it has been idle for [`IDLE_EXIT`] (or the directory is gone). Returns at once when
+/// another pusher holds the lock.
+///
+/// Errors: the spool cannot be used; the repositories cannot be opened (written to
+/// `global.error` for the foreground too).
+pub fn push_background(s: &Settings, wal_dir: &Path) -> Result<()> {
+    let stanza = s.stanza()?;
+    let spool = Spool::open(s, stanza)?;
+    let Some(_lock) = spool.try_lock("push")? else {
+        return Ok(());
+    };
+    let archiver = match Archiver::open(s) {
+        Ok(a) => std::sync::Arc::new(a),
+        Err(e) => {
+            let _ = spool.write_ack("global", "error", &e.to_string());
+            return Err(e);
+        }
+    };
+    let _ = fs::remove_file(spool.ack("global", "error"));
+    tracing::info!(
+        "background pusher for {} started ({} job(s))",
+        wal_dir.display(),
+        s.jobs
+    );
+    flush_gaps(&spool, &archiver);
+    let (work_tx, work_rx) = crossbeam_channel::unbounded::<String>();
+    let (done_tx, done_rx) = crossbeam_channel::unbounded::<(String, Result<(), String>)>();
+    let mut workers = Vec::new();
+    for _ in 0..s.jobs {
+        let (rx, tx, a, dir) = (
+            work_rx.clone(),
+            done_tx.clone(),
+            archiver.clone(),
+            wal_dir.to_path_buf(),
+        );
+        workers.push(std::thread::spawn(move || {
+            let mut c = match a.compressor() {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::error!("{e}");
+                    return;
+                }
+            };
+            for name in rx {
+                let r = a
+                    .push(&dir.join(&name), &mut c)
+                    .map(|_| ())
+                    .map_err(|e| format!("{e}\n{}", e.hint()));
+                if tx.send((name, r)).is_err() {
+                    return;
+                }
+            }
+        }));
+    }
+    drop(done_tx);
+    let mut q = Queue::default();
+    let mut idle_since = Instant::now();
+    let mut last_gap_flush = Instant::now();
+    loop {
+        // Results first: each acknowledgement as soon as its file is durable everywhere.
+        while let Ok((name, r)) = done_rx.try_recv() {
+            q.finished(&spool, name, r)?;
+        }
+        if !wal_dir.join("archive_status").is_dir() {
+            tracing::info!("{} is gone; the background pusher stops", wal_dir.display());
+            break;
+        }
+        let ready = ready_files(wal_dir)?;
+        let ready_set: HashSet<&str> = ready.iter().map(String::as_str).collect();
+        q.done.retain(|n| ready_set.contains(n.as_str()));
+        q.retry.retain(|n, _| ready_set.contains(n.as_str()));
+        let waiting: Vec<String> = ready
+            .into_iter()
+            .filter(|n| !q.done.contains(n) && !spool.ack(n, "ok").exists())
+            .collect();
+        if let Some(max) = s.archive.push_queue_max {
+            let queued = queued_bytes(wal_dir, &waiting);
+            if queued > max {
+                let droppable: Vec<String> = waiting
+                    .iter()
+                    .filter(|n| !q.in_flight.contains(*n))
+                    .filter(|n| {
+                        WalFile::parse(n).map(|f| f.kind == WalFileKind::Segment).unwrap_or(false)
+                    })
+                    .cloned()
+                    .collect();
+                if !droppable.is_empty() {
+                    let seg = segment_size(wal_dir, &droppable);
+                    let reason = format!(
+                        "archive-push-queue-max ({}) was exceeded: {} waited to be archived",
+                        mib(max),
+                        mib(queued)
+                    );
+                    let warning = drop_segments(&spool, &archiver, &droppable, seg, &reason)?;
+                    tracing::warn!("{warning}");
+                    for n in &droppable {
+                        spool.write_ack(n, "ok", &warning)?;
+                        q.done.insert(n.clone());
+                    }
+                    continue;
+                }
+            }
+        }
+        let now = Instant::now();
+        let mut sent = false;
+        for n in &waiting {
+            if q.in_flight.len() >= s.jobs * 2 {
+                break;
+            }
+            if q.in_flight.contains(n) || q.retry.get(n).map(|t| *t > now).unwrap_or(false) {
+                continue;
+            }
+            q.in_flight.insert(n.clone());
+            if work_tx.send(n.clone()).is_err() {
+                return Err(Error::Other("the push workers stopped".into()));
+            }
+            sent = true;
+        }
+        if last_gap_flush.elapsed() > Duration::from_secs(5) {
+            flush_gaps(&spool, &archiver);
+            last_gap_flush = Instant::now();
+        }
+        if waiting.is_empty() && q.in_flight.is_empty() {
+            if idle_since.elapsed() > IDLE_EXIT {
+                break;
+            }
+        } else {
+            idle_since = Instant::now();
+        }
+        if !sent {
+            // Wake for a result at once, else rescan after SCAN_EVERY.
+            if let Ok((name, r)) = done_rx.recv_timeout(SCAN_EVERY) {
+                q.finished(&spool, name, r)?;
+            }
+        }
+    }
+    drop(work_tx);
+    for w in workers {
+        let _ = w.join();
+    }
+    flush_gaps(&spool, &archiver);
+    tracing::info!("background pusher for {} ends", wal_dir.display());
+    Ok(())
+}
