@@ -116,33 +116,8 @@ fn ensure_background(spool: &Spool, wal_path: &Path) -> Result<()> {
     }
     // The lock was free (and is released again here): start a pusher. Should two starts
     // race, the second finds the lock taken and exits.
-    let exe = std::env::current_exe().map_err(|e| Error::io("locate", "pgjet", e))?;
-    let log_path = spool.log("push");
-    let log = fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&log_path)
-        .map_err(|e| Error::io("open", &log_path, e))?;
-    let log2 = log.try_clone().map_err(|e| Error::io("open", &log_path, e))?;
     let wal_dir = wal_path.parent().unwrap_or(Path::new("."));
-    let mut cmd = std::process::Command::new(exe);
-    cmd.args(std::env::args_os().skip(1))
-        .env(BACKGROUND_ENV, wal_dir)
-        .stdin(std::process::Stdio::null())
-        .stdout(log)
-        .stderr(log2);
-    // SAFETY: setsid() in the child before exec is async-signal-safe and touches no memory.
-    unsafe {
-        use std::os::unix::process::CommandExt;
-        cmd.pre_exec(|| {
-            libc::setsid();
-            Ok(())
-        });
-    }
-    cmd.spawn()
-        .map_err(|e| Error::io("start the background pusher", &log_path, e))?;
-    tracing::debug!("started the background pusher (log {})", log_path.display());
-    Ok(())
+    spawn_self(spool, "push", BACKGROUND_ENV, wal_dir.as_os_str())
 }
 
 /// The foreground of asynchronous `archive-push`: returns once the background pusher has
@@ -503,5 +478,227 @@ pub fn push_background(s: &Settings, wal_dir: &Path) -> Result<()> {
     }
     flush_gaps(&spool, &archiver);
     tracing::info!("background pusher for {} ends", wal_dir.display());
+    Ok(())
+}
+
+/// Environment variable that makes `archive-get` the background prefetcher; its value is
+/// `<segment size in bytes>` (the foreground learned it from the segment it served).
+pub const GET_BACKGROUND_ENV: &str = "PGJET_ARCHIVE_GET_BACKGROUND";
+
+/// `in/` of the spool: segments fetched ahead, checked and decompressed, and `.requested`,
+/// the last segment PostgreSQL asked for.
+fn in_dir(spool: &Spool) -> PathBuf {
+    spool.dir.join("in")
+}
+
+/// Starts the prefetcher unless one runs (same arguments, [`GET_BACKGROUND_ENV`] set).
+fn ensure_prefetcher(spool: &Spool, seg_size: u64) -> Result<()> {
+    if spool.try_lock("get")?.is_none() {
+        return Ok(());
+    }
+    spawn_self(
+        spool,
+        "get",
+        GET_BACKGROUND_ENV,
+        std::ffi::OsStr::new(&seg_size.to_string()),
+    )
+}
+
+/// Starts this binary again with the same arguments and `env=value`, in a session of its
+/// own, its output appended to the spool's `<log>.log`.
+fn spawn_self(spool: &Spool, log: &str, env: &str, value: &std::ffi::OsStr) -> Result<()> {
+    let exe = std::env::current_exe().map_err(|e| Error::io("locate", "pgjet", e))?;
+    let log_path = spool.log(log);
+    let out = fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .map_err(|e| Error::io("open", &log_path, e))?;
+    let err = out.try_clone().map_err(|e| Error::io("open", &log_path, e))?;
+    let mut cmd = std::process::Command::new(exe);
+    cmd.args(std::env::args_os().skip(1))
+        .env(env, value)
+        .stdin(std::process::Stdio::null())
+        .stdout(out)
+        .stderr(err);
+    // SAFETY: setsid() in the child before exec is async-signal-safe and touches no memory.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        cmd.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    cmd.spawn()
+        .map_err(|e| Error::io("start a background process", &log_path, e))?;
+    tracing::debug!("started a background {log} process (log {})", log_path.display());
+    Ok(())
+}
+
+/// Moves a prefetched file to `dest`: a rename when both are on one filesystem, else a copy
+/// through a temporary file and a rename.
+fn move_into(src: &Path, dest: &Path) -> Result<()> {
+    if fs::rename(src, dest).is_ok() {
+        return Ok(());
+    }
+    let data = fs::read(src).map_err(|e| Error::io("read", src, e))?;
+    super::archive_get::write_wal_file(dest, &data)?;
+    let _ = fs::remove_file(src);
+    Ok(())
+}
+
+/// The foreground of asynchronous `archive-get`: serves `wal_file` from the spool when the
+/// prefetcher has it, else from the repositories, and keeps the prefetcher running for the
+/// segments after it.
+///
+/// Errors: as [`super::archive_get::run`].
+pub fn get_foreground(
+    s: &Settings,
+    wal_file: &str,
+    dest: &Path,
+) -> Result<super::archive_get::GetOutcome> {
+    use super::archive_get::GetOutcome;
+    let stanza = s.stanza()?;
+    let file = WalFile::parse(wal_file)?;
+    if file.kind != WalFileKind::Segment {
+        return super::archive_get::fetch_direct(s, &file, dest);
+    }
+    let spool = Spool::open(s, stanza)?;
+    let dir = in_dir(&spool);
+    fs::create_dir_all(&dir).map_err(|e| Error::io("create spool directory", &dir, e))?;
+    let requested = dir.join(".requested");
+    let tmp = dir.join(".requested.tmp");
+    fs::write(&tmp, wal_file)
+        .and_then(|_| fs::rename(&tmp, &requested))
+        .map_err(|e| Error::io("write", &requested, e))?;
+    let dest = resolve_path(dest);
+    let spooled = dir.join(wal_file);
+    let (outcome, seg_size) = match fs::metadata(&spooled) {
+        Ok(m) => {
+            move_into(&spooled, &dest)?;
+            (GetOutcome::Found(0), m.len())
+        }
+        Err(_) => {
+            let o = super::archive_get::fetch_direct(s, &file, &dest)?;
+            let size = fs::metadata(&dest).map(|m| m.len()).unwrap_or(0);
+            (o, size)
+        }
+    };
+    if matches!(outcome, GetOutcome::Found(_)) && seg_size.is_power_of_two() {
+        ensure_prefetcher(&spool, seg_size)?;
+    }
+    Ok(outcome)
+}
+
+/// The prefetcher: keeps the `archive-get-queue-max` worth of segments after the last one
+/// PostgreSQL asked for (`in/.requested`) in the spool, fetching up to `--jobs` at once, and
+/// removes the ones recovery has passed. Stops at a segment the archive lacks (checked again
+/// every second), and exits after [`IDLE_EXIT`] without a new request.
+///
+/// Errors: the spool cannot be used; the repositories cannot be opened.
+pub fn get_background(s: &Settings, seg_size: u64) -> Result<()> {
+    let stanza = s.stanza()?.to_string();
+    let spool = Spool::open(s, &stanza)?;
+    let Some(_lock) = spool.try_lock("get")? else {
+        return Ok(());
+    };
+    let dir = in_dir(&spool);
+    let stores: Vec<(u8, std::sync::Arc<dyn Storage>)> = open_repos(s)?;
+    let window = (s.archive.get_queue_max / seg_size.max(1)).max(1);
+    tracing::info!("prefetcher started: {window} segment(s) ahead, {} job(s)", s.jobs);
+    let mut last_request = String::new();
+    let mut last_change = Instant::now();
+    let mut missing_since: HashMap<String, Instant> = HashMap::new();
+    while last_change.elapsed() < IDLE_EXIT {
+        let req = fs::read_to_string(dir.join(".requested")).unwrap_or_default();
+        if req != last_request {
+            last_request = req.clone();
+            last_change = Instant::now();
+        }
+        let Some((tli, segno)) = lsn::parse_wal_segment_name(req.trim(), seg_size) else {
+            std::thread::sleep(Duration::from_millis(50));
+            continue;
+        };
+        // Files recovery has passed go.
+        if let Ok(rd) = fs::read_dir(&dir) {
+            for e in rd.flatten() {
+                let n = e.file_name().to_string_lossy().to_string();
+                if let Some((_, sn)) = lsn::parse_wal_segment_name(&n, seg_size) {
+                    if sn <= segno {
+                        let _ = fs::remove_file(e.path());
+                    }
+                }
+            }
+        }
+        let wanted: Vec<String> = (segno + 1..=segno + window)
+            .map(|n| lsn::wal_segment_name(tli, n, seg_size))
+            .filter(|n| !dir.join(n).exists())
+            .filter(|n| {
+                missing_since
+                    .get(n)
+                    .map(|t| t.elapsed() > Duration::from_secs(1))
+                    .unwrap_or(true)
+            })
+            .collect();
+        if wanted.is_empty() {
+            std::thread::sleep(Duration::from_millis(20));
+            continue;
+        }
+        // Fetch the next `jobs` wanted segments at once; stop at the first missing one.
+        let batch: Vec<String> = wanted.into_iter().take(s.jobs).collect();
+        let results: Vec<(String, Result<Option<Vec<u8>>>)> = std::thread::scope(|sc| {
+            let hs: Vec<_> = batch
+                .iter()
+                .map(|n| {
+                    let stores = &stores;
+                    let stanza = &stanza;
+                    sc.spawn(move || {
+                        let f = WalFile::parse(n)?;
+                        let mut last_err = None;
+                        for (_, st) in stores {
+                            match wal::fetch(&**st, stanza, &f) {
+                                Ok(Some(d)) => return Ok(Some(d)),
+                                Ok(None) => {}
+                                Err(e) => last_err = Some(e),
+                            }
+                        }
+                        match last_err {
+                            Some(e) => Err(e),
+                            None => Ok(None),
+                        }
+                    })
+                })
+                .collect();
+            batch
+                .iter()
+                .cloned()
+                .zip(hs.into_iter().map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(Error::Other("a fetch thread panicked".into())))
+                }))
+                .collect()
+        });
+        for (n, r) in results {
+            match r {
+                Ok(Some(data)) => {
+                    let p = dir.join(&n);
+                    let tmp = dir.join(format!(".{n}.tmp"));
+                    fs::write(&tmp, &data)
+                        .and_then(|_| fs::rename(&tmp, &p))
+                        .map_err(|e| Error::io("write", &p, e))?;
+                    missing_since.remove(&n);
+                }
+                Ok(None) => {
+                    missing_since.insert(n, Instant::now());
+                }
+                Err(e) => {
+                    // The foreground fetches it itself and reports the error to PostgreSQL.
+                    tracing::warn!("prefetch of {n} failed: {e}");
+                    missing_since.insert(n, Instant::now());
+                }
+            }
+        }
+    }
+    tracing::info!("prefetcher ends");
     Ok(())
 }

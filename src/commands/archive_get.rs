@@ -46,8 +46,23 @@ pub fn write_wal_file(dest: &Path, data: &[u8]) -> Result<()> {
 /// least one failed, the first failure (never "missing": PostgreSQL would take that for the
 /// end of the archive and end recovery early).
 pub fn run(s: &Settings, wal_file: &str, dest: &Path) -> Result<GetOutcome> {
-    let stanza = s.stanza()?;
+    if let Some(v) = std::env::var_os(super::archive_async::GET_BACKGROUND_ENV) {
+        let seg_size = v.to_string_lossy().parse().unwrap_or(16 << 20);
+        super::archive_async::get_background(s, seg_size)?;
+        return Ok(GetOutcome::Found(0));
+    }
     let file = WalFile::parse(wal_file)?;
+    if s.archive.asynchronous {
+        return super::archive_async::get_foreground(s, wal_file, dest);
+    }
+    fetch_direct(s, &file, dest)
+}
+
+/// Fetches `file` from the repositories in order into `dest` (see [`run`]).
+///
+/// Errors: as [`run`].
+pub fn fetch_direct(s: &Settings, file: &WalFile, dest: &Path) -> Result<GetOutcome> {
+    let stanza = s.stanza()?;
     let dest = resolve_path(dest);
     let mut failed = None;
     for (n, cfg) in repos_in_scope(s)? {

@@ -204,8 +204,8 @@ pub fn choose_backup(
 }
 
 /// The `restore_command` a restored cluster runs: this pgjet binary with the config file
-/// (when one was read), the stanza and repository 1's path when it is a posix directory
-/// given outside a file. Object store settings and credentials must come from the config
+/// (when one was read), the stanza, repository 1's path when it is a posix directory, and
+/// `--archive-async=y --spool-path=...` when asynchronous archiving is on. Object store settings and credentials must come from the config
 /// file (`--config`) or the server's environment; `--recovery-option restore_command=...`
 /// replaces the whole command.
 pub fn restore_command(s: &Settings, stanza: &str) -> String {
@@ -226,6 +226,13 @@ pub fn restore_command(s: &Settings, stanza: &str) -> String {
     }
     if let Some(n) = s.repo {
         cmd.push(format!("--repo={n}"));
+    }
+    if s.archive.asynchronous {
+        cmd.push("--archive-async=y".into());
+        cmd.push(shell_word(&format!(
+            "--spool-path={}",
+            s.archive.spool_path.display()
+        )));
     }
     cmd.push("archive-get %f \"%p\"".into());
     cmd.join(" ")
