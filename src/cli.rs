@@ -145,6 +145,18 @@ pub struct GlobalArgs {
     /// segment is in the archive and records its WAL range there.
     #[arg(long, global = true, env = "PGJET_ARCHIVE_CHECK", value_name = "Y|N")]
     pub archive_check: Option<String>,
+    /// Full backups to keep (retention-full-type=count), or days to keep them (time).
+    /// `expire` and every `backup` remove older ones; unset: backups are never expired.
+    #[arg(long, global = true, env = "PGJET_RETENTION_FULL", value_name = "N")]
+    pub retention_full: Option<u32>,
+    /// count (default) or time (retention-full is then in days).
+    #[arg(long, global = true, env = "PGJET_RETENTION_FULL_TYPE", value_name = "TYPE")]
+    pub retention_full_type: Option<String>,
+    /// How many of the newest backups keep a continuous WAL archive for point-in-time
+    /// recovery (default: all that are kept); older backups keep only the WAL they need
+    /// to be consistent.
+    #[arg(long, global = true, env = "PGJET_RETENTION_ARCHIVE", value_name = "N")]
+    pub retention_archive: Option<u32>,
     /// error, warn, info (default) or debug.
     #[arg(long, global = true, env = "PGJET_LOG_LEVEL", value_name = "LEVEL")]
     pub log_level: Option<String>,
@@ -170,11 +182,21 @@ pub enum Command {
     Check,
     /// Clone a running primary straight into a new standby data directory.
     ReplicaCreate(ReplicaArgs),
+    /// Remove backups past the retention policy and the archived WAL no kept backup needs.
+    Expire(ExpireArgs),
     /// Archive one WAL file (archive_command = 'pgjet --stanza=NAME archive-push %p').
     ArchivePush(ArchivePushArgs),
     /// Fetch one archived WAL file (restore_command = 'pgjet --stanza=NAME archive-get %f "%p"');
     /// exit status 1 when the archive does not have it.
     ArchiveGet(ArchiveGetArgs),
+}
+
+/// `expire` flags.
+#[derive(Debug, Args)]
+pub struct ExpireArgs {
+    /// Print what would be removed; remove nothing.
+    #[arg(long)]
+    pub dry_run: bool,
 }
 
 /// `archive-push` arguments.
@@ -226,6 +248,9 @@ pub struct BackupArgs {
     /// Ask for an immediate checkpoint instead of waiting for a spread one.
     #[arg(long)]
     pub start_fast: bool,
+    /// Do not run `expire` after the backup.
+    #[arg(long)]
+    pub no_expire: bool,
 }
 
 /// What a restored cluster does when it starts (pgBackRest's `--type` values).

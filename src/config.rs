@@ -68,6 +68,28 @@ pub struct Settings {
     pub output: Output,
     /// WAL archiving settings.
     pub archive: ArchiveSettings,
+    /// Retention (expire).
+    pub retention: Retention,
+}
+
+/// How retention-full counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RetentionFullType {
+    /// Keep the newest N full backups.
+    Count,
+    /// Keep full backups from the last N days, and the newest one before them (so the
+    /// whole window can be recovered to).
+    Time,
+}
+
+/// The retention policy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Retention {
+    /// retention-full: None keeps every backup.
+    pub full: Option<u32>,
+    pub full_type: RetentionFullType,
+    /// retention-archive: None keeps the archive of every kept backup.
+    pub archive: Option<u32>,
 }
 
 /// Default `archive-timeout`, seconds.
@@ -372,7 +394,37 @@ impl Settings {
                 archive.timeout
             )));
         }
+        let count = |key: &str, flag: Option<u32>| -> Result<Option<u32>> {
+            let v = match (flag, get(key)) {
+                (Some(v), _) => Some(v),
+                (None, Some(v)) => Some(parse(key, v)?),
+                (None, None) => None,
+            };
+            if v == Some(0) {
+                return Err(Error::Config(format!("{key} must be at least 1")));
+            }
+            Ok(v)
+        };
+        let retention = Retention {
+            full: count("retention-full", args.retention_full)?,
+            full_type: match args
+                .retention_full_type
+                .clone()
+                .or_else(|| get("retention-full-type"))
+                .as_deref()
+            {
+                None | Some("count") => RetentionFullType::Count,
+                Some("time") => RetentionFullType::Time,
+                Some(o) => {
+                    return Err(Error::Config(format!(
+                        "retention-full-type must be count or time, not '{o}'"
+                    )))
+                }
+            },
+            archive: count("retention-archive", args.retention_archive)?,
+        };
         Ok(Settings {
+            retention,
             config_file,
             archive,
             stanza,

@@ -75,6 +75,11 @@ fn run(cli: Cli) -> Result<(), Error> {
                 println!("{l}");
             }
         }
+        Command::Expire(a) => {
+            for l in commands::expire::run(&s, a.dry_run)? {
+                println!("{l}");
+            }
+        }
         Command::ArchivePush(a) => commands::archive_push::run(&s, &a.wal_path)?,
         Command::ArchiveGet(a) => {
             if commands::archive_get::run(&s, &a.wal_file, &a.dest)?

@@ -265,6 +265,15 @@ pub fn run(s: &Settings, args: &BackupArgs, progress: &dyn Progress) -> Result<B
         },
         stored_size,
     )?;
+    if args.no_expire {
+        tracing::info!("--no-expire: expire not run");
+    } else if s.retention.full.is_some() || s.retention.archive.is_some() {
+        // Still under the backup's lock; a failure here leaves the new backup complete.
+        match super::expire::expire_repo(s, &store, stanza, false) {
+            Ok(lines) => lines.iter().for_each(|l| tracing::info!("expire: {l}")),
+            Err(e) => tracing::warn!("expire after the backup failed (the backup is complete): {e}"),
+        }
+    }
     drop(lock);
     let seconds = clock.elapsed().as_secs_f64();
     if page_errors > 0 {

@@ -22,7 +22,22 @@ pub struct BackupInfo {
     pub stored_size: u64,
     pub wal_start: String,
     pub wal_stop: String,
+    /// The backup's WAL range in the archive (when it checked the archive).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub archive_start: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub archive_stop: Option<String>,
     pub compression: String,
+}
+
+/// The WAL archive of one repository, as `info` shows it.
+#[derive(Debug, Serialize)]
+pub struct ArchiveView {
+    pub repo: u8,
+    /// Runs of consecutive archived segments, per timeline, ascending.
+    pub ranges: Vec<crate::repo::wal::SegmentRun>,
+    /// Recorded gaps: WAL dropped by archive-push-queue-max.
+    pub gaps: Vec<crate::repo::wal::Gap>,
 }
 
 /// One stanza as `info` shows it.
@@ -32,6 +47,8 @@ pub struct StanzaView {
     pub system_identifier: String,
     pub pg_version: String,
     pub backups: Vec<BackupInfo>,
+    /// The WAL archive of each repository that has one.
+    pub archive: Vec<ArchiveView>,
 }
 
 /// Collects the stanzas (only --stanza when given) and their complete backups, from every
@@ -64,10 +81,20 @@ pub fn collect(s: &Settings) -> Result<Vec<StanzaView>> {
                         system_identifier: st.system_identifier.to_string(),
                         pg_version: st.pg_version.clone(),
                         backups: Vec::new(),
+                        archive: Vec::new(),
                     });
                     out.len() - 1
                 }
             };
+            let ranges = crate::repo::wal::segment_runs(&*store, &name, st.wal_segment_size)?;
+            let gaps = crate::repo::wal::gaps(&*store, &name)?;
+            if !ranges.is_empty() || !gaps.is_empty() {
+                out[i].archive.push(ArchiveView {
+                    repo: n,
+                    ranges,
+                    gaps,
+                });
+            }
             for label in repo::list_complete(&*store, &name)? {
                 // The summary only: info never reads a manifest.
                 let m = repo::read_summary(&*store, &name, &label)?;
@@ -85,6 +112,8 @@ pub fn collect(s: &Settings) -> Result<Vec<StanzaView>> {
                     stored_size: e.stored_size,
                     wal_start: e.stop.wal_segments.first().cloned().unwrap_or_default(),
                     wal_stop: e.stop.wal_segments.last().cloned().unwrap_or_default(),
+                    archive_start: e.stop.archive_start.clone(),
+                    archive_stop: e.stop.archive_stop.clone(),
                     compression: format!("{}", h.compression.kind),
                 });
             }
@@ -115,14 +144,33 @@ pub fn render_text(v: &[StanzaView]) -> String {
             "stanza: {}\n    system identifier: {}, PostgreSQL {}\n",
             st.stanza, st.system_identifier, st.pg_version
         ));
+        for a in &st.archive {
+            t.push_str(&format!("\n    WAL archive (repo{}):\n", a.repo));
+            for r in &a.ranges {
+                t.push_str(&format!(
+                    "        timeline {}: {} to {} ({} segment(s))\n",
+                    r.timeline, r.first, r.last, r.segments
+                ));
+            }
+            for g in &a.gaps {
+                t.push_str(&format!(
+                    "        GAP: {} to {} ({} segment(s)) dropped {}: {}\n",
+                    g.first, g.last, g.segments, g.recorded, g.reason
+                ));
+            }
+        }
         if st.backups.is_empty() {
             t.push_str("    no backups\n");
         }
         for b in &st.backups {
             t.push_str(&format!(
-                "\n    {} backup: {} (repo{})\n        start: {} (LSN {}), stop: {} (LSN {}), timeline {}\n        size: {}, stored: {} ({})\n        WAL: {} / {}\n",
+                "\n    {} backup: {} (repo{})\n        start: {} (LSN {}), stop: {} (LSN {}), timeline {}\n        size: {}, stored: {} ({})\n        WAL: {} / {}{}\n",
                 b.backup_type, b.label, b.repo, b.start_time, b.start_lsn, b.stop_time, b.stop_lsn, b.timeline,
-                mib(b.size), mib(b.stored_size), b.compression, b.wal_start, b.wal_stop
+                mib(b.size), mib(b.stored_size), b.compression, b.wal_start, b.wal_stop,
+                match (&b.archive_start, &b.archive_stop) {
+                    (Some(a), Some(z)) => format!(" (in the archive: {a} to {z})"),
+                    _ => String::new(),
+                }
             ));
         }
     }

@@ -6,6 +6,7 @@ pub mod backup;
 pub mod base_backup;
 pub mod check;
 pub mod delta;
+pub mod expire;
 pub mod info;
 pub mod recovery;
 pub mod replica;

@@ -203,6 +203,56 @@ pub fn choose_backup(
     }
 }
 
+/// Refuses a recovery that would have to replay across a recorded gap of the WAL archive:
+/// one after the backup's last segment and, for an LSN target, starting at or before the
+/// target. Recovery from the archive (default, time, lsn, xid, name) would stop at the
+/// gap's first segment; a time, xid or name target cannot be placed before a restore, so
+/// any later gap refuses it. immediate, none and preserve need only the backup's own WAL;
+/// standby warns (streaming may fill what the archive lacks).
+///
+/// Errors: [`Error::Unsafe`] naming the gap, when it dropped, why, and what to do instead.
+pub fn check_gaps(
+    restore_type: RestoreType,
+    target: &Target,
+    backup: &BackupSummary,
+    gaps: &[crate::repo::wal::Gap],
+) -> Result<()> {
+    let seg = backup.header.wal_segment_size;
+    let stop_seg = lsn::prev_segno_of(backup.end.stop.stop_lsn, seg);
+    for g in gaps {
+        let Some((_, first)) = lsn::parse_wal_segment_name(&g.first, seg) else {
+            continue;
+        };
+        let Some((_, last)) = lsn::parse_wal_segment_name(&g.last, seg) else {
+            continue;
+        };
+        if last <= stop_seg {
+            continue;
+        }
+        let before = Lsn(first * seg);
+        let blocks = match (restore_type, target) {
+            (RestoreType::Immediate | RestoreType::None | RestoreType::Preserve, _) => false,
+            (_, Target::Lsn(l)) => *l >= before,
+            _ => true,
+        };
+        let what = format!(
+            "the WAL archive has a gap after backup {}: {} to {} ({} segment(s)) were dropped {} ({})",
+            backup.header.label, g.first, g.last, g.segments, g.recorded, g.reason
+        );
+        if restore_type == RestoreType::Standby {
+            tracing::warn!("{what}; the standby must stream that WAL from its primary");
+            continue;
+        }
+        if blocks {
+            return Err(Error::Unsafe(format!(
+                "{what}: recovery to this target would have to replay across it. Recover to a point before it (--type lsn --target {}), or restore a backup taken after it",
+                Lsn(before.0.saturating_sub(1))
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// The `restore_command` a restored cluster runs: this pgjet binary with the config file
 /// (when one was read), the stanza, repository 1's path when it is a posix directory, and
 /// `--archive-async=y --spool-path=...` when asynchronous archiving is on. Object store settings and credentials must come from the config

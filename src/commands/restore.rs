@@ -231,6 +231,12 @@ pub fn run(s: &Settings, args: &RestoreArgs, progress: &dyn Progress) -> Result<
             args.target.as_deref().unwrap_or("")
         )));
     }
+    super::recovery::check_gaps(
+        args.restore_type,
+        &target,
+        &scan.summary,
+        &crate::repo::wal::gaps(&*store, stanza)?,
+    )?;
     let h = &scan.summary.header;
     let tablespaces: Vec<(u32, String, String)> = h
         .tablespaces

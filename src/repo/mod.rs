@@ -51,6 +51,15 @@ pub struct StanzaInfo {
     pub catalog_version: u32,
     /// RFC 3339 UTC time of stanza-create.
     pub created: String,
+    /// The cluster's WAL segment size in bytes (absent in stanzas made before the WAL
+    /// archive: 16 MiB, PostgreSQL's default, is assumed then).
+    #[serde(default = "default_wal_segment_size")]
+    pub wal_segment_size: u64,
+}
+
+/// PostgreSQL's default WAL segment size, bytes (`DEFAULT_XLOG_SEG_SIZE`, pg_config_manual.h).
+pub fn default_wal_segment_size() -> u64 {
+    16 << 20
 }
 
 /// Serializes a u64 as a JSON string (system identifiers do not fit a JavaScript number).

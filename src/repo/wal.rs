@@ -333,6 +333,46 @@ pub fn list_timeline(store: &dyn Storage, stanza: &str, tli: u32) -> Result<Vec<
     Ok(out)
 }
 
+/// A run of consecutive archived segments of one timeline.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct SegmentRun {
+    pub timeline: u32,
+    /// First and last segment, inclusive.
+    pub first: String,
+    pub last: String,
+    pub segments: u64,
+}
+
+/// The archived segments of a stanza as runs of consecutive segments per timeline (a run ends
+/// where a segment is missing), ascending. `seg_size` in bytes places the names.
+///
+/// Errors: the store's.
+pub fn segment_runs(store: &dyn Storage, stanza: &str, seg_size: u64) -> Result<Vec<SegmentRun>> {
+    let mut out: Vec<SegmentRun> = Vec::new();
+    for tli in timelines(store, stanza)? {
+        let mut prev: Option<u64> = None;
+        for name in list_timeline(store, stanza, tli)? {
+            let Some((_, segno)) = crate::pg::lsn::parse_wal_segment_name(&name, seg_size) else {
+                continue;
+            };
+            match (out.last_mut(), prev) {
+                (Some(r), Some(p)) if r.timeline == tli && p + 1 == segno => {
+                    r.last = name.clone();
+                    r.segments += 1;
+                }
+                _ => out.push(SegmentRun {
+                    timeline: tli,
+                    first: name.clone(),
+                    last: name.clone(),
+                    segments: 1,
+                }),
+            }
+            prev = Some(segno);
+        }
+    }
+    Ok(out)
+}
+
 /// A run of WAL segments that was never archived: dropped by archive-push because the
 /// queue passed `archive-push-queue-max`. Recovery cannot replay across it.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
