@@ -123,7 +123,12 @@ pub struct GlobalArgs {
     /// Seconds archive-push waits for its segment to be archived (async: acknowledged by
     /// the background pusher), and backup and check wait for a segment to reach the archive
     /// (default 60).
-    #[arg(long, global = true, env = "PGJET_ARCHIVE_TIMEOUT", value_name = "SECONDS")]
+    #[arg(
+        long,
+        global = true,
+        env = "PGJET_ARCHIVE_TIMEOUT",
+        value_name = "SECONDS"
+    )]
     pub archive_timeout: Option<f64>,
     /// y or n (default): archive-push and archive-get work asynchronously through the spool
     /// directory, with a background process moving several WAL files at once.
@@ -135,11 +140,21 @@ pub struct GlobalArgs {
     pub spool_path: Option<PathBuf>,
     /// Most WAL (bytes; suffixes KB MB GB TB, powers of 1024) waiting to be archived before
     /// archive-push drops it with a WARNING and records the gap (default: no limit).
-    #[arg(long, global = true, env = "PGJET_ARCHIVE_PUSH_QUEUE_MAX", value_name = "SIZE")]
+    #[arg(
+        long,
+        global = true,
+        env = "PGJET_ARCHIVE_PUSH_QUEUE_MAX",
+        value_name = "SIZE"
+    )]
     pub archive_push_queue_max: Option<String>,
     /// Most WAL (bytes, suffixes as above) archive-get fetches ahead into the spool
     /// directory when asynchronous (default 128MB).
-    #[arg(long, global = true, env = "PGJET_ARCHIVE_GET_QUEUE_MAX", value_name = "SIZE")]
+    #[arg(
+        long,
+        global = true,
+        env = "PGJET_ARCHIVE_GET_QUEUE_MAX",
+        value_name = "SIZE"
+    )]
     pub archive_get_queue_max: Option<String>,
     /// y (default) or n: a backup of a cluster that archives WAL waits until its last
     /// segment is in the archive and records its WAL range there.
@@ -150,7 +165,12 @@ pub struct GlobalArgs {
     #[arg(long, global = true, env = "PGJET_RETENTION_FULL", value_name = "N")]
     pub retention_full: Option<u32>,
     /// count (default) or time (retention-full is then in days).
-    #[arg(long, global = true, env = "PGJET_RETENTION_FULL_TYPE", value_name = "TYPE")]
+    #[arg(
+        long,
+        global = true,
+        env = "PGJET_RETENTION_FULL_TYPE",
+        value_name = "TYPE"
+    )]
     pub retention_full_type: Option<String>,
     /// How many of the newest backups keep a continuous WAL archive for point-in-time
     /// recovery (default: all that are kept); older backups keep only the WAL they need

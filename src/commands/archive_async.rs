@@ -107,17 +107,65 @@ impl Spool {
     }
 }
 
-/// Starts the background pusher for `wal_path`'s pg_wal directory unless one runs: this
-/// binary with the same arguments and [`BACKGROUND_ENV`] set, in a session of its own, its
-/// output into the spool's `push.log`.
-fn ensure_background(spool: &Spool, wal_path: &Path) -> Result<()> {
-    if spool.try_lock("push")?.is_none() {
-        return Ok(());
+/// A fingerprint of this invocation's resolved settings (flags, `PGJET_*` environment and
+/// config file together): a background process started with other settings (the
+/// archive_command or pgjet.conf changed) is replaced.
+fn settings_fingerprint(s: &Settings) -> String {
+    format!(
+        "{:032x}",
+        xxhash_rust::xxh3::xxh3_128(format!("{s:?}").as_bytes())
+    )
+}
+
+/// Records in the held lock file `lock` which process holds it and with which settings.
+fn write_lock_owner(lock: &mut fs::File, fingerprint: &str) {
+    use std::io::{Seek, Write};
+    let _ = lock.set_len(0);
+    let _ = lock.seek(std::io::SeekFrom::Start(0));
+    let _ = write!(lock, "{} {fingerprint}\n", std::process::id());
+}
+
+/// Starts the background process `name` ("push" or "get") unless one runs with the same
+/// settings; one that runs with other settings is stopped (SIGTERM: like a kill -9, it
+/// leaves nothing half-done) and replaced.
+fn ensure_running(
+    s: &Settings,
+    spool: &Spool,
+    name: &str,
+    env: &str,
+    value: &std::ffi::OsStr,
+) -> Result<()> {
+    let mine = settings_fingerprint(s);
+    if spool.try_lock(name)?.is_none() {
+        let owner = fs::read_to_string(spool.dir.join(format!("{name}.lock"))).unwrap_or_default();
+        let mut it = owner.split_whitespace();
+        let pid: i32 = it.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+        let theirs = it.next().unwrap_or("");
+        if pid <= 0 || theirs.is_empty() || theirs == mine {
+            return Ok(());
+        }
+        tracing::info!(
+            "the background {name} process (PID {pid}) runs with other settings: replacing it"
+        );
+        // SAFETY: kill(2) with a PID read from our own lock file; no memory is involved.
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+        let freed = (0..200).any(|_| {
+            std::thread::sleep(Duration::from_millis(10));
+            spool.try_lock(name).map(|l| l.is_some()).unwrap_or(false)
+        });
+        if !freed {
+            return Ok(());
+        }
     }
-    // The lock was free (and is released again here): start a pusher. Should two starts
-    // race, the second finds the lock taken and exits.
+    // The lock was free (and is released again here): start one. Should two starts race,
+    // the second finds the lock taken and exits.
+    spawn_self(spool, name, env, value)
+}
+
+/// Starts the background pusher for `wal_path`'s pg_wal directory unless one runs.
+fn ensure_background(s: &Settings, spool: &Spool, wal_path: &Path) -> Result<()> {
     let wal_dir = wal_path.parent().unwrap_or(Path::new("."));
-    spawn_self(spool, "push", BACKGROUND_ENV, wal_dir.as_os_str())
+    ensure_running(s, spool, "push", BACKGROUND_ENV, wal_dir.as_os_str())
 }
 
 /// The foreground of asynchronous `archive-push`: returns once the background pusher has
@@ -161,7 +209,7 @@ pub fn push_foreground(s: &Settings, wal_path: &Path) -> Result<()> {
             }
         }
         if Instant::now() >= next_check {
-            ensure_background(&spool, &path)?;
+            ensure_background(s, &spool, &path)?;
             next_check = Instant::now() + Duration::from_secs(1);
         }
         if t.elapsed().as_secs_f64() > s.archive.timeout {
@@ -214,7 +262,13 @@ fn flush_gaps(spool: &Spool, archiver: &Archiver) {
             .repos()
             .map(|(n, store)| {
                 wal::record_gap(&**store, archiver.stanza(), &gap)
-                    .map_err(|e| tracing::warn!("repo{n}: gap record {}-{} not written yet: {e}", gap.first, gap.last))
+                    .map_err(|e| {
+                        tracing::warn!(
+                            "repo{n}: gap record {}-{} not written yet: {e}",
+                            gap.first,
+                            gap.last
+                        )
+                    })
                     .is_ok()
             })
             .fold(true, |a, b| a && b);
@@ -273,7 +327,13 @@ pub fn drop_segments(
     flush_gaps(spool, archiver);
     let what = runs
         .iter()
-        .map(|(f, l, _)| if f == l { f.clone() } else { format!("{f} to {l}") })
+        .map(|(f, l, _)| {
+            if f == l {
+                f.clone()
+            } else {
+                format!("{f} to {l}")
+            }
+        })
         .collect::<Vec<_>>()
         .join(", ");
     Ok(format!(
@@ -344,9 +404,10 @@ impl Queue {
 pub fn push_background(s: &Settings, wal_dir: &Path) -> Result<()> {
     let stanza = s.stanza()?;
     let spool = Spool::open(s, stanza)?;
-    let Some(_lock) = spool.try_lock("push")? else {
+    let Some(mut lock) = spool.try_lock("push")? else {
         return Ok(());
     };
+    write_lock_owner(&mut lock, &settings_fingerprint(s));
     let archiver = match Archiver::open(s) {
         Ok(a) => std::sync::Arc::new(a),
         Err(e) => {
@@ -380,10 +441,10 @@ pub fn push_background(s: &Settings, wal_dir: &Path) -> Result<()> {
                 }
             };
             for name in rx {
-                let r = a
-                    .push(&dir.join(&name), &mut c)
-                    .map(|_| ())
-                    .map_err(|e| format!("{e}\n{}", e.hint()));
+                let r = a.push(&dir.join(&name), &mut c).map(|_| ()).map_err(|e| {
+                    tracing::info!("{}", e.hint());
+                    e.to_string()
+                });
                 if tx.send((name, r)).is_err() {
                     return;
                 }
@@ -418,7 +479,9 @@ pub fn push_background(s: &Settings, wal_dir: &Path) -> Result<()> {
                     .iter()
                     .filter(|n| !q.in_flight.contains(*n))
                     .filter(|n| {
-                        WalFile::parse(n).map(|f| f.kind == WalFileKind::Segment).unwrap_or(false)
+                        WalFile::parse(n)
+                            .map(|f| f.kind == WalFileKind::Segment)
+                            .unwrap_or(false)
                     })
                     .cloned()
                     .collect();
@@ -492,11 +555,9 @@ fn in_dir(spool: &Spool) -> PathBuf {
 }
 
 /// Starts the prefetcher unless one runs (same arguments, [`GET_BACKGROUND_ENV`] set).
-fn ensure_prefetcher(spool: &Spool, seg_size: u64) -> Result<()> {
-    if spool.try_lock("get")?.is_none() {
-        return Ok(());
-    }
-    spawn_self(
+fn ensure_prefetcher(s: &Settings, spool: &Spool, seg_size: u64) -> Result<()> {
+    ensure_running(
+        s,
         spool,
         "get",
         GET_BACKGROUND_ENV,
@@ -514,7 +575,9 @@ fn spawn_self(spool: &Spool, log: &str, env: &str, value: &std::ffi::OsStr) -> R
         .append(true)
         .open(&log_path)
         .map_err(|e| Error::io("open", &log_path, e))?;
-    let err = out.try_clone().map_err(|e| Error::io("open", &log_path, e))?;
+    let err = out
+        .try_clone()
+        .map_err(|e| Error::io("open", &log_path, e))?;
     let mut cmd = std::process::Command::new(exe);
     cmd.args(std::env::args_os().skip(1))
         .env(env, value)
@@ -531,7 +594,10 @@ fn spawn_self(spool: &Spool, log: &str, env: &str, value: &std::ffi::OsStr) -> R
     }
     cmd.spawn()
         .map_err(|e| Error::io("start a background process", &log_path, e))?;
-    tracing::debug!("started a background {log} process (log {})", log_path.display());
+    tracing::debug!(
+        "started a background {log} process (log {})",
+        log_path.display()
+    );
     Ok(())
 }
 
@@ -585,7 +651,7 @@ pub fn get_foreground(
         }
     };
     if matches!(outcome, GetOutcome::Found(_)) && seg_size.is_power_of_two() {
-        ensure_prefetcher(&spool, seg_size)?;
+        ensure_prefetcher(s, &spool, seg_size)?;
     }
     Ok(outcome)
 }
@@ -599,13 +665,17 @@ pub fn get_foreground(
 pub fn get_background(s: &Settings, seg_size: u64) -> Result<()> {
     let stanza = s.stanza()?.to_string();
     let spool = Spool::open(s, &stanza)?;
-    let Some(_lock) = spool.try_lock("get")? else {
+    let Some(mut lock) = spool.try_lock("get")? else {
         return Ok(());
     };
+    write_lock_owner(&mut lock, &settings_fingerprint(s));
     let dir = in_dir(&spool);
     let stores: Vec<(u8, std::sync::Arc<dyn Storage>)> = open_repos(s)?;
     let window = (s.archive.get_queue_max / seg_size.max(1)).max(1);
-    tracing::info!("prefetcher started: {window} segment(s) ahead, {} job(s)", s.jobs);
+    tracing::info!(
+        "prefetcher started: {window} segment(s) ahead, {} job(s)",
+        s.jobs
+    );
     let mut last_request = String::new();
     let mut last_change = Instant::now();
     let mut missing_since: HashMap<String, Instant> = HashMap::new();

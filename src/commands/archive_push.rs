@@ -101,7 +101,11 @@ impl Archiver {
         let file = WalFile::parse(name)?;
         let data = fs::read(path).map_err(|e| Error::io("read", path, e))?;
         self.check(&file, &data)?;
-        let sysid = self.repos.first().map(|r| r.2.system_identifier).unwrap_or(0);
+        let sysid = self
+            .repos
+            .first()
+            .map(|r| r.2.system_identifier)
+            .unwrap_or(0);
         let encoded = wal::encode(&file.name, &data, self.compression, compressor, sysid)?;
         let mut out = Vec::new();
         let mut first_err = None;
@@ -150,13 +154,14 @@ impl Archiver {
             ))
         })?;
         for (n, _, info) in &self.repos {
-            lsn::check_wal_segment_header(data, tli, segno, size, info.system_identifier)
-                .map_err(|e| {
+            lsn::check_wal_segment_header(data, tli, segno, size, info.system_identifier).map_err(
+                |e| {
                     Error::Repo(format!(
                         "{} does not belong to stanza '{}' of repo{n}: {e}",
                         file.name, self.stanza
                     ))
-                })?;
+                },
+            )?;
             let magic = lsn::wal_page_magic(data);
             if let (Some(want), Some(got)) = (lsn::xlog_page_magic(&info.pg_version), magic) {
                 if want != got {

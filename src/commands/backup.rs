@@ -271,7 +271,9 @@ pub fn run(s: &Settings, args: &BackupArgs, progress: &dyn Progress) -> Result<B
         // Still under the backup's lock; a failure here leaves the new backup complete.
         match super::expire::expire_repo(s, &store, stanza, false) {
             Ok(lines) => lines.iter().for_each(|l| tracing::info!("expire: {l}")),
-            Err(e) => tracing::warn!("expire after the backup failed (the backup is complete): {e}"),
+            Err(e) => {
+                tracing::warn!("expire after the backup failed (the backup is complete): {e}")
+            }
         }
     }
     drop(lock);

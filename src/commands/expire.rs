@@ -54,7 +54,13 @@ pub fn expire_repo(
     stanza: &str,
     dry_run: bool,
 ) -> Result<Vec<String>> {
-    let verb = |done: &str, would: &str| if dry_run { would.to_string() } else { done.to_string() };
+    let verb = |done: &str, would: &str| {
+        if dry_run {
+            would.to_string()
+        } else {
+            done.to_string()
+        }
+    };
     let info = repo::read_stanza(&**store, stanza)?;
     let seg_size = info.wal_segment_size;
     let mut backups: Vec<BackupSummary> = Vec::new();
@@ -106,7 +112,11 @@ pub fn expire_repo(
     }
     // The archive: continuous from the oldest backup that keeps its PITR window; before
     // that, each kept backup's own range.
-    let pitr_count = s.retention.archive.map(|n| n as usize).unwrap_or(kept.len());
+    let pitr_count = s
+        .retention
+        .archive
+        .map(|n| n as usize)
+        .unwrap_or(kept.len());
     let pitr_from = kept.len().saturating_sub(pitr_count.max(1));
     let (start, _) = backup_segments(&kept[pitr_from], seg_size);
     let own: Vec<(u64, u64)> = kept[..pitr_from]
@@ -142,7 +152,12 @@ pub fn expire_repo(
         let last = lsn::parse_wal_segment_name(&g.last, seg_size).map(|x| x.1);
         if last.map(|l| l < start).unwrap_or(false) {
             if !dry_run {
-                store.delete(&format!("{}/{}-{}.json", wal::gap_dir(stanza), g.first, g.last))?;
+                store.delete(&format!(
+                    "{}/{}-{}.json",
+                    wal::gap_dir(stanza),
+                    g.first,
+                    g.last
+                ))?;
             }
             lines.push(format!(
                 "{} the gap record {} to {}",

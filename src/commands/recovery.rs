@@ -44,7 +44,11 @@ pub fn parse_target_time(v: &str) -> Result<DateTime<Utc>> {
     };
     for suffix in [" UTC", " utc", " GMT", "Z", "z"] {
         if let Some(base) = t2.strip_suffix(suffix) {
-            for f in ["%Y-%m-%d %H:%M:%S%.f", "%Y-%m-%d %H:%M:%S", "%Y-%m-%d %H:%M"] {
+            for f in [
+                "%Y-%m-%d %H:%M:%S%.f",
+                "%Y-%m-%d %H:%M:%S",
+                "%Y-%m-%d %H:%M",
+            ] {
                 if let Ok(n) = NaiveDateTime::parse_from_str(base.trim(), f) {
                     return Ok(n.and_utc());
                 }
@@ -56,7 +60,11 @@ pub fn parse_target_time(v: &str) -> Result<DateTime<Utc>> {
         Some(i) if i > 10 && t2[i + 1..].len() == 2 => format!("{t2}:00"),
         _ => t2.clone(),
     };
-    for f in ["%Y-%m-%d %H:%M:%S%.f%:z", "%Y-%m-%d %H:%M:%S%:z", "%Y-%m-%d %H:%M:%S%.f%z"] {
+    for f in [
+        "%Y-%m-%d %H:%M:%S%.f%:z",
+        "%Y-%m-%d %H:%M:%S%:z",
+        "%Y-%m-%d %H:%M:%S%.f%z",
+    ] {
         if let Ok(d) = DateTime::<FixedOffset>::parse_from_str(&with_minutes, f) {
             return Ok(d.with_timezone(&Utc));
         }
@@ -108,9 +116,11 @@ pub fn parse_target(args: &RestoreArgs) -> Result<Target> {
         RestoreType::Lsn => Target::Lsn(v.parse().map_err(|_| {
             Error::Config(format!("--target '{v}' is not an LSN (e.g. 0/3000060)"))
         })?),
-        RestoreType::Xid => Target::Xid(v.trim().parse().map_err(|_| {
-            Error::Config(format!("--target '{v}' is not a transaction ID"))
-        })?),
+        RestoreType::Xid => Target::Xid(
+            v.trim()
+                .parse()
+                .map_err(|_| Error::Config(format!("--target '{v}' is not a transaction ID")))?,
+        ),
         RestoreType::Name => {
             if v.is_empty() || v.len() >= 64 {
                 return Err(Error::Config(format!(
@@ -185,8 +195,7 @@ pub fn choose_backup(
             if oldest.as_ref().map(|(l, _)| label < *l).unwrap_or(true) {
                 oldest = Some((label.clone(), end));
             }
-            if ends_before(&b, target)?
-                && best.as_ref().map(|(l, _, _)| label > *l).unwrap_or(true)
+            if ends_before(&b, target)? && best.as_ref().map(|(l, _, _)| label > *l).unwrap_or(true)
             {
                 best = Some((label, n, store.clone()));
             }
@@ -290,8 +299,7 @@ pub fn restore_command(s: &Settings, stanza: &str) -> String {
 
 /// Quotes a word for the shell that runs restore_command, when it needs quoting.
 fn shell_word(w: &str) -> String {
-    if w
-        .bytes()
+    if w.bytes()
         .all(|b| b.is_ascii_alphanumeric() || b"-_=./:,@+".contains(&b))
     {
         w.to_string()
@@ -314,11 +322,7 @@ pub struct RecoveryPlan {
 /// `--recovery-option` entries (which replace a generated key of the same name).
 ///
 /// Errors: a malformed `--recovery-option`.
-pub fn plan(
-    args: &RestoreArgs,
-    target: &Target,
-    restore_command: &str,
-) -> Result<RecoveryPlan> {
+pub fn plan(args: &RestoreArgs, target: &Target, restore_command: &str) -> Result<RecoveryPlan> {
     use crate::pg::session::quote_conf_value as q;
     let mut kv: Vec<(String, String)> = Vec::new();
     let mut push = |k: &str, v: String| kv.push((k.to_string(), v));
@@ -367,9 +371,9 @@ pub fn plan(
         push("recovery_target_timeline", t.to_string());
     }
     for o in &args.recovery_option {
-        let (k, v) = o.split_once('=').ok_or_else(|| {
-            Error::Config(format!("--recovery-option '{o}' is not KEY=VALUE"))
-        })?;
+        let (k, v) = o
+            .split_once('=')
+            .ok_or_else(|| Error::Config(format!("--recovery-option '{o}' is not KEY=VALUE")))?;
         let k = k.trim();
         if k.is_empty() || !k.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
             return Err(Error::Config(format!(
@@ -409,14 +413,22 @@ mod tests {
         }
         let frac = parse_target_time("2026-11-22 14:15:02.250+00").unwrap();
         assert_eq!(frac.timestamp_subsec_millis(), 250);
-        for bad in ["2026-11-22 14:15:02", "yesterday", "", "2026-13-01 00:00:00+00"] {
+        for bad in [
+            "2026-11-22 14:15:02",
+            "yesterday",
+            "",
+            "2026-13-01 00:00:00+00",
+        ] {
             assert!(parse_target_time(bad).is_err(), "{bad}");
         }
     }
 
     #[test]
     fn shell_words_are_quoted_when_needed() {
-        assert_eq!(shell_word("--repo-path=/var/lib/pgjet"), "--repo-path=/var/lib/pgjet");
+        assert_eq!(
+            shell_word("--repo-path=/var/lib/pgjet"),
+            "--repo-path=/var/lib/pgjet"
+        );
         assert_eq!(shell_word("/a b/it's"), "'/a b/it'\\''s'");
     }
 }

@@ -185,7 +185,10 @@ pub fn xlog_page_magic(major: &str) -> Option<u16> {
 /// `xlp_magic` of a WAL segment's first page (little-endian u16 at offset 0), or None when
 /// `first_page` is shorter than two bytes.
 pub fn wal_page_magic(first_page: &[u8]) -> Option<u16> {
-    Some(u16::from_le_bytes([*first_page.first()?, *first_page.get(1)?]))
+    Some(u16::from_le_bytes([
+        *first_page.first()?,
+        *first_page.get(1)?,
+    ]))
 }
 
 /// The name of the history file of timeline `tli`, `%08X.history` (e.g.
@@ -454,9 +457,15 @@ mod tests {
         assert_eq!(n, "000000030000000100000005");
         assert_eq!(parse_wal_segment_name(&n, SEG), Some((3, 0x1_05)));
         // 1 GiB segments: 4 per xlogid, so a segment part of 4 is out of range.
-        assert_eq!(parse_wal_segment_name("000000010000000000000004", 1 << 30), None);
+        assert_eq!(
+            parse_wal_segment_name("000000010000000000000004", 1 << 30),
+            None
+        );
         assert_eq!(parse_wal_segment_name("00000001000000000000000", SEG), None);
-        assert_eq!(parse_wal_segment_name("00000001000000000000000a", SEG), None);
+        assert_eq!(
+            parse_wal_segment_name("00000001000000000000000a", SEG),
+            None
+        );
         assert_eq!(xlog_page_magic("15"), Some(0xD110));
         assert_eq!(xlog_page_magic("14"), None);
         assert_eq!(wal_page_magic(&[0x10, 0xD1, 0]), Some(0xD110));

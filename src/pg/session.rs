@@ -367,10 +367,7 @@ impl Session {
     /// holding the byte before it). Write a record first (a restore point): with nothing
     /// written since the last switch there is nothing to complete.
     pub fn switch_wal(&self) -> Result<String> {
-        let r = self.query_row(
-            "pg_switch_wal",
-            "SELECT pg_walfile_name(pg_switch_wal())",
-        )?;
+        let r = self.query_row("pg_switch_wal", "SELECT pg_walfile_name(pg_switch_wal())")?;
         r.first()
             .cloned()
             .flatten()

@@ -404,7 +404,7 @@ impl ManifestReader {
 
     fn corrupt(&self, why: String) -> Error {
         Error::Corrupt {
-            label: self.label.clone(),
+            label: format!("backup {}", self.label),
             files: vec![format!("{} ({why})", self.object)],
         }
     }

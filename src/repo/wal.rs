@@ -231,7 +231,9 @@ pub fn decode(object: &str, expected: &str, bytes: &[u8]) -> Result<(WalHeader, 
     codec::decompress(h.compression.kind, frame, &mut out)
         .map_err(|e| corrupt(format!("cannot decompress: {e}")))?;
     if codec::xxh3_hex(&out) != h.xxh3 {
-        return Err(corrupt("decompressed bytes do not match their checksum".into()));
+        return Err(corrupt(
+            "decompressed bytes do not match their checksum".into(),
+        ));
     }
     Ok((h, out))
 }
@@ -474,7 +476,9 @@ mod tests {
 
     #[test]
     fn objects_round_trip_and_damage_is_named() {
-        let data: Vec<u8> = (0..100_000u32).flat_map(|i| (i % 251).to_le_bytes()).collect();
+        let data: Vec<u8> = (0..100_000u32)
+            .flat_map(|i| (i % 251).to_le_bytes())
+            .collect();
         for kind in [
             CompressType::None,
             CompressType::Lz4,

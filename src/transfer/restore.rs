@@ -445,7 +445,7 @@ impl ReadBack<'_> {
         bad.dedup();
         if writing && !bad.is_empty() {
             return Err(Error::Corrupt {
-                label: self.label.to_string(),
+                label: format!("backup {}", self.label),
                 files: bad,
             });
         }
@@ -759,7 +759,7 @@ pub fn restore_one(
         decode_piece(kind, &frame, p, &mut logical).map_err(|why| {
             tracing::error!("{}: {why}", f.path);
             Error::Corrupt {
-                label: label.to_string(),
+                label: format!("backup {label}"),
                 files: vec![f.path.clone()],
             }
         })?;

@@ -1,0 +1,905 @@
+//! WAL archiving, point-in-time recovery and retention, against real PostgreSQL 15 and 18
+//! with posix and S3 (versitygw) repositories. PostgreSQL itself runs `pgjet archive-push`
+//! as its archive_command and `pgjet archive-get` as the restored clusters' restore_command.
+//!
+//! - PostgreSQL 15, posix, synchronous: pgbench while archiving, every segment from the
+//!   backup on is archived and verifies; the repository unwritable for a while (permissions)
+//!   then back, nothing lost; PITR to a restore point, an LSN, an xid (inclusive and
+//!   exclusive), a time (pause and shutdown), and the end of the archive, each checked by the
+//!   rows committed just before and after the target; a target before every backup refused;
+//!   duplicate pushes (same content: a warning; different content: refused, the archived
+//!   copy kept); timelines: a restored cluster promoted and writing on timeline 2, then a
+//!   restore to a point on timeline 2; a corrupt archived segment found by verify and refused
+//!   by archive-get.
+//! - PostgreSQL 18, posix, asynchronous: pgbench while the background pusher is killed with
+//!   SIGKILL three times, nothing lost and everything restorable; archive-push-queue-max
+//!   exceeded while the repository is unwritable: WAL dropped with a warning, the gap recorded
+//!   and shown by info, a recovery across it refused; a backup after the gap restores; expire
+//!   removes the old backup, its WAL and the gap record.
+//! - PostgreSQL 15, S3, asynchronous: pgbench, the S3 server stopped then started again,
+//!   nothing lost; a restore replays the archive with the asynchronous archive-get prefetch.
+//! - PostgreSQL 18, S3, synchronous: PITR to a time and to an LSN.
+mod common;
+
+use common::stores::*;
+use common::*;
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// How pgjet reaches the repository under test: the flags every command (and
+/// archive_command) gets, and the S3 server behind it.
+struct Repo {
+    args: Vec<String>,
+    server: Option<StoreServer>,
+}
+
+fn posix_repo(cluster: &Cluster) -> Repo {
+    Repo {
+        args: args!["--repo-path", cluster.repo.display()],
+        server: None,
+    }
+}
+
+fn s3_repo(tag: &str) -> Repo {
+    let server = StoreServer::start(StoreKind::S3, tag);
+    let conf = server.config_file("pgjet.conf", "/repo", &[]);
+    Repo {
+        args: args!["--config", conf.display()],
+        server: Some(server),
+    }
+}
+
+/// `pgjet <cmd> --stanza main <repo> --pg-path ... <extra>` for `cluster`.
+fn pj(cluster: &Cluster, repo: &Repo, cmd: &str, extra: &[&str]) -> Run {
+    let mut a = args![cmd, "--stanza", "main"];
+    a.extend(repo.args.iter().cloned());
+    a.extend(args![
+        "--pg-path",
+        cluster.data().display(),
+        "--pg-port",
+        cluster.port(),
+        "--pg-socket-path",
+        cluster.sock().display()
+    ]);
+    a.extend(extra.iter().map(|s| s.to_string()));
+    pgjet(&a)
+}
+
+/// The archive_command running this pgjet on `repo` with `extra` flags.
+fn archive_command(repo: &Repo, extra: &[&str]) -> String {
+    let mut a = vec![
+        pgjet_bin().display().to_string(),
+        "--stanza=main".to_string(),
+    ];
+    a.extend(repo.args.iter().cloned());
+    a.extend(extra.iter().map(|s| s.to_string()));
+    a.push("archive-push %p".into());
+    a.join(" ")
+}
+
+/// Sets archive_command (a reload is enough).
+fn set_archive_command(server: &Server, repo: &Repo, extra: &[&str]) {
+    let cmd = archive_command(repo, extra).replace('\'', "''");
+    server.psql(
+        "postgres",
+        &format!("ALTER SYSTEM SET archive_command = '{cmd}'; SELECT pg_reload_conf();"),
+    );
+    std::thread::sleep(Duration::from_millis(300));
+}
+
+/// Turns archiving on (archive_mode needs a restart) with pgjet as archive_command.
+fn enable_archiving(cluster: &Cluster, repo: &Repo, extra: &[&str]) {
+    cluster.psql("postgres", "ALTER SYSTEM SET archive_mode = 'on'");
+    set_archive_command(&cluster.server, repo, extra);
+    let s = &cluster.server;
+    let r = run_as_postgres(
+        &s.pg.tool("pg_ctl"),
+        &args![
+            "restart",
+            "-w",
+            "-t",
+            "60",
+            "-m",
+            "fast",
+            "-D",
+            s.data.display(),
+            "-l",
+            s.log.display(),
+            "-o",
+            format!("-p {} -k {}", s.port, s.sock.display())
+        ],
+        None,
+    );
+    assert!(r.success(), "restart with archiving failed:\n{r}");
+}
+
+/// The rows of table marks, in order, as "1,2,3".
+fn marks(server: &Server) -> String {
+    server.psql(
+        "postgres",
+        "SELECT coalesce(string_agg(i::text, ',' ORDER BY i), '') FROM marks",
+    )
+}
+
+/// `info --output json` of stanza main: the stanza's object.
+fn info_json(cluster: &Cluster, repo: &Repo) -> serde_json::Value {
+    let r = pj(cluster, repo, "info", &["--output", "json"]).ok();
+    let v: serde_json::Value =
+        serde_json::from_str(r.stdout.trim()).unwrap_or_else(|e| panic!("info json: {e}\n{r}"));
+    v[0].clone()
+}
+
+/// The archive's runs of segments (timeline, first, last) from info.
+fn archive_runs(cluster: &Cluster, repo: &Repo) -> Vec<(u64, String, String)> {
+    let v = info_json(cluster, repo);
+    v["archive"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|a| a["ranges"].as_array().cloned().unwrap_or_default())
+        .map(|r| {
+            (
+                r["timeline"].as_u64().unwrap_or(0),
+                r["first"].as_str().unwrap_or("").to_string(),
+                r["last"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect()
+}
+
+/// Names of the files PostgreSQL still has to archive (`archive_status/*.ready`).
+fn ready_files(data: &Path) -> Vec<String> {
+    let mut v: Vec<String> = fs::read_dir(data.join("pg_wal/archive_status"))
+        .map(|rd| {
+            rd.flatten()
+                .filter_map(|e| {
+                    e.file_name()
+                        .to_str()
+                        .and_then(|n| n.strip_suffix(".ready"))
+                        .map(str::to_owned)
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// Waits until PostgreSQL has nothing left to archive.
+fn wait_queue_empty(cluster: &Cluster, what: &str) {
+    let ok = wait_for(Duration::from_secs(120), || {
+        ready_files(cluster.data()).is_empty().then_some(())
+    });
+    assert!(
+        ok.is_some(),
+        "{what}: still waiting to be archived after 120 s: {:?}\n--- server log ---\n{}",
+        ready_files(cluster.data()),
+        cluster.server.log_tail()
+    );
+}
+
+/// The last segment of the archive's single run must be at least `segment`, and the run must
+/// start at or before `from`: every segment in between is archived.
+fn assert_continuous(cluster: &Cluster, repo: &Repo, tli: u64, from: &str, to: &str) {
+    let runs: Vec<_> = archive_runs(cluster, repo)
+        .into_iter()
+        .filter(|r| r.0 == tli)
+        .collect();
+    let covering = runs
+        .iter()
+        .any(|(_, first, last)| first.as_str() <= from && last.as_str() >= to);
+    assert!(
+        covering,
+        "the archive of timeline {tli} has no continuous run from {from} to {to}: {runs:?}"
+    );
+}
+
+/// The archive start of the newest backup, from info.
+fn newest_backup(cluster: &Cluster, repo: &Repo) -> serde_json::Value {
+    let v = info_json(cluster, repo);
+    v["backups"]
+        .as_array()
+        .and_then(|b| b.last().cloned())
+        .unwrap_or_else(|| panic!("no backup in info: {v}"))
+}
+
+/// Restores into a fresh directory `name` of `cluster` with `extra` flags (archive_mode off
+/// unless `extra` says otherwise); returns the directory.
+fn restore(cluster: &Cluster, repo: &Repo, name: &str, extra: &[&str]) -> PathBuf {
+    let dir = cluster.new_dir(name);
+    let mut a = args!["restore", "--stanza", "main"];
+    a.extend(repo.args.iter().cloned());
+    a.extend(args!["--pg-path", dir.display()]);
+    if !extra.iter().any(|e| e.starts_with("--jobs")) {
+        a.extend(args!["--jobs", "2"]);
+    }
+    if !extra.contains(&"--archive-mode") {
+        a.extend(args!["--archive-mode", "off"]);
+    }
+    a.extend(extra.iter().map(|s| s.to_string()));
+    let r = pgjet_ok(&a);
+    step!("{name}: restored in {:.1}s", r.elapsed.as_secs_f64());
+    dir
+}
+
+/// Restores with `extra`, starts the cluster, waits until it is promoted, and returns it.
+fn restore_promoted(cluster: &Cluster, repo: &Repo, name: &str, extra: &[&str]) -> Server {
+    let dir = restore(cluster, repo, name, extra);
+    let server = cluster.start_other(&dir, free_port());
+    server.wait_promoted(Duration::from_secs(120));
+    server
+}
+
+/// Commits row `i` into marks.
+fn mark(cluster: &Cluster, i: u32) {
+    cluster.psql("postgres", &format!("INSERT INTO marks VALUES ({i})"));
+}
+
+/// The recovery targets of one run of marks: rows 1..=6 with a restore point after 1, an LSN
+/// after 2, the xid of 4, a time after 5.
+struct Targets {
+    restore_point: String,
+    lsn: String,
+    xid: String,
+    time: String,
+}
+
+fn write_marks(cluster: &Cluster) -> Targets {
+    let q = |sql: &str| cluster.psql("postgres", sql);
+    mark(cluster, 1);
+    q("SELECT pg_create_restore_point('rp1')");
+    mark(cluster, 2);
+    let lsn = q("SELECT pg_current_wal_insert_lsn()");
+    mark(cluster, 3);
+    let xid = q(
+        "WITH x AS (INSERT INTO marks VALUES (4) RETURNING txid_current() AS x) SELECT x FROM x",
+    );
+    mark(cluster, 5);
+    std::thread::sleep(Duration::from_millis(300));
+    let time = q("SELECT to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US') || '+00'");
+    std::thread::sleep(Duration::from_millis(300));
+    mark(cluster, 6);
+    step!("marks written: restore point rp1, LSN {lsn}, xid {xid}, time {time}");
+    Targets {
+        restore_point: "rp1".into(),
+        lsn,
+        xid,
+        time,
+    }
+}
+
+/// pgbench for `seconds` with 4 clients; returns its run.
+fn pgbench_for(cluster: &Cluster, seconds: u32) -> Run {
+    let (bin, a) = pgbench_args(&cluster.server, &args!["-n", "-c", 4, "-T", seconds]);
+    run_as_postgres(&bin, &a, None).ok()
+}
+
+/// Flips one byte in the middle of `path`.
+fn flip_byte(path: &Path) {
+    let mut b = fs::read(path).unwrap();
+    let i = b.len() / 2;
+    b[i] ^= 0x5a;
+    fs::write(path, b).unwrap();
+}
+
+/// PIDs of running background pushers (processes with the pusher's environment variable).
+fn pusher_pids() -> Vec<i32> {
+    let mut out = Vec::new();
+    for e in fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        if let Ok(env) = fs::read(e.path().join("environ")) {
+            if env
+                .split(|b| *b == 0)
+                .any(|kv| kv.starts_with(b"PGJET_ARCHIVE_PUSH_BACKGROUND="))
+            {
+                out.push(pid);
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn pg15_posix_sync_archiving_pitr_timelines_and_faults() {
+    let cluster = Cluster::new(&Pg::v15(), "arch15");
+    let repo = posix_repo(&cluster);
+    pgbench_init(&cluster.server, 1);
+    cluster.psql("postgres", "CREATE TABLE marks (i int)");
+    pj(&cluster, &repo, "stanza-create", &[]).ok();
+    enable_archiving(&cluster, &repo, &[]);
+    let r = pj(&cluster, &repo, "check", &[]).ok();
+    assert!(r.stdout.contains("reached the archive"), "{r}");
+    pj(&cluster, &repo, "backup", &["--start-fast", "--jobs", "2"]).ok();
+    let b = newest_backup(&cluster, &repo);
+    let archive_start = b["archive_start"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no archive_start: {b}"))
+        .to_string();
+    assert_eq!(
+        b["archive_stop"]
+            .as_str()
+            .map(|s| s >= archive_start.as_str()),
+        Some(true),
+        "{b}"
+    );
+
+    // pgbench under synchronous archiving.
+    let r = pgbench_for(&cluster, 4);
+    step!(
+        "pgbench: {}",
+        r.stdout.lines().find(|l| l.contains("tps")).unwrap_or("")
+    );
+
+    // The repository unwritable for a while: PostgreSQL keeps the WAL and retries.
+    let archive_dir = cluster.repo.join("main/archive");
+    fs::set_permissions(&archive_dir, fs::Permissions::from_mode(0o000)).unwrap();
+    for _ in 0..3 {
+        cluster.psql(
+            "postgres",
+            "INSERT INTO marks SELECT 0 FROM generate_series(1, 1000); SELECT pg_switch_wal()",
+        );
+    }
+    let failed = wait_for(Duration::from_secs(30), || {
+        let n: u64 = cluster
+            .psql("postgres", "SELECT failed_count FROM pg_stat_archiver")
+            .parse()
+            .unwrap_or(0);
+        (n > 0).then_some(n)
+    });
+    assert!(
+        failed.is_some(),
+        "archiving did not fail while the repository was unwritable"
+    );
+    assert!(!ready_files(cluster.data()).is_empty());
+    fs::set_permissions(&archive_dir, fs::Permissions::from_mode(0o750)).unwrap();
+    cluster.psql("postgres", "DELETE FROM marks");
+    let targets = write_marks(&cluster);
+    let r = pj(&cluster, &repo, "check", &["--archive-timeout", "90"]).ok();
+    let last = r
+        .stdout
+        .split_whitespace()
+        .find(|w| w.len() == 24 && w.starts_with("00000001"))
+        .unwrap_or_else(|| panic!("no segment in check's output:\n{r}"))
+        .to_string();
+    wait_queue_empty(&cluster, "after the outage");
+    assert_continuous(&cluster, &repo, 1, &archive_start, &last);
+    let r = pj(&cluster, &repo, "verify", &[]).ok();
+    assert!(r.stdout.contains("WAL archive: ok"), "{r}");
+
+    // Point-in-time recovery, each target checked by the rows around it.
+    let s = restore_promoted(
+        &cluster,
+        &repo,
+        "pitr-name",
+        &[
+            "--type",
+            "name",
+            "--target",
+            &targets.restore_point,
+            "--target-action",
+            "promote",
+        ],
+    );
+    assert_eq!(marks(&s), "1", "restore point");
+    drop(s);
+    let s = restore_promoted(
+        &cluster,
+        &repo,
+        "pitr-lsn",
+        &[
+            "--type",
+            "lsn",
+            "--target",
+            &targets.lsn,
+            "--target-action",
+            "promote",
+        ],
+    );
+    assert_eq!(marks(&s), "1,2", "LSN");
+    drop(s);
+    let s = restore_promoted(
+        &cluster,
+        &repo,
+        "pitr-xid",
+        &[
+            "--type",
+            "xid",
+            "--target",
+            &targets.xid,
+            "--target-action",
+            "promote",
+        ],
+    );
+    assert_eq!(marks(&s), "1,2,3,4", "xid, inclusive");
+    drop(s);
+    let s = restore_promoted(
+        &cluster,
+        &repo,
+        "pitr-xid-excl",
+        &[
+            "--type",
+            "xid",
+            "--target",
+            &targets.xid,
+            "--target-exclusive",
+            "--target-action",
+            "promote",
+        ],
+    );
+    assert_eq!(marks(&s), "1,2,3", "xid, exclusive");
+    drop(s);
+    // pause (the default action): the server stays in recovery, paused at the target.
+    let dir = restore(
+        &cluster,
+        &repo,
+        "pitr-time",
+        &["--type", "time", "--target", &targets.time],
+    );
+    let s = cluster.start_other(&dir, free_port());
+    let paused = wait_for(Duration::from_secs(60), || {
+        let r = s.psql_run(
+            "postgres",
+            "SELECT pg_is_in_recovery(), pg_get_wal_replay_pause_state()",
+        );
+        (r.success() && r.stdout.trim() == "t|paused").then_some(())
+    });
+    assert!(
+        paused.is_some(),
+        "recovery did not pause at the time target:\n{}",
+        s.log_tail()
+    );
+    assert_eq!(marks(&s), "1,2,3,4,5", "time");
+    drop(s);
+    // shutdown: the server stops by itself at the target.
+    let dir = restore(
+        &cluster,
+        &repo,
+        "pitr-shutdown",
+        &[
+            "--type",
+            "time",
+            "--target",
+            &targets.time,
+            "--target-action",
+            "shutdown",
+        ],
+    );
+    let log = cluster.root.join("pitr-shutdown.log");
+    let sock = cluster.root.join("pitr-shutdown-sock");
+    mkdir_pg(&sock, 0o755);
+    run_as_postgres(
+        &cluster.pg().tool("pg_ctl"),
+        &args![
+            "start",
+            "-W",
+            "-D",
+            dir.display(),
+            "-l",
+            log.display(),
+            "-o",
+            format!("-p {} -k {}", free_port(), sock.display())
+        ],
+        None,
+    )
+    .ok();
+    let stopped = wait_for(Duration::from_secs(60), || {
+        let text = fs::read_to_string(&log).unwrap_or_default();
+        (text.contains("database system is shut down") && !dir.join("postmaster.pid").exists())
+            .then_some(())
+    });
+    assert!(
+        stopped.is_some(),
+        "the server did not shut down at the target:\n{}",
+        fs::read_to_string(&log).unwrap_or_default()
+    );
+    // default: to the end of the archive.
+    let s = restore_promoted(&cluster, &repo, "pitr-end", &[]);
+    assert_eq!(marks(&s), "1,2,3,4,5,6", "end of the archive");
+    drop(s);
+    // A target before every backup is refused before anything is written.
+    let empty = cluster.new_dir("pitr-early");
+    let mut a = args!["restore", "--stanza", "main"];
+    a.extend(repo.args.iter().cloned());
+    a.extend(args![
+        "--pg-path",
+        empty.display(),
+        "--type",
+        "time",
+        "--target",
+        "2001-01-01 00:00:00+00"
+    ]);
+    pgjet(&a).fails_with("no backup of stanza 'main' ends before the target");
+    assert_eq!(fs::read_dir(&empty).unwrap().count(), 0);
+
+    // Duplicate pushes: the same bytes are accepted with a warning; other bytes are refused
+    // and the archived copy stays.
+    let dup = cluster.new_dir("dup");
+    let seg = dup.join(&archive_start);
+    let mut a = args!["archive-get", "--stanza", "main"];
+    a.extend(repo.args.iter().cloned());
+    a.extend(args![&archive_start, seg.display()]);
+    pgjet_ok(&a);
+    let original = fs::read(&seg).unwrap();
+    let r = pj(
+        &cluster,
+        &repo,
+        "archive-push",
+        &[&seg.display().to_string()],
+    )
+    .ok();
+    assert!(
+        r.text_lower()
+            .contains("already in repo1 with the same content"),
+        "{r}"
+    );
+    flip_byte(&seg);
+    pj(
+        &cluster,
+        &repo,
+        "archive-push",
+        &[&seg.display().to_string()],
+    )
+    .fails_with("already archived");
+    fs::remove_file(&seg).unwrap();
+    pgjet_ok(&a);
+    assert!(
+        fs::read(&seg).unwrap() == original,
+        "the archived copy changed"
+    );
+
+    // Timelines: a cluster restored to rp1 and promoted archives timeline 2 into the stanza;
+    // a restore to a restore point on timeline 2 follows the history there.
+    let s = restore_promoted(
+        &cluster,
+        &repo,
+        "tl2",
+        &[
+            "--type",
+            "name",
+            "--target",
+            "rp1",
+            "--target-action",
+            "promote",
+            "--archive-mode",
+            "preserve",
+        ],
+    );
+    assert_eq!(marks(&s), "1");
+    s.psql("postgres", "INSERT INTO marks VALUES (10)");
+    s.psql("postgres", "SELECT pg_create_restore_point('rp_tl2')");
+    s.psql("postgres", "INSERT INTO marks VALUES (11)");
+    let seg2 = s.psql("postgres", "SELECT pg_walfile_name(pg_switch_wal())");
+    assert!(seg2.starts_with("00000002"), "{seg2}");
+    let obj = cluster
+        .repo
+        .join(format!("main/archive/00000002/{}/{seg2}", &seg2[8..16]));
+    let history = cluster.repo.join("main/archive/00000002/00000002.history");
+    let archived = wait_for(Duration::from_secs(60), || {
+        (obj.exists() && history.exists()).then_some(())
+    });
+    assert!(
+        archived.is_some(),
+        "timeline 2 was not archived ({} / {}):\n{}",
+        obj.display(),
+        history.display(),
+        s.log_tail()
+    );
+    drop(s);
+    let s = restore_promoted(
+        &cluster,
+        &repo,
+        "pitr-tl2",
+        &[
+            "--type",
+            "name",
+            "--target",
+            "rp_tl2",
+            "--target-action",
+            "promote",
+        ],
+    );
+    assert_eq!(marks(&s), "1,10", "restore point on timeline 2");
+    drop(s);
+    let runs = archive_runs(&cluster, &repo);
+    assert!(
+        runs.iter().any(|r| r.0 == 2),
+        "info shows no timeline 2: {runs:?}"
+    );
+
+    // A corrupt archived segment: verify names it, archive-get refuses it loudly (not the
+    // quiet "not in the archive").
+    let victim = cluster
+        .repo
+        .join(format!("main/archive/00000001/{}/{last}", &last[8..16]));
+    flip_byte(&victim);
+    pj(&cluster, &repo, "verify", &[]).fails_with(&last);
+    let mut a = args!["archive-get", "--stanza", "main"];
+    a.extend(repo.args.iter().cloned());
+    a.extend(args![&last, dup.join("x").display()]);
+    let r = pgjet(&a).fails_with("corrupt");
+    assert_ne!(
+        r.status.code(),
+        Some(1),
+        "a corrupt segment must not look missing:\n{r}"
+    );
+    let mut a = args!["archive-get", "--stanza", "main"];
+    a.extend(repo.args.iter().cloned());
+    a.extend(args!["0000000100000000000000FF", dup.join("y").display()]);
+    assert_eq!(
+        pgjet(&a).status.code(),
+        Some(1),
+        "a missing segment exits 1"
+    );
+}
+
+#[test]
+fn pg18_posix_async_archiving_kill9_queue_max_and_expire() {
+    let cluster = Cluster::new(&Pg::v18(), "arch18");
+    let repo = posix_repo(&cluster);
+    let spool = cluster.new_dir("spool");
+    let spool_flag = format!("--spool-path={}", spool.display());
+    let async_flags = ["--archive-async=y", spool_flag.as_str(), "--jobs=2"];
+    pgbench_init(&cluster.server, 2);
+    pj(&cluster, &repo, "stanza-create", &[]).ok();
+    enable_archiving(&cluster, &repo, &async_flags);
+    pj(&cluster, &repo, "backup", &["--start-fast", "--jobs", "2"]).ok();
+    let first = newest_backup(&cluster, &repo);
+    let first_label = first["label"].as_str().unwrap().to_string();
+    let archive_start = first["archive_start"].as_str().unwrap().to_string();
+
+    // pgbench while the background pusher is killed with SIGKILL three times.
+    let (bin, a) = pgbench_args(&cluster.server, &args!["-n", "-c", 4, "-T", 9]);
+    let bench = Background::spawn(&bin, &a, &cluster.root.join("pgbench.pid"));
+    let mut kills = 0;
+    for _ in 0..3 {
+        std::thread::sleep(Duration::from_millis(2000));
+        cluster.psql("postgres", "SELECT pg_switch_wal()");
+        if let Some(pids) = wait_for(Duration::from_secs(5), || {
+            let p = pusher_pids();
+            (!p.is_empty()).then_some(p)
+        }) {
+            for pid in pids {
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+                kills += 1;
+            }
+        }
+    }
+    let r = bench.wait();
+    assert!(r.success(), "pgbench failed:\n{r}");
+    assert!(kills >= 3, "only {kills} background pusher(s) were killed");
+    let r = pj(&cluster, &repo, "check", &async_flags).ok();
+    let last = r
+        .stdout
+        .split_whitespace()
+        .find(|w| w.len() == 24 && w.starts_with("00000001"))
+        .unwrap_or_else(|| panic!("no segment in check's output:\n{r}"))
+        .to_string();
+    wait_queue_empty(&cluster, "after the kills");
+    assert_continuous(&cluster, &repo, 1, &archive_start, &last);
+    pj(&cluster, &repo, "verify", &[]).ok();
+    let want = cluster.psql(
+        "postgres",
+        "SELECT count(*), sum(delta) FROM pgbench_history",
+    );
+    let s = restore_promoted(&cluster, &repo, "end", &async_flags);
+    assert_eq!(
+        s.psql(
+            "postgres",
+            "SELECT count(*), sum(delta) FROM pgbench_history"
+        ),
+        want,
+        "every committed transaction is restored"
+    );
+    drop(s);
+
+    // The queue limit: with the repository unwritable, WAL beyond 48 MiB is dropped with a
+    // warning, and the gap is recorded once the repository is back.
+    let mut limited = async_flags.to_vec();
+    limited.push("--archive-push-queue-max=48MB");
+    set_archive_command(&cluster.server, &repo, &limited);
+    let archive_dir = cluster.repo.join("main/archive");
+    fs::set_permissions(&archive_dir, fs::Permissions::from_mode(0o000)).unwrap();
+    cluster.psql("postgres", "CREATE TABLE filler (b text)");
+    for _ in 0..6 {
+        cluster.psql("postgres", "INSERT INTO filler SELECT repeat('x', 1000) FROM generate_series(1, 2000); SELECT pg_switch_wal()");
+    }
+    // The queue shrinks to the limit (three segments) while the repository stays unwritable.
+    let dropped = wait_for(Duration::from_secs(120), || {
+        let log = fs::read_to_string(&cluster.server.log).unwrap_or_default();
+        (log.contains("WAL DROPPED") && ready_files(cluster.data()).len() <= 3).then_some(())
+    });
+    assert!(
+        dropped.is_some(),
+        "no WAL dropped: waiting {:?}\n{}",
+        ready_files(cluster.data()),
+        cluster.server.log_tail()
+    );
+    fs::set_permissions(&archive_dir, fs::Permissions::from_mode(0o750)).unwrap();
+    wait_queue_empty(&cluster, "after the repository came back");
+    // The pusher writes the gap record into the repository once it can.
+    cluster.psql(
+        "postgres",
+        "INSERT INTO filler VALUES ('after'); SELECT pg_switch_wal()",
+    );
+    let gaps = wait_for(Duration::from_secs(60), || {
+        let v = info_json(&cluster, &repo);
+        let g = v["archive"][0]["gaps"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        (!g.is_empty()).then_some(g)
+    })
+    .unwrap_or_else(|| panic!("no gap in info:\n{}", pj(&cluster, &repo, "info", &[])));
+    step!("gaps recorded: {gaps:?}");
+    let text = pj(&cluster, &repo, "info", &[]).ok();
+    assert!(text.stdout.contains("GAP:"), "{text}");
+    // A recovery from the first backup would cross the gap: refused.
+    let dir = cluster.new_dir("across-gap");
+    let mut a = args!["restore", "--stanza", "main"];
+    a.extend(repo.args.iter().cloned());
+    a.extend(args!["--pg-path", dir.display(), "--set", first_label]);
+    pgjet(&a).fails_with("gap");
+    // A backup after the gap restores, and expire drops the first backup, its WAL and the gap.
+    pj(
+        &cluster,
+        &repo,
+        "backup",
+        &["--start-fast", "--jobs", "2", "--no-expire"],
+    )
+    .ok();
+    let second = newest_backup(&cluster, &repo);
+    let second_start = second["archive_start"].as_str().unwrap().to_string();
+    let r = pj(
+        &cluster,
+        &repo,
+        "expire",
+        &["--retention-full", "1", "--dry-run"],
+    )
+    .ok();
+    assert!(
+        r.stdout
+            .contains(&format!("would expire backup {first_label}")),
+        "{r}"
+    );
+    assert_eq!(
+        info_json(&cluster, &repo)["backups"]
+            .as_array()
+            .map(|b| b.len()),
+        Some(2)
+    );
+    let r = pj(&cluster, &repo, "expire", &["--retention-full", "1"]).ok();
+    assert!(
+        r.stdout.contains(&format!("expired backup {first_label}")),
+        "{r}"
+    );
+    let v = info_json(&cluster, &repo);
+    assert_eq!(v["backups"].as_array().map(|b| b.len()), Some(1), "{v}");
+    assert!(
+        v["archive"][0]["gaps"]
+            .as_array()
+            .map(|g| g.is_empty())
+            .unwrap_or(true),
+        "{v}"
+    );
+    let runs = archive_runs(&cluster, &repo);
+    assert!(
+        runs.iter().all(|r| r.1 >= second_start),
+        "WAL before {second_start} is left: {runs:?}"
+    );
+    let want = cluster.psql("postgres", "SELECT count(*) FROM filler");
+    pj(&cluster, &repo, "check", &limited).ok();
+    let s = restore_promoted(&cluster, &repo, "after-gap", &async_flags);
+    assert_eq!(s.psql("postgres", "SELECT count(*) FROM filler"), want);
+}
+
+#[test]
+fn pg15_s3_async_archiving_outage_and_prefetch() {
+    let cluster = Cluster::new(&Pg::v15(), "arch15s3");
+    let mut repo = s3_repo("arch15s3");
+    let spool = cluster.new_dir("spool");
+    let spool_flag = format!("--spool-path={}", spool.display());
+    let async_flags = ["--archive-async=y", spool_flag.as_str(), "--jobs=4"];
+    pgbench_init(&cluster.server, 2);
+    pj(&cluster, &repo, "stanza-create", &[]).ok();
+    enable_archiving(&cluster, &repo, &async_flags);
+    pj(&cluster, &repo, "backup", &["--start-fast", "--jobs", "2"]).ok();
+    let archive_start = newest_backup(&cluster, &repo)["archive_start"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    pgbench_for(&cluster, 4);
+
+    // The S3 server stops: pushes fail, PostgreSQL keeps the WAL; it comes back and the
+    // queue drains.
+    repo.server.as_mut().unwrap().stop();
+    for _ in 0..3 {
+        cluster.psql("postgres", "INSERT INTO pgbench_history SELECT 1, 1, 1, 0, now() FROM generate_series(1, 1000); SELECT pg_switch_wal()");
+    }
+    let failed = wait_for(Duration::from_secs(60), || {
+        let n: u64 = cluster
+            .psql("postgres", "SELECT failed_count FROM pg_stat_archiver")
+            .parse()
+            .unwrap_or(0);
+        (n > 0).then_some(n)
+    });
+    assert!(
+        failed.is_some(),
+        "archiving did not fail while the S3 server was down"
+    );
+    repo.server.as_mut().unwrap().resume();
+    let r = pj(&cluster, &repo, "check", &["--archive-timeout", "120"]).ok();
+    let last = r
+        .stdout
+        .split_whitespace()
+        .find(|w| w.len() == 24 && w.starts_with("00000001"))
+        .unwrap_or_else(|| panic!("no segment in check's output:\n{r}"))
+        .to_string();
+    wait_queue_empty(&cluster, "after the S3 outage");
+    assert_continuous(&cluster, &repo, 1, &archive_start, &last);
+    let r = pj(&cluster, &repo, "verify", &[]).ok();
+    assert!(r.stdout.contains("WAL archive: ok"), "{r}");
+
+    // Replay through the asynchronous archive-get: the prefetcher fills the spool.
+    let want = cluster.psql(
+        "postgres",
+        "SELECT count(*), sum(delta) FROM pgbench_history",
+    );
+    let s = restore_promoted(&cluster, &repo, "end", &async_flags);
+    assert_eq!(
+        s.psql(
+            "postgres",
+            "SELECT count(*), sum(delta) FROM pgbench_history"
+        ),
+        want
+    );
+    let get_log = fs::read_to_string(spool.join("archive/main/get.log")).unwrap_or_default();
+    assert!(
+        get_log.contains("prefetcher started"),
+        "the prefetcher did not run: {get_log}"
+    );
+}
+
+#[test]
+fn pg18_s3_sync_archiving_pitr() {
+    let cluster = Cluster::new(&Pg::v18(), "arch18s3");
+    let repo = s3_repo("arch18s3");
+    cluster.psql("postgres", "CREATE TABLE marks (i int)");
+    pj(&cluster, &repo, "stanza-create", &[]).ok();
+    enable_archiving(&cluster, &repo, &[]);
+    pj(&cluster, &repo, "backup", &["--start-fast", "--jobs", "2"]).ok();
+    let targets = write_marks(&cluster);
+    pj(&cluster, &repo, "check", &[]).ok();
+    let s = restore_promoted(
+        &cluster,
+        &repo,
+        "pitr-time",
+        &[
+            "--type",
+            "time",
+            "--target",
+            &targets.time,
+            "--target-action",
+            "promote",
+        ],
+    );
+    assert_eq!(marks(&s), "1,2,3,4,5", "time");
+    drop(s);
+    let s = restore_promoted(
+        &cluster,
+        &repo,
+        "pitr-lsn",
+        &[
+            "--type",
+            "lsn",
+            "--target",
+            &targets.lsn,
+            "--target-action",
+            "promote",
+        ],
+    );
+    assert_eq!(marks(&s), "1,2", "LSN");
+}
