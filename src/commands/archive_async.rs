@@ -122,7 +122,7 @@ fn write_lock_owner(lock: &mut fs::File, fingerprint: &str) {
     use std::io::{Seek, Write};
     let _ = lock.set_len(0);
     let _ = lock.seek(std::io::SeekFrom::Start(0));
-    let _ = write!(lock, "{} {fingerprint}\n", std::process::id());
+    let _ = writeln!(lock, "{} {fingerprint}", std::process::id());
 }
 
 /// Starts the background process `name` ("push" or "get") unless one runs with the same
@@ -258,20 +258,14 @@ fn flush_gaps(spool: &Spool, archiver: &Archiver) {
         else {
             continue;
         };
-        let all = archiver
-            .repos()
-            .map(|(n, store)| {
-                wal::record_gap(&**store, archiver.stanza(), &gap)
-                    .map_err(|e| {
-                        tracing::warn!(
-                            "repo{n}: gap record {}-{} not written yet: {e}",
-                            gap.first,
-                            gap.last
-                        )
-                    })
-                    .is_ok()
-            })
-            .fold(true, |a, b| a && b);
+        // Every repository is tried (no short cut): each that has it is one fewer to retry.
+        let mut all = true;
+        for (n, store) in archiver.repos() {
+            if let Err(e) = wal::record_gap(&**store, archiver.stanza(), &gap) {
+                tracing::warn!("repo{n}: gap record {}-{} not written yet: {e}", gap.first, gap.last);
+                all = false;
+            }
+        }
         if all {
             let _ = fs::remove_file(&p);
         }

@@ -66,7 +66,7 @@ pub fn fetch_direct(s: &Settings, file: &WalFile, dest: &Path) -> Result<GetOutc
     let dest = resolve_path(dest);
     let mut failed = None;
     for (n, cfg) in repos_in_scope(s)? {
-        let got = crate::storage::open(cfg).and_then(|store| wal::fetch(&*store, stanza, &file));
+        let got = crate::storage::open(cfg).and_then(|store| wal::fetch(&*store, stanza, file));
         match got {
             Ok(Some(data)) => {
                 write_wal_file(&dest, &data)?;
