@@ -633,6 +633,17 @@ pub fn get_foreground(
         .map_err(|e| Error::io("write", &requested, e))?;
     let dest = resolve_path(dest);
     let spooled = dir.join(wal_file);
+    // A running prefetcher may be fetching it right now: wait a little for it (or for its
+    // note that the archive lacks it) before fetching it here.
+    if spool.try_lock("get")?.is_none() {
+        let t = Instant::now();
+        while t.elapsed() < PREFETCH_WAIT
+            && !spooled.exists()
+            && !missing_marker(&dir, wal_file).exists()
+        {
+            std::thread::sleep(ACK_POLL);
+        }
+    }
     let (outcome, seg_size) = match fs::metadata(&spooled) {
         Ok(m) => {
             move_into(&spooled, &dest)?;
@@ -650,10 +661,78 @@ pub fn get_foreground(
     Ok(outcome)
 }
 
+/// How long the foreground waits for a segment the running prefetcher is fetching before
+/// it fetches the segment itself.
+const PREFETCH_WAIT: Duration = Duration::from_secs(2);
+
+/// `in/<name>.missing`: the prefetcher found no `<name>` in the archive (a hint only: the
+/// foreground then asks the repositories itself).
+fn missing_marker(dir: &Path, name: &str) -> PathBuf {
+    dir.join(format!(".{name}.missing"))
+}
+
+/// Fetches one segment from the first repository that has it into `dir` (a temporary file
+/// renamed into place): Ok(true) when stored, Ok(false) when no repository has it.
+fn prefetch_one(
+    stores: &[(u8, std::sync::Arc<dyn Storage>)],
+    stanza: &str,
+    dir: &Path,
+    name: &str,
+) -> Result<bool> {
+    let f = WalFile::parse(name)?;
+    let mut last_err = None;
+    for (_, st) in stores {
+        match wal::fetch(&**st, stanza, &f) {
+            Ok(Some(data)) => {
+                let p = dir.join(name);
+                let tmp = dir.join(format!(".{name}.tmp"));
+                fs::write(&tmp, &data)
+                    .and_then(|_| fs::rename(&tmp, &p))
+                    .map_err(|e| Error::io("write", &p, e))?;
+                return Ok(true);
+            }
+            Ok(None) => {}
+            Err(e) => last_err = Some(e),
+        }
+    }
+    match last_err {
+        Some(e) => Err(e),
+        None => Ok(false),
+    }
+}
+
+/// A prefetch worker's result: stored, missing (a marker for the foreground), or failed (the
+/// foreground fetches it itself and reports the error to PostgreSQL).
+fn prefetched(
+    dir: &Path,
+    in_flight: &mut HashSet<String>,
+    fetched: &mut HashSet<String>,
+    missing_since: &mut HashMap<String, Instant>,
+    name: String,
+    r: Result<bool>,
+) {
+    in_flight.remove(&name);
+    match r {
+        Ok(true) => {
+            missing_since.remove(&name);
+            fetched.insert(name);
+        }
+        Ok(false) => {
+            let _ = fs::write(missing_marker(dir, &name), b"");
+            missing_since.insert(name, Instant::now());
+        }
+        Err(e) => {
+            tracing::warn!("prefetch of {name} failed: {e}");
+            missing_since.insert(name, Instant::now());
+        }
+    }
+}
+
 /// The prefetcher: keeps the `archive-get-queue-max` worth of segments after the last one
-/// PostgreSQL asked for (`in/.requested`) in the spool, fetching up to `--jobs` at once, and
-/// removes the ones recovery has passed. Stops at a segment the archive lacks (checked again
-/// every second), and exits after [`IDLE_EXIT`] without a new request.
+/// PostgreSQL asked for (`in/.requested`) in the spool, `--jobs` workers fetching at once
+/// (each takes the next wanted segment as soon as it is done), and removes the ones recovery
+/// has passed. A segment the archive lacks is asked for again after a second (a standby's
+/// primary is still archiving). Exits after [`IDLE_EXIT`] without a new request.
 ///
 /// Errors: the spool cannot be used; the repositories cannot be opened.
 pub fn get_background(s: &Settings, seg_size: u64) -> Result<()> {
@@ -670,98 +749,94 @@ pub fn get_background(s: &Settings, seg_size: u64) -> Result<()> {
         "prefetcher started: {window} segment(s) ahead, {} job(s)",
         s.jobs
     );
+    let (work_tx, work_rx) = crossbeam_channel::unbounded::<String>();
+    let (done_tx, done_rx) = crossbeam_channel::unbounded::<(String, Result<bool>)>();
+    let mut workers = Vec::new();
+    for _ in 0..s.jobs {
+        let (rx, tx, stores, stanza, dir) = (
+            work_rx.clone(),
+            done_tx.clone(),
+            stores.clone(),
+            stanza.clone(),
+            dir.clone(),
+        );
+        workers.push(std::thread::spawn(move || {
+            for name in rx {
+                let r = prefetch_one(&stores, &stanza, &dir, &name);
+                if tx.send((name, r)).is_err() {
+                    return;
+                }
+            }
+        }));
+    }
+    drop(done_tx);
+    let mut in_flight: HashSet<String> = HashSet::new();
+    // Stored by this prefetcher: never fetched again (the foreground may have taken it).
+    let mut fetched: HashSet<String> = HashSet::new();
+    let mut missing_since: HashMap<String, Instant> = HashMap::new();
     let mut last_request = String::new();
     let mut last_change = Instant::now();
-    let mut missing_since: HashMap<String, Instant> = HashMap::new();
     while last_change.elapsed() < IDLE_EXIT {
+        while let Ok((name, r)) = done_rx.try_recv() {
+            prefetched(&dir, &mut in_flight, &mut fetched, &mut missing_since, name, r);
+        }
         let req = fs::read_to_string(dir.join(".requested")).unwrap_or_default();
         if req != last_request {
             last_request = req.clone();
             last_change = Instant::now();
         }
         let Some((tli, segno)) = lsn::parse_wal_segment_name(req.trim(), seg_size) else {
-            std::thread::sleep(Duration::from_millis(50));
+            std::thread::sleep(Duration::from_millis(20));
             continue;
         };
-        // Files recovery has passed go.
+        // Files recovery has passed go (and stale markers).
         if let Ok(rd) = fs::read_dir(&dir) {
             for e in rd.flatten() {
                 let n = e.file_name().to_string_lossy().to_string();
-                if let Some((_, sn)) = lsn::parse_wal_segment_name(&n, seg_size) {
-                    if sn <= segno {
+                let base = n.trim_start_matches('.').trim_end_matches(".missing");
+                if let Some((_, sn)) = lsn::parse_wal_segment_name(base, seg_size) {
+                    // The requested one itself stays: the foreground is taking it.
+                    if sn < segno {
                         let _ = fs::remove_file(e.path());
                     }
                 }
             }
         }
-        let wanted: Vec<String> = (segno + 1..=segno + window)
-            .map(|n| lsn::wal_segment_name(tli, n, seg_size))
-            .filter(|n| !dir.join(n).exists())
-            .filter(|n| {
-                missing_since
-                    .get(n)
-                    .map(|t| t.elapsed() > Duration::from_secs(1))
-                    .unwrap_or(true)
-            })
-            .collect();
-        if wanted.is_empty() {
-            std::thread::sleep(Duration::from_millis(20));
-            continue;
-        }
-        // Fetch the next `jobs` wanted segments at once; stop at the first missing one.
-        let batch: Vec<String> = wanted.into_iter().take(s.jobs).collect();
-        let results: Vec<(String, Result<Option<Vec<u8>>>)> = std::thread::scope(|sc| {
-            let hs: Vec<_> = batch
-                .iter()
-                .map(|n| {
-                    let stores = &stores;
-                    let stanza = &stanza;
-                    sc.spawn(move || {
-                        let f = WalFile::parse(n)?;
-                        let mut last_err = None;
-                        for (_, st) in stores {
-                            match wal::fetch(&**st, stanza, &f) {
-                                Ok(Some(d)) => return Ok(Some(d)),
-                                Ok(None) => {}
-                                Err(e) => last_err = Some(e),
-                            }
-                        }
-                        match last_err {
-                            Some(e) => Err(e),
-                            None => Ok(None),
-                        }
-                    })
-                })
-                .collect();
-            batch
-                .iter()
-                .cloned()
-                .zip(hs.into_iter().map(|h| {
-                    h.join()
-                        .unwrap_or_else(|_| Err(Error::Other("a fetch thread panicked".into())))
-                }))
-                .collect()
+        fetched.retain(|n| {
+            lsn::parse_wal_segment_name(n, seg_size)
+                .map(|(t, sn)| t == tli && sn >= segno)
+                .unwrap_or(false)
         });
-        for (n, r) in results {
-            match r {
-                Ok(Some(data)) => {
-                    let p = dir.join(&n);
-                    let tmp = dir.join(format!(".{n}.tmp"));
-                    fs::write(&tmp, &data)
-                        .and_then(|_| fs::rename(&tmp, &p))
-                        .map_err(|e| Error::io("write", &p, e))?;
-                    missing_since.remove(&n);
-                }
-                Ok(None) => {
-                    missing_since.insert(n, Instant::now());
-                }
-                Err(e) => {
-                    // The foreground fetches it itself and reports the error to PostgreSQL.
-                    tracing::warn!("prefetch of {n} failed: {e}");
-                    missing_since.insert(n, Instant::now());
-                }
+        // From the requested segment on: a foreground waiting for it gets it from here too.
+        for n in (segno..=segno + window).map(|n| lsn::wal_segment_name(tli, n, seg_size)) {
+            if in_flight.len() >= s.jobs * 2 {
+                break;
+            }
+            let recently_missing = missing_since
+                .get(&n)
+                .map(|t| t.elapsed() < Duration::from_secs(1))
+                .unwrap_or(false);
+            if in_flight.contains(&n)
+                || fetched.contains(&n)
+                || recently_missing
+                || dir.join(&n).exists()
+            {
+                continue;
+            }
+            let _ = fs::remove_file(missing_marker(&dir, &n));
+            in_flight.insert(n.clone());
+            if work_tx.send(n).is_err() {
+                return Err(Error::Other("the prefetch workers stopped".into()));
             }
         }
+        // Wake for a result at once, else look at the request again after SCAN_EVERY.
+        if let Ok((name, r)) = done_rx.recv_timeout(SCAN_EVERY) {
+            prefetched(&dir, &mut in_flight, &mut fetched, &mut missing_since, name, r);
+        }
+    }
+    drop(work_tx);
+    for w in workers {
+        let _ = w.join();
     }
     tracing::info!("prefetcher ends");
     Ok(())
