@@ -156,7 +156,8 @@ EOF
 STARTED+=("$RESTORED")
 pg_start_cluster "$PGV" "$RESTORED"
 pg_wait_ready "$PGV" "$RESTORED" "$P2" 120
-# --type immediate (the default) promotes at the first consistent point: wait for it
+# --type default recovers to the end of the archive (here the WAL the backup holds: the
+# cluster does not archive) and promotes: wait for it
 for _ in $(seq 1 300); do
     [ "$(psql_as "$PGV" "$RESTORED" "$P2" -Atc 'SELECT pg_is_in_recovery()')" = f ] && break
     sleep 0.2

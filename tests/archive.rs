@@ -8,9 +8,10 @@
 //!   exclusive), a time (pause and shutdown), and the end of the archive, each checked by the
 //!   rows committed just before and after the target; a target before every backup refused;
 //!   duplicate pushes (same content: a warning; different content: refused, the archived
-//!   copy kept); timelines: a restored cluster promoted and writing on timeline 2, then a
-//!   restore to a point on timeline 2; a corrupt archived segment found by verify and refused
-//!   by archive-get.
+//!   copy kept); a segment of another cluster refused; timelines: a restored cluster
+//!   promoted and writing on timeline 2, then a restore to a point on timeline 2; a
+//!   .partial segment archived and served back; a corrupt archived segment found by verify and
+//!   refused by archive-get.
 //! - PostgreSQL 18, posix, asynchronous: pgbench while the background pusher is killed with
 //!   SIGKILL three times, nothing lost and everything restorable; archive-push-queue-max
 //!   exceeded while the repository is unwritable: WAL dropped with a warning, the gap recorded
@@ -18,7 +19,8 @@
 //!   removes the old backup, its WAL and the gap record.
 //! - PostgreSQL 15, S3, asynchronous: pgbench, the S3 server stopped then started again,
 //!   nothing lost; a restore replays the archive with the asynchronous archive-get prefetch.
-//! - PostgreSQL 18, S3, synchronous: PITR to a time and to an LSN.
+//! - PostgreSQL 18, S3, synchronous: PITR to a time between two backups (the first is
+//!   chosen by itself), to the end of the archive (from the second), and to an LSN.
 mod common;
 
 use common::stores::*;
@@ -550,6 +552,19 @@ fn pg15_posix_sync_archiving_pitr_timelines_and_faults() {
         fs::read(&seg).unwrap() == original,
         "the archived copy changed"
     );
+    // A segment of another cluster (its header's system identifier differs) is refused.
+    let mut other = original.clone();
+    other[24..32].copy_from_slice(&12345u64.to_le_bytes());
+    let foreign = dup.join("000000010000000000000042");
+    fs::write(&foreign, &other).unwrap();
+    chown_pg_recursive(&foreign);
+    pj(
+        &cluster,
+        &repo,
+        "archive-push",
+        &[&foreign.display().to_string()],
+    )
+    .fails_with("does not belong to stanza 'main'");
 
     // Timelines: a cluster restored to rp1 and promoted archives timeline 2 into the stanza;
     // a restore to a restore point on timeline 2 follows the history there.
@@ -608,6 +623,34 @@ fn pg15_posix_sync_archiving_pitr_timelines_and_faults() {
     assert!(
         runs.iter().any(|r| r.0 == 2),
         "info shows no timeline 2: {runs:?}"
+    );
+    // A partial segment (what a promoted standby archives for its old timeline's last
+    // segment) is archived next to its segment and served back.
+    let partial = dup.join(format!("{archive_start}.partial"));
+    fs::write(&partial, &original).unwrap();
+    chown_pg_recursive(&partial);
+    pj(
+        &cluster,
+        &repo,
+        "archive-push",
+        &[&partial.display().to_string()],
+    )
+    .ok();
+    assert!(cluster
+        .repo
+        .join(format!(
+            "main/archive/00000001/{}/{archive_start}.partial",
+            &archive_start[8..16]
+        ))
+        .exists());
+    let back = dup.join("partial-back");
+    let mut a = args!["archive-get", "--stanza", "main"];
+    a.extend(repo.args.iter().cloned());
+    a.extend(args![format!("{archive_start}.partial"), back.display()]);
+    pgjet_ok(&a);
+    assert!(
+        fs::read(&back).unwrap() == original,
+        "the partial segment came back changed"
     );
 
     // A corrupt archived segment: verify names it, archive-get refuses it loudly (not the
@@ -871,9 +914,18 @@ fn pg18_s3_sync_archiving_pitr() {
     pj(&cluster, &repo, "stanza-create", &[]).ok();
     enable_archiving(&cluster, &repo, &[]);
     pj(&cluster, &repo, "backup", &["--start-fast", "--jobs", "2"]).ok();
+    let first = newest_backup(&cluster, &repo)["label"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let targets = write_marks(&cluster);
+    // A second backup after the marks (in a later second: labels have one-second resolution).
+    std::thread::sleep(Duration::from_millis(1100));
+    pj(&cluster, &repo, "backup", &["--start-fast", "--jobs", "2"]).ok();
+    mark(&cluster, 7);
     pj(&cluster, &repo, "check", &[]).ok();
-    let s = restore_promoted(
+    // The time target lies between the backups: the first one is chosen by itself.
+    let dir = restore(
         &cluster,
         &repo,
         "pitr-time",
@@ -886,7 +938,21 @@ fn pg18_s3_sync_archiving_pitr() {
             "promote",
         ],
     );
+    let conf = fs::read_to_string(dir.join("postgresql.auto.conf")).unwrap();
+    assert!(
+        conf.contains(&format!("backup {first}")),
+        "the backup before the target was not chosen:\n{conf}"
+    );
+    let s = cluster.start_other(&dir, free_port());
+    s.wait_promoted(Duration::from_secs(120));
     assert_eq!(marks(&s), "1,2,3,4,5", "time");
+    drop(s);
+    let s = restore_promoted(&cluster, &repo, "end", &[]);
+    assert_eq!(
+        marks(&s),
+        "1,2,3,4,5,6,7",
+        "end of the archive, from the second backup"
+    );
     drop(s);
     let s = restore_promoted(
         &cluster,

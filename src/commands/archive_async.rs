@@ -191,13 +191,33 @@ pub fn push_foreground(s: &Settings, wal_path: &Path) -> Result<()> {
     );
     let t = Instant::now();
     let mut next_check = t;
+    let mut identity: Option<String> = None;
     loop {
         if let Ok(text) = fs::read_to_string(&ok) {
-            let _ = fs::remove_file(&ok);
-            if !text.trim().is_empty() {
-                tracing::warn!("{}", text.trim());
+            // The acknowledgement must name these bytes: one left from another cluster or a
+            // restored copy with the same file name is removed, and the file pushed.
+            let me = match &identity {
+                Some(i) => i.clone(),
+                None => {
+                    let data = fs::read(&path).map_err(|e| Error::io("read", &path, e))?;
+                    identity
+                        .insert(super::archive_push::wal_identity(&data))
+                        .clone()
+                }
+            };
+            let (first, rest) = text.split_once('\n').unwrap_or((text.as_str(), ""));
+            if first.trim() == me {
+                // The pusher removes it once PostgreSQL has marked the file done.
+                if !rest.trim().is_empty() {
+                    tracing::warn!("{}", rest.trim());
+                }
+                return Ok(());
             }
-            return Ok(());
+            tracing::warn!(
+                "{name}: the spool held an acknowledgement for other bytes ({}); pushing this file",
+                first.trim()
+            );
+            let _ = fs::remove_file(&ok);
         }
         for e in [&err, &global] {
             if let Ok(text) = fs::read_to_string(e) {
@@ -243,7 +263,7 @@ pub fn ready_files(wal_dir: &Path) -> Result<Vec<String>> {
 
 /// Writes the gap records waiting in the spool into every repository, removing each once
 /// all have it. Errors are logged and left for the next call (the record stays).
-fn flush_gaps(spool: &Spool, archiver: &Archiver) {
+pub fn flush_gaps(spool: &Spool, archiver: &Archiver) {
     let Ok(rd) = fs::read_dir(spool.gap_dir()) else {
         return;
     };
@@ -262,7 +282,11 @@ fn flush_gaps(spool: &Spool, archiver: &Archiver) {
         let mut all = true;
         for (n, store) in archiver.repos() {
             if let Err(e) = wal::record_gap(&**store, archiver.stanza(), &gap) {
-                tracing::warn!("repo{n}: gap record {}-{} not written yet: {e}", gap.first, gap.last);
+                tracing::warn!(
+                    "repo{n}: gap record {}-{} not written yet: {e}",
+                    gap.first,
+                    gap.last
+                );
                 all = false;
             }
         }
@@ -318,6 +342,7 @@ pub fn drop_segments(
             .and_then(|_| fs::rename(&tmp, &p))
             .map_err(|e| Error::io("write", &p, e))?;
     }
+    crate::storage::posix::fsync_dir(&spool.gap_dir())?;
     flush_gaps(spool, archiver);
     let what = runs
         .iter()
@@ -334,6 +359,23 @@ pub fn drop_segments(
         "WAL DROPPED: {} segment(s) ({what}) were not archived because {reason}; the gap is recorded in the repository: no point-in-time recovery can cross it, take a new backup",
         names.len()
     ))
+}
+
+/// Removes `out/<file>.ok` and `.error` of files no longer ready to archive (PostgreSQL
+/// marked them done, or they are from another cluster) and not in flight.
+fn remove_stale_acks(spool: &Spool, ready: &HashSet<&str>, in_flight: &HashSet<String>) {
+    let Ok(rd) = fs::read_dir(spool.dir.join("out")) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let n = e.file_name().to_string_lossy().to_string();
+        let Some(base) = n.strip_suffix(".ok").or_else(|| n.strip_suffix(".error")) else {
+            continue;
+        };
+        if base != "global" && !ready.contains(base) && !in_flight.contains(base) {
+            let _ = fs::remove_file(e.path());
+        }
+    }
 }
 
 /// Bytes of WAL `names` hold in `wal_dir` (their sizes on disk; a file that vanished counts 0).
@@ -361,23 +403,20 @@ fn segment_size(wal_dir: &Path, names: &[String]) -> u64 {
 struct Queue {
     /// Handed to a worker, no result yet.
     in_flight: HashSet<String>,
-    /// Acknowledged by this pusher (kept while their `.ready` exists, so a file the
-    /// foreground already took the `.ok` of is not pushed again).
-    done: HashSet<String>,
     /// Failed: not before this instant again.
     retry: HashMap<String, Instant>,
 }
 
 impl Queue {
-    /// A worker's result: the acknowledgement (`.ok` once durable everywhere) or the error.
-    fn finished(&mut self, spool: &Spool, name: String, r: Result<(), String>) -> Result<()> {
+    /// A worker's result: the acknowledgement (`.ok` naming the bytes, once durable
+    /// everywhere) or the error.
+    fn finished(&mut self, spool: &Spool, name: String, r: Result<String, String>) -> Result<()> {
         self.in_flight.remove(&name);
         match r {
-            Ok(()) => {
-                spool.write_ack(&name, "ok", "")?;
+            Ok(identity) => {
+                spool.write_ack(&name, "ok", &format!("{identity}\n"))?;
                 let _ = fs::remove_file(spool.ack(&name, "error"));
                 self.retry.remove(&name);
-                self.done.insert(name);
             }
             Err(msg) => {
                 tracing::error!("{name}: {msg}");
@@ -417,7 +456,7 @@ pub fn push_background(s: &Settings, wal_dir: &Path) -> Result<()> {
     );
     flush_gaps(&spool, &archiver);
     let (work_tx, work_rx) = crossbeam_channel::unbounded::<String>();
-    let (done_tx, done_rx) = crossbeam_channel::unbounded::<(String, Result<(), String>)>();
+    let (done_tx, done_rx) = crossbeam_channel::unbounded::<(String, Result<String, String>)>();
     let mut workers = Vec::new();
     for _ in 0..s.jobs {
         let (rx, tx, a, dir) = (
@@ -435,7 +474,7 @@ pub fn push_background(s: &Settings, wal_dir: &Path) -> Result<()> {
                 }
             };
             for name in rx {
-                let r = a.push(&dir.join(&name), &mut c).map(|_| ()).map_err(|e| {
+                let r = a.push(&dir.join(&name), &mut c).map_err(|e| {
                     tracing::info!("{}", e.hint());
                     e.to_string()
                 });
@@ -449,6 +488,7 @@ pub fn push_background(s: &Settings, wal_dir: &Path) -> Result<()> {
     let mut q = Queue::default();
     let mut idle_since = Instant::now();
     let mut last_gap_flush = Instant::now();
+    let mut last_clean = Instant::now() - Duration::from_secs(2);
     loop {
         // Results first: each acknowledgement as soon as its file is durable everywhere.
         while let Ok((name, r)) = done_rx.try_recv() {
@@ -460,11 +500,16 @@ pub fn push_background(s: &Settings, wal_dir: &Path) -> Result<()> {
         }
         let ready = ready_files(wal_dir)?;
         let ready_set: HashSet<&str> = ready.iter().map(String::as_str).collect();
-        q.done.retain(|n| ready_set.contains(n.as_str()));
         q.retry.retain(|n, _| ready_set.contains(n.as_str()));
+        // Acknowledgements of files PostgreSQL has marked done go (once a second).
+        if last_clean.elapsed() > Duration::from_secs(1) {
+            remove_stale_acks(&spool, &ready_set, &q.in_flight);
+            last_clean = Instant::now();
+        }
         let waiting: Vec<String> = ready
-            .into_iter()
-            .filter(|n| !q.done.contains(n) && !spool.ack(n, "ok").exists())
+            .iter()
+            .filter(|n| !spool.ack(n, "ok").exists())
+            .cloned()
             .collect();
         if let Some(max) = s.archive.push_queue_max {
             let queued = queued_bytes(wal_dir, &waiting);
@@ -489,8 +534,10 @@ pub fn push_background(s: &Settings, wal_dir: &Path) -> Result<()> {
                     let warning = drop_segments(&spool, &archiver, &droppable, seg, &reason)?;
                     tracing::warn!("{warning}");
                     for n in &droppable {
-                        spool.write_ack(n, "ok", &warning)?;
-                        q.done.insert(n.clone());
+                        let data = fs::read(wal_dir.join(n))
+                            .map_err(|e| Error::io("read", wal_dir.join(n), e))?;
+                        let identity = super::archive_push::wal_identity(&data);
+                        spool.write_ack(n, "ok", &format!("{identity}\n{warning}\n"))?;
                     }
                     continue;
                 }
@@ -644,12 +691,26 @@ pub fn get_foreground(
             std::thread::sleep(ACK_POLL);
         }
     }
+    // Served from the spool only with its checksum, and only when the bytes match it.
+    let checked = fs::read_to_string(checksum_file(&dir, wal_file))
+        .ok()
+        .filter(|sum| {
+            fs::read(&spooled)
+                .map(|d| crate::codec::xxh3_hex(&d) == sum.trim())
+                .unwrap_or(false)
+        })
+        .is_some();
+    if !checked && spooled.exists() {
+        tracing::warn!("{wal_file} in the spool does not match its checksum: fetching it again");
+        let _ = fs::remove_file(&spooled);
+    }
+    let _ = fs::remove_file(checksum_file(&dir, wal_file));
     let (outcome, seg_size) = match fs::metadata(&spooled) {
-        Ok(m) => {
+        Ok(m) if checked => {
             move_into(&spooled, &dest)?;
             (GetOutcome::Found(0), m.len())
         }
-        Err(_) => {
+        _ => {
             let o = super::archive_get::fetch_direct(s, &file, &dest)?;
             let size = fs::metadata(&dest).map(|m| m.len()).unwrap_or(0);
             (o, size)
@@ -664,6 +725,11 @@ pub fn get_foreground(
 /// How long the foreground waits for a segment the running prefetcher is fetching before
 /// it fetches the segment itself.
 const PREFETCH_WAIT: Duration = Duration::from_secs(2);
+
+/// `in/.<name>.xxh3`: the XXH3-128 of a prefetched segment, written after it.
+fn checksum_file(dir: &Path, name: &str) -> PathBuf {
+    dir.join(format!(".{name}.xxh3"))
+}
 
 /// `in/<name>.missing`: the prefetcher found no `<name>` in the archive (a hint only: the
 /// foreground then asks the repositories itself).
@@ -689,6 +755,11 @@ fn prefetch_one(
                 fs::write(&tmp, &data)
                     .and_then(|_| fs::rename(&tmp, &p))
                     .map_err(|e| Error::io("write", &p, e))?;
+                // The checksum the foreground compares before serving it (a crash may leave
+                // a file of the right size and other bytes).
+                let sum = checksum_file(dir, name);
+                fs::write(&sum, crate::codec::xxh3_hex(&data))
+                    .map_err(|e| Error::io("write", &sum, e))?;
                 return Ok(true);
             }
             Ok(None) => {}
@@ -743,6 +814,14 @@ pub fn get_background(s: &Settings, seg_size: u64) -> Result<()> {
     };
     write_lock_owner(&mut lock, &settings_fingerprint(s));
     let dir = in_dir(&spool);
+    // Whatever an earlier prefetcher left (another restore, a crash) goes.
+    if let Ok(rd) = fs::read_dir(&dir) {
+        for e in rd.flatten() {
+            if e.file_name() != ".requested" {
+                let _ = fs::remove_file(e.path());
+            }
+        }
+    }
     let stores: Vec<(u8, std::sync::Arc<dyn Storage>)> = open_repos(s)?;
     let window = (s.archive.get_queue_max / seg_size.max(1)).max(1);
     tracing::info!(
@@ -778,7 +857,14 @@ pub fn get_background(s: &Settings, seg_size: u64) -> Result<()> {
     let mut last_change = Instant::now();
     while last_change.elapsed() < IDLE_EXIT {
         while let Ok((name, r)) = done_rx.try_recv() {
-            prefetched(&dir, &mut in_flight, &mut fetched, &mut missing_since, name, r);
+            prefetched(
+                &dir,
+                &mut in_flight,
+                &mut fetched,
+                &mut missing_since,
+                name,
+                r,
+            );
         }
         let req = fs::read_to_string(dir.join(".requested")).unwrap_or_default();
         if req != last_request {
@@ -793,7 +879,8 @@ pub fn get_background(s: &Settings, seg_size: u64) -> Result<()> {
         if let Ok(rd) = fs::read_dir(&dir) {
             for e in rd.flatten() {
                 let n = e.file_name().to_string_lossy().to_string();
-                let base = n.trim_start_matches('.').trim_end_matches(".missing");
+                // <segment>, and .<segment>.xxh3, .tmp, .missing
+                let base = n.trim_start_matches('.').get(..24).unwrap_or("");
                 if let Some((_, sn)) = lsn::parse_wal_segment_name(base, seg_size) {
                     // The requested one itself stays: the foreground is taking it.
                     if sn < segno {
@@ -831,7 +918,14 @@ pub fn get_background(s: &Settings, seg_size: u64) -> Result<()> {
         }
         // Wake for a result at once, else look at the request again after SCAN_EVERY.
         if let Ok((name, r)) = done_rx.recv_timeout(SCAN_EVERY) {
-            prefetched(&dir, &mut in_flight, &mut fetched, &mut missing_since, name, r);
+            prefetched(
+                &dir,
+                &mut in_flight,
+                &mut fetched,
+                &mut missing_since,
+                name,
+                r,
+            );
         }
     }
     drop(work_tx);

@@ -66,7 +66,15 @@ pub fn fetch_direct(s: &Settings, file: &WalFile, dest: &Path) -> Result<GetOutc
     let dest = resolve_path(dest);
     let mut failed = None;
     for (n, cfg) in repos_in_scope(s)? {
-        let got = crate::storage::open(cfg).and_then(|store| wal::fetch(&*store, stanza, file));
+        let got = crate::storage::open(cfg).and_then(|store| {
+            let got = wal::fetch(&*store, stanza, file)?;
+            // "Not archived" counts only from a repository that holds the stanza: a wrong
+            // --stanza, bucket or path must not look like the end of the archive.
+            if got.is_none() {
+                crate::repo::read_stanza(&*store, stanza)?;
+            }
+            Ok(got)
+        });
         match got {
             Ok(Some(data)) => {
                 write_wal_file(&dest, &data)?;

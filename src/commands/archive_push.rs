@@ -86,14 +86,14 @@ impl Archiver {
     }
 
     /// Reads the WAL file at `path`, checks it against the stanza and archives it into every
-    /// repository. Returns each repository's outcome. Every repository is tried; the first
-    /// failure is returned after the others were written (PostgreSQL retries the file, and
-    /// the repositories that have it answer [`PushOutcome::AlreadyArchived`]).
+    /// repository. Returns the file's identity ([`wal_identity`]). Every repository is tried;
+    /// the first failure is returned after the others were written (PostgreSQL retries the
+    /// file, and the repositories that have it answer [`PushOutcome::AlreadyArchived`]).
     ///
     /// Errors: the file cannot be read or is not a WAL file name; a segment whose size or
     /// header does not fit the stanza ([`Error::Repo`]); a different copy already archived
     /// ([`Error::Repo`]); the store's errors.
-    pub fn push(&self, path: &Path, compressor: &mut Compressor) -> Result<Vec<(u8, PushOutcome)>> {
+    pub fn push(&self, path: &Path, compressor: &mut Compressor) -> Result<String> {
         let name = path
             .file_name()
             .and_then(|n| n.to_str())
@@ -107,28 +107,25 @@ impl Archiver {
             .map(|r| r.2.system_identifier)
             .unwrap_or(0);
         let encoded = wal::encode(&file.name, &data, self.compression, compressor, sysid)?;
-        let mut out = Vec::new();
         let mut first_err = None;
         for (n, store, _) in &self.repos {
             match wal::store(&**store, &self.stanza, &file, &data, &encoded) {
-                Ok(o) => {
-                    if o == PushOutcome::AlreadyArchived {
-                        tracing::warn!(
-                            "WAL file {} is already in repo{n} with the same content; nothing written",
-                            file.name
-                        );
-                    }
-                    out.push((*n, o));
-                }
+                Ok(PushOutcome::AlreadyArchived) => tracing::warn!(
+                    "WAL file {} is already in repo{n} with the same content; nothing written",
+                    file.name
+                ),
+                Ok(PushOutcome::Stored) => {}
                 Err(e) => {
-                    tracing::error!("repo{n}: cannot archive {}: {e}", file.name);
+                    if self.repos.len() > 1 {
+                        tracing::error!("repo{n}: cannot archive {}: {e}", file.name);
+                    }
                     first_err.get_or_insert(e);
                 }
             }
         }
         match first_err {
             Some(e) => Err(e),
-            None => Ok(out),
+            None => Ok(wal_identity(&data)),
         }
     }
 
@@ -174,6 +171,13 @@ impl Archiver {
         }
         Ok(())
     }
+}
+
+/// A WAL file's identity as an acknowledgement records it: `<size> <XXH3-128 hex>`. A
+/// foreground trusts an acknowledgement only for the bytes it names (a stale one, left from
+/// another cluster or a restored copy, names other bytes).
+pub fn wal_identity(data: &[u8]) -> String {
+    format!("{} {}", data.len(), crate::codec::xxh3_hex(data))
 }
 
 /// Resolves `%p`/`%f`-style paths: relative ones are relative to the working directory
@@ -236,6 +240,11 @@ pub fn run(s: &Settings, wal_path: &Path) -> Result<()> {
     let path = resolve_path(wal_path);
     let archiver = Archiver::open(s)?;
     if let Some(max) = s.archive.push_queue_max {
+        // Gap records that could not reach a repository yet go first.
+        super::archive_async::flush_gaps(
+            &super::archive_async::Spool::open(s, archiver.stanza())?,
+            &archiver,
+        );
         if let Some(warning) = drop_if_queue_full(s, &archiver, &path, max)? {
             tracing::warn!("{warning}");
             return Ok(());

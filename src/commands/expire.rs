@@ -62,12 +62,26 @@ pub fn expire_repo(
         }
     };
     let info = repo::read_stanza(&**store, stanza)?;
-    let seg_size = info.wal_segment_size;
     let mut backups: Vec<BackupSummary> = Vec::new();
     for label in repo::list_complete(&**store, stanza)? {
         backups.push(repo::read_summary(&**store, stanza, &label)?);
     }
     backups.sort_by(|a, b| a.header.label.cmp(&b.header.label));
+    // The backups know the segment size for sure (a stanza made before the WAL archive
+    // only assumes 16 MiB); names placed with a wrong size would look older than they are.
+    let seg_size = backups
+        .first()
+        .map(|b| b.header.wal_segment_size)
+        .unwrap_or(info.wal_segment_size);
+    if let Some(b) = backups
+        .iter()
+        .find(|b| b.header.wal_segment_size != seg_size)
+    {
+        return Err(Error::Repo(format!(
+            "backup {} has WAL segments of {} bytes, others of {seg_size}: expire leaves this stanza alone",
+            b.header.label, b.header.wal_segment_size
+        )));
+    }
     let mut lines = Vec::new();
     if s.retention.full.is_none() && s.retention.archive.is_none() {
         lines.push("no retention-full set: every backup and all archived WAL are kept".into());
@@ -118,7 +132,13 @@ pub fn expire_repo(
         .map(|n| n as usize)
         .unwrap_or(kept.len());
     let pitr_from = kept.len().saturating_sub(pitr_count.max(1));
-    let (start, _) = backup_segments(&kept[pitr_from], seg_size);
+    // The archive is kept from the earliest start among those backups: after a
+    // point-in-time recovery a newer backup (on a new timeline) may start earlier.
+    let start = kept[pitr_from..]
+        .iter()
+        .map(|b| backup_segments(b, seg_size).0)
+        .min()
+        .unwrap_or(0);
     let own: Vec<(u64, u64)> = kept[..pitr_from]
         .iter()
         .map(|b| backup_segments(b, seg_size))

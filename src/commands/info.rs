@@ -86,7 +86,17 @@ pub fn collect(s: &Settings) -> Result<Vec<StanzaView>> {
                     out.len() - 1
                 }
             };
-            let ranges = crate::repo::wal::segment_runs(&*store, &name, st.wal_segment_size)?;
+            // The backups know the segment size for sure; a stanza made before the WAL
+            // archive only assumes 16 MiB.
+            let seg_size = match repo::list_complete(&*store, &name)?.first() {
+                Some(l) => {
+                    repo::read_summary(&*store, &name, l)?
+                        .header
+                        .wal_segment_size
+                }
+                None => st.wal_segment_size,
+            };
+            let ranges = crate::repo::wal::segment_runs(&*store, &name, seg_size)?;
             let gaps = crate::repo::wal::gaps(&*store, &name)?;
             if !ranges.is_empty() || !gaps.is_empty() {
                 out[i].archive.push(ArchiveView {

@@ -254,8 +254,9 @@ pub fn check_gaps(
         }
         if blocks {
             return Err(Error::Unsafe(format!(
-                "{what}: recovery to this target would have to replay across it. Recover to a point before it (--type lsn --target {}), or restore a backup taken after it",
-                Lsn(before.0.saturating_sub(1))
+                "{what}: recovery to this target would have to replay across it. Recover to a point before it (an LSN before {}, e.g. --type lsn --target {}: a record that runs into the gap cannot be replayed), or restore a backup taken after it",
+                before,
+                Lsn(before.0.saturating_sub(seg))
             )));
         }
     }

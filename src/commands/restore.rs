@@ -231,12 +231,19 @@ pub fn run(s: &Settings, args: &RestoreArgs, progress: &dyn Progress) -> Result<
             args.target.as_deref().unwrap_or("")
         )));
     }
-    super::recovery::check_gaps(
-        args.restore_type,
-        &target,
-        &scan.summary,
-        &crate::repo::wal::gaps(&*store, stanza)?,
-    )?;
+    // restore_command reads every repository: a gap recorded in any of them counts (a
+    // repository that cannot be read now is skipped with a warning).
+    let mut gaps = crate::repo::wal::gaps(&*store, stanza)?;
+    for (n, other) in open_repos(s)? {
+        if n == repo_no {
+            continue;
+        }
+        match crate::repo::wal::gaps(&*other, stanza) {
+            Ok(g) => gaps.extend(g),
+            Err(e) => tracing::warn!("repo{n}: cannot read its gap records: {e}"),
+        }
+    }
+    super::recovery::check_gaps(args.restore_type, &target, &scan.summary, &gaps)?;
     let h = &scan.summary.header;
     let tablespaces: Vec<(u32, String, String)> = h
         .tablespaces

@@ -75,8 +75,12 @@ impl WalFile {
         } else if let Some(t) = name.strip_suffix(".history") {
             hex8(t).then_some(WalFileKind::TimelineHistory)
         } else if let Some(rest) = name.strip_suffix(".backup") {
-            (rest.len() == 33 && seg(&rest[..24]) && &rest[24..25] == "." && hex8(&rest[25..]))
-                .then_some(WalFileKind::BackupHistory)
+            (rest.len() == 33
+                && rest.is_ascii()
+                && seg(&rest[..24])
+                && &rest[24..25] == "."
+                && hex8(&rest[25..]))
+            .then_some(WalFileKind::BackupHistory)
         } else {
             None
         };
@@ -469,6 +473,7 @@ mod tests {
             "000000010000000000000003.0000028.backup",
             "000000010000000000000003.tmp",
             "RECOVERYXLOG",
+            "000000010000000000000003\u{e9}0000028.backup",
         ] {
             assert!(WalFile::parse(bad).is_err(), "{bad}");
         }

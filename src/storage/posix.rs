@@ -72,7 +72,23 @@ impl PosixStorage {
         if let Some(parent) = p.parent() {
             let mut made = self.made_dirs.lock().unwrap_or_else(|e| e.into_inner());
             if !made.contains(parent) {
+                // The directories this call creates, so their entries are made durable too
+                // (an archived WAL file must survive a crash with its new directory).
+                let mut created = Vec::new();
+                let mut d = parent;
+                while !d.exists() {
+                    created.push(d.to_path_buf());
+                    match d.parent() {
+                        Some(up) => d = up,
+                        None => break,
+                    }
+                }
                 fs::create_dir_all(parent).map_err(|e| Error::io("create directory", parent, e))?;
+                for c in created.iter().rev() {
+                    if let Some(up) = c.parent() {
+                        fsync_dir(up)?;
+                    }
+                }
                 made.insert(parent.to_path_buf());
             }
         }
@@ -197,7 +213,12 @@ impl Storage for PosixStorage {
                 fsync_dir(p.parent().unwrap_or(&self.root))?;
                 Ok(true)
             }
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                // The name may come from a create killed between its link and its fsync:
+                // make it durable before anyone acts on its existence.
+                fsync_dir(p.parent().unwrap_or(&self.root))?;
+                Ok(false)
+            }
             Err(e) => Err(Error::io("link", &p, e)),
         }
     }
