@@ -124,8 +124,24 @@ fn run(cli: Cli) -> Result<(), Error> {
     Ok(())
 }
 
+/// Exit status of a failed `archive-get` during archive recovery that is not standby mode.
+/// PostgreSQL takes any status up to 125 for "file not available" and ends recovery there,
+/// promoting early; above 125 it stops recovery with FATAL instead ("an error by the shell",
+/// `RestoreArchivedFile` in src/backend/access/transam/xlogarchive.c). A standby keeps the
+/// ordinary codes: it falls back to streaming and asks again.
+const ARCHIVE_GET_ABORT_RECOVERY: i32 = 126;
+
+/// True when `archive-get` runs for an archive recovery that would end at a failure: the
+/// working directory (PostgreSQL runs restore_command in the data directory) holds
+/// recovery.signal and no standby.signal.
+fn archive_recovery_in_cwd() -> bool {
+    std::path::Path::new("recovery.signal").exists()
+        && !std::path::Path::new("standby.signal").exists()
+}
+
 fn main() {
     let cli = Cli::parse();
+    let archive_get = matches!(cli.command, Command::ArchiveGet(_));
     if let Err(e) = run(cli) {
         let mut msg = format!("pgjet: ERROR: {e}");
         let mut src = std::error::Error::source(&e);
@@ -137,6 +153,10 @@ fn main() {
             src = s.source();
         }
         eprintln!("{msg}\n{}", e.hint());
+        if archive_get && archive_recovery_in_cwd() {
+            eprintln!("pgjet: archive-get failed for another reason than a missing file: recovery stops here instead of ending early; fix the repository and start the server again (it resumes where it stopped)");
+            std::process::exit(ARCHIVE_GET_ABORT_RECOVERY);
+        }
         std::process::exit(e.exit_code());
     }
 }

@@ -677,6 +677,58 @@ fn pg15_posix_sync_archiving_pitr_timelines_and_faults() {
         Some(1),
         "a missing segment exits 1"
     );
+    // A recovery that needs the corrupt segment (on timeline 1: timeline 2 branched off in
+    // the same segment) stops with FATAL instead of ending early and promoting a cluster that
+    // lacks the later transactions.
+    let dir = restore(
+        &cluster,
+        &repo,
+        "pitr-corrupt",
+        &[
+            "--type",
+            "time",
+            "--target",
+            &targets.time,
+            "--target-action",
+            "promote",
+            "--target-timeline",
+            "current",
+        ],
+    );
+    let log = cluster.root.join("pitr-corrupt.log");
+    let sock = cluster.root.join("pitr-corrupt-sock");
+    mkdir_pg(&sock, 0o755);
+    run_as_postgres(
+        &cluster.pg().tool("pg_ctl"),
+        &args![
+            "start",
+            "-W",
+            "-D",
+            dir.display(),
+            "-l",
+            log.display(),
+            "-o",
+            format!("-p {} -k {}", free_port(), sock.display())
+        ],
+        None,
+    )
+    .ok();
+    let stopped = wait_for(Duration::from_secs(60), || {
+        let text = fs::read_to_string(&log).unwrap_or_default();
+        (text.contains("recovery stops here") && !dir.join("postmaster.pid").exists())
+            .then_some(text)
+    })
+    .unwrap_or_else(|| {
+        stop_server_by_pid(&cluster.pg().bin, &dir);
+        panic!(
+            "recovery did not stop at the corrupt segment:\n{}",
+            fs::read_to_string(&log).unwrap_or_default()
+        )
+    });
+    assert!(
+        !stopped.contains("archive recovery complete"),
+        "recovery ended and promoted:\n{stopped}"
+    );
 }
 
 #[test]
