@@ -234,6 +234,38 @@ fn restore_promoted(cluster: &Cluster, repo: &Repo, name: &str, extra: &[&str]) 
     server
 }
 
+/// Starts the restored cluster in `dir` without waiting for it (it is expected to stop by
+/// itself), its log in `<name>.log`; returns the log's text once it holds `text` and the
+/// server is gone, or None after 60 s (the server is then stopped by its PID).
+fn start_until_it_stops(cluster: &Cluster, dir: &Path, name: &str, text: &str) -> Option<String> {
+    let log = cluster.root.join(&format!("{name}.log"));
+    let sock = cluster.root.join(&format!("{name}-sock"));
+    mkdir_pg(&sock, 0o755);
+    run_as_postgres(
+        &cluster.pg().tool("pg_ctl"),
+        &args![
+            "start",
+            "-W",
+            "-D",
+            dir.display(),
+            "-l",
+            log.display(),
+            "-o",
+            format!("-p {} -k {}", free_port(), sock.display())
+        ],
+        None,
+    )
+    .ok();
+    let found = wait_for(Duration::from_secs(60), || {
+        let t = fs::read_to_string(&log).unwrap_or_default();
+        (t.contains(text) && !dir.join("postmaster.pid").exists()).then_some(t)
+    });
+    if found.is_none() {
+        stop_server_by_pid(&cluster.pg().bin, dir);
+    }
+    found
+}
+
 /// Commits row `i` into marks.
 fn mark(cluster: &Cluster, i: u32) {
     cluster.psql("postgres", &format!("INSERT INTO marks VALUES ({i})"));
@@ -470,33 +502,16 @@ fn pg15_posix_sync_archiving_pitr_timelines_and_faults() {
             "shutdown",
         ],
     );
-    let log = cluster.root.join("pitr-shutdown.log");
-    let sock = cluster.root.join("pitr-shutdown-sock");
-    mkdir_pg(&sock, 0o755);
-    run_as_postgres(
-        &cluster.pg().tool("pg_ctl"),
-        &args![
-            "start",
-            "-W",
-            "-D",
-            dir.display(),
-            "-l",
-            log.display(),
-            "-o",
-            format!("-p {} -k {}", free_port(), sock.display())
-        ],
-        None,
-    )
-    .ok();
-    let stopped = wait_for(Duration::from_secs(60), || {
-        let text = fs::read_to_string(&log).unwrap_or_default();
-        (text.contains("database system is shut down") && !dir.join("postmaster.pid").exists())
-            .then_some(())
-    });
+    let log = start_until_it_stops(
+        &cluster,
+        &dir,
+        "pitr-shutdown",
+        "database system is shut down",
+    );
     assert!(
-        stopped.is_some(),
+        log.is_some(),
         "the server did not shut down at the target:\n{}",
-        fs::read_to_string(&log).unwrap_or_default()
+        fs::read_to_string(cluster.root.join("pitr-shutdown.log")).unwrap_or_default()
     );
     // default: to the end of the archive.
     let s = restore_promoted(&cluster, &repo, "pitr-end", &[]);
@@ -695,36 +710,13 @@ fn pg15_posix_sync_archiving_pitr_timelines_and_faults() {
             "current",
         ],
     );
-    let log = cluster.root.join("pitr-corrupt.log");
-    let sock = cluster.root.join("pitr-corrupt-sock");
-    mkdir_pg(&sock, 0o755);
-    run_as_postgres(
-        &cluster.pg().tool("pg_ctl"),
-        &args![
-            "start",
-            "-W",
-            "-D",
-            dir.display(),
-            "-l",
-            log.display(),
-            "-o",
-            format!("-p {} -k {}", free_port(), sock.display())
-        ],
-        None,
-    )
-    .ok();
-    let stopped = wait_for(Duration::from_secs(60), || {
-        let text = fs::read_to_string(&log).unwrap_or_default();
-        (text.contains("recovery stops here") && !dir.join("postmaster.pid").exists())
-            .then_some(text)
-    })
-    .unwrap_or_else(|| {
-        stop_server_by_pid(&cluster.pg().bin, &dir);
-        panic!(
-            "recovery did not stop at the corrupt segment:\n{}",
-            fs::read_to_string(&log).unwrap_or_default()
-        )
-    });
+    let stopped = start_until_it_stops(&cluster, &dir, "pitr-corrupt", "recovery stops here")
+        .unwrap_or_else(|| {
+            panic!(
+                "recovery did not stop at the corrupt segment:\n{}",
+                fs::read_to_string(cluster.root.join("pitr-corrupt.log")).unwrap_or_default()
+            )
+        });
     assert!(
         !stopped.contains("archive recovery complete"),
         "recovery ended and promoted:\n{stopped}"
