@@ -669,7 +669,7 @@ P("")
 P("## Settings of every tool")
 P("")
 P(f"- **pgjet** ({F('pgjet')}): `backup --type full --start-fast --jobs {F('jobs')}` with its defaults (compress-type zstd level 1, "
-  "small files bundled, 8 MiB chunks, one object each); `restore --jobs " + F('jobs') + "` (default `--type immediate`). "
+  "small files bundled, 8 MiB chunks, one object each); `restore --jobs " + F('jobs') + "` (`--type immediate --target-action promote`). "
   "S3 repository: repo-type=s3, repo-s3-uri-style=path, repo-s3-endpoint=" + F('s3_host') + ", repo-storage-port=" + F('s3_port')
   + ", repo-storage-ca-file=the bench CA (TLS verified), region us-east-1. A fresh repository (stanza-create, untimed) before every backup.")
 if F("skip_pgbackrest") != "1":

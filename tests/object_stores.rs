@@ -119,7 +119,16 @@ fn store_scenario(kind: StoreKind) {
     let (a, restored, ts_dir) = restore_cmd(
         &conf,
         &cluster,
-        &["--set", &label, "--type", "immediate", "--jobs", "2"],
+        &[
+            "--set",
+            &label,
+            "--type",
+            "immediate",
+            "--target-action",
+            "promote",
+            "--jobs",
+            "2",
+        ],
     );
     let r = pgjet_ok(&a);
     step!("{kind:?}: restore in {:.1}s", r.elapsed.as_secs_f64());

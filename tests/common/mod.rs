@@ -1273,11 +1273,13 @@ pub fn restore_args_no_ts(repo: &Path, target: &Path, set: &str) -> Vec<String> 
         "--set",
         set,
         "--type",
-        "immediate"
+        "immediate",
+        "--target-action",
+        "promote"
     ]
 }
 
-/// `restore` of backup `set` of stanza main into `target` (--type immediate), with one
+/// `restore` of backup `set` of stanza main into `target` (--type immediate, promoted), with one
 /// `--tablespace-map` value `ts_map` (ID=DIR).
 pub fn restore_args(repo: &Path, target: &Path, set: &str, ts_map: &str) -> Vec<String> {
     let mut a = restore_args_no_ts(repo, target, set);
