@@ -266,6 +266,44 @@ fn start_until_it_stops(cluster: &Cluster, dir: &Path, name: &str, text: &str) -
     found
 }
 
+/// Runs `check` with `extra` (a WAL switch, waited for in the archive), waits until PostgreSQL
+/// has nothing left to archive, and checks the archive of timeline 1 is continuous from `from`
+/// to the switched segment, which it returns.
+fn archive_all(cluster: &Cluster, repo: &Repo, extra: &[&str], from: &str, what: &str) -> String {
+    let r = pj(cluster, repo, "check", extra).ok();
+    let last = r
+        .stdout
+        .split_whitespace()
+        .find(|w| w.len() == 24 && w.starts_with("00000001"))
+        .unwrap_or_else(|| panic!("no segment in check's output:\n{r}"))
+        .to_string();
+    wait_queue_empty(cluster, what);
+    assert_continuous(cluster, repo, 1, from, &last);
+    last
+}
+
+/// Waits (up to 60 s) until PostgreSQL has counted a failed archive_command; panics with
+/// `what` otherwise.
+fn wait_archiving_failed(cluster: &Cluster, what: &str) {
+    let failed = wait_for(Duration::from_secs(60), || {
+        let n: u64 = cluster
+            .psql("postgres", "SELECT failed_count FROM pg_stat_archiver")
+            .parse()
+            .unwrap_or(0);
+        (n > 0).then_some(n)
+    });
+    assert!(failed.is_some(), "{what}");
+}
+
+/// Restores with `extra` and `--target-action promote`, starts the cluster, and checks that
+/// marks holds `want` (`what` names the target in the message).
+fn pitr(cluster: &Cluster, repo: &Repo, name: &str, extra: &[&str], want: &str, what: &str) {
+    let mut a = extra.to_vec();
+    a.extend(["--target-action", "promote"]);
+    let s = restore_promoted(cluster, repo, name, &a);
+    assert_eq!(marks(&s), want, "{what}");
+}
+
 /// Commits row `i` into marks.
 fn mark(cluster: &Cluster, i: u32) {
     cluster.psql("postgres", &format!("INSERT INTO marks VALUES ({i})"));
@@ -377,80 +415,50 @@ fn pg15_posix_sync_archiving_pitr_timelines_and_faults() {
             "INSERT INTO marks SELECT 0 FROM generate_series(1, 1000); SELECT pg_switch_wal()",
         );
     }
-    let failed = wait_for(Duration::from_secs(30), || {
-        let n: u64 = cluster
-            .psql("postgres", "SELECT failed_count FROM pg_stat_archiver")
-            .parse()
-            .unwrap_or(0);
-        (n > 0).then_some(n)
-    });
-    assert!(
-        failed.is_some(),
-        "archiving did not fail while the repository was unwritable"
+    wait_archiving_failed(
+        &cluster,
+        "archiving did not fail while the repository was unwritable",
     );
     assert!(!ready_files(cluster.data()).is_empty());
     fs::set_permissions(&archive_dir, fs::Permissions::from_mode(0o750)).unwrap();
     cluster.psql("postgres", "DELETE FROM marks");
     let targets = write_marks(&cluster);
-    let r = pj(&cluster, &repo, "check", &["--archive-timeout", "90"]).ok();
-    let last = r
-        .stdout
-        .split_whitespace()
-        .find(|w| w.len() == 24 && w.starts_with("00000001"))
-        .unwrap_or_else(|| panic!("no segment in check's output:\n{r}"))
-        .to_string();
-    wait_queue_empty(&cluster, "after the outage");
-    assert_continuous(&cluster, &repo, 1, &archive_start, &last);
+    let last = archive_all(
+        &cluster,
+        &repo,
+        &["--archive-timeout", "90"],
+        &archive_start,
+        "after the outage",
+    );
     let r = pj(&cluster, &repo, "verify", &[]).ok();
     assert!(r.stdout.contains("WAL archive: ok"), "{r}");
 
     // Point-in-time recovery, each target checked by the rows around it.
-    let s = restore_promoted(
+    pitr(
         &cluster,
         &repo,
         "pitr-name",
-        &[
-            "--type",
-            "name",
-            "--target",
-            &targets.restore_point,
-            "--target-action",
-            "promote",
-        ],
+        &["--type", "name", "--target", &targets.restore_point],
+        "1",
+        "restore point",
     );
-    assert_eq!(marks(&s), "1", "restore point");
-    drop(s);
-    let s = restore_promoted(
+    pitr(
         &cluster,
         &repo,
         "pitr-lsn",
-        &[
-            "--type",
-            "lsn",
-            "--target",
-            &targets.lsn,
-            "--target-action",
-            "promote",
-        ],
+        &["--type", "lsn", "--target", &targets.lsn],
+        "1,2",
+        "LSN",
     );
-    assert_eq!(marks(&s), "1,2", "LSN");
-    drop(s);
-    let s = restore_promoted(
+    pitr(
         &cluster,
         &repo,
         "pitr-xid",
-        &[
-            "--type",
-            "xid",
-            "--target",
-            &targets.xid,
-            "--target-action",
-            "promote",
-        ],
+        &["--type", "xid", "--target", &targets.xid],
+        "1,2,3,4",
+        "xid, inclusive",
     );
-    assert_eq!(marks(&s), "1,2,3,4", "xid, inclusive");
-    drop(s);
-    let s = restore_promoted(
+    pitr(
         &cluster,
         &repo,
         "pitr-xid-excl",
@@ -460,12 +468,10 @@ fn pg15_posix_sync_archiving_pitr_timelines_and_faults() {
             "--target",
             &targets.xid,
             "--target-exclusive",
-            "--target-action",
-            "promote",
         ],
+        "1,2,3",
+        "xid, exclusive",
     );
-    assert_eq!(marks(&s), "1,2,3", "xid, exclusive");
-    drop(s);
     // pause (the default action): the server stays in recovery, paused at the target.
     let dir = restore(
         &cluster,
@@ -619,21 +625,14 @@ fn pg15_posix_sync_archiving_pitr_timelines_and_faults() {
         s.log_tail()
     );
     drop(s);
-    let s = restore_promoted(
+    pitr(
         &cluster,
         &repo,
         "pitr-tl2",
-        &[
-            "--type",
-            "name",
-            "--target",
-            "rp_tl2",
-            "--target-action",
-            "promote",
-        ],
+        &["--type", "name", "--target", "rp_tl2"],
+        "1,10",
+        "restore point on timeline 2",
     );
-    assert_eq!(marks(&s), "1,10", "restore point on timeline 2");
-    drop(s);
     let runs = archive_runs(&cluster, &repo);
     assert!(
         runs.iter().any(|r| r.0 == 2),
@@ -758,15 +757,13 @@ fn pg18_posix_async_archiving_kill9_queue_max_and_expire() {
     let r = bench.wait();
     assert!(r.success(), "pgbench failed:\n{r}");
     assert!(kills >= 3, "only {kills} background pusher(s) were killed");
-    let r = pj(&cluster, &repo, "check", &async_flags).ok();
-    let last = r
-        .stdout
-        .split_whitespace()
-        .find(|w| w.len() == 24 && w.starts_with("00000001"))
-        .unwrap_or_else(|| panic!("no segment in check's output:\n{r}"))
-        .to_string();
-    wait_queue_empty(&cluster, "after the kills");
-    assert_continuous(&cluster, &repo, 1, &archive_start, &last);
+    let last = archive_all(
+        &cluster,
+        &repo,
+        &async_flags,
+        &archive_start,
+        "after the kills",
+    );
     pj(&cluster, &repo, "verify", &[]).ok();
     let want = cluster.psql(
         "postgres",
@@ -906,27 +903,18 @@ fn pg15_s3_async_archiving_outage_and_prefetch() {
     for _ in 0..3 {
         cluster.psql("postgres", "INSERT INTO pgbench_history SELECT 1, 1, 1, 0, now() FROM generate_series(1, 1000); SELECT pg_switch_wal()");
     }
-    let failed = wait_for(Duration::from_secs(60), || {
-        let n: u64 = cluster
-            .psql("postgres", "SELECT failed_count FROM pg_stat_archiver")
-            .parse()
-            .unwrap_or(0);
-        (n > 0).then_some(n)
-    });
-    assert!(
-        failed.is_some(),
-        "archiving did not fail while the S3 server was down"
+    wait_archiving_failed(
+        &cluster,
+        "archiving did not fail while the S3 server was down",
     );
     repo.server.as_mut().unwrap().resume();
-    let r = pj(&cluster, &repo, "check", &["--archive-timeout", "120"]).ok();
-    let last = r
-        .stdout
-        .split_whitespace()
-        .find(|w| w.len() == 24 && w.starts_with("00000001"))
-        .unwrap_or_else(|| panic!("no segment in check's output:\n{r}"))
-        .to_string();
-    wait_queue_empty(&cluster, "after the S3 outage");
-    assert_continuous(&cluster, &repo, 1, &archive_start, &last);
+    let last = archive_all(
+        &cluster,
+        &repo,
+        &["--archive-timeout", "120"],
+        &archive_start,
+        "after the S3 outage",
+    );
     let r = pj(&cluster, &repo, "verify", &[]).ok();
     assert!(r.stdout.contains("WAL archive: ok"), "{r}");
 
@@ -998,18 +986,12 @@ fn pg18_s3_sync_archiving_pitr() {
         "end of the archive, from the second backup"
     );
     drop(s);
-    let s = restore_promoted(
+    pitr(
         &cluster,
         &repo,
         "pitr-lsn",
-        &[
-            "--type",
-            "lsn",
-            "--target",
-            &targets.lsn,
-            "--target-action",
-            "promote",
-        ],
+        &["--type", "lsn", "--target", &targets.lsn],
+        "1,2",
+        "LSN",
     );
-    assert_eq!(marks(&s), "1,2", "LSN");
 }
