@@ -68,9 +68,7 @@ impl Spool {
     /// Writes an acknowledgement (or error) file whole: a temporary file renamed into place.
     fn write_ack(&self, name: &str, ext: &str, text: &str) -> Result<()> {
         let p = self.ack(name, ext);
-        let tmp = self.dir.join("out").join(format!(".{name}.{ext}.tmp"));
-        fs::write(&tmp, text).map_err(|e| Error::io("write", &tmp, e))?;
-        fs::rename(&tmp, &p).map_err(|e| Error::io("rename", &p, e))
+        super::archive_get::write_whole(&p, text.as_bytes())
     }
 
     /// Takes `<name>.lock` with flock(2) without waiting: Some(file) while held, None when
@@ -649,7 +647,7 @@ fn move_into(src: &Path, dest: &Path) -> Result<()> {
         return Ok(());
     }
     let data = fs::read(src).map_err(|e| Error::io("read", src, e))?;
-    super::archive_get::write_wal_file(dest, &data)?;
+    super::archive_get::write_whole(dest, &data)?;
     let _ = fs::remove_file(src);
     Ok(())
 }
@@ -674,10 +672,7 @@ pub fn get_foreground(
     let dir = in_dir(&spool);
     fs::create_dir_all(&dir).map_err(|e| Error::io("create spool directory", &dir, e))?;
     let requested = dir.join(".requested");
-    let tmp = dir.join(".requested.tmp");
-    fs::write(&tmp, wal_file)
-        .and_then(|_| fs::rename(&tmp, &requested))
-        .map_err(|e| Error::io("write", &requested, e))?;
+    super::archive_get::write_whole(&requested, wal_file.as_bytes())?;
     let dest = resolve_path(dest);
     let spooled = dir.join(wal_file);
     // A running prefetcher may be fetching it right now: wait a little for it (or for its
@@ -751,10 +746,7 @@ fn prefetch_one(
         match wal::fetch(&**st, stanza, &f) {
             Ok(Some(data)) => {
                 let p = dir.join(name);
-                let tmp = dir.join(format!(".{name}.tmp"));
-                fs::write(&tmp, &data)
-                    .and_then(|_| fs::rename(&tmp, &p))
-                    .map_err(|e| Error::io("write", &p, e))?;
+                super::archive_get::write_whole(&p, &data)?;
                 // The checksum the foreground compares before serving it (a crash may leave
                 // a file of the right size and other bytes).
                 let sum = checksum_file(dir, name);

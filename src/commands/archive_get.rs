@@ -19,11 +19,12 @@ pub enum GetOutcome {
     Missing,
 }
 
-/// Writes `data` to `dest` through a temporary sibling renamed into place, so PostgreSQL
-/// never reads a half-written file.
+/// Writes `data` to `dest` through a temporary sibling (`<dest>.pgjet.tmp`) renamed into
+/// place, so no reader (PostgreSQL, a foreground waiting on the spool) sees a half-written
+/// file. Not fsynced: what it writes can be fetched again.
 ///
 /// Errors: [`Error::Io`] naming the path.
-pub fn write_wal_file(dest: &Path, data: &[u8]) -> Result<()> {
+pub fn write_whole(dest: &Path, data: &[u8]) -> Result<()> {
     let mut tmp = dest.as_os_str().to_owned();
     tmp.push(".pgjet.tmp");
     let tmp = PathBuf::from(tmp);
@@ -77,7 +78,7 @@ pub fn fetch_direct(s: &Settings, file: &WalFile, dest: &Path) -> Result<GetOutc
         });
         match got {
             Ok(Some(data)) => {
-                write_wal_file(&dest, &data)?;
+                write_whole(&dest, &data)?;
                 tracing::debug!("{} restored from repo{n}", file.name);
                 return Ok(GetOutcome::Found(n));
             }
