@@ -424,6 +424,63 @@ mod tests {
         }
     }
 
+    fn restore_args(flags: &[&str]) -> RestoreArgs {
+        let mut argv = vec!["pgjet", "restore"];
+        argv.extend(flags);
+        use clap::Parser as _;
+        match crate::cli::Cli::try_parse_from(argv).unwrap().command {
+            crate::cli::Command::Restore(a) => a,
+            _ => unreachable!("parsed a restore"),
+        }
+    }
+
+    #[test]
+    fn targets_and_settings_are_checked_before_anything_is_written() {
+        for (flags, message) in [
+            (&["--type", "time"][..], "needs --target"),
+            (&["--target", "0/1"][..], "only for --type time"),
+            (&["--type", "lsn", "--target", "zz"][..], "is not an LSN"),
+            (
+                &["--type", "xid", "--target", "x1"][..],
+                "not a transaction ID",
+            ),
+            (
+                &["--type", "name", "--target", "rp", "--target-exclusive"][..],
+                "only for --type time, lsn or xid",
+            ),
+            (
+                &["--type", "time", "--target", "2026-11-22 14:15:02"][..],
+                "with its time zone",
+            ),
+        ] {
+            let e = parse_target(&restore_args(flags)).unwrap_err().to_string();
+            assert!(e.contains(message), "{flags:?}: {e}");
+        }
+        let t = Target::None;
+        for (flags, message) in [
+            (&["--target-timeline", "next"][..], "is not current, latest"),
+            (
+                &["--type", "none", "--target-timeline", "2"][..],
+                "needs a type that recovers",
+            ),
+            (&["--recovery-option", "novalue"][..], "is not KEY=VALUE"),
+            (&["--recovery-option", "a b=1"][..], "is not a setting name"),
+        ] {
+            let e = plan(&restore_args(flags), &t, "cmd")
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(message), "{flags:?}: {e}");
+        }
+        let p = plan(
+            &restore_args(&["--recovery-option", "restore_command=x"]),
+            &t,
+            "cmd",
+        )
+        .unwrap();
+        assert_eq!(p.lines, vec!["restore_command = 'x'".to_string()]);
+        assert_eq!(p.signal, Some("recovery.signal"));
+    }
+
     #[test]
     fn shell_words_are_quoted_when_needed() {
         assert_eq!(
