@@ -7,13 +7,18 @@
 #   1. lag: unthrottled pgbench (CLIENTS clients, DURATION s) on a cluster archiving with the
 #      tool; the number of pg_wal/archive_status/*.ready files is sampled every second, during
 #      the run and until the queue is empty (max, mean, drain time);
-#   2. throughput: FLOOD_SEGS segments of mostly incompressible WAL are made with archiving
-#      paused (archive_command = ''), then the tool's archive_command is set and the time
-#      until no .ready is left gives segments per second. The machine's limits for the same
-#      job: cp + sync of the same files into a directory, and s5cmd uploading them;
+#   2. throughput: floods of pre-made segments, one per kind of FLOOD_KINDS (random: rows of
+#      random bytes, incompressible; update: whole-table UPDATEs of pgbench_accounts after a
+#      checkpoint, full-page images and update records, compressible like OLTP WAL; pgbench:
+#      unthrottled pgbench, slow to make on 2 cores), are made with archiving paused
+#      (archive_command = ''), then the tool's archive_command is set and the time until no
+#      .ready is left gives segments per second. The machine's limits for the same job: cp +
+#      sync of the same files into a directory, and s5cmd uploading them;
 #   3. replay: each asynchronous tool restores its own backup (taken before the pgbench run)
 #      and PostgreSQL recovers to the end of the archive through its archive-get (pgjet:
-#      prefetch, pgBackRest: archive-async=y); time from start to promoted.
+#      prefetch, pgBackRest: archive-async=y); time from start to promoted. The limits: the
+#      same segments replayed from a local directory with cp, and (S3) s5cmd downloading the
+#      archive's objects.
 #
 #   bash bench/archive.sh
 #   DURATION=20 FLOOD_SEGS=16 TARGETS=s3 bash bench/archive.sh     # smoke
@@ -32,9 +37,12 @@ REPORT=$AREPORT
 DURATION=${DURATION:-60}            # seconds of pgbench per tool
 CLIENTS=${CLIENTS:-8}               # pgbench clients (-j 2)
 FLOOD_SEGS=${FLOOD_SEGS:-48}        # pre-made segments of random bytes (throughput test)
-FLOOD_PGBENCH_SEGS=${FLOOD_PGBENCH_SEGS:-32}   # pre-made segments of pgbench's WAL
+FLOOD_UPDATE_SEGS=${FLOOD_UPDATE_SEGS:-48}     # pre-made segments of whole-table UPDATEs
+FLOOD_PGBENCH_SEGS=${FLOOD_PGBENCH_SEGS:-10}   # pre-made segments of pgbench's WAL
+FLOOD_KINDS=${FLOOD_KINDS:-random update}      # which floods (random, update, pgbench)
 ASCALE=${ASCALE:-10}                # pgbench -i -s of the cluster
 TARGETS=${TARGETS:-posix s3}
+PHASES=${PHASES:-lag flood replay}  # which of the three runs (a subset for profiling)
 TOOLS=${TOOLS:-pgjet-sync pgjet-async pgbr-sync pgbr-async}
 BASE=$BENCH/pg-base                 # cached: initdb + pgbench -i + pgcrypto, archive_mode = on
 CL=$RUN/cluster                     # the working copy of one tool's run
@@ -192,6 +200,7 @@ one_tool() {
     esac || { tail "$LOGS/$target-$tool-backup.log"; die "backup failed"; }
 
     # 1. lag under pgbench
+    if [[ " $PHASES " == *" lag "* ]]; then
     lsn0=$(psql_cl "$CL" -c "SELECT pg_current_wal_lsn()")
     sample "$target" "$tool" & SAMPLER=$!
     as_b "$PGBIN/pgbench" -n -c "$CLIENTS" -j 2 -T "$DURATION" -h "$CL/sock" -p "$(cluster_port "$CL")" -U postgres postgres >"$LOGS/$target-$tool-pgbench.log" 2>&1 || true
@@ -205,11 +214,21 @@ one_tool() {
     row "$target" "$tool" pgbench_segments "$segs"
     row "$target" "$tool" drain_s "$(awk -v a="$t1" -v b="$t0" 'BEGIN {printf "%.1f", a - b}')"
     say "  pgbench: $segs segments of WAL; queue drained $(awk -v a="$t1" -v b="$t0" 'BEGIN {printf "%.1f", a - b}') s after pgbench ended"
+    fi
 
-    # 2. floods of pre-made segments: random bytes (incompressible), then pgbench's WAL
-    flood "$target" "$tool" random "$FLOOD_SEGS"
-    flood "$target" "$tool" pgbench "$FLOOD_PGBENCH_SEGS"
-    case $tool in *-async) replay "$target" "$tool" ;; esac
+    # 2. floods of pre-made segments
+    if [[ " $PHASES " == *" flood "* ]]; then
+        local kind
+        for kind in $FLOOD_KINDS; do
+            case $kind in
+                random) flood "$target" "$tool" random "$FLOOD_SEGS" ;;
+                update) flood "$target" "$tool" update "$FLOOD_UPDATE_SEGS" ;;
+                pgbench) flood "$target" "$tool" pgbench "$FLOOD_PGBENCH_SEGS" ;;
+                *) die "unknown flood kind $kind" ;;
+            esac
+        done
+    fi
+    case $PHASES/$tool in *replay*/*-async) replay "$target" "$tool" ;; esac
     # what the archive holds: files and stored bytes (the segments are 16 MiB each)
     local adir
     case $target/$tool in
@@ -224,8 +243,8 @@ one_tool() {
 }
 
 # flood TARGET TOOL KIND SEGMENTS: make SEGMENTS segments of KIND WAL (random: rows of
-# random bytes; pgbench: unthrottled pgbench) with archiving paused, then time the tool
-# archiving all of them
+# random bytes; update: whole-table UPDATEs after checkpoints; pgbench: unthrottled pgbench)
+# with archiving paused, then time the tool archiving all of them
 flood() {
     local target=$1 tool=$2 kind=$3 want=$4 lsn0 t0 t1 n bp
     psql_cl "$CL" -c "SELECT pg_switch_wal()" >/dev/null
@@ -241,11 +260,11 @@ flood() {
         bp=$!
     fi
     while [ "$(psql_cl "$CL" -c "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '$lsn0') < $want * 16777216.0")" = t ]; do
-        if [ "$kind" = random ]; then
-            psql_cl "$CL" -c "INSERT INTO flood SELECT gen_random_bytes(1000) FROM generate_series(1, 20000)" >/dev/null
-        else
-            sleep 0.2
-        fi
+        case $kind in
+            random) psql_cl "$CL" -c "INSERT INTO flood SELECT gen_random_bytes(1000) FROM generate_series(1, 20000)" >/dev/null ;;
+            update) psql_cl "$CL" -c CHECKPOINT -c "UPDATE pgbench_accounts SET abalance = abalance + 1" >/dev/null ;;
+            *) sleep 0.2 ;;
+        esac
     done
     if [ "$kind" = pgbench ]; then
         # pgbench runs as postgres under runuser in the namespace: end it through its server
@@ -338,6 +357,16 @@ EOF
         done
         replay "$target" "$tool" "cp $w/%f \"%p\"" "limit: local cp"
         rm -rf "$w"
+        if [ "$target" = s3 ]; then
+            # The link's limit: the archive's objects downloaded by s5cmd, JOBS at once.
+            fresh_dir "$w"
+            t0=$(now)
+            bash -c "$(s5 --numworkers "$JOBS" cp "s3://$BUCKET/pgjet/bench/archive/*" "$w/")" >"$LOGS/s5cmd-replay.log" 2>&1 || tail -n 3 "$LOGS/s5cmd-replay.log"
+            t1=$(now)
+            row "$target" "limit: s5cmd download" replay_s "$(awk -v a="$t1" -v b="$t0" 'BEGIN {printf "%.2f", a - b}')"
+            say "  s5cmd download of the archive: $(find "$w" -type f | wc -l) objects, $(du -sm "$w" | cut -f1) MiB in $(awk -v a="$t1" -v b="$t0" 'BEGIN {printf "%.1f", a - b}') s"
+            rm -rf "$w"
+        fi
     fi
 }
 
@@ -368,8 +397,9 @@ for t in ("posix", "s3"):
     if not any((t, x) in rows for x in tools): continue
     P(f"## {'posix directory' if t == 'posix' else 'S3 (versitygw, ' + facts.get('rtt_ms', '?') + ' ms round trip)'}")
     P("")
-    P("| archive_command | pgbench tps | WAL made (segments) | max lag (.ready) | mean lag | drain after pgbench s | flood random: segments/s | flood pgbench: segments/s | replay s (segments) | archive: segments, stored/logical |")
-    P("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    kinds = [k for k in ("random", "update", "pgbench") if any(f"flood_{k}_s" in r for (tt, _), r in rows.items() if tt == t)]
+    P("| archive_command | pgbench tps | WAL made (segments) | max lag (.ready) | mean lag | drain after pgbench s | " + "".join(f"flood {k}: segments/s | " for k in kinds) + "replay s (segments) | archive: segments, stored/logical |")
+    P("|---|---:|---:|---:|---:|---:|" + "---:|" * len(kinds) + "---:|---:|")
     def rate(x, kind):
         r = rows.get((t, x), {})
         n = rows.get((t, "limit" if x.startswith("limit") else x), {}).get(f"flood_{kind}_segments", 0)
@@ -382,16 +412,18 @@ for t in ("posix", "s3"):
         rp = f"{r['replay_s']:.1f} ({r.get('replay_segments', 0):.0f})" if "replay_s" in r else "-"
         af = r.get("archive_files", 0)
         ratio = f"{af:.0f}, {r.get('archive_bytes', 0) / (af * 16777216):.2f}" if af else "-"
-        P(f"| {names[x]} | {r.get('pgbench_tps', 0):.0f} | {r.get('pgbench_segments', 0):.1f} | {max(lg)} | {st.mean(lg):.1f} | {r.get('drain_s', 0):.1f} | {f1(rate(x, 'random'))} | {f1(rate(x, 'pgbench'))} | {rp} | {ratio} |")
+        P(f"| {names[x]} | {r.get('pgbench_tps', 0):.0f} | {r.get('pgbench_segments', 0):.1f} | {max(lg)} | {st.mean(lg):.1f} | {r.get('drain_s', 0):.1f} | " + "".join(f"{f1(rate(x, k))} | " for k in kinds) + f"{rp} | {ratio} |")
     for lim in ("limit: cp + sync", "limit: s5cmd upload"):
         if (t, lim) in rows:
-            P(f"| {lim} (same files, raw) | | | | | | {f1(rate(lim, 'random'))} | {f1(rate(lim, 'pgbench'))} | | |")
-    r = rows.get((t, "limit: local cp"))
-    if r and r.get("replay_s"):
-        P(f"| limit: replay from a local directory (cp) | | | | | | | | {r['replay_s']:.1f} ({r.get('replay_segments', 0):.0f}) | |")
+            P(f"| {lim} (same files, raw) | | | | | | " + "".join(f"{f1(rate(lim, k))} | " for k in kinds) + " | |")
+    for lim, what in (("limit: local cp", "replay from a local directory (cp)"), ("limit: s5cmd download", "s5cmd downloading the archive's objects")):
+        r = rows.get((t, lim))
+        if r and r.get("replay_s"):
+            seg = f" ({r['replay_segments']:.0f})" if r.get("replay_segments") else ""
+            P(f"| limit: {what} | | | | | | " + "| " * len(kinds) + f"{r['replay_s']:.1f}{seg} | |")
     P("")
     g = lambda x, k: rows.get((t, x), {}).get(k)
-    for kind in ("random", "pgbench"):
+    for kind in kinds:
         a, sy, ba = rate("pgjet-async", kind), rate("pgjet-sync", kind), rate("pgbr-async", kind)
         if a and sy: P(f"- flood ({kind}): pgjet async / pgjet sync = {a / sy:.1f}×")
         if a and ba: P(f"- flood ({kind}): pgjet async / pgBackRest async = {a / ba:.1f}×")
@@ -428,7 +460,7 @@ amain() {
     fact pgbackrest "$(pgbackrest version)"
     fact versitygw "$VERSITYGW --keep-alive"
     fact rtt_ms "$RTT_MS"
-    fact settings "DURATION=$DURATION CLIENTS=$CLIENTS FLOOD_SEGS=$FLOOD_SEGS FLOOD_PGBENCH_SEGS=$FLOOD_PGBENCH_SEGS ASCALE=$ASCALE JOBS=$JOBS RTT_MS=$RTT_MS TARGETS='$TARGETS' TOOLS='$TOOLS'"
+    fact settings "DURATION=$DURATION CLIENTS=$CLIENTS FLOOD_SEGS=$FLOOD_SEGS FLOOD_UPDATE_SEGS=$FLOOD_UPDATE_SEGS FLOOD_PGBENCH_SEGS=$FLOOD_PGBENCH_SEGS FLOOD_KINDS='$FLOOD_KINDS' ASCALE=$ASCALE JOBS=$JOBS RTT_MS=$RTT_MS TARGETS='$TARGETS' TOOLS='$TOOLS' PHASES='$PHASES'"
     local target tool
     for target in $TARGETS; do
         configure "$target"

@@ -115,12 +115,30 @@ fn settings_fingerprint(s: &Settings) -> String {
     )
 }
 
-/// Records in the held lock file `lock` which process holds it and with which settings.
-fn write_lock_owner(lock: &mut fs::File, fingerprint: &str) {
+/// Records in the held lock file `lock` which process holds it, with which settings, and a
+/// token unique to this process's lifetime: `<pid> <fingerprint> <token>`. Returns the token
+/// (the prefetcher marks what it writes with it; a PID alone may come again after a reboot).
+fn write_lock_owner(lock: &mut fs::File, fingerprint: &str) -> String {
     use std::io::{Seek, Write};
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let token = format!(
+        "{:016x}",
+        xxhash_rust::xxh3::xxh3_64(
+            format!("{} {} {fingerprint}", std::process::id(), now.as_nanos()).as_bytes()
+        )
+    );
     let _ = lock.set_len(0);
     let _ = lock.seek(std::io::SeekFrom::Start(0));
-    let _ = writeln!(lock, "{} {fingerprint}", std::process::id());
+    let _ = writeln!(lock, "{} {fingerprint} {token}", std::process::id());
+    token
+}
+
+/// The token of the process that holds lock `name` ([`write_lock_owner`]), if one is written.
+fn lock_owner_token(spool: &Spool, name: &str) -> Option<String> {
+    let owner = fs::read_to_string(spool.dir.join(format!("{name}.lock"))).ok()?;
+    owner.split_whitespace().nth(2).map(str::to_string)
 }
 
 /// Starts the background process `name` ("push" or "get") unless one runs with the same
@@ -196,12 +214,9 @@ pub fn push_foreground(s: &Settings, wal_path: &Path) -> Result<()> {
             // restored copy with the same file name is removed, and the file pushed.
             let me = match &identity {
                 Some(i) => i.clone(),
-                None => {
-                    let data = fs::read(&path).map_err(|e| Error::io("read", &path, e))?;
-                    identity
-                        .insert(super::archive_push::wal_identity(&data))
-                        .clone()
-                }
+                None => identity
+                    .insert(super::archive_push::wal_file_identity(&path)?)
+                    .clone(),
             };
             let (first, rest) = text.split_once('\n').unwrap_or((text.as_str(), ""));
             if first.trim() == me {
@@ -209,6 +224,7 @@ pub fn push_foreground(s: &Settings, wal_path: &Path) -> Result<()> {
                 if !rest.trim().is_empty() {
                     tracing::warn!("{}", rest.trim());
                 }
+                tracing::debug!("{name} acknowledged after {} ms", t.elapsed().as_millis());
                 return Ok(());
             }
             tracing::warn!(
@@ -438,7 +454,7 @@ pub fn push_background(s: &Settings, wal_dir: &Path) -> Result<()> {
     let Some(mut lock) = spool.try_lock("push")? else {
         return Ok(());
     };
-    write_lock_owner(&mut lock, &settings_fingerprint(s));
+    let _ = write_lock_owner(&mut lock, &settings_fingerprint(s));
     let archiver = match Archiver::open(s) {
         Ok(a) => std::sync::Arc::new(a),
         Err(e) => {
@@ -532,9 +548,8 @@ pub fn push_background(s: &Settings, wal_dir: &Path) -> Result<()> {
                     let warning = drop_segments(&spool, &archiver, &droppable, seg, &reason)?;
                     tracing::warn!("{warning}");
                     for n in &droppable {
-                        let data = fs::read(wal_dir.join(n))
-                            .map_err(|e| Error::io("read", wal_dir.join(n), e))?;
-                        let identity = super::archive_push::wal_identity(&data);
+                        let identity =
+                            super::archive_push::wal_file_identity(&wal_dir.join(n))?;
                         spool.write_ack(n, "ok", &format!("{identity}\n{warning}\n"))?;
                     }
                     continue;
@@ -583,8 +598,8 @@ pub fn push_background(s: &Settings, wal_dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Environment variable that makes `archive-get` the background prefetcher; its value is
-/// `<segment size in bytes>` (the foreground learned it from the segment it served).
+/// Environment variable that makes `archive-get` the background prefetcher (value `1`; the
+/// prefetcher reads the segment size from the stanza).
 pub const GET_BACKGROUND_ENV: &str = "PGJET_ARCHIVE_GET_BACKGROUND";
 
 /// `in/` of the spool: segments fetched ahead, checked and decompressed, and `.requested`,
@@ -594,14 +609,8 @@ fn in_dir(spool: &Spool) -> PathBuf {
 }
 
 /// Starts the prefetcher unless one runs (same arguments, [`GET_BACKGROUND_ENV`] set).
-fn ensure_prefetcher(s: &Settings, spool: &Spool, seg_size: u64) -> Result<()> {
-    ensure_running(
-        s,
-        spool,
-        "get",
-        GET_BACKGROUND_ENV,
-        std::ffi::OsStr::new(&seg_size.to_string()),
-    )
+fn ensure_prefetcher(s: &Settings, spool: &Spool) -> Result<()> {
+    ensure_running(s, spool, "get", GET_BACKGROUND_ENV, std::ffi::OsStr::new("1"))
 }
 
 /// Starts this binary again with the same arguments and `env=value`, in a session of its
@@ -641,15 +650,22 @@ fn spawn_self(spool: &Spool, log: &str, env: &str, value: &std::ffi::OsStr) -> R
 }
 
 /// Moves a prefetched file to `dest`: a rename when both are on one filesystem, else a copy
-/// through a temporary file and a rename.
-fn move_into(src: &Path, dest: &Path) -> Result<()> {
-    if fs::rename(src, dest).is_ok() {
-        return Ok(());
+/// through a temporary file and a rename. False when `src` is gone (the caller fetches the
+/// file itself).
+fn move_into(src: &Path, dest: &Path) -> Result<bool> {
+    match fs::rename(src, dest) {
+        Ok(()) => return Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(_) => {}
     }
-    let data = fs::read(src).map_err(|e| Error::io("read", src, e))?;
+    let data = match fs::read(src) {
+        Ok(d) => d,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(Error::io("read", src, e)),
+    };
     super::archive_get::write_whole(dest, &data)?;
     let _ = fs::remove_file(src);
-    Ok(())
+    Ok(true)
 }
 
 /// The foreground of asynchronous `archive-get`: serves `wal_file` from the spool when the
@@ -675,9 +691,15 @@ pub fn get_foreground(
     super::archive_get::write_whole(&requested, wal_file.as_bytes())?;
     let dest = resolve_path(dest);
     let spooled = dir.join(wal_file);
+    let t = Instant::now();
+    let running = spool.try_lock("get")?.is_none();
+    // Started (or replaced, when its settings differ) before this segment is fetched: it
+    // opens its connections and fetches the next segments meanwhile. It learns the segment
+    // size from the stanza.
+    ensure_prefetcher(s, &spool)?;
     // A running prefetcher may be fetching it right now: wait a little for it (or for its
     // note that the archive lacks it) before fetching it here.
-    if spool.try_lock("get")?.is_none() {
+    if running {
         let t = Instant::now();
         while t.elapsed() < PREFETCH_WAIT
             && !spooled.exists()
@@ -686,44 +708,45 @@ pub fn get_foreground(
             std::thread::sleep(ACK_POLL);
         }
     }
-    // Served from the spool only with its checksum, and only when the bytes match it.
-    let checked = fs::read_to_string(checksum_file(&dir, wal_file))
-        .ok()
-        .filter(|sum| {
-            fs::read(&spooled)
-                .map(|d| crate::codec::xxh3_hex(&d) == sum.trim())
-                .unwrap_or(false)
-        })
-        .is_some();
-    if !checked && spooled.exists() {
-        tracing::warn!("{wal_file} in the spool does not match its checksum: fetching it again");
+    // Served from the spool only when the running prefetcher wrote it: its mark names that
+    // process's token and the file's size. A file left by an earlier prefetcher (a crash, a
+    // reboot) is never served; the running one fetched and checked these bytes itself.
+    let mark = mark_file(&dir, wal_file);
+    let trusted = match (
+        fs::read_to_string(&mark),
+        lock_owner_token(&spool, "get"),
+        fs::metadata(&spooled),
+    ) {
+        (Ok(m), Some(token), Ok(meta)) => {
+            let mut it = m.split_whitespace();
+            it.next() == Some(token.as_str())
+                && it.next().and_then(|n| n.parse::<u64>().ok()) == Some(meta.len())
+        }
+        _ => false,
+    };
+    if !trusted && spooled.exists() {
+        tracing::warn!("{wal_file} in the spool was not written by the running prefetcher: fetching it again");
         let _ = fs::remove_file(&spooled);
     }
-    let _ = fs::remove_file(checksum_file(&dir, wal_file));
-    let (outcome, seg_size) = match fs::metadata(&spooled) {
-        Ok(m) if checked => {
-            move_into(&spooled, &dest)?;
-            (GetOutcome::Found(0), m.len())
-        }
-        _ => {
-            let o = super::archive_get::fetch_direct(s, &file, &dest)?;
-            let size = fs::metadata(&dest).map(|m| m.len()).unwrap_or(0);
-            (o, size)
-        }
-    };
-    if matches!(outcome, GetOutcome::Found(_)) && seg_size.is_power_of_two() {
-        ensure_prefetcher(s, &spool, seg_size)?;
+    let _ = fs::remove_file(&mark);
+    if trusted && move_into(&spooled, &dest)? {
+        tracing::debug!(
+            "{wal_file} served from the spool in {} ms",
+            t.elapsed().as_millis()
+        );
+        return Ok(GetOutcome::Found(0));
     }
-    Ok(outcome)
+    super::archive_get::fetch_direct(s, &file, &dest)
 }
 
 /// How long the foreground waits for a segment the running prefetcher is fetching before
 /// it fetches the segment itself.
 const PREFETCH_WAIT: Duration = Duration::from_secs(2);
 
-/// `in/.<name>.xxh3`: the XXH3-128 of a prefetched segment, written after it.
-fn checksum_file(dir: &Path, name: &str) -> PathBuf {
-    dir.join(format!(".{name}.xxh3"))
+/// `in/.<name>.mark`: `<token> <size>`, the prefetcher that wrote segment `<name>`
+/// ([`write_lock_owner`]'s token) and the segment's size in bytes; written before it.
+fn mark_file(dir: &Path, name: &str) -> PathBuf {
+    dir.join(format!(".{name}.mark"))
 }
 
 /// `in/<name>.missing`: the prefetcher found no `<name>` in the archive (a hint only: the
@@ -739,19 +762,26 @@ fn prefetch_one(
     stanza: &str,
     dir: &Path,
     name: &str,
+    token: &str,
 ) -> Result<bool> {
     let f = WalFile::parse(name)?;
     let mut last_err = None;
-    for (_, st) in stores {
+    let t = Instant::now();
+    for (n, st) in stores {
         match wal::fetch(&**st, stanza, &f) {
-            Ok(Some(data)) => {
-                let p = dir.join(name);
-                super::archive_get::write_whole(&p, &data)?;
-                // The checksum the foreground compares before serving it (a crash may leave
-                // a file of the right size and other bytes).
-                let sum = checksum_file(dir, name);
-                fs::write(&sum, crate::codec::xxh3_hex(&data))
-                    .map_err(|e| Error::io("write", &sum, e))?;
+            Ok(Some((header, data))) => {
+                let fetched = t.elapsed();
+                // fetch checked the bytes against both checksums. The mark the foreground
+                // looks for goes first, whole: a foreground that sees the segment finds it.
+                let mark = format!("{token} {}", data.len());
+                super::archive_get::write_whole(&mark_file(dir, name), mark.as_bytes())?;
+                super::archive_get::write_whole(&dir.join(name), &data)?;
+                tracing::debug!(
+                    "prefetched {name} from repo{n}: {} stored bytes in {} ms, written in {} ms",
+                    header.stored_size,
+                    fetched.as_millis(),
+                    (t.elapsed() - fetched).as_millis()
+                );
                 return Ok(true);
             }
             Ok(None) => {}
@@ -791,6 +821,20 @@ fn prefetched(
     }
 }
 
+/// The WAL segment size the stanza records, from the first repository that holds it.
+///
+/// Errors: no repository holds the stanza (the last repository's error).
+fn stanza_segment_size(stores: &[(u8, std::sync::Arc<dyn Storage>)], stanza: &str) -> Result<u64> {
+    let mut last = Error::Config("no repository is configured".into());
+    for (_, st) in stores {
+        match crate::repo::read_stanza(&**st, stanza) {
+            Ok(info) => return Ok(info.wal_segment_size),
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
 /// The prefetcher: keeps the `archive-get-queue-max` worth of segments after the last one
 /// PostgreSQL asked for (`in/.requested`) in the spool, `--jobs` workers fetching at once
 /// (each takes the next wanted segment as soon as it is done), and removes the ones recovery
@@ -798,13 +842,13 @@ fn prefetched(
 /// primary is still archiving). Exits after [`IDLE_EXIT`] without a new request.
 ///
 /// Errors: the spool cannot be used; the repositories cannot be opened.
-pub fn get_background(s: &Settings, seg_size: u64) -> Result<()> {
+pub fn get_background(s: &Settings) -> Result<()> {
     let stanza = s.stanza()?.to_string();
     let spool = Spool::open(s, &stanza)?;
     let Some(mut lock) = spool.try_lock("get")? else {
         return Ok(());
     };
-    write_lock_owner(&mut lock, &settings_fingerprint(s));
+    let token = write_lock_owner(&mut lock, &settings_fingerprint(s));
     let dir = in_dir(&spool);
     // Whatever an earlier prefetcher left (another restore, a crash) goes.
     if let Ok(rd) = fs::read_dir(&dir) {
@@ -815,6 +859,7 @@ pub fn get_background(s: &Settings, seg_size: u64) -> Result<()> {
         }
     }
     let stores: Vec<(u8, std::sync::Arc<dyn Storage>)> = open_repos(s)?;
+    let seg_size = stanza_segment_size(&stores, &stanza)?;
     let window = (s.archive.get_queue_max / seg_size.max(1)).max(1);
     tracing::info!(
         "prefetcher started: {window} segment(s) ahead, {} job(s)",
@@ -824,16 +869,17 @@ pub fn get_background(s: &Settings, seg_size: u64) -> Result<()> {
     let (done_tx, done_rx) = crossbeam_channel::unbounded::<(String, Result<bool>)>();
     let mut workers = Vec::new();
     for _ in 0..s.jobs {
-        let (rx, tx, stores, stanza, dir) = (
+        let (rx, tx, stores, stanza, dir, token) = (
             work_rx.clone(),
             done_tx.clone(),
             stores.clone(),
             stanza.clone(),
             dir.clone(),
+            token.clone(),
         );
         workers.push(std::thread::spawn(move || {
             for name in rx {
-                let r = prefetch_one(&stores, &stanza, &dir, &name);
+                let r = prefetch_one(&stores, &stanza, &dir, &name, &token);
                 if tx.send((name, r)).is_err() {
                     return;
                 }
@@ -871,7 +917,7 @@ pub fn get_background(s: &Settings, seg_size: u64) -> Result<()> {
         if let Ok(rd) = fs::read_dir(&dir) {
             for e in rd.flatten() {
                 let n = e.file_name().to_string_lossy().to_string();
-                // <segment>, and .<segment>.xxh3, .tmp, .missing
+                // <segment>, and .<segment>.mark, .tmp, .missing
                 let base = n.trim_start_matches('.').get(..24).unwrap_or("");
                 if let Some((_, sn)) = lsn::parse_wal_segment_name(base, seg_size) {
                     // The requested one itself stays: the foreground is taking it.

@@ -47,9 +47,8 @@ pub fn write_whole(dest: &Path, data: &[u8]) -> Result<()> {
 /// least one failed, the first failure (never "missing": PostgreSQL would take that for the
 /// end of the archive and end recovery early).
 pub fn run(s: &Settings, wal_file: &str, dest: &Path) -> Result<GetOutcome> {
-    if let Some(v) = std::env::var_os(super::archive_async::GET_BACKGROUND_ENV) {
-        let seg_size = v.to_string_lossy().parse().unwrap_or(16 << 20);
-        super::archive_async::get_background(s, seg_size)?;
+    if std::env::var_os(super::archive_async::GET_BACKGROUND_ENV).is_some() {
+        super::archive_async::get_background(s)?;
         return Ok(GetOutcome::Found(0));
     }
     let file = WalFile::parse(wal_file)?;
@@ -77,7 +76,7 @@ pub fn fetch_direct(s: &Settings, file: &WalFile, dest: &Path) -> Result<GetOutc
             Ok(got)
         });
         match got {
-            Ok(Some(data)) => {
+            Ok(Some((_, data))) => {
                 write_whole(&dest, &data)?;
                 tracing::debug!("{} restored from repo{n}", file.name);
                 return Ok(GetOutcome::Found(n));

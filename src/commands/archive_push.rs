@@ -180,6 +180,31 @@ pub fn wal_identity(data: &[u8]) -> String {
     format!("{} {}", data.len(), crate::codec::xxh3_hex(data))
 }
 
+/// [`wal_identity`] of the file at `path`, read in 1 MiB pieces through one buffer: the
+/// foreground runs once per segment, and a whole-file read into a fresh 16 MiB buffer costs
+/// a page fault per page (the asynchronous foreground with its acknowledgement waiting took
+/// about 7 ms a segment this way on the development machine).
+///
+/// Errors: [`Error::Io`] naming the path.
+pub fn wal_file_identity(path: &Path) -> Result<String> {
+    use std::io::Read;
+    let mut f = fs::File::open(path).map_err(|e| Error::io("read", path, e))?;
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut size = 0u64;
+    loop {
+        let n = match f.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(Error::io("read", path, e)),
+        };
+        h.update(&buf[..n]);
+        size += n as u64;
+    }
+    Ok(format!("{size} {:032x}", h.digest128()))
+}
+
 /// Resolves `%p`/`%f`-style paths: relative ones are relative to the working directory
 /// (PostgreSQL runs archive_command and restore_command in the data directory).
 pub fn resolve_path(p: &Path) -> PathBuf {
@@ -254,4 +279,23 @@ pub fn run(s: &Settings, wal_path: &Path) -> Result<()> {
     archiver.push(&path, &mut c)?;
     tracing::debug!("archived {}", path.display());
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_identity_matches_the_identity_of_the_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        // Larger than the 1 MiB piece, and not a multiple of it.
+        let data: Vec<u8> = (0..(3 << 20) + 12345u32).map(|i| (i * 31 % 251) as u8).collect();
+        let p = dir.path().join("000000010000000000000001");
+        fs::write(&p, &data).unwrap();
+        assert_eq!(wal_file_identity(&p).unwrap(), wal_identity(&data));
+        fs::write(&p, b"").unwrap();
+        assert_eq!(wal_file_identity(&p).unwrap(), wal_identity(b""));
+        let e = wal_file_identity(&dir.path().join("missing")).unwrap_err();
+        assert!(e.to_string().contains("missing"), "{e}");
+    }
 }

@@ -287,18 +287,22 @@ pub fn store(
     )))
 }
 
-/// Reads archived `file` and checks it whole: None when the archive does not have it.
+/// Reads archived `file` and checks it whole: its header (whose `xxh3` the bytes were
+/// checked against) and bytes, None when the archive does not have it.
 ///
 /// Errors: [`Error::CorruptWal`]; the store's errors other than not-found.
-pub fn fetch(store: &dyn Storage, stanza: &str, file: &WalFile) -> Result<Option<Vec<u8>>> {
+pub fn fetch(
+    store: &dyn Storage,
+    stanza: &str,
+    file: &WalFile,
+) -> Result<Option<(WalHeader, Vec<u8>)>> {
     let name = file.object_name(stanza);
     let bytes = match store.get(&name) {
         Ok(b) => b,
         Err(e) if e.is_not_found() => return Ok(None),
         Err(e) => return Err(e),
     };
-    let (_, data) = decode(&name, &file.name, &bytes)?;
-    Ok(Some(data))
+    decode(&name, &file.name, &bytes).map(Some)
 }
 
 /// True when the archive has `file` (one existence check, no read).
@@ -527,7 +531,7 @@ mod tests {
         let eb = encode(&f.name, &b, c, &mut comp, 1).unwrap();
         let e = store(&st, "s", &f, &b, &eb).unwrap_err().to_string();
         assert!(e.contains("different content"), "{e}");
-        assert_eq!(fetch(&st, "s", &f).unwrap().unwrap(), a);
+        assert_eq!(fetch(&st, "s", &f).unwrap().unwrap().1, a);
         let missing = WalFile::parse("000000010000000000000008").unwrap();
         assert_eq!(fetch(&st, "s", &missing).unwrap(), None);
         assert_eq!(list_timeline(&st, "s", 1).unwrap(), vec![f.name.clone()]);
