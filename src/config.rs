@@ -44,6 +44,9 @@ pub enum Output {
 pub struct Settings {
     /// The config file that was read (None when there was none).
     pub config_file: Option<PathBuf>,
+    /// Repository 1's options given as flags, as `--name=value` words (never credentials:
+    /// those have no flags), for the commands pgjet writes for later runs (restore_command).
+    pub repo_flags: Vec<String>,
     pub stanza: Option<String>,
     /// The configured repositories, by number (1..=[`MAX_REPOS`]), in order.
     pub repos: Vec<(u8, RepoConfig)>,
@@ -243,6 +246,10 @@ impl Settings {
                 .or_else(|| std::env::var(env_name(key)).ok())
                 .or_else(|| get(key))
         };
+        let repo_flags = flags
+            .iter()
+            .filter_map(|(k, v)| v.as_ref().map(|v| format!("--{k}={v}")))
+            .collect();
         let mut repos = Vec::new();
         for n in 1..=MAX_REPOS {
             if let Some(c) = RepoConfig::resolve(n, &repo_opt)? {
@@ -426,6 +433,7 @@ impl Settings {
         Ok(Settings {
             retention,
             config_file,
+            repo_flags,
             archive,
             stanza,
             repos,

@@ -757,7 +757,7 @@ fn pg18_posix_async_archiving_kill9_queue_max_and_expire() {
     let r = bench.wait();
     assert!(r.success(), "pgbench failed:\n{r}");
     assert!(kills >= 3, "only {kills} background pusher(s) were killed");
-    let last = archive_all(
+    archive_all(
         &cluster,
         &repo,
         &async_flags,
@@ -908,7 +908,7 @@ fn pg15_s3_async_archiving_outage_and_prefetch() {
         "archiving did not fail while the S3 server was down",
     );
     repo.server.as_mut().unwrap().resume();
-    let last = archive_all(
+    archive_all(
         &cluster,
         &repo,
         &["--archive-timeout", "120"],

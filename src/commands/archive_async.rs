@@ -143,14 +143,14 @@ fn lock_owner_token(spool: &Spool, name: &str) -> Option<String> {
 
 /// Starts the background process `name` ("push" or "get") unless one runs with the same
 /// settings; one that runs with other settings is stopped (SIGTERM: like a kill -9, it
-/// leaves nothing half-done) and replaced.
+/// leaves nothing half-done) and replaced. True when it started one.
 fn ensure_running(
     s: &Settings,
     spool: &Spool,
     name: &str,
     env: &str,
     value: &std::ffi::OsStr,
-) -> Result<()> {
+) -> Result<bool> {
     let mine = settings_fingerprint(s);
     if spool.try_lock(name)?.is_none() {
         let owner = fs::read_to_string(spool.dir.join(format!("{name}.lock"))).unwrap_or_default();
@@ -158,7 +158,7 @@ fn ensure_running(
         let pid: i32 = it.next().and_then(|p| p.parse().ok()).unwrap_or(0);
         let theirs = it.next().unwrap_or("");
         if pid <= 0 || theirs.is_empty() || theirs == mine {
-            return Ok(());
+            return Ok(false);
         }
         tracing::info!(
             "the background {name} process (PID {pid}) runs with other settings: replacing it"
@@ -170,18 +170,18 @@ fn ensure_running(
             spool.try_lock(name).map(|l| l.is_some()).unwrap_or(false)
         });
         if !freed {
-            return Ok(());
+            return Ok(false);
         }
     }
     // The lock was free (and is released again here): start one. Should two starts race,
     // the second finds the lock taken and exits.
-    spawn_self(spool, name, env, value)
+    spawn_self(spool, name, env, value).map(|_| true)
 }
 
 /// Starts the background pusher for `wal_path`'s pg_wal directory unless one runs.
 fn ensure_background(s: &Settings, spool: &Spool, wal_path: &Path) -> Result<()> {
     let wal_dir = wal_path.parent().unwrap_or(Path::new("."));
-    ensure_running(s, spool, "push", BACKGROUND_ENV, wal_dir.as_os_str())
+    ensure_running(s, spool, "push", BACKGROUND_ENV, wal_dir.as_os_str()).map(|_| ())
 }
 
 /// The foreground of asynchronous `archive-push`: returns once the background pusher has
@@ -603,13 +603,14 @@ pub fn push_background(s: &Settings, wal_dir: &Path) -> Result<()> {
 pub const GET_BACKGROUND_ENV: &str = "PGJET_ARCHIVE_GET_BACKGROUND";
 
 /// `in/` of the spool: segments fetched ahead, checked and decompressed, and `.requested`,
-/// the last segment PostgreSQL asked for.
+/// the last segment PostgreSQL asked for and the asking foreground's PID.
 fn in_dir(spool: &Spool) -> PathBuf {
     spool.dir.join("in")
 }
 
-/// Starts the prefetcher unless one runs (same arguments, [`GET_BACKGROUND_ENV`] set).
-fn ensure_prefetcher(s: &Settings, spool: &Spool) -> Result<()> {
+/// Starts the prefetcher unless one runs (same arguments, [`GET_BACKGROUND_ENV`] set); true
+/// when it started one.
+fn ensure_prefetcher(s: &Settings, spool: &Spool) -> Result<bool> {
     ensure_running(s, spool, "get", GET_BACKGROUND_ENV, std::ffi::OsStr::new("1"))
 }
 
@@ -688,18 +689,22 @@ pub fn get_foreground(
     let dir = in_dir(&spool);
     fs::create_dir_all(&dir).map_err(|e| Error::io("create spool directory", &dir, e))?;
     let requested = dir.join(".requested");
-    super::archive_get::write_whole(&requested, wal_file.as_bytes())?;
+    // `<segment> <pid>`: each request differs, even for the same segment.
+    super::archive_get::write_whole(
+        &requested,
+        format!("{wal_file} {}", std::process::id()).as_bytes(),
+    )?;
     let dest = resolve_path(dest);
     let spooled = dir.join(wal_file);
     let t = Instant::now();
     let running = spool.try_lock("get")?.is_none();
     // Started (or replaced, when its settings differ) before this segment is fetched: it
-    // opens its connections and fetches the next segments meanwhile. It learns the segment
-    // size from the stanza.
-    ensure_prefetcher(s, &spool)?;
-    // A running prefetcher may be fetching it right now: wait a little for it (or for its
-    // note that the archive lacks it) before fetching it here.
-    if running {
+    // opens its connections and fetches the next segments meanwhile (not this one, which is
+    // fetched here). It learns the segment size from the stanza.
+    let started = ensure_prefetcher(s, &spool)?;
+    // A prefetcher that was running may be fetching it right now: wait a little for it (or
+    // for its note that the archive lacks it) before fetching it here.
+    if running && !started {
         let t = Instant::now();
         while t.elapsed() < PREFETCH_WAIT
             && !spooled.exists()
@@ -891,6 +896,8 @@ pub fn get_background(s: &Settings) -> Result<()> {
     // Stored by this prefetcher: never fetched again (the foreground may have taken it).
     let mut fetched: HashSet<String> = HashSet::new();
     let mut missing_since: HashMap<String, Instant> = HashMap::new();
+    // The foreground that started this prefetcher fetches the segment it asked for itself.
+    let first_request = fs::read_to_string(dir.join(".requested")).unwrap_or_default();
     let mut last_request = String::new();
     let mut last_change = Instant::now();
     while last_change.elapsed() < IDLE_EXIT {
@@ -909,7 +916,8 @@ pub fn get_background(s: &Settings) -> Result<()> {
             last_request = req.clone();
             last_change = Instant::now();
         }
-        let Some((tli, segno)) = lsn::parse_wal_segment_name(req.trim(), seg_size) else {
+        let req_segment = req.split_whitespace().next().unwrap_or("");
+        let Some((tli, segno)) = lsn::parse_wal_segment_name(req_segment, seg_size) else {
             std::thread::sleep(Duration::from_millis(20));
             continue;
         };
@@ -945,6 +953,7 @@ pub fn get_background(s: &Settings) -> Result<()> {
                 || fetched.contains(&n)
                 || recently_missing
                 || dir.join(&n).exists()
+                || (req == first_request && n == req_segment)
             {
                 continue;
             }

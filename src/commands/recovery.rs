@@ -264,10 +264,12 @@ pub fn check_gaps(
 }
 
 /// The `restore_command` a restored cluster runs: this pgjet binary with the config file
-/// (when one was read), the stanza, repository 1's path when it is a posix directory, and
-/// `--archive-async=y --spool-path=...` when asynchronous archiving is on. Object store settings and credentials must come from the config
-/// file (`--config`) or the server's environment; `--recovery-option restore_command=...`
-/// replaces the whole command.
+/// (when one was read), the stanza, repository 1's options given as flags (its path too when
+/// it is a posix directory named by the environment), `--repo N`, and `--archive-async=y
+/// --spool-path=...` when asynchronous archiving is on. Credentials and options that came
+/// from this shell's environment are not written into the cluster's configuration: they must
+/// come from the config file or the server's environment ([`environment_warning`]);
+/// `--recovery-option restore_command=...` replaces the whole command.
 pub fn restore_command(s: &Settings, stanza: &str) -> String {
     let exe = std::env::current_exe()
         .map(|p| p.display().to_string())
@@ -277,10 +279,13 @@ pub fn restore_command(s: &Settings, stanza: &str) -> String {
         cmd.push(shell_word(&format!("--config={}", f.display())));
     }
     cmd.push(shell_word(&format!("--stanza={stanza}")));
-    for (n, cfg) in &s.repos {
-        if let crate::config::RepoConfig::Posix { path } = cfg {
-            if *n == 1 {
-                cmd.push(shell_word(&format!("--repo-path={}", path.display())));
+    cmd.extend(s.repo_flags.iter().map(|w| shell_word(w)));
+    if !s.repo_flags.iter().any(|w| w.starts_with("--repo-path=")) {
+        for (n, cfg) in &s.repos {
+            if let crate::config::RepoConfig::Posix { path } = cfg {
+                if *n == 1 {
+                    cmd.push(shell_word(&format!("--repo-path={}", path.display())));
+                }
             }
         }
     }
@@ -296,6 +301,24 @@ pub fn restore_command(s: &Settings, stanza: &str) -> String {
     }
     cmd.push("archive-get %f \"%p\"".into());
     cmd.join(" ")
+}
+
+/// A warning for restore when repository settings come from this shell's environment
+/// (`PGJET_REPO*` variables, credentials included): the restored server runs restore_command
+/// with its own environment, which may lack them. None when there are none.
+pub fn environment_warning() -> Option<String> {
+    let mut names: Vec<String> = std::env::vars_os()
+        .filter_map(|(k, _)| k.into_string().ok())
+        .filter(|k| k.starts_with("PGJET_REPO"))
+        .collect();
+    if names.is_empty() {
+        return None;
+    }
+    names.sort();
+    Some(format!(
+        "repository settings come from the environment ({}); restore_command does not carry them: the restored server needs them in its own environment or in the config file, or archive-get fails and recovery stops",
+        names.join(", ")
+    ))
 }
 
 /// Quotes a word for the shell that runs restore_command, when it needs quoting.
@@ -422,6 +445,39 @@ mod tests {
         ] {
             assert!(parse_target_time(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn restore_command_carries_repository_flags_but_never_credentials() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("pgjet.conf");
+        std::fs::write(&f, "[global]\nrepo1-s3-key=AKEY\nrepo1-s3-key-secret=ASECRET\n").unwrap();
+        let a = crate::cli::GlobalArgs {
+            config: Some(f.clone()),
+            stanza: Some("main".into()),
+            repo_type: Some("s3".into()),
+            repo_path: Some("/pg jet".into()),
+            repo_s3_bucket: Some("bench".into()),
+            repo_s3_endpoint: Some("s3.example.net".into()),
+            repo_s3_region: Some("eu-west-1".into()),
+            ..Default::default()
+        };
+        let s = Settings::resolve(&a).unwrap();
+        let c = restore_command(&s, "main");
+        for w in [
+            format!("--config={}", f.display()),
+            "--stanza=main".into(),
+            "--repo-type=s3".into(),
+            "--repo-s3-bucket=bench".into(),
+            "--repo-s3-endpoint=s3.example.net".into(),
+            "--repo-s3-region=eu-west-1".into(),
+            "'--repo-path=/pg jet'".into(),
+        ] {
+            assert!(c.contains(&w), "{w} missing from {c}");
+        }
+        assert_eq!(c.matches("--repo-path").count(), 1, "{c}");
+        assert!(!c.contains("AKEY") && !c.contains("ASECRET"), "{c}");
+        assert!(c.ends_with("archive-get %f \"%p\""), "{c}");
     }
 
     fn restore_args(flags: &[&str]) -> RestoreArgs {

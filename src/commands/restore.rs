@@ -207,6 +207,11 @@ pub fn run(s: &Settings, args: &RestoreArgs, progress: &dyn Progress) -> Result<
     // Every setting is checked before a byte is written.
     let recovery =
         super::recovery::plan(args, &target, &super::recovery::restore_command(s, stanza))?;
+    if recovery.signal.is_some() && !args.recovery_option.iter().any(|o| o.starts_with("restore_command=")) {
+        if let Some(w) = super::recovery::environment_warning() {
+            tracing::warn!("{w}");
+        }
+    }
     let pitr = matches!(
         target,
         super::recovery::Target::Time(..) | super::recovery::Target::Lsn(_)
