@@ -982,3 +982,101 @@ pub fn get_background(s: &Settings) -> Result<()> {
     tracing::info!("prefetcher ends");
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(dir: &Path, timeout: f64) -> Settings {
+        let a = crate::cli::GlobalArgs {
+            stanza: Some("main".into()),
+            repo_path: Some(dir.join("repo")),
+            archive_async: Some("y".into()),
+            spool_path: Some(dir.join("spool")),
+            archive_timeout: Some(timeout),
+            ..Default::default()
+        };
+        Settings::resolve(&a).unwrap()
+    }
+
+    #[test]
+    fn the_get_foreground_serves_only_what_the_running_prefetcher_wrote() {
+        use crate::codec::{CompressType, Compression, Compressor};
+        let dir = tempfile::tempdir().unwrap();
+        let s = settings(dir.path(), 5.0);
+        let name = "000000010000000000000007";
+        let archived = vec![1u8; 1 << 16];
+        fs::create_dir_all(dir.path().join("repo")).unwrap();
+        let repo = crate::storage::posix::PosixStorage::open(&dir.path().join("repo")).unwrap();
+        let c = Compression::new(CompressType::Zstd, None).unwrap();
+        let f = WalFile::parse(name).unwrap();
+        let enc = wal::encode(name, &archived, c, &mut Compressor::new(c).unwrap(), 1).unwrap();
+        wal::store(&repo, "main", &f, &archived, &enc).unwrap();
+        // A "running prefetcher": the test holds get.lock with this invocation's settings.
+        let spool = Spool::open(&s, "main").unwrap();
+        let mut lock = spool.try_lock("get").unwrap().expect("the lock is free");
+        let token = write_lock_owner(&mut lock, &settings_fingerprint(&s));
+        let inn = in_dir(&spool);
+        fs::create_dir_all(&inn).unwrap();
+        let spooled = vec![2u8; 1 << 16];
+        let dest = dir.path().join("RECOVERYXLOG");
+        for (mark, served) in [
+            (format!("{token} {}", spooled.len()), &spooled),
+            // another prefetcher's (a crash's leftover), or the wrong size: fetched again
+            (format!("0123456789abcdef {}", spooled.len()), &archived),
+            (format!("{token} 12"), &archived),
+            (String::new(), &archived),
+        ] {
+            fs::write(inn.join(name), &spooled).unwrap();
+            if !mark.is_empty() {
+                fs::write(mark_file(&inn, name), &mark).unwrap();
+            }
+            let _ = fs::remove_file(&dest);
+            let got = get_foreground(&s, name, &dest).unwrap();
+            assert_eq!(got, super::super::archive_get::GetOutcome::Found(if served == &spooled { 0 } else { 1 }), "mark {mark:?}");
+            assert_eq!(&fs::read(&dest).unwrap(), served, "mark {mark:?}");
+            assert!(!inn.join(name).exists() && !mark_file(&inn, name).exists());
+        }
+    }
+
+    #[test]
+    fn the_foreground_gives_up_after_archive_timeout_and_drops_a_stale_acknowledgement() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = settings(dir.path(), 1.0);
+        let name = "000000010000000000000001";
+        let wal = dir.path().join(name);
+        fs::write(&wal, vec![7u8; 8192]).unwrap();
+        let spool = Spool::open(&s, "main").unwrap();
+        // A pusher that never answers: its lock is held, with no owner written (so the
+        // foreground neither replaces nor starts one).
+        let _held = spool.try_lock("push").unwrap().expect("the lock is free");
+        // An acknowledgement for other bytes under this name (another cluster's).
+        spool
+            .write_ack(name, "ok", &format!("{}\n", super::super::archive_push::wal_identity(b"other")))
+            .unwrap();
+        let t = Instant::now();
+        let e = push_foreground(&s, &wal).unwrap_err();
+        let waited = t.elapsed();
+        assert!(
+            waited >= Duration::from_secs(1) && waited < Duration::from_secs(5),
+            "waited {waited:?}"
+        );
+        assert!(
+            matches!(e, Error::Unsafe(_)) && e.to_string().contains("archive-timeout"),
+            "{e}"
+        );
+        assert!(!spool.ack(name, "ok").exists(), "the stale acknowledgement stays");
+
+        // The pusher's acknowledgement of these bytes: accepted at once.
+        spool
+            .write_ack(name, "ok", &format!("{}\n", super::super::archive_push::wal_identity(&[7u8; 8192])))
+            .unwrap();
+        push_foreground(&s, &wal).unwrap();
+        // An error acknowledgement reaches the caller, and goes (the next call waits anew).
+        spool.write_ack(name, "error", "repo1: permission denied").unwrap();
+        let _ = fs::remove_file(spool.ack(name, "ok"));
+        let e = push_foreground(&s, &wal).unwrap_err();
+        assert!(e.to_string().contains("permission denied"), "{e}");
+        assert!(!spool.ack(name, "error").exists());
+    }
+}
