@@ -44,8 +44,9 @@ pub enum Output {
 pub struct Settings {
     /// The config file that was read (None when there was none).
     pub config_file: Option<PathBuf>,
-    /// Repository 1's options given as flags, as `--name=value` words (never credentials:
-    /// those have no flags), for the commands pgjet writes for later runs (restore_command).
+    /// Repository 1's options given as flags or their `PGJET_REPO_*` variables, as
+    /// `--name=value` words (never credentials: those have no flags), for the commands pgjet
+    /// writes for later runs (restore_command).
     pub repo_flags: Vec<String>,
     pub stanza: Option<String>,
     /// The configured repositories, by number (1..=[`MAX_REPOS`]), in order.

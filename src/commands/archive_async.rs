@@ -487,8 +487,9 @@ pub fn push_background(s: &Settings, wal_dir: &Path) -> Result<()> {
                     return;
                 }
             };
+            let mut buf = Vec::new();
             for name in rx {
-                let r = a.push(&dir.join(&name), &mut c).map_err(|e| {
+                let r = a.push(&dir.join(&name), &mut c, &mut buf).map_err(|e| {
                     tracing::info!("{}", e.hint());
                     e.to_string()
                 });

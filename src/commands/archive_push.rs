@@ -90,26 +90,47 @@ impl Archiver {
     /// the first failure is returned after the others were written (PostgreSQL retries the
     /// file, and the repositories that have it answer [`PushOutcome::AlreadyArchived`]).
     ///
+    /// `buf` holds the file's bytes; a caller that pushes many files passes the same one
+    /// (its capacity is kept: no fresh 16 MiB, page-faulted, per segment).
+    ///
     /// Errors: the file cannot be read or is not a WAL file name; a segment whose size or
     /// header does not fit the stanza ([`Error::Repo`]); a different copy already archived
     /// ([`Error::Repo`]); the store's errors.
-    pub fn push(&self, path: &Path, compressor: &mut Compressor) -> Result<String> {
+    pub fn push(
+        &self,
+        path: &Path,
+        compressor: &mut Compressor,
+        buf: &mut Vec<u8>,
+    ) -> Result<String> {
+        use std::io::Read;
         let name = path
             .file_name()
             .and_then(|n| n.to_str())
             .ok_or_else(|| Error::Config(format!("{} names no WAL file", path.display())))?;
         let file = WalFile::parse(name)?;
-        let data = fs::read(path).map_err(|e| Error::io("read", path, e))?;
-        self.check(&file, &data)?;
+        buf.clear();
+        fs::File::open(path)
+            .and_then(|mut f| f.read_to_end(buf))
+            .map_err(|e| Error::io("read", path, e))?;
+        let data = &buf[..];
+        self.check(&file, data)?;
         let sysid = self
             .repos
             .first()
             .map(|r| r.2.system_identifier)
             .unwrap_or(0);
-        let encoded = wal::encode(&file.name, &data, self.compression, compressor, sysid)?;
+        let xxh3 = crate::codec::xxh3_hex(data);
+        let encoded = wal::encode_hashed(
+            &file.name,
+            data,
+            &xxh3,
+            self.compression,
+            compressor,
+            sysid,
+        )?;
         let mut first_err = None;
         for (n, store, _) in &self.repos {
-            match wal::store(&**store, &self.stanza, &file, &data, &encoded) {
+            match wal::store(&**store, &self.stanza, &file, data, &encoded) {
                 Ok(PushOutcome::AlreadyArchived) => tracing::warn!(
                     "WAL file {} is already in repo{n} with the same content; nothing written",
                     file.name
@@ -125,7 +146,7 @@ impl Archiver {
         }
         match first_err {
             Some(e) => Err(e),
-            None => Ok(wal_identity(&data)),
+            None => Ok(identity(data.len() as u64, &xxh3)),
         }
     }
 
@@ -177,7 +198,12 @@ impl Archiver {
 /// foreground trusts an acknowledgement only for the bytes it names (a stale one, left from
 /// another cluster or a restored copy, names other bytes).
 pub fn wal_identity(data: &[u8]) -> String {
-    format!("{} {}", data.len(), crate::codec::xxh3_hex(data))
+    identity(data.len() as u64, &crate::codec::xxh3_hex(data))
+}
+
+/// The identity of `size` bytes whose XXH3-128 is `xxh3` (hex), as [`wal_identity`] writes it.
+fn identity(size: u64, xxh3: &str) -> String {
+    format!("{size} {xxh3}")
 }
 
 /// [`wal_identity`] of the file at `path`, read in 1 MiB pieces through one buffer: the
@@ -202,7 +228,7 @@ pub fn wal_file_identity(path: &Path) -> Result<String> {
         h.update(&buf[..n]);
         size += n as u64;
     }
-    Ok(format!("{size} {:032x}", h.digest128()))
+    Ok(identity(size, &format!("{:032x}", h.digest128())))
 }
 
 /// Resolves `%p`/`%f`-style paths: relative ones are relative to the working directory
@@ -276,7 +302,7 @@ pub fn run(s: &Settings, wal_path: &Path) -> Result<()> {
         }
     }
     let mut c = archiver.compressor()?;
-    archiver.push(&path, &mut c)?;
+    archiver.push(&path, &mut c, &mut Vec::new())?;
     tracing::debug!("archived {}", path.display());
     Ok(())
 }

@@ -303,13 +303,27 @@ pub fn restore_command(s: &Settings, stanza: &str) -> String {
     cmd.join(" ")
 }
 
+/// Environment variables of repository options that have flags: restore_command carries
+/// their values as flags ([`Settings::repo_flags`]; `--repo` as itself).
+const CARRIED_ENV: [&str; 9] = [
+    "PGJET_REPO",
+    "PGJET_REPO_PATH",
+    "PGJET_REPO_TYPE",
+    "PGJET_REPO_S3_BUCKET",
+    "PGJET_REPO_S3_ENDPOINT",
+    "PGJET_REPO_S3_REGION",
+    "PGJET_REPO_S3_URI_STYLE",
+    "PGJET_REPO_STORAGE_VERIFY_TLS",
+    "PGJET_REPO_STORAGE_CA_FILE",
+];
+
 /// A warning for restore when repository settings come from this shell's environment
-/// (`PGJET_REPO*` variables, credentials included): the restored server runs restore_command
-/// with its own environment, which may lack them. None when there are none.
+/// (`PGJET_REPO*` variables without a flag, credentials included): the restored server runs
+/// restore_command with its own environment, which may lack them. None when there are none.
 pub fn environment_warning() -> Option<String> {
     let mut names: Vec<String> = std::env::vars_os()
         .filter_map(|(k, _)| k.into_string().ok())
-        .filter(|k| k.starts_with("PGJET_REPO"))
+        .filter(|k| k.starts_with("PGJET_REPO") && !CARRIED_ENV.contains(&k.as_str()))
         .collect();
     if names.is_empty() {
         return None;

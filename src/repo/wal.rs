@@ -156,6 +156,20 @@ pub fn encode(
     compressor: &mut Compressor,
     system_identifier: u64,
 ) -> Result<Vec<u8>> {
+    let xxh3 = codec::xxh3_hex(data);
+    encode_hashed(name, data, &xxh3, compression, compressor, system_identifier)
+}
+
+/// [`encode`] for a caller that already has `data`'s XXH3-128 (`xxh3`, 32 hex digits), so
+/// the 16 MiB of a segment are hashed once.
+pub fn encode_hashed(
+    name: &str,
+    data: &[u8],
+    xxh3: &str,
+    compression: Compression,
+    compressor: &mut Compressor,
+    system_identifier: u64,
+) -> Result<Vec<u8>> {
     let mut frame = direct::aligned_buf(0);
     compressor
         .compress(data, &mut frame)
@@ -164,7 +178,7 @@ pub fn encode(
         pgjet_wal: WAL_OBJECT_FORMAT,
         file: name.to_string(),
         size: data.len() as u64,
-        xxh3: codec::xxh3_hex(data),
+        xxh3: xxh3.to_string(),
         compression,
         stored_size: frame.len() as u64,
         stored_xxh3: codec::xxh3_hex(&frame),
