@@ -599,8 +599,9 @@ pub fn push_background(s: &Settings, wal_dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Environment variable that makes `archive-get` the background prefetcher (value `1`; the
-/// prefetcher reads the segment size from the stanza).
+/// Environment variable that makes `archive-get` the background prefetcher. Its value is the
+/// request (`<segment> <pid>`, as in `.requested`) of the foreground that started it, which
+/// fetches that segment itself; the prefetcher reads the segment size from the stanza.
 pub const GET_BACKGROUND_ENV: &str = "PGJET_ARCHIVE_GET_BACKGROUND";
 
 /// `in/` of the spool: segments fetched ahead, checked and decompressed, and `.requested`,
@@ -609,10 +610,10 @@ fn in_dir(spool: &Spool) -> PathBuf {
     spool.dir.join("in")
 }
 
-/// Starts the prefetcher unless one runs (same arguments, [`GET_BACKGROUND_ENV`] set); true
-/// when it started one.
-fn ensure_prefetcher(s: &Settings, spool: &Spool) -> Result<bool> {
-    ensure_running(s, spool, "get", GET_BACKGROUND_ENV, std::ffi::OsStr::new("1"))
+/// Starts the prefetcher unless one runs (same arguments, [`GET_BACKGROUND_ENV`] set to
+/// `request`); true when it started one.
+fn ensure_prefetcher(s: &Settings, spool: &Spool, request: &str) -> Result<bool> {
+    ensure_running(s, spool, "get", GET_BACKGROUND_ENV, std::ffi::OsStr::new(request))
 }
 
 /// Starts this binary again with the same arguments and `env=value`, in a session of its
@@ -691,21 +692,24 @@ pub fn get_foreground(
     fs::create_dir_all(&dir).map_err(|e| Error::io("create spool directory", &dir, e))?;
     let requested = dir.join(".requested");
     // `<segment> <pid>`: each request differs, even for the same segment.
-    super::archive_get::write_whole(
-        &requested,
-        format!("{wal_file} {}", std::process::id()).as_bytes(),
-    )?;
+    let request = format!("{wal_file} {}", std::process::id());
+    super::archive_get::write_whole(&requested, request.as_bytes())?;
     let dest = resolve_path(dest);
     let spooled = dir.join(wal_file);
     let t = Instant::now();
     let running = spool.try_lock("get")?.is_none();
     // Started (or replaced, when its settings differ) before this segment is fetched: it
     // opens its connections and fetches the next segments meanwhile (not this one, which is
-    // fetched here). It learns the segment size from the stanza.
-    let started = ensure_prefetcher(s, &spool)?;
+    // fetched here). It learns the segment size from the stanza. It only saves time: when it
+    // cannot be started, this segment is still fetched here.
+    let started = ensure_prefetcher(s, &spool, &request).unwrap_or_else(|e| {
+        tracing::warn!("cannot start the archive-get prefetcher: {e}");
+        false
+    });
+    let live = running && !started;
     // A prefetcher that was running may be fetching it right now: wait a little for it (or
     // for its note that the archive lacks it) before fetching it here.
-    if running && !started {
+    if live {
         let t = Instant::now();
         while t.elapsed() < PREFETCH_WAIT
             && !spooled.exists()
@@ -714,13 +718,14 @@ pub fn get_foreground(
             std::thread::sleep(ACK_POLL);
         }
     }
-    // Served from the spool only when the running prefetcher wrote it: its mark names that
-    // process's token and the file's size. A file left by an earlier prefetcher (a crash, a
-    // reboot) is never served; the running one fetched and checked these bytes itself.
+    // Served from the spool only when the prefetcher that was running wrote it: its mark
+    // names that process's token and the file's size. A file left by an earlier prefetcher
+    // (a crash, a reboot; the lock file still names it until a new one starts) is never
+    // served; the running one fetched and checked these bytes itself.
     let mark = mark_file(&dir, wal_file);
     let trusted = match (
         fs::read_to_string(&mark),
-        lock_owner_token(&spool, "get"),
+        lock_owner_token(&spool, "get").filter(|_| live),
         fs::metadata(&spooled),
     ) {
         (Ok(m), Some(token), Ok(meta)) => {
@@ -898,7 +903,7 @@ pub fn get_background(s: &Settings) -> Result<()> {
     let mut fetched: HashSet<String> = HashSet::new();
     let mut missing_since: HashMap<String, Instant> = HashMap::new();
     // The foreground that started this prefetcher fetches the segment it asked for itself.
-    let first_request = fs::read_to_string(dir.join(".requested")).unwrap_or_default();
+    let first_request = std::env::var(GET_BACKGROUND_ENV).unwrap_or_default();
     let mut last_request = String::new();
     let mut last_change = Instant::now();
     while last_change.elapsed() < IDLE_EXIT {
@@ -913,11 +918,16 @@ pub fn get_background(s: &Settings) -> Result<()> {
             );
         }
         let req = fs::read_to_string(dir.join(".requested")).unwrap_or_default();
+        let req_segment = req.split_whitespace().next().unwrap_or("").to_string();
         if req != last_request {
             last_request = req.clone();
             last_change = Instant::now();
+            // Asked for again after it was served (recovery restarted): fetch it anew.
+            if !dir.join(&req_segment).exists() {
+                fetched.remove(&req_segment);
+            }
         }
-        let req_segment = req.split_whitespace().next().unwrap_or("");
+        let req_segment = req_segment.as_str();
         let Some((tli, segno)) = lsn::parse_wal_segment_name(req_segment, seg_size) else {
             std::thread::sleep(Duration::from_millis(20));
             continue;

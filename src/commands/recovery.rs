@@ -274,17 +274,19 @@ pub fn restore_command(s: &Settings, stanza: &str) -> String {
     let exe = std::env::current_exe()
         .map(|p| p.display().to_string())
         .unwrap_or_else(|_| "pgjet".into());
-    let mut cmd = vec![shell_word(&exe)];
+    // PostgreSQL replaces %-escapes in restore_command: a literal % is written %%.
+    let word = |w: &str| shell_word(w).replace('%', "%%");
+    let mut cmd = vec![word(&exe)];
     if let Some(f) = &s.config_file {
-        cmd.push(shell_word(&format!("--config={}", f.display())));
+        cmd.push(word(&format!("--config={}", f.display())));
     }
-    cmd.push(shell_word(&format!("--stanza={stanza}")));
-    cmd.extend(s.repo_flags.iter().map(|w| shell_word(w)));
+    cmd.push(word(&format!("--stanza={stanza}")));
+    cmd.extend(s.repo_flags.iter().map(|w| word(w)));
     if !s.repo_flags.iter().any(|w| w.starts_with("--repo-path=")) {
         for (n, cfg) in &s.repos {
             if let crate::config::RepoConfig::Posix { path } = cfg {
                 if *n == 1 {
-                    cmd.push(shell_word(&format!("--repo-path={}", path.display())));
+                    cmd.push(word(&format!("--repo-path={}", path.display())));
                 }
             }
         }
@@ -294,7 +296,7 @@ pub fn restore_command(s: &Settings, stanza: &str) -> String {
     }
     if s.archive.asynchronous {
         cmd.push("--archive-async=y".into());
-        cmd.push(shell_word(&format!(
+        cmd.push(word(&format!(
             "--spool-path={}",
             s.archive.spool_path.display()
         )));
@@ -470,7 +472,7 @@ mod tests {
             config: Some(f.clone()),
             stanza: Some("main".into()),
             repo_type: Some("s3".into()),
-            repo_path: Some("/pg jet".into()),
+            repo_path: Some("/pg jet%".into()),
             repo_s3_bucket: Some("bench".into()),
             repo_s3_endpoint: Some("s3.example.net".into()),
             repo_s3_region: Some("eu-west-1".into()),
@@ -485,7 +487,7 @@ mod tests {
             "--repo-s3-bucket=bench".into(),
             "--repo-s3-endpoint=s3.example.net".into(),
             "--repo-s3-region=eu-west-1".into(),
-            "'--repo-path=/pg jet'".into(),
+            "'--repo-path=/pg jet%%'".into(),
         ] {
             assert!(c.contains(&w), "{w} missing from {c}");
         }
