@@ -920,12 +920,14 @@ pub fn get_background(s: &Settings) -> Result<()> {
         let req = fs::read_to_string(dir.join(".requested")).unwrap_or_default();
         let req_segment = req.split_whitespace().next().unwrap_or("").to_string();
         if req != last_request {
-            last_request = req.clone();
-            last_change = Instant::now();
-            // Asked for again after it was served (recovery restarted): fetch it anew.
-            if !dir.join(&req_segment).exists() {
+            // The same segment asked for by a second foreground after it was served (the
+            // first one failed after taking it, or recovery restarted): fetch it anew.
+            let previous = last_request.split_whitespace().next().unwrap_or("");
+            if previous == req_segment && !dir.join(&req_segment).exists() {
                 fetched.remove(&req_segment);
             }
+            last_request = req.clone();
+            last_change = Instant::now();
         }
         let req_segment = req_segment.as_str();
         let Some((tli, segno)) = lsn::parse_wal_segment_name(req_segment, seg_size) else {
