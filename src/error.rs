@@ -30,7 +30,7 @@ pub enum Error {
     Repo(String),
     /// Stored bytes do not match the manifest: names the affected files (the message shows
     /// the first [`CORRUPT_NAMES_SHOWN`]; each one is also logged on its own line).
-    /// `label` says what holds them: "backup <label>" or "WAL archive".
+    /// `label` says what holds them: `backup <label>` or `WAL archive`.
     #[error("corrupt {label}: {}", shown_names(files))]
     Corrupt { label: String, files: Vec<String> },
     /// A file of the WAL archive does not hold what its header says (or no valid header):

@@ -135,10 +135,14 @@ fn write_lock_owner(lock: &mut fs::File, fingerprint: &str) -> String {
     token
 }
 
-/// The token of the process that holds lock `name` ([`write_lock_owner`]), if one is written.
-fn lock_owner_token(spool: &Spool, name: &str) -> Option<String> {
-    let owner = fs::read_to_string(spool.dir.join(format!("{name}.lock"))).ok()?;
-    owner.split_whitespace().nth(2).map(str::to_string)
+/// What lock `name`'s file says of its last holder ([`write_lock_owner`]): PID (0 when
+/// unreadable), settings fingerprint and token (empty when not written).
+fn lock_owner(spool: &Spool, name: &str) -> (i32, String, String) {
+    let owner = fs::read_to_string(spool.dir.join(format!("{name}.lock"))).unwrap_or_default();
+    let mut it = owner.split_whitespace();
+    let pid = it.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+    let fingerprint = it.next().unwrap_or("").to_string();
+    (pid, fingerprint, it.next().unwrap_or("").to_string())
 }
 
 /// Starts the background process `name` ("push" or "get") unless one runs with the same
@@ -153,10 +157,7 @@ fn ensure_running(
 ) -> Result<bool> {
     let mine = settings_fingerprint(s);
     if spool.try_lock(name)?.is_none() {
-        let owner = fs::read_to_string(spool.dir.join(format!("{name}.lock"))).unwrap_or_default();
-        let mut it = owner.split_whitespace();
-        let pid: i32 = it.next().and_then(|p| p.parse().ok()).unwrap_or(0);
-        let theirs = it.next().unwrap_or("");
+        let (pid, theirs, _) = lock_owner(spool, name);
         if pid <= 0 || theirs.is_empty() || theirs == mine {
             return Ok(false);
         }
@@ -549,8 +550,7 @@ pub fn push_background(s: &Settings, wal_dir: &Path) -> Result<()> {
                     let warning = drop_segments(&spool, &archiver, &droppable, seg, &reason)?;
                     tracing::warn!("{warning}");
                     for n in &droppable {
-                        let identity =
-                            super::archive_push::wal_file_identity(&wal_dir.join(n))?;
+                        let identity = super::archive_push::wal_file_identity(&wal_dir.join(n))?;
                         spool.write_ack(n, "ok", &format!("{identity}\n{warning}\n"))?;
                     }
                     continue;
@@ -613,7 +613,13 @@ fn in_dir(spool: &Spool) -> PathBuf {
 /// Starts the prefetcher unless one runs (same arguments, [`GET_BACKGROUND_ENV`] set to
 /// `request`); true when it started one.
 fn ensure_prefetcher(s: &Settings, spool: &Spool, request: &str) -> Result<bool> {
-    ensure_running(s, spool, "get", GET_BACKGROUND_ENV, std::ffi::OsStr::new(request))
+    ensure_running(
+        s,
+        spool,
+        "get",
+        GET_BACKGROUND_ENV,
+        std::ffi::OsStr::new(request),
+    )
 }
 
 /// Starts this binary again with the same arguments and `env=value`, in a session of its
@@ -725,7 +731,7 @@ pub fn get_foreground(
     let mark = mark_file(&dir, wal_file);
     let trusted = match (
         fs::read_to_string(&mark),
-        lock_owner_token(&spool, "get").filter(|_| live),
+        Some(lock_owner(&spool, "get").2).filter(|t| live && !t.is_empty()),
         fs::metadata(&spooled),
     ) {
         (Ok(m), Some(token), Ok(meta)) => {
@@ -736,7 +742,9 @@ pub fn get_foreground(
         _ => false,
     };
     if !trusted && spooled.exists() {
-        tracing::warn!("{wal_file} in the spool was not written by the running prefetcher: fetching it again");
+        tracing::warn!(
+            "{wal_file} in the spool was not written by the running prefetcher: fetching it again"
+        );
         let _ = fs::remove_file(&spooled);
     }
     let _ = fs::remove_file(&mark);
@@ -1046,7 +1054,15 @@ mod tests {
             }
             let _ = fs::remove_file(&dest);
             let got = get_foreground(&s, name, &dest).unwrap();
-            assert_eq!(got, super::super::archive_get::GetOutcome::Found(if served == &spooled { 0 } else { 1 }), "mark {mark:?}");
+            assert_eq!(
+                got,
+                super::super::archive_get::GetOutcome::Found(if served == &spooled {
+                    0
+                } else {
+                    1
+                }),
+                "mark {mark:?}"
+            );
             assert_eq!(&fs::read(&dest).unwrap(), served, "mark {mark:?}");
             assert!(!inn.join(name).exists() && !mark_file(&inn, name).exists());
         }
@@ -1065,7 +1081,11 @@ mod tests {
         let _held = spool.try_lock("push").unwrap().expect("the lock is free");
         // An acknowledgement for other bytes under this name (another cluster's).
         spool
-            .write_ack(name, "ok", &format!("{}\n", super::super::archive_push::wal_identity(b"other")))
+            .write_ack(
+                name,
+                "ok",
+                &format!("{}\n", super::super::archive_push::wal_identity(b"other")),
+            )
             .unwrap();
         let t = Instant::now();
         let e = push_foreground(&s, &wal).unwrap_err();
@@ -1078,15 +1098,27 @@ mod tests {
             matches!(e, Error::Unsafe(_)) && e.to_string().contains("archive-timeout"),
             "{e}"
         );
-        assert!(!spool.ack(name, "ok").exists(), "the stale acknowledgement stays");
+        assert!(
+            !spool.ack(name, "ok").exists(),
+            "the stale acknowledgement stays"
+        );
 
         // The pusher's acknowledgement of these bytes: accepted at once.
         spool
-            .write_ack(name, "ok", &format!("{}\n", super::super::archive_push::wal_identity(&[7u8; 8192])))
+            .write_ack(
+                name,
+                "ok",
+                &format!(
+                    "{}\n",
+                    super::super::archive_push::wal_identity(&[7u8; 8192])
+                ),
+            )
             .unwrap();
         push_foreground(&s, &wal).unwrap();
         // An error acknowledgement reaches the caller, and goes (the next call waits anew).
-        spool.write_ack(name, "error", "repo1: permission denied").unwrap();
+        spool
+            .write_ack(name, "error", "repo1: permission denied")
+            .unwrap();
         let _ = fs::remove_file(spool.ack(name, "ok"));
         let e = push_foreground(&s, &wal).unwrap_err();
         assert!(e.to_string().contains("permission denied"), "{e}");

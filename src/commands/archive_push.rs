@@ -86,7 +86,7 @@ impl Archiver {
     }
 
     /// Reads the WAL file at `path`, checks it against the stanza and archives it into every
-    /// repository. Returns the file's identity ([`wal_identity`]). Every repository is tried;
+    /// repository. Returns the file's identity (`<size> <XXH3-128 hex>`). Every repository is tried;
     /// the first failure is returned after the others were written (PostgreSQL retries the
     /// file, and the repositories that have it answer [`PushOutcome::AlreadyArchived`]).
     ///
@@ -120,14 +120,8 @@ impl Archiver {
             .map(|r| r.2.system_identifier)
             .unwrap_or(0);
         let xxh3 = crate::codec::xxh3_hex(data);
-        let encoded = wal::encode_hashed(
-            &file.name,
-            data,
-            &xxh3,
-            self.compression,
-            compressor,
-            sysid,
-        )?;
+        let encoded =
+            wal::encode_hashed(&file.name, data, &xxh3, self.compression, compressor, sysid)?;
         let mut first_err = None;
         for (n, store, _) in &self.repos {
             match wal::store(&**store, &self.stanza, &file, data, &encoded) {
@@ -196,17 +190,19 @@ impl Archiver {
 
 /// A WAL file's identity as an acknowledgement records it: `<size> <XXH3-128 hex>`. A
 /// foreground trusts an acknowledgement only for the bytes it names (a stale one, left from
-/// another cluster or a restored copy, names other bytes).
-pub fn wal_identity(data: &[u8]) -> String {
+/// another cluster or a restored copy, names other bytes). The archiver builds it from the
+/// hash it already has; this form is for tests.
+#[cfg(test)]
+pub(crate) fn wal_identity(data: &[u8]) -> String {
     identity(data.len() as u64, &crate::codec::xxh3_hex(data))
 }
 
-/// The identity of `size` bytes whose XXH3-128 is `xxh3` (hex), as [`wal_identity`] writes it.
+/// The identity of `size` bytes whose XXH3-128 is `xxh3` (hex): `<size> <xxh3>`.
 fn identity(size: u64, xxh3: &str) -> String {
     format!("{size} {xxh3}")
 }
 
-/// [`wal_identity`] of the file at `path`, read in 1 MiB pieces through one buffer: the
+/// The identity (`<size> <XXH3-128 hex>`) of the file at `path`, read in 1 MiB pieces through one buffer: the
 /// foreground runs once per segment, and a whole-file read into a fresh 16 MiB buffer costs
 /// a page fault per page (the asynchronous foreground with its acknowledgement waiting took
 /// about 7 ms a segment this way on the development machine).
@@ -315,7 +311,9 @@ mod tests {
     fn file_identity_matches_the_identity_of_the_bytes() {
         let dir = tempfile::tempdir().unwrap();
         // Larger than the 1 MiB piece, and not a multiple of it.
-        let data: Vec<u8> = (0..(3 << 20) + 12345u32).map(|i| (i * 31 % 251) as u8).collect();
+        let data: Vec<u8> = (0..(3 << 20) + 12345u32)
+            .map(|i| (i * 31 % 251) as u8)
+            .collect();
         let p = dir.path().join("000000010000000000000001");
         fs::write(&p, &data).unwrap();
         assert_eq!(wal_file_identity(&p).unwrap(), wal_identity(&data));

@@ -321,10 +321,11 @@ const CARRIED_ENV: [&str; 9] = [
 
 /// A warning for restore when repository settings come from this shell's environment
 /// (`PGJET_REPO*` variables without a flag, credentials included): the restored server runs
-/// restore_command with its own environment, which may lack them. None when there are none.
-pub fn environment_warning() -> Option<String> {
-    let mut names: Vec<String> = std::env::vars_os()
-        .filter_map(|(k, _)| k.into_string().ok())
+/// restore_command with its own environment, which may lack them. `names` are the
+/// environment's variable names. None when there are none.
+pub fn environment_warning(names: impl IntoIterator<Item = String>) -> Option<String> {
+    let mut names: Vec<String> = names
+        .into_iter()
         .filter(|k| k.starts_with("PGJET_REPO") && !CARRIED_ENV.contains(&k.as_str()))
         .collect();
     if names.is_empty() {
@@ -467,7 +468,11 @@ mod tests {
     fn restore_command_carries_repository_flags_but_never_credentials() {
         let dir = tempfile::tempdir().unwrap();
         let f = dir.path().join("pgjet.conf");
-        std::fs::write(&f, "[global]\nrepo1-s3-key=AKEY\nrepo1-s3-key-secret=ASECRET\n").unwrap();
+        std::fs::write(
+            &f,
+            "[global]\nrepo1-s3-key=AKEY\nrepo1-s3-key-secret=ASECRET\n",
+        )
+        .unwrap();
         let a = crate::cli::GlobalArgs {
             config: Some(f.clone()),
             stanza: Some("main".into()),
@@ -494,6 +499,32 @@ mod tests {
         assert_eq!(c.matches("--repo-path").count(), 1, "{c}");
         assert!(!c.contains("AKEY") && !c.contains("ASECRET"), "{c}");
         assert!(c.ends_with("archive-get %f \"%p\""), "{c}");
+    }
+
+    #[test]
+    fn environment_warning_names_what_restore_command_cannot_carry() {
+        let env = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            environment_warning(env(&[
+                "HOME",
+                "PGJET_REPO_S3_BUCKET",
+                "PGJET_REPO",
+                "PGJET_STANZA"
+            ])),
+            None
+        );
+        let w = environment_warning(env(&[
+            "PGJET_REPO1_S3_KEY_SECRET",
+            "PGJET_REPO_TYPE",
+            "PGJET_REPO2_PATH",
+        ]))
+        .unwrap();
+        assert!(
+            w.contains("PGJET_REPO1_S3_KEY_SECRET, PGJET_REPO2_PATH")
+                && !w.contains("PGJET_REPO_TYPE"),
+            "{w}"
+        );
+        assert!(w.contains("config file"), "{w}");
     }
 
     fn restore_args(flags: &[&str]) -> RestoreArgs {

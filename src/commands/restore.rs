@@ -207,8 +207,15 @@ pub fn run(s: &Settings, args: &RestoreArgs, progress: &dyn Progress) -> Result<
     // Every setting is checked before a byte is written.
     let recovery =
         super::recovery::plan(args, &target, &super::recovery::restore_command(s, stanza))?;
-    if recovery.signal.is_some() && !args.recovery_option.iter().any(|o| o.starts_with("restore_command=")) {
-        if let Some(w) = super::recovery::environment_warning() {
+    if recovery.signal.is_some()
+        && !args
+            .recovery_option
+            .iter()
+            .any(|o| o.starts_with("restore_command="))
+    {
+        if let Some(w) = super::recovery::environment_warning(
+            std::env::vars_os().filter_map(|(k, _)| k.into_string().ok()),
+        ) {
             tracing::warn!("{w}");
         }
     }

@@ -157,7 +157,14 @@ pub fn encode(
     system_identifier: u64,
 ) -> Result<Vec<u8>> {
     let xxh3 = codec::xxh3_hex(data);
-    encode_hashed(name, data, &xxh3, compression, compressor, system_identifier)
+    encode_hashed(
+        name,
+        data,
+        &xxh3,
+        compression,
+        compressor,
+        system_identifier,
+    )
 }
 
 /// [`encode`] for a caller that already has `data`'s XXH3-128 (`xxh3`, 32 hex digits), so
