@@ -43,6 +43,7 @@ FLOOD_KINDS=${FLOOD_KINDS:-random update}      # which floods (random, update, p
 ASCALE=${ASCALE:-10}                # pgbench -i -s of the cluster
 TARGETS=${TARGETS:-posix s3}
 PHASES=${PHASES:-lag flood replay}  # which of the three runs (a subset for profiling)
+PERF=${PERF:-0}                     # 1 = perf record -a -g while each flood drains (RES/perf-*.data)
 TOOLS=${TOOLS:-pgjet-sync pgjet-async pgbr-sync pgbr-async}
 BASE=$BENCH/pg-base                 # cached: initdb + pgbench -i + pgcrypto, archive_mode = on
 CL=$RUN/cluster                     # the working copy of one tool's run
@@ -276,10 +277,16 @@ flood() {
     sleep 1
     n=$(ready_count "$CL")
     if [ -z "${LIMIT_DONE[$target/$kind]:-}" ]; then flood_limits "$target" "$kind"; fi
+    local perf_pid=""
+    if [ "$PERF" = 1 ]; then   # profile the whole machine while the flood drains
+        perf record -a -g -F 499 -o "$RES/perf-$target-$tool-$kind.data" >/dev/null 2>&1 & perf_pid=$!
+        sleep 1
+    fi
     t0=$(now)
     set_archive "$(archive_cmd "$tool")"
     wait_drained "$t0" 1800 || say "  flood not archived in 1800 s"
     t1=$(now)
+    if [ -n "$perf_pid" ]; then kill -INT "$perf_pid"; wait "$perf_pid" 2>/dev/null || true; fi
     row "$target" "$tool" "flood_${kind}_segments" "$n"
     row "$target" "$tool" "flood_${kind}_s" "$(awk -v a="$t1" -v b="$t0" 'BEGIN {printf "%.2f", a - b}')"
     say "  flood ($kind): $n segments archived in $(awk -v a="$t1" -v b="$t0" 'BEGIN {printf "%.1f", a - b}') s"

@@ -18,7 +18,7 @@
 //! PostgreSQL file name whatever the compression, so a second push finds the first.
 use crate::codec::{self, Compression, Compressor};
 use crate::error::{Error, Result};
-use crate::storage::{direct, Storage};
+use crate::storage::Storage;
 use serde::{Deserialize, Serialize};
 
 /// Version of the WAL object header this build writes and reads.
@@ -157,6 +157,7 @@ pub fn encode(
     system_identifier: u64,
 ) -> Result<Vec<u8>> {
     let xxh3 = codec::xxh3_hex(data);
+    let mut out = Vec::new();
     encode_hashed(
         name,
         data,
@@ -164,11 +165,16 @@ pub fn encode(
         compression,
         compressor,
         system_identifier,
-    )
+        &mut out,
+    )?;
+    Ok(out)
 }
 
-/// [`encode`] for a caller that already has `data`'s XXH3-128 (`xxh3`, 32 hex digits), so
-/// the 16 MiB of a segment are hashed once.
+/// [`encode`] into `out` (cleared first; a caller that encodes many segments passes the same
+/// one, so its capacity is kept), for a caller that already has `data`'s XXH3-128 (`xxh3`,
+/// 32 hex digits): the 16 MiB of a segment are hashed once.
+///
+/// Errors: as [`encode`].
 pub fn encode_hashed(
     name: &str,
     data: &[u8],
@@ -176,10 +182,10 @@ pub fn encode_hashed(
     compression: Compression,
     compressor: &mut Compressor,
     system_identifier: u64,
-) -> Result<Vec<u8>> {
-    let mut frame = direct::aligned_buf(0);
-    compressor
-        .compress(data, &mut frame)
+    out: &mut Vec<u8>,
+) -> Result<()> {
+    let frame = compressor
+        .compress_frame(data)
         .map_err(|e| Error::Other(format!("cannot compress {name}: {e}")))?;
     let header = WalHeader {
         pgjet_wal: WAL_OBJECT_FORMAT,
@@ -188,15 +194,16 @@ pub fn encode_hashed(
         xxh3: xxh3.to_string(),
         compression,
         stored_size: frame.len() as u64,
-        stored_xxh3: codec::xxh3_hex(&frame),
+        stored_xxh3: codec::xxh3_hex(frame),
         system_identifier,
         pushed: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
     };
-    let mut out = serde_json::to_vec(&header)
+    out.clear();
+    serde_json::to_writer(&mut *out, &header)
         .map_err(|e| Error::Other(format!("cannot encode the header of {name}: {e}")))?;
     out.push(b'\n');
-    out.extend_from_slice(&frame);
-    Ok(out)
+    out.extend_from_slice(frame);
+    Ok(())
 }
 
 /// Reads the header line of an archive object (`object` names it in errors) and returns it
