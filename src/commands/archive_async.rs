@@ -1069,6 +1069,42 @@ mod tests {
     }
 
     #[test]
+    fn a_spooled_segment_that_vanished_before_the_move_is_not_served() {
+        let dir = tempfile::tempdir().unwrap();
+        let (src, dest) = (dir.path().join("spooled"), dir.path().join("RECOVERYXLOG"));
+        // Gone between the trust check and the rename (a new prefetcher cleared the spool):
+        // false, and get_foreground fetches the segment from the repositories.
+        assert!(!move_into(&src, &dest).unwrap());
+        assert!(!dest.exists());
+        fs::write(&src, b"segment").unwrap();
+        assert!(move_into(&src, &dest).unwrap());
+        assert_eq!(fs::read(&dest).unwrap(), b"segment");
+        assert!(!src.exists());
+    }
+
+    #[test]
+    fn a_prefetcher_that_cannot_read_the_stanza_exits_and_frees_its_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = settings(dir.path(), 5.0);
+        // A repository without the stanza.
+        fs::create_dir_all(dir.path().join("repo")).unwrap();
+        let spool = Spool::open(&s, "main").unwrap();
+        let inn = in_dir(&spool);
+        fs::create_dir_all(&inn).unwrap();
+        let leftover = inn.join("000000010000000000000003");
+        fs::write(&leftover, b"an earlier prefetcher's").unwrap();
+        let e = get_background(&s).unwrap_err();
+        assert!(
+            e.to_string().contains("stanza 'main' does not exist"),
+            "{e}"
+        );
+        // What it found was not served later: it went before the stanza was read.
+        assert!(!leftover.exists());
+        // The lock died with it: the next foreground can start another.
+        assert!(spool.try_lock("get").unwrap().is_some());
+    }
+
+    #[test]
     fn the_foreground_gives_up_after_archive_timeout_and_drops_a_stale_acknowledgement() {
         let dir = tempfile::tempdir().unwrap();
         let s = settings(dir.path(), 1.0);
