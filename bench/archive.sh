@@ -36,8 +36,8 @@ REPORT=$AREPORT
 
 DURATION=${DURATION:-60}            # seconds of pgbench per tool
 CLIENTS=${CLIENTS:-8}               # pgbench clients (-j 2)
-FLOOD_SEGS=${FLOOD_SEGS:-48}        # pre-made segments of random bytes (throughput test)
-FLOOD_UPDATE_SEGS=${FLOOD_UPDATE_SEGS:-48}     # pre-made segments of whole-table UPDATEs
+FLOOD_SEGS=${FLOOD_SEGS:-96}        # pre-made segments of random bytes (throughput test)
+FLOOD_UPDATE_SEGS=${FLOOD_UPDATE_SEGS:-96}     # pre-made segments of whole-table UPDATEs
 FLOOD_PGBENCH_SEGS=${FLOOD_PGBENCH_SEGS:-10}   # pre-made segments of pgbench's WAL
 FLOOD_KINDS=${FLOOD_KINDS:-random update}      # which floods (random, update, pgbench)
 ASCALE=${ASCALE:-10}                # pgbench -i -s of the cluster
@@ -51,6 +51,7 @@ RP=$RUN/replay                      # a restored cluster replaying the archive
 LAGS=$RES/lag.tsv                   # target, tool, second, ready files
 ROWS=$RES/rows.tsv                  # target, tool, metric, value
 SAMPLER=""
+WARM_WAL=""                         # replay: a directory whose files are read into the page cache first
 
 cleanup() {
     local rc=$?
@@ -341,6 +342,8 @@ hot_standby = off
 EOF
     touch "$RP/log"; chown postgres: "$RP/log" "$RP/data/postgresql.auto.conf"
     cold_cache
+    # The at-hand floor: its segments are in the page cache, as a prefetcher's are.
+    [ -z "$WARM_WAL" ] || cat "$WARM_WAL"/* >/dev/null
     t0=$(now)
     as_b "$PGBIN/pg_ctl" -D "$RP/data" -l "$RP/log" -W start >/dev/null 9>&-
     while ! as_b "$PGBIN/psql" -X -At -h "$RP/sock" -p "$port" -U postgres -d postgres -c "SELECT pg_is_in_recovery()" 2>/dev/null | grep -q f; do
@@ -354,8 +357,10 @@ EOF
     pg_stop_cluster "$RP"
     cp "$RP/log" "$LOGS/$target-$name-replay.log"
     rm -rf "$RP"
-    # The machine's limit for this replay: the same segments already decompressed in a local
-    # directory (fetched untimed), restore_command a plain cp.
+    # The machine's limits for this replay, with the same segments already decompressed in a
+    # local directory (fetched untimed): restore_command a plain cp of cold files; and every
+    # segment at hand, a hard link (ln) to files in the page cache, as a prefetcher's are, which
+    # leaves only PostgreSQL's own redo (the floor no restore_command can beat).
     if [ -z "$rc" ] && [ "$tool" = pgjet-async ]; then
         local w=$RUN/walcopy f
         fresh_dir "$w"
@@ -363,6 +368,7 @@ EOF
             tool_cmd pgjet-sync archive-get "$f" "$w/$f" >/dev/null 2>&1 || true
         done
         replay "$target" "$tool" "cp $w/%f \"%p\"" "limit: local cp"
+        WARM_WAL=$w replay "$target" "$tool" "ln $w/%f \"%p\"" "limit: at hand (ln)"
         rm -rf "$w"
         if [ "$target" = s3 ]; then
             # The link's limit: the archive's objects downloaded by s5cmd, JOBS at once.
@@ -423,7 +429,7 @@ for t in ("posix", "s3"):
     for lim in ("limit: cp + sync", "limit: s5cmd upload"):
         if (t, lim) in rows:
             P(f"| {lim} (same files, raw) | | | | | | " + "".join(f"{f1(rate(lim, k))} | " for k in kinds) + " | |")
-    for lim, what in (("limit: local cp", "replay from a local directory (cp)"), ("limit: s5cmd download", "s5cmd downloading the archive's objects")):
+    for lim, what in (("limit: local cp", "replay from a local directory (cp)"), ("limit: at hand (ln)", "replay with every segment at hand (a hard link of a file in the page cache): PostgreSQL's redo alone"), ("limit: s5cmd download", "s5cmd downloading the archive's objects")):
         r = rows.get((t, lim))
         if r and r.get("replay_s"):
             seg = f" ({r['replay_segments']:.0f})" if r.get("replay_segments") else ""

@@ -31,7 +31,7 @@ pub const BACKGROUND_ENV: &str = "PGJET_ARCHIVE_PUSH_BACKGROUND";
 
 /// How long the background pusher stays with nothing to do before it exits; the next
 /// foreground starts another.
-pub const IDLE_EXIT: Duration = Duration::from_secs(10);
+pub const IDLE_EXIT: Duration = Duration::from_secs(if cfg!(test) { 2 } else { 10 });
 
 /// How often the background pusher scans archive_status when idle, and how often the
 /// foreground looks for its acknowledgement: short, because PostgreSQL's archiver waits for
@@ -794,7 +794,7 @@ fn prefetch_one(
                 // looks for goes first, whole: a foreground that sees the segment finds it.
                 let mark = format!("{token} {}", data.len());
                 super::archive_get::write_whole(&mark_file(dir, name), mark.as_bytes())?;
-                super::archive_get::write_whole(&dir.join(name), &data)?;
+                super::archive_get::write_whole_with(&dir.join(name), &data, true)?;
                 tracing::debug!(
                     "prefetched {name} from repo{n}: {} stored bytes in {} ms, written in {} ms",
                     header.stored_size,
@@ -927,18 +927,25 @@ pub fn get_background(s: &Settings) -> Result<()> {
         }
         let req = fs::read_to_string(dir.join(".requested")).unwrap_or_default();
         let req_segment = req.split_whitespace().next().unwrap_or("").to_string();
+        let parsed = lsn::parse_wal_segment_name(&req_segment, seg_size);
         if req != last_request {
-            // The same segment asked for by a second foreground after it was served (the
-            // first one failed after taking it, or recovery restarted): fetch it anew.
             let previous = last_request.split_whitespace().next().unwrap_or("");
-            if previous == req_segment && !dir.join(&req_segment).exists() {
+            let before = lsn::parse_wal_segment_name(previous, seg_size);
+            if matches!((before, parsed), (Some((t0, n0)), Some((t1, n1))) if t1 != t0 || n1 < n0) {
+                // Recovery went back (a new restore, or a timeline switch that re-reads the
+                // last segment): what this prefetcher stored before may have been taken.
+                fetched.clear();
+                missing_since.clear();
+            } else if previous == req_segment && !dir.join(&req_segment).exists() {
+                // The same segment asked for by a second foreground after it was served (the
+                // first one failed after taking it, or recovery restarted): fetch it anew.
                 fetched.remove(&req_segment);
             }
             last_request = req.clone();
             last_change = Instant::now();
         }
         let req_segment = req_segment.as_str();
-        let Some((tli, segno)) = lsn::parse_wal_segment_name(req_segment, seg_size) else {
+        let Some((tli, segno)) = parsed else {
             std::thread::sleep(Duration::from_millis(20));
             continue;
         };
@@ -1066,6 +1073,78 @@ mod tests {
             assert_eq!(&fs::read(&dest).unwrap(), served, "mark {mark:?}");
             assert!(!inn.join(name).exists() && !mark_file(&inn, name).exists());
         }
+    }
+
+    #[test]
+    fn the_prefetcher_fetches_again_when_recovery_starts_over() {
+        use crate::codec::{CompressType, Compression, Compressor};
+        let dir = tempfile::tempdir().unwrap();
+        let s = settings(dir.path(), 5.0);
+        let repo_dir = dir.path().join("repo");
+        fs::create_dir_all(repo_dir.join("main")).unwrap();
+        let info = crate::repo::StanzaInfo {
+            format: crate::repo::REPO_FORMAT,
+            stanza: "main".into(),
+            system_identifier: 1,
+            pg_version: "15".into(),
+            pg_version_num: 150000,
+            catalog_version: 1,
+            created: "2026-11-23T00:00:00Z".into(),
+            wal_segment_size: 16 << 20,
+        };
+        fs::write(
+            repo_dir.join("main/stanza.json"),
+            serde_json::to_vec(&info).unwrap(),
+        )
+        .unwrap();
+        let repo = crate::storage::posix::PosixStorage::open(&repo_dir).unwrap();
+        let c = Compression::new(CompressType::Zstd, None).unwrap();
+        let seg = |n: u64| lsn::wal_segment_name(1, n, 16 << 20);
+        for n in 1..=4 {
+            let data = vec![n as u8; 4096];
+            let f = WalFile::parse(&seg(n)).unwrap();
+            let enc = wal::encode(&seg(n), &data, c, &mut Compressor::new(c).unwrap(), 1).unwrap();
+            wal::store(&repo, "main", &f, &data, &enc).unwrap();
+        }
+        let spool = Spool::open(&s, "main").unwrap();
+        let inn = in_dir(&spool);
+        fs::create_dir_all(&inn).unwrap();
+        let request = |n: u64, pid: u32| {
+            super::super::archive_get::write_whole(
+                &inn.join(".requested"),
+                format!("{} {pid}", seg(n)).as_bytes(),
+            )
+            .unwrap()
+        };
+        let appears = |n: u64| {
+            let t = Instant::now();
+            while t.elapsed() < Duration::from_secs(5) {
+                if inn.join(seg(n)).exists() {
+                    return true;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            false
+        };
+        request(1, 100);
+        let s2 = s.clone();
+        let prefetcher = std::thread::spawn(move || get_background(&s2));
+        // A recovery: each segment asked for in turn and taken by its foreground.
+        for n in 2..=4 {
+            request(n, 100 + n as u32);
+            assert!(appears(n), "segment {n} prefetched");
+            fs::remove_file(inn.join(seg(n))).unwrap();
+        }
+        // A new recovery from the start, while the same prefetcher runs: the segments it
+        // stored before (and the last recovery took) are fetched again.
+        request(1, 200);
+        for n in 2..=4 {
+            assert!(
+                appears(n),
+                "segment {n} prefetched again for the new recovery"
+            );
+        }
+        prefetcher.join().unwrap().unwrap();
     }
 
     #[test]
