@@ -206,7 +206,7 @@ pub(crate) fn wal_identity(data: &[u8]) -> String {
 
 /// The bytes of a WAL file being archived: a read-only memory map of a file of 1 MiB or more
 /// (a segment or a partial segment), the file read into memory otherwise (a timeline history
-/// or backup history file, a few hundred bytes).
+/// or backup history file, a few hundred bytes, or a filesystem that cannot map files).
 ///
 /// Why a map: the background pusher hashes and compresses every segment. Measured on the
 /// development machine (24 different 16 MiB segments in the page cache, one long-lived
@@ -245,14 +245,22 @@ impl WalBytes {
         let io = |e| Error::io("read", path, e);
         let mut f = fs::File::open(path).map_err(io)?;
         let stamp = file_stamp(&f).map_err(io)?;
-        let bytes = if stamp.0 >= MAP_MIN {
-            // SAFETY: the map is read-only and private to this value; see the type's doc for
-            // why nothing writes or truncates the file while it is mapped.
-            WalBytesKind::Mapped(unsafe { memmap2::Mmap::map(&f) }.map_err(io)?)
-        } else {
-            let mut v = Vec::with_capacity(stamp.0 as usize);
-            f.read_to_end(&mut v).map_err(io)?;
-            WalBytesKind::Read(v)
+        // SAFETY: the map is read-only and private to this value; see the type's doc for why
+        // nothing writes or truncates the file while it is mapped.
+        let mapped = (stamp.0 >= MAP_MIN)
+            .then(|| unsafe { memmap2::Mmap::map(&f) })
+            .and_then(|m| {
+                // A filesystem that cannot map files is read instead.
+                m.map_err(|e| tracing::debug!("cannot map {}: {e}", path.display()))
+                    .ok()
+            });
+        let bytes = match mapped {
+            Some(m) => WalBytesKind::Mapped(m),
+            None => {
+                let mut v = Vec::with_capacity(stamp.0 as usize);
+                f.read_to_end(&mut v).map_err(io)?;
+                WalBytesKind::Read(v)
+            }
         };
         Ok(WalBytes {
             path: path.to_path_buf(),
