@@ -29,8 +29,9 @@ use std::time::{Duration, Instant};
 /// directory of its WAL path (set by the foreground when it starts one).
 pub const BACKGROUND_ENV: &str = "PGJET_ARCHIVE_PUSH_BACKGROUND";
 
-/// How long the background pusher stays with nothing to do before it exits; the next
-/// foreground starts another.
+/// How long the background pusher (and the prefetcher, without a new request) stays with
+/// nothing to do before it exits; the next foreground starts another. 2 s in unit tests,
+/// which run a prefetcher in a thread and wait for it to end.
 pub const IDLE_EXIT: Duration = Duration::from_secs(if cfg!(test) { 2 } else { 10 });
 
 /// How often the background pusher scans archive_status when idle, and how often the
@@ -1145,6 +1146,38 @@ mod tests {
             );
         }
         prefetcher.join().unwrap().unwrap();
+    }
+
+    #[test]
+    fn a_prefetcher_that_cannot_start_leaves_archive_get_to_fetch_directly() {
+        use crate::codec::{CompressType, Compression, Compressor};
+        let dir = tempfile::tempdir().unwrap();
+        let s = settings(dir.path(), 5.0);
+        let name = "000000010000000000000005";
+        let archived = vec![5u8; 1 << 16];
+        fs::create_dir_all(dir.path().join("repo")).unwrap();
+        let repo = crate::storage::posix::PosixStorage::open(&dir.path().join("repo")).unwrap();
+        let c = Compression::new(CompressType::Zstd, None).unwrap();
+        let enc = wal::encode(name, &archived, c, &mut Compressor::new(c).unwrap(), 1).unwrap();
+        wal::store(
+            &repo,
+            "main",
+            &WalFile::parse(name).unwrap(),
+            &archived,
+            &enc,
+        )
+        .unwrap();
+        // The prefetcher's log cannot be opened (a directory in its place): it cannot start.
+        let spool = Spool::open(&s, "main").unwrap();
+        fs::create_dir_all(spool.log("get")).unwrap();
+        let dest = dir.path().join("RECOVERYXLOG");
+        let got = get_foreground(&s, name, &dest).unwrap();
+        assert_eq!(got, super::super::archive_get::GetOutcome::Found(1));
+        assert_eq!(fs::read(&dest).unwrap(), archived);
+        assert!(
+            spool.try_lock("get").unwrap().is_some(),
+            "no prefetcher runs"
+        );
     }
 
     #[test]
