@@ -1028,19 +1028,23 @@ mod tests {
         Settings::resolve(&a).unwrap()
     }
 
+    /// Archives `data` as WAL file `name` of stanza "main" in the posix repository `<dir>/repo`.
+    fn archive(dir: &Path, name: &str, data: &[u8]) {
+        use crate::codec::{CompressType, Compression, Compressor};
+        fs::create_dir_all(dir.join("repo")).unwrap();
+        let repo = crate::storage::posix::PosixStorage::open(&dir.join("repo")).unwrap();
+        let c = Compression::new(CompressType::Zstd, None).unwrap();
+        let enc = wal::encode(name, data, c, &mut Compressor::new(c).unwrap(), 1).unwrap();
+        wal::store(&repo, "main", &WalFile::parse(name).unwrap(), data, &enc).unwrap();
+    }
+
     #[test]
     fn the_get_foreground_serves_only_what_the_running_prefetcher_wrote() {
-        use crate::codec::{CompressType, Compression, Compressor};
         let dir = tempfile::tempdir().unwrap();
         let s = settings(dir.path(), 5.0);
         let name = "000000010000000000000007";
         let archived = vec![1u8; 1 << 16];
-        fs::create_dir_all(dir.path().join("repo")).unwrap();
-        let repo = crate::storage::posix::PosixStorage::open(&dir.path().join("repo")).unwrap();
-        let c = Compression::new(CompressType::Zstd, None).unwrap();
-        let f = WalFile::parse(name).unwrap();
-        let enc = wal::encode(name, &archived, c, &mut Compressor::new(c).unwrap(), 1).unwrap();
-        wal::store(&repo, "main", &f, &archived, &enc).unwrap();
+        archive(dir.path(), name, &archived);
         // A "running prefetcher": the test holds get.lock with this invocation's settings.
         let spool = Spool::open(&s, "main").unwrap();
         let mut lock = spool.try_lock("get").unwrap().expect("the lock is free");
@@ -1078,7 +1082,6 @@ mod tests {
 
     #[test]
     fn the_prefetcher_fetches_again_when_recovery_starts_over() {
-        use crate::codec::{CompressType, Compression, Compressor};
         let dir = tempfile::tempdir().unwrap();
         let s = settings(dir.path(), 5.0);
         let repo_dir = dir.path().join("repo");
@@ -1098,14 +1101,9 @@ mod tests {
             serde_json::to_vec(&info).unwrap(),
         )
         .unwrap();
-        let repo = crate::storage::posix::PosixStorage::open(&repo_dir).unwrap();
-        let c = Compression::new(CompressType::Zstd, None).unwrap();
         let seg = |n: u64| lsn::wal_segment_name(1, n, 16 << 20);
         for n in 1..=4 {
-            let data = vec![n as u8; 4096];
-            let f = WalFile::parse(&seg(n)).unwrap();
-            let enc = wal::encode(&seg(n), &data, c, &mut Compressor::new(c).unwrap(), 1).unwrap();
-            wal::store(&repo, "main", &f, &data, &enc).unwrap();
+            archive(dir.path(), &seg(n), &[n as u8; 4096]);
         }
         let spool = Spool::open(&s, "main").unwrap();
         let inn = in_dir(&spool);
@@ -1150,23 +1148,11 @@ mod tests {
 
     #[test]
     fn a_prefetcher_that_cannot_start_leaves_archive_get_to_fetch_directly() {
-        use crate::codec::{CompressType, Compression, Compressor};
         let dir = tempfile::tempdir().unwrap();
         let s = settings(dir.path(), 5.0);
         let name = "000000010000000000000005";
         let archived = vec![5u8; 1 << 16];
-        fs::create_dir_all(dir.path().join("repo")).unwrap();
-        let repo = crate::storage::posix::PosixStorage::open(&dir.path().join("repo")).unwrap();
-        let c = Compression::new(CompressType::Zstd, None).unwrap();
-        let enc = wal::encode(name, &archived, c, &mut Compressor::new(c).unwrap(), 1).unwrap();
-        wal::store(
-            &repo,
-            "main",
-            &WalFile::parse(name).unwrap(),
-            &archived,
-            &enc,
-        )
-        .unwrap();
+        archive(dir.path(), name, &archived);
         // The prefetcher's log cannot be opened (a directory in its place): it cannot start.
         let spool = Spool::open(&s, "main").unwrap();
         fs::create_dir_all(spool.log("get")).unwrap();
