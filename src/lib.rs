@@ -7,6 +7,7 @@ pub mod codec;
 pub mod commands;
 pub mod config;
 pub mod error;
+pub mod io;
 pub mod pg;
 pub mod remote;
 pub mod repo;

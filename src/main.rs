@@ -28,6 +28,7 @@ fn print_json<T: serde::Serialize>(v: &T) -> Result<(), Error> {
 fn run(cli: Cli) -> Result<(), Error> {
     let s = Settings::resolve(&cli.global)?;
     init_logging(&s.log_level);
+    pgjet::io::tuning::init()?;
     // Like PostgreSQL's own server tools: files pgjet writes must belong to the cluster's owner.
     let writes_cluster_files = !matches!(cli.command, Command::Info | Command::Verify(_));
     // SAFETY: geteuid has no preconditions and cannot fail.

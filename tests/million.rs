@@ -10,12 +10,12 @@
 use pgjet::codec::{self, CompressType, Compression};
 use pgjet::pg::lsn::Lsn;
 use pgjet::repo::manifest_io::ManifestWriter;
+use pgjet::repo::read_back::{ReadBack, Want};
 use pgjet::repo::{
     self, DirEntry, FileEntry, ManifestHeader, ManifestReader, Piece, StopInfo, REPO_FORMAT,
 };
 use pgjet::storage::posix::PosixStorage;
 use pgjet::storage::Storage;
-use pgjet::transfer::restore::{ReadBack, Want};
 use pgjet::transfer::NoProgress;
 use std::path::Path;
 use std::time::Instant;
@@ -103,7 +103,7 @@ fn write_backup(store: &dyn Storage) {
                      n: &mut usize,
                      pending: &mut Vec<FileEntry>,
                      w: &mut ManifestWriter| {
-        let name = pgjet::transfer::sink::object_id(*n);
+        let name = pgjet::repo::sink::object_id(*n);
         store
             .put(&repo::object_name(STANZA, LABEL, &name), object)
             .unwrap();
@@ -121,7 +121,7 @@ fn write_backup(store: &dyn Storage) {
             (path_of(i), content(i))
         };
         let piece = Piece {
-            object: pgjet::transfer::sink::object_id(n),
+            object: pgjet::repo::sink::object_id(n),
             offset: object.len() as u64,
             stored_size: data.len() as u64,
             stored_xxh3: codec::xxh3_hex(&data),

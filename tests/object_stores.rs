@@ -615,7 +615,7 @@ fn s3_split_reads_return_whole_objects_and_notice_wrong_sizes() {
         .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
         .collect();
     store.put("big", &data).unwrap();
-    let mut buf = pgjet::storage::direct::aligned_buf(8 << 20);
+    let mut buf = pgjet::io::direct::aligned_buf(8 << 20);
 
     store
         .get_aligned_sized_into("big", len as u64, &mut buf)

@@ -5,7 +5,7 @@
 //! the stored bytes (fast, for corruption detection) and CRC32C of the logical bytes (what
 //! PostgreSQL's `backup_manifest` uses; CRC32C values of consecutive pieces combine into the
 //! file's CRC32C).
-use crate::storage::direct::AlignedBuf;
+use crate::io::direct::AlignedBuf;
 use serde::{Deserialize, Serialize};
 use std::io::{self, Read, Write};
 
@@ -213,7 +213,7 @@ mod tests {
             CompressType::Gzip,
         ] {
             let mut c = Compressor::new(Compression::new(kind, None).unwrap()).unwrap();
-            let mut frame = crate::storage::direct::aligned_buf(0);
+            let mut frame = crate::io::direct::aligned_buf(0);
             frame.extend_from_slice(&[1, 2, 3]);
             c.compress(&data, &mut frame).unwrap();
             // The kept buffer gives the same frame, also after a larger piece.

@@ -69,7 +69,7 @@ impl Spool {
     /// Writes an acknowledgement (or error) file whole: a temporary file renamed into place.
     fn write_ack(&self, name: &str, ext: &str, text: &str) -> Result<()> {
         let p = self.ack(name, ext);
-        super::archive_get::write_whole(&p, text.as_bytes())
+        crate::io::fs::write_whole(&p, text.as_bytes())
     }
 
     /// Takes `<name>.lock` with flock(2) without waiting: Some(file) while held, None when
@@ -337,7 +337,7 @@ pub fn drop_segments(
         }
         prev = cur;
     }
-    let recorded = rfc3339(chrono::Utc::now());
+    let recorded = crate::repo::rfc3339(chrono::Utc::now());
     for (first, last, count) in &runs {
         let gap = Gap {
             first: first.clone(),
@@ -358,7 +358,7 @@ pub fn drop_segments(
             .and_then(|_| fs::rename(&tmp, &p))
             .map_err(|e| Error::io("write", &p, e))?;
     }
-    crate::storage::posix::fsync_dir(&spool.gap_dir())?;
+    crate::io::fs::fsync_dir(&spool.gap_dir())?;
     flush_gaps(spool, archiver);
     let what = runs
         .iter()
@@ -673,7 +673,7 @@ fn move_into(src: &Path, dest: &Path) -> Result<bool> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
         Err(e) => return Err(Error::io("read", src, e)),
     };
-    super::archive_get::write_whole(dest, &data)?;
+    crate::io::fs::write_whole(dest, &data)?;
     let _ = fs::remove_file(src);
     Ok(true)
 }
@@ -700,7 +700,7 @@ pub fn get_foreground(
     let requested = dir.join(".requested");
     // `<segment> <pid>`: each request differs, even for the same segment.
     let request = format!("{wal_file} {}", std::process::id());
-    super::archive_get::write_whole(&requested, request.as_bytes())?;
+    crate::io::fs::write_whole(&requested, request.as_bytes())?;
     let dest = resolve_path(dest);
     let spooled = dir.join(wal_file);
     let t = Instant::now();
@@ -794,8 +794,8 @@ fn prefetch_one(
                 // fetch checked the bytes against both checksums. The mark the foreground
                 // looks for goes first, whole: a foreground that sees the segment finds it.
                 let mark = format!("{token} {}", data.len());
-                super::archive_get::write_whole(&mark_file(dir, name), mark.as_bytes())?;
-                super::archive_get::write_whole_with(&dir.join(name), &data, true)?;
+                crate::io::fs::write_whole(&mark_file(dir, name), mark.as_bytes())?;
+                crate::io::fs::write_whole_with(&dir.join(name), &data, true)?;
                 tracing::debug!(
                     "prefetched {name} from repo{n}: {} stored bytes in {} ms, written in {} ms",
                     header.stored_size,
@@ -1109,7 +1109,7 @@ mod tests {
         let inn = in_dir(&spool);
         fs::create_dir_all(&inn).unwrap();
         let request = |n: u64, pid: u32| {
-            super::super::archive_get::write_whole(
+            crate::io::fs::write_whole(
                 &inn.join(".requested"),
                 format!("{} {pid}", seg(n)).as_bytes(),
             )

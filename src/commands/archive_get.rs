@@ -8,7 +8,6 @@
 use super::archive_push::resolve_path;
 use super::*;
 use crate::repo::wal::{self, WalFile};
-use std::io::Write;
 
 /// What `archive-get` did.
 #[derive(Debug, PartialEq, Eq)]
@@ -17,44 +16,6 @@ pub enum GetOutcome {
     Found(u8),
     /// No repository has it.
     Missing,
-}
-
-/// Writes `data` to `dest` through a temporary sibling (`<dest>.pgjet.tmp`) renamed into
-/// place, so no reader (PostgreSQL, a foreground waiting on the spool) sees a half-written
-/// file. Not fsynced: what it writes can be fetched again.
-///
-/// Errors: [`Error::Io`] naming the path.
-pub fn write_whole(dest: &Path, data: &[u8]) -> Result<()> {
-    write_whole_with(dest, data, false)
-}
-
-/// [`write_whole`], with the data written to disk (fdatasync) before the rename when `sync`.
-///
-/// For the prefetcher's segments: PostgreSQL keeps every segment restore_command gives it,
-/// with a `durable_rename` that fsyncs it (KeepFileRestoredFromArchive in
-/// src/backend/access/transam/xlogarchive.c), so recovery's startup process would otherwise
-/// wait for each 16 MiB to reach the disk. Written to disk ahead, in the background, that
-/// fsync finds nothing to write.
-///
-/// Errors: as [`write_whole`].
-pub fn write_whole_with(dest: &Path, data: &[u8], sync: bool) -> Result<()> {
-    let mut tmp = dest.as_os_str().to_owned();
-    tmp.push(".pgjet.tmp");
-    let tmp = PathBuf::from(tmp);
-    let r = fs::File::create(&tmp)
-        .and_then(|mut f| {
-            f.write_all(data)?;
-            if sync {
-                f.sync_data()?;
-            }
-            Ok(())
-        })
-        .map_err(|e| Error::io("write", &tmp, e))
-        .and_then(|_| fs::rename(&tmp, dest).map_err(|e| Error::io("rename", dest, e)));
-    if r.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    r
 }
 
 /// Runs `archive-get` for `wal_file` into `dest`.
@@ -96,7 +57,7 @@ pub fn fetch_direct(s: &Settings, file: &WalFile, dest: &Path) -> Result<GetOutc
         });
         match got {
             Ok(Some((_, data))) => {
-                write_whole(&dest, &data)?;
+                crate::io::fs::write_whole(&dest, &data)?;
                 tracing::debug!("{} restored from repo{n}", file.name);
                 return Ok(GetOutcome::Found(n));
             }

@@ -9,9 +9,9 @@ use super::*;
 use crate::cli::BackupArgs;
 use crate::pg::datadir::Listing;
 use crate::repo::manifest_io::ManifestWriter;
+use crate::repo::sink::RepoSink;
 use crate::repo::{self, DirEntry, StanzaLock, Tablespace};
 use crate::repo::{ManifestHeader, StopInfo};
-use crate::transfer::sink::RepoSink;
 use crate::transfer::{
     copy_units_into, CopyOutcome, FileAssembler, PieceSpec, Progress, ReadOptions, ReadPiece,
     Source, SourceFile, UnitSink, CHUNK_SIZE,
@@ -88,17 +88,14 @@ impl BackupTarget for RepoTarget<'_> {
         opts: &ReadOptions,
         progress: &dyn Progress,
     ) -> Result<CopyOutcome> {
-        tracing::debug!(
-            "memory with the listing: {}",
-            crate::transfer::memory_note()
-        );
-        let (bundle_bytes, bundle_files) = crate::transfer::bundle_settings()?;
+        tracing::debug!("memory with the listing: {}", crate::io::mem::memory_note());
+        let (bundle_bytes, bundle_files) = crate::transfer::bundle_limits();
         let units =
             crate::transfer::plan_units_bundled(files, CHUNK_SIZE, bundle_bytes, bundle_files)?;
         tracing::debug!(
             "{} units planned; memory: {}",
             units.len(),
-            crate::transfer::memory_note()
+            crate::io::mem::memory_note()
         );
         let sink = &self.sink;
         let manifest = self.manifest.as_mut().ok_or_else(manifest_not_started)?;
@@ -107,7 +104,7 @@ impl BackupTarget for RepoTarget<'_> {
         };
         let mut asm = FileAssembler::new(files, &units, &mut emit)?;
         copy_units_into(source, files, &units, opts, sink, &mut asm, progress)?;
-        tracing::debug!("units copied; memory: {}", crate::transfer::memory_note());
+        tracing::debug!("units copied; memory: {}", crate::io::mem::memory_note());
         let mut out = CopyOutcome {
             vanished: vec![false; files.len()],
             page_error_count: asm.page_error_count,
@@ -167,11 +164,11 @@ pub fn run(s: &Settings, args: &BackupArgs, progress: &dyn Progress) -> Result<B
         store.remove_all(&repo::backup_dir(stanza, &stale))?;
     }
     let mut started = chrono::Utc::now();
-    let mut label = new_label(started);
+    let mut label = crate::repo::new_label(started);
     while store.list(&format!("{stanza}/backup"))?.contains(&label) {
         std::thread::sleep(std::time::Duration::from_millis(250));
         started = chrono::Utc::now();
-        label = new_label(started);
+        label = crate::repo::new_label(started);
     }
     let clock = std::time::Instant::now();
 
@@ -186,7 +183,7 @@ pub fn run(s: &Settings, args: &BackupArgs, progress: &dyn Progress) -> Result<B
             pg_version: info.major(),
             pg_version_num: info.version_num,
             catalog_version: info.catalog_version,
-            start_time: rfc3339(started),
+            start_time: crate::repo::rfc3339(started),
             start_lsn: Lsn(0),
             wal_segment_size: info.wal_segment_size,
             block_size: info.block_size,
@@ -249,7 +246,7 @@ pub fn run(s: &Settings, args: &BackupArgs, progress: &dyn Progress) -> Result<B
     manifest.finish(
         &*store,
         StopInfo {
-            stop_time: rfc3339(chrono::Utc::now()),
+            stop_time: crate::repo::rfc3339(chrono::Utc::now()),
             stop_lsn: stop.lsn,
             timeline: label_info.start_timeline,
             backup_label: stop.backup_label,

@@ -134,7 +134,7 @@ pub fn run_base_backup<T: BackupTarget>(
     tracing::debug!(
         "{} files listed; memory: {}",
         listing.files.len(),
-        crate::transfer::memory_note()
+        crate::io::mem::memory_note()
     );
     if !listing
         .files
@@ -151,7 +151,7 @@ pub fn run_base_backup<T: BackupTarget>(
     let (files, control) = source_files(&mut listing);
     // Listing a large directory leaves its entries' memory free but held by the allocator
     // (a million entries: about 50 MiB); give it back before the copy adds its buffers.
-    crate::transfer::release_free_memory();
+    crate::io::mem::release_free_memory();
     let control = control
         .ok_or_else(|| Error::Unsafe(format!("{} has no global/pg_control", source.describe())))?;
     let read_opts = ReadOptions {
@@ -164,7 +164,7 @@ pub fn run_base_backup<T: BackupTarget>(
     let out = target.copy(source, &files, &read_opts, progress)?;
     // The units and copy buffers of a million files are gone: hand their memory back before
     // the WAL is copied with buffers of its own.
-    crate::transfer::release_free_memory();
+    crate::io::mem::release_free_memory();
     let bad = out.page_error_count;
     if bad > 0 {
         tracing::warn!(

@@ -79,14 +79,14 @@ pub fn write_marker(dir: &Path, system_identifier: u64) -> Result<()> {
     let text = format!(
         "{{\"system_identifier\": \"{system_identifier}\", \"note\": \"pgjet is writing this data directory; it is not usable until this file is gone\"}}\n"
     );
-    super::restore::write_file(&dir.join(MARKER), text.as_bytes())?;
-    crate::storage::posix::fsync_dir(dir)
+    crate::io::fs::write_file(&dir.join(MARKER), text.as_bytes())?;
+    crate::io::fs::fsync_dir(dir)
 }
 
 /// Removes the marker once pg_control is durable.
 pub fn remove_marker(dir: &Path) -> Result<()> {
     match fs::remove_file(dir.join(MARKER)) {
-        Ok(()) => crate::storage::posix::fsync_dir(dir),
+        Ok(()) => crate::io::fs::fsync_dir(dir),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(Error::io("remove", dir.join(MARKER), e)),
     }
@@ -263,7 +263,7 @@ pub fn manifest_listing(m: &crate::repo::BackupManifest) -> Listing {
         files: m
             .files
             .iter()
-            .map(|f| crate::pg::datadir::ListedFile {
+            .map(|f| crate::pg::datadir::SourceFile {
                 path: f.path.as_str().into(),
                 size: f.size,
                 mtime: f.mtime,
@@ -289,7 +289,7 @@ pub fn begin_delta(
     let control = pg_path.join("global/pg_control");
     if control.exists() {
         fs::remove_file(&control).map_err(|e| Error::io("remove", &control, e))?;
-        crate::storage::posix::fsync_dir(&pg_path.join("global"))?;
+        crate::io::fs::fsync_dir(&pg_path.join("global"))?;
     }
     clean_target(pg_path, locations, listing)
 }
@@ -368,7 +368,7 @@ pub fn pieces_needed(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pg::datadir::ListedFile;
+    use crate::pg::datadir::SourceFile;
 
     #[test]
     fn clean_keeps_only_the_listing() {
@@ -403,7 +403,7 @@ mod tests {
             .collect(),
             files: ["base/1/100", "global/pg_control"]
                 .iter()
-                .map(|f| ListedFile {
+                .map(|f| SourceFile {
                     path: (*f).into(),
                     size: 1,
                     mtime: 0,

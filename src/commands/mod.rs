@@ -439,16 +439,6 @@ pub fn file_entry(
     }
 }
 
-/// A backup label like pgBackRest's: `YYYYMMDD-HHMMSSF` (UTC).
-pub fn new_label(now: chrono::DateTime<chrono::Utc>) -> String {
-    now.format("%Y%m%d-%H%M%SF").to_string()
-}
-
-/// RFC 3339 UTC timestamp with seconds.
-pub fn rfc3339(t: chrono::DateTime<chrono::Utc>) -> String {
-    t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
-}
-
 /// Waits until WAL file `name` (a segment, or a history file) is in the archive of `store`,
 /// checking every 100 ms for up to `timeout` seconds. Returns the seconds waited.
 ///
@@ -542,16 +532,5 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("postmaster.pid"), "{e}");
-    }
-
-    #[test]
-    fn labels_sort_by_time() {
-        use chrono::TimeZone;
-        let a = chrono::Utc.with_ymd_and_hms(2026, 11, 21, 8, 5, 9).unwrap();
-        let b = chrono::Utc
-            .with_ymd_and_hms(2026, 11, 21, 10, 0, 0)
-            .unwrap();
-        assert_eq!(new_label(a), "20261121-080509F");
-        assert!(new_label(a) < new_label(b));
     }
 }

@@ -10,11 +10,10 @@
 //! start to the stop LSN is copied into the new pg_wal as well, so the standby reaches
 //! consistency even before it connects.
 use super::base_backup::{run_base_backup, BackupTarget, BaseBackup, BaseBackupOptions};
-use super::restore::{
-    append_auto_conf, create_files, prepare_target, set_mtimes, write_file, TargetSync,
-};
+use super::restore::{append_auto_conf, create_files, prepare_target, set_mtimes, TargetSync};
 use super::*;
 use crate::cli::ReplicaArgs;
+use crate::io::fs::write_file;
 use crate::pg::conninfo::ConnInfo;
 use crate::pg::datadir::Listing;
 use crate::pg::session::{quote_conf_value, quote_literal};
@@ -316,7 +315,7 @@ fn copy_and_configure(
     }
     // Last: pg_control, then the marker goes.
     write_file(&target.join(&*bb.control.path), &bb.control_bytes)?;
-    crate::storage::posix::fsync_dir(&target.join("global"))?;
+    crate::io::fs::fsync_dir(&target.join("global"))?;
     delta::remove_marker(target)?;
     Ok((bb.total_bytes(), dir.same, dir.copied))
 }

@@ -8,13 +8,11 @@
 //! PostgreSQL will not start on the half-written directory.
 use super::*;
 use crate::cli::{ArchiveMode, RestoreArgs};
+use crate::io::direct::DIRECT_MIN_WRITE;
+use crate::io::fs::{create_new_file, fsync_dir, set_mtime, write_file, SyncHandle};
 use crate::pg::pg_manifest::{PgManifestWriter, PgWalRange};
+use crate::repo::read_back::{allocate_pieces, restore_one, ReadBack, Want};
 use crate::repo::{self, FileEntry};
-use crate::storage::direct::DIRECT_MIN_WRITE;
-use crate::storage::posix::{fsync_dir, SyncHandle};
-use crate::transfer::restore::{
-    allocate_pieces, create_new_file, restore_one, set_mtime, ReadBack, Want,
-};
 use crate::transfer::Progress;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -140,19 +138,6 @@ pub fn set_mtimes(paths: &[PathBuf], mtimes: &[i64]) -> Result<()> {
         .iter()
         .zip(mtimes)
         .try_for_each(|(p, t)| set_mtime(p, *t))
-}
-
-/// Writes a small file durably (write, fsync) with mode 0600.
-pub fn write_file(path: &Path, data: &[u8]) -> Result<()> {
-    let mut f = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)
-        .map_err(|e| Error::io("create", path, e))?;
-    f.write_all(data).map_err(|e| Error::io("write", path, e))?;
-    f.sync_all().map_err(|e| Error::io("fsync", path, e))
 }
 
 /// Appends settings to postgresql.auto.conf (read by PostgreSQL after postgresql.conf).

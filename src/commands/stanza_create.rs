@@ -29,7 +29,7 @@ pub fn run(s: &Settings) -> Result<String> {
         pg_version: info.major(),
         pg_version_num: info.version_num,
         catalog_version: info.catalog_version,
-        created: rfc3339(chrono::Utc::now()),
+        created: crate::repo::rfc3339(chrono::Utc::now()),
         wal_segment_size: info.wal_segment_size,
     };
     let json = serde_json::to_vec_pretty(&si).map_err(|e| Error::Other(e.to_string()))?;

@@ -1,7 +1,7 @@
 //! `verify`: re-reads every stored byte of one backup or of all, against the manifest.
 use super::*;
 use crate::repo;
-use crate::transfer::restore::{ReadBack, Want};
+use crate::repo::read_back::{ReadBack, Want};
 use crate::transfer::Progress;
 
 /// Reads and checks every file of a stanza's WAL archive (both checksums, the size, the

@@ -12,9 +12,38 @@ use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-/// A file of the listing: the engine's [`crate::transfer::SourceFile`] itself, so that a
-/// listing of a million files is handed to the engine without a copy.
-pub use crate::transfer::SourceFile as ListedFile;
+/// A file of the listing, as the engine copies it (the listing of a million files is
+/// handed to the engine without a copy).
+#[derive(Debug, Clone)]
+pub struct SourceFile {
+    /// Path relative to the data directory, as recorded in the manifest and as the
+    /// [`Source`] reads it. Boxed (16 bytes, no spare capacity): a listing holds a million.
+    pub path: Box<str>,
+    /// Size in bytes seen when the file list was made; bytes past it are not copied (WAL
+    /// replay recreates them) and a shorter file is padded with zeros (basebackup.c does the same).
+    pub size: u64,
+    /// Modification time, Unix seconds.
+    pub mtime: i64,
+    /// Permission bits.
+    pub mode: u32,
+    /// For relation files of a cluster with data checksums: the segment number (the `.N`
+    /// suffix), used to compute block numbers. None: no page checks.
+    pub checksum_segno: Option<u32>,
+}
+
+impl SourceFile {
+    /// A file of `size` bytes without page checks, mode 0600 and no modification time: WAL
+    /// segments, pg_control, test files.
+    pub fn plain(path: &str, size: u64) -> SourceFile {
+        SourceFile {
+            path: path.into(),
+            size,
+            mtime: 0,
+            mode: 0o600,
+            checksum_segno: None,
+        }
+    }
+}
 
 /// A tablespace link found in pg_tblspc.
 #[derive(Debug, Clone)]
@@ -29,7 +58,7 @@ pub struct TablespaceLink {
 pub struct Listing {
     /// Directories (relative path, mode), parents before children.
     pub dirs: Vec<(String, u32)>,
-    pub files: Vec<ListedFile>,
+    pub files: Vec<SourceFile>,
     pub tablespaces: Vec<TablespaceLink>,
 }
 
@@ -392,7 +421,7 @@ fn visit(
             } else {
                 None
             };
-            l.files.push(ListedFile {
+            l.files.push(SourceFile {
                 path: child.into_boxed_str(),
                 size: e.size,
                 mtime: e.mtime,

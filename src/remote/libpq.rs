@@ -33,10 +33,10 @@ pub const MAX_READ: u64 = 64 << 20;
 /// idle while the server reads a whole unit) and neither side allocates a unit-sized reply.
 pub const READ_ROW: u64 = 1 << 20;
 
-/// The row size in use: [`READ_ROW`], or `PGJET_LIBPQ_ROW_KIB` (a multiple of 8 from 8 to
-/// 65536) for the benchmark that chooses it. Errors: a value out of range.
-pub fn read_row() -> Result<u64> {
-    crate::transfer::kib_setting("PGJET_LIBPQ_ROW_KIB", READ_ROW)
+/// The row size in use: [`READ_ROW`], or `PGJET_LIBPQ_ROW_KIB` for the benchmark that
+/// chooses it ([`crate::io::tuning`]).
+pub fn read_row() -> u64 {
+    crate::io::tuning::get().libpq_row.unwrap_or(READ_ROW)
 }
 
 /// Lists a level of directories: for each input path, either one row per entry (name,
@@ -113,8 +113,8 @@ impl LibpqSource {
             max_connections: connections.max(1),
             opened: Mutex::new(0),
             dir_mode: mode & 0o777,
-            row: read_row()?,
-            prefetch: std::env::var("PGJET_LIBPQ_PREFETCH").map_or(true, |v| v != "0"),
+            row: read_row(),
+            prefetch: crate::io::tuning::get().libpq_prefetch,
             describe,
         })
     }
@@ -580,16 +580,5 @@ mod tests {
         assert_eq!(r.offsets, [1000, 2024, 3048, 0, 0]);
         assert_eq!(r.lens, [1024, 1024, 452, 0, 3]);
         assert_eq!(r.owner, [0, 0, 0, 1, 2]);
-    }
-
-    #[test]
-    fn row_size_setting_is_checked() {
-        // One test owns the variable: tests run in parallel threads of one process.
-        std::env::set_var("PGJET_LIBPQ_ROW_KIB", "12");
-        assert!(read_row().is_err());
-        std::env::set_var("PGJET_LIBPQ_ROW_KIB", "256");
-        assert_eq!(read_row().unwrap(), 256 << 10);
-        std::env::remove_var("PGJET_LIBPQ_ROW_KIB");
-        assert_eq!(read_row().unwrap(), READ_ROW);
     }
 }

@@ -120,7 +120,7 @@ impl StanzaLock {
             pid: std::process::id(),
             command: command.to_string(),
             token: token.clone(),
-            acquired: crate::commands::rfc3339(chrono::Utc::now()),
+            acquired: super::label::rfc3339(chrono::Utc::now()),
             lease_until,
         };
         let mut unreadable = 0;
@@ -190,7 +190,7 @@ impl StanzaLock {
                         name,
                         store.describe(),
                         chrono::DateTime::from_timestamp(held.lease_until, 0)
-                            .map(crate::commands::rfc3339)
+                            .map(super::label::rfc3339)
                             .unwrap_or_default()
                     )))
                 }

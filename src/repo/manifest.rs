@@ -1,13 +1,15 @@
 //! The backup manifest: everything needed to verify and restore a backup (stored as described
 //! in [`super::manifest_io`]).
 use crate::codec::Compression;
-use crate::pg::checksum::BLCKSZ;
 use crate::pg::lsn::Lsn;
+pub use crate::transfer::nonzero_ranges;
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
 
 /// The most logical bytes one piece (and so one chunk or bundle) holds: 8 MiB.
 pub const MAX_PIECE_SIZE: u64 = 8 << 20;
+// The engine's units become pieces: none may exceed what a manifest accepts.
+const _: () = assert!(crate::transfer::CHUNK_SIZE <= MAX_PIECE_SIZE);
 
 /// One stored frame: a contiguous range of a file's logical bytes, compressed on its own.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -32,6 +34,12 @@ pub struct Piece {
     pub xxh3: String,
     /// CRC32C of the logical bytes of the range.
     pub crc32c: u32,
+}
+
+impl crate::transfer::PieceOffset for Piece {
+    fn logical_offset(&self) -> u64 {
+        self.logical_offset
+    }
 }
 
 /// A regular file of the backup.
@@ -137,30 +145,6 @@ pub struct BackupManifest {
     pub stored_size: u64,
     pub directories: Vec<DirEntry>,
     pub files: Vec<FileEntry>,
-}
-
-/// The (offset, length) ranges of a piece of `len` bytes that are not in `zero_pages`, in
-/// order. None when the runs are out of order or reach past `len` (a damaged manifest).
-pub fn nonzero_ranges(len: usize, zero_pages: &[[u32; 2]]) -> Option<Vec<(usize, usize)>> {
-    let mut out = Vec::with_capacity(zero_pages.len() + 1);
-    let mut pos = 0usize;
-    for r in zero_pages {
-        let start = (r[0] as usize).checked_mul(BLCKSZ)?;
-        let end = (r[0] as usize)
-            .checked_add(r[1] as usize)?
-            .checked_mul(BLCKSZ)?;
-        if start < pos || end > len {
-            return None;
-        }
-        if start > pos {
-            out.push((pos, start - pos));
-        }
-        pos = end;
-    }
-    if pos < len {
-        out.push((pos, len - pos));
-    }
-    Some(out)
 }
 
 /// True for a relative '/'-separated path with no empty, `.` or `..` component and no NUL.
@@ -351,16 +335,5 @@ pub(crate) mod tests {
             let err = m.validate().unwrap_err();
             assert!(err.contains(want), "expected '{want}' in: {err}");
         }
-    }
-
-    #[test]
-    fn zero_page_ranges() {
-        assert_eq!(
-            nonzero_ranges(5 * BLCKSZ + 10, &[[1, 2], [4, 1]]).unwrap(),
-            vec![(0, BLCKSZ), (3 * BLCKSZ, BLCKSZ), (5 * BLCKSZ, 10)]
-        );
-        assert!(nonzero_ranges(BLCKSZ, &[[0, 2]]).is_none());
-        assert!(nonzero_ranges(4 * BLCKSZ, &[[2, 1], [1, 1]]).is_none());
-        assert!(nonzero_ranges(4 * BLCKSZ, &[[u32::MAX, u32::MAX]]).is_none());
     }
 }

@@ -11,15 +11,19 @@
 //! <stanza>/backup/<label>/data/<object>  stored frames
 //! <stanza>/archive/<TLI>/...          the WAL archive (see [`wal`])
 //! ```
+pub mod label;
 pub mod lock;
 pub mod manifest;
 pub mod manifest_io;
+pub mod read_back;
+pub mod sink;
 pub mod wal;
 
 use crate::error::{Error, Result};
 use crate::storage::Storage;
 use serde::{Deserialize, Serialize};
 
+pub use label::{new_label, rfc3339};
 pub use lock::StanzaLock;
 pub use manifest::{
     BackupManifest, DirEntry, FileEntry, ManifestHeader, Piece, StopInfo, Tablespace,

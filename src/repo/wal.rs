@@ -196,7 +196,7 @@ pub fn encode_hashed(
         stored_size: frame.len() as u64,
         stored_xxh3: codec::xxh3_hex(frame),
         system_identifier,
-        pushed: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        pushed: super::label::rfc3339(chrono::Utc::now()),
     };
     out.clear();
     serde_json::to_writer(&mut *out, &header)

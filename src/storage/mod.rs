@@ -9,14 +9,24 @@
 //!
 //! Nothing here assumes rename, flock or a local path: completeness is an object written last,
 //! locks are conditional creates ([`Storage::create_new`]) with a lease (see `repo::lock`).
-pub mod direct;
+
 pub mod object;
+use crate::io::direct;
 pub mod posix;
 
 use crate::config::RepoConfig;
 use crate::error::Result;
 use std::io::Read;
 use std::sync::Arc;
+
+/// Whole-object reads a restore keeps in flight on a posix repository (one thread each,
+/// ahead of the decoders), each with
+/// one direct read in flight. Reads share the disk with the writers' requests, and most
+/// objects of a zstd backup are small (an 8 MiB chunk of table data stores as about
+/// 1.6 MiB), so each read waits behind the queued writes: with two readers the decoders
+/// waited for objects about 8 of 11 seconds, with four about 5 (docs/benchmark-notes.md,
+/// restore section). An object store gets its own count ([`Storage::read_ahead`]).
+pub const READ_AHEAD: usize = 4;
 
 /// A streaming upload of one object. The object exists, complete, only after
 /// [`ObjectWriter::finish`] returns; a writer dropped before that leaves nothing that looks
@@ -42,10 +52,10 @@ pub trait Storage: Send + Sync {
     /// (object stores: durable when this returns).
     fn put(&self, name: &str, data: &[u8]) -> Result<()>;
     /// How many whole-object reads a restore keeps in flight: posix 4 (the disk is shared
-    /// with the restore's writes, [`crate::transfer::restore::READ_AHEAD`]); an object store
+    /// with the restore's writes, [`READ_AHEAD`]); an object store
     /// more, since each request waits a round trip and ramps its connection up.
     fn read_ahead(&self) -> usize {
-        crate::transfer::restore::READ_AHEAD
+        READ_AHEAD
     }
     /// [`Storage::put`] of a buffer the store may keep instead of copying: returns it when
     /// the caller can reuse it (posix, the default), None when the store kept it (object

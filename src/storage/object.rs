@@ -9,10 +9,10 @@
 //!
 //! HTTP goes through our own reqwest client over rustls with the ring provider (the libpq
 //! TLS uses the same), so `repo-storage-ca-file` and `repo-storage-verify-tls` apply.
-use super::direct::AlignedBuf;
 use super::{ObjectWriter, Storage};
 use crate::config::{RepoConfig, StorageTls, UriStyle};
 use crate::error::{Error, Result, StorageFault};
+use crate::io::direct::AlignedBuf;
 use futures::StreamExt;
 use opendal::layers::{RetryEvent, RetryInterceptor, RetryLayer, TimeoutLayer};
 use opendal::{ErrorKind, Operator};
@@ -369,7 +369,7 @@ impl ObjectStorage {
 
 /// [`READ_PARTS`], or `PGJET_READ_PARTS` (1 to 16).
 fn read_parts() -> usize {
-    crate::transfer::count_setting("PGJET_READ_PARTS", 16).unwrap_or(READ_PARTS)
+    crate::io::tuning::get().read_parts.unwrap_or(READ_PARTS)
 }
 
 /// The store's own error inside an error of a body stream (a missing object stays not
@@ -591,7 +591,7 @@ impl Storage for ObjectStorage {
             .to_vec())
     }
 
-    fn get_aligned_into(&self, name: &str, buf: &mut super::direct::AlignedBuf) -> Result<()> {
+    fn get_aligned_into(&self, name: &str, buf: &mut crate::io::direct::AlignedBuf) -> Result<()> {
         // The body is copied into the buffer as it arrives, so only the buffer holds the
         // object (a whole-body read would hold it twice: with 8 readers, 64 MiB more).
         buf.clear();
@@ -608,7 +608,7 @@ impl Storage for ObjectStorage {
         &self,
         name: &str,
         size: u64,
-        buf: &mut super::direct::AlignedBuf,
+        buf: &mut crate::io::direct::AlignedBuf,
     ) -> Result<()> {
         let parts = read_parts().min((size / READ_PART_MIN) as usize);
         let Ok(len) = usize::try_from(size) else {

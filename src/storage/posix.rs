@@ -3,14 +3,14 @@
 //! Durability is batched: `put` only writes; `sync` runs one `syncfs(2)` over the filesystem
 //! that holds the root (data and directory entries alike), so thousands of small objects cost
 //! one flush instead of one fsync each.
-use super::direct::{self, AlignedBuf, Writer};
 use super::{ObjectWriter, Storage};
 use crate::error::{Error, Result};
+use crate::io::direct::{self, AlignedBuf, Writer};
+use crate::io::fs::{fsync_dir, SyncHandle};
 use std::collections::HashSet;
 use std::fs::{self, File, OpenOptions};
 use std::io::{BufWriter, Read, Write};
 use std::os::unix::fs::FileExt;
-use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -91,48 +91,6 @@ impl PosixStorage {
                 }
                 made.insert(parent.to_path_buf());
             }
-        }
-        Ok(())
-    }
-}
-
-/// fsync of a directory, so a rename or create inside it is durable.
-pub fn fsync_dir(dir: &Path) -> Result<()> {
-    File::open(dir)
-        .and_then(|f| f.sync_all())
-        .map_err(|e| Error::io("fsync directory", dir, e))
-}
-
-/// A descriptor kept open on a directory from before a unit of work's first write, so that
-/// `syncfs(2)` on it reports every writeback error of the filesystem since then (Linux
-/// reports errors to descriptors opened before they happened; one opened at the end could
-/// miss an error another caller already consumed).
-pub struct SyncHandle {
-    path: PathBuf,
-    file: File,
-}
-
-impl SyncHandle {
-    /// Opens `path` (a directory) for a later [`SyncHandle::syncfs`].
-    pub fn open(path: &Path) -> Result<SyncHandle> {
-        let file = File::open(path).map_err(|e| Error::io("open for syncfs", path, e))?;
-        Ok(SyncHandle {
-            path: path.to_path_buf(),
-            file,
-        })
-    }
-
-    /// `syncfs(2)`: flushes all dirty data and metadata of the filesystem; errors if any
-    /// writeback since [`SyncHandle::open`] failed.
-    pub fn syncfs(&self) -> Result<()> {
-        // SAFETY: plain syscall on a descriptor we own.
-        let rc = unsafe { libc::syncfs(self.file.as_raw_fd()) };
-        if rc != 0 {
-            return Err(Error::io(
-                "syncfs",
-                &self.path,
-                std::io::Error::last_os_error(),
-            ));
         }
         Ok(())
     }

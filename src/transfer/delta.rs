@@ -23,10 +23,10 @@ use std::sync::Mutex;
 /// hashes the server computes and sends.
 pub const DELTA_RANGE: u64 = 32 << 10;
 
-/// The range size in use: [`DELTA_RANGE`], or `PGJET_DELTA_RANGE_KIB` (a multiple of 8,
-/// from 8 to 65536) for the benchmark that chooses it. Errors: a value out of range.
-pub fn delta_range() -> Result<u64> {
-    super::kib_setting("PGJET_DELTA_RANGE_KIB", DELTA_RANGE)
+/// The range size in use: [`DELTA_RANGE`], or `PGJET_DELTA_RANGE_KIB` for the benchmark
+/// that chooses it ([`crate::io::tuning`]).
+pub fn delta_range() -> u64 {
+    crate::io::tuning::get().delta_range.unwrap_or(DELTA_RANGE)
 }
 
 /// Bytes of ranges hashed per request: 64 MiB, so each connection has a few seconds of
@@ -57,7 +57,7 @@ pub fn plan_delta(
     jobs: usize,
     progress: &dyn Progress,
 ) -> Result<DeltaPlan> {
-    let range = delta_range()?;
+    let range = delta_range();
     let mut compare: Vec<PieceSpec> = Vec::new();
     let mut plan = DeltaPlan::default();
     for (i, f) in files.iter().enumerate() {

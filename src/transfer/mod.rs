@@ -16,58 +16,25 @@
 //! and CRC32C); the [`UnitSink`] then stores or writes them. That per-piece step knows
 //! neither where the bytes came from nor where they go.
 pub mod delta;
-pub mod restore;
+
 pub mod sink;
 pub mod source;
 
+pub use crate::pg::datadir::SourceFile;
 pub use source::{Source, SourceReader};
 
 use crate::error::{Error, Result};
+use crate::io::direct::aligned_buf;
 use crate::pg::checksum::{self, PageVerdict, BLCKSZ, RELSEG_SIZE};
-use crate::repo::manifest::nonzero_ranges;
-use crate::repo::Piece;
-use crate::storage::direct::aligned_buf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 /// Size of a chunk of a large file and the most logical bytes a bundle holds: 8 MiB.
 /// Measured on this project's benchmark: 8 MiB keeps two workers busy on one 1 GiB segment
 /// while the per-unit memory (read buffer plus frame) stays at 16 MiB per worker.
-pub const CHUNK_SIZE: u64 = crate::repo::MAX_PIECE_SIZE;
+pub const CHUNK_SIZE: u64 = 8 << 20;
 /// Most files in one bundle (bounds the manifest work per object).
 pub const BUNDLE_MAX_FILES: usize = 4096;
-
-/// A file to copy.
-#[derive(Debug, Clone)]
-pub struct SourceFile {
-    /// Path relative to the data directory, as recorded in the manifest and as the
-    /// [`Source`] reads it. Boxed (16 bytes, no spare capacity): a listing holds a million.
-    pub path: Box<str>,
-    /// Size in bytes seen when the file list was made; bytes past it are not copied (WAL
-    /// replay recreates them) and a shorter file is padded with zeros (basebackup.c does the same).
-    pub size: u64,
-    /// Modification time, Unix seconds.
-    pub mtime: i64,
-    /// Permission bits.
-    pub mode: u32,
-    /// For relation files of a cluster with data checksums: the segment number (the `.N`
-    /// suffix), used to compute block numbers. None: no page checks.
-    pub checksum_segno: Option<u32>,
-}
-
-impl SourceFile {
-    /// A file of `size` bytes without page checks, mode 0600 and no modification time: WAL
-    /// segments, pg_control, test files.
-    pub fn plain(path: &str, size: u64) -> SourceFile {
-        SourceFile {
-            path: path.into(),
-            size,
-            mtime: 0,
-            mode: 0o600,
-            checksum_segno: None,
-        }
-    }
-}
 
 /// A range of one file inside a unit: 16 bytes, as a backup of a million files plans a
 /// million of them.
@@ -147,7 +114,7 @@ pub fn plan_units(files: &[SourceFile], chunk: u64) -> Result<Vec<Unit>> {
 /// [`plan_units`] with bundles of at most `bundle_bytes` logical bytes (at most `chunk`)
 /// and `bundle_files` files: a file smaller than `chunk` still goes into a bundle, alone
 /// when it is larger than `bundle_bytes`. For the benchmarks that measure bundle sizes
-/// ([`bundle_settings`]).
+/// ([`bundle_limits`]).
 pub fn plan_units_bundled(
     files: &[SourceFile],
     chunk: u64,
@@ -193,73 +160,15 @@ pub fn plan_units_bundled(
     Ok(units)
 }
 
-/// Bundle limits of a backup: logical bytes (`PGJET_BUNDLE_KIB`, at most [`CHUNK_SIZE`])
-/// and files (`PGJET_BUNDLE_FILES`, 1 to 65536); [`CHUNK_SIZE`] and [`BUNDLE_MAX_FILES`]
-/// unless set. For the benchmarks that measure them. Errors: a value out of range.
-pub fn bundle_settings() -> Result<(u64, usize)> {
-    let bytes = kib_setting("PGJET_BUNDLE_KIB", CHUNK_SIZE)?.min(CHUNK_SIZE);
-    let files = match std::env::var("PGJET_BUNDLE_FILES") {
-        Err(_) => BUNDLE_MAX_FILES,
-        Ok(v) => match v.parse::<usize>() {
-            Ok(n) if (1..=65536).contains(&n) => n,
-            _ => {
-                return Err(Error::Config(format!(
-                    "PGJET_BUNDLE_FILES '{v}' must be a number from 1 to 65536"
-                )))
-            }
-        },
-    };
-    Ok((bytes, files))
-}
-
-/// A count from the environment variable `var` when it is a number from 1 to `max`, else
-/// None (the caller's default). For the benchmarks that choose such counts.
-pub fn count_setting(var: &str, max: usize) -> Option<usize> {
-    std::env::var(var)
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-        .filter(|n| (1..=max).contains(n))
-}
-
-/// A size in KiB from the environment variable `var` (a multiple of 8 from 8 to 65536), in
-/// bytes; `default` bytes when it is not set. For the benchmarks that choose such sizes.
-/// Errors: a value that is not such a number.
-pub fn kib_setting(var: &str, default: u64) -> Result<u64> {
-    match std::env::var(var) {
-        Err(_) => Ok(default),
-        Ok(v) => match v.parse::<u64>() {
-            Ok(k) if (8..=65536).contains(&k) && k % 8 == 0 => Ok(k << 10),
-            _ => Err(Error::Config(format!(
-                "{var} '{v}' must be a multiple of 8 between 8 and 65536"
-            ))),
-        },
-    }
-}
-
-/// Returns the memory the allocator holds free to the system (glibc `malloc_trim`), after a
-/// phase that freed much of it in small pieces; a no-op elsewhere.
-pub fn release_free_memory() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: malloc_trim only walks the allocator's own free lists.
-    unsafe {
-        libc::malloc_trim(0);
-    }
-}
-
-/// This process's peak resident memory so far and its resident memory now, for debug logs
-/// ("peak 183 MiB, now 120 MiB"; Linux `/proc/self/status` VmHWM and VmRSS), or "unknown".
-pub fn memory_note() -> String {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-    };
-    match (field("VmHWM:"), field("VmRSS:")) {
-        (Some(peak), Some(now)) => format!("peak {} MiB, now {} MiB", peak / 1024, now / 1024),
-        _ => "unknown".into(),
-    }
+/// Bundle limits of a backup: logical bytes (at most [`CHUNK_SIZE`]) and files;
+/// [`CHUNK_SIZE`] and [`BUNDLE_MAX_FILES`] unless the benchmarks that measure them set
+/// `PGJET_BUNDLE_KIB` / `PGJET_BUNDLE_FILES` ([`crate::io::tuning`]).
+pub fn bundle_limits() -> (u64, usize) {
+    let t = crate::io::tuning::get();
+    (
+        t.bundle_bytes.unwrap_or(CHUNK_SIZE).min(CHUNK_SIZE),
+        t.bundle_files.unwrap_or(BUNDLE_MAX_FILES),
+    )
 }
 
 /// Receives progress; the library never draws on the terminal itself.
@@ -308,9 +217,12 @@ pub struct ReadPiece<'a> {
 pub trait UnitSink: Sync {
     /// Per-worker state (e.g. a compression context).
     type State;
+    /// What the sink reports of each piece it stored (a repository: where the piece's frame
+    /// is and its hashes, for the manifest; a data directory: nothing).
+    type Piece: Send;
     /// Makes one worker's state.
     fn new_state(&self) -> Result<Self::State>;
-    /// Stores one unit and returns the manifest piece of each read piece, in order. The
+    /// Stores one unit and returns what it reports of each read piece, in order. The
     /// caller holds one of the `jobs` CPU-stage tokens; `release` gives it back, for a sink
     /// whose last step only waits (an upload), so another thread's CPU work runs meanwhile.
     fn write_unit(
@@ -318,16 +230,15 @@ pub trait UnitSink: Sync {
         st: &mut Self::State,
         pieces: &[ReadPiece],
         release: &mut dyn FnMut(),
-    ) -> Result<Vec<Piece>>;
+    ) -> Result<Vec<Self::Piece>>;
     /// The copy failed: stop waiting on slow writes (an object store's retries).
     fn abort(&self) {}
 }
 
-/// What a copy produced, indexed like the file list.
+/// What a copy found, indexed like the file list (the pieces themselves go to a
+/// [`Collector`] as units complete).
 #[derive(Debug, Default)]
 pub struct CopyOutcome {
-    /// The pieces of each file, in logical order.
-    pub pieces: Vec<Vec<Piece>>,
     /// Blocks with a failed page checksum, per file.
     pub page_errors: Vec<Vec<u32>>,
     /// Files that disappeared during the copy (dropped relations): leave them out.
@@ -338,24 +249,22 @@ pub struct CopyOutcome {
 
 /// What one unit produced, handed to a [`Collector`] when the unit is stored: each piece with
 /// its file's index, the blocks whose page checksum failed twice, the files that vanished.
-pub struct UnitDone {
-    pub pieces: Vec<(usize, Piece)>,
+pub struct UnitDone<P> {
+    pub pieces: Vec<(usize, P)>,
     pub page_errors: Vec<(usize, u32)>,
     pub vanished: Vec<usize>,
 }
 
 /// Receives each unit's outcome as the unit completes; the engine serializes the calls.
 /// An error stops the copy.
-pub trait Collector: Send {
-    fn unit_done(&mut self, done: UnitDone) -> Result<()>;
+pub trait Collector<P>: Send {
+    fn unit_done(&mut self, done: UnitDone<P>) -> Result<()>;
 }
 
-/// Collects everything, indexed like the file list.
-impl Collector for CopyOutcome {
-    fn unit_done(&mut self, done: UnitDone) -> Result<()> {
-        for (file, piece) in done.pieces {
-            self.pieces[file].push(piece);
-        }
+/// Keeps what the copy found and drops the pieces (a sink whose pieces carry nothing to
+/// keep, such as a data directory's).
+impl<P> Collector<P> for CopyOutcome {
+    fn unit_done(&mut self, done: UnitDone<P>) -> Result<()> {
         self.page_error_count += done.page_errors.len();
         for (file, blk) in done.page_errors {
             self.page_errors[file].push(blk);
@@ -374,26 +283,33 @@ impl Collector for CopyOutcome {
 ///
 /// Memory: 4 bytes per file, plus the pieces of the files in progress (units are claimed in
 /// order and a large file's chunks are consecutive units, so few are).
-pub struct FileAssembler<'a> {
+pub struct FileAssembler<'a, P: PieceOffset> {
     /// Pieces not yet stored, per file.
     remaining: Vec<u32>,
     /// Files in progress: pieces so far, page errors, vanished.
-    open: std::collections::HashMap<usize, (Vec<Piece>, Vec<u32>, bool)>,
-    emit: &'a mut (dyn FnMut(usize, Vec<Piece>, Vec<u32>) -> Result<()> + Send),
+    open: std::collections::HashMap<usize, (Vec<P>, Vec<u32>, bool)>,
+    emit: &'a mut (dyn FnMut(usize, Vec<P>, Vec<u32>) -> Result<()> + Send),
     /// Files that vanished during the copy.
     pub vanished: Vec<usize>,
     /// Blocks with a failed page checksum, all files together.
     pub page_error_count: usize,
 }
 
-impl<'a> FileAssembler<'a> {
+/// A stored piece that knows where it lies in its file, so an assembler can order a file's
+/// pieces.
+pub trait PieceOffset: Send {
+    /// Offset of the piece in its file, bytes.
+    fn logical_offset(&self) -> u64;
+}
+
+impl<'a, P: PieceOffset> FileAssembler<'a, P> {
     /// An assembler for `files` copied as `units`; files no unit covers (empty ones) are
     /// emitted at once.
     pub fn new(
         files: &[SourceFile],
         units: &[Unit],
-        emit: &'a mut (dyn FnMut(usize, Vec<Piece>, Vec<u32>) -> Result<()> + Send),
-    ) -> Result<FileAssembler<'a>> {
+        emit: &'a mut (dyn FnMut(usize, Vec<P>, Vec<u32>) -> Result<()> + Send),
+    ) -> Result<FileAssembler<'a, P>> {
         let mut remaining = vec![0u32; files.len()];
         for u in units {
             for p in &u.pieces {
@@ -421,7 +337,7 @@ impl<'a> FileAssembler<'a> {
                 if gone {
                     self.vanished.push(file);
                 } else {
-                    pieces.sort_by_key(|p| p.logical_offset);
+                    pieces.sort_by_key(|p| p.logical_offset());
                     errs.sort_unstable();
                     (self.emit)(file, pieces, errs)?;
                 }
@@ -431,8 +347,8 @@ impl<'a> FileAssembler<'a> {
     }
 }
 
-impl Collector for FileAssembler<'_> {
-    fn unit_done(&mut self, done: UnitDone) -> Result<()> {
+impl<P: PieceOffset> Collector<P> for FileAssembler<'_, P> {
+    fn unit_done(&mut self, done: UnitDone<P>) -> Result<()> {
         self.page_error_count += done.page_errors.len();
         for (file, blk) in done.page_errors {
             self.open.entry(file).or_default().1.push(blk);
@@ -501,8 +417,8 @@ impl Shared {
 }
 
 /// Runs the source's threads for `opts.jobs` workers over `units`, reading `files` from
-/// `source` into `sink`; at most `opts.jobs` threads are in the CPU stage at once. Collects
-/// every piece (see [`copy_units_into`] to stream them instead).
+/// `source` into `sink`; at most `opts.jobs` threads are in the CPU stage at once. Keeps
+/// what the copy found and drops the sink's pieces (see [`copy_units_into`] to receive them).
 ///
 /// Errors: the first read or sink error stops all workers and is returned. A file that
 /// vanishes is marked in [`CopyOutcome::vanished`] instead.
@@ -515,15 +431,11 @@ pub fn copy_units<S: UnitSink>(
     progress: &dyn Progress,
 ) -> Result<CopyOutcome> {
     let mut out = CopyOutcome {
-        pieces: vec![Vec::new(); files.len()],
         page_errors: vec![Vec::new(); files.len()],
         vanished: vec![false; files.len()],
         page_error_count: 0,
     };
     copy_units_into(source, files, units, opts, sink, &mut out, progress)?;
-    for p in &mut out.pieces {
-        p.sort_by_key(|p| p.logical_offset);
-    }
     for e in &mut out.page_errors {
         e.sort_unstable();
     }
@@ -537,7 +449,7 @@ pub fn copy_units_into<S: UnitSink>(
     units: &[Unit],
     opts: &ReadOptions,
     sink: &S,
-    collector: &mut dyn Collector,
+    collector: &mut dyn Collector<S::Piece>,
     progress: &dyn Progress,
 ) -> Result<()> {
     let jobs = opts.jobs.max(1);
@@ -574,7 +486,7 @@ fn worker<S: UnitSink>(
     sink: &S,
     progress: &dyn Progress,
     shared: &Shared,
-    collector: &Mutex<&mut dyn Collector>,
+    collector: &Mutex<&mut dyn Collector<S::Piece>>,
 ) -> Result<()> {
     let mut state = sink.new_state()?;
     let mut reader = source.reader()?;
@@ -729,6 +641,30 @@ fn scan_pages(
     Ok(runs)
 }
 
+/// The (offset, length) ranges of a piece of `len` bytes that are not in `zero_pages`, in
+/// order. None when the runs are out of order or reach past `len` (a damaged manifest).
+pub fn nonzero_ranges(len: usize, zero_pages: &[[u32; 2]]) -> Option<Vec<(usize, usize)>> {
+    let mut out = Vec::with_capacity(zero_pages.len() + 1);
+    let mut pos = 0usize;
+    for r in zero_pages {
+        let start = (r[0] as usize).checked_mul(BLCKSZ)?;
+        let end = (r[0] as usize)
+            .checked_add(r[1] as usize)?
+            .checked_mul(BLCKSZ)?;
+        if start < pos || end > len {
+            return None;
+        }
+        if start > pos {
+            out.push((pos, start - pos));
+        }
+        pos = end;
+    }
+    if pos < len {
+        out.push((pos, len - pos));
+    }
+    Some(out)
+}
+
 /// Splits `data` of a piece into (offset, bytes) runs of pages that are not all-zero.
 /// `zero_pages` must come from [`scan_pages`] or a checked manifest.
 pub fn nonzero_runs<'a>(data: &'a [u8], zero_pages: &[[u32; 2]]) -> Vec<(usize, &'a [u8])> {
@@ -815,5 +751,16 @@ mod tests {
             shape,
             vec![(0, BLCKSZ), (3 * BLCKSZ, BLCKSZ), (5 * BLCKSZ, 10)]
         );
+    }
+
+    #[test]
+    fn zero_page_ranges() {
+        assert_eq!(
+            nonzero_ranges(5 * BLCKSZ + 10, &[[1, 2], [4, 1]]).unwrap(),
+            vec![(0, BLCKSZ), (3 * BLCKSZ, BLCKSZ), (5 * BLCKSZ, 10)]
+        );
+        assert!(nonzero_ranges(BLCKSZ, &[[0, 2]]).is_none());
+        assert!(nonzero_ranges(4 * BLCKSZ, &[[2, 1], [1, 1]]).is_none());
+        assert!(nonzero_ranges(4 * BLCKSZ, &[[u32::MAX, u32::MAX]]).is_none());
     }
 }

@@ -7,10 +7,10 @@
 //! ordinary connections to the server with `pg_read_binary_file`.
 use super::{PieceSpec, SourceFile};
 use crate::error::{Error, Result};
+use crate::io::direct::Reader;
 use crate::pg::datadir::{self, Listing};
 use crate::pg::lsn::{self, Lsn};
 use crate::pg::session::ServerInfo;
-use crate::storage::direct::Reader;
 use std::path::{Path, PathBuf};
 
 /// A cluster's files, wherever they are. Paths are relative to the data directory
@@ -199,7 +199,7 @@ pub fn wal_files(
     Ok(out)
 }
 
-/// A data directory on this host, read with direct I/O (see [`crate::storage::direct`]).
+/// A data directory on this host, read with direct I/O (see [`crate::io::direct`]).
 pub struct LocalSource {
     pub pgdata: PathBuf,
 }

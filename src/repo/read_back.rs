@@ -1,13 +1,13 @@
 //! Reading a backup back: every stored frame is checked (XXH3-128 of the stored bytes),
 //! expanded, checked again (XXH3-128 of the logical bytes) and only then written. `verify`
 //! runs the same checks without writing.
-use super::sink::{punch_zero_pages, write_runs};
-use super::Progress;
 use crate::codec::{self, CompressType};
 use crate::error::{Error, Result};
+use crate::io::direct::{self, aligned_buf, AlignedBuf, DIRECT_MIN_WRITE};
 use crate::repo::{self, FileEntry, Piece};
-use crate::storage::direct::{self, aligned_buf, AlignedBuf, DIRECT_MIN_WRITE};
 use crate::storage::Storage;
+use crate::transfer::sink::{punch_zero_pages, write_runs};
+use crate::transfer::{Progress, CHUNK_SIZE};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -85,18 +85,12 @@ struct ObjectWork {
     size: u64,
 }
 
-/// Threads that read stored objects ahead of the decoders on a posix repository, each with
-/// one direct read in flight. Reads share the disk with the writers' requests, and most
-/// objects of a zstd backup are small (an 8 MiB chunk of table data stores as about
-/// 1.6 MiB), so each read waits behind the queued writes: with two readers the decoders
-/// waited for objects about 8 of 11 seconds, with four about 5 (docs/benchmark-notes.md,
-/// restore section). An object store gets its own count ([`Storage::read_ahead`]).
-pub const READ_AHEAD: usize = 4;
-
 /// Readers for `store`: its [`Storage::read_ahead`], or `PGJET_READ_AHEAD` (1 to 64; for
 /// the benchmarks that choose it).
 fn readers(store: &dyn Storage) -> usize {
-    super::count_setting("PGJET_READ_AHEAD", 64).unwrap_or_else(|| store.read_ahead())
+    crate::io::tuning::get()
+        .read_ahead
+        .unwrap_or_else(|| store.read_ahead())
 }
 
 /// Threads that check and expand frames: `jobs`, but no more than the cores the process may
@@ -107,9 +101,9 @@ fn decoders(jobs: usize) -> usize {
     jobs.clamp(1, cores.max(1))
 }
 /// Objects planned and waiting for a reader: each holds its pieces' manifest lines (a
-/// bundle of small files, up to [`super::BUNDLE_MAX_FILES`] lines).
+/// bundle of small files, up to [`crate::transfer::BUNDLE_MAX_FILES`] lines).
 const PLANNED_QUEUE: usize = 4;
-/// Objects read and waiting for a decoder (each at most about [`super::CHUNK_SIZE`]). The
+/// Objects read and waiting for a decoder (each at most about [`CHUNK_SIZE`]). The
 /// readers are the stage that falls behind, not the decoders, so one slot is enough.
 const LOADED_QUEUE: usize = 1;
 /// Threads that write checked pieces into the target files, each with one direct write of
@@ -220,39 +214,10 @@ impl Stages<'_> {
     /// A file's last wanted piece is written: its modification time is set.
     fn file_done(&self, file: &FileJob) -> Result<()> {
         match self.rb.target {
-            Some(root) => set_mtime(&root.join(&file.entry.path), file.entry.mtime),
+            Some(root) => crate::io::fs::set_mtime(&root.join(&file.entry.path), file.entry.mtime),
             None => Ok(()),
         }
     }
-}
-
-/// Sets the modification time of `path` to `mtime` (Unix seconds; negative as 0), without
-/// opening it.
-pub fn set_mtime(path: &Path, mtime: i64) -> Result<()> {
-    use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| Error::Other(format!("{} contains a NUL byte", path.display())))?;
-    let t = libc::timespec {
-        tv_sec: mtime.max(0) as libc::time_t,
-        tv_nsec: 0,
-    };
-    let times = [
-        libc::timespec {
-            tv_sec: 0,
-            tv_nsec: libc::UTIME_OMIT,
-        },
-        t,
-    ];
-    // SAFETY: a NUL-terminated path and two timespecs, as utimensat(2) takes them.
-    let rc = unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), times.as_ptr(), 0) };
-    if rc != 0 {
-        return Err(Error::io(
-            "set mtime",
-            path,
-            std::io::Error::last_os_error(),
-        ));
-    }
-    Ok(())
 }
 
 /// Reading a backup back: every stored frame is read, checked and expanded, and, with a
@@ -293,7 +258,7 @@ impl ReadBack<'_> {
     /// and logical checksums matched reaches a writer.
     ///
     /// Memory is bounded by two pools of buffers reused throughout, each of about
-    /// [`super::CHUNK_SIZE`] (8 MiB): `readers + LOADED_QUEUE + jobs` object buffers and
+    /// [`CHUNK_SIZE`] (8 MiB): `readers + LOADED_QUEUE + jobs` object buffers and
     /// `jobs + WRITE_QUEUE + WRITERS` logical buffers (15 buffers, about 125 MiB resident
     /// with 2 jobs), plus the lines of the objects in flight, whatever the size of the
     /// backup.
@@ -328,9 +293,7 @@ impl ReadBack<'_> {
         let objects = readers + LOADED_QUEUE + jobs;
         let (obj_tx, obj_rx) = crossbeam_channel::bounded::<AlignedBuf>(objects);
         for _ in 0..objects {
-            let _ = obj_tx.send(aligned_buf(
-                super::CHUNK_SIZE as usize + super::CHUNK_SIZE as usize / 64,
-            ));
+            let _ = obj_tx.send(aligned_buf(CHUNK_SIZE as usize + CHUNK_SIZE as usize / 64));
         }
         let (write_tx, write_rx) = crossbeam_channel::bounded::<CheckedPiece>(WRITE_QUEUE);
         // The pool of logical buffers: a decoder takes one per piece, a writer gives it back.
@@ -342,7 +305,7 @@ impl ReadBack<'_> {
         let (pool_tx, pool_rx) = crossbeam_channel::bounded::<AlignedBuf>(pool_size);
         for _ in 0..pool_size {
             // The channel has room for every buffer.
-            let _ = pool_tx.send(aligned_buf(super::CHUNK_SIZE as usize));
+            let _ = pool_tx.send(aligned_buf(CHUNK_SIZE as usize));
         }
         std::thread::scope(|s| {
             let st = &st;
@@ -652,32 +615,6 @@ fn decode_object(
     waited
 }
 
-/// Creates the file `path`, which must not exist, with permission bits `mode` (0: 0600),
-/// and returns it open for writing. A missing parent directory is made (checked only when
-/// the create finds none: no extra stat per file). Errors: the file exists, or cannot be
-/// made.
-pub fn create_new_file(path: &Path, mode: u32) -> Result<std::fs::File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let open = || {
-        std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(if mode == 0 { 0o600 } else { mode })
-            .open(path)
-    };
-    match open() {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            if let Some(parent) = path.parent() {
-                std::fs::create_dir_all(parent)
-                    .map_err(|e| Error::io("create directory", parent, e))?;
-            }
-            open()
-        }
-        other => other,
-    }
-    .map_err(|e| Error::io("create", path, e))
-}
-
 /// Creates the file `path` (it must not exist; a missing parent directory is made) with
 /// permission bits `mode` (0: 0600), writes `data` at its start but for the all-zero pages
 /// `zero_pages` (left as holes), sets its size to `size` bytes and its mtime to `mtime`
@@ -691,9 +628,9 @@ pub fn create_with(
     zero_pages: &[[u32; 2]],
 ) -> Result<()> {
     use std::os::unix::fs::FileExt;
-    let file = create_new_file(path, mode)?;
+    let file = crate::io::fs::create_new_file(path, mode)?;
     let mut end = 0u64;
-    for (off, run) in super::nonzero_runs(data, zero_pages) {
+    for (off, run) in crate::transfer::nonzero_runs(data, zero_pages) {
         file.write_all_at(run, off as u64)
             .map_err(|e| Error::io("write", path, e))?;
         end = off as u64 + run.len() as u64;
@@ -749,7 +686,7 @@ pub fn restore_one(
     f: &FileEntry,
     target: &PathBuf,
 ) -> Result<()> {
-    let mut logical = aligned_buf(super::CHUNK_SIZE as usize);
+    let mut logical = aligned_buf(CHUNK_SIZE as usize);
     for p in &f.pieces {
         let frame = store.get_range(
             &repo::object_name(stanza, label, &p.object),
