@@ -2,6 +2,7 @@
 //!
 //! The library knows nothing of the terminal: commands report progress through
 //! [`transfer::Progress`] and return typed [`error::Error`]s; the binary maps them to exit codes.
+pub mod archive;
 pub mod cli;
 pub mod codec;
 pub mod commands;
@@ -9,7 +10,9 @@ pub mod config;
 pub mod error;
 pub mod io;
 pub mod pg;
+pub mod primary;
 pub mod remote;
 pub mod repo;
 pub mod storage;
+pub mod target;
 pub mod transfer;

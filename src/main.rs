@@ -48,7 +48,7 @@ fn run(cli: Cli) -> Result<(), Error> {
             } else {
                 println!(
                     "backup {} complete: {} files, {} logical, {} stored, {:.1} s, {:.0} MiB/s, LSN {} - {}{}",
-                    r.label, r.files, commands::mib(r.size), commands::mib(r.stored_size), r.seconds, r.mib_per_sec,
+                    r.label, r.files, pgjet::io::mib(r.size), pgjet::io::mib(r.stored_size), r.seconds, r.mib_per_sec,
                     r.start_lsn, r.stop_lsn,
                     if r.page_errors > 0 { format!(", {} page checksum error(s)", r.page_errors) } else { String::new() }
                 );
@@ -84,7 +84,7 @@ fn run(cli: Cli) -> Result<(), Error> {
         Command::ArchivePush(a) => commands::archive_push::run(&s, &a.wal_path)?,
         Command::ArchiveGet(a) => {
             if commands::archive_get::run(&s, &a.wal_file, &a.dest)?
-                == commands::archive_get::GetOutcome::Missing
+                == pgjet::archive::get::GetOutcome::Missing
             {
                 // The normal end of recovery from the archive: PostgreSQL asks for the next
                 // file until one is missing. Status 1 and one quiet line.
@@ -100,7 +100,7 @@ fn run(cli: Cli) -> Result<(), Error> {
                 println!(
                     "standby created in {}: {} in {:.1} s ({:.0} MiB/s, {} with {} job(s)){}{}",
                     r.pg_path,
-                    commands::mib(r.size),
+                    pgjet::io::mib(r.size),
                     r.seconds,
                     r.mib_per_sec,
                     r.transport,
@@ -108,8 +108,8 @@ fn run(cli: Cli) -> Result<(), Error> {
                     match (r.delta_same, r.delta_copied) {
                         (Some(same), Some(copied)) => format!(
                             "; delta: {} unchanged, {} copied",
-                            commands::mib(same),
-                            commands::mib(copied)
+                            pgjet::io::mib(same),
+                            pgjet::io::mib(copied)
                         ),
                         _ => String::new(),
                     },

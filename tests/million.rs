@@ -228,7 +228,7 @@ fn child_workload() {
                 if f.pieces.len() == 1 && f.size < 1 << 20 {
                     return Ok(Want::Create(f.mode));
                 }
-                pgjet::commands::restore::create_file(&target, &f.path, f.size, f.mode)?;
+                pgjet::target::create_file(&target, &f.path, f.size, f.mode)?;
                 Ok(Want::All)
             },
             &NoProgress,

@@ -1,75 +1,25 @@
 //! `archive-get`: fetch one archived WAL file for PostgreSQL's
-//! `restore_command = 'pgjet --stanza=NAME archive-get %f "%p"'`.
-//!
-//! The repositories are tried in order (`--repo N` alone when given); the first that has the
-//! file serves it, checked whole (checksums of the stored and the decompressed bytes) before a
-//! byte reaches `%p`. A file no repository has is the normal end of the archive: the caller
-//! exits with status 1 and says little. Any other failure is an error.
-use super::archive_push::resolve_path;
-use super::*;
-use crate::repo::wal::{self, WalFile};
-
-/// What `archive-get` did.
-#[derive(Debug, PartialEq, Eq)]
-pub enum GetOutcome {
-    /// Written to the destination from repository N.
-    Found(u8),
-    /// No repository has it.
-    Missing,
-}
+//! `restore_command = 'pgjet --stanza=NAME archive-get %f "%p"'`: from the repositories in
+//! order ([`crate::archive::get`]), or, with `archive-async=y`, from the spool where the
+//! prefetcher keeps the next segments ([`crate::archive::prefetcher`]).
+use crate::archive::get::{fetch_direct, GetOutcome};
+use crate::archive::prefetcher;
+use crate::config::Settings;
+use crate::error::Result;
+use crate::repo::wal::WalFile;
+use std::path::Path;
 
 /// Runs `archive-get` for `wal_file` into `dest`.
 ///
-/// A repository that fails (unreachable, or a corrupt copy, [`Error::CorruptWal`]) is
-/// logged and the next one tried: another repository's copy passes the same checks.
-///
-/// Errors: a name that is not a WAL file name; when no repository served the file and at
-/// least one failed, the first failure (never "missing": PostgreSQL would take that for the
-/// end of the archive and end recovery early).
+/// Errors: a name that is not a WAL file name; as [`fetch_direct`].
 pub fn run(s: &Settings, wal_file: &str, dest: &Path) -> Result<GetOutcome> {
-    if std::env::var_os(super::archive_async::GET_BACKGROUND_ENV).is_some() {
-        super::archive_async::get_background(s)?;
-        return Ok(GetOutcome::Found(0));
+    if std::env::var_os(prefetcher::GET_BACKGROUND_ENV).is_some() {
+        prefetcher::get_background(s)?;
+        return Ok(GetOutcome::FromSpool);
     }
     let file = WalFile::parse(wal_file)?;
     if s.archive.asynchronous {
-        return super::archive_async::get_foreground(s, wal_file, dest);
+        return prefetcher::get_foreground(s, wal_file, dest);
     }
     fetch_direct(s, &file, dest)
-}
-
-/// Fetches `file` from the repositories in order into `dest` (see [`run`]).
-///
-/// Errors: as [`run`].
-pub fn fetch_direct(s: &Settings, file: &WalFile, dest: &Path) -> Result<GetOutcome> {
-    let stanza = s.stanza()?;
-    let dest = resolve_path(dest);
-    let mut failed = None;
-    for (n, cfg) in repos_in_scope(s)? {
-        let got = crate::storage::open(cfg).and_then(|store| {
-            let got = wal::fetch(&*store, stanza, file)?;
-            // "Not archived" counts only from a repository that holds the stanza: a wrong
-            // --stanza, bucket or path must not look like the end of the archive.
-            if got.is_none() {
-                crate::repo::read_stanza(&*store, stanza)?;
-            }
-            Ok(got)
-        });
-        match got {
-            Ok(Some((_, data))) => {
-                crate::io::fs::write_whole(&dest, &data)?;
-                tracing::debug!("{} restored from repo{n}", file.name);
-                return Ok(GetOutcome::Found(n));
-            }
-            Ok(None) => {}
-            Err(e) => {
-                tracing::warn!("repo{n}: cannot read {}: {e}", file.name);
-                failed.get_or_insert(e);
-            }
-        }
-    }
-    match failed {
-        Some(e) => Err(e),
-        None => Ok(GetOutcome::Missing),
-    }
 }

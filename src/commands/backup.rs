@@ -1,21 +1,22 @@
 //! `backup --type full`: a self-contained full backup of a running cluster, on this host or
 //! (with --source) on another one over libpq.
 //!
-//! The copy is the shared base-backup sequence ([`super::base_backup`]); then all stored
+//! The copy is the shared base-backup sequence ([`crate::primary::base_backup`]); then all stored
 //! bytes are made durable and the manifest is written last: only its presence makes the
 //! backup complete.
-use super::base_backup::{run_base_backup, BackupTarget, BaseBackup, BaseBackupOptions};
-use super::*;
 use crate::cli::BackupArgs;
-use crate::pg::datadir::Listing;
-use crate::repo::manifest_io::ManifestWriter;
+use crate::config::Settings;
+use crate::error::Result;
+use crate::pg::lsn::{self, Lsn};
+use crate::primary::base_backup::{run_base_backup, BaseBackup, BaseBackupOptions};
+use crate::primary::open_primary;
+use crate::repo::backup::{manifest_not_started, store_control, RepoTarget};
+use crate::repo::open::open_repo;
 use crate::repo::sink::RepoSink;
-use crate::repo::{self, DirEntry, StanzaLock, Tablespace};
+use crate::repo::wal::wait_archived;
+use crate::repo::{self, StanzaLock};
 use crate::repo::{ManifestHeader, StopInfo};
-use crate::transfer::{
-    copy_units_into, CopyOutcome, FileAssembler, PieceSpec, Progress, ReadOptions, ReadPiece,
-    Source, SourceFile, UnitSink, CHUNK_SIZE,
-};
+use crate::transfer::Progress;
 use serde::Serialize;
 
 /// What `backup` reports at the end.
@@ -33,111 +34,6 @@ pub struct BackupSummary {
     pub start_lsn: String,
     pub stop_lsn: String,
     pub page_errors: usize,
-}
-
-/// The repository as a [`BackupTarget`]: every unit becomes an object of the backup, and
-/// every file a line of the manifest as soon as all its bytes are stored (nothing per file
-/// is kept in memory beyond the listing).
-pub struct RepoTarget<'a> {
-    pub sink: RepoSink<'a>,
-    /// The manifest's header; `prepare` fills in the start LSN and the tablespaces.
-    header: ManifestHeader,
-    /// Names of the tablespaces by OID (the listing knows only OIDs and locations).
-    spcs: &'a [(u32, String, String)],
-    /// Started by `prepare`.
-    manifest: Option<ManifestWriter>,
-}
-
-/// `RepoTarget::manifest` used before `prepare` started it (a bug, not a user error).
-fn manifest_not_started() -> Error {
-    Error::Other("the backup's manifest was not started".into())
-}
-
-impl BackupTarget for RepoTarget<'_> {
-    fn prepare(&mut self, listing: &Listing, start_lsn: Lsn) -> Result<()> {
-        self.header.start_lsn = start_lsn;
-        self.header.tablespaces = listing
-            .tablespaces
-            .iter()
-            .map(|t| Tablespace {
-                oid: t.oid,
-                name: self
-                    .spcs
-                    .iter()
-                    .find(|(o, _, _)| *o == t.oid)
-                    .map(|x| x.1.clone())
-                    .unwrap_or_else(|| t.oid.to_string()),
-                location: t.target.display().to_string(),
-            })
-            .collect();
-        let mut w = ManifestWriter::create(self.sink.store, self.header.clone())?;
-        for (path, mode) in &listing.dirs {
-            w.dir(&DirEntry {
-                path: path.clone(),
-                mode: *mode,
-            })?;
-        }
-        self.manifest = Some(w);
-        Ok(())
-    }
-
-    fn copy(
-        &mut self,
-        source: &dyn Source,
-        files: &[SourceFile],
-        opts: &ReadOptions,
-        progress: &dyn Progress,
-    ) -> Result<CopyOutcome> {
-        tracing::debug!("memory with the listing: {}", crate::io::mem::memory_note());
-        let (bundle_bytes, bundle_files) = crate::transfer::bundle_limits();
-        let units =
-            crate::transfer::plan_units_bundled(files, CHUNK_SIZE, bundle_bytes, bundle_files)?;
-        tracing::debug!(
-            "{} units planned; memory: {}",
-            units.len(),
-            crate::io::mem::memory_note()
-        );
-        let sink = &self.sink;
-        let manifest = self.manifest.as_mut().ok_or_else(manifest_not_started)?;
-        let mut emit = |i: usize, pieces: Vec<repo::Piece>, errs: Vec<u32>| {
-            manifest.file(&file_entry(&files[i], pieces, errs))
-        };
-        let mut asm = FileAssembler::new(files, &units, &mut emit)?;
-        copy_units_into(source, files, &units, opts, sink, &mut asm, progress)?;
-        tracing::debug!("units copied; memory: {}", crate::io::mem::memory_note());
-        let mut out = CopyOutcome {
-            vanished: vec![false; files.len()],
-            page_error_count: asm.page_error_count,
-            ..Default::default()
-        };
-        for i in asm.vanished {
-            tracing::debug!(
-                "{} vanished during the copy (dropped); left out",
-                files[i].path
-            );
-            out.vanished[i] = true;
-        }
-        Ok(out)
-    }
-}
-
-/// Stores pg_control as an object of its own, from bytes whose CRC was checked, so the
-/// backup never holds a control file PostgreSQL would reject.
-fn store_control(sink: &RepoSink, control: &SourceFile, bytes: &[u8]) -> Result<repo::FileEntry> {
-    let piece = ReadPiece {
-        spec: PieceSpec::new(0, 0, bytes.len() as u64)?,
-        data: bytes,
-        zero_pages: Vec::new(),
-        xxh3: crate::codec::xxh3_hex(bytes),
-        crc32c: crate::codec::crc32c(bytes),
-    };
-    let mut state = sink.new_state()?;
-    let pieces = sink.write_unit(&mut state, &[piece], &mut || {})?;
-    let f = SourceFile {
-        size: bytes.len() as u64,
-        ..control.clone()
-    };
-    Ok(file_entry(&f, pieces, Vec::new()))
 }
 
 /// Runs `backup`.
@@ -266,7 +162,7 @@ pub fn run(s: &Settings, args: &BackupArgs, progress: &dyn Progress) -> Result<B
         tracing::info!("--no-expire: expire not run");
     } else if s.retention.full.is_some() || s.retention.archive.is_some() {
         // Still under the backup's lock; a failure here leaves the new backup complete.
-        match super::expire::expire_repo(s, &store, stanza, false) {
+        match repo::retention::expire_repo(&s.retention, &store, stanza, false) {
             Ok(lines) => lines.iter().for_each(|l| tracing::info!("expire: {l}")),
             Err(e) => {
                 tracing::warn!("expire after the backup failed (the backup is complete): {e}")

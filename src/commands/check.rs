@@ -1,6 +1,12 @@
 //! `check`: configuration, cluster and repository agree, and the role has what it needs.
-use super::*;
+use crate::config::Settings;
+use crate::error::{Error, Result};
+use crate::pg::session::{ServerInfo, Session};
+use crate::primary::{check_pg_path, libpq_connections, local_data_directory, primary_target};
 use crate::repo;
+use crate::repo::open::open_repos;
+use crate::repo::wal::wait_archived;
+use crate::storage::Storage;
 
 /// When the cluster archives WAL: writes a restore point, forces a WAL switch and waits (up
 /// to archive-timeout) until the completed segment is in every repository's archive, as

@@ -1,6 +1,9 @@
 //! `info`: stanzas and their complete backups.
-use super::*;
+use crate::config::Settings;
+use crate::error::{Error, Result};
+use crate::io::mib;
 use crate::repo;
+use crate::repo::open::open_repos;
 use serde::Serialize;
 
 /// One backup as `info` shows it.

@@ -3,25 +3,30 @@
 //! (files read locally) or on another one (files read over libpq connections; nothing is
 //! installed on the primary).
 //!
-//! The copy is the shared base-backup sequence ([`super::base_backup`]) under a temporary
+//! The copy is the shared base-backup sequence ([`crate::primary::base_backup`]) under a temporary
 //! slot made before the backup starts, so nothing the standby needs is recycled and a killed
 //! clone leaks nothing. --slot is made permanent only after a good copy, as a copy of the
 //! temporary slot (same restart LSN); the standby then streams from it. The WAL from the
 //! start to the stop LSN is copied into the new pg_wal as well, so the standby reaches
 //! consistency even before it connects.
-use super::base_backup::{run_base_backup, BackupTarget, BaseBackup, BaseBackupOptions};
-use super::restore::{append_auto_conf, create_files, prepare_target, set_mtimes, TargetSync};
-use super::*;
 use crate::cli::ReplicaArgs;
-use crate::io::fs::write_file;
+use crate::config::Settings;
+use crate::error::{Error, Result};
 use crate::pg::conninfo::ConnInfo;
-use crate::pg::datadir::Listing;
-use crate::pg::session::{quote_conf_value, quote_literal};
-use crate::transfer::delta::{plan_delta, range_units};
-use crate::transfer::sink::DirSink;
-use crate::transfer::{copy_files, copy_units, CopyOutcome, Progress, ReadOptions, SourceFile};
-use std::process::Command;
-use std::time::{Duration, Instant};
+use crate::pg::session::{self, quote_conf_value};
+use crate::primary::base_backup::{run_base_backup, BaseBackup, BaseBackupOptions};
+use crate::primary::{open_primary, Primary};
+use crate::target::copy::DirTarget;
+use crate::target::finish::{finish, Finish};
+use crate::target::standby::{bin_dir, start_standby};
+use crate::target::{
+    delta, parse_tablespace_map, plan_locations, remap_tablespace_map, set_mtimes,
+    tablespace_locations,
+};
+use crate::transfer::Progress;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
 
 /// What `replica-create` reports.
 #[derive(Debug, serde::Serialize)]
@@ -40,92 +45,6 @@ pub struct ReplicaSummary {
     /// With --delta: logical bytes found equal by hash (not copied) and bytes copied.
     pub delta_same: Option<u64>,
     pub delta_copied: Option<u64>,
-}
-
-/// A new data directory as a [`BackupTarget`]: directories and tablespace links are made
-/// once the listing is known, every file is created sparse at its size and written in place.
-pub struct DirTarget<'a> {
-    pub pg_path: &'a Path,
-    pub tablespaces: &'a [(u32, String, String)],
-    pub map: &'a [(String, PathBuf)],
-    /// (oid, chosen location): checked before the backup starts, the tablespace
-    /// directories made by `prepare`.
-    pub locations: Vec<(u32, PathBuf)>,
-    pub sync: Option<TargetSync>,
-    /// Files written (path, mtime), to stamp their modification times at the end.
-    pub written: Vec<(PathBuf, i64)>,
-    /// The source's system identifier, for the marker kept while the directory is written.
-    pub system_identifier: u64,
-    /// Re-sync an existing copy: compare ranges and copy only what differs.
-    pub delta: bool,
-    /// Delta totals: bytes equal, bytes copied.
-    pub same: u64,
-    pub copied: u64,
-}
-
-impl BackupTarget for DirTarget<'_> {
-    fn prepare(&mut self, listing: &Listing, _start_lsn: Lsn) -> Result<()> {
-        if self.delta {
-            let removed = delta::begin_delta(
-                self.pg_path,
-                self.system_identifier,
-                &self.locations,
-                listing,
-            )?;
-            tracing::info!(
-                "delta: removed {removed} file(s) or directories the primary does not have"
-            );
-        } else {
-            self.locations =
-                prepare_target(self.pg_path, self.tablespaces, self.map, &listing.dirs)?;
-            delta::write_marker(self.pg_path, self.system_identifier)?;
-        }
-        self.sync = Some(TargetSync::open(self.pg_path, &self.locations)?);
-        Ok(())
-    }
-
-    fn copy(
-        &mut self,
-        source: &dyn Source,
-        files: &[SourceFile],
-        opts: &ReadOptions,
-        progress: &dyn Progress,
-    ) -> Result<CopyOutcome> {
-        let specs: Vec<(&str, u64, u32)> =
-            files.iter().map(|f| (&*f.path, f.size, f.mode)).collect();
-        let (targets, out) = if self.delta {
-            let (targets, before) = delta::size_files(self.pg_path, &specs)?;
-            let plan = plan_delta(source, files, &targets, &before, opts.jobs, progress)?;
-            self.same += plan.same_bytes;
-            self.copied += plan.copy_bytes;
-            let units = range_units(&plan.copy);
-            progress.begin("copy", plan.copy_bytes);
-            let sink = DirSink {
-                targets: &targets,
-                overwrite: true,
-            };
-            let out = copy_units(source, files, &units, opts, &sink, progress)?;
-            progress.finish();
-            (targets, out)
-        } else {
-            let targets = create_files(self.pg_path, &specs)?;
-            let sink = DirSink {
-                targets: &targets,
-                overwrite: false,
-            };
-            self.copied += files.iter().map(|f| f.size).sum::<u64>();
-            let out = copy_files(source, files, opts, &sink, progress)?;
-            (targets, out)
-        };
-        for ((f, t), gone) in files.iter().zip(targets).zip(&out.vanished) {
-            if *gone {
-                let _ = fs::remove_file(&t);
-            } else {
-                self.written.push((t, f.mtime));
-            }
-        }
-        Ok(out)
-    }
 }
 
 /// Runs `replica-create`.
@@ -159,7 +78,7 @@ pub fn run(s: &Settings, args: &ReplicaArgs, progress: &dyn Progress) -> Result<
     let locations = if delta {
         tablespace_locations(&tablespaces, &map)?
     } else {
-        super::restore::plan_locations(&target, &tablespaces, &map)?
+        plan_locations(&target, &tablespaces, &map)?
     };
     if let Some(name) = &args.slot {
         if primary.sess.slot_wal_status(name)?.is_some() {
@@ -202,7 +121,8 @@ pub fn run(s: &Settings, args: &ReplicaArgs, progress: &dyn Progress) -> Result<
     let seconds = clock.elapsed().as_secs_f64();
     let mut started = false;
     if args.start {
-        start_standby(s, args, local_dir.as_deref(), &major, &target, &conn, &app)?;
+        let bin = bin_dir(args.pg_bin.as_deref(), local_dir.as_deref(), &major)?;
+        start_standby(&bin, s.pg_port, &target, &conn, &app)?;
         started = true;
     }
     Ok(ReplicaSummary {
@@ -287,16 +207,6 @@ fn copy_and_configure(
         std::mem::take(&mut dir.written).into_iter().unzip();
     set_mtimes(&paths, &mtimes)?;
 
-    write_file(
-        &target.join("backup_label"),
-        bb.stop.backup_label.as_bytes(),
-    )?;
-    if !tablespaces.is_empty() {
-        write_file(
-            &target.join("tablespace_map"),
-            remap_tablespace_map(&dir.locations).as_bytes(),
-        )?;
-    }
     let conninfo = standby_conninfo(&primary.target.effective, app);
     let mut lines = vec![
         "# standby settings added by pgjet replica-create".to_string(),
@@ -308,118 +218,24 @@ fn copy_and_configure(
     if s.pg_port != crate::config::DEFAULT_PG_PORT || args.start {
         lines.push(format!("port = {}", s.pg_port));
     }
-    append_auto_conf(target, &lines)?;
-    write_file(&target.join("standby.signal"), b"")?;
-    if let Some(sync) = &dir.sync {
-        sync.sync()?;
-    }
-    // Last: pg_control, then the marker goes.
-    write_file(&target.join(&*bb.control.path), &bb.control_bytes)?;
-    crate::io::fs::fsync_dir(&target.join("global"))?;
-    delta::remove_marker(target)?;
+    let sync = dir
+        .sync
+        .take()
+        .ok_or_else(|| Error::Other("the target was not prepared".into()))?;
+    finish(
+        target,
+        &sync,
+        &Finish {
+            backup_label: bb.stop.backup_label.as_bytes(),
+            tablespace_map: (!tablespaces.is_empty()).then(|| remap_tablespace_map(&dir.locations)),
+            replace_recovery_settings: Some("pgjet replica-create".into()),
+            auto_conf: lines,
+            signal: Some("standby.signal"),
+        },
+        || Ok(()),
+        || crate::io::fs::write_file(&target.join(&*bb.control.path), &bb.control_bytes),
+    )?;
     Ok((bb.total_bytes(), dir.same, dir.copied))
-}
-
-/// The directory of the PostgreSQL binaries that start the standby: --pg-bin; else, when
-/// the primary runs on this host, its own (from the postmaster's /proc/<pid>/exe, its PID
-/// being the first line of postmaster.pid); else Debian's /usr/lib/postgresql/<major>/bin.
-fn bin_dir(args: &ReplicaArgs, local_dir: Option<&Path>, major: &str) -> Result<PathBuf> {
-    if let Some(b) = &args.pg_bin {
-        return Ok(b.clone());
-    }
-    if let Some(dir) = local_dir {
-        let pidfile = dir.join("postmaster.pid");
-        let text = fs::read_to_string(&pidfile).map_err(|e| Error::io("read", &pidfile, e))?;
-        let pid = text.lines().next().unwrap_or("").trim().to_string();
-        let exe = fs::read_link(format!("/proc/{pid}/exe")).map_err(|e| {
-            Error::Config(format!(
-                "cannot find the primary's binaries from PID {pid} ({e}); pass --pg-bin"
-            ))
-        })?;
-        return exe.parent().map(Path::to_path_buf).ok_or_else(|| {
-            Error::Config("cannot find the primary's binaries; pass --pg-bin".into())
-        });
-    }
-    let debian = PathBuf::from(format!("/usr/lib/postgresql/{major}/bin"));
-    if debian.join("pg_ctl").exists() {
-        return Ok(debian);
-    }
-    Err(Error::Config(format!(
-        "no PostgreSQL {major} binaries found on this host (tried {}); pass --pg-bin",
-        debian.display()
-    )))
-}
-
-/// Starts the standby with pg_ctl and waits (up to 120 s) until the primary shows it
-/// streaming in pg_stat_replication under application_name `app`.
-fn start_standby(
-    s: &Settings,
-    args: &ReplicaArgs,
-    local_dir: Option<&Path>,
-    major: &str,
-    target: &Path,
-    conn: &crate::pg::conninfo::ConnTarget,
-    app: &str,
-) -> Result<()> {
-    let bin = bin_dir(args, local_dir, major)?;
-    let log = target.join("pgjet-start.log");
-    let status = Command::new(bin.join("pg_ctl"))
-        .args(["-D"])
-        .arg(target)
-        .args(["-l"])
-        .arg(&log)
-        .args(["-w", "-t", "120", "-o"])
-        .arg(format!("-p {}", s.pg_port))
-        .arg("start")
-        .stdout(std::process::Stdio::null())
-        .status()
-        .map_err(|e| Error::io("run pg_ctl", bin.join("pg_ctl"), e))?;
-    if !status.success() {
-        return Err(Error::Other(format!(
-            "pg_ctl could not start the standby in {} (see {})",
-            target.display(),
-            log.display()
-        )));
-    }
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let sess = Session::connect(conn)?;
-        // pg_stat_replication hides a walsender's state from roles without
-        // pg_read_all_stats; pg_stat_activity still shows the role's own walsenders.
-        let rows = sess.query_strings(
-            "pg_stat_replication",
-            &format!(
-                "SELECT coalesce(r.state, 'hidden') FROM pg_stat_activity a \
-                 LEFT JOIN pg_stat_replication r ON r.pid = a.pid \
-                 WHERE a.backend_type = 'walsender' AND a.application_name = {}",
-                quote_literal(app)
-            ),
-        )?;
-        sess.close();
-        let states: Vec<String> = rows
-            .iter()
-            .filter_map(|r| r.first().cloned().flatten())
-            .collect();
-        if states.iter().any(|s| s == "streaming") {
-            tracing::info!("standby {} is streaming", target.display());
-            return Ok(());
-        }
-        if states.iter().any(|s| s == "hidden") {
-            tracing::info!(
-                "standby {} is connected to the primary (its state is visible only with pg_read_all_stats)",
-                target.display()
-            );
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            return Err(Error::Other(format!(
-                "the standby in {} started but does not stream after 120 s (see {})",
-                target.display(),
-                log.display()
-            )));
-        }
-        std::thread::sleep(Duration::from_millis(300));
-    }
 }
 
 #[cfg(test)]

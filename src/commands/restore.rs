@@ -6,179 +6,24 @@
 //! are written, everything is flushed with one syncfs per filesystem, and only then
 //! global/pg_control is written. A restore that fails at any point leaves no pg_control:
 //! PostgreSQL will not start on the half-written directory.
-use super::*;
-use crate::cli::{ArchiveMode, RestoreArgs};
+use crate::cli::{ArchiveMode, RestoreArgs, RestoreType};
+use crate::config::Settings;
+use crate::error::{Error, Result};
 use crate::io::direct::DIRECT_MIN_WRITE;
-use crate::io::fs::{create_new_file, fsync_dir, set_mtime, write_file, SyncHandle};
+use crate::io::fs::set_mtime;
 use crate::pg::pg_manifest::{PgManifestWriter, PgWalRange};
+use crate::repo::open::{open_repo_with_set, open_repos};
 use crate::repo::read_back::{allocate_pieces, restore_one, ReadBack, Want};
 use crate::repo::{self, FileEntry};
+use crate::target::finish::{finish, Finish};
+use crate::target::{
+    create_file, delta, parse_tablespace_map, prepare_target, recovery, remap_tablespace_map,
+    tablespace_locations, TargetSync,
+};
 use crate::transfer::Progress;
-use std::fs::{File, OpenOptions};
-use std::io::Write;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-
-/// Checks the targets without touching anything: every --tablespace-map entry names a
-/// tablespace, the data directory and every tablespace directory are empty (or absent),
-/// hold no postmaster.pid, and none of them is inside another. Returns (oid, location).
-pub fn plan_locations(
-    pg_path: &Path,
-    tablespaces: &[(u32, String, String)],
-    map: &[(String, PathBuf)],
-) -> Result<Vec<(u32, PathBuf)>> {
-    let locations = tablespace_locations(tablespaces, map)?;
-    check_empty_target(pg_path, "target directory")?;
-    for ((oid, dir), (_, name, _)) in locations.iter().zip(tablespaces) {
-        check_empty_target(dir, &format!("tablespace {name} (OID {oid}) directory"))?;
-    }
-    let all: Vec<PathBuf> = std::iter::once(pg_path.to_path_buf())
-        .chain(locations.iter().map(|(_, d)| d.clone()))
-        .map(|p| normalize(&p))
-        .collect::<Result<_>>()?;
-    for (i, a) in all.iter().enumerate() {
-        for b in &all[i + 1..] {
-            if a.starts_with(b) || b.starts_with(a) {
-                return Err(Error::Config(format!(
-                    "target directories {} and {} overlap: the data directory and each tablespace need a directory of their own",
-                    a.display(),
-                    b.display()
-                )));
-            }
-        }
-    }
-    Ok(locations)
-}
-
-/// An absolute path with `.` components dropped; `..` is refused (it would hide overlaps).
-fn normalize(p: &Path) -> Result<PathBuf> {
-    use std::path::Component;
-    if !p.is_absolute() {
-        return Err(Error::Config(format!(
-            "{} must be an absolute path",
-            p.display()
-        )));
-    }
-    let mut out = PathBuf::new();
-    for c in p.components() {
-        match c {
-            Component::CurDir => {}
-            Component::ParentDir => {
-                return Err(Error::Config(format!(
-                    "{} must not contain '..'",
-                    p.display()
-                )))
-            }
-            other => out.push(other),
-        }
-    }
-    Ok(out)
-}
-
-/// Checks the targets and creates the data directory, the tablespace directories and links
-/// (pg_tblspc/<oid> -> location) and every directory of `dirs`.
-/// `tablespaces`: (oid, name, original location). Returns (oid, chosen location).
-pub fn prepare_target(
-    pg_path: &Path,
-    tablespaces: &[(u32, String, String)],
-    map: &[(String, PathBuf)],
-    dirs: &[(String, u32)],
-) -> Result<Vec<(u32, PathBuf)>> {
-    let locations = plan_locations(pg_path, tablespaces, map)?;
-    create_private_dir(pg_path)?;
-    for (oid, dir) in &locations {
-        create_private_dir(dir)?;
-        let tblspc = pg_path.join("pg_tblspc");
-        fs::create_dir_all(&tblspc).map_err(|e| Error::io("create directory", &tblspc, e))?;
-        let link = tblspc.join(oid.to_string());
-        std::os::unix::fs::symlink(dir, &link)
-            .map_err(|e| Error::io("create tablespace link", &link, e))?;
-    }
-    for (rel, mode) in dirs {
-        if let Some(rest) = rel.strip_prefix("pg_tblspc/") {
-            if !rest.contains('/') {
-                continue; // the link itself, made above
-            }
-        }
-        let p = pg_path.join(rel);
-        match fs::create_dir(&p) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(Error::io("create directory", &p, e)),
-        }
-        let mode = if *mode == 0 { 0o700 } else { *mode };
-        fs::set_permissions(&p, fs::Permissions::from_mode(mode))
-            .map_err(|e| Error::io("chmod", &p, e))?;
-    }
-    Ok(locations)
-}
-
-/// Creates `rel` below `pg_path` empty at `size` bytes (sparse: unwritten pages stay
-/// holes) with permission bits `mode` (0: 0600), making its parent directory if missing.
-/// Returns its path and the open file. Errors: the file exists, or cannot be made.
-pub fn create_file(pg_path: &Path, rel: &str, size: u64, mode: u32) -> Result<(PathBuf, File)> {
-    let p = pg_path.join(rel);
-    let f = create_new_file(&p, mode)?;
-    if size > 0 {
-        f.set_len(size).map_err(|e| Error::io("size", &p, e))?;
-    }
-    Ok((p, f))
-}
-
-/// Creates every file (rel path, size, mode) with [`create_file`] and returns their paths.
-pub fn create_files(pg_path: &Path, files: &[(&str, u64, u32)]) -> Result<Vec<PathBuf>> {
-    files
-        .iter()
-        .map(|(rel, size, mode)| create_file(pg_path, rel, *size, *mode).map(|(p, _)| p))
-        .collect()
-}
-
-/// Sets each file's modification time (Unix seconds).
-pub fn set_mtimes(paths: &[PathBuf], mtimes: &[i64]) -> Result<()> {
-    paths
-        .iter()
-        .zip(mtimes)
-        .try_for_each(|(p, t)| set_mtime(p, *t))
-}
-
-/// Appends settings to postgresql.auto.conf (read by PostgreSQL after postgresql.conf).
-pub fn append_auto_conf(pg_path: &Path, lines: &[String]) -> Result<()> {
-    let p = pg_path.join("postgresql.auto.conf");
-    let mut f = OpenOptions::new()
-        .append(true)
-        .create(true)
-        .mode(0o600)
-        .open(&p)
-        .map_err(|e| Error::io("open", &p, e))?;
-    let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
-    f.write_all(text.as_bytes())
-        .map_err(|e| Error::io("write", &p, e))
-}
-
-/// Handles on the data directory, a symlinked pg_wal and every tablespace directory, opened
-/// before the first file is written and synced (one syncfs per filesystem) when everything
-/// is written.
-pub struct TargetSync(Vec<SyncHandle>);
-
-impl TargetSync {
-    /// Opens the handles; call right after [`prepare_target`].
-    pub fn open(pg_path: &Path, locations: &[(u32, PathBuf)]) -> Result<TargetSync> {
-        let mut v = vec![SyncHandle::open(pg_path)?];
-        // A pg_wal kept as a symbolic link (a delta keeps it) may lie on another filesystem.
-        let wal = pg_path.join("pg_wal");
-        if wal.is_symlink() && wal.is_dir() {
-            v.push(SyncHandle::open(&wal)?);
-        }
-        for (_, dir) in locations {
-            v.push(SyncHandle::open(dir)?);
-        }
-        Ok(TargetSync(v))
-    }
-
-    /// Flushes the filesystems; errors if any writeback since [`TargetSync::open`] failed.
-    pub fn sync(&self) -> Result<()> {
-        self.0.iter().try_for_each(SyncHandle::syncfs)
-    }
-}
+use std::fs::{self, File, OpenOptions};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
 
 /// Runs `restore`; returns the restored backup's label.
 pub fn run(s: &Settings, args: &RestoreArgs, progress: &dyn Progress) -> Result<String> {
@@ -188,17 +33,16 @@ pub fn run(s: &Settings, args: &RestoreArgs, progress: &dyn Progress) -> Result<
         return Err(Error::Config("--pg-path must be an absolute path".into()));
     }
     let map = parse_tablespace_map(&args.tablespace_map)?;
-    let target = super::recovery::parse_target(args)?;
+    let target = recovery::parse_target(args)?;
     // Every setting is checked before a byte is written.
-    let recovery =
-        super::recovery::plan(args, &target, &super::recovery::restore_command(s, stanza))?;
+    let recovery = recovery::plan(args, &target, &recovery::restore_command(s, stanza))?;
     if recovery.signal.is_some()
         && !args
             .recovery_option
             .iter()
             .any(|o| o.starts_with("restore_command="))
     {
-        if let Some(w) = super::recovery::environment_warning(
+        if let Some(w) = recovery::environment_warning(
             std::env::vars_os().filter_map(|(k, _)| k.into_string().ok()),
         ) {
             tracing::warn!("{w}");
@@ -206,10 +50,10 @@ pub fn run(s: &Settings, args: &RestoreArgs, progress: &dyn Progress) -> Result<
     }
     let pitr = matches!(
         target,
-        super::recovery::Target::Time(..) | super::recovery::Target::Lsn(_)
+        recovery::Target::Time(..) | recovery::Target::Lsn(_)
     );
     let (repo_no, store, label) = if pitr && args.set == "latest" {
-        super::recovery::choose_backup(s, stanza, &target)?
+        recovery::choose_backup(s, stanza, &target)?
     } else {
         open_repo_with_set(s, stanza, &args.set)?
     };
@@ -220,7 +64,7 @@ pub fn run(s: &Settings, args: &RestoreArgs, progress: &dyn Progress) -> Result<
     // A first pass checks the whole manifest and keeps only its directories and pg_control;
     // the files are streamed by a second pass (a delta reads them into memory).
     let scan = repo::scan_manifest(&*store, stanza, &label)?;
-    if !super::recovery::ends_before(&scan.summary, &target)? {
+    if !recovery::ends_before(&scan.summary, &target)? {
         return Err(Error::Config(format!(
             "backup {label} ends at {} (LSN {}), after the recovery target {}: a point-in-time recovery replays forward from a backup; choose an older backup, or leave out --set to have the newest one before the target chosen",
             scan.summary.end.stop.stop_time,
@@ -240,7 +84,7 @@ pub fn run(s: &Settings, args: &RestoreArgs, progress: &dyn Progress) -> Result<
             Err(e) => tracing::warn!("repo{n}: cannot read its gap records: {e}"),
         }
     }
-    super::recovery::check_gaps(args.restore_type, &target, &scan.summary, &gaps)?;
+    recovery::check_gaps(args.restore_type, &target, &scan.summary, &gaps)?;
     let h = &scan.summary.header;
     let tablespaces: Vec<(u32, String, String)> = h
         .tablespaces
@@ -253,15 +97,14 @@ pub fn run(s: &Settings, args: &RestoreArgs, progress: &dyn Progress) -> Result<
         .map(|d| (d.path.clone(), d.mode))
         .collect();
     let delta = args.delta
-        && super::delta::check_delta_target(&pg_path, h.system_identifier)?
-            == super::delta::DeltaTarget::SameCluster;
+        && delta::check_delta_target(&pg_path, h.system_identifier)?
+            == delta::DeltaTarget::SameCluster;
     let (locations, files) = if delta {
         let m = repo::read_manifest(&*store, stanza, &label)?;
         let locations = tablespace_locations(&tablespaces, &map)?;
-        let listing = super::delta::manifest_listing(&m);
-        let removed =
-            super::delta::begin_delta(&pg_path, h.system_identifier, &locations, &listing)?;
-        let needed = super::delta::pieces_needed(&m, &pg_path, s.jobs)?;
+        let listing = m.listing();
+        let removed = delta::begin_delta(&pg_path, h.system_identifier, &locations, &listing)?;
+        let needed = repo::delta::pieces_needed(&m, &pg_path, s.jobs)?;
         let (all, kept) = needed
             .iter()
             .flatten()
@@ -272,7 +115,7 @@ pub fn run(s: &Settings, args: &RestoreArgs, progress: &dyn Progress) -> Result<
         (locations, Files::InMemory(m.files, needed))
     } else {
         let locations = prepare_target(&pg_path, &tablespaces, &map, &dirs)?;
-        super::delta::write_marker(&pg_path, h.system_identifier)?;
+        delta::write_marker(&pg_path, h.system_identifier)?;
         (locations, Files::Streamed)
     };
     match restore_into(
@@ -296,7 +139,7 @@ enum Files {
     /// empty and each file is created as its line passes.
     Streamed,
     /// The manifest's files, read whole for a delta restore, and for each file which
-    /// pieces the target lacks ([`super::delta::pieces_needed`]).
+    /// pieces the target lacks ([`delta::pieces_needed`]).
     InMemory(Vec<FileEntry>, Vec<Vec<bool>>),
 }
 
@@ -308,7 +151,7 @@ enum Files {
 fn restore_into(
     s: &Settings,
     args: &RestoreArgs,
-    recovery: &super::recovery::RecoveryPlan,
+    recovery: &recovery::RecoveryPlan,
     store: &dyn crate::storage::Storage,
     scan: &repo::ScannedManifest,
     pg_path: &Path,
@@ -379,7 +222,7 @@ fn restore_into(
         }
         let (path, file, want) = match wanted {
             Some(w) => {
-                let (p, file, _) = super::delta::size_file(pg_path, &f.path, f.size, f.mode)?;
+                let (p, file, _) = delta::size_file(pg_path, &f.path, f.size, f.mode)?;
                 (p, file, Want::Pieces(w))
             }
             None => {
@@ -406,110 +249,85 @@ fn restore_into(
     progress.finish();
     phase(&format!("{created} files created and written"));
 
-    // backup_label, tablespace_map, recovery settings.
-    write_file(&pg_path.join("backup_label"), stop.backup_label.as_bytes())?;
-    let spcmap = if h.tablespaces.is_empty() {
-        None
-    } else {
-        Some(remap_tablespace_map(locations))
-    };
-    if let Some(text) = &spcmap {
-        write_file(&pg_path.join("tablespace_map"), text.as_bytes())?;
-    }
-    let note = format!("# recovery settings added by pgjet restore of backup {label}");
+    // backup_label, tablespace_map, the settings, PostgreSQL's backup_manifest; the sync;
+    // pg_control last.
+    let spcmap = (!h.tablespaces.is_empty()).then(|| remap_tablespace_map(locations));
+    let mut auto_conf = Vec::new();
     if args.archive_mode == ArchiveMode::Off {
-        append_auto_conf(
-            pg_path,
-            &[
-                format!("# pgjet restore --archive-mode off (backup {label})"),
-                "archive_mode = 'off'".into(),
-            ],
-        )?;
+        auto_conf.push(format!(
+            "# pgjet restore --archive-mode off (backup {label})"
+        ));
+        auto_conf.push("archive_mode = 'off'".into());
     }
     if !recovery.lines.is_empty() {
-        let mut lines = vec![format!(
-            "{note} (--type {})",
-            super::recovery::type_name(args.restore_type)
-        )];
-        lines.extend(recovery.lines.iter().cloned());
-        append_auto_conf(pg_path, &lines)?;
+        auto_conf.push(format!(
+            "# recovery settings added by pgjet restore of backup {label} (--type {})",
+            recovery::type_name(args.restore_type)
+        ));
+        auto_conf.extend(recovery.lines.iter().cloned());
     }
-    if let Some(signal) = recovery.signal {
-        write_file(&pg_path.join(signal), b"")?;
-    }
-
-    let now = chrono::Utc::now().timestamp();
     let label_text = stop.backup_label.as_bytes();
-    pgm.file(
-        "backup_label",
-        label_text.len() as u64,
-        now,
-        crate::codec::crc32c(label_text),
-    )
-    .map_err(pgm_io)?;
-    if let Some(text) = &spcmap {
+    let write_pg_manifest = || -> Result<()> {
+        let now = chrono::Utc::now().timestamp();
         pgm.file(
-            "tablespace_map",
-            text.len() as u64,
+            "backup_label",
+            label_text.len() as u64,
             now,
-            crate::codec::crc32c(text.as_bytes()),
+            crate::codec::crc32c(label_text),
         )
         .map_err(pgm_io)?;
-    }
-    let wal = [PgWalRange {
-        timeline: stop.timeline,
-        start: h.start_lsn,
-        end: stop.stop_lsn,
-    }];
-    pgm.finish(&wal)
-        .and_then(|w| w.into_inner().map_err(|e| e.into_error()))
-        .and_then(|f| f.sync_all())
-        .map_err(pgm_io)?;
-
-    phase("backup_label, settings and backup_manifest written");
-    target_sync.sync()?;
-    phase("syncfs done");
-    // Last: pg_control. Until it exists the directory is not a cluster PostgreSQL would start.
-    let cf = &scan.control;
-    let (control_path, _) = create_file(pg_path, &cf.path, cf.size, cf.mode)?;
-    restore_one(
-        store,
-        &h.stanza,
-        label,
-        h.compression.kind,
-        cf,
-        &control_path,
+        if let Some(text) = &spcmap {
+            pgm.file(
+                "tablespace_map",
+                text.len() as u64,
+                now,
+                crate::codec::crc32c(text.as_bytes()),
+            )
+            .map_err(pgm_io)?;
+        }
+        let wal = [PgWalRange {
+            timeline: stop.timeline,
+            start: h.start_lsn,
+            end: stop.stop_lsn,
+        }];
+        pgm.finish(&wal)
+            .and_then(|w| w.into_inner().map_err(|e| e.into_error()))
+            .and_then(|f| f.sync_all())
+            .map_err(pgm_io)?;
+        phase("backup_label, settings and backup_manifest written");
+        Ok(())
+    };
+    let write_control = || -> Result<()> {
+        phase("syncfs done");
+        let cf = &scan.control;
+        let (control_path, _) = create_file(pg_path, &cf.path, cf.size, cf.mode)?;
+        restore_one(
+            store,
+            &h.stanza,
+            label,
+            h.compression.kind,
+            cf,
+            &control_path,
+        )?;
+        set_mtime(&control_path, cf.mtime)?;
+        File::open(&control_path)
+            .and_then(|f| f.sync_all())
+            .map_err(|e| Error::io("fsync", &control_path, e))
+    };
+    finish(
+        pg_path,
+        &target_sync,
+        &Finish {
+            backup_label: label_text,
+            tablespace_map: spcmap.clone(),
+            replace_recovery_settings: (args.restore_type != RestoreType::Preserve)
+                .then(|| format!("pgjet restore of backup {label}")),
+            auto_conf,
+            signal: recovery.signal,
+        },
+        write_pg_manifest,
+        write_control,
     )?;
-    set_mtime(&control_path, cf.mtime)?;
-    File::open(&control_path)
-        .and_then(|f| f.sync_all())
-        .map_err(|e| Error::io("fsync", &control_path, e))?;
-    fsync_dir(&pg_path.join("global"))?;
-    super::delta::remove_marker(pg_path)?;
     phase("pg_control written");
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn overlapping_targets_are_refused() {
-        let ts: Vec<(u32, String, String)> = vec![
-            (16400, "ts1".into(), "/nonexistent/o/ts1".into()),
-            (16401, "ts2".into(), "/nonexistent/o/ts2".into()),
-        ];
-        let plan = |maps: &[&str]| {
-            let map = parse_tablespace_map(&maps.iter().map(|s| s.to_string()).collect::<Vec<_>>())
-                .unwrap();
-            plan_locations(Path::new("/nonexistent/x/data"), &ts, &map)
-        };
-        assert!(plan(&["ts1=/nonexistent/x/a", "ts2=/nonexistent/x/b"]).is_ok());
-        assert!(plan(&["ts1=/nonexistent/x/a", "ts2=/nonexistent/x/a"]).is_err());
-        assert!(plan(&["ts1=/nonexistent/x/a", "ts2=/nonexistent/x/a/./sub"]).is_err());
-        assert!(plan(&["ts1=/nonexistent/x/data/ts", "ts2=/nonexistent/x/b"]).is_err());
-        assert!(plan(&["ts1=/nonexistent/x", "ts2=/nonexistent/y"]).is_err());
-        assert!(plan(&["ts1=/nonexistent/x/a/../b", "ts2=/nonexistent/y"]).is_err());
-    }
 }

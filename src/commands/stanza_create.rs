@@ -1,5 +1,8 @@
 //! `stanza-create`: records the cluster's identity in the repository.
-use super::*;
+use crate::config::Settings;
+use crate::error::{Error, Result};
+use crate::primary::{check_pg_path, connect_primary, local_data_directory};
+use crate::repo::open::open_repos;
 use crate::repo::{self, StanzaInfo, REPO_FORMAT};
 
 /// Runs `stanza-create`. Idempotent for the same cluster; refuses a stanza that belongs to

@@ -1,6 +1,9 @@
 //! `verify`: re-reads every stored byte of one backup or of all, against the manifest.
-use super::*;
+use crate::config::Settings;
+use crate::error::{Error, Result};
+use crate::io::mib;
 use crate::repo;
+use crate::repo::open::{open_repo_with_set, open_repos};
 use crate::repo::read_back::{ReadBack, Want};
 use crate::transfer::Progress;
 

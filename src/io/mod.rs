@@ -7,3 +7,8 @@ pub mod direct;
 pub mod fs;
 pub mod mem;
 pub mod tuning;
+
+/// Bytes as MiB with one decimal, for messages: `12.5 MiB`.
+pub fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1 << 20) as f64)
+}

@@ -11,11 +11,15 @@
 //! <stanza>/backup/<label>/data/<object>  stored frames
 //! <stanza>/archive/<TLI>/...          the WAL archive (see [`wal`])
 //! ```
+pub mod backup;
+pub mod delta;
 pub mod label;
 pub mod lock;
 pub mod manifest;
 pub mod manifest_io;
+pub mod open;
 pub mod read_back;
+pub mod retention;
 pub mod sink;
 pub mod wal;
 

@@ -470,6 +470,28 @@ pub fn gaps(store: &dyn Storage, stanza: &str) -> Result<Vec<Gap>> {
     Ok(out)
 }
 
+/// Waits until WAL file `name` (a segment, or a history file) is in the archive of `store`,
+/// checking every 100 ms for up to `timeout` seconds. Returns the seconds waited.
+///
+/// Errors: [`Error::Unsafe`] naming the file, the repository and what to check when it does
+/// not arrive in time; the store's errors.
+pub fn wait_archived(store: &dyn Storage, stanza: &str, name: &str, timeout: f64) -> Result<f64> {
+    let file = WalFile::parse(name)?;
+    let t = std::time::Instant::now();
+    loop {
+        if contains(store, stanza, &file)? {
+            return Ok(t.elapsed().as_secs_f64());
+        }
+        if t.elapsed().as_secs_f64() >= timeout {
+            return Err(Error::Unsafe(format!(
+                "WAL file {name} did not reach the archive of stanza '{stanza}' in {} within {timeout} s (archive-timeout): check archive_command (it should run `pgjet --stanza={stanza} archive-push %p`) and the server log for its errors",
+                store.describe()
+            )));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

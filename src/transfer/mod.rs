@@ -19,9 +19,11 @@ pub mod delta;
 
 pub mod sink;
 pub mod source;
+pub mod target;
 
 pub use crate::pg::datadir::SourceFile;
 pub use source::{Source, SourceReader};
+pub use target::BackupTarget;
 
 use crate::error::{Error, Result};
 use crate::io::direct::aligned_buf;

@@ -4,9 +4,13 @@
 //! PostgreSQL's recovery settings are documented in "Archive Recovery" and "Recovery Target"
 //! of its manual (runtime-config-wal); `recovery.signal` asks for archive recovery,
 //! `standby.signal` for standby mode.
-use super::*;
 use crate::cli::{RestoreArgs, RestoreType, TargetAction};
+use crate::config::Settings;
+use crate::error::{Error, Result};
+use crate::pg::lsn::{self, Lsn};
+use crate::repo::open::open_repos;
 use crate::repo::{self, BackupSummary};
+use crate::storage::Storage;
 use chrono::{DateTime, FixedOffset, NaiveDateTime, Utc};
 use std::sync::Arc;
 

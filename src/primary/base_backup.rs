@@ -15,26 +15,14 @@
 //!
 //! The target then finishes on its own terms (a manifest written last, or pg_control written
 //! last into a data directory).
-use super::*;
+use crate::error::{Error, Result};
 use crate::pg::datadir::Listing;
+use crate::pg::lsn::Lsn;
 use crate::pg::lsn::{parse_backup_label, BackupLabel};
 use crate::pg::session::BackupStop;
+use crate::pg::session::{ServerInfo, Session};
 use crate::transfer::source::{read_control, wal_files};
-use crate::transfer::{CopyOutcome, Progress, ReadOptions, Source, SourceFile};
-
-/// Where a base backup's bytes go.
-pub trait BackupTarget {
-    /// The listing is known and nothing is copied yet: lay out what the copy needs.
-    fn prepare(&mut self, listing: &Listing, start_lsn: Lsn) -> Result<()>;
-    /// Copies `files` from `source` with the engine.
-    fn copy(
-        &mut self,
-        source: &dyn Source,
-        files: &[SourceFile],
-        opts: &ReadOptions,
-        progress: &dyn Progress,
-    ) -> Result<CopyOutcome>;
-}
+use crate::transfer::{BackupTarget, CopyOutcome, Progress, ReadOptions, Source, SourceFile};
 
 /// How to run the sequence.
 pub struct BaseBackupOptions<'a> {

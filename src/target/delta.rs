@@ -1,13 +1,16 @@
 //! Turning an existing data directory into a copy of a source by changing only what differs
-//! (`replica-create --delta`): the target checks, the clean-up of everything a full copy
+//! (`replica-create --delta`, `restore --delta`): the target checks, the clean-up of everything a full copy
 //! would not hold, and the marker that proves an unfinished directory's identity.
 //!
 //! The result must be indistinguishable from a full copy: after [`clean_target`] the target
 //! holds only the source listing's directories and files (the copy then fixes their
 //! contents), and pg_control is written last, as in a full copy.
-use super::*;
+use super::create_private_dir;
+use crate::error::{Error, Result};
 use crate::pg::datadir::Listing;
 use std::collections::HashSet;
+use std::fs;
+use std::path::{Path, PathBuf};
 
 /// Name of the marker pgjet keeps in a data directory while it is being written (removed
 /// once pg_control is in place): JSON with the source's system identifier, so that a copy
@@ -46,7 +49,7 @@ pub fn check_delta_target(dir: &Path, system_identifier: u64) -> Result<DeltaTar
     }
     let control = dir.join("global/pg_control");
     if control.exists() {
-        let id = read_control_system_identifier(dir)?;
+        let id = crate::pg::control::read_system_identifier(dir)?;
         if id != system_identifier {
             return Err(Error::Unsafe(format!(
                 "{} belongs to another cluster (system identifier {id}, the source's is {system_identifier}); --delta only re-syncs a copy of the same cluster",
@@ -252,29 +255,6 @@ pub fn size_files(
     Ok((paths, before))
 }
 
-/// The listing a backup's manifest describes, to clean a delta target with.
-pub fn manifest_listing(m: &crate::repo::BackupManifest) -> Listing {
-    Listing {
-        dirs: m
-            .directories
-            .iter()
-            .map(|d| (d.path.clone(), d.mode))
-            .collect(),
-        files: m
-            .files
-            .iter()
-            .map(|f| crate::pg::datadir::SourceFile {
-                path: f.path.as_str().into(),
-                size: f.size,
-                mtime: f.mtime,
-                mode: f.mode,
-                checksum_segno: None,
-            })
-            .collect(),
-        tablespaces: Vec::new(),
-    }
-}
-
 /// Gets an existing data directory ready for a delta: the marker first, then pg_control
 /// removed (so nothing starts there until the copy is whole), then [`clean_target`].
 /// Returns the number of entries removed.
@@ -292,77 +272,6 @@ pub fn begin_delta(
         crate::io::fs::fsync_dir(&pg_path.join("global"))?;
     }
     clean_target(pg_path, locations, listing)
-}
-
-/// For `restore --delta`: which pieces of each file of backup `m` the target in `pg_path`
-/// does not already hold. A piece is kept (false) when the target file has the same size
-/// as the backup's and the XXH3-128 of its range equals the manifest's; a missing or
-/// resized file needs every piece. Hashing runs on `jobs` threads; pg_control is always
-/// needed (it is written last).
-///
-/// Errors: a target file that exists but cannot be read.
-pub fn pieces_needed(
-    m: &crate::repo::BackupManifest,
-    pg_path: &Path,
-    jobs: usize,
-) -> Result<Vec<Vec<bool>>> {
-    use std::os::unix::fs::FileExt;
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    let mut needed: Vec<Vec<bool>> = m.files.iter().map(|f| vec![true; f.pieces.len()]).collect();
-    let mut work: Vec<(usize, usize)> = Vec::new();
-    for (i, f) in m.files.iter().enumerate() {
-        if f.path == "global/pg_control" {
-            continue;
-        }
-        let same_size = fs::symlink_metadata(pg_path.join(&f.path))
-            .map(|md| md.is_file() && md.len() == f.size)
-            .unwrap_or(false);
-        if same_size {
-            work.extend((0..f.pieces.len()).map(|k| (i, k)));
-        }
-    }
-    let next = AtomicUsize::new(0);
-    let equal: std::sync::Mutex<Vec<(usize, usize)>> = std::sync::Mutex::new(Vec::new());
-    let first_error: std::sync::Mutex<Option<Error>> = std::sync::Mutex::new(None);
-    std::thread::scope(|s| {
-        for _ in 0..jobs.max(1) {
-            s.spawn(|| {
-                let mut buf = Vec::new();
-                let mut local = Vec::new();
-                while let Some(&(i, k)) = work.get(next.fetch_add(1, Ordering::SeqCst)) {
-                    let f = &m.files[i];
-                    let p = &f.pieces[k];
-                    let path = pg_path.join(&f.path);
-                    let res = fs::File::open(&path).and_then(|h| {
-                        buf.resize(p.logical_size as usize, 0);
-                        h.read_exact_at(&mut buf, p.logical_offset)
-                    });
-                    match res {
-                        Ok(()) if crate::codec::xxh3_hex(&buf) == p.xxh3 => local.push((i, k)),
-                        Ok(()) => {}
-                        Err(e) => {
-                            first_error
-                                .lock()
-                                .unwrap_or_else(|p| p.into_inner())
-                                .get_or_insert(Error::io("read", &path, e));
-                            break;
-                        }
-                    }
-                }
-                equal
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .extend(local);
-            });
-        }
-    });
-    if let Some(e) = first_error.into_inner().unwrap_or_else(|p| p.into_inner()) {
-        return Err(e);
-    }
-    for (i, k) in equal.into_inner().unwrap_or_else(|p| p.into_inner()) {
-        needed[i][k] = false;
-    }
-    Ok(needed)
 }
 
 #[cfg(test)]
@@ -448,8 +357,14 @@ mod tests {
             DeltaTarget::SameCluster
         );
         fs::create_dir_all(d.path().join("global")).unwrap();
+        // A control file is believed only when its CRC matches (crate::pg::control).
         let mut control = vec![0u8; 8192];
         control[..8].copy_from_slice(&7u64.to_le_bytes());
+        fs::write(d.path().join("global/pg_control"), &control).unwrap();
+        let e = check_delta_target(d.path(), 7).unwrap_err().to_string();
+        assert!(e.contains("CRC"), "{e}");
+        let crc = crc32c::crc32c(&control[..296]);
+        control[296..300].copy_from_slice(&crc.to_le_bytes());
         fs::write(d.path().join("global/pg_control"), &control).unwrap();
         assert!(
             check_delta_target(d.path(), 42).is_err(),

@@ -1,0 +1,59 @@
+//! `archive-get`: fetch one archived WAL file for PostgreSQL's
+//! `restore_command = 'pgjet --stanza=NAME archive-get %f "%p"'`.
+//!
+//! The repositories are tried in order (`--repo N` alone when given); the first that has the
+//! file serves it, checked whole (checksums of the stored and the decompressed bytes) before a
+//! byte reaches `%p`. A file no repository has is the normal end of the archive: the caller
+//! exits with status 1 and says little. Any other failure is an error.
+use super::push::resolve_path;
+use crate::config::Settings;
+use crate::error::Result;
+use crate::repo::wal::{self, WalFile};
+use std::path::Path;
+
+/// What `archive-get` did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum GetOutcome {
+    /// Written to the destination from repository N.
+    Found(u8),
+    /// Written to the destination from the spool, where the prefetcher had put it.
+    FromSpool,
+    /// No repository has it.
+    Missing,
+}
+
+/// Fetches `file` from the repositories in order into `dest` (see [`run`]).
+///
+/// Errors: as [`run`].
+pub fn fetch_direct(s: &Settings, file: &WalFile, dest: &Path) -> Result<GetOutcome> {
+    let stanza = s.stanza()?;
+    let dest = resolve_path(dest);
+    let mut failed = None;
+    for (n, cfg) in crate::repo::open::repos_in_scope(s)? {
+        let got = crate::storage::open(cfg).and_then(|store| {
+            let got = wal::fetch(&*store, stanza, file)?;
+            // "Not archived" counts only from a repository that holds the stanza: a wrong
+            // --stanza, bucket or path must not look like the end of the archive.
+            if got.is_none() {
+                crate::repo::read_stanza(&*store, stanza)?;
+            }
+            Ok(got)
+        });
+        match got {
+            Ok(Some((_, data))) => {
+                crate::io::fs::write_whole(&dest, &data)?;
+                tracing::debug!("{} restored from repo{n}", file.name);
+                return Ok(GetOutcome::Found(n));
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!("repo{n}: cannot read {}: {e}", file.name);
+                failed.get_or_insert(e);
+            }
+        }
+    }
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(GetOutcome::Missing),
+    }
+}

@@ -1,0 +1,508 @@
+//! Asynchronous archive-push: the foreground waits for an acknowledgement in the spool; one
+//! background pusher per stanza pushes ready WAL ahead of PostgreSQL's archiver.
+//!
+//! PostgreSQL's archiver runs `archive-push %p` for one file at a time. In asynchronous mode
+//! that foreground command only waits for the file's acknowledgement; one background pusher
+//! per stanza (kept single by the lock, started by the foreground when none runs) scans
+//! `pg_wal/archive_status/*.ready` ahead of the archiver and pushes up to `--jobs` files at
+//! once over the connections it keeps, writing an acknowledgement per file only once the file
+//! is durable in every repository. A kill -9 of the pusher at any moment loses nothing: what
+//! has no `.ok` is pushed again (and found already archived), and the lock dies with it.
+use super::push::{resolve_path, wal_file_identity, Archiver};
+use super::spool::{
+    ensure_running, settings_fingerprint, write_lock_owner, Spool, ACK_POLL, IDLE_EXIT, SCAN_EVERY,
+};
+use crate::config::Settings;
+use crate::error::{Error, Result};
+use crate::io::mib;
+use crate::pg::lsn;
+use crate::repo::wal::{self, Gap, WalFile, WalFileKind};
+use std::collections::{HashMap, HashSet};
+use std::fs;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// Environment variable that makes `archive-push` the background pusher for the `pg_wal`
+/// directory of its WAL path (set by the foreground when it starts one).
+pub const BACKGROUND_ENV: &str = "PGJET_ARCHIVE_PUSH_BACKGROUND";
+
+/// How long a failed file waits before the background pusher tries it again.
+const RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// Starts the background pusher for `wal_path`'s pg_wal directory unless one runs.
+fn ensure_background(s: &Settings, spool: &Spool, wal_path: &Path) -> Result<()> {
+    let wal_dir = wal_path.parent().unwrap_or(Path::new("."));
+    ensure_running(s, spool, "push", BACKGROUND_ENV, wal_dir.as_os_str()).map(|_| ())
+}
+
+/// The foreground of asynchronous `archive-push`: returns once the background pusher has
+/// acknowledged `wal_path`'s file, starting a pusher when none runs.
+///
+/// Errors: the pusher's error for this file (the `.error` file is removed, so the next call
+/// waits for a new attempt) or its start-up error; no acknowledgement within
+/// archive-timeout ([`Error::Unsafe`]).
+pub fn push_foreground(s: &Settings, wal_path: &Path) -> Result<()> {
+    let stanza = s.stanza()?;
+    let path = resolve_path(wal_path);
+    let name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .ok_or_else(|| Error::Config(format!("{} names no WAL file", path.display())))?
+        .to_string();
+    WalFile::parse(&name)?;
+    let spool = Spool::open(s, stanza)?;
+    let (ok, err, global) = (
+        spool.ack(&name, "ok"),
+        spool.ack(&name, "error"),
+        spool.ack("global", "error"),
+    );
+    let t = Instant::now();
+    let mut next_check = t;
+    let mut identity: Option<String> = None;
+    loop {
+        if let Ok(text) = fs::read_to_string(&ok) {
+            // The acknowledgement must name these bytes: one left from another cluster or a
+            // restored copy with the same file name is removed, and the file pushed.
+            let me = match &identity {
+                Some(i) => i.clone(),
+                None => identity.insert(wal_file_identity(&path)?).clone(),
+            };
+            let (first, rest) = text.split_once('\n').unwrap_or((text.as_str(), ""));
+            if first.trim() == me {
+                // The pusher removes it once PostgreSQL has marked the file done.
+                if !rest.trim().is_empty() {
+                    tracing::warn!("{}", rest.trim());
+                }
+                tracing::debug!("{name} acknowledged after {} ms", t.elapsed().as_millis());
+                return Ok(());
+            }
+            tracing::warn!(
+                "{name}: the spool held an acknowledgement for other bytes ({}); pushing this file",
+                first.trim()
+            );
+            let _ = fs::remove_file(&ok);
+        }
+        for e in [&err, &global] {
+            if let Ok(text) = fs::read_to_string(e) {
+                let _ = fs::remove_file(e);
+                return Err(Error::Other(format!(
+                    "asynchronous archive-push of {name} failed: {}",
+                    text.trim()
+                )));
+            }
+        }
+        if Instant::now() >= next_check {
+            ensure_background(s, &spool, &path)?;
+            next_check = Instant::now() + Duration::from_secs(1);
+        }
+        if t.elapsed().as_secs_f64() > s.archive.timeout {
+            return Err(Error::Unsafe(format!(
+                "{name} was not acknowledged by the background pusher within {} s (archive-timeout); see {}",
+                s.archive.timeout,
+                spool.log("push").display()
+            )));
+        }
+        std::thread::sleep(ACK_POLL);
+    }
+}
+
+/// Names of the files PostgreSQL has marked ready to archive (`archive_status/<f>.ready`),
+/// sorted: timeline history files first (PostgreSQL archives them first too), then by name.
+pub fn ready_files(wal_dir: &Path) -> Result<Vec<String>> {
+    let status = wal_dir.join("archive_status");
+    let mut out: Vec<String> = fs::read_dir(&status)
+        .map_err(|e| Error::io("list", &status, e))?
+        .flatten()
+        .filter_map(|e| {
+            e.file_name()
+                .to_str()
+                .and_then(|n| n.strip_suffix(".ready"))
+                .map(str::to_owned)
+        })
+        .collect();
+    out.sort_by_key(|n| (!n.ends_with(".history"), n.clone()));
+    Ok(out)
+}
+
+/// Writes the gap records waiting in the spool into every repository, removing each once
+/// all have it. Errors are logged and left for the next call (the record stays).
+pub fn flush_gaps(spool: &Spool, archiver: &Archiver) {
+    let Ok(rd) = fs::read_dir(spool.gap_dir()) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let p = e.path();
+        if p.extension().and_then(|x| x.to_str()) != Some("json") {
+            continue;
+        }
+        let Some(gap) = fs::read(&p)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Gap>(&b).ok())
+        else {
+            continue;
+        };
+        // Every repository is tried (no short cut): each that has it is one fewer to retry.
+        let mut all = true;
+        for (n, store) in archiver.repos() {
+            if let Err(e) = wal::record_gap(&**store, archiver.stanza(), &gap) {
+                tracing::warn!(
+                    "repo{n}: gap record {}-{} not written yet: {e}",
+                    gap.first,
+                    gap.last
+                );
+                all = false;
+            }
+        }
+        if all {
+            let _ = fs::remove_file(&p);
+        }
+    }
+}
+
+/// Drops `names` (segments waiting to be archived) because the queue passed its limit:
+/// records the gaps (one per run of consecutive segments) in the spool, durably, then in the
+/// repositories when they answer; returns the warning each acknowledgement carries.
+///
+/// Errors: the spool record cannot be written (then nothing is dropped).
+pub fn drop_segments(
+    spool: &Spool,
+    archiver: &Archiver,
+    names: &[String],
+    seg_size: u64,
+    reason: &str,
+) -> Result<String> {
+    let mut runs: Vec<(String, String, u64)> = Vec::new();
+    let mut prev: Option<(u32, u64)> = None;
+    for n in names {
+        let cur = lsn::parse_wal_segment_name(n, seg_size);
+        match (runs.last_mut(), prev, cur) {
+            (Some(run), Some((pt, ps)), Some((t, sn))) if pt == t && ps + 1 == sn => {
+                run.1 = n.clone();
+                run.2 += 1;
+            }
+            _ => runs.push((n.clone(), n.clone(), 1)),
+        }
+        prev = cur;
+    }
+    let recorded = crate::repo::rfc3339(chrono::Utc::now());
+    for (first, last, count) in &runs {
+        let gap = Gap {
+            first: first.clone(),
+            last: last.clone(),
+            segments: *count,
+            recorded: recorded.clone(),
+            reason: reason.to_string(),
+        };
+        let p = spool.gap_dir().join(format!("{first}-{last}.json"));
+        let json = serde_json::to_vec_pretty(&gap)
+            .map_err(|e| Error::Other(format!("cannot encode a gap record: {e}")))?;
+        let tmp = p.with_extension("tmp");
+        fs::File::create(&tmp)
+            .and_then(|mut f| {
+                std::io::Write::write_all(&mut f, &json)?;
+                f.sync_all()
+            })
+            .and_then(|_| fs::rename(&tmp, &p))
+            .map_err(|e| Error::io("write", &p, e))?;
+    }
+    crate::io::fs::fsync_dir(&spool.gap_dir())?;
+    flush_gaps(spool, archiver);
+    let what = runs
+        .iter()
+        .map(|(f, l, _)| {
+            if f == l {
+                f.clone()
+            } else {
+                format!("{f} to {l}")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    Ok(format!(
+        "WAL DROPPED: {} segment(s) ({what}) were not archived because {reason}; the gap is recorded in the repository: no point-in-time recovery can cross it, take a new backup",
+        names.len()
+    ))
+}
+
+/// Removes `out/<file>.ok` and `.error` of files no longer ready to archive (PostgreSQL
+/// marked them done, or they are from another cluster) and not in flight.
+fn remove_stale_acks(spool: &Spool, ready: &HashSet<&str>, in_flight: &HashSet<String>) {
+    let Ok(rd) = fs::read_dir(spool.dir.join("out")) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let n = e.file_name().to_string_lossy().to_string();
+        let Some(base) = n.strip_suffix(".ok").or_else(|| n.strip_suffix(".error")) else {
+            continue;
+        };
+        if base != "global" && !ready.contains(base) && !in_flight.contains(base) {
+            let _ = fs::remove_file(e.path());
+        }
+    }
+}
+
+/// Bytes of WAL `names` hold in `wal_dir` (their sizes on disk; a file that vanished counts 0).
+fn queued_bytes(wal_dir: &Path, names: &[String]) -> u64 {
+    names
+        .iter()
+        .filter_map(|n| fs::metadata(wal_dir.join(n)).ok())
+        .map(|m| m.len())
+        .sum()
+}
+
+/// The WAL segment size of a queue: the size of its first segment file (PostgreSQL's
+/// segments are all one size), or 16 MiB.
+fn segment_size(wal_dir: &Path, names: &[String]) -> u64 {
+    names
+        .iter()
+        .filter(|n| lsn::is_wal_segment_name(n))
+        .find_map(|n| fs::metadata(wal_dir.join(n)).ok())
+        .map(|m| m.len())
+        .unwrap_or(16 << 20)
+}
+
+/// What the background pusher knows of the files it was given.
+#[derive(Default)]
+struct Queue {
+    /// Handed to a worker, no result yet.
+    in_flight: HashSet<String>,
+    /// Failed: not before this instant again.
+    retry: HashMap<String, Instant>,
+}
+
+impl Queue {
+    /// A worker's result: the acknowledgement (`.ok` naming the bytes, once durable
+    /// everywhere) or the error.
+    fn finished(&mut self, spool: &Spool, name: String, r: Result<String, String>) -> Result<()> {
+        self.in_flight.remove(&name);
+        match r {
+            Ok(identity) => {
+                spool.write_ack(&name, "ok", &format!("{identity}\n"))?;
+                let _ = fs::remove_file(spool.ack(&name, "error"));
+                self.retry.remove(&name);
+            }
+            Err(msg) => {
+                tracing::error!("{name}: {msg}");
+                spool.write_ack(&name, "error", &msg)?;
+                self.retry.insert(name, Instant::now() + RETRY_AFTER);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The background pusher: pushes every ready file of `wal_dir` with up to `--jobs` at once
+/// until it has been idle for [`IDLE_EXIT`] (or the directory is gone). Returns at once when
+/// another pusher holds the lock.
+///
+/// Errors: the spool cannot be used; the repositories cannot be opened (written to
+/// `global.error` for the foreground too).
+pub fn push_background(s: &Settings, wal_dir: &Path) -> Result<()> {
+    let stanza = s.stanza()?;
+    let spool = Spool::open(s, stanza)?;
+    let Some(mut lock) = spool.try_lock("push")? else {
+        return Ok(());
+    };
+    let _ = write_lock_owner(&mut lock, &settings_fingerprint(s));
+    let archiver = match Archiver::open(s) {
+        Ok(a) => std::sync::Arc::new(a),
+        Err(e) => {
+            let _ = spool.write_ack("global", "error", &e.to_string());
+            return Err(e);
+        }
+    };
+    let _ = fs::remove_file(spool.ack("global", "error"));
+    tracing::info!(
+        "background pusher for {} started ({} job(s))",
+        wal_dir.display(),
+        s.jobs
+    );
+    flush_gaps(&spool, &archiver);
+    let (work_tx, work_rx) = crossbeam_channel::unbounded::<String>();
+    let (done_tx, done_rx) = crossbeam_channel::unbounded::<(String, Result<String, String>)>();
+    let mut workers = Vec::new();
+    for _ in 0..s.jobs {
+        let (rx, tx, a, dir) = (
+            work_rx.clone(),
+            done_tx.clone(),
+            archiver.clone(),
+            wal_dir.to_path_buf(),
+        );
+        workers.push(std::thread::spawn(move || {
+            let mut c = match a.compressor() {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::error!("{e}");
+                    return;
+                }
+            };
+            let mut buf = Vec::new();
+            for name in rx {
+                let r = a.push(&dir.join(&name), &mut c, &mut buf).map_err(|e| {
+                    tracing::info!("{}", e.hint());
+                    e.to_string()
+                });
+                if tx.send((name, r)).is_err() {
+                    return;
+                }
+            }
+        }));
+    }
+    drop(done_tx);
+    let mut q = Queue::default();
+    let mut idle_since = Instant::now();
+    let mut last_gap_flush = Instant::now();
+    let mut last_clean = Instant::now() - Duration::from_secs(2);
+    loop {
+        // Results first: each acknowledgement as soon as its file is durable everywhere.
+        while let Ok((name, r)) = done_rx.try_recv() {
+            q.finished(&spool, name, r)?;
+        }
+        if !wal_dir.join("archive_status").is_dir() {
+            tracing::info!("{} is gone; the background pusher stops", wal_dir.display());
+            break;
+        }
+        let ready = ready_files(wal_dir)?;
+        let ready_set: HashSet<&str> = ready.iter().map(String::as_str).collect();
+        q.retry.retain(|n, _| ready_set.contains(n.as_str()));
+        // Acknowledgements of files PostgreSQL has marked done go (once a second).
+        if last_clean.elapsed() > Duration::from_secs(1) {
+            remove_stale_acks(&spool, &ready_set, &q.in_flight);
+            last_clean = Instant::now();
+        }
+        let waiting: Vec<String> = ready
+            .iter()
+            .filter(|n| !spool.ack(n, "ok").exists())
+            .cloned()
+            .collect();
+        if let Some(max) = s.archive.push_queue_max {
+            let queued = queued_bytes(wal_dir, &waiting);
+            if queued > max {
+                let droppable: Vec<String> = waiting
+                    .iter()
+                    .filter(|n| !q.in_flight.contains(*n))
+                    .filter(|n| {
+                        WalFile::parse(n)
+                            .map(|f| f.kind == WalFileKind::Segment)
+                            .unwrap_or(false)
+                    })
+                    .cloned()
+                    .collect();
+                if !droppable.is_empty() {
+                    let seg = segment_size(wal_dir, &droppable);
+                    let reason = format!(
+                        "archive-push-queue-max ({}) was exceeded: {} waited to be archived",
+                        mib(max),
+                        mib(queued)
+                    );
+                    let warning = drop_segments(&spool, &archiver, &droppable, seg, &reason)?;
+                    tracing::warn!("{warning}");
+                    for n in &droppable {
+                        let identity = wal_file_identity(&wal_dir.join(n))?;
+                        spool.write_ack(n, "ok", &format!("{identity}\n{warning}\n"))?;
+                    }
+                    continue;
+                }
+            }
+        }
+        let now = Instant::now();
+        let mut sent = false;
+        for n in &waiting {
+            if q.in_flight.len() >= s.jobs * 2 {
+                break;
+            }
+            if q.in_flight.contains(n) || q.retry.get(n).map(|t| *t > now).unwrap_or(false) {
+                continue;
+            }
+            q.in_flight.insert(n.clone());
+            if work_tx.send(n.clone()).is_err() {
+                return Err(Error::Other("the push workers stopped".into()));
+            }
+            sent = true;
+        }
+        if last_gap_flush.elapsed() > Duration::from_secs(5) {
+            flush_gaps(&spool, &archiver);
+            last_gap_flush = Instant::now();
+        }
+        if waiting.is_empty() && q.in_flight.is_empty() {
+            if idle_since.elapsed() > IDLE_EXIT {
+                break;
+            }
+        } else {
+            idle_since = Instant::now();
+        }
+        if !sent {
+            // Wake for a result at once, else rescan after SCAN_EVERY.
+            if let Ok((name, r)) = done_rx.recv_timeout(SCAN_EVERY) {
+                q.finished(&spool, name, r)?;
+            }
+        }
+    }
+    drop(work_tx);
+    for w in workers {
+        let _ = w.join();
+    }
+    flush_gaps(&spool, &archiver);
+    tracing::info!("background pusher for {} ends", wal_dir.display());
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::archive::spool::test_settings as settings;
+
+    #[test]
+    fn the_foreground_gives_up_after_archive_timeout_and_drops_a_stale_acknowledgement() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = settings(dir.path(), 1.0);
+        let name = "000000010000000000000001";
+        let wal = dir.path().join(name);
+        fs::write(&wal, vec![7u8; 8192]).unwrap();
+        let spool = Spool::open(&s, "main").unwrap();
+        // A pusher that never answers: its lock is held, with no owner written (so the
+        // foreground neither replaces nor starts one).
+        let _held = spool.try_lock("push").unwrap().expect("the lock is free");
+        // An acknowledgement for other bytes under this name (another cluster's).
+        spool
+            .write_ack(
+                name,
+                "ok",
+                &format!("{}\n", super::super::push::wal_identity(b"other")),
+            )
+            .unwrap();
+        let t = Instant::now();
+        let e = push_foreground(&s, &wal).unwrap_err();
+        let waited = t.elapsed();
+        assert!(
+            waited >= Duration::from_secs(1) && waited < Duration::from_secs(5),
+            "waited {waited:?}"
+        );
+        assert!(
+            matches!(e, Error::Unsafe(_)) && e.to_string().contains("archive-timeout"),
+            "{e}"
+        );
+        assert!(
+            !spool.ack(name, "ok").exists(),
+            "the stale acknowledgement stays"
+        );
+
+        // The pusher's acknowledgement of these bytes: accepted at once.
+        spool
+            .write_ack(
+                name,
+                "ok",
+                &format!("{}\n", super::super::push::wal_identity(&[7u8; 8192])),
+            )
+            .unwrap();
+        push_foreground(&s, &wal).unwrap();
+        // An error acknowledgement reaches the caller, and goes (the next call waits anew).
+        spool
+            .write_ack(name, "error", "repo1: permission denied")
+            .unwrap();
+        let _ = fs::remove_file(spool.ack(name, "ok"));
+        let e = push_foreground(&s, &wal).unwrap_err();
+        assert!(e.to_string().contains("permission denied"), "{e}");
+        assert!(!spool.ack(name, "error").exists());
+    }
+}

@@ -1,0 +1,118 @@
+//! A repository backup as the target of a base backup ([`RepoTarget`]): every unit of the
+//! copy becomes a stored object, and every file a manifest line as soon as all its bytes are
+//! stored; pg_control is stored last, from bytes whose CRC was checked.
+use super::manifest_io::ManifestWriter;
+use super::sink::RepoSink;
+use super::{DirEntry, FileEntry, ManifestHeader, Piece, Tablespace};
+use crate::error::{Error, Result};
+use crate::pg::datadir::Listing;
+use crate::pg::lsn::Lsn;
+use crate::transfer::{
+    copy_units_into, BackupTarget, CopyOutcome, FileAssembler, PieceSpec, Progress, ReadOptions,
+    ReadPiece, Source, SourceFile, UnitSink, CHUNK_SIZE,
+};
+
+/// The repository as a [`BackupTarget`]: every unit becomes an object of the backup, and
+/// every file a line of the manifest as soon as all its bytes are stored (nothing per file
+/// is kept in memory beyond the listing).
+pub struct RepoTarget<'a> {
+    pub sink: RepoSink<'a>,
+    /// The manifest's header; `prepare` fills in the start LSN and the tablespaces.
+    pub header: ManifestHeader,
+    /// Names of the tablespaces by OID (the listing knows only OIDs and locations).
+    pub spcs: &'a [(u32, String, String)],
+    /// Started by `prepare`.
+    pub manifest: Option<ManifestWriter>,
+}
+
+/// `RepoTarget::manifest` used before `prepare` started it (a bug, not a user error).
+pub fn manifest_not_started() -> Error {
+    Error::Other("the backup's manifest was not started".into())
+}
+
+impl BackupTarget for RepoTarget<'_> {
+    fn prepare(&mut self, listing: &Listing, start_lsn: Lsn) -> Result<()> {
+        self.header.start_lsn = start_lsn;
+        self.header.tablespaces = listing
+            .tablespaces
+            .iter()
+            .map(|t| Tablespace {
+                oid: t.oid,
+                name: self
+                    .spcs
+                    .iter()
+                    .find(|(o, _, _)| *o == t.oid)
+                    .map(|x| x.1.clone())
+                    .unwrap_or_else(|| t.oid.to_string()),
+                location: t.target.display().to_string(),
+            })
+            .collect();
+        let mut w = ManifestWriter::create(self.sink.store, self.header.clone())?;
+        for (path, mode) in &listing.dirs {
+            w.dir(&DirEntry {
+                path: path.clone(),
+                mode: *mode,
+            })?;
+        }
+        self.manifest = Some(w);
+        Ok(())
+    }
+
+    fn copy(
+        &mut self,
+        source: &dyn Source,
+        files: &[SourceFile],
+        opts: &ReadOptions,
+        progress: &dyn Progress,
+    ) -> Result<CopyOutcome> {
+        tracing::debug!("memory with the listing: {}", crate::io::mem::memory_note());
+        let (bundle_bytes, bundle_files) = crate::transfer::bundle_limits();
+        let units =
+            crate::transfer::plan_units_bundled(files, CHUNK_SIZE, bundle_bytes, bundle_files)?;
+        tracing::debug!(
+            "{} units planned; memory: {}",
+            units.len(),
+            crate::io::mem::memory_note()
+        );
+        let sink = &self.sink;
+        let manifest = self.manifest.as_mut().ok_or_else(manifest_not_started)?;
+        let mut emit = |i: usize, pieces: Vec<Piece>, errs: Vec<u32>| {
+            manifest.file(&super::manifest::file_entry(&files[i], pieces, errs))
+        };
+        let mut asm = FileAssembler::new(files, &units, &mut emit)?;
+        copy_units_into(source, files, &units, opts, sink, &mut asm, progress)?;
+        tracing::debug!("units copied; memory: {}", crate::io::mem::memory_note());
+        let mut out = CopyOutcome {
+            vanished: vec![false; files.len()],
+            page_error_count: asm.page_error_count,
+            ..Default::default()
+        };
+        for i in asm.vanished {
+            tracing::debug!(
+                "{} vanished during the copy (dropped); left out",
+                files[i].path
+            );
+            out.vanished[i] = true;
+        }
+        Ok(out)
+    }
+}
+
+/// Stores pg_control as an object of its own, from bytes whose CRC was checked, so the
+/// backup never holds a control file PostgreSQL would reject.
+pub fn store_control(sink: &RepoSink, control: &SourceFile, bytes: &[u8]) -> Result<FileEntry> {
+    let piece = ReadPiece {
+        spec: PieceSpec::new(0, 0, bytes.len() as u64)?,
+        data: bytes,
+        zero_pages: Vec::new(),
+        xxh3: crate::codec::xxh3_hex(bytes),
+        crc32c: crate::codec::crc32c(bytes),
+    };
+    let mut state = sink.new_state()?;
+    let pieces = sink.write_unit(&mut state, &[piece], &mut || {})?;
+    let f = SourceFile {
+        size: bytes.len() as u64,
+        ..control.clone()
+    };
+    Ok(super::manifest::file_entry(&f, pieces, Vec::new()))
+}

@@ -1,0 +1,179 @@
+//! The one finish of a written data directory, for `restore` and `replica-create` alike.
+//!
+//! Once every copied file is in place: `backup_label`, `tablespace_map`, the settings pgjet
+//! adds to `postgresql.auto.conf` (recovery settings inherited from the source commented out
+//! first), the signal file; then whatever the caller adds (restore: PostgreSQL's
+//! `backup_manifest`); then one syncfs per filesystem; and only then `global/pg_control`,
+//! its directory fsynced, and pgjet's marker removed. Until pg_control exists the directory
+//! is not a cluster PostgreSQL would start, so a finish cut short at any point leaves
+//! nothing that looks usable.
+use super::{append_auto_conf, TargetSync};
+use crate::error::{Error, Result};
+use crate::io::fs::{fsync_dir, write_file};
+use std::fs;
+use std::path::Path;
+
+/// The recovery settings a data directory can carry over from the cluster it was copied
+/// from (a former standby's `primary_conninfo` and `primary_slot_name`, a restored
+/// cluster's `restore_command` and targets). pgBackRest's restore clears the same kind of
+/// settings before it writes its own; see PostgreSQL's "Recovery Target" and "Standby
+/// Server" settings (doc/src/sgml/config.sgml) for what each one does.
+pub const RECOVERY_SETTINGS: &[&str] = &[
+    "primary_conninfo",
+    "primary_slot_name",
+    "restore_command",
+    "archive_cleanup_command",
+    "recovery_end_command",
+    "promote_trigger_file",
+    "recovery_target",
+    "recovery_target_action",
+    "recovery_target_inclusive",
+    "recovery_target_lsn",
+    "recovery_target_name",
+    "recovery_target_time",
+    "recovery_target_timeline",
+    "recovery_target_xid",
+];
+
+/// What the finish writes besides the copied files.
+pub struct Finish<'a> {
+    /// `backup_label`, as pg_backup_stop returned it.
+    pub backup_label: &'a [u8],
+    /// `tablespace_map` text with the chosen locations; None without tablespaces.
+    pub tablespace_map: Option<String>,
+    /// When set, recovery settings inherited from the source are commented out (with this
+    /// note, e.g. "pgjet restore of backup 20261124-010203F") before `auto_conf` is added.
+    pub replace_recovery_settings: Option<String>,
+    /// Lines appended to postgresql.auto.conf (each group starts with its own comment).
+    pub auto_conf: Vec<String>,
+    /// `standby.signal` or `recovery.signal`, written empty; None for neither.
+    pub signal: Option<&'a str>,
+}
+
+/// Runs the finish on `pg_path` (see the module's documentation): `before_sync` runs after
+/// the settings are written and before the sync; `write_control` writes global/pg_control
+/// and returns its path, after the sync.
+///
+/// Errors: any write or sync failure, naming the file.
+pub fn finish(
+    pg_path: &Path,
+    sync: &TargetSync,
+    f: &Finish,
+    before_sync: impl FnOnce() -> Result<()>,
+    write_control: impl FnOnce() -> Result<()>,
+) -> Result<()> {
+    write_file(&pg_path.join("backup_label"), f.backup_label)?;
+    if let Some(text) = &f.tablespace_map {
+        write_file(&pg_path.join("tablespace_map"), text.as_bytes())?;
+    }
+    if let Some(note) = &f.replace_recovery_settings {
+        let n = comment_out_recovery_settings(pg_path, note)?;
+        if n > 0 {
+            tracing::info!(
+                "{n} recovery setting(s) inherited from the source were commented out in postgresql.auto.conf"
+            );
+        }
+    }
+    if !f.auto_conf.is_empty() {
+        append_auto_conf(pg_path, &f.auto_conf)?;
+    }
+    if let Some(signal) = f.signal {
+        write_file(&pg_path.join(signal), b"")?;
+    }
+    before_sync()?;
+    sync.sync()?;
+    // Last: pg_control. Until it exists the directory is not a cluster PostgreSQL would start.
+    write_control()?;
+    fsync_dir(&pg_path.join("global"))?;
+    super::delta::remove_marker(pg_path)
+}
+
+/// The setting a postgresql.auto.conf line sets, when it sets one: `name = value` or
+/// `name value` (PostgreSQL's configuration file syntax, guc-file.l), name lower-cased.
+fn setting_name(line: &str) -> Option<String> {
+    let t = line.trim_start();
+    if t.is_empty() || t.starts_with('#') {
+        return None;
+    }
+    let end = t
+        .find(|c: char| c == '=' || c.is_whitespace())
+        .unwrap_or(t.len());
+    Some(t[..end].to_ascii_lowercase())
+}
+
+/// Comments out, in `pg_path`'s postgresql.auto.conf, every line that sets one of
+/// [`RECOVERY_SETTINGS`], each preceded by a line saying why (`note` and today's date), so
+/// that the settings pgjet writes next are the only ones in effect. Returns how many lines
+/// it commented out; a missing file is fine (0). The file is rewritten durably only when
+/// something changed.
+///
+/// Errors: the file cannot be read or written.
+pub fn comment_out_recovery_settings(pg_path: &Path, note: &str) -> Result<usize> {
+    let p = pg_path.join("postgresql.auto.conf");
+    let text = match fs::read_to_string(&p) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(Error::io("read", &p, e)),
+    };
+    let date = chrono::Utc::now().format("%Y-%m-%d");
+    let mut out = String::with_capacity(text.len() + 256);
+    let mut n = 0;
+    for line in text.lines() {
+        match setting_name(line) {
+            Some(name) if RECOVERY_SETTINGS.contains(&name.as_str()) => {
+                out.push_str(&format!(
+                    "# {name} inherited from the source, commented out by {note} on {date}:\n#{line}\n"
+                ));
+                n += 1;
+            }
+            _ => {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+    }
+    if n > 0 {
+        write_file(&p, out.as_bytes())?;
+    }
+    Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inherited_recovery_settings_are_commented_out_and_others_kept() {
+        let d = tempfile::tempdir().unwrap();
+        let conf = d.path().join("postgresql.auto.conf");
+        assert_eq!(comment_out_recovery_settings(d.path(), "x").unwrap(), 0);
+        fs::write(
+            &conf,
+            "# Do not edit this file manually!\n\
+             shared_buffers = '256MB'\n\
+             primary_conninfo = 'host=old user=rep'\n\
+             Primary_Slot_Name='r1'\n\
+             restore_command 'cp /a/%f %p'\n\
+             recovery_target_time = '2026-01-01 00:00:00+00'\n\
+             # primary_slot_name = 'already a comment'\n\
+             archive_mode = 'on'\n",
+        )
+        .unwrap();
+        let n = comment_out_recovery_settings(d.path(), "pgjet replica-create").unwrap();
+        assert_eq!(n, 4);
+        let after = fs::read_to_string(&conf).unwrap();
+        let active: Vec<&str> = after
+            .lines()
+            .filter(|l| !l.trim_start().starts_with('#'))
+            .collect();
+        assert_eq!(active, ["shared_buffers = '256MB'", "archive_mode = 'on'"]);
+        assert!(after.contains("#Primary_Slot_Name='r1'"), "{after}");
+        assert!(
+            after.contains("commented out by pgjet replica-create on"),
+            "{after}"
+        );
+        // Nothing left to comment out: the file stays as it is.
+        assert_eq!(comment_out_recovery_settings(d.path(), "again").unwrap(), 0);
+        assert_eq!(fs::read_to_string(&conf).unwrap(), after);
+    }
+}

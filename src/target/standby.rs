@@ -1,0 +1,108 @@
+//! Starting a new standby in a written data directory and waiting until the primary sees it
+//! stream (`replica-create --start`).
+use crate::error::{Error, Result};
+use crate::pg::conninfo::ConnTarget;
+use crate::pg::session::{quote_literal, Session};
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// The directory of the PostgreSQL binaries that start the standby: --pg-bin; else, when
+/// the primary runs on this host, its own (from the postmaster's /proc/<pid>/exe, its PID
+/// being the first line of postmaster.pid); else Debian's /usr/lib/postgresql/<major>/bin.
+pub fn bin_dir(pg_bin: Option<&Path>, local_dir: Option<&Path>, major: &str) -> Result<PathBuf> {
+    if let Some(b) = pg_bin {
+        return Ok(b.to_path_buf());
+    }
+    if let Some(dir) = local_dir {
+        let pidfile = dir.join("postmaster.pid");
+        let text = fs::read_to_string(&pidfile).map_err(|e| Error::io("read", &pidfile, e))?;
+        let pid = text.lines().next().unwrap_or("").trim().to_string();
+        let exe = fs::read_link(format!("/proc/{pid}/exe")).map_err(|e| {
+            Error::Config(format!(
+                "cannot find the primary's binaries from PID {pid} ({e}); pass --pg-bin"
+            ))
+        })?;
+        return exe.parent().map(Path::to_path_buf).ok_or_else(|| {
+            Error::Config("cannot find the primary's binaries; pass --pg-bin".into())
+        });
+    }
+    let debian = PathBuf::from(format!("/usr/lib/postgresql/{major}/bin"));
+    if debian.join("pg_ctl").exists() {
+        return Ok(debian);
+    }
+    Err(Error::Config(format!(
+        "no PostgreSQL {major} binaries found on this host (tried {}); pass --pg-bin",
+        debian.display()
+    )))
+}
+
+/// Starts the standby with pg_ctl and waits (up to 120 s) until the primary shows it
+/// streaming in pg_stat_replication under application_name `app`.
+pub fn start_standby(
+    bin: &Path,
+    port: u16,
+    target: &Path,
+    conn: &ConnTarget,
+    app: &str,
+) -> Result<()> {
+    let log = target.join("pgjet-start.log");
+    let status = Command::new(bin.join("pg_ctl"))
+        .args(["-D"])
+        .arg(target)
+        .args(["-l"])
+        .arg(&log)
+        .args(["-w", "-t", "120", "-o"])
+        .arg(format!("-p {port}"))
+        .arg("start")
+        .stdout(std::process::Stdio::null())
+        .status()
+        .map_err(|e| Error::io("run pg_ctl", bin.join("pg_ctl"), e))?;
+    if !status.success() {
+        return Err(Error::Other(format!(
+            "pg_ctl could not start the standby in {} (see {})",
+            target.display(),
+            log.display()
+        )));
+    }
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let sess = Session::connect(conn)?;
+        // pg_stat_replication hides a walsender's state from roles without
+        // pg_read_all_stats; pg_stat_activity still shows the role's own walsenders.
+        let rows = sess.query_strings(
+            "pg_stat_replication",
+            &format!(
+                "SELECT coalesce(r.state, 'hidden') FROM pg_stat_activity a \
+                 LEFT JOIN pg_stat_replication r ON r.pid = a.pid \
+                 WHERE a.backend_type = 'walsender' AND a.application_name = {}",
+                quote_literal(app)
+            ),
+        )?;
+        sess.close();
+        let states: Vec<String> = rows
+            .iter()
+            .filter_map(|r| r.first().cloned().flatten())
+            .collect();
+        if states.iter().any(|s| s == "streaming") {
+            tracing::info!("standby {} is streaming", target.display());
+            return Ok(());
+        }
+        if states.iter().any(|s| s == "hidden") {
+            tracing::info!(
+                "standby {} is connected to the primary (its state is visible only with pg_read_all_stats)",
+                target.display()
+            );
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(Error::Other(format!(
+                "the standby in {} started but does not stream after 120 s (see {})",
+                target.display(),
+                log.display()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
