@@ -76,6 +76,8 @@ pub enum StorageFault {
     Config,
     /// A conditional write lost: the object was created or changed by someone else.
     Conflict,
+    /// The TLS handshake with the store failed, for the reason given.
+    Tls(crate::io::tls::TlsFailure),
     /// Anything else the store reported.
     Other,
 }
@@ -128,11 +130,20 @@ impl Error {
     /// One line telling the user what to do about it.
     ///
     /// A query error is told apart by its cause: a lost connection (no server error, or the
-    /// server shutting down), missing rights (SQLSTATE 42501), or another refusal.
+    /// server shutting down), missing rights (SQLSTATE 42501), or another refusal. A
+    /// connection error is a TLS one when a `rustls::Error` is in its source chain
+    /// ([`crate::io::tls::tls_error_in`]).
     pub fn hint(&self) -> String {
         match self {
             Error::Config(_) => "HINT: check the flags, the PGJET_* environment and the config file (--config).".into(),
-            Error::Connect { .. } => "HINT: is the cluster running? Check --pg-port, --pg-socket-path, --pg-user (or --source) and pg_hba.conf.".into(),
+            Error::Connect { source, .. } => match crate::io::tls::tls_error_in(source) {
+                Some(tls) => format!(
+                    "HINT: {}; {}",
+                    crate::io::tls::reason(tls),
+                    libpq_tls_advice(crate::io::tls::TlsFailure::of(tls))
+                ),
+                None => "HINT: is the cluster running? Check --pg-port, --pg-socket-path, --pg-user (or --source) and pg_hba.conf.".into(),
+            },
             Error::Query { source, .. } if connection_lost(source) => "HINT: the connection to the server was lost (network, server restart or timeout); run the command again (replica-create: with --delta, to copy only what is missing).".into(),
             Error::Query { source, .. } if source.as_db_error().map(|d| d.code() != &tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE).unwrap_or(false) => "HINT: the server refused the statement; its message above says why.".into(),
             Error::Query { .. } => "HINT: pgjet needs a superuser or a role with the rights the README lists (\"A role for pgjet\"); `pgjet check` names each missing one with the GRANT that fixes it.".into(),
@@ -145,6 +156,7 @@ impl Error {
             Error::Storage { fault: StorageFault::Transient, .. } => "HINT: the repository storage did not answer or failed after every retry; nothing incomplete is taken as complete: check the network and the store, then run the command again.".into(),
             Error::Storage { fault: StorageFault::Denied, .. } => "HINT: the store refused the credentials or the request: check repo-s3-key/repo-s3-key-secret (or the gcs, azure, sftp equivalents) and the bucket's policy.".into(),
             Error::Storage { fault: StorageFault::NotFound, .. } => "HINT: check the bucket (or container) name, the endpoint and the region; pgjet does not create buckets.".into(),
+            Error::Storage { fault: StorageFault::Tls(t), .. } => format!("HINT: {}", storage_tls_advice(*t)),
             Error::Storage { fault: StorageFault::Config, .. } => "HINT: check the repo-* settings (type, endpoint, uri style, TLS).".into(),
             Error::Storage { .. } => "HINT: run again with --log-level debug for the store's full answer.".into(),
             Error::Other(_) => "HINT: run again with --log-level debug for details.".into(),
@@ -171,6 +183,32 @@ impl Error {
             Error::Storage { .. } => 4,
             Error::Other(_) => 1,
         }
+    }
+}
+
+/// What to do about a TLS failure on a libpq connection (`--source` and its sslmode,
+/// sslrootcert, sslcert, sslkey keywords).
+fn libpq_tls_advice(f: crate::io::tls::TlsFailure) -> &'static str {
+    use crate::io::tls::TlsFailure as T;
+    match f {
+        T::Untrusted => "sslrootcert must hold the CA certificate that signed the server's certificate, or the server's certificate itself when it is self-signed (check sslmode too: verify-ca and verify-full verify, and so does require when ~/.postgresql/root.crt exists).",
+        T::Expired | T::NotYetValid => "renew the server's certificate (ssl_cert_file), or check the clocks of this host and the server; no sslrootcert or sslmode makes it valid, short of sslmode=require without a root certificate, which checks nothing.",
+        T::WrongName => "connect with a host name the certificate holds (its subjectAltName, or its CN when it has no subjectAltName of that kind; hostaddr= can give the address apart), or use sslmode=verify-ca, which does not check names.",
+        T::Unsupported => "issue the server's certificate as X.509 version 3 with a supported key (openssl x509 -req ... -extfile with e.g. basicConstraints=CA:FALSE), or use sslmode=require without a root certificate.",
+        T::BadCertificate | T::Handshake => "check sslmode, sslrootcert, sslcert and sslkey against the server's ssl settings and its log.",
+    }
+}
+
+/// What to do about a TLS failure with an object store (`repo-storage-ca-file`,
+/// `repo-storage-verify-tls`, the endpoint options).
+fn storage_tls_advice(f: crate::io::tls::TlsFailure) -> &'static str {
+    use crate::io::tls::TlsFailure as T;
+    match f {
+        T::Untrusted => "set repo-storage-ca-file to the CA certificate that signed the store's certificate, or to the store's certificate itself when it is self-signed (without it the system's CAs are used); repo-storage-verify-tls=n turns verification off.",
+        T::Expired | T::NotYetValid => "renew the store's certificate, or check the clocks of this host and the store; repo-storage-verify-tls=n turns verification off.",
+        T::WrongName => "set the endpoint (repo-s3-endpoint, repo-gcs-endpoint, repo-azure-endpoint) to a host name or address in the certificate's subjectAltName, or reissue the certificate with that name.",
+        T::Unsupported => "issue the store's certificate as X.509 version 3 with a supported key, or set repo-storage-verify-tls=n.",
+        T::BadCertificate | T::Handshake => "check repo-storage-ca-file, repo-storage-verify-tls and the endpoint's scheme and port.",
     }
 }
 

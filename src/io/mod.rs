@@ -1,11 +1,12 @@
 //! The ground floor: what every other room uses and that knows nothing of PostgreSQL,
 //! repositories or transports. Direct I/O buffers and files ([`direct`]), small durable
 //! file operations ([`fs`]), the tuning read once from the environment ([`tuning`]), the one
-//! async runtime ([`runtime`]), the one way to run work on several threads ([`parallel`]) and
-//! the process's memory ([`mem`]).
+//! async runtime ([`runtime`]), the one way to run work on several threads ([`parallel`]),
+//! the process's memory ([`mem`]) and the TLS of libpq and the object stores ([`tls`]).
 pub mod direct;
 pub mod fs;
 pub mod mem;
+pub mod tls;
 pub mod tuning;
 
 /// Bytes as MiB with one decimal, for messages: `12.5 MiB`.

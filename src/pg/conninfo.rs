@@ -9,11 +9,14 @@
 //! - the password from `~/.pgpass` (or `passfile`/`PGPASSFILE`) when none is given;
 //! - `sslmode` disable, allow, prefer (default), require, verify-ca and verify-full, with
 //!   `sslrootcert` (default `~/.postgresql/root.crt`; when it exists, `require` verifies the
-//!   chain as libpq does), and `sslcert`/`sslkey` client certificates. TLS is rustls.
+//!   chain as libpq does), and `sslcert`/`sslkey` client certificates. TLS is rustls, set
+//!   up by [`crate::io::tls`]: a server certificate that is itself in `sslrootcert` (a
+//!   self-signed one) is accepted as OpenSSL does, and verify-full checks the host against
+//!   the subjectAltName, else the CN, as libpq does.
 //!
 //! Differences from libpq: the database defaults to `postgres` (not the user name), since
-//! pgjet needs a database for its SQL and every cluster has that one; `sslrootcert=system`
-//! and `gssencmode`/Kerberos are not supported.
+//! pgjet needs a database for its SQL and every cluster has that one; `sslrootcert=system`,
+//! X.509 version 1 server certificates and `gssencmode`/Kerberos are not supported.
 use crate::error::{Error, Result};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -651,43 +654,18 @@ pub fn pgpass_find(text: &str, host: &str, port: &str, db: &str, user: &str) -> 
     None
 }
 
-pub(crate) fn read_pem_certs(
-    path: &Path,
-) -> Result<Vec<rustls::pki_types::CertificateDer<'static>>> {
-    use rustls::pki_types::pem::PemObject;
-    let certs: Vec<_> = rustls::pki_types::CertificateDer::pem_file_iter(path)
-        .map_err(|e| {
-            Error::Config(format!(
-                "cannot read certificates from {}: {e}",
-                path.display()
-            ))
-        })?
-        .collect::<std::result::Result<_, _>>()
-        .map_err(|e| {
-            Error::Config(format!(
-                "cannot read certificates from {}: {e}",
-                path.display()
-            ))
-        })?;
-    if certs.is_empty() {
-        return Err(Error::Config(format!(
-            "{} holds no PEM certificate",
-            path.display()
-        )));
-    }
-    Ok(certs)
-}
-
-/// Builds the rustls configuration for `mode` (not Disable): the trusted roots from
-/// sslrootcert (default ~/.postgresql/root.crt), chain and host name checks as the mode
-/// asks, and a client certificate from sslcert/sslkey (default ~/.postgresql/postgresql.crt
-/// and .key) when present.
+/// The TLS configuration for `mode` (not Disable), from libpq's keywords: the trusted
+/// certificates from sslrootcert (default ~/.postgresql/root.crt), the chain checked for
+/// verify-ca and verify-full (and for require when the root file exists, as libpq does), the
+/// host name for verify-full (subjectAltName, else the CN, as libpq); a client certificate
+/// from sslcert/sslkey (default ~/.postgresql/postgresql.crt and .key) when present. The
+/// rules themselves are [`crate::io::tls`]'s.
 fn tls_config(
     mode: SslMode,
     p: &BTreeMap<String, String>,
     home: Option<&Path>,
 ) -> Result<rustls::ClientConfig> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    use crate::io::tls::{ClientIdentity, NameCheck, ServerTrust};
     let pg_dir = home.map(|h| h.join(".postgresql"));
     let root_file = match p.get("sslrootcert") {
         Some(s) if s == "system" => {
@@ -701,7 +679,7 @@ fn tls_config(
             .map(|d| d.join("root.crt"))
             .filter(|f| f.exists()),
     };
-    let verify = match mode {
+    let trust = match mode {
         SslMode::VerifyCa | SslMode::VerifyFull => {
             let f = root_file.as_ref().filter(|f| f.exists()).ok_or_else(|| {
                 Error::Config(format!(
@@ -710,39 +688,24 @@ fn tls_config(
                     root_file.as_ref().map(|f| format!(", tried {}", f.display())).unwrap_or_default()
                 ))
             })?;
-            Some((f.clone(), mode == SslMode::VerifyFull))
+            ServerTrust::File {
+                path: f.clone(),
+                names: if mode == SslMode::VerifyFull {
+                    NameCheck::SubjectAltNameOrCommonName
+                } else {
+                    NameCheck::Off
+                },
+            }
         }
         // libpq: with a root certificate file present, require behaves like verify-ca.
-        SslMode::Require => root_file.filter(|f| f.exists()).map(|f| (f, false)),
-        _ => None,
-    };
-    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()
-        .map_err(|e| Error::Config(format!("TLS set-up failed: {e}")))?;
-    let builder = match verify {
-        Some((file, check_name)) => {
-            let mut roots = rustls::RootCertStore::empty();
-            for c in read_pem_certs(&file)? {
-                roots.add(c).map_err(|e| {
-                    Error::Config(format!("bad root certificate in {}: {e}", file.display()))
-                })?;
-            }
-            let webpki = rustls::client::WebPkiServerVerifier::builder_with_provider(
-                Arc::new(roots),
-                provider.clone(),
-            )
-            .build()
-            .map_err(|e| Error::Config(format!("TLS set-up failed: {e}")))?;
-            builder
-                .dangerous()
-                .with_custom_certificate_verifier(Arc::new(ChainVerifier {
-                    inner: webpki,
-                    check_name,
-                }))
-        }
-        None => builder
-            .dangerous()
-            .with_custom_certificate_verifier(Arc::new(NoVerifier(provider.clone()))),
+        SslMode::Require => match root_file.filter(|f| f.exists()) {
+            Some(path) => ServerTrust::File {
+                path,
+                names: NameCheck::Off,
+            },
+            None => ServerTrust::Any,
+        },
+        _ => ServerTrust::Any,
     };
     let cert = p
         .get("sslcert")
@@ -752,121 +715,11 @@ fn tls_config(
         .get("sslkey")
         .map(PathBuf::from)
         .or_else(|| pg_dir.as_ref().map(|d| d.join("postgresql.key")));
-    match (cert.filter(|c| c.exists()), key) {
-        (Some(cert), Some(key)) => {
-            use rustls::pki_types::pem::PemObject;
-            let chain = read_pem_certs(&cert)?;
-            let k = rustls::pki_types::PrivateKeyDer::from_pem_file(&key).map_err(|e| {
-                Error::Config(format!(
-                    "cannot read the TLS client key {}: {e}",
-                    key.display()
-                ))
-            })?;
-            builder.with_client_auth_cert(chain, k).map_err(|e| {
-                Error::Config(format!(
-                    "bad TLS client certificate {}: {e}",
-                    cert.display()
-                ))
-            })
-        }
-        _ => Ok(builder.with_no_client_auth()),
-    }
-}
-
-/// verify-ca and verify-full: the chain must lead to a trusted root; the host name is
-/// checked only for verify-full.
-#[derive(Debug)]
-struct ChainVerifier {
-    inner: Arc<rustls::client::WebPkiServerVerifier>,
-    check_name: bool,
-}
-
-impl rustls::client::danger::ServerCertVerifier for ChainVerifier {
-    fn verify_server_cert(
-        &self,
-        end_entity: &rustls::pki_types::CertificateDer<'_>,
-        intermediates: &[rustls::pki_types::CertificateDer<'_>],
-        server_name: &rustls::pki_types::ServerName<'_>,
-        ocsp: &[u8],
-        now: rustls::pki_types::UnixTime,
-    ) -> std::result::Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
-        match self
-            .inner
-            .verify_server_cert(end_entity, intermediates, server_name, ocsp, now)
-        {
-            Err(rustls::Error::InvalidCertificate(
-                rustls::CertificateError::NotValidForName
-                | rustls::CertificateError::NotValidForNameContext { .. },
-            )) if !self.check_name => Ok(rustls::client::danger::ServerCertVerified::assertion()),
-            other => other,
-        }
-    }
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &rustls::pki_types::CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> std::result::Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        self.inner.verify_tls12_signature(message, cert, dss)
-    }
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &rustls::pki_types::CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> std::result::Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        self.inner.verify_tls13_signature(message, cert, dss)
-    }
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.inner.supported_verify_schemes()
-    }
-}
-
-/// sslmode prefer/require without a root certificate: encryption without authentication,
-/// exactly what libpq gives in those modes. Signatures are still checked.
-#[derive(Debug)]
-pub(crate) struct NoVerifier(pub(crate) Arc<rustls::crypto::CryptoProvider>);
-
-impl rustls::client::danger::ServerCertVerifier for NoVerifier {
-    fn verify_server_cert(
-        &self,
-        _: &rustls::pki_types::CertificateDer<'_>,
-        _: &[rustls::pki_types::CertificateDer<'_>],
-        _: &rustls::pki_types::ServerName<'_>,
-        _: &[u8],
-        _: rustls::pki_types::UnixTime,
-    ) -> std::result::Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
-        Ok(rustls::client::danger::ServerCertVerified::assertion())
-    }
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &rustls::pki_types::CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> std::result::Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &rustls::pki_types::CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> std::result::Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
+    let identity = match (cert.filter(|c| c.exists()), key) {
+        (Some(cert), Some(key)) => Some(ClientIdentity { cert, key }),
+        _ => None,
+    };
+    crate::io::tls::client_config(&trust, identity.as_ref())
 }
 
 #[cfg(test)]

@@ -7,8 +7,9 @@
 //! still fails becomes [`Error::Storage`] with a [`StorageFault`] that says whether a later
 //! try can help.
 //!
-//! HTTP goes through our own reqwest client over rustls with the ring provider (the libpq
-//! TLS uses the same), so `repo-storage-ca-file` and `repo-storage-verify-tls` apply.
+//! HTTP goes through our own reqwest client over rustls, set up by [`crate::io::tls`] like the
+//! libpq TLS, so `repo-storage-ca-file` and `repo-storage-verify-tls` apply, and a store's
+//! self-signed certificate given as `repo-storage-ca-file` is accepted as OpenSSL does.
 use super::{ObjectWriter, Storage};
 use crate::config::{RepoConfig, StorageTls, UriStyle};
 use crate::error::{Error, Result, StorageFault};
@@ -92,41 +93,20 @@ fn names(kind: &str, endpoint: &str, scheme: &str, bucket: &str, path: &str) -> 
 }
 
 /// A reqwest client for `tls`: HTTP/1.1 (several pooled connections move large objects
-/// faster than one HTTP/2 connection), rustls with the ring provider.
+/// faster than one HTTP/2 connection), rustls as [`crate::io::tls`] sets it up: the store's
+/// certificate verified against `repo-storage-ca-file` (or the system's CAs), names by
+/// subjectAltName, or not verified with `repo-storage-verify-tls=n`.
 fn http_client(tls: &StorageTls) -> Result<reqwest::Client> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()
-        .map_err(|e| Error::Config(format!("TLS set-up failed: {e}")))?;
-    let mut cfg = if tls.verify {
-        let mut roots = rustls::RootCertStore::empty();
-        match &tls.ca_file {
-            Some(f) => {
-                for c in crate::pg::conninfo::read_pem_certs(f)? {
-                    roots.add(c).map_err(|e| {
-                        Error::Config(format!("bad CA certificate in {}: {e}", f.display()))
-                    })?;
-                }
-            }
-            None => {
-                let found = rustls_native_certs::load_native_certs();
-                for c in found.certs {
-                    let _ = roots.add(c);
-                }
-                if roots.is_empty() {
-                    return Err(Error::Config(
-                        "no system CA certificates found for the object store's TLS: install ca-certificates or set repo-storage-ca-file".into(),
-                    ));
-                }
-            }
-        }
-        builder.with_root_certificates(roots).with_no_client_auth()
-    } else {
-        builder
-            .dangerous()
-            .with_custom_certificate_verifier(Arc::new(crate::pg::conninfo::NoVerifier(provider)))
-            .with_no_client_auth()
+    use crate::io::tls::{NameCheck, ServerTrust};
+    let trust = match (&tls.ca_file, tls.verify) {
+        (_, false) => ServerTrust::Any,
+        (Some(f), true) => ServerTrust::File {
+            path: f.clone(),
+            names: NameCheck::SubjectAltName,
+        },
+        (None, true) => ServerTrust::System,
     };
+    let mut cfg = crate::io::tls::client_config(&trust, None)?;
     cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
     reqwest::Client::builder()
         .tls_backend_preconfigured(cfg)
@@ -285,12 +265,12 @@ impl ObjectStorage {
         // credentials fail by name instead of looking like an empty repository.
         let probe = rt.block_on(async { op.list_with("").limit(1).await.map(|_| ()) });
         if let Err(e) = &probe {
-            if let Some(why) = tls_failure(e) {
+            if let Some(tls) = crate::io::tls::tls_error_in(e) {
                 return Err(Error::Storage {
                     op: "connect",
                     target: desc,
-                    fault: StorageFault::Config,
-                    detail: format!("TLS: {why} (set repo-storage-ca-file to the CA that signed the store's certificate)"),
+                    fault: StorageFault::Tls(crate::io::tls::TlsFailure::of(tls)),
+                    detail: format!("TLS: {}: {}", crate::io::tls::reason(tls), causes(e)),
                 });
             }
         }
@@ -407,20 +387,13 @@ fn causes(e: &opendal::Error) -> String {
     out.join(": ")
 }
 
-/// The reason, when `e` is a TLS handshake refused over the certificate or the protocol.
-fn tls_failure(e: &opendal::Error) -> Option<String> {
-    let c = causes(e);
-    let l = c.to_ascii_lowercase();
-    (l.contains("certificate") || l.contains("tls handshake") || l.contains("invalid peer"))
-        .then_some(c)
-}
-
 /// Maps an OpenDAL error (after its retries) to [`Error::Storage`]: the error's kind, the
 /// store's own message (an S3 error code such as `SignatureDoesNotMatch` or `NoSuchBucket`)
 /// and the causes; the whole OpenDAL context (URL, headers) goes to the debug log.
 fn storage_error(op: &'static str, target: String, e: opendal::Error) -> Error {
     tracing::debug!("storage {op} {target}: {e:?}");
     let msg: String = e.message().split_whitespace().collect::<Vec<_>>().join(" ");
+    let tls = crate::io::tls::failure_in(&e);
     let mut fault = match e.kind() {
         ErrorKind::PermissionDenied => StorageFault::Denied,
         ErrorKind::NotFound => StorageFault::NotFound,
@@ -441,6 +414,10 @@ fn storage_error(op: &'static str, target: String, e: opendal::Error) -> Error {
     // SSH reports refused keys as an unexpected error.
     if msg.contains("Permission denied") {
         fault = StorageFault::Denied;
+    }
+    // A refused certificate; not a TLS error of a running transfer, which may be the network's.
+    if let Some(t) = tls.filter(|t| *t != crate::io::tls::TlsFailure::Handshake) {
+        fault = StorageFault::Tls(t);
     }
     let mut detail = format!("{}", e.kind());
     if !msg.is_empty() {
