@@ -21,6 +21,11 @@
 //!   nothing lost; a restore replays the archive with the asynchronous archive-get prefetch.
 //! - PostgreSQL 18, S3, synchronous: PITR to a time between two backups (the first is
 //!   chosen by itself), to the end of the archive (from the second), and to an LSN.
+//! - PostgreSQL 15, posix, retention: retention-archive=2 alone over four backups (run by
+//!   `backup` itself): the older two keep only their own WAL and restore with --type
+//!   immediate, the newer two keep a continuous archive (PITR between them); and
+//!   retention-full-type=time over backups aged with pgjet's own manifest writer: the window
+//!   and the newest backup before it stay, a recovery into the window's start works.
 mod common;
 
 use common::stores::*;
@@ -994,4 +999,284 @@ fn pg18_s3_sync_archiving_pitr() {
         "1,2",
         "LSN",
     );
+}
+
+// ------------------------------------------------------------------------------------------
+// Retention: retention-archive and retention-full-type=time.
+
+/// Commits a row into filler and switches to a new WAL segment, twice: the archive gets
+/// segments that belong to no backup.
+fn segments_between(cluster: &Cluster) {
+    for _ in 0..2 {
+        cluster.psql(
+            "postgres",
+            "INSERT INTO filler VALUES ('x'); SELECT pg_switch_wal()",
+        );
+    }
+}
+
+/// Runs `backup` with `extra` flags; returns the new backup's entry from info and the run.
+fn backup_entry(cluster: &Cluster, repo: &Repo, extra: &[&str]) -> (serde_json::Value, Run) {
+    let mut a = vec!["--start-fast", "--jobs", "2"];
+    a.extend_from_slice(extra);
+    let r = pj(cluster, repo, "backup", &a).ok();
+    let b = newest_backup(cluster, repo);
+    step!(
+        "backup {}: archive {} to {}",
+        b["label"],
+        b["archive_start"],
+        b["archive_stop"]
+    );
+    (b, r)
+}
+
+/// A string field of an info entry.
+fn field(v: &serde_json::Value, key: &str) -> String {
+    v[key]
+        .as_str()
+        .unwrap_or_else(|| panic!("no {key} in {v}"))
+        .to_string()
+}
+
+/// The segment number of WAL segment `name` (16 MiB segments, the tests' clusters).
+fn segno(name: &str) -> u64 {
+    pgjet::pg::lsn::parse_wal_segment_name(name, 16 << 20)
+        .unwrap_or_else(|| panic!("not a WAL segment name: {name}"))
+        .1
+}
+
+/// Labels of the backups info lists, oldest first.
+fn labels(cluster: &Cluster, repo: &Repo) -> Vec<String> {
+    info_json(cluster, repo)["backups"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|b| field(b, "label"))
+        .collect()
+}
+
+/// Restores backup `label` with --type immediate, starts the cluster, and checks that marks
+/// holds `want`: the backup is consistent with the WAL the archive kept for it.
+fn restore_immediate(cluster: &Cluster, repo: &Repo, name: &str, label: &str, want: &str) {
+    let s = restore_promoted(
+        cluster,
+        repo,
+        name,
+        &[
+            "--set",
+            label,
+            "--type",
+            "immediate",
+            "--target-action",
+            "promote",
+        ],
+    );
+    assert_eq!(
+        marks(&s),
+        want,
+        "backup {label} restored with --type immediate"
+    );
+}
+
+/// Restores to LSN `target` (the backup chosen by pgjet), starts the cluster, and checks that
+/// the backup chosen is `label` and that marks holds `want`.
+fn restore_lsn(cluster: &Cluster, repo: &Repo, name: &str, target: &str, label: &str, want: &str) {
+    let dir = restore(
+        cluster,
+        repo,
+        name,
+        &[
+            "--type",
+            "lsn",
+            "--target",
+            target,
+            "--target-action",
+            "promote",
+        ],
+    );
+    let conf = fs::read_to_string(dir.join("postgresql.auto.conf")).unwrap();
+    assert!(
+        conf.contains(&format!("backup {label}")),
+        "{name}: backup {label} was not the one chosen for LSN {target}:\n{conf}"
+    );
+    let s = cluster.start_other(&dir, free_port());
+    s.wait_promoted(Duration::from_secs(120));
+    assert_eq!(marks(&s), want, "{name}: recovery to LSN {target}");
+}
+
+/// retention-archive=2 with four backups, and no retention-full (README: retention-archive
+/// alone expires WAL too, and `backup` runs expire for it): the two newest backups keep a
+/// continuous archive (a point-in-time recovery between them works), the two older ones
+/// keep exactly their own WAL (each still restores with --type immediate), the segments in
+/// between are gone, and every backup stays.
+#[test]
+fn pg15_posix_retention_archive() {
+    let cluster = Cluster::new(&Pg::v15(), "retarch");
+    let repo = posix_repo(&cluster);
+    cluster.psql(
+        "postgres",
+        "CREATE TABLE marks (i int); CREATE TABLE filler (t text)",
+    );
+    pj(&cluster, &repo, "stanza-create", &[]).ok();
+    enable_archiving(&cluster, &repo, &[]);
+    let mut b = Vec::new();
+    for i in 1..=3 {
+        mark(&cluster, i);
+        b.push(backup_entry(&cluster, &repo, &["--no-expire"]).0);
+        segments_between(&cluster);
+    }
+    mark(&cluster, 4);
+    let target = cluster.psql("postgres", "SELECT pg_current_wal_insert_lsn()");
+    mark(&cluster, 5);
+    let range = |b: &serde_json::Value| (field(b, "archive_start"), field(b, "archive_stop"));
+    let (s1, e1) = range(&b[0]);
+    let (s2, e2) = range(&b[1]);
+    let (s3, e3) = range(&b[2]);
+    // Before: one continuous run from the first backup on, with segments that belong to no
+    // backup between the backups.
+    assert_continuous(&cluster, &repo, 1, &s1, &e3);
+    assert!(segno(&s2) > segno(&e1) + 1 && segno(&s3) > segno(&e2) + 1);
+
+    // The fourth backup expires with retention-archive alone.
+    let (b4, r) = backup_entry(&cluster, &repo, &["--retention-archive", "2"]);
+    assert!(
+        r.stderr.contains("expire: removed")
+            && r.stderr
+                .contains(&format!("(backup {})", field(&b[2], "label"))),
+        "the backup did not expire WAL with retention-archive alone:\n{r}"
+    );
+    b.push(b4);
+    let all: Vec<String> = b.iter().map(|x| field(x, "label")).collect();
+    assert_eq!(labels(&cluster, &repo), all, "no backup is expired");
+    let runs = archive_runs(&cluster, &repo);
+    assert_eq!(runs.len(), 3, "{runs:?}");
+    assert_eq!(
+        runs[0],
+        (1, s1.clone(), e1.clone()),
+        "backup 1 keeps its own WAL only"
+    );
+    assert_eq!(
+        runs[1],
+        (1, s2.clone(), e2.clone()),
+        "backup 2 keeps its own WAL only"
+    );
+    assert_eq!(
+        runs[2].1, s3,
+        "the archive is continuous from backup 3 on: {runs:?}"
+    );
+    assert!(
+        runs[2].2 >= field(&b[3], "archive_stop"),
+        "the archive is continuous to backup 4's end: {runs:?}"
+    );
+    // Expiring again removes nothing more.
+    let r = pj(&cluster, &repo, "expire", &["--retention-archive", "2"]).ok();
+    assert!(r.stdout.contains("no archived WAL to remove"), "{r}");
+    assert_eq!(archive_runs(&cluster, &repo), runs);
+
+    // A point-in-time recovery between the two newest backups; the older ones restore to
+    // their consistent point.
+    restore_lsn(&cluster, &repo, "pitr-window", &target, &all[2], "1,2,3,4");
+    restore_immediate(&cluster, &repo, "older-1", &all[0], "1");
+    restore_immediate(&cluster, &repo, "older-2", &all[1], "1,2");
+}
+
+/// Moves backup `label`'s start and stop times `days` days into the past: its manifest and
+/// summary are read and written again with pgjet's own reader and writer (the objects stay).
+fn age_backup(repo_dir: &Path, label: &str, days: i64) {
+    use pgjet::storage::posix::PosixStorage;
+    let store = PosixStorage::open(repo_dir).unwrap();
+    let mut m = pgjet::repo::read_manifest(&store, "main", label).unwrap();
+    let back = |t: &str| {
+        let t = chrono::DateTime::parse_from_rfc3339(t)
+            .unwrap_or_else(|e| panic!("{label}: time {t}: {e}"))
+            .with_timezone(&chrono::Utc);
+        pgjet::commands::rfc3339(t - chrono::Duration::days(days))
+    };
+    m.header.start_time = back(&m.header.start_time);
+    m.stop.stop_time = back(&m.stop.stop_time);
+    pgjet::repo::write_manifest(&store, &m).unwrap();
+    chown_pg_recursive(repo_dir);
+}
+
+/// retention-full-type=time: four backups that stopped 10, 6 and 2 days ago and now, with
+/// retention-full=5 (days): the two of the window stay and so does the newest one before it
+/// (6 days), from which a recovery into the window's first moments starts; the oldest goes
+/// with the WAL before the kept backups, and the archive stays continuous from the oldest
+/// kept backup on.
+#[test]
+fn pg15_posix_retention_full_time() {
+    let cluster = Cluster::new(&Pg::v15(), "rettime");
+    let repo = posix_repo(&cluster);
+    cluster.psql(
+        "postgres",
+        "CREATE TABLE marks (i int); CREATE TABLE filler (t text)",
+    );
+    pj(&cluster, &repo, "stanza-create", &[]).ok();
+    enable_archiving(&cluster, &repo, &[]);
+    let mut b = Vec::new();
+    mark(&cluster, 1);
+    b.push(backup_entry(&cluster, &repo, &["--no-expire"]).0);
+    segments_between(&cluster);
+    mark(&cluster, 2);
+    b.push(backup_entry(&cluster, &repo, &["--no-expire"]).0);
+    segments_between(&cluster);
+    mark(&cluster, 3);
+    let target = cluster.psql("postgres", "SELECT pg_current_wal_insert_lsn()");
+    mark(&cluster, 4);
+    b.push(backup_entry(&cluster, &repo, &["--no-expire"]).0);
+    segments_between(&cluster);
+    mark(&cluster, 5);
+    b.push(backup_entry(&cluster, &repo, &["--no-expire"]).0);
+    let all: Vec<String> = b.iter().map(|x| field(x, "label")).collect();
+    let start2 = field(&b[1], "archive_start");
+    assert_continuous(
+        &cluster,
+        &repo,
+        1,
+        &field(&b[0], "archive_start"),
+        &field(&b[3], "archive_stop"),
+    );
+    assert!(segno(&start2) > segno(&field(&b[0], "archive_stop")) + 1);
+
+    for (label, days) in [(&all[0], 10), (&all[1], 6), (&all[2], 2)] {
+        age_backup(&cluster.repo, label, days);
+    }
+    let v = info_json(&cluster, &repo);
+    let stop0 = field(&v["backups"][0], "stop_time");
+    let ago = chrono::Utc::now()
+        - chrono::DateTime::parse_from_rfc3339(&stop0)
+            .unwrap()
+            .with_timezone(&chrono::Utc);
+    assert!(ago.num_days() == 10, "backup 1 stopped {stop0}");
+
+    let time = ["--retention-full", "5", "--retention-full-type", "time"];
+    let mut dry = time.to_vec();
+    dry.push("--dry-run");
+    let r = pj(&cluster, &repo, "expire", &dry).ok();
+    assert_eq!(r.stdout.matches("would expire backup").count(), 1, "{r}");
+    assert!(
+        r.stdout
+            .contains(&format!("would expire backup {}", all[0])),
+        "{r}"
+    );
+    assert_eq!(labels(&cluster, &repo), all, "--dry-run removes nothing");
+
+    let r = pj(&cluster, &repo, "expire", &time).ok();
+    assert_eq!(r.stdout.matches("expired backup").count(), 1, "{r}");
+    assert!(
+        r.stdout.contains(&format!("expired backup {}", all[0])),
+        "{r}"
+    );
+    assert_eq!(labels(&cluster, &repo), all[1..].to_vec());
+    assert!(!backup_dir(&cluster.repo, "main", &all[0]).exists());
+    let runs = archive_runs(&cluster, &repo);
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert_eq!(
+        runs[0].1, start2,
+        "the archive starts at the oldest kept backup: {runs:?}"
+    );
+    assert!(runs[0].2 >= field(&b[3], "archive_stop"), "{runs:?}");
+
+    // The window's first moments: recovered to from the backup before the window.
+    restore_lsn(&cluster, &repo, "window-start", &target, &all[1], "1,2,3");
 }

@@ -6,11 +6,14 @@
 //! Tests a-f and i-k share one cluster with a small dataset and one full backup (built once, in
 //! a static; its server is stopped and its directory removed when the test process exits).
 //! Tests g (kill -9 during a backup) and h (a corrupt page in the source), and the second
-//! cluster of test c, have their own clusters.
+//! cluster of test c, have their own clusters; so do n and o (the stanza's lock lost during
+//! a backup: taken over by another pgjet, or not renewable until its lease ran out), whose
+//! clusters archive WAL through a gate that holds the backup at its end.
 mod common;
 
 use common::*;
 use std::fs;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
@@ -971,4 +974,283 @@ fn m_source_and_transport_settings() {
         "a refused replica-create left {}",
         target.display()
     );
+}
+
+// ------------------------------------------------------------------------------------------
+// A lock lost during a backup (tests n and o).
+
+/// A PostgreSQL 15 cluster with the stanza "main" that archives WAL through a gate: its
+/// archive_command runs `pgjet archive-push` only while the gate file exists (until then it
+/// waits, up to 10 minutes). With the gate closed, a backup stops at its end, waiting for its
+/// last WAL segment to reach the archive (archive-check), before it checks its lock and writes
+/// its summary: the tests act on the lock there, without depending on how long the copy takes.
+/// The gate is opened when dropped, so the archiver never waits at shutdown.
+struct GatedCluster {
+    c: Cluster,
+    gate: PathBuf,
+}
+
+impl GatedCluster {
+    fn new(tag: &str) -> GatedCluster {
+        let c = Cluster::new(&Pg::v15(), tag);
+        let repo = c.repo.clone();
+        c.pgjet_cmd("stanza-create", &repo, &[]).ok();
+        let gate = c.root.join("archive-gate");
+        fs::write(&gate, "").unwrap();
+        let script = c.root.join("archive.sh");
+        fs::write(
+            &script,
+            format!(
+                "#!/bin/sh\n# pgjet test: archives only while {gate} exists\nn=0\n\
+                 while [ ! -e {gate} ]; do\n  n=$((n+1)); [ $n -gt 6000 ] && exit 1\n  sleep 0.1\ndone\n\
+                 exec {bin} --stanza=main --repo-path={repo} archive-push \"$1\"\n",
+                gate = gate.display(),
+                bin = pgjet_bin().display(),
+                repo = repo.display()
+            ),
+        )
+        .unwrap();
+        fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();
+        c.psql(
+            "postgres",
+            &format!(
+                "ALTER SYSTEM SET archive_mode = 'on';\nALTER SYSTEM SET archive_command = '{} %p';",
+                script.display()
+            ),
+        );
+        // archive_mode needs a restart.
+        let s = &c.server;
+        let opts = format!("-p {} -k {}", s.port, s.sock.display());
+        let (data, log) = (s.data.display().to_string(), s.log.display().to_string());
+        let restart = [
+            "restart", "-w", "-t", "60", "-m", "fast", "-D", &data, "-l", &log, "-o", &opts,
+        ];
+        run_as_postgres(&s.pg.tool("pg_ctl"), &restart, None).ok();
+        GatedCluster { c, gate }
+    }
+
+    fn close(&self) {
+        fs::remove_file(&self.gate).unwrap();
+    }
+
+    fn open(&self) {
+        fs::write(&self.gate, "").unwrap();
+    }
+
+    /// The stanza's lock object.
+    fn lock_path(&self) -> PathBuf {
+        self.c.repo.join(pgjet::repo::lock::lock_name("main"))
+    }
+
+    /// The lock's record, when there is a readable one.
+    fn lock(&self) -> Option<pgjet::repo::lock::LockRecord> {
+        serde_json::from_slice(&fs::read(self.lock_path()).ok()?).ok()
+    }
+
+    /// Starts `pgjet backup` in the background, its stderr (the log) into `log`; returns it
+    /// once it holds the stanza's lock, with the lock's record.
+    fn spawn_backup(&self, log: &Path) -> (Background, pgjet::repo::lock::LockRecord) {
+        let c = &self.c;
+        let mut a = args![
+            "-c",
+            format!("exec \"$0\" \"$@\" 2>{}", log.display()),
+            pgjet_bin().display(),
+            "backup"
+        ];
+        a.extend(c.stanza_args(&c.repo));
+        a.extend(args![
+            "--start-fast",
+            "--jobs",
+            "2",
+            "--archive-timeout",
+            "600"
+        ]);
+        let pidfile = c.root.join(&format!(
+            "{}.pid",
+            log.file_name().unwrap().to_string_lossy()
+        ));
+        let backup = Background::spawn(Path::new("/bin/sh"), &a, &pidfile);
+        let pid = backup.pid() as u32;
+        let rec = wait_for(Duration::from_secs(60), || {
+            self.lock().filter(|r| r.pid == pid)
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "the backup (pid {pid}) did not take the lock within 60 s:\n{}",
+                fs::read_to_string(log).unwrap_or_default()
+            )
+        });
+        (backup, rec)
+    }
+}
+
+impl Drop for GatedCluster {
+    fn drop(&mut self) {
+        let _ = fs::write(&self.gate, "");
+    }
+}
+
+/// Waits (up to `timeout`) until `log` holds `text` while `backup` still runs, calling `each`
+/// between looks; panics with the log when the backup ends first or the text never comes.
+fn wait_log(
+    backup: &mut Background,
+    log: &Path,
+    text: &str,
+    timeout: Duration,
+    mut each: impl FnMut(),
+) {
+    let t = Instant::now();
+    loop {
+        let seen = fs::read_to_string(log).unwrap_or_default();
+        if seen.contains(text) {
+            return;
+        }
+        if let Some(st) = backup.try_wait() {
+            panic!("the backup ended ({st}) before its log said {text:?}:\n{seen}");
+        }
+        assert!(
+            t.elapsed() < timeout,
+            "the backup's log did not say {text:?} within {timeout:?}:\n{seen}"
+        );
+        each();
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Waits for `backup` to end: it must fail with exit code 6 and a log naming the lost lock.
+fn assert_lost_lock(what: &str, backup: Background, log: &Path) {
+    let r = backup.wait();
+    let text = fs::read_to_string(log).unwrap_or_default();
+    assert!(
+        !r.success(),
+        "{what}: the backup completed without its lock:\n{r}\n--- log ---\n{text}"
+    );
+    assert_eq!(r.status.code(), Some(6), "{what}: {r}\n--- log ---\n{text}");
+    assert!(
+        text.contains("lost the lock main/lock/backup.json") && text.contains("not complete"),
+        "{what}: the error does not name the lost lock:\n{text}"
+    );
+    step!(
+        "{what}: {}",
+        text.lines()
+            .find(|l| l.contains("lost the lock"))
+            .unwrap_or("")
+    );
+}
+
+/// After a backup that lost its lock: nothing looks complete, and the next backup succeeds,
+/// removes the interrupted backup's directory, and verifies.
+fn assert_next_backup_succeeds(what: &str, c: &Cluster) {
+    assert_no_backups(&c.repo, what);
+    let interrupted = backup_dirs(&c.repo);
+    assert_eq!(
+        interrupted.len(),
+        1,
+        "{what}: the interrupted backup's directory: {interrupted:?}"
+    );
+    c.full_backup(&c.repo);
+    let listed = info_backups(&c.repo, "main");
+    assert_eq!(listed.len(), 1, "{what}: {listed:?}");
+    let label = listed[0]["label"].as_str().unwrap().to_string();
+    assert_ne!(label, interrupted[0], "{what}");
+    assert_eq!(backup_dirs(&c.repo), vec![label.clone()], "{what}");
+    pgjet_ok(&verify_args(&c.repo, &label));
+}
+
+/// n. Another pgjet (on another host) takes the stanza's lock over while a backup runs: the
+/// backup's lease renewal finds the other record, and the backup then fails naming the lost
+/// lock instead of writing its summary; the other holder's lock is left alone; once that one
+/// is released, the next backup succeeds. (About 20 s: the renewal runs every 15 s.)
+#[test]
+fn n_lock_taken_over_during_backup() {
+    let g = GatedCluster::new("faults-n");
+    let c = &g.c;
+    g.close();
+    let log = c.root.join("n-backup.log");
+    let (mut backup, ours) = g.spawn_backup(&log);
+    let now = chrono::Utc::now();
+    let theirs = pgjet::repo::lock::LockRecord {
+        host: "elsewhere".into(),
+        pid: 4242,
+        command: "backup".into(),
+        token: "taken-over-by-the-test".into(),
+        acquired: pgjet::commands::rfc3339(now),
+        lease_until: now.timestamp() + 3600,
+    };
+    assert_ne!(ours.token, theirs.token);
+    let store = pgjet::storage::posix::PosixStorage::open(&c.repo).unwrap();
+    let take = || {
+        use pgjet::storage::Storage;
+        store
+            .put_durable(
+                &pgjet::repo::lock::lock_name("main"),
+                &serde_json::to_vec(&theirs).unwrap(),
+            )
+            .unwrap()
+    };
+    take();
+    // A renewal that read the record just before the takeover may write its own back once;
+    // the other holder writes again, as its own renewal would.
+    wait_log(
+        &mut backup,
+        &log,
+        "was taken by another process",
+        Duration::from_secs(60),
+        || {
+            if g.lock().map(|r| r.token) != Some(theirs.token.clone()) {
+                take();
+            }
+        },
+    );
+    g.open();
+    assert_lost_lock("n", backup, &log);
+    assert_eq!(
+        g.lock().map(|r| r.token),
+        Some(theirs.token.clone()),
+        "n: the other holder's lock must be left alone"
+    );
+    // The other holder ends and releases its lock.
+    fs::remove_file(g.lock_path()).unwrap();
+    assert_next_backup_succeeds("n", c);
+}
+
+/// o. The lock cannot be renewed during a backup (its directory in the repository turned
+/// read-only): once the lease runs out the lock is lost, and even with the repository
+/// writable again the backup fails naming the lost lock instead of writing its summary; it
+/// removes its own lock record; the next backup succeeds. About 80 s: the lease (60 s) must
+/// run out, and nothing shorter is honest without a test-only way to shorten it.
+#[test]
+fn o_lock_not_renewable_during_backup() {
+    let g = GatedCluster::new("faults-o");
+    let c = &g.c;
+    g.close();
+    let log = c.root.join("o-backup.log");
+    let (mut backup, _) = g.spawn_backup(&log);
+    let lock_dir = g.lock_path().parent().unwrap().to_path_buf();
+    let mode = fs::metadata(&lock_dir).unwrap().permissions().mode();
+    // pgjet runs as postgres: with the directory read-only it can read the record but not
+    // write the renewed one (a new file renamed over it).
+    fs::set_permissions(&lock_dir, fs::Permissions::from_mode(0o555)).unwrap();
+    let t = Instant::now();
+    wait_log(
+        &mut backup,
+        &log,
+        "before its lease ran out",
+        Duration::from_secs(180),
+        || {},
+    );
+    step!(
+        "o: the lock was lost {} after its directory turned read-only",
+        secs(t)
+    );
+    fs::set_permissions(&lock_dir, fs::Permissions::from_mode(mode)).unwrap();
+    let text = fs::read_to_string(&log).unwrap_or_default();
+    assert!(text.contains("could not renew the lock"), "{text}");
+    g.open();
+    assert_lost_lock("o", backup, &log);
+    assert!(
+        !g.lock_path().exists(),
+        "o: the backup left its lock record behind"
+    );
+    assert_next_backup_succeeds("o", c);
 }

@@ -267,6 +267,9 @@ fn renew(
             Err(e) => {
                 tracing::warn!("could not renew the lock {name}: {e}");
                 if now_unix() > rec.lease_until {
+                    tracing::error!(
+                        "could not renew the lock {name} before its lease ran out: the lock is lost"
+                    );
                     r.lost.store(true, Ordering::SeqCst);
                     return;
                 }
