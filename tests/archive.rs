@@ -1190,7 +1190,7 @@ fn age_backup(repo_dir: &Path, label: &str, days: i64) {
         let t = chrono::DateTime::parse_from_rfc3339(t)
             .unwrap_or_else(|e| panic!("{label}: time {t}: {e}"))
             .with_timezone(&chrono::Utc);
-        pgjet::commands::rfc3339(t - chrono::Duration::days(days))
+        pgjet::repo::rfc3339(t - chrono::Duration::days(days))
     };
     m.header.start_time = back(&m.header.start_time);
     m.stop.stop_time = back(&m.stop.stop_time);

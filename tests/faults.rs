@@ -1174,7 +1174,7 @@ fn n_lock_taken_over_during_backup() {
         pid: 4242,
         command: "backup".into(),
         token: "taken-over-by-the-test".into(),
-        acquired: pgjet::commands::rfc3339(now),
+        acquired: pgjet::repo::rfc3339(now),
         lease_until: now.timestamp() + 3600,
     };
     assert_ne!(ours.token, theirs.token);

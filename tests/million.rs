@@ -234,7 +234,7 @@ fn child_workload(dir: &Path) {
                 if f.pieces.len() == 1 && f.size < 1 << 20 {
                     return Ok(Want::Create(f.mode));
                 }
-                pgjet::target::create_file(&target, &f.path, f.size, f.mode)?;
+                pgjet::pgdata::create_file(&target, &f.path, f.size, f.mode)?;
                 Ok(Want::All)
             },
             &NoProgress,

@@ -6,4 +6,5 @@ pub mod get;
 pub mod prefetcher;
 pub mod push;
 pub mod pusher;
+pub mod queue;
 pub mod spool;

@@ -8,7 +8,6 @@
 use crate::codec::{Compression, Compressor};
 use crate::config::Settings;
 use crate::error::{Error, Result};
-use crate::io::mib;
 use crate::pg::lsn;
 use crate::repo::wal::{self, PushOutcome, WalFile, WalFileKind};
 use crate::repo::{self, StanzaInfo};
@@ -354,60 +353,6 @@ pub fn resolve_path(p: &Path) -> PathBuf {
             .map(|d| d.join(p))
             .unwrap_or_else(|_| p.to_path_buf())
     }
-}
-
-/// Synchronous `archive-push` of the WAL file at `wal_path`: returns once it is durable in
-/// every repository (or, past archive-push-queue-max, dropped with its gap recorded).
-///
-/// Errors: as [`Archiver::open`] and [`Archiver::push`].
-pub fn push_sync(s: &Settings, wal_path: &Path) -> Result<()> {
-    let path = resolve_path(wal_path);
-    let archiver = Archiver::open(s)?;
-    if let Some(max) = s.archive.push_queue_max {
-        // Gap records that could not reach a repository yet go first.
-        super::pusher::flush_gaps(&super::spool::Spool::open(s, archiver.stanza())?, &archiver);
-        if let Some(warning) = drop_if_queue_full(s, &archiver, &path, max)? {
-            tracing::warn!("{warning}");
-            return Ok(());
-        }
-    }
-    let mut c = archiver.compressor()?;
-    archiver.push(&path, &mut c, &mut Vec::new())?;
-    tracing::debug!("archived {}", path.display());
-    Ok(())
-}
-
-/// Synchronous archive-push with a queue limit: when the WAL waiting in `archive_status`
-/// (this file included) passes `max` bytes, a segment is dropped instead of archived, and the
-/// gap recorded. Returns the warning when it dropped the file.
-fn drop_if_queue_full(
-    s: &Settings,
-    archiver: &Archiver,
-    path: &Path,
-    max: u64,
-) -> Result<Option<String>> {
-    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-    if WalFile::parse(name)?.kind != WalFileKind::Segment {
-        return Ok(None);
-    }
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let ready = match super::pusher::ready_files(dir) {
-        Ok(r) => r,
-        // No archive_status next to the file: not PostgreSQL's queue, nothing to measure.
-        Err(_) => return Ok(None),
-    };
-    let size = fs::metadata(path).map(|m| m.len()).unwrap_or(0);
-    let queued = size * ready.len().max(1) as u64;
-    if queued <= max {
-        return Ok(None);
-    }
-    let spool = super::spool::Spool::open(s, archiver.stanza())?;
-    let reason = format!(
-        "archive-push-queue-max ({}) was exceeded: {} waited to be archived",
-        mib(max),
-        mib(queued)
-    );
-    super::pusher::drop_segments(&spool, archiver, &[name.to_string()], size, &reason).map(Some)
 }
 
 #[cfg(test)]

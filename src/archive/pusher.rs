@@ -9,14 +9,14 @@
 //! is durable in every repository. A kill -9 of the pusher at any moment loses nothing: what
 //! has no `.ok` is pushed again (and found already archived), and the lock dies with it.
 use super::push::{resolve_path, wal_file_identity, Archiver};
+use super::queue::{drop_segments, flush_gaps, queued_bytes, ready_files, segment_size};
 use super::spool::{
     ensure_running, settings_fingerprint, write_lock_owner, Spool, ACK_POLL, IDLE_EXIT, SCAN_EVERY,
 };
 use crate::config::Settings;
 use crate::error::{Error, Result};
 use crate::io::mib;
-use crate::pg::lsn;
-use crate::repo::wal::{self, Gap, WalFile, WalFileKind};
+use crate::repo::wal::{WalFile, WalFileKind};
 use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::path::Path;
@@ -106,124 +106,6 @@ pub fn push_foreground(s: &Settings, wal_path: &Path) -> Result<()> {
     }
 }
 
-/// Names of the files PostgreSQL has marked ready to archive (`archive_status/<f>.ready`),
-/// sorted: timeline history files first (PostgreSQL archives them first too), then by name.
-pub fn ready_files(wal_dir: &Path) -> Result<Vec<String>> {
-    let status = wal_dir.join("archive_status");
-    let mut out: Vec<String> = fs::read_dir(&status)
-        .map_err(|e| Error::io("list", &status, e))?
-        .flatten()
-        .filter_map(|e| {
-            e.file_name()
-                .to_str()
-                .and_then(|n| n.strip_suffix(".ready"))
-                .map(str::to_owned)
-        })
-        .collect();
-    out.sort_by_key(|n| (!n.ends_with(".history"), n.clone()));
-    Ok(out)
-}
-
-/// Writes the gap records waiting in the spool into every repository, removing each once
-/// all have it. Errors are logged and left for the next call (the record stays).
-pub fn flush_gaps(spool: &Spool, archiver: &Archiver) {
-    let Ok(rd) = fs::read_dir(spool.gap_dir()) else {
-        return;
-    };
-    for e in rd.flatten() {
-        let p = e.path();
-        if p.extension().and_then(|x| x.to_str()) != Some("json") {
-            continue;
-        }
-        let Some(gap) = fs::read(&p)
-            .ok()
-            .and_then(|b| serde_json::from_slice::<Gap>(&b).ok())
-        else {
-            continue;
-        };
-        // Every repository is tried (no short cut): each that has it is one fewer to retry.
-        let mut all = true;
-        for (n, store) in archiver.repos() {
-            if let Err(e) = wal::record_gap(&**store, archiver.stanza(), &gap) {
-                tracing::warn!(
-                    "repo{n}: gap record {}-{} not written yet: {e}",
-                    gap.first,
-                    gap.last
-                );
-                all = false;
-            }
-        }
-        if all {
-            let _ = fs::remove_file(&p);
-        }
-    }
-}
-
-/// Drops `names` (segments waiting to be archived) because the queue passed its limit:
-/// records the gaps (one per run of consecutive segments) in the spool, durably, then in the
-/// repositories when they answer; returns the warning each acknowledgement carries.
-///
-/// Errors: the spool record cannot be written (then nothing is dropped).
-pub fn drop_segments(
-    spool: &Spool,
-    archiver: &Archiver,
-    names: &[String],
-    seg_size: u64,
-    reason: &str,
-) -> Result<String> {
-    let mut runs: Vec<(String, String, u64)> = Vec::new();
-    let mut prev: Option<(u32, u64)> = None;
-    for n in names {
-        let cur = lsn::parse_wal_segment_name(n, seg_size);
-        match (runs.last_mut(), prev, cur) {
-            (Some(run), Some((pt, ps)), Some((t, sn))) if pt == t && ps + 1 == sn => {
-                run.1 = n.clone();
-                run.2 += 1;
-            }
-            _ => runs.push((n.clone(), n.clone(), 1)),
-        }
-        prev = cur;
-    }
-    let recorded = crate::repo::rfc3339(chrono::Utc::now());
-    for (first, last, count) in &runs {
-        let gap = Gap {
-            first: first.clone(),
-            last: last.clone(),
-            segments: *count,
-            recorded: recorded.clone(),
-            reason: reason.to_string(),
-        };
-        let p = spool.gap_dir().join(format!("{first}-{last}.json"));
-        let json = serde_json::to_vec_pretty(&gap)
-            .map_err(|e| Error::Other(format!("cannot encode a gap record: {e}")))?;
-        let tmp = p.with_extension("tmp");
-        fs::File::create(&tmp)
-            .and_then(|mut f| {
-                std::io::Write::write_all(&mut f, &json)?;
-                f.sync_all()
-            })
-            .and_then(|_| fs::rename(&tmp, &p))
-            .map_err(|e| Error::io("write", &p, e))?;
-    }
-    crate::io::fs::fsync_dir(&spool.gap_dir())?;
-    flush_gaps(spool, archiver);
-    let what = runs
-        .iter()
-        .map(|(f, l, _)| {
-            if f == l {
-                f.clone()
-            } else {
-                format!("{f} to {l}")
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(", ");
-    Ok(format!(
-        "WAL DROPPED: {} segment(s) ({what}) were not archived because {reason}; the gap is recorded in the repository: no point-in-time recovery can cross it, take a new backup",
-        names.len()
-    ))
-}
-
 /// Removes `out/<file>.ok` and `.error` of files no longer ready to archive (PostgreSQL
 /// marked them done, or they are from another cluster) and not in flight.
 fn remove_stale_acks(spool: &Spool, ready: &HashSet<&str>, in_flight: &HashSet<String>) {
@@ -239,26 +121,6 @@ fn remove_stale_acks(spool: &Spool, ready: &HashSet<&str>, in_flight: &HashSet<S
             let _ = fs::remove_file(e.path());
         }
     }
-}
-
-/// Bytes of WAL `names` hold in `wal_dir` (their sizes on disk; a file that vanished counts 0).
-fn queued_bytes(wal_dir: &Path, names: &[String]) -> u64 {
-    names
-        .iter()
-        .filter_map(|n| fs::metadata(wal_dir.join(n)).ok())
-        .map(|m| m.len())
-        .sum()
-}
-
-/// The WAL segment size of a queue: the size of its first segment file (PostgreSQL's
-/// segments are all one size), or 16 MiB.
-fn segment_size(wal_dir: &Path, names: &[String]) -> u64 {
-    names
-        .iter()
-        .filter(|n| lsn::is_wal_segment_name(n))
-        .find_map(|n| fs::metadata(wal_dir.join(n)).ok())
-        .map(|m| m.len())
-        .unwrap_or(16 << 20)
 }
 
 /// What the background pusher knows of the files it was given.

@@ -2,7 +2,8 @@
 //! `archive_command = 'pgjet --stanza=NAME archive-push %p'`: synchronously
 //! ([`crate::archive::push`]), or through the spool with a background pusher
 //! ([`crate::archive::pusher`]) when `archive-async=y`.
-use crate::archive::{push, pusher};
+use crate::archive::spool::Spool;
+use crate::archive::{push, pusher, queue};
 use crate::config::Settings;
 use crate::error::Result;
 use std::path::Path;
@@ -10,7 +11,7 @@ use std::path::Path;
 /// Runs `archive-push` for the WAL file at `wal_path`: returns once it is durable in every
 /// repository (asynchronously: acknowledged by the background pusher).
 ///
-/// Errors: as [`push::push_sync`] and [`pusher::push_foreground`].
+/// Errors: as [`push_sync`] and [`pusher::push_foreground`].
 pub fn run(s: &Settings, wal_path: &Path) -> Result<()> {
     if let Some(dir) = std::env::var_os(pusher::BACKGROUND_ENV) {
         return pusher::push_background(s, Path::new(&dir));
@@ -18,5 +19,26 @@ pub fn run(s: &Settings, wal_path: &Path) -> Result<()> {
     if s.archive.asynchronous {
         return pusher::push_foreground(s, wal_path);
     }
-    push::push_sync(s, wal_path)
+    push_sync(s, wal_path)
+}
+
+/// Synchronous `archive-push` of the WAL file at `wal_path`: returns once it is durable in
+/// every repository (or, past archive-push-queue-max, dropped with its gap recorded).
+///
+/// Errors: as [`push::Archiver::open`] and [`push::Archiver::push`].
+fn push_sync(s: &Settings, wal_path: &Path) -> Result<()> {
+    let path = push::resolve_path(wal_path);
+    let archiver = push::Archiver::open(s)?;
+    if let Some(max) = s.archive.push_queue_max {
+        // Gap records that could not reach a repository yet go first.
+        queue::flush_gaps(&Spool::open(s, archiver.stanza())?, &archiver);
+        if let Some(warning) = queue::drop_if_queue_full(s, &archiver, &path, max)? {
+            tracing::warn!("{warning}");
+            return Ok(());
+        }
+    }
+    let mut c = archiver.compressor()?;
+    archiver.push(&path, &mut c, &mut Vec::new())?;
+    tracing::debug!("archived {}", path.display());
+    Ok(())
 }

@@ -14,15 +14,15 @@ use crate::config::Settings;
 use crate::error::{Error, Result};
 use crate::pg::conninfo::ConnInfo;
 use crate::pg::session::{self, quote_conf_value};
-use crate::primary::base_backup::{run_base_backup, BaseBackup, BaseBackupOptions};
-use crate::primary::{open_primary, Primary};
-use crate::target::copy::DirTarget;
-use crate::target::finish::{finish, Finish};
-use crate::target::standby::{bin_dir, start_standby};
-use crate::target::{
+use crate::pgdata::copy::DirTarget;
+use crate::pgdata::finish::{finish, Finish};
+use crate::pgdata::standby::{bin_dir, start_standby};
+use crate::pgdata::{
     delta, parse_tablespace_map, plan_locations, remap_tablespace_map, set_mtimes,
     tablespace_locations,
 };
+use crate::primary::base_backup::{run_base_backup, BaseBackup, BaseBackupOptions};
+use crate::primary::{open_primary, Primary};
 use crate::transfer::Progress;
 use std::fs;
 use std::path::{Path, PathBuf};

@@ -12,14 +12,14 @@ use crate::error::{Error, Result};
 use crate::io::direct::DIRECT_MIN_WRITE;
 use crate::io::fs::set_mtime;
 use crate::pg::pg_manifest::{PgManifestWriter, PgWalRange};
-use crate::repo::open::{open_repo_with_set, open_repos};
-use crate::repo::read_back::{allocate_pieces, restore_one, ReadBack, Want};
-use crate::repo::{self, FileEntry};
-use crate::target::finish::{finish, Finish};
-use crate::target::{
+use crate::pgdata::finish::{finish, Finish};
+use crate::pgdata::{
     create_file, delta, parse_tablespace_map, prepare_target, recovery, remap_tablespace_map,
     tablespace_locations, TargetSync,
 };
+use crate::repo::open::{open_repo_with_set, open_repos};
+use crate::repo::read_back::{allocate_pieces, restore_one, ReadBack, Want};
+use crate::repo::{self, FileEntry};
 use crate::transfer::Progress;
 use std::fs::{self, File, OpenOptions};
 use std::os::unix::fs::OpenOptionsExt;

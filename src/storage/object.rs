@@ -265,12 +265,12 @@ impl ObjectStorage {
         // credentials fail by name instead of looking like an empty repository.
         let probe = rt.block_on(async { op.list_with("").limit(1).await.map(|_| ()) });
         if let Err(e) = &probe {
-            if let Some(tls) = crate::io::tls::tls_error_in(e) {
+            if let Some(tls) = crate::error::tls::tls_error_in(e) {
                 return Err(Error::Storage {
                     op: "connect",
                     target: desc,
-                    fault: StorageFault::Tls(crate::io::tls::TlsFailure::of(tls)),
-                    detail: format!("TLS: {}: {}", crate::io::tls::reason(tls), causes(e)),
+                    fault: StorageFault::Tls(crate::error::tls::TlsFailure::of(tls)),
+                    detail: format!("TLS: {}: {}", crate::error::tls::reason(tls), causes(e)),
                 });
             }
         }
@@ -393,7 +393,7 @@ fn causes(e: &opendal::Error) -> String {
 fn storage_error(op: &'static str, target: String, e: opendal::Error) -> Error {
     tracing::debug!("storage {op} {target}: {e:?}");
     let msg: String = e.message().split_whitespace().collect::<Vec<_>>().join(" ");
-    let tls = crate::io::tls::failure_in(&e);
+    let tls = crate::error::tls::failure_in(&e);
     let mut fault = match e.kind() {
         ErrorKind::PermissionDenied => StorageFault::Denied,
         ErrorKind::NotFound => StorageFault::NotFound,
@@ -416,7 +416,7 @@ fn storage_error(op: &'static str, target: String, e: opendal::Error) -> Error {
         fault = StorageFault::Denied;
     }
     // A refused certificate; not a TLS error of a running transfer, which may be the network's.
-    if let Some(t) = tls.filter(|t| *t != crate::io::tls::TlsFailure::Handshake) {
+    if let Some(t) = tls.filter(|t| *t != crate::error::tls::TlsFailure::Handshake) {
         fault = StorageFault::Tls(t);
     }
     let mut detail = format!("{}", e.kind());

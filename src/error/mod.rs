@@ -1,5 +1,7 @@
 //! The library error type. Every error says what failed and where; [`Error::hint`] gives the
 //! one-line hint the binary prints under it, and [`Error::exit_code`] the process exit code.
+pub mod tls;
+
 use std::path::PathBuf;
 
 /// Result alias used across the library.
@@ -77,7 +79,7 @@ pub enum StorageFault {
     /// A conditional write lost: the object was created or changed by someone else.
     Conflict,
     /// The TLS handshake with the store failed, for the reason given.
-    Tls(crate::io::tls::TlsFailure),
+    Tls(crate::error::tls::TlsFailure),
     /// Anything else the store reported.
     Other,
 }
@@ -132,15 +134,15 @@ impl Error {
     /// A query error is told apart by its cause: a lost connection (no server error, or the
     /// server shutting down), missing rights (SQLSTATE 42501), or another refusal. A
     /// connection error is a TLS one when a `rustls::Error` is in its source chain
-    /// ([`crate::io::tls::tls_error_in`]).
+    /// ([`crate::error::tls::tls_error_in`]).
     pub fn hint(&self) -> String {
         match self {
             Error::Config(_) => "HINT: check the flags, the PGJET_* environment and the config file (--config).".into(),
-            Error::Connect { source, .. } => match crate::io::tls::tls_error_in(source) {
+            Error::Connect { source, .. } => match crate::error::tls::tls_error_in(source) {
                 Some(tls) => format!(
                     "HINT: {}; {}",
-                    crate::io::tls::reason(tls),
-                    libpq_tls_advice(crate::io::tls::TlsFailure::of(tls))
+                    crate::error::tls::reason(tls),
+                    libpq_tls_advice(crate::error::tls::TlsFailure::of(tls))
                 ),
                 None => "HINT: is the cluster running? Check --pg-port, --pg-socket-path, --pg-user (or --source) and pg_hba.conf.".into(),
             },
@@ -188,8 +190,8 @@ impl Error {
 
 /// What to do about a TLS failure on a libpq connection (`--source` and its sslmode,
 /// sslrootcert, sslcert, sslkey keywords).
-fn libpq_tls_advice(f: crate::io::tls::TlsFailure) -> &'static str {
-    use crate::io::tls::TlsFailure as T;
+fn libpq_tls_advice(f: crate::error::tls::TlsFailure) -> &'static str {
+    use crate::error::tls::TlsFailure as T;
     match f {
         T::Untrusted => "sslrootcert must hold the CA certificate that signed the server's certificate, or the server's certificate itself when it is self-signed (check sslmode too: verify-ca and verify-full verify, and so does require when ~/.postgresql/root.crt exists).",
         T::Expired | T::NotYetValid => "renew the server's certificate (ssl_cert_file), or check the clocks of this host and the server; no sslrootcert or sslmode makes it valid, short of sslmode=require without a root certificate, which checks nothing.",
@@ -201,8 +203,8 @@ fn libpq_tls_advice(f: crate::io::tls::TlsFailure) -> &'static str {
 
 /// What to do about a TLS failure with an object store (`repo-storage-ca-file`,
 /// `repo-storage-verify-tls`, the endpoint options).
-fn storage_tls_advice(f: crate::io::tls::TlsFailure) -> &'static str {
-    use crate::io::tls::TlsFailure as T;
+fn storage_tls_advice(f: crate::error::tls::TlsFailure) -> &'static str {
+    use crate::error::tls::TlsFailure as T;
     match f {
         T::Untrusted => "set repo-storage-ca-file to the CA certificate that signed the store's certificate, or to the store's certificate itself when it is self-signed (without it the system's CAs are used); repo-storage-verify-tls=n turns verification off.",
         T::Expired | T::NotYetValid => "renew the store's certificate, or check the clocks of this host and the store; repo-storage-verify-tls=n turns verification off.",
