@@ -7,63 +7,6 @@ use crate::repo::open::{open_repo_with_set, open_repos};
 use crate::repo::read_back::{ReadBack, Want};
 use crate::transfer::Progress;
 
-/// Reads and checks every file of a stanza's WAL archive (both checksums, the size, the
-/// name in the header) with `jobs` threads. Returns (files, stored bytes, damaged object
-/// names with the reason).
-///
-/// Errors: the store's, other than a damaged file.
-pub fn verify_archive(
-    store: &dyn crate::storage::Storage,
-    stanza: &str,
-    jobs: usize,
-) -> Result<(u64, u64, Vec<String>)> {
-    use crate::repo::wal::{self, WalFile};
-    let mut names = Vec::new();
-    for tli in wal::timelines(store, stanza)? {
-        names.extend(wal::list_timeline(store, stanza, tli)?);
-    }
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let stored = std::sync::atomic::AtomicU64::new(0);
-    let bad = std::sync::Mutex::new(Vec::new());
-    let failed = std::sync::Mutex::new(None);
-    std::thread::scope(|sc| {
-        for _ in 0..jobs.max(1) {
-            sc.spawn(|| loop {
-                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let Some(name) = names.get(i) else { return };
-                let r = WalFile::parse(name).and_then(|f| {
-                    let object = f.object_name(stanza);
-                    let bytes = store.get(&object)?;
-                    stored.fetch_add(bytes.len() as u64, std::sync::atomic::Ordering::Relaxed);
-                    wal::decode(&object, &f.name, &bytes).map(|_| ())
-                });
-                match r {
-                    Ok(()) => {}
-                    Err(Error::CorruptWal { name, reason }) => {
-                        tracing::error!("{name}: {reason}");
-                        bad.lock()
-                            .unwrap_or_else(|p| p.into_inner())
-                            .push(format!("{name} ({reason})"));
-                    }
-                    Err(e) => {
-                        failed
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner())
-                            .get_or_insert(e);
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    if let Some(e) = failed.into_inner().unwrap_or_else(|p| p.into_inner()) {
-        return Err(e);
-    }
-    let mut bad = bad.into_inner().unwrap_or_else(|p| p.into_inner());
-    bad.sort();
-    Ok((names.len() as u64, stored.into_inner(), bad))
-}
-
 /// Runs `verify`. Returns one line per backup checked; errors with [`Error::Corrupt`] naming
 /// every file with a missing or damaged frame.
 pub fn run(s: &Settings, set: Option<&str>, progress: &dyn Progress) -> Result<Vec<String>> {
@@ -129,7 +72,7 @@ pub fn run(s: &Settings, set: Option<&str>, progress: &dyn Progress) -> Result<V
             } else {
                 "WAL archive".to_string()
             };
-            let (files, stored, bad) = verify_archive(&*store, stanza, s.jobs)?;
+            let (files, stored, bad) = repo::wal::verify_archive(&*store, stanza, s.jobs)?;
             if files == 0 {
                 continue;
             }

@@ -13,3 +13,4 @@ pub mod tuning;
 pub fn mib(bytes: u64) -> String {
     format!("{:.1} MiB", bytes as f64 / (1 << 20) as f64)
 }
+pub mod parallel;

@@ -4,12 +4,13 @@
 use crate::codec::{self, CompressType};
 use crate::error::{Error, Result};
 use crate::io::direct::{self, aligned_buf, AlignedBuf, DIRECT_MIN_WRITE};
+use crate::io::parallel::Stop;
 use crate::repo::{self, FileEntry, Piece};
 use crate::storage::Storage;
 use crate::transfer::sink::{punch_zero_pages, write_runs};
 use crate::transfer::{Progress, CHUNK_SIZE};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::sync::Mutex;
 
@@ -135,12 +136,12 @@ struct CheckedPiece {
 
 /// State shared by the stages of [`ReadBack::run`].
 struct Stages<'a> {
-    abort: AtomicBool,
+    /// The first error, and whether the stages should stop.
+    stop: Stop,
     /// Where the stages' threads spent their time, summed over threads (debug log): tells
     /// a restore bound by the disk from one bound by the CPU.
     clock: StageClock,
     bad: Mutex<Vec<String>>,
-    first_error: Mutex<Option<Error>>,
     rb: &'a ReadBack<'a>,
 }
 
@@ -186,12 +187,8 @@ impl StageClock {
 
 impl Stages<'_> {
     fn fail(&self, e: Error) {
-        self.abort.store(true, Ordering::SeqCst);
+        self.stop.fail(e);
         self.rb.store.cancel();
-        self.first_error
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get_or_insert(e);
     }
 
     fn mark(&self, file: &FileJob, object: &str, why: &str) {
@@ -203,12 +200,12 @@ impl Stages<'_> {
             .push(path.clone());
         // A restore stops at the first damaged file; verify goes on to find them all.
         if self.rb.target.is_some() {
-            self.abort.store(true, Ordering::SeqCst);
+            self.stop.halt();
         }
     }
 
     fn aborted(&self) -> bool {
-        self.abort.load(Ordering::SeqCst)
+        self.stop.stopped()
     }
 
     /// A file's last wanted piece is written: its modification time is set.
@@ -279,10 +276,9 @@ impl ReadBack<'_> {
         let readers = readers(self.store);
         let writing = self.target.is_some();
         let st = Stages {
-            abort: AtomicBool::new(false),
+            stop: Stop::default(),
             clock: StageClock::default(),
             bad: Mutex::new(Vec::new()),
-            first_error: Mutex::new(None),
             rb: self,
         };
         let (plan_tx, plan_rx) = crossbeam_channel::bounded::<ObjectWork>(PLANNED_QUEUE);
@@ -396,13 +392,7 @@ impl ReadBack<'_> {
             drop(plan_tx);
         });
         st.clock.log();
-        if let Some(e) = st
-            .first_error
-            .into_inner()
-            .unwrap_or_else(|p| p.into_inner())
-        {
-            return Err(e);
-        }
+        st.stop.into_result()?;
         let mut bad = st.bad.into_inner().unwrap_or_else(|p| p.into_inner());
         bad.sort();
         bad.dedup();

@@ -20,6 +20,8 @@ use crate::codec::{self, Compression, Compressor};
 use crate::error::{Error, Result};
 use crate::storage::Storage;
 use serde::{Deserialize, Serialize};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 
 /// Version of the WAL object header this build writes and reads.
 pub const WAL_OBJECT_FORMAT: u32 = 1;
@@ -490,6 +492,49 @@ pub fn wait_archived(store: &dyn Storage, stanza: &str, name: &str, timeout: f64
         }
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
+}
+
+/// Reads and checks every file of a stanza's WAL archive (both checksums, the size, the
+/// name in the header) with `jobs` threads. Returns (files, stored bytes, damaged object
+/// names with the reason).
+///
+/// Errors: the store's, other than a damaged file.
+pub fn verify_archive(
+    store: &dyn Storage,
+    stanza: &str,
+    jobs: usize,
+) -> Result<(u64, u64, Vec<String>)> {
+    let mut names = Vec::new();
+    for tli in timelines(store, stanza)? {
+        names.extend(list_timeline(store, stanza, tli)?);
+    }
+    let stored = AtomicU64::new(0);
+    let bad = Mutex::new(Vec::new());
+    crate::io::parallel::for_each_with(
+        names.len(),
+        jobs,
+        || Ok(()),
+        |_, i| {
+            let f = WalFile::parse(&names[i])?;
+            let object = f.object_name(stanza);
+            let bytes = store.get(&object)?;
+            stored.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+            match decode(&object, &f.name, &bytes) {
+                Ok(_) => Ok(()),
+                Err(Error::CorruptWal { name, reason }) => {
+                    tracing::error!("{name}: {reason}");
+                    bad.lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push(format!("{name} ({reason})"));
+                    Ok(())
+                }
+                Err(e) => Err(e),
+            }
+        },
+    )?;
+    let mut bad = bad.into_inner().unwrap_or_else(|p| p.into_inner());
+    bad.sort();
+    Ok((names.len() as u64, stored.into_inner(), bad))
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@ use super::{PieceSpec, Progress, Source, SourceFile, Unit, CHUNK_SIZE};
 use crate::error::{Error, Result};
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Mutex;
 
 /// Size of a compared range: 32 KiB (a multiple of the 8 KiB page, so copied ranges keep
@@ -93,68 +93,43 @@ pub fn plan_delta(
     }
     let total: u64 = compare.iter().map(PieceSpec::bytes).sum();
     progress.begin("compare", total);
-    let next = AtomicUsize::new(0);
-    let abort = AtomicBool::new(false);
     let differ: Mutex<Vec<PieceSpec>> = Mutex::new(Vec::new());
-    let first_error: Mutex<Option<Error>> = Mutex::new(None);
     let same = std::sync::atomic::AtomicU64::new(0);
-    std::thread::scope(|s| {
-        for _ in 0..source.threads(jobs).max(1) {
-            s.spawn(|| {
-                let run = || -> Result<()> {
-                    let mut reader = source.reader()?;
-                    let mut buf = Vec::new();
-                    loop {
-                        if abort.load(Ordering::SeqCst) {
-                            return Ok(());
-                        }
-                        let n = next.fetch_add(1, Ordering::SeqCst);
-                        let Some(b) = batches.get(n) else {
-                            return Ok(());
-                        };
-                        let ranges = &compare[b.clone()];
-                        let theirs = reader.hash_ranges(files, ranges)?;
-                        let mut open: Option<(usize, std::fs::File)> = None;
-                        let mut local_differ = Vec::new();
-                        for (p, h) in ranges.iter().zip(theirs) {
-                            if open.as_ref().map(|o| o.0) != Some(p.index()) {
-                                let t = &targets[p.index()];
-                                let f =
-                                    std::fs::File::open(t).map_err(|e| Error::io("open", t, e))?;
-                                open = Some((p.index(), f));
-                            }
-                            let (_, f) = open.as_ref().expect("opened just above");
-                            buf.resize(p.len as usize, 0);
-                            f.read_exact_at(&mut buf, p.offset)
-                                .map_err(|e| Error::io("read", &targets[p.index()], e))?;
-                            let ours = super::source::sha256(&buf);
-                            if h == Some(ours) {
-                                same.fetch_add(p.bytes(), Ordering::Relaxed);
-                            } else {
-                                local_differ.push(*p);
-                            }
-                            progress.advance(p.bytes());
-                        }
-                        differ
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner())
-                            .extend(local_differ);
-                    }
+    let compared = crate::io::parallel::for_each_with(
+        batches.len(),
+        source.threads(jobs),
+        || Ok((source.reader()?, Vec::new())),
+        |(reader, buf), n| {
+            let ranges = &compare[batches[n].clone()];
+            let theirs = reader.hash_ranges(files, ranges)?;
+            let mut open: Option<(usize, std::fs::File)> = None;
+            let mut local_differ = Vec::new();
+            for (p, h) in ranges.iter().zip(theirs) {
+                let t = &targets[p.index()];
+                let f = match open.take() {
+                    Some((i, f)) if i == p.index() => f,
+                    _ => std::fs::File::open(t).map_err(|e| Error::io("open", t, e))?,
                 };
-                if let Err(e) = run() {
-                    abort.store(true, Ordering::SeqCst);
-                    first_error
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .get_or_insert(e);
+                buf.resize(p.len as usize, 0);
+                f.read_exact_at(buf, p.offset)
+                    .map_err(|e| Error::io("read", t, e))?;
+                open = Some((p.index(), f));
+                if h == Some(super::source::sha256(buf)) {
+                    same.fetch_add(p.bytes(), Ordering::Relaxed);
+                } else {
+                    local_differ.push(*p);
                 }
-            });
-        }
-    });
+                progress.advance(p.bytes());
+            }
+            differ
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .extend(local_differ);
+            Ok(())
+        },
+    );
     progress.finish();
-    if let Some(e) = first_error.into_inner().unwrap_or_else(|p| p.into_inner()) {
-        return Err(e);
-    }
+    compared?;
     plan.copy
         .extend(differ.into_inner().unwrap_or_else(|p| p.into_inner()));
     plan.copy = merge_adjacent(plan.copy);

@@ -28,7 +28,7 @@ pub use target::BackupTarget;
 use crate::error::{Error, Result};
 use crate::io::direct::aligned_buf;
 use crate::pg::checksum::{self, PageVerdict, BLCKSZ, RELSEG_SIZE};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 /// Size of a chunk of a large file and the most logical bytes a bundle holds: 8 MiB.
@@ -369,8 +369,8 @@ impl<P: PieceOffset> Collector<P> for FileAssembler<'_, P> {
 
 struct Shared {
     next: AtomicUsize,
-    abort: AtomicBool,
-    first_error: Mutex<Option<Error>>,
+    /// The first error, and whether the workers should stop.
+    stop: crate::io::parallel::Stop,
     /// Tokens for the CPU stage: `jobs` of them.
     permits: (
         crossbeam_channel::Sender<()>,
@@ -396,8 +396,7 @@ impl Shared {
         }
         Shared {
             next: AtomicUsize::new(0),
-            abort: AtomicBool::new(false),
-            first_error: Mutex::new(None),
+            stop: Default::default(),
             permits,
         }
     }
@@ -407,14 +406,6 @@ impl Shared {
         // Both ends live in `self`, so the channel cannot be disconnected.
         let _ = self.permits.1.recv();
         Permit(&self.permits.0)
-    }
-
-    fn fail(&self, e: Error) {
-        self.abort.store(true, Ordering::SeqCst);
-        let mut slot = self.first_error.lock().unwrap_or_else(|p| p.into_inner());
-        if slot.is_none() {
-            *slot = Some(e);
-        }
     }
 }
 
@@ -463,20 +454,13 @@ pub fn copy_units_into<S: UnitSink>(
                 if let Err(e) = worker(
                     source, files, units, opts, sink, progress, &shared, &collector,
                 ) {
-                    shared.fail(e);
+                    shared.stop.fail(e);
                     sink.abort();
                 }
             });
         }
     });
-    match shared
-        .first_error
-        .into_inner()
-        .unwrap_or_else(|p| p.into_inner())
-    {
-        Some(e) => Err(e),
-        None => Ok(()),
-    }
+    shared.stop.into_result()
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -503,7 +487,7 @@ fn worker<S: UnitSink>(
         reader.prefetch(files, &u.pieces);
     }
     loop {
-        if shared.abort.load(Ordering::SeqCst) {
+        if shared.stop.stopped() {
             return Ok(());
         }
         let Some(unit) = (if ahead { next } else { claim() }) else {
