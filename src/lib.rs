@@ -2,11 +2,10 @@
 //!
 //! The library knows nothing of the terminal: commands report progress through
 //! [`transfer::Progress`] and return typed [`error::Error`]s; the binary maps them to exit codes.
-pub mod cli;
 pub mod codec;
 pub mod commands;
-pub mod config;
 pub mod error;
+pub mod options;
 pub mod pg;
 pub mod remote;
 pub mod repo;

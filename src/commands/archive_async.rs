@@ -25,9 +25,9 @@ use std::collections::{HashMap, HashSet};
 use std::os::unix::io::AsRawFd;
 use std::time::{Duration, Instant};
 
-/// Environment variable that makes `archive-push` the background pusher for the `pg_wal`
-/// directory of its WAL path (set by the foreground when it starts one).
-pub const BACKGROUND_ENV: &str = "PGJET_ARCHIVE_PUSH_BACKGROUND";
+/// The hidden command that runs the background pusher for a `pg_wal` directory
+/// (`archive-push-async WAL_DIR`, started by the foreground).
+pub const PUSH_COMMAND: &str = "archive-push-async";
 
 /// How long the background pusher (and the prefetcher, without a new request) stays with
 /// nothing to do before it exits; the next foreground starts another. 2 s in unit tests,
@@ -153,7 +153,7 @@ fn ensure_running(
     s: &Settings,
     spool: &Spool,
     name: &str,
-    env: &str,
+    command: &str,
     value: &std::ffi::OsStr,
 ) -> Result<bool> {
     let mine = settings_fingerprint(s);
@@ -177,13 +177,13 @@ fn ensure_running(
     }
     // The lock was free (and is released again here): start one. Should two starts race,
     // the second finds the lock taken and exits.
-    spawn_self(spool, name, env, value).map(|_| true)
+    spawn_self(s, spool, name, command, value).map(|_| true)
 }
 
 /// Starts the background pusher for `wal_path`'s pg_wal directory unless one runs.
 fn ensure_background(s: &Settings, spool: &Spool, wal_path: &Path) -> Result<()> {
     let wal_dir = wal_path.parent().unwrap_or(Path::new("."));
-    ensure_running(s, spool, "push", BACKGROUND_ENV, wal_dir.as_os_str()).map(|_| ())
+    ensure_running(s, spool, "push", PUSH_COMMAND, wal_dir.as_os_str()).map(|_| ())
 }
 
 /// The foreground of asynchronous `archive-push`: returns once the background pusher has
@@ -600,10 +600,11 @@ pub fn push_background(s: &Settings, wal_dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Environment variable that makes `archive-get` the background prefetcher. Its value is the
-/// request (`<segment> <pid>`, as in `.requested`) of the foreground that started it, which
-/// fetches that segment itself; the prefetcher reads the segment size from the stanza.
-pub const GET_BACKGROUND_ENV: &str = "PGJET_ARCHIVE_GET_BACKGROUND";
+/// The hidden command that runs the background prefetcher (`archive-get-async
+/// FIRST_REQUEST`): its argument is the request (`<segment> <pid>`, as in `.requested`) of
+/// the foreground that started it, which fetches that segment itself; the prefetcher reads
+/// the segment size from the stanza.
+pub const GET_COMMAND: &str = "archive-get-async";
 
 /// `in/` of the spool: segments fetched ahead, checked and decompressed, and `.requested`,
 /// the last segment PostgreSQL asked for and the asking foreground's PID.
@@ -611,21 +612,22 @@ fn in_dir(spool: &Spool) -> PathBuf {
     spool.dir.join("in")
 }
 
-/// Starts the prefetcher unless one runs (same arguments, [`GET_BACKGROUND_ENV`] set to
-/// `request`); true when it started one.
+/// Starts the prefetcher unless one runs ([`GET_COMMAND`] `request`, same options); true
+/// when it started one.
 fn ensure_prefetcher(s: &Settings, spool: &Spool, request: &str) -> Result<bool> {
-    ensure_running(
-        s,
-        spool,
-        "get",
-        GET_BACKGROUND_ENV,
-        std::ffi::OsStr::new(request),
-    )
+    ensure_running(s, spool, "get", GET_COMMAND, std::ffi::OsStr::new(request))
 }
 
-/// Starts this binary again with the same arguments and `env=value`, in a session of its
-/// own, its output appended to the spool's `<log>.log`.
-fn spawn_self(spool: &Spool, log: &str, env: &str, value: &std::ffi::OsStr) -> Result<()> {
+/// Starts this binary again as `<options given on the command line> command value`, in a
+/// session of its own (the environment is inherited), its output appended to the spool's
+/// `<log>.log`.
+fn spawn_self(
+    s: &Settings,
+    spool: &Spool,
+    log: &str,
+    command: &str,
+    value: &std::ffi::OsStr,
+) -> Result<()> {
     let exe = std::env::current_exe().map_err(|e| Error::io("locate", "pgjet", e))?;
     let log_path = spool.log(log);
     let out = fs::OpenOptions::new()
@@ -637,8 +639,9 @@ fn spawn_self(spool: &Spool, log: &str, env: &str, value: &std::ffi::OsStr) -> R
         .try_clone()
         .map_err(|e| Error::io("open", &log_path, e))?;
     let mut cmd = std::process::Command::new(exe);
-    cmd.args(std::env::args_os().skip(1))
-        .env(env, value)
+    cmd.args(s.command_line_flags())
+        .arg(command)
+        .arg(value)
         .stdin(std::process::Stdio::null())
         .stdout(out)
         .stderr(err);
@@ -862,7 +865,7 @@ fn stanza_segment_size(stores: &[(u8, std::sync::Arc<dyn Storage>)], stanza: &st
 /// primary is still archiving). Exits after [`IDLE_EXIT`] without a new request.
 ///
 /// Errors: the spool cannot be used; the repositories cannot be opened.
-pub fn get_background(s: &Settings) -> Result<()> {
+pub fn get_background(s: &Settings, first_request: &str) -> Result<()> {
     let stanza = s.stanza()?.to_string();
     let spool = Spool::open(s, &stanza)?;
     let Some(mut lock) = spool.try_lock("get")? else {
@@ -912,7 +915,6 @@ pub fn get_background(s: &Settings) -> Result<()> {
     let mut fetched: HashSet<String> = HashSet::new();
     let mut missing_since: HashMap<String, Instant> = HashMap::new();
     // The foreground that started this prefetcher fetches the segment it asked for itself.
-    let first_request = std::env::var(GET_BACKGROUND_ENV).unwrap_or_default();
     let mut last_request = String::new();
     let mut last_change = Instant::now();
     while last_change.elapsed() < IDLE_EXIT {
@@ -1017,15 +1019,14 @@ mod tests {
     use super::*;
 
     fn settings(dir: &Path, timeout: f64) -> Settings {
-        let a = crate::cli::GlobalArgs {
-            stanza: Some("main".into()),
-            repo_path: Some(dir.join("repo")),
-            archive_async: Some("y".into()),
-            spool_path: Some(dir.join("spool")),
-            archive_timeout: Some(timeout),
-            ..Default::default()
-        };
-        Settings::resolve(&a).unwrap()
+        Settings::from_flags(&[
+            ("stanza", "main".into()),
+            ("repo-path", dir.join("repo").display().to_string()),
+            ("archive-async", "y".into()),
+            ("spool-path", dir.join("spool").display().to_string()),
+            ("archive-timeout", timeout.to_string()),
+        ])
+        .unwrap()
     }
 
     /// Archives `data` as WAL file `name` of stanza "main" in the posix repository `<dir>/repo`.
@@ -1127,7 +1128,7 @@ mod tests {
         };
         request(1, 100);
         let s2 = s.clone();
-        let prefetcher = std::thread::spawn(move || get_background(&s2));
+        let prefetcher = std::thread::spawn(move || get_background(&s2, ""));
         // A recovery: each segment asked for in turn and taken by its foreground.
         for n in 2..=4 {
             request(n, 100 + n as u32);
@@ -1191,7 +1192,7 @@ mod tests {
         fs::create_dir_all(&inn).unwrap();
         let leftover = inn.join("000000010000000000000003");
         fs::write(&leftover, b"an earlier prefetcher's").unwrap();
-        let e = get_background(&s).unwrap_err();
+        let e = get_background(&s, "").unwrap_err();
         assert!(
             e.to_string().contains("stanza 'main' does not exist"),
             "{e}"

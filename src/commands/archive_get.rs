@@ -66,10 +66,6 @@ pub fn write_whole_with(dest: &Path, data: &[u8], sync: bool) -> Result<()> {
 /// least one failed, the first failure (never "missing": PostgreSQL would take that for the
 /// end of the archive and end recovery early).
 pub fn run(s: &Settings, wal_file: &str, dest: &Path) -> Result<GetOutcome> {
-    if std::env::var_os(super::archive_async::GET_BACKGROUND_ENV).is_some() {
-        super::archive_async::get_background(s)?;
-        return Ok(GetOutcome::Found(0));
-    }
     let file = WalFile::parse(wal_file)?;
     if s.archive.asynchronous {
         return super::archive_async::get_foreground(s, wal_file, dest);

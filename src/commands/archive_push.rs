@@ -388,9 +388,6 @@ fn drop_if_queue_full(
 ///
 /// Errors: as [`Archiver::open`] and [`Archiver::push`].
 pub fn run(s: &Settings, wal_path: &Path) -> Result<()> {
-    if let Some(dir) = std::env::var_os(super::archive_async::BACKGROUND_ENV) {
-        return super::archive_async::push_background(s, Path::new(&dir));
-    }
     if s.archive.asynchronous {
         return super::archive_async::push_foreground(s, wal_path);
     }

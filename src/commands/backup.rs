@@ -6,7 +6,7 @@
 //! backup complete.
 use super::base_backup::{run_base_backup, BackupTarget, BaseBackup, BaseBackupOptions};
 use super::*;
-use crate::cli::BackupArgs;
+use crate::options::BackupOptions;
 use crate::pg::datadir::Listing;
 use crate::repo::manifest_io::ManifestWriter;
 use crate::repo::{self, DirEntry, StanzaLock, Tablespace};
@@ -144,7 +144,7 @@ fn store_control(sink: &RepoSink, control: &SourceFile, bytes: &[u8]) -> Result<
 }
 
 /// Runs `backup`.
-pub fn run(s: &Settings, args: &BackupArgs, progress: &dyn Progress) -> Result<BackupSummary> {
+pub fn run(s: &Settings, args: &BackupOptions, progress: &dyn Progress) -> Result<BackupSummary> {
     // Only full backups exist so far; args.backup_type can only be Full.
     let stanza = s.stanza()?;
     let store = open_repo(s)?;

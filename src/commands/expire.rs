@@ -13,7 +13,7 @@
 //! A backup is removed summary first, so an interrupted expire leaves an incomplete backup
 //! (which the next backup cleans up), never a complete-looking one with missing objects.
 use super::*;
-use crate::config::RetentionFullType;
+use crate::options::RetentionFullType;
 use crate::repo::wal::{self, WalFile, WalFileKind};
 use crate::repo::{self, BackupSummary, StanzaLock};
 use std::sync::Arc;

@@ -14,9 +14,9 @@ pub mod restore;
 pub mod stanza_create;
 pub mod verify;
 
-use crate::cli::Transport;
-use crate::config::Settings;
 use crate::error::{Error, Result};
+use crate::options::Settings;
+use crate::options::Transport;
 use crate::pg::conninfo::ConnTarget;
 use crate::pg::lsn::{self, Lsn};
 use crate::pg::session::{self, ServerInfo, Session};
@@ -46,7 +46,7 @@ pub fn open_repo(s: &Settings) -> Result<std::sync::Arc<dyn Storage>> {
 /// alone, else every configured one in order (repo1 first).
 ///
 /// Errors: none configured, or `--repo N` not configured.
-pub fn repos_in_scope(s: &Settings) -> Result<Vec<(u8, &crate::config::RepoConfig)>> {
+pub fn repos_in_scope(s: &Settings) -> Result<Vec<(u8, &crate::options::RepoConfig)>> {
     if s.repo.is_some() {
         return Ok(vec![s.repo()?]);
     }

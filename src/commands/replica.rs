@@ -14,7 +14,7 @@ use super::restore::{
     append_auto_conf, create_files, prepare_target, set_mtimes, write_file, TargetSync,
 };
 use super::*;
-use crate::cli::ReplicaArgs;
+use crate::options::ReplicaOptions;
 use crate::pg::conninfo::ConnInfo;
 use crate::pg::datadir::Listing;
 use crate::pg::session::{quote_conf_value, quote_literal};
@@ -130,7 +130,7 @@ impl BackupTarget for DirTarget<'_> {
 }
 
 /// Runs `replica-create`.
-pub fn run(s: &Settings, args: &ReplicaArgs, progress: &dyn Progress) -> Result<ReplicaSummary> {
+pub fn run(s: &Settings, args: &ReplicaOptions, progress: &dyn Progress) -> Result<ReplicaSummary> {
     let target = s.pg_path()?.to_path_buf();
     if !target.is_absolute() {
         return Err(Error::Config("--pg-path must be an absolute path".into()));
@@ -223,7 +223,7 @@ pub fn run(s: &Settings, args: &ReplicaArgs, progress: &dyn Progress) -> Result<
 /// application_name the standby uses in primary_conninfo (to find it in
 /// pg_stat_replication): the one --source or PGAPPNAME gives, else the slot name or
 /// `pgjet_standby_<port>`.
-fn standby_app_name(s: &Settings, args: &ReplicaArgs, given: &ConnInfo) -> String {
+fn standby_app_name(s: &Settings, args: &ReplicaOptions, given: &ConnInfo) -> String {
     given
         .get("application_name")
         .map(str::to_owned)
@@ -245,7 +245,7 @@ fn standby_conninfo(effective: &ConnInfo, app: &str) -> String {
 #[allow(clippy::too_many_arguments)]
 fn copy_and_configure(
     s: &Settings,
-    args: &ReplicaArgs,
+    args: &ReplicaOptions,
     primary: &Primary,
     target: &Path,
     tablespaces: &[(u32, String, String)],
@@ -306,7 +306,7 @@ fn copy_and_configure(
     if let Some(slot) = &args.slot {
         lines.push(format!("primary_slot_name = {}", quote_conf_value(slot)));
     }
-    if s.pg_port != crate::config::DEFAULT_PG_PORT || args.start {
+    if s.pg_port != crate::options::DEFAULT_PG_PORT || args.start {
         lines.push(format!("port = {}", s.pg_port));
     }
     append_auto_conf(target, &lines)?;
@@ -324,7 +324,7 @@ fn copy_and_configure(
 /// The directory of the PostgreSQL binaries that start the standby: --pg-bin; else, when
 /// the primary runs on this host, its own (from the postmaster's /proc/<pid>/exe, its PID
 /// being the first line of postmaster.pid); else Debian's /usr/lib/postgresql/<major>/bin.
-fn bin_dir(args: &ReplicaArgs, local_dir: Option<&Path>, major: &str) -> Result<PathBuf> {
+fn bin_dir(args: &ReplicaOptions, local_dir: Option<&Path>, major: &str) -> Result<PathBuf> {
     if let Some(b) = &args.pg_bin {
         return Ok(b.clone());
     }
@@ -355,7 +355,7 @@ fn bin_dir(args: &ReplicaArgs, local_dir: Option<&Path>, major: &str) -> Result<
 /// streaming in pg_stat_replication under application_name `app`.
 fn start_standby(
     s: &Settings,
-    args: &ReplicaArgs,
+    args: &ReplicaOptions,
     local_dir: Option<&Path>,
     major: &str,
     target: &Path,

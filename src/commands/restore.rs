@@ -7,7 +7,7 @@
 //! global/pg_control is written. A restore that fails at any point leaves no pg_control:
 //! PostgreSQL will not start on the half-written directory.
 use super::*;
-use crate::cli::{ArchiveMode, RestoreArgs};
+use crate::options::{ArchiveMode, RestoreOptions};
 use crate::pg::pg_manifest::{PgManifestWriter, PgWalRange};
 use crate::repo::{self, FileEntry};
 use crate::storage::direct::DIRECT_MIN_WRITE;
@@ -196,7 +196,7 @@ impl TargetSync {
 }
 
 /// Runs `restore`; returns the restored backup's label.
-pub fn run(s: &Settings, args: &RestoreArgs, progress: &dyn Progress) -> Result<String> {
+pub fn run(s: &Settings, args: &RestoreOptions, progress: &dyn Progress) -> Result<String> {
     let stanza = s.stanza()?;
     let pg_path = s.pg_path()?.to_path_buf();
     if !pg_path.is_absolute() {
@@ -322,7 +322,7 @@ enum Files {
 #[allow(clippy::too_many_arguments)]
 fn restore_into(
     s: &Settings,
-    args: &RestoreArgs,
+    args: &RestoreOptions,
     recovery: &super::recovery::RecoveryPlan,
     store: &dyn crate::storage::Storage,
     scan: &repo::ScannedManifest,

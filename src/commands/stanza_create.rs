@@ -15,7 +15,7 @@ pub fn run(s: &Settings) -> Result<String> {
     let stores = open_repos(s)?;
     let (_, sess, info) = connect_primary(s)?;
     let local = match s.transport {
-        crate::cli::Transport::Libpq => false,
+        crate::options::Transport::Libpq => false,
         _ => s.source.is_none() || local_data_directory(&sess, &info).is_some(),
     };
     if local {

@@ -13,8 +13,8 @@ pub mod direct;
 pub mod object;
 pub mod posix;
 
-use crate::config::RepoConfig;
 use crate::error::Result;
+use crate::options::RepoConfig;
 use std::io::Read;
 use std::sync::Arc;
 

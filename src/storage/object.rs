@@ -11,8 +11,8 @@
 //! TLS uses the same), so `repo-storage-ca-file` and `repo-storage-verify-tls` apply.
 use super::direct::AlignedBuf;
 use super::{ObjectWriter, Storage};
-use crate::config::{RepoConfig, StorageTls, UriStyle};
 use crate::error::{Error, Result, StorageFault};
+use crate::options::{RepoConfig, StorageTls, UriStyle};
 use futures::StreamExt;
 use opendal::layers::{RetryEvent, RetryInterceptor, RetryLayer, TimeoutLayer};
 use opendal::{ErrorKind, Operator};
