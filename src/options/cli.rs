@@ -40,9 +40,22 @@ fn general(d: &OptionDef) -> bool {
     !d.command_specific() && d.places != table::ENV_ONLY
 }
 
-/// One command: its arguments, the options that apply to it, every other option hidden.
+/// One command; its arguments and options are added when it is the one parsed (or its help
+/// shown), so that a run builds one command's options, not every command's.
 fn subcommand(c: &CommandDef) -> clap::Command {
-    let mut sc = clap::Command::new(c.name).about(c.about).hide(c.hidden);
+    clap::Command::new(c.name)
+        .about(c.about)
+        .hide(c.hidden)
+        .defer(command_options)
+}
+
+/// Adds to command `sc` its arguments, the options that apply to it, and every other option
+/// hidden.
+fn command_options(sc: clap::Command) -> clap::Command {
+    let Some(c) = table::command(sc.get_name()) else {
+        return sc;
+    };
+    let mut sc = sc;
     for (i, (name, help)) in c.args.iter().enumerate() {
         sc = sc.arg(
             Arg::new(*name)

@@ -11,12 +11,13 @@ macro_rules! join {
 
 /// Implements `FromStr` and `as_str` for a plain enum from its (word, variant) pairs.
 macro_rules! words {
-    ($t:ty, $what:literal, [$(($w:literal, $v:expr)),* $(,)?]) => {
+    ($t:ty, $what:literal, [$(($w:literal, $v:path)),* $(,)?]) => {
         impl $t {
             /// The word the command line uses for this value.
             pub fn as_str(self) -> &'static str {
-                $(if self == $v { return $w; })*
-                unreachable!("every variant has a word")
+                match self {
+                    $($v => $w,)*
+                }
             }
         }
         impl FromStr for $t {

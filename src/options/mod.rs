@@ -177,8 +177,9 @@ pub fn parse_bool(key: &str, v: &str) -> Result<bool> {
 
 impl Settings {
     /// Resolves settings as if `flags` (option name, value) were given on the command line,
-    /// with no environment and no config file unless `config` is among them; every option
-    /// applies. For tests and tools that call the library directly.
+    /// with no environment, and the config file `config` names among them (else the default
+    /// one when it exists); every option applies. For tests and tools that call the library
+    /// directly.
     ///
     /// Errors: as [`resolve::resolve`].
     pub fn from_flags(flags: &[(&str, String)]) -> Result<Settings> {

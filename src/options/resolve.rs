@@ -759,11 +759,11 @@ fn check_file(src: &Sources, warnings: &mut Vec<String>, refused: &mut Refused) 
                     let applies = src.cmd.is_none_or(|c| def.commands.contains(c));
                     if !def.places.file && applies && applies_here {
                         warnings.push(format!(
-                            "{place}: option {key} is not read from the config file ({}); ignored",
-                            if def.places.env {
-                                format!("only from the environment, {}", def.env_var())
-                            } else {
-                                "only from the command line".to_string()
+                            "{place}: option {key} is not read from the config file (only from {}); ignored",
+                            match (def.places.cli, def.places.env) {
+                                (true, true) => format!("the command line and {}", def.env_var()),
+                                (false, true) => def.env_var(),
+                                _ => "the command line".to_string(),
                             }
                         ));
                     }

@@ -1286,6 +1286,7 @@ pub fn classify(key: &str) -> Key {
                     alias: false,
                 };
             }
+            return Key::PgBackRest(Some("pgjet configures repositories 1 to 4"));
         }
     }
     if key.contains("cipher") {

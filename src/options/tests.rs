@@ -421,7 +421,10 @@ fn a_pgbackrest_option_pgjet_lacks_is_an_error() {
         ),
         "{e}"
     );
-    assert_eq!(classify("repo5-path"), Key::PgBackRest(None));
+    assert_eq!(
+        classify("repo5-path"),
+        Key::PgBackRest(Some("pgjet configures repositories 1 to 4"))
+    );
 }
 
 #[test]
