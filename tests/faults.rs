@@ -1051,7 +1051,7 @@ fn n_a_pgbackrest_config_carried_over() {
     assert_eq!(complete_backups(&repo).len(), 1);
 
     // An option of another command is refused on the command line, before anything runs.
-    let r = pgjet(&args![
+    let a = args![
         "--config",
         plain.display(),
         "--stanza",
@@ -1061,7 +1061,7 @@ fn n_a_pgbackrest_config_carried_over() {
         "2",
         "000000010000000000000001",
         conf_dir.join("RECOVERYXLOG").display()
-    ])
-    .fails_with("option retention-archive does not apply to archive-get");
+    ];
+    let r = pgjet(&a).fails_with("option retention-archive does not apply to archive-get");
     assert_eq!(r.status.code(), Some(2), "{r}");
 }
