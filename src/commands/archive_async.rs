@@ -618,7 +618,7 @@ fn ensure_prefetcher(s: &Settings, spool: &Spool, request: &str) -> Result<bool>
     ensure_running(s, spool, "get", GET_COMMAND, std::ffi::OsStr::new(request))
 }
 
-/// Starts this binary again as `<options given on the command line> command value`, in a
+/// Starts this binary again as `<options given on the command line> command -- value`, in a
 /// session of its own (the environment is inherited), its output appended to the spool's
 /// `<log>.log`.
 fn spawn_self(
@@ -640,8 +640,11 @@ fn spawn_self(
         .map_err(|e| Error::io("open", &log_path, e))?;
     let mut cmd = std::process::Command::new(exe);
     cmd.args(s.command_line_flags())
-        .arg(command)
-        .arg(value)
+        .args([
+            std::ffi::OsStr::new(command),
+            std::ffi::OsStr::new("--"),
+            value,
+        ])
         .stdin(std::process::Stdio::null())
         .stdout(out)
         .stderr(err);

@@ -541,6 +541,20 @@ fn a_background_process_resolves_the_same_settings() {
     );
     let help = cli::command().render_help().to_string();
     assert!(!help.contains("archive-get-async"), "{help}");
+    // The names the archive commands start their background processes with are the table's.
+    for (name, cmd) in [
+        (
+            crate::commands::archive_async::PUSH_COMMAND,
+            table::Cmd::ArchivePushAsync,
+        ),
+        (
+            crate::commands::archive_async::GET_COMMAND,
+            table::Cmd::ArchiveGetAsync,
+        ),
+    ] {
+        let c = table::command(name).unwrap();
+        assert!(c.cmd == cmd && c.hidden, "{name}");
+    }
 }
 
 #[test]
