@@ -181,7 +181,7 @@ impl Settings {
     /// one when it exists); every option applies. For tests and tools that call the library
     /// directly.
     ///
-    /// Errors: as [`resolve::resolve`].
+    /// Errors: as [`resolve::resolve_settings`].
     pub fn from_flags(flags: &[(&str, String)]) -> Result<Settings> {
         let cli = flags
             .iter()
