@@ -77,12 +77,13 @@ psql_cl() { as_b "$PGBIN/psql" -X -q -At -v ON_ERROR_STOP=1 -h "$1/sock" -p "$(c
 ready_count() { find "$1/data/pg_wal/archive_status" -name '*.ready' 2>/dev/null | wc -l; }
 
 # stop_background: background pushers and prefetchers of both tools (by the PIDs in their
-# lock files and environment, never by name) left from a run.
+# lock files and pgjet's hidden background commands in /proc/PID/cmdline, never by name)
+# left from a run.
 stop_background() {
-    local e pid
-    for e in /proc/[0-9]*/environ; do
-        pid=${e#/proc/}; pid=${pid%/environ}
-        if { tr "\0" "\n" <"$e"; } 2>/dev/null | grep -q '^PGJET_ARCHIVE_\(PUSH\|GET\)_BACKGROUND='; then
+    local c pid
+    for c in /proc/[0-9]*/cmdline; do
+        pid=${c#/proc/}; pid=${pid%/cmdline}
+        if { tr "\0" "\n" <"$c"; } 2>/dev/null | grep -qx 'archive-\(push\|get\)-async'; then
             kill -TERM "$pid" 2>/dev/null
         fi
     done

@@ -1,11 +1,11 @@
 //! The pgjet binary: parse the command line, run the command, map errors to exit codes.
 mod term;
 
-use clap::Parser;
-use pgjet::cli::{Cli, Command};
 use pgjet::commands;
-use pgjet::config::{Output, Settings};
 use pgjet::error::Error;
+use pgjet::options::resolve::ParseError;
+use pgjet::options::table::Cmd;
+use pgjet::options::{Command, Invocation, Output};
 
 fn init_logging(level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_new(format!("pgjet={level}"))
@@ -25,12 +25,15 @@ fn print_json<T: serde::Serialize>(v: &T) -> Result<(), Error> {
     Ok(())
 }
 
-fn run(cli: Cli) -> Result<(), Error> {
-    let s = Settings::resolve(&cli.global)?;
+fn run(inv: Invocation) -> Result<(), Error> {
+    let s = inv.settings;
     init_logging(&s.log_level);
     pgjet::io::tuning::init()?;
+    for w in &inv.warnings {
+        tracing::warn!("{w}");
+    }
     // Like PostgreSQL's own server tools: files pgjet writes must belong to the cluster's owner.
-    let writes_cluster_files = !matches!(cli.command, Command::Info | Command::Verify(_));
+    let writes_cluster_files = !matches!(inv.command, Command::Info | Command::Verify(_));
     // SAFETY: geteuid has no preconditions and cannot fail.
     if writes_cluster_files && unsafe { libc::geteuid() } == 0 {
         return Err(Error::Unsafe(
@@ -39,7 +42,7 @@ fn run(cli: Cli) -> Result<(), Error> {
     }
     let json = s.output == Output::Json;
     let progress = term::TermProgress::for_stderr(json);
-    match cli.command {
+    match inv.command {
         Command::StanzaCreate => println!("{}", commands::stanza_create::run(&s)?),
         Command::Backup(a) => {
             let r = commands::backup::run(&s, &a, &progress)?;
@@ -72,8 +75,12 @@ fn run(cli: Cli) -> Result<(), Error> {
             }
         }
         Command::Check => {
-            for l in commands::check::run(&s)? {
+            let report = commands::check::run(&s)?;
+            for l in &report.lines {
                 println!("{l}");
+            }
+            if let Some(e) = report.failure {
+                return Err(e);
             }
         }
         Command::Expire(a) => {
@@ -81,16 +88,22 @@ fn run(cli: Cli) -> Result<(), Error> {
                 println!("{l}");
             }
         }
-        Command::ArchivePush(a) => commands::archive_push::run(&s, &a.wal_path)?,
-        Command::ArchiveGet(a) => {
-            if commands::archive_get::run(&s, &a.wal_file, &a.dest)?
+        Command::ArchivePush { wal_path } => commands::archive_push::run(&s, &wal_path)?,
+        Command::ArchiveGet { wal_file, dest } => {
+            if commands::archive_get::run(&s, &wal_file, &dest)?
                 == pgjet::archive::get::GetOutcome::Missing
             {
                 // The normal end of recovery from the archive: PostgreSQL asks for the next
                 // file until one is missing. Status 1 and one quiet line.
-                tracing::info!("{} is not in the archive", a.wal_file);
+                tracing::info!("{wal_file} is not in the archive");
                 std::process::exit(1);
             }
+        }
+        Command::ArchivePushAsync { wal_dir } => {
+            pgjet::archive::pusher::push_background(&s, &wal_dir)?
+        }
+        Command::ArchiveGetAsync { first_request } => {
+            pgjet::archive::prefetcher::get_background(&s, &first_request)?
         }
         Command::ReplicaCreate(a) => {
             let r = commands::replica::run(&s, &a, &progress)?;
@@ -140,23 +153,51 @@ fn archive_recovery_in_cwd() -> bool {
         && !std::path::Path::new("standby.signal").exists()
 }
 
-fn main() {
-    let cli = Cli::parse();
-    let archive_get = matches!(cli.command, Command::ArchiveGet(_));
-    if let Err(e) = run(cli) {
-        let mut msg = format!("pgjet: ERROR: {e}");
-        let mut src = std::error::Error::source(&e);
-        while let Some(s) = src {
-            let t = s.to_string();
-            if !msg.contains(&t) {
-                msg.push_str(&format!(": {t}"));
-            }
-            src = s.source();
+/// Ends a failed `archive-get` so that recovery stops rather than ends early.
+fn abort_recovery() -> ! {
+    eprintln!("pgjet: archive-get failed for another reason than a missing file: recovery stops here instead of ending early; fix the repository and start the server again (it resumes where it stopped)");
+    std::process::exit(ARCHIVE_GET_ABORT_RECOVERY);
+}
+
+/// Prints `e` with its chain of causes and its hint, on stderr.
+fn print_error(e: &Error) {
+    let mut msg = format!("pgjet: ERROR: {e}");
+    let mut src = std::error::Error::source(e);
+    while let Some(s) = src {
+        let t = s.to_string();
+        if !msg.contains(&t) {
+            msg.push_str(&format!(": {t}"));
         }
-        eprintln!("{msg}\n{}", e.hint());
+        src = s.source();
+    }
+    eprintln!("{msg}\n{}", e.hint());
+}
+
+fn main() {
+    let inv = match pgjet::options::resolve::parse(std::env::args_os()) {
+        Ok(inv) => inv,
+        Err(ParseError::Clap(e)) => e.exit(),
+        Err(ParseError::Config {
+            error,
+            warnings,
+            cmd,
+        }) => {
+            init_logging("info");
+            for w in &warnings {
+                tracing::warn!("{w}");
+            }
+            print_error(&error);
+            if cmd == Some(Cmd::ArchiveGet) && archive_recovery_in_cwd() {
+                abort_recovery();
+            }
+            std::process::exit(error.exit_code());
+        }
+    };
+    let archive_get = matches!(inv.command, Command::ArchiveGet { .. });
+    if let Err(e) = run(inv) {
+        print_error(&e);
         if archive_get && archive_recovery_in_cwd() {
-            eprintln!("pgjet: archive-get failed for another reason than a missing file: recovery stops here instead of ending early; fix the repository and start the server again (it resumes where it stopped)");
-            std::process::exit(ARCHIVE_GET_ABORT_RECOVERY);
+            abort_recovery();
         }
         std::process::exit(e.exit_code());
     }

@@ -275,7 +275,7 @@ fn start_until_it_stops(cluster: &Cluster, dir: &Path, name: &str, text: &str) -
 /// has nothing left to archive, and checks the archive of timeline 1 is continuous from `from`
 /// to the switched segment, which it returns.
 fn archive_all(cluster: &Cluster, repo: &Repo, extra: &[&str], from: &str, what: &str) -> String {
-    let r = pj(cluster, repo, "check", extra).ok();
+    let r = pj(cluster, repo, "check", &check_flags(extra)).ok();
     let last = r
         .stdout
         .split_whitespace()
@@ -285,6 +285,24 @@ fn archive_all(cluster: &Cluster, repo: &Repo, extra: &[&str], from: &str, what:
     wait_queue_empty(cluster, what);
     assert_continuous(cluster, repo, 1, from, &last);
     last
+}
+
+/// The flags of `extra` that `check` takes: archive_command's asynchronous-archiving
+/// settings are not its own (pgjet refuses options that do not apply to a command).
+fn check_flags<'a>(extra: &[&'a str]) -> Vec<&'a str> {
+    extra
+        .iter()
+        .copied()
+        .filter(|f| {
+            ![
+                "--archive-async",
+                "--spool-path",
+                "--archive-push-queue-max",
+            ]
+            .iter()
+            .any(|o| f.starts_with(o))
+        })
+        .collect()
 }
 
 /// Waits (up to 60 s) until PostgreSQL has counted a failed archive_command; panics with
@@ -361,17 +379,18 @@ fn flip_byte(path: &Path) {
     fs::write(path, b).unwrap();
 }
 
-/// PIDs of running background pushers (processes with the pusher's environment variable).
+/// PIDs of running background pushers (processes running pgjet's hidden
+/// `archive-push-async` command).
 fn pusher_pids() -> Vec<i32> {
     let mut out = Vec::new();
     for e in fs::read_dir("/proc").into_iter().flatten().flatten() {
         let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
             continue;
         };
-        if let Ok(env) = fs::read(e.path().join("environ")) {
-            if env
+        if let Ok(cmdline) = fs::read(e.path().join("cmdline")) {
+            if cmdline
                 .split(|b| *b == 0)
-                .any(|kv| kv.starts_with(b"PGJET_ARCHIVE_PUSH_BACKGROUND="))
+                .any(|arg| arg == b"archive-push-async")
             {
                 out.push(pid);
             }
@@ -880,7 +899,7 @@ fn pg18_posix_async_archiving_kill9_queue_max_and_expire() {
         "WAL before {second_start} is left: {runs:?}"
     );
     let want = cluster.psql("postgres", "SELECT count(*) FROM filler");
-    pj(&cluster, &repo, "check", &limited).ok();
+    pj(&cluster, &repo, "check", &check_flags(&limited)).ok();
     let s = restore_promoted(&cluster, &repo, "after-gap", &async_flags);
     assert_eq!(s.psql("postgres", "SELECT count(*) FROM filler"), want);
 }

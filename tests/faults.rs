@@ -1254,3 +1254,96 @@ fn o_lock_not_renewable_during_backup() {
     );
     assert_next_backup_succeeds("o", c);
 }
+
+/// p. A pgBackRest config carried over as a new user would: pgBackRest's spellings of the
+/// options pgjet has are read, but cipher options stop stanza-create and backup before
+/// anything is written (pgjet has no encryption: the repository would be stored
+/// unencrypted), and an unknown key is a warning naming it and the file.
+#[test]
+fn p_a_pgbackrest_config_carried_over() {
+    let c = &fx().cluster;
+    let repo = c.new_dir("repo-n");
+    let conf_dir = c.new_dir("conf-n");
+    let passphrase = "n-test-passphrase-b7c1";
+    let cluster_lines = format!(
+        "[main]\npg1-path={}\npg1-port={}\npg1-socket-path={}\n",
+        c.data().display(),
+        c.port(),
+        c.sock().display()
+    );
+    let write_conf = |name: &str, global: &str| -> PathBuf {
+        let f = conf_dir.join(name);
+        fs::write(
+            &f,
+            format!(
+                "[global]\nrepo1-path={}\nprocess-max=2\nbogus-option=1\n{global}\n{cluster_lines}",
+                repo.display()
+            ),
+        )
+        .unwrap();
+        chown_pg_recursive(&f);
+        f
+    };
+    let ciphered = write_conf(
+        "ciphered.conf",
+        &format!("repo1-cipher-type=aes-256-cbc\nrepo1-cipher-pass={passphrase}"),
+    );
+    for command in [
+        &["stanza-create"][..],
+        &["backup", "--type", "full", "--start-fast"],
+    ] {
+        let mut a = args!["--config", ciphered.display(), "--stanza", "main"];
+        a.extend(command.iter().map(|s| s.to_string()));
+        let r = pgjet(&a).fails_with("the repository would be stored unencrypted");
+        assert_eq!(r.status.code(), Some(2), "{r}");
+        for key in ["repo1-cipher-type", "repo1-cipher-pass"] {
+            assert!(
+                r.stderr.contains(key),
+                "{command:?} does not name {key}:\n{r}"
+            );
+        }
+        assert!(
+            !r.stderr.contains(passphrase) && !r.stdout.contains(passphrase),
+            "{command:?} printed the passphrase:\n{r}"
+        );
+        assert!(
+            r.stderr.contains("unknown option bogus-option")
+                && r.stderr.contains(&ciphered.display().to_string()),
+            "{command:?}: no warning naming bogus-option and the file:\n{r}"
+        );
+        let written: Vec<_> = fs::read_dir(&repo).unwrap().flatten().collect();
+        assert!(
+            written.is_empty(),
+            "{command:?} refused, yet wrote into the repository: {written:?}"
+        );
+    }
+
+    // Without the cipher options the same file works, and still names the unknown key.
+    let plain = write_conf("plain.conf", "");
+    let base = args!["--config", plain.display(), "--stanza", "main"];
+    let r = pgjet_ok(&cmd("stanza-create", base.clone(), &[]));
+    assert!(
+        r.stderr.contains(&format!(
+            "config file {}, section [global]: unknown option bogus-option",
+            plain.display()
+        )),
+        "no warning naming bogus-option, the file and its section:\n{r}"
+    );
+    pgjet_ok(&cmd("backup", base, &["--type", "full", "--start-fast"]));
+    assert_eq!(complete_backups(&repo).len(), 1);
+
+    // An option of another command is refused on the command line, before anything runs.
+    let a = args![
+        "--config",
+        plain.display(),
+        "--stanza",
+        "main",
+        "archive-get",
+        "--retention-archive",
+        "2",
+        "000000010000000000000001",
+        conf_dir.join("RECOVERYXLOG").display()
+    ];
+    let r = pgjet(&a).fails_with("option retention-archive does not apply to archive-get");
+    assert_eq!(r.status.code(), Some(2), "{r}");
+}

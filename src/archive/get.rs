@@ -6,8 +6,8 @@
 //! byte reaches `%p`. A file no repository has is the normal end of the archive: the caller
 //! exits with status 1 and says little. Any other failure is an error.
 use super::push::resolve_path;
-use crate::config::Settings;
 use crate::error::Result;
+use crate::options::Settings;
 use crate::repo::wal::{self, WalFile};
 use std::path::Path;
 

@@ -8,8 +8,8 @@ use super::spool::{
     ensure_running, lock_owner, move_into, settings_fingerprint, write_lock_owner, Spool, ACK_POLL,
     IDLE_EXIT, SCAN_EVERY,
 };
-use crate::config::Settings;
 use crate::error::{Error, Result};
+use crate::options::Settings;
 use crate::pg::lsn;
 use crate::repo::wal::{self, WalFile, WalFileKind};
 use crate::storage::Storage;
@@ -18,10 +18,11 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-/// Environment variable that makes `archive-get` the background prefetcher. Its value is the
-/// request (`<segment> <pid>`, as in `.requested`) of the foreground that started it, which
-/// fetches that segment itself; the prefetcher reads the segment size from the stanza.
-pub const GET_BACKGROUND_ENV: &str = "PGJET_ARCHIVE_GET_BACKGROUND";
+/// The hidden command that runs the background prefetcher (`archive-get-async
+/// FIRST_REQUEST`): its argument is the request (`<segment> <pid>`, as in `.requested`) of
+/// the foreground that started it, which fetches that segment itself; the prefetcher reads
+/// the segment size from the stanza.
+pub const GET_COMMAND: &str = "archive-get-async";
 
 /// `in/` of the spool: segments fetched ahead, checked and decompressed, and `.requested`,
 /// the last segment PostgreSQL asked for and the asking foreground's PID.
@@ -29,16 +30,10 @@ fn in_dir(spool: &Spool) -> PathBuf {
     spool.dir.join("in")
 }
 
-/// Starts the prefetcher unless one runs (same arguments, [`GET_BACKGROUND_ENV`] set to
-/// `request`); true when it started one.
+/// Starts the prefetcher unless one runs ([`GET_COMMAND`] `request`, same options); true
+/// when it started one.
 fn ensure_prefetcher(s: &Settings, spool: &Spool, request: &str) -> Result<bool> {
-    ensure_running(
-        s,
-        spool,
-        "get",
-        GET_BACKGROUND_ENV,
-        std::ffi::OsStr::new(request),
-    )
+    ensure_running(s, spool, "get", GET_COMMAND, std::ffi::OsStr::new(request))
 }
 
 /// The foreground of asynchronous `archive-get`: serves `wal_file` from the spool when the
@@ -220,7 +215,7 @@ fn stanza_segment_size(stores: &[(u8, std::sync::Arc<dyn Storage>)], stanza: &st
 /// primary is still archiving). Exits after [`IDLE_EXIT`] without a new request.
 ///
 /// Errors: the spool cannot be used; the repositories cannot be opened.
-pub fn get_background(s: &Settings) -> Result<()> {
+pub fn get_background(s: &Settings, first_request: &str) -> Result<()> {
     let stanza = s.stanza()?.to_string();
     let spool = Spool::open(s, &stanza)?;
     let Some(mut lock) = spool.try_lock("get")? else {
@@ -270,7 +265,6 @@ pub fn get_background(s: &Settings) -> Result<()> {
     let mut fetched: HashSet<String> = HashSet::new();
     let mut missing_since: HashMap<String, Instant> = HashMap::new();
     // The foreground that started this prefetcher fetches the segment it asked for itself.
-    let first_request = std::env::var(GET_BACKGROUND_ENV).unwrap_or_default();
     let mut last_request = String::new();
     let mut last_change = Instant::now();
     while last_change.elapsed() < IDLE_EXIT {
@@ -471,7 +465,7 @@ mod tests {
         };
         request(1, 100);
         let s2 = s.clone();
-        let prefetcher = std::thread::spawn(move || get_background(&s2));
+        let prefetcher = std::thread::spawn(move || get_background(&s2, ""));
         // A recovery: each segment asked for in turn and taken by its foreground.
         for n in 2..=4 {
             request(n, 100 + n as u32);
@@ -535,7 +529,7 @@ mod tests {
         fs::create_dir_all(&inn).unwrap();
         let leftover = inn.join("000000010000000000000003");
         fs::write(&leftover, b"an earlier prefetcher's").unwrap();
-        let e = get_background(&s).unwrap_err();
+        let e = get_background(&s, "").unwrap_err();
         assert!(
             e.to_string().contains("stanza 'main' does not exist"),
             "{e}"

@@ -6,8 +6,8 @@
 //! and stored with a conditional create: exit status 0 only once it is durable in every
 //! repository. A file archived before is compared, never replaced (see [`wal::store`]).
 use crate::codec::{Compression, Compressor};
-use crate::config::Settings;
 use crate::error::{Error, Result};
+use crate::options::Settings;
 use crate::pg::lsn;
 use crate::repo::wal::{self, PushOutcome, WalFile, WalFileKind};
 use crate::repo::{self, StanzaInfo};

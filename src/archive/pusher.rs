@@ -13,18 +13,18 @@ use super::queue::{drop_segments, flush_gaps, queued_bytes, ready_files, segment
 use super::spool::{
     ensure_running, settings_fingerprint, write_lock_owner, Spool, ACK_POLL, IDLE_EXIT, SCAN_EVERY,
 };
-use crate::config::Settings;
 use crate::error::{Error, Result};
 use crate::io::mib;
+use crate::options::Settings;
 use crate::repo::wal::{WalFile, WalFileKind};
 use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-/// Environment variable that makes `archive-push` the background pusher for the `pg_wal`
-/// directory of its WAL path (set by the foreground when it starts one).
-pub const BACKGROUND_ENV: &str = "PGJET_ARCHIVE_PUSH_BACKGROUND";
+/// The hidden command that runs the background pusher for a `pg_wal` directory
+/// (`archive-push-async WAL_DIR`, started by the foreground).
+pub const PUSH_COMMAND: &str = "archive-push-async";
 
 /// How long a failed file waits before the background pusher tries it again.
 const RETRY_AFTER: Duration = Duration::from_secs(1);
@@ -32,7 +32,7 @@ const RETRY_AFTER: Duration = Duration::from_secs(1);
 /// Starts the background pusher for `wal_path`'s pg_wal directory unless one runs.
 fn ensure_background(s: &Settings, spool: &Spool, wal_path: &Path) -> Result<()> {
     let wal_dir = wal_path.parent().unwrap_or(Path::new("."));
-    ensure_running(s, spool, "push", BACKGROUND_ENV, wal_dir.as_os_str()).map(|_| ())
+    ensure_running(s, spool, "push", PUSH_COMMAND, wal_dir.as_os_str()).map(|_| ())
 }
 
 /// The foreground of asynchronous `archive-push`: returns once the background pusher has

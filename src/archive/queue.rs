@@ -3,9 +3,9 @@
 //! recorded, durably in the spool first, then in every repository (`crate::repo::wal::Gap`).
 use super::push::Archiver;
 use super::spool::Spool;
-use crate::config::Settings;
 use crate::error::{Error, Result};
 use crate::io::mib;
+use crate::options::Settings;
 use crate::pg::lsn;
 use crate::repo::wal::{self, Gap, WalFile, WalFileKind};
 use std::fs;

@@ -16,8 +16,8 @@
 //!
 //! A background process is this binary started again, in a session of its own, with a
 //! hidden subcommand ([`Background`]); one per stanza and kind, kept single by its lock.
-use crate::config::Settings;
 use crate::error::{Error, Result};
+use crate::options::Settings;
 use std::fs;
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -145,7 +145,7 @@ pub(super) fn ensure_running(
     s: &Settings,
     spool: &Spool,
     name: &str,
-    env: &str,
+    command: &str,
     value: &std::ffi::OsStr,
 ) -> Result<bool> {
     let mine = settings_fingerprint(s);
@@ -169,15 +169,18 @@ pub(super) fn ensure_running(
     }
     // The lock was free (and is released again here): start one. Should two starts race,
     // the second finds the lock taken and exits.
-    spawn_self(spool, name, env, value).map(|_| true)
+    spawn_self(s, spool, name, command, value).map(|_| true)
 }
 
-/// Starts this binary again with the same arguments and `env=value`, in a session of its
-/// own, its output appended to the spool's `<log>.log`.
+/// Starts this binary again as `<options given on the command line> command -- value` (a
+/// hidden subcommand: [`crate::archive::pusher::PUSH_COMMAND`],
+/// [`crate::archive::prefetcher::GET_COMMAND`]), in a session of its own (the environment is
+/// inherited), its output appended to the spool's `<log>.log`.
 pub(super) fn spawn_self(
+    s: &Settings,
     spool: &Spool,
     log: &str,
-    env: &str,
+    command: &str,
     value: &std::ffi::OsStr,
 ) -> Result<()> {
     let exe = std::env::current_exe().map_err(|e| Error::io("locate", "pgjet", e))?;
@@ -191,8 +194,12 @@ pub(super) fn spawn_self(
         .try_clone()
         .map_err(|e| Error::io("open", &log_path, e))?;
     let mut cmd = std::process::Command::new(exe);
-    cmd.args(std::env::args_os().skip(1))
-        .env(env, value)
+    cmd.args(s.command_line_flags())
+        .args([
+            std::ffi::OsStr::new(command),
+            std::ffi::OsStr::new("--"),
+            value,
+        ])
         .stdin(std::process::Stdio::null())
         .stdout(out)
         .stderr(err);
@@ -236,13 +243,12 @@ pub(super) fn move_into(src: &Path, dest: &Path) -> Result<bool> {
 /// archiving through `<dir>/spool`, archive-timeout `timeout` seconds.
 #[cfg(test)]
 pub(crate) fn test_settings(dir: &Path, timeout: f64) -> Settings {
-    let a = crate::cli::GlobalArgs {
-        stanza: Some("main".into()),
-        repo_path: Some(dir.join("repo")),
-        archive_async: Some("y".into()),
-        spool_path: Some(dir.join("spool")),
-        archive_timeout: Some(timeout),
-        ..Default::default()
-    };
-    Settings::resolve(&a).unwrap()
+    Settings::from_flags(&[
+        ("stanza", "main".into()),
+        ("repo-path", dir.join("repo").display().to_string()),
+        ("archive-async", "y".into()),
+        ("spool-path", dir.join("spool").display().to_string()),
+        ("archive-timeout", timeout.to_string()),
+    ])
+    .unwrap()
 }

@@ -4,8 +4,8 @@
 //! prefetcher keeps the next segments ([`crate::archive::prefetcher`]).
 use crate::archive::get::{fetch_direct, GetOutcome};
 use crate::archive::prefetcher;
-use crate::config::Settings;
 use crate::error::Result;
+use crate::options::Settings;
 use crate::repo::wal::WalFile;
 use std::path::Path;
 
@@ -13,10 +13,6 @@ use std::path::Path;
 ///
 /// Errors: a name that is not a WAL file name; as [`fetch_direct`].
 pub fn run(s: &Settings, wal_file: &str, dest: &Path) -> Result<GetOutcome> {
-    if std::env::var_os(prefetcher::GET_BACKGROUND_ENV).is_some() {
-        prefetcher::get_background(s)?;
-        return Ok(GetOutcome::FromSpool);
-    }
     let file = WalFile::parse(wal_file)?;
     if s.archive.asynchronous {
         return prefetcher::get_foreground(s, wal_file, dest);

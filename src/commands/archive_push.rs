@@ -4,8 +4,8 @@
 //! ([`crate::archive::pusher`]) when `archive-async=y`.
 use crate::archive::spool::Spool;
 use crate::archive::{push, pusher, queue};
-use crate::config::Settings;
 use crate::error::Result;
+use crate::options::Settings;
 use std::path::Path;
 
 /// Runs `archive-push` for the WAL file at `wal_path`: returns once it is durable in every
@@ -13,9 +13,6 @@ use std::path::Path;
 ///
 /// Errors: as [`push_sync`] and [`pusher::push_foreground`].
 pub fn run(s: &Settings, wal_path: &Path) -> Result<()> {
-    if let Some(dir) = std::env::var_os(pusher::BACKGROUND_ENV) {
-        return pusher::push_background(s, Path::new(&dir));
-    }
     if s.archive.asynchronous {
         return pusher::push_foreground(s, wal_path);
     }

@@ -4,9 +4,9 @@
 //! The copy is the shared base-backup sequence ([`crate::primary::base_backup`]); then all stored
 //! bytes are made durable and the manifest is written last: only its presence makes the
 //! backup complete.
-use crate::cli::BackupArgs;
-use crate::config::Settings;
 use crate::error::Result;
+use crate::options::BackupOptions;
+use crate::options::Settings;
 use crate::pg::lsn::{self, Lsn};
 use crate::primary::base_backup::{run_base_backup, BaseBackup, BaseBackupOptions};
 use crate::primary::open_primary;
@@ -37,7 +37,7 @@ pub struct BackupSummary {
 }
 
 /// Runs `backup`.
-pub fn run(s: &Settings, args: &BackupArgs, progress: &dyn Progress) -> Result<BackupSummary> {
+pub fn run(s: &Settings, args: &BackupOptions, progress: &dyn Progress) -> Result<BackupSummary> {
     // Only full backups exist so far; args.backup_type can only be Full.
     let stanza = s.stanza()?;
     let store = open_repo(s)?;

@@ -1,6 +1,6 @@
 //! `check`: configuration, cluster and repository agree, and the role has what it needs.
-use crate::config::Settings;
 use crate::error::{Error, Result};
+use crate::options::Settings;
 use crate::pg::session::{ServerInfo, Session};
 use crate::primary::{check_pg_path, libpq_connections, local_data_directory, primary_target};
 use crate::repo;
@@ -43,7 +43,16 @@ fn check_archiving(
     Ok(lines)
 }
 
-/// Runs `check`. Returns a line per check.
+/// What `check` found: a line per check, and the failure that ends it when a check failed
+/// after some lines were written (the caller prints the lines, then reports the failure).
+#[derive(Debug)]
+pub struct Report {
+    pub lines: Vec<String>,
+    pub failure: Option<Error>,
+}
+
+/// Runs `check`. Returns a line per check; a role that lacks rights is a [`Report`] with
+/// the lines naming them and a failure ([`Error::Config`]).
 ///
 /// - Connects (--source, else the local socket) and says how (TLS or not).
 /// - The role's rights: every missing one is named with the GRANT that fixes it (an error
@@ -51,7 +60,7 @@ fn check_archiving(
 /// - How files would be read (local or libpq) and, for libpq, the free connection slots.
 /// - With a repository and a stanza: --pg-path is the data_directory (when local), the
 ///   cluster's identity matches the stanza's, and the repository is writable.
-pub fn run(s: &Settings) -> Result<Vec<String>> {
+pub fn run(s: &Settings) -> Result<Report> {
     let target = primary_target(s)?;
     let sess = Session::connect(&target)?;
     let mut lines = vec![format!(
@@ -72,13 +81,14 @@ pub fn run(s: &Settings) -> Result<Vec<String>> {
         lines.push(format!("MISSING: {} -- fix: {}", m.what, m.fix));
     }
     if !missing.is_empty() {
-        for l in &lines {
-            println!("{l}");
-        }
-        return Err(Error::Config(format!(
+        let failure = Error::Config(format!(
             "the role lacks {} right(s) pgjet needs; run the GRANT statements above on the primary as a superuser",
             missing.len()
-        )));
+        ));
+        return Ok(Report {
+            lines,
+            failure: Some(failure),
+        });
     }
     let info = sess.server_info()?;
     lines.push(format!(
@@ -87,7 +97,7 @@ pub fn run(s: &Settings) -> Result<Vec<String>> {
         info.system_identifier
     ));
     let local = match s.transport {
-        crate::cli::Transport::Libpq => None,
+        crate::options::Transport::Libpq => None,
         _ => local_data_directory(&sess, &info),
     };
     match &local {
@@ -135,5 +145,8 @@ pub fn run(s: &Settings) -> Result<Vec<String>> {
         lines.push("note: data checksums are off; pages cannot be validated".into());
     }
     sess.close();
-    Ok(lines)
+    Ok(Report {
+        lines,
+        failure: None,
+    })
 }

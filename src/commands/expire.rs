@@ -1,7 +1,7 @@
 //! `expire`: removes the backups past the retention policy and the archived WAL no kept
 //! backup needs, in every repository in scope (the rules: [`crate::repo::retention`]).
-use crate::config::Settings;
 use crate::error::Result;
+use crate::options::Settings;
 use crate::repo::{self, retention, StanzaLock};
 
 /// Runs `expire` on every repository in scope, each under the stanza's lock. Returns the

@@ -1,7 +1,7 @@
 //! `info`: stanzas and their complete backups.
-use crate::config::Settings;
 use crate::error::{Error, Result};
 use crate::io::mib;
+use crate::options::Settings;
 use crate::repo;
 use crate::repo::open::open_repos;
 use serde::Serialize;

@@ -9,9 +9,9 @@
 //! temporary slot (same restart LSN); the standby then streams from it. The WAL from the
 //! start to the stop LSN is copied into the new pg_wal as well, so the standby reaches
 //! consistency even before it connects.
-use crate::cli::ReplicaArgs;
-use crate::config::Settings;
 use crate::error::{Error, Result};
+use crate::options::ReplicaOptions;
+use crate::options::Settings;
 use crate::pg::conninfo::ConnInfo;
 use crate::pg::session::{self, quote_conf_value};
 use crate::pgdata::copy::DirTarget;
@@ -48,7 +48,7 @@ pub struct ReplicaSummary {
 }
 
 /// Runs `replica-create`.
-pub fn run(s: &Settings, args: &ReplicaArgs, progress: &dyn Progress) -> Result<ReplicaSummary> {
+pub fn run(s: &Settings, args: &ReplicaOptions, progress: &dyn Progress) -> Result<ReplicaSummary> {
     let target = s.pg_path()?.to_path_buf();
     if !target.is_absolute() {
         return Err(Error::Config("--pg-path must be an absolute path".into()));
@@ -142,7 +142,7 @@ pub fn run(s: &Settings, args: &ReplicaArgs, progress: &dyn Progress) -> Result<
 /// application_name the standby uses in primary_conninfo (to find it in
 /// pg_stat_replication): the one --source or PGAPPNAME gives, else the slot name or
 /// `pgjet_standby_<port>`.
-fn standby_app_name(s: &Settings, args: &ReplicaArgs, given: &ConnInfo) -> String {
+fn standby_app_name(s: &Settings, args: &ReplicaOptions, given: &ConnInfo) -> String {
     given
         .get("application_name")
         .map(str::to_owned)
@@ -164,7 +164,7 @@ fn standby_conninfo(effective: &ConnInfo, app: &str) -> String {
 #[allow(clippy::too_many_arguments)]
 fn copy_and_configure(
     s: &Settings,
-    args: &ReplicaArgs,
+    args: &ReplicaOptions,
     primary: &Primary,
     target: &Path,
     tablespaces: &[(u32, String, String)],
@@ -215,7 +215,7 @@ fn copy_and_configure(
     if let Some(slot) = &args.slot {
         lines.push(format!("primary_slot_name = {}", quote_conf_value(slot)));
     }
-    if s.pg_port != crate::config::DEFAULT_PG_PORT || args.start {
+    if s.pg_port != crate::options::DEFAULT_PG_PORT || args.start {
         lines.push(format!("port = {}", s.pg_port));
     }
     let sync = dir

@@ -6,11 +6,11 @@
 //! are written, everything is flushed with one syncfs per filesystem, and only then
 //! global/pg_control is written. A restore that fails at any point leaves no pg_control:
 //! PostgreSQL will not start on the half-written directory.
-use crate::cli::{ArchiveMode, RestoreArgs, RestoreType};
-use crate::config::Settings;
 use crate::error::{Error, Result};
 use crate::io::direct::DIRECT_MIN_WRITE;
 use crate::io::fs::set_mtime;
+use crate::options::Settings;
+use crate::options::{ArchiveMode, RestoreOptions, RestoreType};
 use crate::pg::pg_manifest::{PgManifestWriter, PgWalRange};
 use crate::pgdata::finish::{finish, Finish};
 use crate::pgdata::{
@@ -26,7 +26,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 /// Runs `restore`; returns the restored backup's label.
-pub fn run(s: &Settings, args: &RestoreArgs, progress: &dyn Progress) -> Result<String> {
+pub fn run(s: &Settings, args: &RestoreOptions, progress: &dyn Progress) -> Result<String> {
     let stanza = s.stanza()?;
     let pg_path = s.pg_path()?.to_path_buf();
     if !pg_path.is_absolute() {
@@ -150,7 +150,7 @@ enum Files {
 #[allow(clippy::too_many_arguments)]
 fn restore_into(
     s: &Settings,
-    args: &RestoreArgs,
+    args: &RestoreOptions,
     recovery: &recovery::RecoveryPlan,
     store: &dyn crate::storage::Storage,
     scan: &repo::ScannedManifest,

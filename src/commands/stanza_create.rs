@@ -1,6 +1,6 @@
 //! `stanza-create`: records the cluster's identity in the repository.
-use crate::config::Settings;
 use crate::error::{Error, Result};
+use crate::options::Settings;
 use crate::primary::{check_pg_path, connect_primary, local_data_directory};
 use crate::repo::open::open_repos;
 use crate::repo::{self, StanzaInfo, REPO_FORMAT};
@@ -18,7 +18,7 @@ pub fn run(s: &Settings) -> Result<String> {
     let stores = open_repos(s)?;
     let (_, sess, info) = connect_primary(s)?;
     let local = match s.transport {
-        crate::cli::Transport::Libpq => false,
+        crate::options::Transport::Libpq => false,
         _ => s.source.is_none() || local_data_directory(&sess, &info).is_some(),
     };
     if local {

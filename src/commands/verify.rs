@@ -1,7 +1,7 @@
 //! `verify`: re-reads every stored byte of one backup or of all, against the manifest.
-use crate::config::Settings;
 use crate::error::{Error, Result};
 use crate::io::mib;
+use crate::options::Settings;
 use crate::repo;
 use crate::repo::open::{open_repo_with_set, open_repos};
 use crate::repo::read_back::{ReadBack, Want};

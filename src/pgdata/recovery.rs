@@ -4,9 +4,8 @@
 //! PostgreSQL's recovery settings are documented in "Archive Recovery" and "Recovery Target"
 //! of its manual (runtime-config-wal); `recovery.signal` asks for archive recovery,
 //! `standby.signal` for standby mode.
-use crate::cli::{RestoreArgs, RestoreType, TargetAction};
-use crate::config::Settings;
 use crate::error::{Error, Result};
+use crate::options::{RestoreOptions, RestoreType, Settings, TargetAction};
 use crate::pg::lsn::{self, Lsn};
 use crate::repo::open::open_repos;
 use crate::repo::{self, BackupSummary};
@@ -83,7 +82,7 @@ pub fn parse_target_time(v: &str) -> Result<DateTime<Utc>> {
 ///
 /// Errors: [`Error::Config`]: a target missing for time/lsn/xid/name or given for another
 /// type, a value that does not parse, `--target-exclusive` where it means nothing.
-pub fn parse_target(args: &RestoreArgs) -> Result<Target> {
+pub fn parse_target(args: &RestoreOptions) -> Result<Target> {
     let needs = matches!(
         args.restore_type,
         RestoreType::Time | RestoreType::Lsn | RestoreType::Xid | RestoreType::Name
@@ -268,12 +267,13 @@ pub fn check_gaps(
 }
 
 /// The `restore_command` a restored cluster runs: this pgjet binary with the config file
-/// (when one was read), the stanza, repository 1's options given as flags (its path too when
-/// it is a posix directory named by the environment), `--repo N`, and `--archive-async=y
-/// --spool-path=...` when asynchronous archiving is on. Credentials and options that came
-/// from this shell's environment are not written into the cluster's configuration: they must
-/// come from the config file or the server's environment ([`environment_warning`]);
-/// `--recovery-option restore_command=...` replaces the whole command.
+/// (when one was read), the stanza, repository 1's options given as flags or `PGJET_*`
+/// variables ([`Settings::carried_flags`]: the table's non-secret repository options), its
+/// path too when it is a posix directory named otherwise, `--repo N`, and `--archive-async=y
+/// --spool-path=...` when asynchronous archiving is on. Secrets are never written into the
+/// cluster's configuration: they must come from the config file or the server's environment
+/// ([`environment_warning`]); `--recovery-option restore_command=...` replaces the whole
+/// command.
 pub fn restore_command(s: &Settings, stanza: &str) -> String {
     let exe = std::env::current_exe()
         .map(|p| p.display().to_string())
@@ -285,10 +285,11 @@ pub fn restore_command(s: &Settings, stanza: &str) -> String {
         cmd.push(word(&format!("--config={}", f.display())));
     }
     cmd.push(word(&format!("--stanza={stanza}")));
-    cmd.extend(s.repo_flags.iter().map(|w| word(w)));
-    if !s.repo_flags.iter().any(|w| w.starts_with("--repo-path=")) {
+    let carried = s.carried_flags();
+    cmd.extend(carried.iter().map(|w| word(w)));
+    if !carried.iter().any(|w| w.starts_with("--repo-path=")) {
         for (n, cfg) in &s.repos {
-            if let crate::config::RepoConfig::Posix { path } = cfg {
+            if let crate::options::RepoConfig::Posix { path } = cfg {
                 if *n == 1 {
                     cmd.push(word(&format!("--repo-path={}", path.display())));
                 }
@@ -309,28 +310,22 @@ pub fn restore_command(s: &Settings, stanza: &str) -> String {
     cmd.join(" ")
 }
 
-/// Environment variables of repository options that have flags: restore_command carries
-/// their values as flags ([`Settings::repo_flags`]; `--repo` as itself).
-const CARRIED_ENV: [&str; 9] = [
-    "PGJET_REPO",
-    "PGJET_REPO_PATH",
-    "PGJET_REPO_TYPE",
-    "PGJET_REPO_S3_BUCKET",
-    "PGJET_REPO_S3_ENDPOINT",
-    "PGJET_REPO_S3_REGION",
-    "PGJET_REPO_S3_URI_STYLE",
-    "PGJET_REPO_STORAGE_VERIFY_TLS",
-    "PGJET_REPO_STORAGE_CA_FILE",
-];
-
-/// A warning for restore when repository settings come from this shell's environment
-/// (`PGJET_REPO*` variables without a flag, credentials included): the restored server runs
-/// restore_command with its own environment, which may lack them. `names` are the
-/// environment's variable names. None when there are none.
+/// A warning for restore when repository settings come from this shell's environment that
+/// restore_command does not carry (`PGJET_REPO*` variables of secrets, or of repositories
+/// 2-4, which have no flag): the restored server runs restore_command with its own
+/// environment, which may lack them. `names` are the environment's variable names. None
+/// when there are none.
 pub fn environment_warning(names: impl IntoIterator<Item = String>) -> Option<String> {
+    use crate::options::table::{classify_env, Key};
     let mut names: Vec<String> = names
         .into_iter()
-        .filter(|k| k.starts_with("PGJET_REPO") && !CARRIED_ENV.contains(&k.as_str()))
+        .filter(|k| k.starts_with("PGJET_REPO"))
+        .filter(|k| match classify_env(k) {
+            Some((_, Key::Option { def, repo, .. })) => {
+                def.repo && !(def.carried() && repo == Some(1))
+            }
+            _ => false,
+        })
         .collect();
     if names.is_empty() {
         return None;
@@ -367,7 +362,7 @@ pub struct RecoveryPlan {
 /// `--recovery-option` entries (which replace a generated key of the same name).
 ///
 /// Errors: a malformed `--recovery-option`.
-pub fn plan(args: &RestoreArgs, target: &Target, restore_command: &str) -> Result<RecoveryPlan> {
+pub fn plan(args: &RestoreOptions, target: &Target, restore_command: &str) -> Result<RecoveryPlan> {
     use crate::pg::session::quote_conf_value as q;
     let mut kv: Vec<(String, String)> = Vec::new();
     let mut push = |k: &str, v: String| kv.push((k.to_string(), v));
@@ -477,17 +472,16 @@ mod tests {
             "[global]\nrepo1-s3-key=AKEY\nrepo1-s3-key-secret=ASECRET\n",
         )
         .unwrap();
-        let a = crate::cli::GlobalArgs {
-            config: Some(f.clone()),
-            stanza: Some("main".into()),
-            repo_type: Some("s3".into()),
-            repo_path: Some("/pg jet%".into()),
-            repo_s3_bucket: Some("bench".into()),
-            repo_s3_endpoint: Some("s3.example.net".into()),
-            repo_s3_region: Some("eu-west-1".into()),
-            ..Default::default()
-        };
-        let s = Settings::resolve(&a).unwrap();
+        let s = Settings::from_flags(&[
+            ("config", f.display().to_string()),
+            ("stanza", "main".into()),
+            ("repo-type", "s3".into()),
+            ("repo-path", "/pg jet%".into()),
+            ("repo-s3-bucket", "bench".into()),
+            ("repo-s3-endpoint", "s3.example.net".into()),
+            ("repo-s3-region", "eu-west-1".into()),
+        ])
+        .unwrap();
         let c = restore_command(&s, "main");
         for w in [
             format!("--config={}", f.display()),
@@ -531,12 +525,15 @@ mod tests {
         assert!(w.contains("config file"), "{w}");
     }
 
-    fn restore_args(flags: &[&str]) -> RestoreArgs {
+    fn restore_args(flags: &[&str]) -> RestoreOptions {
         let mut argv = vec!["pgjet", "restore"];
         argv.extend(flags);
-        use clap::Parser as _;
-        match crate::cli::Cli::try_parse_from(argv).unwrap().command {
-            crate::cli::Command::Restore(a) => a,
+        let env = crate::options::resolve::NoEnv;
+        match crate::options::resolve::parse_with_env(argv, &env)
+            .unwrap()
+            .command
+        {
+            crate::options::Command::Restore(a) => a,
             _ => unreachable!("parsed a restore"),
         }
     }

@@ -4,9 +4,9 @@
 //! base-backup sequence that backup and replica-create share is in [`base_backup`].
 pub mod base_backup;
 
-use crate::cli::Transport;
-use crate::config::Settings;
 use crate::error::{Error, Result};
+use crate::options::Settings;
+use crate::options::Transport;
 use crate::pg::conninfo::ConnTarget;
 use crate::pg::session::{self, ServerInfo, Session};
 use crate::remote::libpq::LibpqSource;

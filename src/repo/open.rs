@@ -1,7 +1,7 @@
 //! Opening the configured repositories: the one a command uses, every one in scope, or the
 //! first that holds a given backup.
-use crate::config::{RepoConfig, Settings};
 use crate::error::{Error, Result};
+use crate::options::{RepoConfig, Settings};
 use crate::storage::Storage;
 use std::sync::Arc;
 

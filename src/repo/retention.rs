@@ -14,8 +14,8 @@
 //! (which the next backup cleans up), never a complete-looking one with missing objects.
 use super::wal::{self, WalFile, WalFileKind};
 use super::BackupSummary;
-use crate::config::{Retention, RetentionFullType};
 use crate::error::{Error, Result};
+use crate::options::{Retention, RetentionFullType};
 use crate::pg::lsn;
 use crate::storage::Storage;
 use std::sync::Arc;

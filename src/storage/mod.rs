@@ -14,8 +14,8 @@ pub mod object;
 use crate::io::direct;
 pub mod posix;
 
-use crate::config::RepoConfig;
 use crate::error::Result;
+use crate::options::RepoConfig;
 use std::io::Read;
 use std::sync::Arc;
 

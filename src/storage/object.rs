@@ -11,9 +11,9 @@
 //! libpq TLS, so `repo-storage-ca-file` and `repo-storage-verify-tls` apply, and a store's
 //! self-signed certificate given as `repo-storage-ca-file` is accepted as OpenSSL does.
 use super::{ObjectWriter, Storage};
-use crate::config::{RepoConfig, StorageTls, UriStyle};
 use crate::error::{Error, Result, StorageFault};
 use crate::io::direct::AlignedBuf;
+use crate::options::{RepoConfig, StorageTls, UriStyle};
 use futures::StreamExt;
 use opendal::layers::{RetryEvent, RetryInterceptor, RetryLayer, TimeoutLayer};
 use opendal::{ErrorKind, Operator};

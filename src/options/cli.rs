@@ -1,0 +1,239 @@
+//! The command line, built with clap's builder from the option table: each command shows
+//! the options that apply to it; every other known option is accepted hidden so that it is
+//! refused with a clear error ([`from_matches`]) rather than clap's "unexpected argument".
+//! Options may come before the command (`pgjet --stanza=main archive-push %p`) or after it.
+use super::resolve::CliValues;
+use super::table::{self, Cmd, CommandDef, Kind, OptionDef, COMMANDS, OPTIONS};
+use crate::error::{Error, Result};
+use clap::builder::{PossibleValue, PossibleValuesParser};
+use clap::parser::ValueSource;
+use clap::{value_parser, Arg, ArgAction, ArgMatches};
+use std::collections::HashSet;
+
+/// The whole command line.
+pub fn command() -> clap::Command {
+    let mut root = clap::Command::new("pgjet")
+        .version(env!("CARGO_PKG_VERSION"))
+        .about(env!("CARGO_PKG_DESCRIPTION"))
+        .subcommand_required(true)
+        .arg_required_else_help(true);
+    let mut seen = HashSet::new();
+    for def in OPTIONS.iter().filter(|d| general(d) && d.places.cli) {
+        if seen.insert(def.name) {
+            root = root.arg(visible_arg(def));
+        }
+    }
+    for def in OPTIONS {
+        if seen.insert(def.name) {
+            root = root.arg(hidden_arg(def));
+        }
+    }
+    for c in COMMANDS {
+        root = root.subcommand(subcommand(c));
+    }
+    root
+}
+
+/// True for an option every command could share (not one command's own, not a tuning
+/// variable).
+fn general(d: &OptionDef) -> bool {
+    !d.command_specific() && d.places != table::ENV_ONLY
+}
+
+/// One command; its arguments and options are added when it is the one parsed (or its help
+/// shown), so that a run builds one command's options, not every command's.
+fn subcommand(c: &CommandDef) -> clap::Command {
+    clap::Command::new(c.name)
+        .about(c.about)
+        .hide(c.hidden)
+        .defer(command_options)
+}
+
+/// Adds to command `sc` its arguments, the options that apply to it, and every other option
+/// hidden.
+fn command_options(sc: clap::Command) -> clap::Command {
+    let Some(c) = table::command(sc.get_name()) else {
+        return sc;
+    };
+    let mut sc = sc;
+    for (i, (name, help)) in c.args.iter().enumerate() {
+        sc = sc.arg(
+            Arg::new(*name)
+                .value_name(*name)
+                .help(*help)
+                .required(true)
+                .index(i + 1),
+        );
+    }
+    let mut seen = HashSet::new();
+    for def in OPTIONS.iter().filter(|d| {
+        d.places.cli && d.places != table::ENV_ONLY && d.commands.contains(c.options_of)
+    }) {
+        if seen.insert(def.name) {
+            sc = sc.arg(visible_arg(def));
+        }
+    }
+    for def in OPTIONS {
+        if seen.insert(def.name) {
+            sc = sc.arg(hidden_arg(def));
+        }
+    }
+    sc
+}
+
+/// The help of `def`: its text, and its environment variable when it has one.
+fn help(def: &OptionDef) -> String {
+    if def.places.env {
+        format!("{} [env: {}]", def.help, def.env_var())
+    } else {
+        def.help.to_string()
+    }
+}
+
+/// The flag of `def` as help shows it, with its parser.
+fn visible_arg(def: &'static OptionDef) -> Arg {
+    let mut a = Arg::new(def.name).long(def.name).help(help(def));
+    if !def.heading.is_empty() {
+        a = a.help_heading(def.heading);
+    }
+    for al in def.visible_aliases {
+        a = a.visible_alias(*al);
+    }
+    for al in def.aliases {
+        a = a.alias(*al);
+    }
+    if def.kind != Kind::Switch {
+        a = a.value_name(def.value_name);
+    }
+    match def.kind {
+        Kind::Switch => a.action(ArgAction::SetTrue),
+        Kind::List => a.action(ArgAction::Append),
+        Kind::Choice(words) => {
+            let a = a.value_parser(PossibleValuesParser::new(
+                words.iter().map(|(w, h)| PossibleValue::new(*w).help(*h)),
+            ));
+            match def.default {
+                Some(d) => a.default_value(d),
+                None => a,
+            }
+        }
+        Kind::Text => match (def.command_specific(), def.default) {
+            (true, Some(d)) => a.default_value(d),
+            _ => a,
+        },
+        Kind::Path => a.value_parser(value_parser!(std::path::PathBuf)),
+        Kind::U8 => a.value_parser(value_parser!(u8)),
+        Kind::U16 => a.value_parser(value_parser!(u16)),
+        Kind::U32 => a.value_parser(value_parser!(u32)),
+        Kind::Usize => a.value_parser(value_parser!(usize)),
+        Kind::I32 => a.value_parser(value_parser!(i32)),
+        Kind::F64 => a.value_parser(value_parser!(f64)),
+    }
+}
+
+/// A flag accepted but not shown, with any value: refused after parsing when it does not
+/// apply, or checked as the command's own.
+fn hidden_arg(def: &'static OptionDef) -> Arg {
+    let mut a = Arg::new(def.name).long(def.name).hide(true);
+    for al in def.visible_aliases.iter().chain(def.aliases) {
+        a = a.alias(*al);
+    }
+    match def.kind {
+        Kind::Switch => a.action(ArgAction::SetTrue),
+        _ => a.action(ArgAction::Append),
+    }
+}
+
+/// What the command line says: the command, the option values given (by option name, in
+/// order), and the command's positional arguments.
+#[derive(Debug)]
+pub struct Parsed {
+    pub cmd: Cmd,
+    pub values: CliValues,
+    pub args: Vec<String>,
+}
+
+/// Reads clap's matches: options given before and after the command (after wins), each
+/// checked against the command.
+///
+/// Errors ([`Error::Config`]): an option that does not apply to the command ("option
+/// retention-archive does not apply to archive-get"); a secret or an environment-only
+/// variable given as a flag; a value that is not UTF-8.
+pub fn from_matches(m: &ArgMatches) -> Result<Parsed> {
+    let (name, sub) = m
+        .subcommand()
+        .ok_or_else(|| Error::Config("a command is required (pgjet --help lists them)".into()))?;
+    let c = table::command(name).ok_or_else(|| Error::Config(format!("unknown command {name}")))?;
+    let mut values = CliValues::new();
+    for matches in [m, sub] {
+        for id in matches.ids() {
+            let id = id.as_str();
+            if matches.value_source(id) != Some(ValueSource::CommandLine)
+                || c.args.iter().any(|(a, _)| *a == id)
+            {
+                continue;
+            }
+            let Some(def) = table::find(id, Some(c.options_of)) else {
+                continue;
+            };
+            check_flag(def, c)?;
+            let vals = if def.kind == Kind::Switch {
+                vec!["true".to_string()]
+            } else {
+                raw_strings(matches, id)?
+            };
+            values.insert(def.name.to_string(), vals);
+        }
+    }
+    let mut args = Vec::new();
+    for (a, _) in c.args {
+        args.extend(raw_strings(sub, a)?);
+    }
+    Ok(Parsed {
+        cmd: c.cmd,
+        values,
+        args,
+    })
+}
+
+/// Refuses flag `def` on command `c` when it does not apply there or is not read from the
+/// command line.
+fn check_flag(def: &OptionDef, c: &CommandDef) -> Result<()> {
+    if !def.commands.contains(c.options_of) {
+        return Err(Error::Config(format!(
+            "option {} does not apply to {} (pgjet {} --help lists the options it takes)",
+            def.name,
+            c.name,
+            table::command_def(c.options_of).name
+        )));
+    }
+    if def.secret {
+        return Err(Error::Config(format!(
+            "option {} is a secret and is not taken on the command line (it would show in the process list and in restore_command): set {} or put {} in the config file",
+            def.name,
+            def.env_var(),
+            def.name
+        )));
+    }
+    if !def.places.cli {
+        return Err(Error::Config(format!(
+            "{} is read from the environment only: set {}",
+            def.name,
+            def.env_var()
+        )));
+    }
+    Ok(())
+}
+
+/// Every value of `id` as given, as text.
+fn raw_strings(m: &ArgMatches, id: &str) -> Result<Vec<String>> {
+    let Some(raw) = m.get_raw(id) else {
+        return Ok(Vec::new());
+    };
+    raw.map(|v| {
+        v.to_str()
+            .map(str::to_string)
+            .ok_or_else(|| Error::Config(format!("--{id}: the value is not valid UTF-8")))
+    })
+    .collect()
+}

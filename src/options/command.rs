@@ -1,0 +1,279 @@
+//! The options of one command, plain: what the library's commands take (never clap types).
+//! The values come from the command line through the table ([`super::table`]); the enums
+//! parse from the words the command line uses ([`std::str::FromStr`]).
+use std::path::PathBuf;
+use std::str::FromStr;
+
+/// Joins literals with ", " at compile time (for the messages of [`words!`]).
+macro_rules! join {
+    ($first:literal $(, $rest:literal)*) => { concat!($first $(, ", ", $rest)*) };
+}
+
+/// Implements `FromStr` and `as_str` for a plain enum from its (word, variant) pairs.
+macro_rules! words {
+    ($t:ty, $what:literal, [$(($w:literal, $v:path)),* $(,)?]) => {
+        impl $t {
+            /// The word the command line uses for this value.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($v => $w,)*
+                }
+            }
+        }
+        impl FromStr for $t {
+            type Err = String;
+            fn from_str(s: &str) -> Result<Self, String> {
+                match s.trim() {
+                    $($w => Ok($v),)*
+                    o => Err(format!(
+                        concat!("'{}' is not a ", $what, " (", join!($($w),*), ")"),
+                        o
+                    )),
+                }
+            }
+        }
+    };
+}
+
+/// Backup types. Only `full` exists so far.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum BackupType {
+    #[default]
+    Full,
+}
+words!(BackupType, "backup type", [("full", BackupType::Full)]);
+
+/// How the files of a primary are read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Transport {
+    /// The local filesystem when the server provably runs on this host, else libpq.
+    #[default]
+    Auto,
+    /// The local filesystem (the server must run on this host).
+    Local,
+    /// Ordinary connections to the server, reading with pg_read_binary_file: nothing to
+    /// install on the primary.
+    Libpq,
+}
+words!(
+    Transport,
+    "transport",
+    [
+        ("auto", Transport::Auto),
+        ("local", Transport::Local),
+        ("libpq", Transport::Libpq)
+    ]
+);
+
+/// What a restored cluster does when it starts (pgBackRest's `--type` values).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RestoreType {
+    /// Recover from the archive to its end, then promote (default).
+    Default,
+    /// Recover to the first consistent point.
+    Immediate,
+    /// Recover to a time (--target '2026-11-22 14:15:02+00').
+    Time,
+    /// Recover to an LSN (--target 0/3000060).
+    Lsn,
+    /// Recover to a transaction ID (--target 1234).
+    Xid,
+    /// Recover to a restore point (--target NAME, made with pg_create_restore_point()).
+    Name,
+    /// Start as a standby (standby.signal), reading the archive.
+    Standby,
+    /// Keep the recovery settings the backup had; write none.
+    Preserve,
+    /// No recovery settings: crash recovery from backup_label with the WAL the backup holds.
+    None,
+}
+words!(
+    RestoreType,
+    "restore type",
+    [
+        ("default", RestoreType::Default),
+        ("immediate", RestoreType::Immediate),
+        ("time", RestoreType::Time),
+        ("lsn", RestoreType::Lsn),
+        ("xid", RestoreType::Xid),
+        ("name", RestoreType::Name),
+        ("standby", RestoreType::Standby),
+        ("preserve", RestoreType::Preserve),
+        ("none", RestoreType::None),
+    ]
+);
+
+/// What the restored cluster does once it reaches the recovery target
+/// (recovery_target_action).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TargetAction {
+    /// Pause recovery, so the state can be inspected before promoting (PostgreSQL's default).
+    #[default]
+    Pause,
+    /// End recovery and open for writes on a new timeline.
+    Promote,
+    /// Shut the server down.
+    Shutdown,
+}
+words!(
+    TargetAction,
+    "target action",
+    [
+        ("pause", TargetAction::Pause),
+        ("promote", TargetAction::Promote),
+        ("shutdown", TargetAction::Shutdown)
+    ]
+);
+
+/// What restore does with the restored cluster's archive_mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ArchiveMode {
+    /// Keep the backed-up setting.
+    #[default]
+    Preserve,
+    /// Write archive_mode = off.
+    Off,
+}
+words!(
+    ArchiveMode,
+    "archive mode",
+    [
+        ("preserve", ArchiveMode::Preserve),
+        ("off", ArchiveMode::Off)
+    ]
+);
+
+/// `backup`'s options.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct BackupOptions {
+    /// `--type`.
+    pub backup_type: BackupType,
+    /// `--start-fast`: an immediate checkpoint instead of a spread one.
+    pub start_fast: bool,
+    /// `--no-expire`: no `expire` after the backup.
+    pub no_expire: bool,
+}
+
+/// `restore`'s options.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RestoreOptions {
+    /// `--set`: a backup label, or `latest`.
+    pub set: String,
+    /// `--type`.
+    pub restore_type: RestoreType,
+    /// `--target`: a time with its zone, an LSN, a transaction ID or a restore point name.
+    pub target: Option<String>,
+    /// `--target-exclusive` (recovery_target_inclusive = false).
+    pub target_exclusive: bool,
+    /// `--target-action`.
+    pub target_action: TargetAction,
+    /// `--target-timeline`: current, latest or a number, as given.
+    pub target_timeline: Option<String>,
+    /// `--recovery-option KEY=VALUE`, in the order given.
+    pub recovery_option: Vec<String>,
+    /// `--tablespace-map ID=DIR`, in the order given.
+    pub tablespace_map: Vec<String>,
+    /// `--archive-mode`.
+    pub archive_mode: ArchiveMode,
+    /// `--delta`: restore into an existing copy of the same cluster.
+    pub delta: bool,
+}
+
+impl Default for RestoreOptions {
+    fn default() -> Self {
+        RestoreOptions {
+            set: "latest".into(),
+            restore_type: RestoreType::Default,
+            target: None,
+            target_exclusive: false,
+            target_action: TargetAction::Pause,
+            target_timeline: None,
+            recovery_option: Vec::new(),
+            tablespace_map: Vec::new(),
+            archive_mode: ArchiveMode::Preserve,
+            delta: false,
+        }
+    }
+}
+
+/// `verify`'s options.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct VerifyOptions {
+    /// `--set`: the backup label to verify; None: every backup.
+    pub set: Option<String>,
+}
+
+/// `replica-create`'s options.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ReplicaOptions {
+    /// `--tablespace-map ID=DIR`, in the order given.
+    pub tablespace_map: Vec<String>,
+    /// `--slot`: a permanent physical replication slot to create and use.
+    pub slot: Option<String>,
+    /// `--start-fast`: an immediate checkpoint.
+    pub start_fast: bool,
+    /// `--start`: start the new standby and wait until it streams.
+    pub start: bool,
+    /// `--delta`: re-sync an existing copy of the same cluster.
+    pub delta: bool,
+    /// `--pg-bin`: the PostgreSQL binaries `--start` uses.
+    pub pg_bin: Option<PathBuf>,
+}
+
+/// `expire`'s options.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ExpireOptions {
+    /// `--dry-run`: say what would be removed, remove nothing.
+    pub dry_run: bool,
+}
+
+/// A command with its options and arguments, as parsed and resolved.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Command {
+    StanzaCreate,
+    Backup(BackupOptions),
+    Restore(RestoreOptions),
+    Verify(VerifyOptions),
+    Info,
+    Check,
+    ReplicaCreate(ReplicaOptions),
+    Expire(ExpireOptions),
+    /// `archive-push WAL_PATH`.
+    ArchivePush {
+        wal_path: PathBuf,
+    },
+    /// `archive-get WAL_FILE DEST`.
+    ArchiveGet {
+        wal_file: String,
+        dest: PathBuf,
+    },
+    /// The background pusher (hidden): `archive-push-async WAL_DIR`, started by an
+    /// asynchronous `archive-push` for the `pg_wal` directory `wal_dir`.
+    ArchivePushAsync {
+        wal_dir: PathBuf,
+    },
+    /// The background prefetcher (hidden): `archive-get-async FIRST_REQUEST`, started by an
+    /// asynchronous `archive-get`; `first_request` is that foreground's request
+    /// (`<segment> <pid>`), which it fetches itself.
+    ArchiveGetAsync {
+        first_request: String,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn words_round_trip_and_name_the_choices() {
+        for t in [RestoreType::Default, RestoreType::Lsn, RestoreType::None] {
+            assert_eq!(t.as_str().parse::<RestoreType>().unwrap(), t);
+        }
+        let e = "bogus".parse::<TargetAction>().unwrap_err();
+        assert_eq!(
+            e,
+            "'bogus' is not a target action (pause, promote, shutdown)"
+        );
+        assert_eq!("libpq".parse::<Transport>().unwrap(), Transport::Libpq);
+    }
+}

@@ -1,0 +1,258 @@
+//! pgjet's options: one table ([`table::OPTIONS`]) from which the command line, the
+//! environment and config-file lookup, and the flags restore_command carries all come.
+//!
+//! Each option is read from, in order: its flag, its environment variable (`PGJET_<NAME>`),
+//! the config file (`[<stanza>:<command>]`, `[<stanza>]`, `[global:<command>]`, then
+//! `[global]`), else its default. The config file is INI (the shape pgBackRest users know):
+//!
+//! ```ini
+//! [global]
+//! repo-path=/var/lib/pgjet
+//! compress-type=zstd
+//!
+//! [main]
+//! pg-path=/var/lib/postgresql/15/main
+//! pg-port=5432
+//! ```
+//!
+//! Keys are the long flag names without `--`; pgBackRest spellings `pg1-path`, `pg1-port`,
+//! `pg1-socket-path`, `pg1-user`, `pg1-host` and `process-max` are aliases. Repositories are
+//! `repo-*` / `repoN-*` (see [`repo`]).
+//!
+//! What is not read is said, never silently dropped ([`resolve`]):
+//! - a flag that does not apply to the command is refused ("option retention-archive does
+//!   not apply to archive-get"); in the environment or the file such an option is ignored
+//!   (one config file serves every command);
+//! - an unknown key in the file, or an unknown `PGJET_*` variable, is a warning naming it
+//!   and where it was;
+//! - a pgBackRest option pgjet does not implement is an error naming it, and any cipher
+//!   option is an error: pgjet has no encryption yet, the repository would be stored
+//!   unencrypted.
+pub mod cli;
+pub mod command;
+pub mod pgbackrest;
+pub mod repo;
+pub mod resolve;
+pub mod table;
+
+pub use command::{
+    ArchiveMode, BackupOptions, BackupType, Command, ExpireOptions, ReplicaOptions, RestoreOptions,
+    RestoreType, TargetAction, Transport, VerifyOptions,
+};
+pub use repo::{RepoConfig, StorageTls, UriStyle, MAX_REPOS};
+pub use resolve::{Given, Invocation};
+
+use crate::codec::Compression;
+use crate::error::{Error, Result};
+use std::path::{Path, PathBuf};
+
+/// Default config file, read only if it exists.
+pub const DEFAULT_CONFIG: &str = "/etc/pgjet/pgjet.conf";
+/// Default PostgreSQL port.
+pub const DEFAULT_PG_PORT: u16 = 5432;
+/// Default Unix socket directory (Debian's PostgreSQL default).
+pub const DEFAULT_SOCKET_DIR: &str = "/var/run/postgresql";
+/// Default `archive-timeout`, seconds.
+pub const DEFAULT_ARCHIVE_TIMEOUT: f64 = 60.0;
+/// Default spool directory of asynchronous archiving.
+pub const DEFAULT_SPOOL_PATH: &str = "/var/spool/pgjet";
+/// Default `archive-get-queue-max`, bytes (pgBackRest's default too).
+pub const DEFAULT_ARCHIVE_GET_QUEUE_MAX: u64 = 128 << 20;
+
+/// Output format of commands that print data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Output {
+    Text,
+    Json,
+}
+
+/// Validated settings of one invocation: what every command may read, plain.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The config file that was read (None when there was none).
+    pub config_file: Option<PathBuf>,
+    /// The options given as flags or `PGJET_*` variables, secrets left out, in table
+    /// order: restore_command carries the repository ones ([`Settings::carried_flags`]),
+    /// a background process gets the flags ([`Settings::command_line_flags`]).
+    pub given: Vec<Given>,
+    pub stanza: Option<String>,
+    /// The configured repositories, by number (1..=[`MAX_REPOS`]), in order.
+    pub repos: Vec<(u8, RepoConfig)>,
+    /// `--repo N`: the repository a command uses (default: the first configured).
+    pub repo: Option<u8>,
+    pub pg_path: Option<PathBuf>,
+    pub pg_port: u16,
+    pub pg_socket_path: PathBuf,
+    pub pg_user: String,
+    /// Worker threads, at least 1.
+    pub jobs: usize,
+    /// The primary's connection string (--source / --pg-host); a bare host name is turned
+    /// into `host=NAME`.
+    pub source: Option<String>,
+    /// How the primary's files are read.
+    pub transport: Transport,
+    /// Whether `jobs` was given (flag, environment or file) rather than defaulted to the
+    /// number of cores; a libpq source picks its own default then.
+    pub jobs_given: bool,
+    pub compression: Compression,
+    pub log_level: String,
+    pub output: Output,
+    /// WAL archiving settings.
+    pub archive: ArchiveSettings,
+    /// Retention (expire).
+    pub retention: Retention,
+}
+
+/// How retention-full counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RetentionFullType {
+    /// Keep the newest N full backups.
+    Count,
+    /// Keep full backups from the last N days, and the newest one before them (so the
+    /// whole window can be recovered to).
+    Time,
+}
+
+/// The retention policy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Retention {
+    /// retention-full: None keeps every backup.
+    pub full: Option<u32>,
+    pub full_type: RetentionFullType,
+    /// retention-archive: None keeps the archive of every kept backup.
+    pub archive: Option<u32>,
+}
+
+/// The settings of WAL archiving (archive-push, archive-get, and backup's archive check).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ArchiveSettings {
+    /// How long to wait for a segment to be archived, in seconds.
+    pub timeout: f64,
+    /// archive-async=y.
+    pub asynchronous: bool,
+    pub spool_path: PathBuf,
+    /// archive-push-queue-max in bytes; None: no limit.
+    pub push_queue_max: Option<u64>,
+    /// archive-get-queue-max in bytes.
+    pub get_queue_max: u64,
+    /// archive-check (backup waits for its WAL in the archive).
+    pub check: bool,
+}
+
+/// Parses a size: digits with an optional suffix B, KB, MB, GB, TB (powers of 1024, as
+/// pgBackRest reads them; KiB, MiB, GiB, TiB too), case-insensitive.
+///
+/// Errors: [`Error::Config`] naming `key`.
+pub fn parse_size(key: &str, v: &str) -> Result<u64> {
+    let t = v.trim().to_ascii_lowercase();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let mult: u64 = match unit.trim() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        "t" | "tb" | "tib" => 1 << 40,
+        _ => u64::MAX,
+    };
+    num.parse::<u64>()
+        .ok()
+        .filter(|_| mult != u64::MAX)
+        .and_then(|n| n.checked_mul(mult))
+        .ok_or_else(|| {
+            Error::Config(format!(
+                "{key}: '{v}' is not a size (a number with an optional KB, MB, GB or TB)"
+            ))
+        })
+}
+
+/// Parses y/n (also true/false, on/off, 1/0). Errors: [`Error::Config`] naming `key`.
+pub fn parse_bool(key: &str, v: &str) -> Result<bool> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "y" | "yes" | "true" | "on" | "1" => Ok(true),
+        "n" | "no" | "false" | "off" | "0" => Ok(false),
+        _ => Err(Error::Config(format!("{key}: '{v}' is not y or n"))),
+    }
+}
+
+impl Settings {
+    /// Resolves settings as if `flags` (option name, value) were given on the command line,
+    /// with no environment, and the config file `config` names among them (else the default
+    /// one when it exists); every option applies. For tests and tools that call the library
+    /// directly.
+    ///
+    /// Errors: as [`resolve::resolve_settings`].
+    pub fn from_flags(flags: &[(&str, String)]) -> Result<Settings> {
+        let cli = flags
+            .iter()
+            .map(|(k, v)| (k.to_string(), vec![v.clone()]))
+            .collect();
+        let mut warnings = Vec::new();
+        resolve::resolve_settings(None, &cli, &resolve::NoEnv, &mut warnings)
+    }
+
+    /// The stanza, required by most commands.
+    pub fn stanza(&self) -> Result<&str> {
+        self.stanza
+            .as_deref()
+            .ok_or_else(|| Error::Config("--stanza is required".into()))
+    }
+
+    /// The repository a command uses: `--repo N`, else the first configured one.
+    ///
+    /// Errors: no repository configured, or `--repo N` names one that is not.
+    pub fn repo(&self) -> Result<(u8, &RepoConfig)> {
+        match self.repo {
+            Some(n) => self
+                .repos
+                .iter()
+                .find(|(k, _)| *k == n)
+                .map(|(k, c)| (*k, c))
+                .ok_or_else(|| {
+                    Error::Config(format!(
+                        "--repo {n}: repository {n} is not configured (set repo{n}-type and repo{n}-path or its store's options)"
+                    ))
+                }),
+            None => self.repos.first().map(|(k, c)| (*k, c)).ok_or_else(|| {
+                Error::Config(
+                    "no repository configured: --repo-path is required (or repo-type=s3|gcs|azure|sftp with its options)"
+                        .into(),
+                )
+            }),
+        }
+    }
+
+    /// The data directory (`--pg-path`).
+    pub fn pg_path(&self) -> Result<&Path> {
+        self.pg_path
+            .as_deref()
+            .ok_or_else(|| Error::Config("--pg-path is required".into()))
+    }
+
+    /// The repository options restore_command carries, as `--name=value` words: repository
+    /// 1's options that have a flag and are not secret ([`table::OptionDef::carried`]),
+    /// given as flags or `PGJET_*` variables, in table order. Secrets never; what came from
+    /// the config file is carried by `--config`.
+    pub fn carried_flags(&self) -> Vec<String> {
+        self.given
+            .iter()
+            .filter(|g| g.repo == Some(1))
+            .filter(|g| table::find(g.name, None).is_some_and(|d| d.carried()))
+            .map(Given::flag)
+            .collect()
+    }
+
+    /// The options given on the command line, as `--name=value` words (`--name` for a
+    /// switch), in table order: what a background process started for this invocation
+    /// gets, so that it resolves the same settings.
+    pub fn command_line_flags(&self) -> Vec<String> {
+        self.given
+            .iter()
+            .filter(|g| !g.from_env)
+            .map(Given::flag)
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,902 @@
+//! Layering, driven by the table: each option from its flag, then its `PGJET_*` variable,
+//! then the config file (`[<stanza>:<command>]`, `[<stanza>]`, `[global:<command>]`,
+//! `[global]`), then its default; and the checks of what is given where:
+//!
+//! - a flag of an option that does not apply to the command: [`Error::Config`] "option X
+//!   does not apply to COMMAND"; a secret or environment-only option given as a flag: an
+//!   error saying where it is read instead;
+//! - in the file or the environment, an option that does not apply to the command is
+//!   ignored without a word (one config file serves every command); one that applies but
+//!   is not read from there (a command-line-only option such as `start-fast`) is a warning;
+//! - an unknown key (any section) or `PGJET_*` variable: a warning naming it and where;
+//! - a pgBackRest option pgjet does not implement, in a section that applies to this
+//!   stanza (`[global]`, `[global:*]`, `[<stanza>]`, `[<stanza>:*]`) or the environment:
+//!   an error; any cipher option there: an error (pgjet has no encryption yet).
+use super::command::*;
+use super::table::{self, Cmd, Key, OptionDef, OPTIONS};
+use super::*;
+use crate::codec::CompressType;
+use std::collections::HashMap;
+
+/// Values given on the command line, by option name (repository options by their
+/// unnumbered name, i.e. repository 1), every occurrence in order.
+pub type CliValues = HashMap<String, Vec<String>>;
+
+/// One option given as a flag or a `PGJET_*` variable (never a secret).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Given {
+    /// The option's name (a repository option's unnumbered name).
+    pub name: &'static str,
+    /// A repository option's repository.
+    pub repo: Option<u8>,
+    pub value: String,
+    /// True when it came from the environment, false from the command line.
+    pub from_env: bool,
+}
+
+impl Given {
+    /// `--name=value` (repository N > 1: `--repoN-name=value`).
+    pub fn flag(&self) -> String {
+        match self.repo {
+            Some(n) if n > 1 => format!("--{}={}", self.indexed_key(n), self.value),
+            _ => format!("--{}={}", self.name, self.value),
+        }
+    }
+
+    fn indexed_key(&self, n: u8) -> String {
+        format!(
+            "repo{n}-{}",
+            self.name.strip_prefix("repo-").unwrap_or(self.name)
+        )
+    }
+}
+
+/// The environment options come from: the process's, or none (tests, library callers).
+pub trait Env {
+    /// The value of `var`. Errors: a value that is not UTF-8.
+    fn var(&self, var: &str) -> Result<Option<String>>;
+    /// The names of the `PGJET_*` variables set.
+    fn pgjet_names(&self) -> Vec<String>;
+}
+
+/// The process's environment.
+pub struct ProcessEnv;
+
+impl Env for ProcessEnv {
+    fn var(&self, var: &str) -> Result<Option<String>> {
+        match std::env::var(var) {
+            Ok(v) => Ok(Some(v)),
+            Err(std::env::VarError::NotPresent) => Ok(None),
+            Err(std::env::VarError::NotUnicode(_)) => Err(Error::Config(format!(
+                "environment: {var} is not valid UTF-8"
+            ))),
+        }
+    }
+    fn pgjet_names(&self) -> Vec<String> {
+        std::env::vars_os()
+            .filter_map(|(k, _)| k.into_string().ok())
+            .filter(|k| k.starts_with("PGJET_"))
+            .collect()
+    }
+}
+
+/// No environment at all.
+pub struct NoEnv;
+
+impl Env for NoEnv {
+    fn var(&self, _: &str) -> Result<Option<String>> {
+        Ok(None)
+    }
+    fn pgjet_names(&self) -> Vec<String> {
+        Vec::new()
+    }
+}
+
+impl Env for HashMap<String, String> {
+    fn var(&self, var: &str) -> Result<Option<String>> {
+        Ok(self.get(var).cloned())
+    }
+    fn pgjet_names(&self) -> Vec<String> {
+        self.keys()
+            .filter(|k| k.starts_with("PGJET_"))
+            .cloned()
+            .collect()
+    }
+}
+
+/// One invocation, parsed and resolved: the command with its options, the settings, and
+/// the warnings to log once logging is set up.
+#[derive(Debug)]
+pub struct Invocation {
+    pub command: Command,
+    pub settings: Settings,
+    pub warnings: Vec<String>,
+}
+
+/// Where a value was found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Origin {
+    CommandLine,
+    Environment(String),
+    /// The config file's section.
+    File(String),
+}
+
+/// A value and where it was found.
+#[derive(Debug, Clone)]
+struct Found {
+    value: String,
+    origin: Origin,
+    /// The key or flag it was found under.
+    key: String,
+}
+
+/// The config file that was read.
+struct ConfigFile {
+    path: PathBuf,
+    ini: ini::Ini,
+}
+
+/// Everything a value can come from, for one command and stanza.
+struct Sources<'a> {
+    /// The command whose options apply (None: every option applies).
+    cmd: Option<Cmd>,
+    cli: &'a CliValues,
+    env: &'a dyn Env,
+    file: Option<ConfigFile>,
+    stanza: Option<String>,
+}
+
+impl Sources<'_> {
+    /// The sections read, in order: `[<stanza>:<command>]`, `[<stanza>]`,
+    /// `[global:<command>]`, `[global]`.
+    fn sections(&self) -> Vec<String> {
+        let cmd = self.cmd.map(|c| table::command_def(c).name);
+        let mut out = Vec::new();
+        for s in self.stanza.iter().map(String::as_str).chain(["global"]) {
+            if let Some(c) = cmd {
+                out.push(format!("{s}:{c}"));
+            }
+            out.push(s.to_string());
+        }
+        out
+    }
+
+    /// The value of `def` (for a repository option, of repository `repo`, default 1), from
+    /// the first place that has it.
+    fn lookup(&self, def: &'static OptionDef, repo: Option<u8>) -> Result<Option<Found>> {
+        let n = repo.unwrap_or(1);
+        let first_repo = !def.repo || n == 1;
+        if def.places.cli && first_repo {
+            if let Some(v) = self.cli.get(def.name).and_then(|v| v.last()) {
+                return Ok(Some(Found {
+                    value: v.clone(),
+                    origin: Origin::CommandLine,
+                    key: def.name.to_string(),
+                }));
+            }
+        }
+        let (keys, vars): (Vec<String>, Vec<String>) = if def.repo {
+            let (key, var) = def.indexed(n);
+            if n == 1 {
+                (vec![key, def.name.to_string()], vec![var, def.env_var()])
+            } else {
+                (vec![key], vec![var])
+            }
+        } else {
+            (
+                def.spellings().map(str::to_string).collect(),
+                vec![def.env_var()],
+            )
+        };
+        if def.places.env {
+            for var in &vars {
+                if let Some(v) = self.env.var(var)? {
+                    return Ok(Some(Found {
+                        value: v,
+                        origin: Origin::Environment(var.clone()),
+                        key: def.name.to_string(),
+                    }));
+                }
+            }
+        }
+        if def.places.file {
+            if let Some(f) = &self.file {
+                // The stanza itself is read from the global sections only.
+                let sections = if def.name == "stanza" {
+                    self.sections()
+                        .into_iter()
+                        .filter(|s| s == "global" || s.starts_with("global:"))
+                        .collect()
+                } else {
+                    self.sections()
+                };
+                for section in sections {
+                    let Some(props) = f.ini.section(Some(section.as_str())) else {
+                        continue;
+                    };
+                    for key in &keys {
+                        if let Some(v) = props.get(key) {
+                            return Ok(Some(Found {
+                                value: v.to_string(),
+                                origin: Origin::File(section.clone()),
+                                key: key.clone(),
+                            }));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// The value of general option `name` (not a repository option).
+    fn get(&self, name: &str) -> Result<Option<Found>> {
+        match table::find(name, self.cmd) {
+            Some(def) => self.lookup(def, None),
+            None => Ok(None),
+        }
+    }
+
+    /// The value of `name`, or its default from the table.
+    fn get_or_default(&self, name: &str) -> Result<Option<String>> {
+        Ok(match self.get(name)? {
+            Some(f) => Some(f.value),
+            None => table::find(name, self.cmd)
+                .and_then(|d| d.default)
+                .map(str::to_string),
+        })
+    }
+
+    /// The value of `name` parsed as a `T`. Errors: one that does not parse, naming the
+    /// value and where it was.
+    fn parsed<T: std::str::FromStr>(&self, name: &str) -> Result<Option<T>> {
+        let Some(f) = self.get(name)? else {
+            return Ok(None);
+        };
+        f.value.trim().parse().map(Some).map_err(|_| {
+            Error::Config(format!(
+                "{}: '{}={}' is not valid",
+                self.place(&f),
+                f.key,
+                f.value
+            ))
+        })
+    }
+
+    /// Where `f` was, for messages.
+    fn place(&self, f: &Found) -> String {
+        match &f.origin {
+            Origin::CommandLine => "command line".into(),
+            Origin::Environment(var) => format!("environment ({var})"),
+            Origin::File(section) => format!(
+                "config file {}, section [{section}]",
+                self.file
+                    .as_ref()
+                    .map(|c| c.path.display().to_string())
+                    .unwrap_or_default()
+            ),
+        }
+    }
+}
+
+/// Parses the command line `args` (the first is the program) and resolves the settings
+/// with the process's environment and the config file.
+///
+/// Errors: [`ParseError::Clap`] for what clap reports (help and version included: the
+/// caller prints it and exits); [`ParseError::Config`] for the rest (an option that does
+/// not apply, a bad value, an unreadable config file, an unsupported option), with the
+/// warnings found before it.
+pub fn parse<I, T>(args: I) -> std::result::Result<Invocation, ParseError>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    parse_with_env(args, &ProcessEnv)
+}
+
+/// [`parse`] with the environment `env`.
+pub fn parse_with_env<I, T>(args: I, env: &dyn Env) -> std::result::Result<Invocation, ParseError>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let m = cli::command()
+        .try_get_matches_from(args)
+        .map_err(ParseError::Clap)?;
+    let named = m.subcommand_name().and_then(table::command).map(|c| c.cmd);
+    let mut warnings = Vec::new();
+    let fail = |error: Error, warnings: &Vec<String>| ParseError::Config {
+        error,
+        warnings: warnings.clone(),
+        cmd: named,
+    };
+    let parsed = cli::from_matches(&m).map_err(|e| fail(e, &warnings))?;
+    let cmd = table::command_def(parsed.cmd).options_of;
+    let settings = resolve_settings(Some(cmd), &parsed.values, env, &mut warnings)
+        .map_err(|e| fail(e, &warnings))?;
+    let command =
+        build_command(parsed.cmd, &parsed.values, &parsed.args).map_err(|e| fail(e, &warnings))?;
+    Ok(Invocation {
+        command,
+        settings,
+        warnings,
+    })
+}
+
+/// Why the command line could not be turned into an [`Invocation`].
+#[derive(Debug)]
+pub enum ParseError {
+    /// clap's own report (usage errors, `--help`, `--version`).
+    Clap(clap::Error),
+    /// A configuration error, the warnings found before it, and the command named on the
+    /// command line.
+    Config {
+        error: Error,
+        warnings: Vec<String>,
+        cmd: Option<Cmd>,
+    },
+}
+
+/// Reads the config file: `--config` / `PGJET_CONFIG` (an error when it cannot be read),
+/// else [`DEFAULT_CONFIG`] when it exists.
+fn read_config_file(cli: &CliValues, env: &dyn Env) -> Result<Option<ConfigFile>> {
+    let given = match cli.get("config").and_then(|v| v.last()) {
+        Some(p) => Some(p.clone()),
+        None => env.var(&table::env_name("config"))?,
+    };
+    let (path, explicit) = match given {
+        Some(p) => (PathBuf::from(p), true),
+        None => (PathBuf::from(DEFAULT_CONFIG), false),
+    };
+    if !explicit && !path.exists() {
+        return Ok(None);
+    }
+    let ini = ini::Ini::load_from_file(&path)
+        .map_err(|e| Error::Config(format!("cannot read config file {}: {e}", path.display())))?;
+    Ok(Some(ConfigFile { path, ini }))
+}
+
+/// Resolves the settings of command `cmd` (None: every option applies) from the command
+/// line values `cli`, the environment `env` and the config file; appends warnings to
+/// `warnings`.
+///
+/// Errors: an explicit `--config` that cannot be read, a malformed file, a value out of
+/// range (`--jobs 0`, unknown compress type, bad level, log level or output), a cipher or
+/// unsupported pgBackRest option.
+pub fn resolve_settings(
+    cmd: Option<Cmd>,
+    cli: &CliValues,
+    env: &dyn Env,
+    warnings: &mut Vec<String>,
+) -> Result<Settings> {
+    let file = read_config_file(cli, env)?;
+    let mut src = Sources {
+        cmd,
+        cli,
+        env,
+        file,
+        stanza: None,
+    };
+    src.stanza = src.get("stanza")?.map(|f| f.value);
+    let mut refused = Refused::default();
+    check_environment(&src, warnings, &mut refused)?;
+    check_file(&src, warnings, &mut refused);
+    refused.into_result()?;
+    let compression = compression(&src)?;
+    Ok(Settings {
+        config_file: src.file.as_ref().map(|f| f.path.clone()),
+        given: given(&src)?,
+        stanza: src.stanza.clone(),
+        repos: repos(&src)?,
+        repo: repo_number(&src)?,
+        pg_path: src.get("pg-path")?.map(|f| PathBuf::from(f.value)),
+        pg_port: src.parsed("pg-port")?.unwrap_or(DEFAULT_PG_PORT),
+        pg_socket_path: PathBuf::from(src.get_or_default("pg-socket-path")?.unwrap_or_default()),
+        pg_user: src.get_or_default("pg-user")?.unwrap_or_default(),
+        jobs_given: src.get("jobs")?.is_some(),
+        jobs: jobs(&src)?,
+        source: source(&src)?,
+        transport: transport(&src)?,
+        compression,
+        log_level: log_level(&src)?,
+        output: output(&src)?,
+        archive: archive(&src)?,
+        retention: retention(&src)?,
+    })
+}
+
+/// The options given as flags or environment variables, secrets left out, in table order.
+fn given(src: &Sources) -> Result<Vec<Given>> {
+    let mut out = Vec::new();
+    for def in OPTIONS
+        .iter()
+        .filter(|d| !d.secret && !d.command_specific())
+    {
+        if def.places == table::ENV_ONLY {
+            continue;
+        }
+        let repos: Vec<Option<u8>> = if def.repo {
+            (1..=MAX_REPOS).map(Some).collect()
+        } else {
+            vec![None]
+        };
+        for repo in repos {
+            if let Some(f) = src.lookup(def, repo)? {
+                let from_env = match f.origin {
+                    Origin::CommandLine => false,
+                    Origin::Environment(_) => true,
+                    Origin::File(_) => continue,
+                };
+                out.push(Given {
+                    name: def.name,
+                    repo: if def.repo { repo } else { None },
+                    value: f.value,
+                    from_env,
+                });
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The repositories configured, 1..=[`MAX_REPOS`].
+fn repos(src: &Sources) -> Result<Vec<(u8, RepoConfig)>> {
+    let mut out = Vec::new();
+    for n in 1..=MAX_REPOS {
+        // `get` answers `repoN-<x>` and `repo-<x>` alike: both are repository n's option.
+        let failed = std::cell::RefCell::new(None);
+        let get = |key: &str| -> Option<String> {
+            let Key::Option {
+                def, repo: Some(k), ..
+            } = table::classify(key)
+            else {
+                return None;
+            };
+            match src.lookup(def, Some(k)) {
+                Ok(f) => f.map(|f| f.value),
+                Err(e) => {
+                    failed.borrow_mut().get_or_insert(e);
+                    None
+                }
+            }
+        };
+        let cfg = RepoConfig::resolve(n, &get);
+        if let Some(e) = failed.into_inner() {
+            return Err(e);
+        }
+        if let Some(c) = cfg? {
+            out.push((n, c));
+        }
+    }
+    Ok(out)
+}
+
+/// `--repo N`, checked against [`MAX_REPOS`].
+fn repo_number(src: &Sources) -> Result<Option<u8>> {
+    let repo: Option<u8> = src.parsed("repo")?;
+    if let Some(n) = repo {
+        if n == 0 || n > MAX_REPOS {
+            return Err(Error::Config(format!(
+                "--repo must be between 1 and {MAX_REPOS}, not {n}"
+            )));
+        }
+    }
+    Ok(repo)
+}
+
+/// `--source`: a bare host name becomes `host=NAME`; empty is unset.
+fn source(src: &Sources) -> Result<Option<String>> {
+    Ok(src
+        .get("source")?
+        .map(|f| f.value)
+        .filter(|v| !v.trim().is_empty())
+        .map(|v| {
+            if v.contains('=') || v.contains("://") {
+                v
+            } else {
+                format!("host={}", v.trim())
+            }
+        }))
+}
+
+fn transport(src: &Sources) -> Result<Transport> {
+    match src.get("transport")? {
+        None => Ok(Transport::Auto),
+        Some(f) => f.value.parse().map_err(|_| {
+            Error::Config(format!(
+                "transport '{}' is not one of auto, local, libpq",
+                f.value
+            ))
+        }),
+    }
+}
+
+/// `--jobs`, default the number of cores; 1 to 256.
+fn jobs(src: &Sources) -> Result<usize> {
+    let jobs = match src.parsed("jobs")? {
+        Some(j) => j,
+        None => std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(2),
+    };
+    if jobs == 0 || jobs > 256 {
+        return Err(Error::Config(format!(
+            "jobs must be between 1 and 256, not {jobs}"
+        )));
+    }
+    Ok(jobs)
+}
+
+fn compression(src: &Sources) -> Result<Compression> {
+    let kind: CompressType = src
+        .get_or_default("compress-type")?
+        .unwrap_or_default()
+        .parse()
+        .map_err(Error::Config)?;
+    let level = src.parsed("compress-level")?;
+    Compression::new(kind, level).map_err(Error::Config)
+}
+
+fn log_level(src: &Sources) -> Result<String> {
+    let level = src.get_or_default("log-level")?.unwrap_or_default();
+    if !["error", "warn", "info", "debug", "trace"].contains(&level.as_str()) {
+        return Err(Error::Config(format!(
+            "log-level must be error, warn, info or debug, not '{level}'"
+        )));
+    }
+    Ok(level)
+}
+
+fn output(src: &Sources) -> Result<Output> {
+    match src.get_or_default("output")?.as_deref() {
+        None | Some("text") => Ok(Output::Text),
+        Some("json") => Ok(Output::Json),
+        Some(o) => Err(Error::Config(format!(
+            "output must be text or json, not '{o}'"
+        ))),
+    }
+}
+
+fn archive(src: &Sources) -> Result<ArchiveSettings> {
+    let yes_no = |name: &str| -> Result<bool> {
+        parse_bool(name, &src.get_or_default(name)?.unwrap_or_default())
+    };
+    let archive = ArchiveSettings {
+        timeout: src
+            .parsed("archive-timeout")?
+            .unwrap_or(DEFAULT_ARCHIVE_TIMEOUT),
+        asynchronous: yes_no("archive-async")?,
+        spool_path: PathBuf::from(src.get_or_default("spool-path")?.unwrap_or_default()),
+        push_queue_max: match src.get("archive-push-queue-max")? {
+            Some(f) => Some(parse_size("archive-push-queue-max", &f.value)?),
+            None => None,
+        },
+        get_queue_max: match src.get("archive-get-queue-max")? {
+            Some(f) => parse_size("archive-get-queue-max", &f.value)?,
+            None => DEFAULT_ARCHIVE_GET_QUEUE_MAX,
+        },
+        check: yes_no("archive-check")?,
+    };
+    if !(archive.timeout > 0.0 && archive.timeout <= 86400.0) {
+        return Err(Error::Config(format!(
+            "archive-timeout must be between 0 and 86400 seconds, not {}",
+            archive.timeout
+        )));
+    }
+    Ok(archive)
+}
+
+fn retention(src: &Sources) -> Result<Retention> {
+    let count = |key: &str| -> Result<Option<u32>> {
+        let v = src.parsed(key)?;
+        if v == Some(0) {
+            return Err(Error::Config(format!("{key} must be at least 1")));
+        }
+        Ok(v)
+    };
+    Ok(Retention {
+        full: count("retention-full")?,
+        full_type: match src.get_or_default("retention-full-type")?.as_deref() {
+            None | Some("count") => RetentionFullType::Count,
+            Some("time") => RetentionFullType::Time,
+            Some(o) => {
+                return Err(Error::Config(format!(
+                    "retention-full-type must be count or time, not '{o}'"
+                )))
+            }
+        },
+        archive: count("retention-archive")?,
+    })
+}
+
+/// The options refused for what they ask (cipher options, pgBackRest options pgjet lacks),
+/// each with where it was; turned into one error naming them all.
+#[derive(Default)]
+struct Refused {
+    /// (key, place).
+    cipher: Vec<(String, String)>,
+    /// (key, place, hint).
+    unsupported: Vec<(String, String, Option<&'static str>)>,
+}
+
+impl Refused {
+    /// Ok when nothing was refused, else one [`Error::Config`]: the cipher options first
+    /// (grouped by where they were), then the unsupported ones.
+    fn into_result(self) -> Result<()> {
+        let mut parts = Vec::new();
+        if !self.cipher.is_empty() {
+            let mut places: Vec<(String, Vec<String>)> = Vec::new();
+            for (key, place) in &self.cipher {
+                match places.iter_mut().find(|(p, _)| p == place) {
+                    Some((_, keys)) => keys.push(key.clone()),
+                    None => places.push((place.clone(), vec![key.clone()])),
+                }
+            }
+            let named: Vec<String> = places
+                .iter()
+                .map(|(place, keys)| format!("{} ({place})", keys.join(", ")))
+                .collect();
+            parts.push(format!(
+                "{} {} an encrypted repository, but pgjet has no encryption yet: the repository would be stored unencrypted. Remove the cipher options to store it unencrypted knowingly",
+                named.join(", "),
+                if self.cipher.len() == 1 { "asks for" } else { "ask for" }
+            ));
+        }
+        match self.unsupported.as_slice() {
+            [] => {}
+            [(key, place, hint)] => parts.push(format!(
+                "{key} ({place}) is a pgBackRest option pgjet does not implement yet; remove it{}",
+                hint.map(|h| format!(" ({h})")).unwrap_or_default()
+            )),
+            many => parts.push(format!(
+                "pgBackRest options pgjet does not implement yet; remove them: {}",
+                many.iter()
+                    .map(|(key, place, hint)| format!(
+                        "{key} ({place}{})",
+                        hint.map(|h| format!("; {h}")).unwrap_or_default()
+                    ))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )),
+        }
+        if parts.is_empty() {
+            Ok(())
+        } else {
+            Err(Error::Config(parts.join("; ")))
+        }
+    }
+}
+
+/// True when a cipher option's value asks for nothing: `cipher-type=none`.
+fn cipher_none(key: &str, value: &str) -> bool {
+    key.ends_with("cipher-type") && value.trim().eq_ignore_ascii_case("none")
+}
+
+/// Checks the `PGJET_*` variables: unknown ones and aliases warn; cipher and unsupported
+/// pgBackRest options go to `refused`. Errors: a value that is not UTF-8.
+fn check_environment(
+    src: &Sources,
+    warnings: &mut Vec<String>,
+    refused: &mut Refused,
+) -> Result<()> {
+    let mut names = src.env.pgjet_names();
+    names.sort();
+    for var in names {
+        let Some((key, class)) = table::classify_env(&var) else {
+            continue;
+        };
+        match class {
+            Key::Option {
+                def, alias: true, ..
+            } => warnings.push(format!(
+                "environment: {var} is not read; the variable of {key} is {}",
+                def.env_var()
+            )),
+            Key::Option { def, .. } => {
+                let def = table::find(def.name, src.cmd).unwrap_or(def);
+                let applies = src.cmd.is_none_or(|c| def.commands.contains(c));
+                if !def.places.env && applies {
+                    warnings.push(format!(
+                        "environment: {var} is not read: option {} is given on the command line only; ignored",
+                        def.name
+                    ));
+                }
+            }
+            Key::Cipher => {
+                let value = src.env.var(&var)?.unwrap_or_default();
+                if !cipher_none(&key, &value) {
+                    refused.cipher.push((var.clone(), "environment".into()));
+                }
+            }
+            Key::PgBackRest(hint) => {
+                refused
+                    .unsupported
+                    .push((var.clone(), "environment".into(), hint))
+            }
+            Key::Unknown => warnings.push(format!("environment: unknown variable {var}, ignored")),
+        }
+    }
+    Ok(())
+}
+
+/// True when config section `section` applies to stanza `stanza`: `[global]`,
+/// `[global:*]`, and the stanza's own.
+fn section_applies(section: &str, stanza: Option<&str>) -> bool {
+    let base = section.split(':').next().unwrap_or(section);
+    base == "global" || Some(base) == stanza
+}
+
+/// Checks every key of the config file: unknown keys warn in any section; cipher and
+/// unsupported pgBackRest options in the sections that apply to this stanza go to `refused`.
+fn check_file(src: &Sources, warnings: &mut Vec<String>, refused: &mut Refused) {
+    let Some(f) = &src.file else {
+        return;
+    };
+    let path = f.path.display();
+    for (section, props) in f.ini.iter() {
+        let Some(section) = section else {
+            for (key, _) in props.iter() {
+                warnings.push(format!(
+                    "config file {path}: {key} is outside any section; pgjet reads [global] and [<stanza>] sections: ignored"
+                ));
+            }
+            continue;
+        };
+        let place = format!("config file {path}, section [{section}]");
+        if let Some((_, c)) = section.split_once(':') {
+            if table::command(c).is_none() && !PGBACKREST_COMMANDS.contains(&c) {
+                warnings.push(format!(
+                    "{place}: '{c}' is not a command; pgjet ignores this section"
+                ));
+            }
+        }
+        let applies_here = section_applies(section, src.stanza.as_deref());
+        for (key, value) in props.iter() {
+            match table::classify(key) {
+                Key::Option { def, .. } => {
+                    let def = table::find(def.name, src.cmd).unwrap_or(def);
+                    let applies = src.cmd.is_none_or(|c| def.commands.contains(c));
+                    if !def.places.file && applies && applies_here {
+                        warnings.push(format!(
+                            "{place}: option {key} is not read from the config file (only from {}); ignored",
+                            match (def.places.cli, def.places.env) {
+                                (true, true) => format!("the command line and {}", def.env_var()),
+                                (false, true) => def.env_var(),
+                                _ => "the command line".to_string(),
+                            }
+                        ));
+                    }
+                }
+                Key::Cipher => {
+                    if applies_here && !cipher_none(key, value) {
+                        refused.cipher.push((key.to_string(), place.clone()));
+                    }
+                }
+                Key::PgBackRest(hint) => {
+                    if applies_here {
+                        refused
+                            .unsupported
+                            .push((key.to_string(), place.clone(), hint));
+                    }
+                }
+                Key::Unknown => warnings.push(format!("{place}: unknown option {key}, ignored")),
+            }
+        }
+    }
+}
+
+/// pgBackRest's commands (its src/build/config/config.yaml, `command:`): a
+/// `[<stanza>:<command>]` section for one of them is pgBackRest's, not a typo.
+const PGBACKREST_COMMANDS: &[&str] = &[
+    "annotate",
+    "archive-get",
+    "archive-push",
+    "backup",
+    "check",
+    "expire",
+    "help",
+    "info",
+    "manifest",
+    "repo-create",
+    "repo-get",
+    "repo-ls",
+    "repo-put",
+    "repo-rm",
+    "restore",
+    "server",
+    "server-ping",
+    "stanza-create",
+    "stanza-delete",
+    "stanza-upgrade",
+    "start",
+    "stop",
+    "verify",
+    "version",
+];
+
+/// The command `cmd` with its options from the command line values `cli` (defaults from
+/// the table) and its positional arguments `args`.
+///
+/// Errors: a value that does not parse (clap has checked them already).
+pub fn build_command(cmd: Cmd, cli: &CliValues, args: &[String]) -> Result<Command> {
+    let o = CommandValues { cmd, cli };
+    let arg = |i: usize| args.get(i).cloned().unwrap_or_default();
+    Ok(match cmd {
+        Cmd::StanzaCreate => Command::StanzaCreate,
+        Cmd::Info => Command::Info,
+        Cmd::Check => Command::Check,
+        Cmd::Backup => Command::Backup(BackupOptions {
+            backup_type: o.parsed("type")?,
+            start_fast: o.switch("start-fast"),
+            no_expire: o.switch("no-expire"),
+        }),
+        Cmd::Restore => Command::Restore(RestoreOptions {
+            set: o.parsed("set")?,
+            restore_type: o.parsed("type")?,
+            target: o.text("target"),
+            target_exclusive: o.switch("target-exclusive"),
+            target_action: o.parsed("target-action")?,
+            target_timeline: o.text("target-timeline"),
+            recovery_option: o.list("recovery-option"),
+            tablespace_map: o.list("tablespace-map"),
+            archive_mode: o.parsed("archive-mode")?,
+            delta: o.switch("delta"),
+        }),
+        Cmd::Verify => Command::Verify(VerifyOptions { set: o.text("set") }),
+        Cmd::ReplicaCreate => Command::ReplicaCreate(ReplicaOptions {
+            tablespace_map: o.list("tablespace-map"),
+            slot: o.text("slot"),
+            start_fast: o.switch("start-fast"),
+            start: o.switch("start"),
+            delta: o.switch("delta"),
+            pg_bin: o.text("pg-bin").map(PathBuf::from),
+        }),
+        Cmd::Expire => Command::Expire(ExpireOptions {
+            dry_run: o.switch("dry-run"),
+        }),
+        Cmd::ArchivePush => Command::ArchivePush {
+            wal_path: PathBuf::from(arg(0)),
+        },
+        Cmd::ArchiveGet => Command::ArchiveGet {
+            wal_file: arg(0),
+            dest: PathBuf::from(arg(1)),
+        },
+        Cmd::ArchivePushAsync => Command::ArchivePushAsync {
+            wal_dir: PathBuf::from(arg(0)),
+        },
+        Cmd::ArchiveGetAsync => Command::ArchiveGetAsync {
+            first_request: arg(0),
+        },
+    })
+}
+
+/// A command's own options from the command line, defaults from the table.
+struct CommandValues<'a> {
+    cmd: Cmd,
+    cli: &'a CliValues,
+}
+
+impl CommandValues<'_> {
+    fn text(&self, name: &str) -> Option<String> {
+        self.cli
+            .get(name)
+            .and_then(|v| v.last().cloned())
+            .or_else(|| {
+                table::find(name, Some(self.cmd))
+                    .and_then(|d| d.default)
+                    .map(str::to_string)
+            })
+    }
+    fn switch(&self, name: &str) -> bool {
+        self.cli.contains_key(name)
+    }
+    fn list(&self, name: &str) -> Vec<String> {
+        self.cli.get(name).cloned().unwrap_or_default()
+    }
+    fn parsed<T: std::str::FromStr<Err = E>, E: std::fmt::Display>(&self, name: &str) -> Result<T> {
+        let v = self.text(name).unwrap_or_default();
+        v.parse()
+            .map_err(|e| Error::Config(format!("--{name} {v}: {e}")))
+    }
+}

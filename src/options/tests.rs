@@ -1,0 +1,598 @@
+//! Tests of the option table, the command line built from it and the layering.
+use super::resolve::{parse_with_env, Invocation, ParseError};
+use super::table::{classify, classify_env, Key, COMMANDS, OPTIONS};
+use super::*;
+use crate::codec::CompressType;
+use std::collections::{HashMap, HashSet};
+
+/// An environment of `vars`.
+fn env(vars: &[(&str, &str)]) -> HashMap<String, String> {
+    vars.iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// Parses `argv` (after "pgjet") with `vars` as the environment.
+fn parse(argv: &[&str], vars: &[(&str, &str)]) -> Result<Invocation, ParseError> {
+    let mut a = vec!["pgjet"];
+    a.extend(argv);
+    parse_with_env(a, &env(vars))
+}
+
+/// The configuration error of a failed parse, and its warnings.
+fn config_error(r: Result<Invocation, ParseError>) -> (String, Vec<String>) {
+    match r {
+        Err(ParseError::Config {
+            error, warnings, ..
+        }) => (error.to_string(), warnings),
+        Err(ParseError::Clap(e)) => panic!("clap refused it: {e}"),
+        Ok(i) => panic!("accepted: {:?}", i.command),
+    }
+}
+
+/// Writes `text` as a config file in `dir`; returns its path as text.
+fn conf(dir: &tempfile::TempDir, text: &str) -> String {
+    let f = dir.path().join("pgjet.conf");
+    std::fs::write(&f, text).unwrap();
+    f.display().to_string()
+}
+
+#[test]
+fn the_command_line_built_from_the_table_is_consistent() {
+    cli::command().debug_assert();
+    let names: HashSet<&str> = COMMANDS.iter().map(|c| c.name).collect();
+    assert_eq!(names.len(), COMMANDS.len());
+}
+
+#[test]
+fn every_option_has_a_unique_name_per_command_and_a_unique_variable() {
+    let mut vars = HashSet::new();
+    for (i, a) in OPTIONS.iter().enumerate() {
+        for b in &OPTIONS[i + 1..] {
+            let shared = COMMANDS
+                .iter()
+                .any(|c| a.commands.contains(c.cmd) && b.commands.contains(c.cmd));
+            let same_spelling = a.spellings().any(|s| b.spellings().any(|t| s == t));
+            assert!(
+                !(same_spelling && shared),
+                "{} and {} share a spelling and a command",
+                a.name,
+                b.name
+            );
+            // Options of the same name are command-line-only options of distinct commands.
+            if a.name == b.name {
+                assert!(a.command_specific() && b.command_specific(), "{}", a.name);
+            }
+        }
+        if a.places.env {
+            assert!(
+                vars.insert(a.env_var()),
+                "{} repeats {}",
+                a.name,
+                a.env_var()
+            );
+        }
+        assert!(!(a.secret && a.places.cli), "secret {} has a flag", a.name);
+        assert!(
+            a.commands != table::Cmds::of(&[]),
+            "{} applies nowhere",
+            a.name
+        );
+    }
+    // The indexed variables of repository options do not collide with any other.
+    for d in OPTIONS.iter().filter(|d| d.repo) {
+        for n in 1..=MAX_REPOS {
+            let (key, var) = d.indexed(n);
+            assert!(!vars.contains(&var), "{var}");
+            assert_eq!(
+                classify(&key),
+                Key::Option {
+                    def: d,
+                    repo: Some(n),
+                    alias: false
+                }
+            );
+        }
+    }
+}
+
+#[test]
+fn aliases_resolve_to_their_option_in_the_file_and_on_the_command_line() {
+    for (alias, name) in [
+        ("pg1-path", "pg-path"),
+        ("pg1-port", "pg-port"),
+        ("pg1-socket-path", "pg-socket-path"),
+        ("pg1-user", "pg-user"),
+        ("pg1-host", "source"),
+        ("pg-host", "source"),
+        ("process-max", "jobs"),
+    ] {
+        match classify(alias) {
+            Key::Option {
+                def, alias: true, ..
+            } => assert_eq!(def.name, name),
+            o => panic!("{alias}: {o:?}"),
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let f = conf(
+        &dir,
+        "[global]\nrepo1-path=/g\nprocess-max=3\npg1-host=db1\n[main]\npg1-port=6000\n",
+    );
+    let i = parse(
+        &[
+            "--config",
+            &f,
+            "--stanza",
+            "main",
+            "--pg-host",
+            "db2",
+            "backup",
+        ],
+        &[],
+    )
+    .unwrap();
+    assert_eq!(i.settings.jobs, 3);
+    assert_eq!(i.settings.pg_port, 6000);
+    assert_eq!(i.settings.source.as_deref(), Some("host=db2"));
+    let i = parse(&["--config", &f, "--process-max", "5", "backup"], &[]).unwrap();
+    assert_eq!(
+        (i.settings.jobs, i.settings.source.as_deref()),
+        (5, Some("host=db1"))
+    );
+}
+
+#[test]
+fn defaults_in_the_table_agree_with_the_constants() {
+    let s = Settings::from_flags(&[]).unwrap();
+    assert_eq!(s.pg_port, DEFAULT_PG_PORT);
+    assert_eq!(s.pg_socket_path, Path::new(DEFAULT_SOCKET_DIR));
+    assert_eq!(s.pg_user, "postgres");
+    assert_eq!(s.archive.spool_path, Path::new(DEFAULT_SPOOL_PATH));
+    assert_eq!(s.archive.get_queue_max, DEFAULT_ARCHIVE_GET_QUEUE_MAX);
+    assert_eq!(s.archive.timeout, DEFAULT_ARCHIVE_TIMEOUT);
+    assert!(s.archive.check && !s.archive.asynchronous);
+    assert_eq!(s.compression.kind, CompressType::Zstd);
+    assert_eq!((s.output, s.log_level.as_str()), (Output::Text, "info"));
+    assert_eq!(s.transport, Transport::Auto);
+    for d in OPTIONS {
+        if let (Some(v), table::Kind::U16) = (d.default, d.kind) {
+            assert!(v.parse::<u16>().is_ok(), "{}", d.name);
+        }
+    }
+    match parse(&["restore"], &[]).unwrap().command {
+        Command::Restore(r) => assert_eq!(r, RestoreOptions::default()),
+        o => panic!("{o:?}"),
+    }
+    match parse(&["backup"], &[]).unwrap().command {
+        Command::Backup(b) => assert_eq!(b, BackupOptions::default()),
+        o => panic!("{o:?}"),
+    }
+}
+
+#[test]
+fn environment_fills_in_and_flags_win() {
+    let vars = [("PGJET_REPO_PATH", "/from/env"), ("PGJET_PG_PORT", "6001")];
+    let i = parse(&["--stanza", "main", "--pg-port", "7001", "backup"], &vars).unwrap();
+    assert_eq!(
+        i.settings.repo().unwrap().1,
+        &RepoConfig::Posix {
+            path: "/from/env".into()
+        }
+    );
+    assert_eq!(i.settings.pg_port, 7001);
+    let i = parse(&["--stanza", "main", "backup"], &vars).unwrap();
+    assert_eq!(i.settings.pg_port, 6001);
+    assert!(i.warnings.is_empty(), "{:?}", i.warnings);
+    assert!(matches!(
+        parse(&["restore", "--type", "bogus"], &[]),
+        Err(ParseError::Clap(_))
+    ));
+    let (e, _) = config_error(parse(&["backup"], &[("PGJET_PG_PORT", "x")]));
+    assert!(
+        e.contains("PGJET_PG_PORT") && e.contains("'pg-port=x' is not valid"),
+        "{e}"
+    );
+}
+
+#[test]
+fn flags_beat_file_and_stanza_beats_global() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = conf(&dir, "[global]\nrepo1-path=/g\ncompress-type=lz4\nprocess-max=3\n[main]\npg-path=/s\npg-port=6000\n");
+    let s = Settings::from_flags(&[("config", f.clone()), ("stanza", "main".into())]).unwrap();
+    assert_eq!(
+        s.repo().unwrap(),
+        (1, &RepoConfig::Posix { path: "/g".into() })
+    );
+    assert_eq!(s.pg_path.as_deref(), Some(Path::new("/s")));
+    assert_eq!(
+        (s.pg_port, s.jobs, s.compression.kind),
+        (6000, 3, CompressType::Lz4)
+    );
+    let s = Settings::from_flags(&[
+        ("config", f.clone()),
+        ("stanza", "main".into()),
+        ("pg-port", "7000".into()),
+        ("jobs", "1".into()),
+        ("repo-path", "/flag".into()),
+    ])
+    .unwrap();
+    assert_eq!((s.pg_port, s.jobs), (7000, 1));
+    // The flag of repository 1 wins over the file's repo1-path too.
+    assert_eq!(
+        s.repo().unwrap(),
+        (
+            1,
+            &RepoConfig::Posix {
+                path: "/flag".into()
+            }
+        )
+    );
+}
+
+#[test]
+fn command_sections_are_read_for_their_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = conf(
+        &dir,
+        "[global]\nrepo-path=/r\ncompress-level=3\n[global:archive-push]\ncompress-level=9\n[main:archive-push]\nprocess-max=7\n",
+    );
+    let i = parse(
+        &["--config", &f, "--stanza", "main", "archive-push", "x"],
+        &[],
+    )
+    .unwrap();
+    assert_eq!((i.settings.compression.level, i.settings.jobs), (9, 7));
+    let i = parse(&["--config", &f, "--stanza", "main", "backup"], &[]).unwrap();
+    assert_eq!(i.settings.compression.level, 3);
+    assert!(i.warnings.is_empty(), "{:?}", i.warnings);
+}
+
+#[test]
+fn a_repo_that_is_not_configured_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = conf(&dir, "[global]\nrepo1-path=/a\nrepo2-path=/b\n");
+    let with = |n: &str| Settings::from_flags(&[("config", f.clone()), ("repo", n.into())]);
+    assert_eq!(
+        with("2").unwrap().repo().unwrap(),
+        (2, &RepoConfig::Posix { path: "/b".into() })
+    );
+    let e = with("3").unwrap().repo().unwrap_err().to_string();
+    assert!(e.contains("repository 3 is not configured"), "{e}");
+    assert!(matches!(with("5"), Err(Error::Config(_))));
+}
+
+#[test]
+fn sizes_and_switches_parse() {
+    assert_eq!(parse_size("k", "1GB").unwrap(), 1 << 30);
+    assert_eq!(parse_size("k", "256mb").unwrap(), 256 << 20);
+    assert_eq!(parse_size("k", "4096").unwrap(), 4096);
+    assert_eq!(parse_size("k", "2 MiB").unwrap(), 2 << 20);
+    for bad in ["", "MB", "1.5GB", "-1", "1PB", "99999999999TB"] {
+        assert!(parse_size("k", bad).is_err(), "{bad}");
+    }
+    assert!(parse_bool("k", "y").unwrap());
+    assert!(!parse_bool("k", "N").unwrap());
+    assert!(parse_bool("k", "maybe").is_err());
+}
+
+#[test]
+fn bad_values_are_config_errors() {
+    for flags in [
+        vec![("config", "/nonexistent/pgjet.conf".to_string())],
+        vec![("jobs", "0".into())],
+        vec![("compress-type", "xz".into())],
+        vec![("log-level", "loud".into())],
+        vec![("output", "xml".into())],
+        vec![("archive-timeout", "0".into())],
+        vec![("retention-full", "0".into())],
+        vec![("retention-full-type", "weeks".into())],
+        vec![("transport", "bogus".into())],
+    ] {
+        assert!(
+            matches!(Settings::from_flags(&flags), Err(Error::Config(_))),
+            "{flags:?}"
+        );
+    }
+    let e = Settings::from_flags(&[("transport", "bogus".into())]).unwrap_err();
+    assert!(e.to_string().contains("transport 'bogus'"), "{e}");
+}
+
+#[test]
+fn an_option_that_does_not_apply_is_refused_on_the_command_line_only() {
+    for argv in [
+        &["archive-get", "--retention-archive", "2", "a", "b"][..],
+        &["--retention-archive", "2", "archive-get", "a", "b"][..],
+    ] {
+        let (e, _) = config_error(parse(argv, &[]));
+        assert!(
+            e.contains("option retention-archive does not apply to archive-get"),
+            "{e}"
+        );
+    }
+    let (e, _) = config_error(parse(&["info", "--jobs", "2"], &[]));
+    assert!(e.contains("option jobs does not apply to info"), "{e}");
+    let (e, _) = config_error(parse(&["--compress-type", "lz4", "restore"], &[]));
+    assert!(
+        e.contains("option compress-type does not apply to restore"),
+        "{e}"
+    );
+    // The options naming the cluster are taken by every command of a stanza.
+    assert!(parse(&["info", "--pg-port", "5433", "--pg-path", "/d"], &[]).is_ok());
+    let (e, _) = config_error(parse(&["archive-push", "--start-fast", "x"], &[]));
+    assert!(
+        e.contains("option start-fast does not apply to archive-push"),
+        "{e}"
+    );
+    let (e, _) = config_error(parse(&["info", "--repo-s3-key-secret", "s"], &[]));
+    assert!(
+        e.contains("is a secret") && e.contains("PGJET_REPO_S3_KEY_SECRET"),
+        "{e}"
+    );
+    let (e, _) = config_error(parse(&["restore", "--read-ahead", "4"], &[]));
+    assert!(e.contains("environment only: set PGJET_READ_AHEAD"), "{e}");
+    // In the file and the environment an option of another command is ignored silently.
+    let dir = tempfile::tempdir().unwrap();
+    let f = conf(
+        &dir,
+        "[global]\nretention-archive=2\nstart-fast=y\npg-port=5433\n",
+    );
+    let i = parse(
+        &["--config", &f, "archive-get", "a", "b"],
+        &[("PGJET_RETENTION_FULL", "2")],
+    )
+    .unwrap();
+    assert!(i.warnings.is_empty(), "{:?}", i.warnings);
+    // A command-line-only option of this command found in the file is said to be ignored.
+    let i = parse(&["--config", &f, "backup"], &[]).unwrap();
+    assert_eq!(i.warnings.len(), 1, "{:?}", i.warnings);
+    assert!(
+        i.warnings[0].contains("start-fast")
+            && i.warnings[0].contains("only from the command line")
+    );
+}
+
+#[test]
+fn unknown_keys_and_variables_warn_naming_where_they_were() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = conf(
+        &dir,
+        "[global]\nrepo-path=/r\nbogus-option=1\n[other]\nbogus-two=2\n",
+    );
+    let i = parse(
+        &["--config", &f, "info"],
+        &[
+            ("PGJET_REPO_PAHT", "/x"),
+            ("PGJET_PROCESS_MAX", "2"),
+            // The harness's own variables and the tuning variables are not warned about.
+            ("PGJET_BIN", "/usr/bin/pgjet"),
+            ("PGJET_READ_AHEAD", "8"),
+            ("HOME", "/root"),
+        ],
+    )
+    .unwrap();
+    let w = i.warnings.join("\n");
+    assert_eq!(i.warnings.len(), 4, "{w}");
+    assert!(
+        w.contains(&format!(
+            "config file {f}, section [global]: unknown option bogus-option"
+        )),
+        "{w}"
+    );
+    assert!(
+        w.contains(&format!(
+            "config file {f}, section [other]: unknown option bogus-two"
+        )),
+        "{w}"
+    );
+    assert!(
+        w.contains("environment: unknown variable PGJET_REPO_PAHT"),
+        "{w}"
+    );
+    assert!(
+        w.contains("PGJET_PROCESS_MAX is not read; the variable of process-max is PGJET_JOBS"),
+        "{w}"
+    );
+    assert_eq!(classify_env("PGJET_MILLION_DIR"), None);
+    assert_eq!(classify_env("HOME"), None);
+}
+
+#[test]
+fn a_pgbackrest_option_pgjet_lacks_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = conf(
+        &dir,
+        "[global]\nrepo1-path=/r\nrepo1-retention-full=2\nlog-level-console=info\n[main]\npg1-database=app\n[other]\nrepo1-bundle=y\n",
+    );
+    let (e, _) = config_error(parse(&["--config", &f, "--stanza", "main", "backup"], &[]));
+    assert!(
+        e.contains("pgBackRest options pgjet does not implement yet; remove them: ")
+            && e.contains(&format!("repo1-retention-full (config file {f}, section [global]; pgjet's retention-full applies to every repository)"))
+            && e.contains(&format!("log-level-console (config file {f}, section [global]; pgjet's log-level"))
+            && e.contains(&format!("pg1-database (config file {f}, section [main]; pgjet connects over libpq")),
+        "{e}"
+    );
+    // Another stanza's section is checked when that stanza is used.
+    assert!(!e.contains("repo1-bundle"), "{e}");
+    let (e, _) = config_error(parse(&["info"], &[("PGJET_LOG_PATH", "/var/log")]));
+    assert!(
+        e.contains(
+            "PGJET_LOG_PATH (environment) is a pgBackRest option pgjet does not implement yet"
+        ),
+        "{e}"
+    );
+    assert_eq!(
+        classify("repo5-path"),
+        Key::PgBackRest(Some("pgjet configures repositories 1 to 4"))
+    );
+}
+
+#[test]
+fn any_cipher_option_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    for (text, key) in [
+        ("repo1-cipher-type=aes-256-cbc\n", "repo1-cipher-type"),
+        ("repo-cipher-pass=secret\n", "repo-cipher-pass"),
+        ("repo2-cipher-type=aes-256-cbc\n", "repo2-cipher-type"),
+    ] {
+        let f = conf(&dir, &format!("[global]\nrepo1-path=/r\n{text}"));
+        let (e, _) = config_error(parse(&["--config", &f, "stanza-create"], &[]));
+        assert!(
+            e.contains(&format!("{key} (config file {f}, section [global]) asks for an encrypted repository, but pgjet has no encryption yet: the repository would be stored unencrypted")),
+            "{e}"
+        );
+        assert!(!e.contains("secret"), "the value is not repeated: {e}");
+    }
+    let (e, _) = config_error(parse(&["backup"], &[("PGJET_REPO1_CIPHER_PASS", "x")]));
+    assert!(
+        e.contains("PGJET_REPO1_CIPHER_PASS (environment) asks for an encrypted repository"),
+        "{e}"
+    );
+    assert_eq!(classify("cipher-pass"), Key::Cipher);
+    // Asking for no encryption is not an error.
+    let f = conf(&dir, "[global]\nrepo1-path=/r\nrepo1-cipher-type=none\n");
+    assert!(parse(&["--config", &f, "backup"], &[]).is_ok());
+}
+
+#[test]
+fn restore_command_carries_the_given_non_secret_repository_options_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = conf(
+        &dir,
+        "[global]\nrepo1-s3-key=FILEKEY\nrepo1-s3-region=from-file\n",
+    );
+    let i = parse(
+        &[
+            "--config",
+            &f,
+            "--stanza",
+            "main",
+            "--repo-type",
+            "s3",
+            "--repo-s3-bucket",
+            "bench",
+            "restore",
+        ],
+        &[
+            ("PGJET_REPO_S3_ENDPOINT", "s3.example.net"),
+            ("PGJET_REPO1_S3_KEY_SECRET", "ENVSECRET"),
+            ("PGJET_REPO2_PATH", "/two"),
+            ("PGJET_PG_PORT", "5433"),
+        ],
+    )
+    .unwrap();
+    let carried = i.settings.carried_flags();
+    assert_eq!(
+        carried,
+        vec![
+            "--repo-type=s3".to_string(),
+            "--repo-s3-bucket=bench".into(),
+            "--repo-s3-endpoint=s3.example.net".into(),
+        ]
+    );
+    let debug = format!("{:?}", i.settings.given);
+    assert!(
+        !debug.contains("ENVSECRET") && !debug.contains("FILEKEY"),
+        "{debug}"
+    );
+    assert_eq!(
+        i.settings.command_line_flags(),
+        vec![
+            format!("--config={f}"),
+            "--stanza=main".into(),
+            "--repo-type=s3".into(),
+            "--repo-s3-bucket=bench".into(),
+        ]
+    );
+}
+
+#[test]
+fn a_background_process_resolves_the_same_settings() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = conf(&dir, "[global]\nrepo-path=/r\narchive-async=y\n");
+    let vars = [("PGJET_SPOOL_PATH", "/spool")];
+    let fg = parse(
+        &[
+            "--config",
+            &f,
+            "archive-get",
+            "--stanza=main",
+            "--process-max",
+            "3",
+            "a",
+            "b",
+        ],
+        &vars,
+    )
+    .unwrap();
+    let mut argv: Vec<String> = fg.settings.command_line_flags();
+    argv.extend([
+        "archive-get-async".to_string(),
+        "000000010000000000000001 42".into(),
+    ]);
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let bg = parse(&argv, &vars).unwrap();
+    assert_eq!(format!("{:?}", fg.settings), format!("{:?}", bg.settings));
+    assert_eq!(
+        bg.command,
+        Command::ArchiveGetAsync {
+            first_request: "000000010000000000000001 42".into()
+        }
+    );
+    let help = cli::command().render_help().to_string();
+    assert!(!help.contains("archive-get-async"), "{help}");
+    // The names the archive commands start their background processes with are the table's.
+    for (name, cmd) in [
+        (
+            crate::archive::pusher::PUSH_COMMAND,
+            table::Cmd::ArchivePushAsync,
+        ),
+        (
+            crate::archive::prefetcher::GET_COMMAND,
+            table::Cmd::ArchiveGetAsync,
+        ),
+    ] {
+        let c = table::command(name).unwrap();
+        assert!(c.cmd == cmd && c.hidden, "{name}");
+    }
+}
+
+#[test]
+fn each_command_lists_the_options_that_apply_to_it() {
+    let mut root = cli::command();
+    let get = root
+        .find_subcommand_mut("archive-get")
+        .unwrap()
+        .render_long_help()
+        .to_string();
+    assert!(
+        get.contains("--archive-get-queue-max") && !get.contains("--retention-archive"),
+        "{get}"
+    );
+    for c in COMMANDS.iter().filter(|c| !c.hidden) {
+        let help = root
+            .find_subcommand_mut(c.name)
+            .unwrap()
+            .render_long_help()
+            .to_string();
+        for d in OPTIONS
+            .iter()
+            .filter(|d| d.places.cli && d.commands.contains(c.cmd))
+        {
+            assert!(
+                help.contains(&format!("--{}", d.name)),
+                "{} lacks --{}",
+                c.name,
+                d.name
+            );
+        }
+        for d in OPTIONS.iter().filter(|d| d.secret) {
+            assert!(
+                !help.contains(&format!("--{} ", d.name)),
+                "{} shows --{}",
+                c.name,
+                d.name
+            );
+        }
+    }
+}
