@@ -128,24 +128,9 @@ fn auto_conf(data: &Path) -> String {
     fs::read_to_string(&p).unwrap_or_else(|e| panic!("read {}: {e}", p.display()))
 }
 
-/// Every recovery setting pgjet's finish comments out when inherited (src/pgdata/finish.rs,
-/// RECOVERY_SETTINGS), to check that no other one is left active.
-const RECOVERY_SETTINGS: &[&str] = &[
-    "primary_conninfo",
-    "primary_slot_name",
-    "restore_command",
-    "archive_cleanup_command",
-    "recovery_end_command",
-    "promote_trigger_file",
-    "recovery_target",
-    "recovery_target_action",
-    "recovery_target_inclusive",
-    "recovery_target_lsn",
-    "recovery_target_name",
-    "recovery_target_time",
-    "recovery_target_timeline",
-    "recovery_target_xid",
-];
+/// Every recovery setting pgjet's finish comments out when inherited, to check that no
+/// other one is left active.
+use pgjet::pgdata::finish::RECOVERY_SETTINGS;
 
 /// The active recovery settings of `text` (names, file order).
 fn active_recovery_names(text: &str) -> Vec<String> {

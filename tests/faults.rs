@@ -928,10 +928,16 @@ fn l_restore_delta_repairs_a_copy() {
     fs::create_dir_all(other.join("global")).unwrap();
     let mut control = vec![0u8; 8192];
     control[..8].copy_from_slice(&1u64.to_le_bytes());
+    // pg_control is believed only when its CRC matches: a damaged one proves nothing.
     fs::write(other.join("global/pg_control"), &control).unwrap();
     chown_pg_recursive(&other);
     let mut a = restore_args(&c.repo, &other, &fx.label, &ts_map);
     a.push("--delta".into());
+    pgjet(&a).fails_with("CRC does not match");
+    // ControlFileData's CRC field (after 296 bytes in PostgreSQL 15 to 18).
+    let crc = crc32c::crc32c(&control[..296]);
+    control[296..300].copy_from_slice(&crc.to_le_bytes());
+    fs::write(other.join("global/pg_control"), &control).unwrap();
     pgjet(&a).fails_with("another cluster");
 }
 

@@ -130,9 +130,7 @@ pub fn run(s: &Settings) -> Result<Report> {
                 "repo{n}: stanza '{stanza}' matches system identifier {}",
                 info.system_identifier
             ));
-            let probe = format!("{stanza}/check.{}", std::process::id());
-            store.put_durable(&probe, b"pgjet check\n")?;
-            store.delete(&probe)?;
+            repo::check_writable(&**store, stanza)?;
             lines.push(format!("repo{n}: {} is writable", store.describe()));
         }
         lines.extend(check_archiving(s, &sess, &info, stanza, &repos)?);

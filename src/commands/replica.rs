@@ -16,7 +16,7 @@ use crate::pg::conninfo::ConnInfo;
 use crate::pg::session::{self, quote_conf_value};
 use crate::pgdata::copy::DirTarget;
 use crate::pgdata::finish::{finish, Finish};
-use crate::pgdata::standby::{bin_dir, start_standby};
+use crate::pgdata::standby::{bin_dir, standby_app_name, standby_conninfo, start_standby};
 use crate::pgdata::{
     delta, parse_tablespace_map, plan_locations, remap_tablespace_map, set_mtimes,
     tablespace_locations,
@@ -88,7 +88,7 @@ pub fn run(s: &Settings, args: &ReplicaOptions, progress: &dyn Progress) -> Resu
         }
     }
     let clock = Instant::now();
-    let app = standby_app_name(s, args, &given);
+    let app = standby_app_name(&given, args.slot.as_deref(), s.pg_port);
     let res = copy_and_configure(
         s,
         args,
@@ -137,28 +137,6 @@ pub fn run(s: &Settings, args: &ReplicaOptions, progress: &dyn Progress) -> Resu
         delta_same: delta.then_some(same),
         delta_copied: delta.then_some(copied),
     })
-}
-
-/// application_name the standby uses in primary_conninfo (to find it in
-/// pg_stat_replication): the one --source or PGAPPNAME gives, else the slot name or
-/// `pgjet_standby_<port>`.
-fn standby_app_name(s: &Settings, args: &ReplicaOptions, given: &ConnInfo) -> String {
-    given
-        .get("application_name")
-        .map(str::to_owned)
-        .or_else(|| args.slot.clone())
-        .unwrap_or_else(|| format!("pgjet_standby_{}", s.pg_port))
-}
-
-/// primary_conninfo, as pg_basebackup -R writes it: every connection parameter in effect
-/// (from --source, the environment and the password file, so the standby connects as pgjet
-/// did), but the database (a walreceiver needs none), with `application_name` = `app`.
-fn standby_conninfo(effective: &ConnInfo, app: &str) -> String {
-    let mut c = effective.clone();
-    c.params.remove("dbname");
-    c.params.remove("passfile");
-    c.params.insert("application_name".into(), app.to_string());
-    c.to_conninfo_string()
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -236,23 +214,4 @@ fn copy_and_configure(
         || crate::io::fs::write_file(&target.join(&*bb.control.path), &bb.control_bytes),
     )?;
     Ok((bb.total_bytes(), dir.same, dir.copied))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn primary_conninfo_keeps_the_connection_but_the_database() {
-        let eff = ConnInfo::parse(
-            "host=10.0.0.1 port=5432 user=rep password='a b' dbname=postgres sslmode=verify-full application_name=pgjet",
-        )
-        .unwrap();
-        let c = standby_conninfo(&eff, "s1");
-        let back = ConnInfo::parse(&c).unwrap();
-        assert_eq!(back.get("application_name"), Some("s1"));
-        assert_eq!(back.get("password"), Some("a b"));
-        assert_eq!(back.get("sslmode"), Some("verify-full"));
-        assert_eq!(back.get("dbname"), None);
-    }
 }

@@ -14,3 +14,4 @@ pub fn mib(bytes: u64) -> String {
     format!("{:.1} MiB", bytes as f64 / (1 << 20) as f64)
 }
 pub mod parallel;
+pub mod runtime;

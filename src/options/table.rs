@@ -549,7 +549,7 @@ pub const OPTIONS: &[OptionDef] = &[
         Some("info"),
         H_GENERAL,
         ALL,
-        "error, warn, info (default) or debug",
+        "error, warn, info (default), debug or trace (as debug: nothing finer is logged yet)",
     ),
     opt(
         "output",

@@ -72,8 +72,11 @@ pub struct BackupStop {
 
 /// One open session.
 pub struct Session {
-    rt: tokio::runtime::Runtime,
+    /// The process's runtime ([`crate::io::runtime`]).
+    rt: &'static tokio::runtime::Runtime,
     client: Client,
+    /// The connection's task, awaited by [`Session::close`].
+    conn: tokio::task::JoinHandle<()>,
     target: String,
 }
 
@@ -107,12 +110,8 @@ impl Session {
     /// Opens a session (TLS as the target's sslmode says). Errors: [`Error::Connect`] when
     /// the server cannot be reached or refuses the role, password or certificate.
     pub fn connect(target: &ConnTarget) -> Result<Session> {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .map_err(|e| Error::Other(format!("cannot start the async runtime: {e}")))?;
-        let client = rt
+        let rt = crate::io::runtime::get()?;
+        let (client, conn) = rt
             .block_on(open_client(target))
             .map_err(|source| Error::Connect {
                 target: target.describe.clone(),
@@ -121,6 +120,7 @@ impl Session {
         let sess = Session {
             rt,
             client,
+            conn,
             target: target.describe.clone(),
         };
         // A backup session waits on checkpoints and then sits idle while files are copied:
@@ -384,37 +384,43 @@ impl Session {
             .ok_or_else(|| Error::Other("pg_backend_pid() returned no number".into()))
     }
 
-    /// Closes the session cleanly.
+    /// Closes the session cleanly: the client goes, and the connection's task is given up
+    /// to 2 s to say goodbye to the server (which then ends the backend, and with it a
+    /// temporary slot).
     pub fn close(self) {
         drop(self.client);
-        self.rt.shutdown_timeout(std::time::Duration::from_secs(2));
+        let _ = self.rt.block_on(tokio::time::timeout(
+            std::time::Duration::from_secs(2),
+            self.conn,
+        ));
     }
 }
 
-/// Connects with TLS when the target may use it (rustls), else in plain text; the
-/// connection task runs on the current runtime.
+/// Connects with TLS when the target may use it (rustls), else in plain text. The
+/// connection's task runs on the current runtime; its handle ends when the connection does
+/// (the client dropped, or the server gone).
 pub async fn open_client(
     target: &ConnTarget,
-) -> std::result::Result<Client, tokio_postgres::Error> {
+) -> std::result::Result<(Client, tokio::task::JoinHandle<()>), tokio_postgres::Error> {
     match &target.tls {
         Some(cfg) => {
             let tls = tokio_postgres_rustls::MakeRustlsConnect::new((**cfg).clone());
             let (client, conn) = target.config.connect(tls).await?;
-            tokio::spawn(async move {
+            let task = tokio::spawn(async move {
                 if let Err(e) = conn.await {
                     tracing::debug!("PostgreSQL connection closed: {e}");
                 }
             });
-            Ok(client)
+            Ok((client, task))
         }
         None => {
             let (client, conn) = target.config.connect(NoTls).await?;
-            tokio::spawn(async move {
+            let task = tokio::spawn(async move {
                 if let Err(e) = conn.await {
                     tracing::debug!("PostgreSQL connection closed: {e}");
                 }
             });
-            Ok(client)
+            Ok((client, task))
         }
     }
 }

@@ -7,6 +7,7 @@ pub mod copy;
 pub mod delta;
 pub mod finish;
 pub mod recovery;
+pub mod restore;
 pub mod standby;
 
 use crate::error::{Error, Result};

@@ -1,7 +1,7 @@
 //! Starting a new standby in a written data directory and waiting until the primary sees it
 //! stream (`replica-create --start`).
 use crate::error::{Error, Result};
-use crate::pg::conninfo::ConnTarget;
+use crate::pg::conninfo::{ConnInfo, ConnTarget};
 use crate::pg::session::{quote_literal, Session};
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -104,5 +104,46 @@ pub fn start_standby(
             )));
         }
         std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+/// application_name the standby uses in primary_conninfo (to find it in
+/// pg_stat_replication): the one --source or PGAPPNAME gives, else the slot name or
+/// `pgjet_standby_<port>`.
+pub fn standby_app_name(given: &ConnInfo, slot: Option<&str>, port: u16) -> String {
+    given
+        .get("application_name")
+        .map(str::to_owned)
+        .or_else(|| slot.map(str::to_owned))
+        .unwrap_or_else(|| format!("pgjet_standby_{port}"))
+}
+
+/// primary_conninfo, as pg_basebackup -R writes it: every connection parameter in effect
+/// (from --source, the environment and the password file, so the standby connects as pgjet
+/// did), but the database (a walreceiver needs none), with `application_name` = `app`.
+pub fn standby_conninfo(effective: &ConnInfo, app: &str) -> String {
+    let mut c = effective.clone();
+    c.params.remove("dbname");
+    c.params.remove("passfile");
+    c.params.insert("application_name".into(), app.to_string());
+    c.to_conninfo_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn primary_conninfo_keeps_the_connection_but_the_database() {
+        let eff = ConnInfo::parse(
+            "host=10.0.0.1 port=5432 user=rep password='a b' dbname=postgres sslmode=verify-full application_name=pgjet",
+        )
+        .unwrap();
+        let c = standby_conninfo(&eff, "s1");
+        let back = ConnInfo::parse(&c).unwrap();
+        assert_eq!(back.get("application_name"), Some("s1"));
+        assert_eq!(back.get("password"), Some("a b"));
+        assert_eq!(back.get("sslmode"), Some("verify-full"));
+        assert_eq!(back.get("dbname"), None);
     }
 }

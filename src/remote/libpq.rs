@@ -70,7 +70,8 @@ const HASH_SQL: &str = "SELECT sha256(pg_read_binary_file(f.p, f.o, f.l, true)) 
 /// A cluster reached over libpq.
 pub struct LibpqSource {
     target: ConnTarget,
-    rt: tokio::runtime::Runtime,
+    /// The process's runtime ([`crate::io::runtime`]).
+    rt: &'static tokio::runtime::Runtime,
     /// Idle connections, handed to readers and given back.
     pool: Mutex<Vec<Client>>,
     /// Connections this source may open (readers beyond it wait for one).
@@ -99,12 +100,7 @@ impl LibpqSource {
             .flatten()
             .and_then(|m| u32::from_str_radix(m.trim_start_matches('0'), 8).ok())
             .unwrap_or(0o700);
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("pgjet-libpq")
-            .enable_all()
-            .build()
-            .map_err(|e| Error::Other(format!("cannot start the async runtime: {e}")))?;
+        let rt = crate::io::runtime::get()?;
         let describe = target.describe.clone();
         Ok(LibpqSource {
             target,
@@ -144,7 +140,7 @@ impl LibpqSource {
     }
 
     fn connect(&self) -> Result<Client> {
-        let client = self
+        let (client, _conn) = self
             .rt
             .block_on(open_client(&self.target))
             .map_err(|source| Error::Connect {

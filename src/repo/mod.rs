@@ -135,10 +135,58 @@ pub fn check_same_cluster(
     Ok(())
 }
 
+/// Labels of every backup directory of a stanza, complete or not, oldest first.
+pub fn list_backups(store: &dyn Storage, stanza: &str) -> Result<Vec<String>> {
+    store.list(&format!("{stanza}/backup"))
+}
+
+/// A label for a backup starting now that no backup of `stanza` has in any of `stores`
+/// (every configured repository a command could restore from: a label names one backup
+/// wherever it is searched for). Labels have one-second resolution, so this waits for the
+/// next second while the label is taken. Returns the start time and the label. A repository
+/// that cannot be listed is skipped with a warning (the backup's own repository is listed
+/// again when the backup writes there).
+///
+/// Errors: `stores` is empty.
+pub fn new_unique_label(
+    stores: &[(u8, &dyn Storage)],
+    stanza: &str,
+) -> Result<(chrono::DateTime<chrono::Utc>, String)> {
+    if stores.is_empty() {
+        return Err(Error::Config("no repository is configured".into()));
+    }
+    loop {
+        let started = chrono::Utc::now();
+        let label = new_label(started);
+        let mut taken = false;
+        for (n, store) in stores {
+            match list_backups(*store, stanza) {
+                Ok(labels) => taken |= labels.contains(&label),
+                Err(e) => tracing::warn!("repo{n}: cannot list the backups: {e}"),
+            }
+        }
+        if !taken {
+            return Ok((started, label));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
+}
+
+/// Checks that a command can write to the stanza's part of the repository: a probe object
+/// `<stanza>/check.<pid>` is written durably and removed (documented in
+/// docs/repository-format.md).
+///
+/// Errors: the store's.
+pub fn check_writable(store: &dyn Storage, stanza: &str) -> Result<()> {
+    let probe = format!("{stanza}/check.{}", std::process::id());
+    store.put_durable(&probe, b"pgjet check\n")?;
+    store.delete(&probe)
+}
+
 /// Labels of the complete backups of a stanza (those with a summary), oldest first.
 pub fn list_complete(store: &dyn Storage, stanza: &str) -> Result<Vec<String>> {
     let mut out = Vec::new();
-    for label in store.list(&format!("{stanza}/backup"))? {
+    for label in list_backups(store, stanza)? {
         if store.exists(&summary_name(stanza, &label))? {
             out.push(label);
         }
@@ -149,7 +197,7 @@ pub fn list_complete(store: &dyn Storage, stanza: &str) -> Result<Vec<String>> {
 /// Labels of backup directories with no summary: interrupted backups.
 pub fn list_incomplete(store: &dyn Storage, stanza: &str) -> Result<Vec<String>> {
     let mut out = Vec::new();
-    for label in store.list(&format!("{stanza}/backup"))? {
+    for label in list_backups(store, stanza)? {
         if !label.ends_with(".tmp") && !store.exists(&summary_name(stanza, &label))? {
             out.push(label);
         }

@@ -9,9 +9,26 @@ use std::sync::Arc;
 ///
 /// Errors: none configured, a posix path that is not a directory, an object store that
 /// refuses the credentials or lacks the bucket.
-pub fn open_repo(s: &Settings) -> Result<Arc<dyn Storage>> {
-    let (_, cfg) = s.repo()?;
-    crate::storage::open(cfg)
+pub fn open_repo(s: &Settings) -> Result<(u8, Arc<dyn Storage>)> {
+    let (n, cfg) = s.repo()?;
+    Ok((n, crate::storage::open(cfg)?))
+}
+
+/// Every configured repository but number `except`, opened; one that cannot be opened is
+/// left out with a warning (for checks that are best made everywhere, such as a new
+/// backup label's uniqueness).
+pub fn open_other_repos(s: &Settings, except: u8) -> Vec<(u8, Arc<dyn Storage>)> {
+    s.repos
+        .iter()
+        .filter(|(n, _)| *n != except)
+        .filter_map(|(n, cfg)| match crate::storage::open(cfg) {
+            Ok(st) => Some((*n, st)),
+            Err(e) => {
+                tracing::warn!("repo{n}: cannot be opened: {e}");
+                None
+            }
+        })
+        .collect()
 }
 
 /// The repositories a command that reads or sets up every repository works on: `--repo N`

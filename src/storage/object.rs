@@ -19,7 +19,6 @@ use opendal::layers::{RetryEvent, RetryInterceptor, RetryLayer, TimeoutLayer};
 use opendal::{ErrorKind, Operator};
 use std::future::Future;
 use std::io::Read;
-use std::sync::Arc;
 use std::time::Duration;
 
 /// Attempts after the first before a request counts as failed (OpenDAL's retry layer).
@@ -49,7 +48,7 @@ pub const WRITER_CONCURRENCY: usize = 4;
 /// A repository on an object store.
 pub struct ObjectStorage {
     op: Operator,
-    rt: Arc<tokio::runtime::Runtime>,
+    rt: &'static tokio::runtime::Runtime,
     /// `s3 https://host/bucket/prefix`, for messages.
     desc: String,
     /// URL-ish prefix of object names in messages: `s3://bucket/prefix/`.
@@ -254,12 +253,7 @@ impl ObjectStorage {
             Some(tls) => with_client(op, http_client(tls)?),
             None => op,
         };
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("pgjet-storage")
-            .enable_all()
-            .build()
-            .map_err(|e| Error::Other(format!("cannot start the storage runtime: {e}")))?;
+        let rt = crate::io::runtime::get()?;
         // One listing, first without retries: a certificate the store's TLS cannot verify
         // fails here at once instead of after every retry; then a missing bucket or refused
         // credentials fail by name instead of looking like an empty repository.
@@ -291,7 +285,7 @@ impl ObjectStorage {
         let (cancel_tx, _) = tokio::sync::watch::channel(false);
         let s = ObjectStorage {
             op,
-            rt: Arc::new(rt),
+            rt,
             desc,
             target_prefix,
             cancel_tx,
@@ -440,7 +434,7 @@ fn storage_error(op: &'static str, target: String, e: opendal::Error) -> Error {
 /// when dropped unfinished.
 struct ObjWriter {
     w: Option<opendal::Writer>,
-    rt: Arc<tokio::runtime::Runtime>,
+    rt: &'static tokio::runtime::Runtime,
     target: String,
 }
 
@@ -482,7 +476,7 @@ impl Drop for ObjWriter {
 struct ObjReader {
     stream: futures::stream::BoxStream<'static, std::io::Result<bytes::Bytes>>,
     cur: bytes::Bytes,
-    rt: Arc<tokio::runtime::Runtime>,
+    rt: &'static tokio::runtime::Runtime,
 }
 
 impl Read for ObjReader {
@@ -676,7 +670,7 @@ impl Storage for ObjectStorage {
         Ok(Box::new(ObjReader {
             stream: stream.boxed(),
             cur: bytes::Bytes::new(),
-            rt: self.rt.clone(),
+            rt: self.rt,
         }))
     }
 
@@ -690,7 +684,7 @@ impl Storage for ObjectStorage {
         })?;
         Ok(Box::new(ObjWriter {
             w: Some(w),
-            rt: self.rt.clone(),
+            rt: self.rt,
             target: self.target(name),
         }))
     }

@@ -176,7 +176,7 @@ impl NetLab {
 
     /// As [`NetLab::command`], in a new mount namespace where each directory of `hidden` is
     /// covered by an empty tmpfs: a process there cannot take a local shortcut to the source's
-    /// files (see the network-test convention in DESIGN.md).
+    /// files (the project's convention for a test of a network path: docs/netlab.md).
     pub fn command_hiding<S: AsRef<OsStr>>(
         &self,
         ns: &str,

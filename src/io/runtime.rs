@@ -1,0 +1,44 @@
+//! The one async runtime of the process. pgjet stays synchronous above this floor: the
+//! clients that are async (tokio-postgres for the SQL session and the libpq source, OpenDAL
+//! for the object stores) are driven with [`block_on`] from ordinary threads, while their
+//! connection tasks and HTTP requests run on the runtime's workers.
+//!
+//! Worker threads: [`WORKERS`]. They only move bytes between sockets and the callers' buffers
+//! (decompression, hashing and page checks run on the callers' threads), so a few suffice;
+//! before this runtime was shared, the session, the libpq source and the object store each
+//! started their own (1 + 2 + 2 workers), and [`WORKERS`] keeps that total for a command that
+//! uses all three at once.
+use crate::error::{Error, Result};
+use std::future::Future;
+use std::sync::OnceLock;
+
+/// Worker threads of the runtime (see the module's documentation).
+pub const WORKERS: usize = 4;
+
+static RUNTIME: OnceLock<std::result::Result<tokio::runtime::Runtime, String>> = OnceLock::new();
+
+/// The runtime, started on first use.
+///
+/// Errors: the runtime cannot be started (the operating system refused threads).
+pub fn get() -> Result<&'static tokio::runtime::Runtime> {
+    RUNTIME
+        .get_or_init(|| {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(WORKERS)
+                .thread_name("pgjet-io")
+                .enable_all()
+                .build()
+                .map_err(|e| e.to_string())
+        })
+        .as_ref()
+        .map_err(|e| Error::Other(format!("cannot start the async runtime: {e}")))
+}
+
+/// Runs `f` to completion on the calling thread, its spawned tasks on the runtime's workers.
+/// Must not be called from inside the runtime (an async task): pgjet calls it only from its
+/// own threads.
+///
+/// Errors: the runtime cannot be started.
+pub fn block_on<F: Future>(f: F) -> Result<F::Output> {
+    Ok(get()?.block_on(f))
+}
