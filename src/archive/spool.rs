@@ -16,9 +16,16 @@
 //!
 //! A background process is this binary started again, in a session of its own, with a
 //! hidden subcommand ([`Background`]); one per stanza and kind, kept single by its lock.
+//!
+//! Modes: every directory of the spool (the spool path itself when pgjet creates it) is
+//! created with mode [`DIR_MODE`] (0750) and every file (acknowledgements, locks, logs, gap
+//! records, prefetched segments and their marks) with [`FILE_MODE`] (0640), less the umask:
+//! under PostgreSQL's umask (077) that is 0700/0600; never world access.
 use crate::config::Settings;
 use crate::error::{Error, Result};
+use crate::io::fs::{DIR_MODE, FILE_MODE};
 use std::fs;
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -48,7 +55,7 @@ impl Spool {
     pub fn open(s: &Settings, stanza: &str) -> Result<Spool> {
         let dir = s.archive.spool_path.join("archive").join(stanza);
         for d in [dir.join("out"), dir.join("gap")] {
-            fs::create_dir_all(&d).map_err(|e| Error::io("create spool directory", &d, e))?;
+            crate::io::fs::create_dir_all(&d, DIR_MODE)?;
         }
         Ok(Spool { dir })
     }
@@ -61,7 +68,7 @@ impl Spool {
     /// Writes an acknowledgement (or error) file whole: a temporary file renamed into place.
     pub(super) fn write_ack(&self, name: &str, ext: &str, text: &str) -> Result<()> {
         let p = self.ack(name, ext);
-        crate::io::fs::write_whole(&p, text.as_bytes())
+        crate::io::fs::write_whole(&p, text.as_bytes(), FILE_MODE)
     }
 
     /// Takes `<name>.lock` with flock(2) without waiting: Some(file) while held, None when
@@ -72,6 +79,7 @@ impl Spool {
             .create(true)
             .truncate(false)
             .write(true)
+            .mode(FILE_MODE)
             .open(&p)
             .map_err(|e| Error::io("open", &p, e))?;
         // SAFETY: flock on a descriptor we own; no memory is involved.
@@ -185,6 +193,7 @@ pub(super) fn spawn_self(
     let out = fs::OpenOptions::new()
         .create(true)
         .append(true)
+        .mode(FILE_MODE)
         .open(&log_path)
         .map_err(|e| Error::io("open", &log_path, e))?;
     let err = out
@@ -215,7 +224,9 @@ pub(super) fn spawn_self(
 
 /// Moves a prefetched file to `dest`: a rename when both are on one filesystem, else a copy
 /// through a temporary file and a rename. False when `src` is gone (the caller fetches the
-/// file itself).
+/// file itself). `dest` is archive-get's `%p`: renamed, it keeps the mode the prefetcher
+/// gave it; copied, it gets [`FILE_MODE`] less the umask (see
+/// [`crate::io::fs::write_whole`]).
 pub(super) fn move_into(src: &Path, dest: &Path) -> Result<bool> {
     match fs::rename(src, dest) {
         Ok(()) => return Ok(true),
@@ -227,7 +238,7 @@ pub(super) fn move_into(src: &Path, dest: &Path) -> Result<bool> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
         Err(e) => return Err(Error::io("read", src, e)),
     };
-    crate::io::fs::write_whole(dest, &data)?;
+    crate::io::fs::write_whole(dest, &data, FILE_MODE)?;
     let _ = fs::remove_file(src);
     Ok(true)
 }

@@ -172,13 +172,15 @@ fn restore_into(
     // as the files pass, ended after backup_label and tablespace_map.
     let pgm_path = pg_path.join("backup_manifest");
     let pgm_io = |e: std::io::Error| Error::io("write", &pgm_path, e);
+    let pgm_mode = crate::pgdata::DataDirModes::of_dir(pg_path)?.file;
     let pgm_file = OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(true)
-        .mode(0o600)
+        .mode(pgm_mode)
         .open(&pgm_path)
         .map_err(|e| Error::io("create", &pgm_path, e))?;
+    crate::io::fs::set_exact_mode(&pgm_file, &pgm_path, pgm_mode)?;
     let mut pgm = PgManifestWriter::new(
         std::io::BufWriter::with_capacity(1 << 20, pgm_file),
         h.pg_version_num,
