@@ -257,3 +257,41 @@ pub(crate) fn test_settings(dir: &Path, timeout: f64) -> Settings {
     };
     Settings::resolve(&a).unwrap()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Under a umask that removes nothing: the spool path pgjet creates and its directories
+    /// are 0750, acknowledgements, errors and lock files 0640.
+    #[test]
+    fn spool_files_and_directories_get_no_world_access() {
+        crate::io::fs::with_umask_in_child(
+            "archive::spool::tests::spool_files_and_directories_get_no_world_access",
+            0o000,
+            || {
+                let d = tempfile::tempdir().unwrap();
+                let s = test_settings(d.path(), 1.0);
+                let spool = Spool::open(&s, "main").unwrap();
+                spool
+                    .write_ack("000000010000000000000001", "ok", "")
+                    .unwrap();
+                spool
+                    .write_ack("000000010000000000000002", "error", "failed")
+                    .unwrap();
+                let lock = spool.try_lock("push").unwrap();
+                assert!(lock.is_some());
+                let root = d.path().join("spool");
+                let mode = fs::metadata(&root).unwrap().permissions();
+                use std::os::unix::fs::PermissionsExt;
+                assert_eq!(mode.mode() & 0o7777, 0o750);
+                let all = crate::io::fs::modes_below(&root);
+                assert_eq!(all.iter().filter(|(_, d, _)| !d).count(), 3, "{all:?}");
+                for (p, is_dir, m) in all {
+                    let want = if is_dir { 0o750 } else { 0o640 };
+                    assert_eq!(m, want, "{} is {m:04o}", p.display());
+                }
+            },
+        );
+    }
+}
