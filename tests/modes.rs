@@ -30,10 +30,10 @@ fn pgjet_umask(umask: &str, args: &[String]) -> Run {
 }
 
 /// `pgjet <cmd> <stanza args> <extra>` under umask 000; panics unless it succeeds.
-fn pj000(cluster: &Cluster, cmd: &str, extra: &[String]) -> Run {
+fn pj000(cluster: &Cluster, cmd: &str, extra: &[&str]) -> Run {
     let mut a = vec![cmd.to_string()];
     a.extend(cluster.stanza_args(&cluster.repo));
-    a.extend(extra.iter().cloned());
+    a.extend(extra.iter().map(|x| x.to_string()));
     pgjet_umask("000", &a).ok()
 }
 
@@ -101,24 +101,12 @@ fn assert_tree_modes(what: &str, root: &Path, dir: u32, file: u32) -> usize {
 
 /// Restarts the server with `pg_ctl restart` (archive_mode needs it).
 fn restart(s: &Server) {
-    let r = run_as_postgres(
-        &s.pg.tool("pg_ctl"),
-        &args![
-            "restart",
-            "-w",
-            "-t",
-            "60",
-            "-m",
-            "fast",
-            "-D",
-            s.data.display(),
-            "-l",
-            s.log.display(),
-            "-o",
-            format!("-p {} -k {}", s.port, s.sock.display())
-        ],
-        None,
-    );
+    let (data, log) = (s.data.display().to_string(), s.log.display().to_string());
+    let opts = format!("-p {} -k {}", s.port, s.sock.display());
+    let a = [
+        "restart", "-w", "-t", "60", "-m", "fast", "-D", &data, "-l", &log, "-o", &opts,
+    ];
+    let r = run_as_postgres(&s.pg.tool("pg_ctl"), &a, None);
     assert!(r.success(), "restart failed:\n{r}");
 }
 
@@ -187,7 +175,7 @@ fn pg15_repository_spool_and_restore_modes_under_umask_000() {
         ),
     );
     restart(&cluster.server);
-    pj000(&cluster, "backup", &args!["--type", "full", "--start-fast"]);
+    pj000(&cluster, "backup", &["--type", "full", "--start-fast"]);
     let want = cluster.psql("postgres", ROWS_SQL);
     let mut last = String::new();
     for _ in 0..3 {
@@ -276,7 +264,7 @@ fn pg18_group_access_cluster_restores_with_group_modes() {
     assert_eq!(cluster.psql("postgres", "SHOW data_directory_mode"), "0750");
     load(&cluster);
     pj000(&cluster, "stanza-create", &[]);
-    pj000(&cluster, "backup", &args!["--type", "full", "--start-fast"]);
+    pj000(&cluster, "backup", &["--type", "full", "--start-fast"]);
     assert_tree_modes("repository", &cluster.repo, 0o750, 0o640);
 
     let want = cluster.psql("postgres", ROWS_SQL);
