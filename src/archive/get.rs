@@ -41,7 +41,8 @@ pub fn fetch_direct(s: &Settings, file: &WalFile, dest: &Path) -> Result<GetOutc
         });
         match got {
             Ok(Some((_, data))) => {
-                crate::io::fs::write_whole(&dest, &data)?;
+                // %p: 0640 less PostgreSQL's umask, its own WAL file mode (see write_whole).
+                crate::io::fs::write_whole(&dest, &data, crate::io::fs::FILE_MODE)?;
                 tracing::debug!("{} restored from repo{n}", file.name);
                 return Ok(GetOutcome::Found(n));
             }

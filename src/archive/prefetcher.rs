@@ -49,11 +49,11 @@ pub fn get_foreground(s: &Settings, wal_file: &str, dest: &Path) -> Result<GetOu
     }
     let spool = Spool::open(s, stanza)?;
     let dir = in_dir(&spool);
-    fs::create_dir_all(&dir).map_err(|e| Error::io("create spool directory", &dir, e))?;
+    crate::io::fs::create_dir_all(&dir, crate::io::fs::DIR_MODE)?;
     let requested = dir.join(".requested");
     // `<segment> <pid>`: each request differs, even for the same segment.
     let request = format!("{wal_file} {}", std::process::id());
-    crate::io::fs::write_whole(&requested, request.as_bytes())?;
+    crate::io::fs::write_whole(&requested, request.as_bytes(), crate::io::fs::FILE_MODE)?;
     let dest = resolve_path(dest);
     let spooled = dir.join(wal_file);
     let t = Instant::now();
@@ -147,8 +147,11 @@ fn prefetch_one(
                 // fetch checked the bytes against both checksums. The mark the foreground
                 // looks for goes first, whole: a foreground that sees the segment finds it.
                 let mark = format!("{token} {}", data.len());
-                crate::io::fs::write_whole(&mark_file(dir, name), mark.as_bytes())?;
-                crate::io::fs::write_whole_with(&dir.join(name), &data, true)?;
+                // The segment becomes archive-get's %p by a rename: FILE_MODE less
+                // PostgreSQL's umask, as write_whole gives %p.
+                let mode = crate::io::fs::FILE_MODE;
+                crate::io::fs::write_whole(&mark_file(dir, name), mark.as_bytes(), mode)?;
+                crate::io::fs::write_whole_with(&dir.join(name), &data, mode, true)?;
                 tracing::debug!(
                     "prefetched {name} from repo{n}: {} stored bytes in {} ms, written in {} ms",
                     header.stored_size,
@@ -184,7 +187,11 @@ fn prefetched(
             fetched.insert(name);
         }
         Ok(false) => {
-            let _ = fs::write(missing_marker(dir, &name), b"");
+            let _ = crate::io::fs::write_whole(
+                &missing_marker(dir, &name),
+                b"",
+                crate::io::fs::FILE_MODE,
+            );
             missing_since.insert(name, Instant::now());
         }
         Err(e) => {
@@ -450,6 +457,7 @@ mod tests {
             crate::io::fs::write_whole(
                 &inn.join(".requested"),
                 format!("{} {pid}", seg(n)).as_bytes(),
+                crate::io::fs::FILE_MODE,
             )
             .unwrap()
         };

@@ -9,6 +9,7 @@ use crate::options::Settings;
 use crate::pg::lsn;
 use crate::repo::wal::{self, Gap, WalFile, WalFileKind};
 use std::fs;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 /// Names of the files PostgreSQL has marked ready to archive (`archive_status/<f>.ready`),
@@ -102,7 +103,12 @@ pub fn drop_segments(
         let json = serde_json::to_vec_pretty(&gap)
             .map_err(|e| Error::Other(format!("cannot encode a gap record: {e}")))?;
         let tmp = p.with_extension("tmp");
-        fs::File::create(&tmp)
+        fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(crate::io::fs::FILE_MODE)
+            .open(&tmp)
             .and_then(|mut f| {
                 std::io::Write::write_all(&mut f, &json)?;
                 f.sync_all()

@@ -15,10 +15,18 @@
 //! ```
 //!
 //! A background process is this binary started again, in a session of its own, with a
-//! hidden subcommand ([`Background`]); one per stanza and kind, kept single by its lock.
+//! hidden subcommand (`archive-push-async`, `archive-get-async`); one per stanza and kind, kept
+//! single by its lock.
+//!
+//! Modes: every directory of the spool (the spool path itself when pgjet creates it) is
+//! created with mode [`DIR_MODE`] (0750) and every file (acknowledgements, locks, logs, gap
+//! records, prefetched segments and their marks) with [`FILE_MODE`] (0640), less the umask:
+//! under PostgreSQL's umask (077) that is 0700/0600; never world access.
 use crate::error::{Error, Result};
+use crate::io::fs::{DIR_MODE, FILE_MODE};
 use crate::options::Settings;
 use std::fs;
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -48,7 +56,7 @@ impl Spool {
     pub fn open(s: &Settings, stanza: &str) -> Result<Spool> {
         let dir = s.archive.spool_path.join("archive").join(stanza);
         for d in [dir.join("out"), dir.join("gap")] {
-            fs::create_dir_all(&d).map_err(|e| Error::io("create spool directory", &d, e))?;
+            crate::io::fs::create_dir_all(&d, DIR_MODE)?;
         }
         Ok(Spool { dir })
     }
@@ -61,7 +69,7 @@ impl Spool {
     /// Writes an acknowledgement (or error) file whole: a temporary file renamed into place.
     pub(super) fn write_ack(&self, name: &str, ext: &str, text: &str) -> Result<()> {
         let p = self.ack(name, ext);
-        crate::io::fs::write_whole(&p, text.as_bytes())
+        crate::io::fs::write_whole(&p, text.as_bytes(), FILE_MODE)
     }
 
     /// Takes `<name>.lock` with flock(2) without waiting: Some(file) while held, None when
@@ -72,6 +80,7 @@ impl Spool {
             .create(true)
             .truncate(false)
             .write(true)
+            .mode(FILE_MODE)
             .open(&p)
             .map_err(|e| Error::io("open", &p, e))?;
         // SAFETY: flock on a descriptor we own; no memory is involved.
@@ -188,6 +197,7 @@ pub(super) fn spawn_self(
     let out = fs::OpenOptions::new()
         .create(true)
         .append(true)
+        .mode(FILE_MODE)
         .open(&log_path)
         .map_err(|e| Error::io("open", &log_path, e))?;
     let err = out
@@ -222,7 +232,9 @@ pub(super) fn spawn_self(
 
 /// Moves a prefetched file to `dest`: a rename when both are on one filesystem, else a copy
 /// through a temporary file and a rename. False when `src` is gone (the caller fetches the
-/// file itself).
+/// file itself). `dest` is archive-get's `%p`: renamed, it keeps the mode the prefetcher
+/// gave it; copied, it gets [`FILE_MODE`] less the umask (see
+/// [`crate::io::fs::write_whole`]).
 pub(super) fn move_into(src: &Path, dest: &Path) -> Result<bool> {
     match fs::rename(src, dest) {
         Ok(()) => return Ok(true),
@@ -234,7 +246,7 @@ pub(super) fn move_into(src: &Path, dest: &Path) -> Result<bool> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
         Err(e) => return Err(Error::io("read", src, e)),
     };
-    crate::io::fs::write_whole(dest, &data)?;
+    crate::io::fs::write_whole(dest, &data, FILE_MODE)?;
     let _ = fs::remove_file(src);
     Ok(true)
 }
@@ -251,4 +263,42 @@ pub(crate) fn test_settings(dir: &Path, timeout: f64) -> Settings {
         ("archive-timeout", timeout.to_string()),
     ])
     .unwrap()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Under a umask that removes nothing: the spool path pgjet creates and its directories
+    /// are 0750, acknowledgements, errors and lock files 0640.
+    #[test]
+    fn spool_files_and_directories_get_no_world_access() {
+        crate::io::fs::with_umask_in_child(
+            "archive::spool::tests::spool_files_and_directories_get_no_world_access",
+            0o000,
+            || {
+                let d = tempfile::tempdir().unwrap();
+                let s = test_settings(d.path(), 1.0);
+                let spool = Spool::open(&s, "main").unwrap();
+                spool
+                    .write_ack("000000010000000000000001", "ok", "")
+                    .unwrap();
+                spool
+                    .write_ack("000000010000000000000002", "error", "failed")
+                    .unwrap();
+                let lock = spool.try_lock("push").unwrap();
+                assert!(lock.is_some());
+                let root = d.path().join("spool");
+                let mode = fs::metadata(&root).unwrap().permissions();
+                use std::os::unix::fs::PermissionsExt;
+                assert_eq!(mode.mode() & 0o7777, 0o750);
+                let all = crate::io::fs::modes_below(&root);
+                assert_eq!(all.iter().filter(|(_, d, _)| !d).count(), 3, "{all:?}");
+                for (p, is_dir, m) in all {
+                    let want = if is_dir { 0o750 } else { 0o640 };
+                    assert_eq!(m, want, "{} is {m:04o}", p.display());
+                }
+            },
+        );
+    }
 }

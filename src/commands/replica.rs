@@ -211,7 +211,10 @@ fn copy_and_configure(
             signal: Some("standby.signal"),
         },
         || Ok(()),
-        || crate::io::fs::write_file(&target.join(&*bb.control.path), &bb.control_bytes),
+        || {
+            let (path, mode) = (target.join(&*bb.control.path), bb.control.mode);
+            crate::io::fs::write_file(&path, &bb.control_bytes, mode)
+        },
     )?;
     Ok((bb.total_bytes(), dir.same, dir.copied))
 }

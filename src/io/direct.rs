@@ -139,9 +139,15 @@ impl Writer {
         })
     }
 
-    /// Creates (or truncates) `path` for writing.
-    pub fn create(path: &Path) -> io::Result<Writer> {
-        let buffered = File::create(path)?;
+    /// Creates (or truncates) `path` for writing; a new file gets the permission bits `mode`
+    /// less the umask (an existing one keeps its own).
+    pub fn create(path: &Path, mode: u32) -> io::Result<Writer> {
+        let buffered = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(mode)
+            .open(path)?;
         Ok(Writer {
             buffered,
             direct: open_direct(path, true),
@@ -246,7 +252,7 @@ mod tests {
                 .map(|i| (i % 251) as u8)
                 .collect::<Vec<_>>(),
         );
-        let w = Writer::create(&p).unwrap();
+        let w = Writer::create(&p, 0o600).unwrap();
         w.write_at(&data, 0).unwrap();
         w.write_at(&data[1..50], 3 * ALIGN as u64 + 200).unwrap();
         drop(w);

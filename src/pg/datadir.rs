@@ -45,6 +45,60 @@ impl SourceFile {
     }
 }
 
+/// The permission bits PostgreSQL gives the directories and files of a cluster: 0700/0600,
+/// or 0750/0640 when the cluster allows group access (`initdb -g`, data_directory_mode
+/// 0750). The data directory's own mode decides: group access when it has the bits of 0750
+/// (SetDataDirectoryCreatePerm in src/common/file_perm.c; PG_DIR_MODE_GROUP and
+/// PG_FILE_MODE_GROUP in src/include/common/file_perm.h). PostgreSQL starts only on a data
+/// directory of mode 0700 or 0750 (checkDataDir, src/backend/utils/init/miscinit.c).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DataDirModes {
+    /// Mode of a directory: 0700 or 0750.
+    pub dir: u32,
+    /// Mode of a file: 0600 or 0640.
+    pub file: u32,
+}
+
+impl DataDirModes {
+    /// Owner access only: 0700/0600 (PostgreSQL's default).
+    pub const OWNER: DataDirModes = DataDirModes {
+        dir: 0o700,
+        file: 0o600,
+    };
+    /// Group access: 0750/0640.
+    pub const GROUP: DataDirModes = DataDirModes {
+        dir: 0o750,
+        file: 0o640,
+    };
+
+    /// The modes of a cluster whose data directory has permission bits `mode`.
+    pub fn of_mode(mode: u32) -> DataDirModes {
+        if mode & 0o750 == 0o750 {
+            DataDirModes::GROUP
+        } else {
+            DataDirModes::OWNER
+        }
+    }
+
+    /// The modes of the cluster whose directories are `dirs` (relative path, mode), as a
+    /// [`Listing`] or a backup's manifest records them: those of its `global` directory,
+    /// which initdb creates with the data directory's mode (a listing has no entry for the
+    /// data directory itself). [`DataDirModes::OWNER`] when `global` is missing.
+    pub fn of_listing(dirs: &[(String, u32)]) -> DataDirModes {
+        dirs.iter()
+            .find(|(p, _)| p == "global")
+            .map(|(_, m)| DataDirModes::of_mode(*m))
+            .unwrap_or(DataDirModes::OWNER)
+    }
+
+    /// The modes of the data directory `pg_path` on this host, from its mode (as PostgreSQL
+    /// decides when it starts). Errors: [`Error::Io`] when it cannot be read.
+    pub fn of_dir(pg_path: &Path) -> Result<DataDirModes> {
+        let meta = fs::metadata(pg_path).map_err(|e| Error::io("stat", pg_path, e))?;
+        Ok(DataDirModes::of_mode(meta.permissions().mode()))
+    }
+}
+
 /// A tablespace link found in pg_tblspc.
 #[derive(Debug, Clone)]
 pub struct TablespaceLink {
@@ -276,6 +330,9 @@ pub fn walk(
     checksums: bool,
 ) -> Result<Listing> {
     let mut l = Listing::default();
+    // The cluster's directory mode, for the directories the walk records without having
+    // seen them; known once the data directory's level is listed.
+    let mut dir_mode = DataDirModes::OWNER.dir;
     let mut level = vec![Pending {
         rel: String::new(),
         dirs_only: false,
@@ -291,11 +348,11 @@ pub fn walk(
                 continue;
             };
             if p.record_self {
-                l.dirs.push((p.rel.clone(), 0o700));
+                l.dirs.push((p.rel.clone(), dir_mode));
             }
             entries.sort_by(|a, b| a.name.cmp(&b.name));
             if p.dirs_only {
-                keep_subdirs(&p.rel, &entries, version_num, &mut l);
+                keep_subdirs(&p.rel, &entries, version_num, dir_mode, &mut l);
             } else {
                 visit(&p.rel, entries, version_num, checksums, &mut l, &mut next);
             }
@@ -303,9 +360,10 @@ pub fn walk(
         if !tablespaces_queued {
             // The tablespaces join the walk at the level below the data directory.
             tablespaces_queued = true;
+            dir_mode = DataDirModes::of_listing(&l.dirs).dir;
             for t in &tablespaces {
                 let base = format!("pg_tblspc/{}", t.oid);
-                l.dirs.push((base.clone(), 0o700));
+                l.dirs.push((base.clone(), dir_mode));
                 next.push(Pending {
                     rel: format!("{base}/{tablespace_dir}"),
                     dirs_only: false,
@@ -320,26 +378,27 @@ pub fn walk(
 }
 
 /// Records the sub-directories PostgreSQL expects inside a directory whose contents are
-/// skipped (e.g. pg_wal/archive_status).
-fn keep_subdirs(rel: &str, entries: &[Entry], version_num: u32, l: &mut Listing) {
-    let mut subs: Vec<String> = entries
+/// skipped (e.g. pg_wal/archive_status), with their modes; one the source lacks gets
+/// `dir_mode`, the cluster's.
+fn keep_subdirs(rel: &str, entries: &[Entry], version_num: u32, dir_mode: u32, l: &mut Listing) {
+    let mut subs: Vec<(String, u32)> = entries
         .iter()
         .filter(|e| e.kind == EntryKind::Dir)
-        .map(|e| format!("{rel}/{}", e.name))
-        .filter(|s| exclude::classify(s, true, version_num) != Decision::Exclude)
+        .map(|e| (format!("{rel}/{}", e.name), e.mode))
+        .filter(|(s, _)| exclude::classify(s, true, version_num) != Decision::Exclude)
         .collect();
     // basebackup.c sends these even when they are missing.
     if rel == "pg_wal" {
         for d in ["pg_wal/archive_status", "pg_wal/summaries"] {
             if exclude::classify(d, true, version_num) != Decision::Exclude
-                && !subs.iter().any(|s| s == d)
+                && !subs.iter().any(|(s, _)| s == d)
             {
-                subs.push(d.to_string());
+                subs.push((d.to_string(), dir_mode));
             }
         }
     }
     subs.sort();
-    l.dirs.extend(subs.into_iter().map(|s| (s, 0o700)));
+    l.dirs.extend(subs);
 }
 
 /// Classifies the entries of one directory `rel`: files go to the listing, directories to
@@ -378,7 +437,7 @@ fn visit(
         };
         if rel.is_empty() && &*e.name == "pg_tblspc" {
             // Its entries are the tablespaces, walked on their own.
-            l.dirs.push((child, 0o700));
+            l.dirs.push((child, e.mode));
             continue;
         }
         match e.kind {
@@ -558,6 +617,55 @@ mod tests {
         }
         // One call per level of depth, not one per directory.
         assert_eq!(*lister.1.borrow(), 3);
+    }
+
+    #[test]
+    fn a_cluster_with_group_access_records_its_directory_mode_everywhere() {
+        let g = |name: &str| Entry {
+            mode: 0o750,
+            ..dir(name)
+        };
+        let mut m = BTreeMap::new();
+        m.insert(
+            String::new(),
+            vec![g("base"), g("global"), g("pg_wal"), g("pg_tblspc")],
+        );
+        m.insert("base".into(), vec![]);
+        m.insert("global".into(), vec![]);
+        // pg_wal/archive_status is missing: recorded all the same, with the cluster's mode.
+        m.insert("pg_wal".into(), vec![]);
+        m.insert("pg_tblspc/16500/PG_15_1".into(), vec![g("5")]);
+        m.insert("pg_tblspc/16500/PG_15_1/5".into(), vec![]);
+        let links = vec![TablespaceLink {
+            oid: 16500,
+            target: PathBuf::from("/ts"),
+        }];
+        let l = walk(
+            &MemLister(m, Default::default()),
+            links,
+            150000,
+            "PG_15_1",
+            true,
+        )
+        .unwrap();
+        assert!(l.dirs.iter().any(|(p, _)| p == "pg_wal/archive_status"));
+        assert!(l.dirs.iter().any(|(p, _)| p == "pg_tblspc/16500/PG_15_1"));
+        for (p, mode) in &l.dirs {
+            assert_eq!(*mode, 0o750, "{p}");
+        }
+        assert_eq!(DataDirModes::of_listing(&l.dirs), DataDirModes::GROUP);
+    }
+
+    #[test]
+    fn data_directory_modes_follow_postgresql() {
+        assert_eq!(DataDirModes::of_mode(0o700), DataDirModes::OWNER);
+        assert_eq!(DataDirModes::of_mode(0o40750), DataDirModes::GROUP);
+        assert_eq!(DataDirModes::of_mode(0o755), DataDirModes::GROUP);
+        // Group read without search is not group access (file_perm.c wants both).
+        assert_eq!(DataDirModes::of_mode(0o740), DataDirModes::OWNER);
+        assert_eq!(DataDirModes::of_listing(&[]), DataDirModes::OWNER);
+        let dirs = vec![("base".to_string(), 0o750), ("global".to_string(), 0o700)];
+        assert_eq!(DataDirModes::of_listing(&dirs), DataDirModes::OWNER);
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! The result must be indistinguishable from a full copy: after [`clean_target`] the target
 //! holds only the source listing's directories and files (the copy then fixes their
 //! contents), and pg_control is written last, as in a full copy.
-use super::create_private_dir;
+use super::{create_cluster_dir, DataDirModes};
 use crate::error::{Error, Result};
 use crate::pg::datadir::Listing;
 use std::collections::HashSet;
@@ -82,7 +82,7 @@ pub fn write_marker(dir: &Path, system_identifier: u64) -> Result<()> {
     let text = format!(
         "{{\"system_identifier\": \"{system_identifier}\", \"note\": \"pgjet is writing this data directory; it is not usable until this file is gone\"}}\n"
     );
-    crate::io::fs::write_file(&dir.join(MARKER), text.as_bytes())?;
+    crate::io::fs::write_file(&dir.join(MARKER), text.as_bytes(), 0o600)?;
     crate::io::fs::fsync_dir(dir)
 }
 
@@ -108,9 +108,10 @@ pub fn clean_target(
     locations: &[(u32, PathBuf)],
     listing: &Listing,
 ) -> Result<usize> {
-    create_private_dir(pg_path)?;
+    let modes = DataDirModes::of_listing(&listing.dirs);
+    create_cluster_dir(pg_path, modes.dir)?;
     let tblspc = pg_path.join("pg_tblspc");
-    fs::create_dir_all(&tblspc).map_err(|e| Error::io("create directory", &tblspc, e))?;
+    crate::io::fs::create_dir_all(&tblspc, modes.dir)?;
     // Tablespace links: exactly the listed ones, pointing where they should.
     let wanted: HashSet<String> = locations.iter().map(|(o, _)| o.to_string()).collect();
     let mut removed = 0;
@@ -123,7 +124,7 @@ pub fn clean_target(
         }
     }
     for (oid, dir) in locations {
-        create_private_dir(dir)?;
+        create_cluster_dir(dir, modes.dir)?;
         let link = tblspc.join(oid.to_string());
         let ok = fs::read_link(&link).map(|t| t == *dir).unwrap_or(false);
         if !ok {
@@ -188,11 +189,11 @@ pub fn clean_target(
             }
         }
         let p = pg_path.join(rel);
+        let mode = if *mode == 0 { modes.dir } else { *mode };
         if !p.is_dir() {
-            fs::create_dir_all(&p).map_err(|e| Error::io("create directory", &p, e))?;
+            crate::io::fs::create_dir_all(&p, mode)?;
         }
         use std::os::unix::fs::PermissionsExt;
-        let mode = if *mode == 0 { 0o700 } else { *mode };
         fs::set_permissions(&p, fs::Permissions::from_mode(mode))
             .map_err(|e| Error::io("chmod", &p, e))?;
     }
@@ -264,7 +265,7 @@ pub fn begin_delta(
     locations: &[(u32, PathBuf)],
     listing: &Listing,
 ) -> Result<usize> {
-    create_private_dir(pg_path)?;
+    create_cluster_dir(pg_path, DataDirModes::of_listing(&listing.dirs).dir)?;
     write_marker(pg_path, system_identifier)?;
     let control = pg_path.join("global/pg_control");
     if control.exists() {

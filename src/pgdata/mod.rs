@@ -3,6 +3,12 @@
 //! postgresql.auto.conf, the sync at the end, and (in [`delta`]) re-syncing an existing copy
 //! of the same cluster with the marker that proves an unfinished directory's identity.
 //! `restore` and `replica-create` both write through here.
+//!
+//! Modes: a written data directory gets the modes PostgreSQL gives the source cluster
+//! ([`DataDirModes`]: 0700/0600, or 0750/0640 when the cluster allows group access): the
+//! data directory and the tablespace directories from the recorded mode of `global`,
+//! every other directory and file its recorded mode, exactly, whatever the umask (pgBackRest
+//! restores recorded modes the same way, under its neutral umask).
 pub mod copy;
 pub mod delta;
 pub mod finish;
@@ -12,9 +18,10 @@ pub mod standby;
 
 use crate::error::{Error, Result};
 use crate::io::fs::{create_new_file, set_mtime, SyncHandle};
+pub use crate::pg::datadir::DataDirModes;
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 /// Refuses a target directory that holds anything, naming a postmaster.pid in particular.
@@ -45,11 +52,15 @@ pub fn check_empty_target(dir: &Path, what: &str) -> Result<()> {
     }
 }
 
-/// Creates `dir` (and parents) with mode 0700, as PostgreSQL wants its data directory.
-pub fn create_private_dir(dir: &Path) -> Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    fs::create_dir_all(dir).map_err(|e| Error::io("create directory", dir, e))?;
-    fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
+/// Creates `dir` (a data directory or a tablespace directory) and any missing parents with
+/// mode `mode` (0700 or 0750, [`DataDirModes::dir`]), and gives `dir` exactly that mode, as
+/// PostgreSQL wants its data directory (an existing one too). Parents get `mode` less the
+/// umask, as initdb's `pg_mkdir_p` gives them.
+///
+/// Errors: [`Error::Io`] naming the directory.
+pub fn create_cluster_dir(dir: &Path, mode: u32) -> Result<()> {
+    crate::io::fs::create_dir_all(dir, mode)?;
+    fs::set_permissions(dir, fs::Permissions::from_mode(mode))
         .map_err(|e| Error::io("chmod", dir, e))
 }
 
@@ -186,8 +197,11 @@ fn normalize(p: &Path) -> Result<PathBuf> {
 }
 
 /// Checks the targets and creates the data directory, the tablespace directories and links
-/// (pg_tblspc/<oid> -> location) and every directory of `dirs`.
-/// `tablespaces`: (oid, name, original location). Returns (oid, chosen location).
+/// (pg_tblspc/<oid> -> location) and every directory of `dirs` (relative path, recorded
+/// mode). The data directory and the tablespace directories get the cluster's directory
+/// mode ([`DataDirModes::of_listing`]), every directory of `dirs` exactly its recorded mode
+/// (0: the cluster's). `tablespaces`: (oid, name, original location). Returns (oid, chosen
+/// location).
 pub fn prepare_target(
     pg_path: &Path,
     tablespaces: &[(u32, String, String)],
@@ -195,11 +209,12 @@ pub fn prepare_target(
     dirs: &[(String, u32)],
 ) -> Result<Vec<(u32, PathBuf)>> {
     let locations = plan_locations(pg_path, tablespaces, map)?;
-    create_private_dir(pg_path)?;
+    let modes = DataDirModes::of_listing(dirs);
+    create_cluster_dir(pg_path, modes.dir)?;
     for (oid, dir) in &locations {
-        create_private_dir(dir)?;
+        create_cluster_dir(dir, modes.dir)?;
         let tblspc = pg_path.join("pg_tblspc");
-        fs::create_dir_all(&tblspc).map_err(|e| Error::io("create directory", &tblspc, e))?;
+        crate::io::fs::create_dir_all(&tblspc, modes.dir)?;
         let link = tblspc.join(oid.to_string());
         std::os::unix::fs::symlink(dir, &link)
             .map_err(|e| Error::io("create tablespace link", &link, e))?;
@@ -211,12 +226,12 @@ pub fn prepare_target(
             }
         }
         let p = pg_path.join(rel);
-        match fs::create_dir(&p) {
+        let mode = if *mode == 0 { modes.dir } else { *mode };
+        match fs::DirBuilder::new().mode(mode).create(&p) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(Error::io("create directory", &p, e)),
         }
-        let mode = if *mode == 0 { 0o700 } else { *mode };
         fs::set_permissions(&p, fs::Permissions::from_mode(mode))
             .map_err(|e| Error::io("chmod", &p, e))?;
     }
@@ -251,15 +266,20 @@ pub fn set_mtimes(paths: &[PathBuf], mtimes: &[i64]) -> Result<()> {
         .try_for_each(|(p, t)| set_mtime(p, *t))
 }
 
-/// Appends settings to postgresql.auto.conf (read by PostgreSQL after postgresql.conf).
-pub fn append_auto_conf(pg_path: &Path, lines: &[String]) -> Result<()> {
+/// Appends settings to postgresql.auto.conf (read by PostgreSQL after postgresql.conf);
+/// created with exactly the permission bits `mode` when missing.
+pub fn append_auto_conf(pg_path: &Path, lines: &[String], mode: u32) -> Result<()> {
     let p = pg_path.join("postgresql.auto.conf");
+    let existed = p.exists();
     let mut f = OpenOptions::new()
         .append(true)
         .create(true)
-        .mode(0o600)
+        .mode(mode)
         .open(&p)
         .map_err(|e| Error::io("open", &p, e))?;
+    if !existed {
+        crate::io::fs::set_exact_mode(&f, &p, mode)?;
+    }
     let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
     f.write_all(text.as_bytes())
         .map_err(|e| Error::io("write", &p, e))
@@ -335,6 +355,60 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("postmaster.pid"), "{e}");
+    }
+
+    /// prepare_target and create_file under a strict umask (077): the data directory, the
+    /// tablespace directory and every directory and file get the recorded (or the cluster's)
+    /// modes exactly; a cluster without group access gets 0700/0600.
+    #[test]
+    fn a_written_data_directory_keeps_the_clusters_modes_whatever_the_umask() {
+        crate::io::fs::with_umask_in_child(
+            "pgdata::tests::a_written_data_directory_keeps_the_clusters_modes_whatever_the_umask",
+            0o077,
+            || {
+                for modes in [DataDirModes::GROUP, DataDirModes::OWNER] {
+                    let d = tempfile::tempdir().unwrap();
+                    let (pg, ts) = (d.path().join("pg/data"), d.path().join("ts"));
+                    let dirs: Vec<(String, u32)> = [
+                        ("base", modes.dir),
+                        ("base/5", modes.dir),
+                        ("global", modes.dir),
+                        ("pg_tblspc", modes.dir),
+                        ("pg_tblspc/16500", modes.dir),
+                        ("pg_tblspc/16500/PG_15_1", modes.dir),
+                        ("pg_wal", modes.dir),
+                        ("pg_wal/archive_status", 0),
+                    ]
+                    .iter()
+                    .map(|(p, m)| (p.to_string(), *m))
+                    .collect();
+                    let tablespaces = [(16500, "ts1".to_string(), ts.display().to_string())];
+                    prepare_target(&pg, &tablespaces, &[], &dirs).unwrap();
+                    create_files(
+                        &pg,
+                        &[
+                            ("base/5/1", 8192, modes.file),
+                            ("global/pg_control", 8192, modes.file),
+                        ],
+                    )
+                    .unwrap();
+                    append_auto_conf(&pg, &["a = 1".into()], modes.file).unwrap();
+                    let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+                    assert_eq!(mode(&pg), modes.dir);
+                    assert_eq!(mode(&ts), modes.dir);
+                    assert_eq!(DataDirModes::of_dir(&pg).unwrap(), modes);
+                    // The data directory's (the tablespace link not followed) and the
+                    // tablespace's: 6 directories, 3 files; PG_15_1.
+                    let mut all = crate::io::fs::modes_below(&pg);
+                    all.extend(crate::io::fs::modes_below(&ts));
+                    assert_eq!(all.len(), 10, "{all:?}");
+                    for (p, is_dir, m) in all {
+                        let want = if is_dir { modes.dir } else { modes.file };
+                        assert_eq!(m, want, "{} is {m:04o}, not {want:04o}", p.display());
+                    }
+                }
+            },
+        );
     }
 
     #[test]

@@ -63,13 +63,15 @@ pub fn restore_into(r: &RestoreInto, files: Files, progress: &dyn Progress) -> R
     let sync = TargetSync::open(r.pg_path, r.locations)?;
     let pgm_path = r.pg_path.join("backup_manifest");
     let h = &r.scan.summary.header;
+    let pgm_mode = super::DataDirModes::of_dir(r.pg_path)?.file;
     let pgm_file = OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(true)
-        .mode(0o600)
+        .mode(pgm_mode)
         .open(&pgm_path)
         .map_err(|e| Error::io("create", &pgm_path, e))?;
+    crate::io::fs::set_exact_mode(&pgm_file, &pgm_path, pgm_mode)?;
     let mut pgm = PgManifestWriter::new(
         BufWriter::with_capacity(1 << 20, pgm_file),
         h.pg_version_num,

@@ -136,6 +136,8 @@ pub fn run_base_backup<T: BackupTarget>(
     }
     // The target sees the whole listing (a delta cleans by it), then the files move out.
     target.prepare(&listing, start_lsn)?;
+    // The WAL the backup adds gets the cluster's file mode (0600, or 0640 with group access).
+    let wal_mode = crate::pg::datadir::DataDirModes::of_listing(&listing.dirs).file;
     let (files, control) = source_files(&mut listing);
     // Listing a large directory leaves its entries' memory free but held by the allocator
     // (a million entries: about 50 MiB); give it back before the copy adds its buffers.
@@ -175,7 +177,7 @@ pub fn run_base_backup<T: BackupTarget>(
     // pg_backup_stop switches to a new segment, which flushes the stop LSN; check it anyway,
     // so no byte past what the server made durable is ever copied.
     sess.wait_wal_flushed(stop.lsn)?;
-    let wal = wal_files(
+    let mut wal = wal_files(
         source,
         label.start_timeline,
         start_lsn,
@@ -183,6 +185,7 @@ pub fn run_base_backup<T: BackupTarget>(
         info.wal_segment_size,
         info.system_identifier,
     )?;
+    wal.iter_mut().for_each(|f| f.mode = wal_mode);
     let wal_opts = ReadOptions {
         verify_checksums: false,
         ..read_opts

@@ -3,14 +3,20 @@
 //! Durability is batched: `put` only writes; `sync` runs one `syncfs(2)` over the filesystem
 //! that holds the root (data and directory entries alike), so thousands of small objects cost
 //! one flush instead of one fsync each.
+//!
+//! Modes: every file it creates (objects, temporary files, the lock created by `link(2)` of
+//! a temporary file) is created with mode [`FILE_MODE`] (0640) and every directory with
+//! [`DIR_MODE`] (0750), as pgBackRest's repositories are: other local users get no access to
+//! the backups. The umask can only remove bits (see `crate::io::fs`). The root directory
+//! is the user's; its mode is left as it is.
 use super::{ObjectWriter, Storage};
 use crate::error::{Error, Result};
 use crate::io::direct::{self, AlignedBuf, Writer};
-use crate::io::fs::{fsync_dir, SyncHandle};
+use crate::io::fs::{fsync_dir, SyncHandle, DIR_MODE, FILE_MODE};
 use std::collections::HashSet;
 use std::fs::{self, File, OpenOptions};
 use std::io::{BufWriter, Read, Write};
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -56,6 +62,7 @@ impl PosixStorage {
         let mut f = OpenOptions::new()
             .write(true)
             .create_new(true)
+            .mode(FILE_MODE)
             .open(&tmp)
             .map_err(|e| Error::io("create", &tmp, e))?;
         let r = f
@@ -83,7 +90,7 @@ impl PosixStorage {
                         None => break,
                     }
                 }
-                fs::create_dir_all(parent).map_err(|e| Error::io("create directory", parent, e))?;
+                crate::io::fs::create_dir_all(parent, DIR_MODE)?;
                 for c in created.iter().rev() {
                     if let Some(up) = c.parent() {
                         fsync_dir(up)?;
@@ -146,7 +153,7 @@ impl Storage for PosixStorage {
     fn put(&self, name: &str, data: &[u8]) -> Result<()> {
         let p = self.path(name);
         self.ensure_parent(&p)?;
-        let w = Writer::create(&p).map_err(|e| Error::io("create", &p, e))?;
+        let w = Writer::create(&p, FILE_MODE).map_err(|e| Error::io("create", &p, e))?;
         w.write_at(data, 0).map_err(|e| Error::io("write", &p, e))
     }
 
@@ -194,6 +201,7 @@ impl Storage for PosixStorage {
         let f = OpenOptions::new()
             .write(true)
             .create_new(true)
+            .mode(FILE_MODE)
             .open(&tmp)
             .map_err(|e| Error::io("create", &tmp, e))?;
         Ok(Box::new(PosixWriter {
@@ -286,5 +294,74 @@ impl Storage for PosixStorage {
 
     fn sync(&self) -> Result<()> {
         self.root_handle.syncfs()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::io::fs::{modes_below, with_umask_in_child};
+
+    /// Every way the store creates files and directories, under a umask that removes nothing
+    /// (000) and under PostgreSQL's (077): objects (put, put_durable, writer), the
+    /// create-if-absent of the lock (link(2) of a temporary file), nested parents.
+    fn create_everything(root: &Path) {
+        let st = PosixStorage::open(root).unwrap();
+        st.put("main/backup/20260101-000000F/data/000001", b"frames")
+            .unwrap();
+        st.put_durable("main/stanza.json", b"{}").unwrap();
+        assert!(st.create_new("main/lock/backup.json", b"{}").unwrap());
+        assert!(!st.create_new("main/lock/backup.json", b"{}").unwrap());
+        let mut w = st
+            .writer("main/backup/20260101-000000F/manifest.jsonl.zst")
+            .unwrap();
+        w.write(b"manifest").unwrap();
+        w.finish().unwrap();
+        // A writer dropped unfinished leaves nothing behind.
+        drop(
+            st.writer("main/archive/00000001/0000000000000000/x")
+                .unwrap(),
+        );
+        st.sync().unwrap();
+    }
+
+    fn assert_modes(root: &Path, dir: u32, file: u32) {
+        let all = modes_below(root);
+        assert_eq!(all.iter().filter(|(_, d, _)| !d).count(), 4, "{all:?}");
+        for (p, is_dir, mode) in all {
+            let want = if is_dir { dir } else { file };
+            assert_eq!(
+                mode,
+                want,
+                "{} has mode {mode:04o}, not {want:04o}",
+                p.display()
+            );
+        }
+    }
+
+    #[test]
+    fn modes_under_a_permissive_umask() {
+        with_umask_in_child(
+            "storage::posix::tests::modes_under_a_permissive_umask",
+            0o000,
+            || {
+                let d = tempfile::tempdir().unwrap();
+                create_everything(d.path());
+                assert_modes(d.path(), 0o750, 0o640);
+            },
+        );
+    }
+
+    #[test]
+    fn a_stricter_umask_gives_stricter_modes() {
+        with_umask_in_child(
+            "storage::posix::tests::a_stricter_umask_gives_stricter_modes",
+            0o077,
+            || {
+                let d = tempfile::tempdir().unwrap();
+                create_everything(d.path());
+                assert_modes(d.path(), 0o700, 0o600);
+            },
+        );
     }
 }

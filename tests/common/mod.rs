@@ -781,6 +781,11 @@ pub struct Cluster {
 
 impl Cluster {
     pub fn new(pg: &Pg, tag: &str) -> Cluster {
+        Cluster::with_initdb_args(pg, tag, &[])
+    }
+
+    /// [`Cluster::new`] with `extra` initdb arguments (e.g. `-g`: group access).
+    pub fn with_initdb_args(pg: &Pg, tag: &str, extra: &[&str]) -> Cluster {
         pg.require();
         let t = Instant::now();
         let root = Scratch::new(tag);
@@ -800,7 +805,10 @@ impl Cluster {
                 "trust",
                 "-D",
                 data.display()
-            ],
+            ]
+            .into_iter()
+            .chain(extra.iter().map(|a| a.to_string()))
+            .collect::<Vec<_>>(),
             None,
         );
         assert!(r.success(), "initdb failed:\n{r}");
