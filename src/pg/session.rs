@@ -389,10 +389,11 @@ impl Session {
     /// temporary slot).
     pub fn close(self) {
         drop(self.client);
-        let _ = self.rt.block_on(tokio::time::timeout(
-            std::time::Duration::from_secs(2),
-            self.conn,
-        ));
+        let conn = self.conn;
+        // The timer is made inside the runtime (a tokio timer needs one to exist).
+        let _ = self.rt.block_on(async move {
+            tokio::time::timeout(std::time::Duration::from_secs(2), conn).await
+        });
     }
 }
 
