@@ -1185,14 +1185,15 @@ fn n_lock_taken_over_during_backup() {
     };
     assert_ne!(ours.token, theirs.token);
     let store = pgjet::storage::posix::PosixStorage::open(&c.repo).unwrap();
+    // Written as the other pgjet would write it: as the cluster's OS user (the repository's
+    // files are 0640, so one written by root could not be read by the backup).
     let take = || {
         use pgjet::storage::Storage;
+        let name = pgjet::repo::lock::lock_name("main");
         store
-            .put_durable(
-                &pgjet::repo::lock::lock_name("main"),
-                &serde_json::to_vec(&theirs).unwrap(),
-            )
-            .unwrap()
+            .put_durable(&name, &serde_json::to_vec(&theirs).unwrap())
+            .unwrap();
+        chown_pg_recursive(&c.repo.join(&name));
     };
     take();
     // A renewal that read the record just before the takeover may write its own back once;
