@@ -647,7 +647,7 @@ P("")
 P(f"Written by `bench/s3.sh` on {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC. Medians of {F('runs')} run(s) per command, "
   "runs interleaved (run 1 of every command, then run 2, ...); "
   + ("page cache dropped (`sync; echo 3 > /proc/sys/vm/drop_caches`) before every timed run; "
-     if F("drop_caches") == "yes" else "**page cache NOT dropped** (not permitted); ")
+     if F("drop_caches") == "yes" else "**page cache NOT dropped** (COLD=0, or not permitted); ")
   + "every command ends with `sync` inside its timing. Ratios are *peer median time / pgjet median time* "
   "(above 1 = pgjet faster); for the large files, *pgjet MiB/s / s5cmd MiB/s*.")
 P("")
