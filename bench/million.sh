@@ -75,6 +75,8 @@ echo "   made in $(awk -v a="$(date +%s.%N)" -v b="$t0" 'BEGIN {printf "%.1f", a
 cat >"$M/pgjet.conf" <<EOF
 [global]
 repo1-path=$M/repo
+# in the file, not on the command line: stanza-create takes no --jobs
+process-max=$JOBS
 
 [main]
 pg1-path=$M/data
@@ -82,7 +84,7 @@ pg1-socket-path=$M/sock
 pg1-port=$PORT
 EOF
 chown postgres: "$M/pgjet.conf"
-PJ=(runuser -u postgres -- "$M/bin/pgjet" --config "$M/pgjet.conf" --stanza main --jobs "$JOBS")
+PJ=(runuser -u postgres -- "$M/bin/pgjet" --config "$M/pgjet.conf" --stanza main)
 pj() { "${PJ[@]}" "$@"; }
 pj stanza-create >/dev/null
 
