@@ -78,12 +78,15 @@ ready_count() { find "$1/data/pg_wal/archive_status" -name '*.ready' 2>/dev/null
 
 # stop_background: background pushers and prefetchers of both tools (by the PIDs in their
 # lock files and pgjet's hidden background commands in /proc/PID/cmdline, never by name)
-# left from a run.
+# left from a run. pgjet's are those whose command line names this bench's run directory
+# (they carry the foreground's command-line options, --config=$RUN/...): others' (a test
+# suite on the same machine) are left alone.
 stop_background() {
     local c pid
     for c in /proc/[0-9]*/cmdline; do
         pid=${c#/proc/}; pid=${pid%/cmdline}
-        if { tr "\0" "\n" <"$c"; } 2>/dev/null | grep -qx 'archive-\(push\|get\)-async'; then
+        if { tr "\0" "\n" <"$c"; } 2>/dev/null | grep -qx 'archive-\(push\|get\)-async' \
+            && { tr "\0" "\n" <"$c"; } 2>/dev/null | grep -qF -- "$RUN/"; then
             kill -TERM "$pid" 2>/dev/null
         fi
     done
@@ -209,7 +212,7 @@ one_tool() {
     as_b "$PGBIN/pgbench" -n -c "$CLIENTS" -j 2 -T "$DURATION" -h "$CL/sock" -p "$(cluster_port "$CL")" -U postgres postgres >"$LOGS/$target-$tool-pgbench.log" 2>&1 || true
     t0=$(now)
     lsn1=$(psql_cl "$CL" -c "SELECT pg_current_wal_lsn()")
-    wait_drained "$t0" 600 || say "  queue not drained in 600 s"
+    wait_drained "$t0" 600 || say "  lag run: FAILED, queue not drained in 600 s after pgbench"
     t1=$(now)
     kill "$SAMPLER" 2>/dev/null; wait "$SAMPLER" 2>/dev/null || true; SAMPLER=""
     segs=$(psql_cl "$CL" -c "SELECT round(pg_wal_lsn_diff('$lsn1', '$lsn0') / 16777216.0, 1)")
@@ -286,7 +289,7 @@ flood() {
     fi
     t0=$(now)
     set_archive "$(archive_cmd "$tool")"
-    wait_drained "$t0" 1800 || say "  flood not archived in 1800 s"
+    wait_drained "$t0" 1800 || say "  flood ($kind): FAILED, not archived in 1800 s"
     t1=$(now)
     if [ -n "$perf_pid" ]; then kill -INT "$perf_pid"; wait "$perf_pid" 2>/dev/null || true; fi
     row "$target" "$tool" "flood_${kind}_segments" "$n"
@@ -313,7 +316,7 @@ flood_limits() {
         t0=$(now); as_b cp "$list"/* "$RUN/limit-copy/"; sync; t1=$(now)
         row "$target" "limit: cp + sync" "flood_${kind}_s" "$(awk -v a="$t1" -v b="$t0" 'BEGIN {printf "%.2f", a - b}')"
         rm -rf "$RUN/limit-copy"
-    else
+    elif [ "$SKIP_S5CMD" != 1 ]; then
         t0=$(now)
         bash -c "$(s5 --numworkers "$JOBS" cp "$list/*" "s3://$BUCKET/limit/")" >"$LOGS/s5cmd-flood.log" 2>&1 || tail -n 3 "$LOGS/s5cmd-flood.log"
         t1=$(now)
@@ -334,7 +337,7 @@ replay() {
     case $tool in
         pgjet-*) tool_cmd "$tool" --pg-path="$RP/data" restore --archive-mode=off "${opt[@]}" >"$LOGS/$target-$name-restore.log" 2>&1 ;;
         pgbr-*) tool_cmd "$tool" --pg1-path="$RP/data" restore --archive-mode=off "${opt[@]}" >"$LOGS/$target-$name-restore.log" 2>&1 ;;
-    esac || { tail "$LOGS/$target-$name-restore.log"; say "  restore failed"; return 0; }
+    esac || { tail "$LOGS/$target-$name-restore.log"; say "  replay ($name): restore FAILED"; return 0; }
     port=$(free_port)
     cat >>"$RP/data/postgresql.auto.conf" <<EOF
 port = $port
@@ -348,7 +351,7 @@ EOF
     t0=$(now)
     as_b "$PGBIN/pg_ctl" -D "$RP/data" -l "$RP/log" -W start >/dev/null 9>&-
     while ! as_b "$PGBIN/psql" -X -At -h "$RP/sock" -p "$port" -U postgres -d postgres -c "SELECT pg_is_in_recovery()" 2>/dev/null | grep -q f; do
-        if awk -v a="$(now)" -v b="$t0" 'BEGIN {exit !(a - b > 1800)}'; then say "  replay did not end in 1800 s"; break; fi
+        if awk -v a="$(now)" -v b="$t0" 'BEGIN {exit !(a - b > 1800)}'; then say "  replay ($name): FAILED, recovery did not end in 1800 s"; break; fi
         sleep 0.1
     done
     t1=$(now)
@@ -371,7 +374,7 @@ EOF
         replay "$target" "$tool" "cp $w/%f \"%p\"" "limit: local cp"
         WARM_WAL=$w replay "$target" "$tool" "ln $w/%f \"%p\"" "limit: at hand (ln)"
         rm -rf "$w"
-        if [ "$target" = s3 ]; then
+        if [ "$target" = s3 ] && [ "$SKIP_S5CMD" != 1 ]; then
             # The link's limit: the archive's objects downloaded by s5cmd, JOBS at once.
             fresh_dir "$w"
             t0=$(now)
@@ -453,7 +456,8 @@ amain() {
     [ "$(id -u)" -eq 0 ] || die "run as root"
     [ -x "$DELAYLINE" ] || die "no pgjet-delayline at $DELAYLINE"
     [ -x "${VERSITYGW:-}" ] || die "versitygw not found"
-    install_s5cmd
+    # s5cmd: the S3 limits (SKIP_S5CMD=1 leaves them out)
+    if [[ " $TARGETS " == *" s3 "* ]] && [ "$SKIP_S5CMD" != 1 ]; then install_s5cmd; fi
     mkdir -p "$BENCH"
     exec 9>"$BENCH/lock"
     flock -n 9 || die "another run holds $BENCH/lock"

@@ -3,9 +3,13 @@
 
 # cold_cache: write back dirty pages and drop the page cache, so every timed run reads from
 # disk. If dropping is not permitted, says so once and the runs are warm (DROP_CACHES=no).
+# COLD=0 (the CI smoke run, whose times mean nothing) leaves the cache alone, as if dropping
+# were not permitted: the machine's other work keeps its cache.
 cold_cache() {
     sync
-    if [ "$DROP_CACHES" != no ]; then
+    if [ "${COLD:-1}" = 0 ]; then
+        DROP_CACHES=no
+    elif [ "$DROP_CACHES" != no ]; then
         if echo 3 >/proc/sys/vm/drop_caches 2>/dev/null; then
             DROP_CACHES=yes
         else
@@ -39,4 +43,38 @@ timed() {
         tail -n 6 "$base.log" | sed 's/^/      /'
         return 1
     fi
+}
+
+# archive_all CMD...: one archive_command (run by /bin/sh) that runs every CMD (each a shell
+# command with %p) at the same time and succeeds only when all of them do. The benches give
+# every tool its own WAL archive this way: a backup that waits for its WAL in its archive
+# (pgBackRest's archive-check, pgjet's archive-check, both on by default) waits for its own
+# tool's archive-push, not for the other's. pgBackRest accepts it: it checks only that
+# archive_command names pgbackrest. No single quotes in CMD (it goes into ALTER SYSTEM '...').
+archive_all() {
+    local i=0 c s=""
+    for c in "$@"; do
+        i=$((i + 1))
+        s+="{ $c; } & p$i=\$!; "
+    done
+    s+="s=0;"
+    for ((c = 1; c <= i; c++)); do s+=" wait \$p$c || s=1;"; done
+    printf '%s exit $s' "$s"
+}
+
+# archiver_idle PGDATA [SECONDS]: wait (default at most 120 s) until PostgreSQL's archiver has
+# nothing left to archive: no pg_wal/archive_status/*.ready (a .ready file is renamed .done
+# only after archive_command returned, so none left means no archive-push is running).
+# A bench waits so before it empties a tool's repository: otherwise a push still running
+# (the other tool's backup returned as soon as its own push was done) would write into the
+# emptied directory. Non-zero, with a message, on timeout.
+archiver_idle() {
+    local d=$1 limit=${2:-120} t0=$SECONDS
+    while compgen -G "$d/pg_wal/archive_status/*.ready" >/dev/null; do
+        if [ $((SECONDS - t0)) -ge "$limit" ]; then
+            printf '  archiver not idle after %d s: %s\n' "$limit" "$(cd "$d/pg_wal/archive_status" && echo *.ready)" >&2
+            return 1
+        fi
+        sleep 0.2
+    done
 }

@@ -17,7 +17,8 @@
 #        QUIET_WAIT_S (300): before each setting, wait up to this long for a quiet machine
 #          (less than QUIET_PCT (25) % of one core busy over 3 s); the load before and after
 #          each setting is reported (a shared machine: others' builds take CPU from the lab)
-# Output: a Markdown table on stdout (also written to bench/results/netlab-<UTC time>.md).
+# Output: a Markdown table on stdout (also written to REPORT, default
+#         bench/results/netlab-<UTC time>.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -40,8 +41,8 @@ TCK=$(getconf CLK_TCK)
 IPERF_NICE=${IPERF_NICE:--10}
 QUIET_WAIT_S=${QUIET_WAIT_S:-300}
 QUIET_PCT=${QUIET_PCT:-25}
-mkdir -p bench/results
-RESULT=bench/results/netlab-$(date -u +%Y%m%dT%H%MZ).md
+RESULT=${REPORT:-bench/results/netlab-$(date -u +%Y%m%dT%H%MZ).md}
+mkdir -p "$(dirname "$RESULT")"
 PREFIX="nlchk$$"
 IPERF_PID=""
 cleanup() {

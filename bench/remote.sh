@@ -40,6 +40,7 @@ PARTS=${PARTS:-"main small sweep delta"}
 SKIP_PGBACKREST=${SKIP_PGBACKREST:-0}
 QUIET_LOAD=${QUIET_LOAD:-0.7}       # wait for a 1-min load average below this ...
 QUIET_WAIT=${QUIET_WAIT:-600}       # ... for at most this many seconds, before each link
+IPERF_S=${IPERF_S:-10}              # seconds of iperf3 per link (the link's TCP goodput, once per link)
 LAB_PREFIX=${LAB_PREFIX:-pjbr}
 LAB_ID=${LAB_ID:-91}
 PGV=15
@@ -61,6 +62,7 @@ PKI=$BENCH/pki
 PASSFILE=$BENCH/pgpass
 PGJET_BIN=$BENCH/bin/pgjet
 PGBR_REPO=$BENCH/b/pgbr-repo
+PGJET_REPO=$BENCH/b/pgjet-repo      # pgjet's repository (on B's side), also its WAL archive
 PGBR_CONF_A=$BENCH/pgbr-a.conf
 PGBR_CONF_B=$BENCH/pgbr-b.conf
 OUT=$BENCH/b/out
@@ -281,7 +283,18 @@ make_pki() {
     printf '127.0.0.1 localhost\n198.18.%s.2 pgjet-bench-a\n' "$LAB_ID" >"/etc/netns/$NB/hosts"
 }
 
-# build_cluster DS: initdb, TLS, role, pg_hba, archiving to the pgBackRest repository, then
+# archive_command_of DS: the primary's archive_command: each tool's archive-push into its own
+# repository on B's side, at the same time (archive_all), through the shared filesystem
+# (only WAL goes that way, a few segments per backup; the data files cross the link). Each
+# tool's backup waits for its WAL in its own archive (archive-check, both tools' default).
+archive_command_of() {
+    local ds=$1 cmds=()
+    cmds+=("$PGJET_BIN --stanza=$ds --repo-path=$PGJET_REPO archive-push %p")
+    [ "$SKIP_PGBACKREST" = 1 ] || cmds+=("pgbackrest --config=$PGBR_CONF_A --stanza=$ds --compress-type=none archive-push %p")
+    archive_all "${cmds[@]}"
+}
+
+# build_cluster DS: initdb, TLS, role, pg_hba, archiving into the tools' repositories, then
 # the dataset. Built in the root namespace (socket only), stopped at the end.
 build_cluster() {
     local ds=$1 d=$BENCH/a/pg-$1 port
@@ -334,7 +347,7 @@ ssl_cert_file = 'server.crt'
 ssl_key_file = 'server.key'
 max_connections = 40
 archive_mode = on
-archive_command = 'pgbackrest --config=$PGBR_CONF_A --stanza=$ds --compress-type=none archive-push %p'
+archive_command = '$(archive_command_of "$ds")'
 EOF
     cat >"$d/data/pg_hba.conf" <<EOF
 local   all         all                     trust
@@ -515,27 +528,38 @@ bench_pgbackrest() {
     done
 }
 
+# pgjet_stanza: create the current dataset's stanza in pgjet's repository, from B (untimed;
+# idempotent). The primary archives into it: it must exist whenever the primary runs.
+pgjet_stanza() {
+    eval "$(in_b "$PGJET_BIN" --stanza "$CUR_DS" --repo-path "$PGJET_REPO" --source "$(conninfo)" stanza-create)" \
+        >"$LOGS/pgjet-stanza-create.log" 2>&1 || { cat "$LOGS/pgjet-stanza-create.log"; return 1; }
+}
+
 bench_pgjet_backup() {
-    local r=$1 j ct repo=$BENCH/b/pgjet-repo
+    local r=$1 j ct repo=$PGJET_REPO
     for ct in $PGJET_COMPRESS; do
         for j in $JOBS_LIST; do
-            fresh_dir "$repo"
-            eval "$(in_b "$PGJET_BIN" --stanza "$CUR_DS" --repo-path "$repo" --source "$(conninfo)" stanza-create)" \
-                >"$LOGS/pgjet-stanza-create.log" 2>&1 || { cat "$LOGS/pgjet-stanza-create.log"; continue; }
+            # a fresh stanza for each backup, once no archive-push is running (the primary
+            # archives into it)
+            if ! archiver_idle "$BENCH/a/pg-$CUR_DS/data" || ! rm -rf "${repo:?}/$CUR_DS" || ! pgjet_stanza; then
+                printf '  %-26s run %d: FAILED (fresh stanza)\n' "pgjet_backup_${ct}_j$j" "$r"
+                printf '%s\t%s\t%s\t%s\t0\t0\t0\t0\t0\t0\t0\t0\tFAIL\t0\t\t\n' "$CUR_DS" "$CUR_LINK" "pgjet_backup_${ct}_j$j" "$r" >>"$TSV"
+                continue
+            fi
             timed "pgjet_backup_${ct}_j$j" "$r" "$(in_b "$PGJET_BIN" --stanza "$CUR_DS" --repo-path "$repo" \
                 --source "$(conninfo)" --transport libpq --jobs "$j" --compress-type "$ct" --output json \
                 backup --type full --start-fast)" || true
         done
     done
-    rm -rf "$repo"
 }
 
-iperf_ref() {   # 10 s of iperf3 A -> B (1 stream), once per link: the link's TCP goodput
+iperf_ref() {   # IPERF_S s of iperf3 A -> B (1 stream, after 2 s left out), once per link: the link's TCP goodput
     local out
     in_cg_a ip netns exec "$NA" iperf3 -s -1 -B "$ADDR_A" >/dev/null 2>&1 &
     local spid=$!
     sleep 0.5
-    out=$(ip netns exec "$NB" iperf3 -c "$ADDR_A" -R -t 10 -O 2 -J 2>/dev/null | jq -r '.end.sum_received.bits_per_second' 2>/dev/null || echo "")
+    out=$(ip netns exec "$NB" iperf3 -c "$ADDR_A" -R -t "$IPERF_S" -O 2 -J 2>/dev/null |
+        python3 -c 'import json,sys; print(json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"])' 2>/dev/null || echo "")
     wait "$spid" 2>/dev/null || true
     printf '%s\t%s\t%s\n' "$CUR_DS" "$CUR_LINK" "$out" >>"$RES/iperf.tsv"
     say "  iperf3 (1 stream, A -> B): $(awk -v b="${out:-0}" 'BEGIN {printf "%.1f Mbit/s", b / 1e6}')"
@@ -632,7 +656,7 @@ SQL
 # ------------------------------------------------------------------ main
 main() {
     [ "$(id -u)" -eq 0 ] || die "run as root"
-    for c in /usr/bin/time pgbackrest runuser setpriv iperf3 jq python3 openssl "$PGBIN/pg_basebackup" basenc; do
+    for c in /usr/bin/time pgbackrest runuser setpriv iperf3 python3 openssl "$PGBIN/pg_basebackup" basenc; do
         command -v "$c" >/dev/null || die "missing $c: run scripts/install-deps.sh"
     done
     [ -x "$PGJET_SRC" ] || die "no pgjet at $PGJET_SRC (cargo build --release)"
@@ -664,20 +688,23 @@ main() {
         [ "$SMALL_TABLES" -gt 0 ] && build_cluster small
     fi
 
-    # pgBackRest stanzas, from B, over TLS (needs a lab; the first link of the run)
-    local first
+    # both tools' stanzas, from B (pgBackRest's over TLS; needs a lab: the first link of
+    # the run), before anything makes WAL the primary archives into them
+    local first ds
     first=$(echo "$LINKS" | awk '{print $1}')
     CUR_LINK_TAG=setup
-    if [ "$SKIP_PGBACKREST" != 1 ] && [ "$REUSE" != 1 ]; then
-        local ds
-        for ds in main small; do
-            [ -f "$BENCH/a/pg-$ds/data/PG_VERSION" ] || continue
-            lab_up "$first" "$ds"
+    mkdir -p "$PGJET_REPO"; chown postgres: "$PGJET_REPO"
+    for ds in main small; do
+        [ -f "$BENCH/a/pg-$ds/data/PG_VERSION" ] || continue
+        lab_up "$first" "$ds"
+        pgjet_stanza || die "pgjet stanza-create of $ds failed"
+        if [ "$SKIP_PGBACKREST" != 1 ] && [ "$REUSE" != 1 ]; then
             eval "$(pgbr_b --stanza="$ds" stanza-create)" && eval "$(pgbr_b --stanza="$ds" check)" \
                 || die "pgBackRest stanza-create/check of $ds failed (logs in $BENCH/b/pgbr-log, $BENCH/a/pgbr-log)"
             say "pgBackRest stanza $ds created and checked over TLS"
-        done
-    fi
+        fi
+        say "pgjet stanza $ds in $PGJET_REPO"
+    done
 
     case " $PARTS " in *" main "*) part_main main "$LINKS" "$RUNS" ;; esac
     case " $PARTS " in *" delta "*) part_delta ;; esac
@@ -769,7 +796,7 @@ P = out.append
 P("# pgjet across hosts: replica creation and backup over the network lab")
 P("")
 P(f"Written by `bench/remote.sh` on {datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC. "
-  f"Page cache {'dropped before every timed run' if drop == 'yes' else 'NOT dropped (drop_caches not permitted)'}; "
+  f"Page cache {'dropped before every timed run' if drop == 'yes' else 'NOT dropped (COLD=0, or drop_caches not permitted)'}; "
   "every command ends with `sync` inside the timing.")
 P("")
 P(f"- machine: {machine}")

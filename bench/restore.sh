@@ -67,6 +67,7 @@ prepare() {
     fi
     build_cluster
     [ "$SKIP_PGBACKREST" = 1 ] || setup_pgbackrest
+    setup_archiving
     psql_as "$PGV" "$PG" "$PORT" -c "CHECKPOINT" >/dev/null
     record_size cluster "$PGDATA"
     header "Backups to restore from (untimed)"

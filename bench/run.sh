@@ -132,7 +132,8 @@ SQL
 # pgBackRest 2.45 needs, for a full backup with its default archive-check=y:
 #   - archive_mode=on and an archive_command that runs `pgbackrest archive-push` (without
 #     them `backup` fails with "[087] archive_mode must be enabled"; with --no-archive-check
-#     it would back up, but without the WAL needed to restore a consistent cluster)
+#     it would back up, but without the WAL needed to restore a consistent cluster); see
+#     setup_archiving
 #   - lock-path, spool-path and log-path writable by postgres (it runs as postgres)
 # Two stanzas on the same cluster, one per compression type, in one repository; every WAL
 # segment is pushed to both.
@@ -174,15 +175,38 @@ EOF
     for s in none zst; do
         as_pg pgbackrest --config="$PGBR_CONF" --stanza="$s" stanza-create
     done
-    psql_as "$PGV" "$PG" "$PORT" <<SQL
+}
+
+# ------------------------------------------------------------------ WAL archiving
+# setup_archiving: each tool archives into its own archive, and each tool's backup waits
+# for its WAL there (archive-check, the default of both): archive_mode=on and an
+# archive_command running, at the same time (archive_all), pgBackRest's archive-push into
+# both stanzas and pgjet's into both of its repositories (created here; bench_pgjet empties
+# and re-creates them between runs once the archiver is idle). Nothing to archive with
+# both tools left out.
+setup_archiving() {
+    local cmds=() ct s
+    if [ "$SKIP_PGJET" != 1 ]; then
+        for ct in none zstd; do
+            pgjet_fresh_repo "$BENCH/pgjet-repo-$ct" || die "pgjet stanza-create failed"
+        done
+        cmds+=("$PGJET_BIN --stanza=$PGJET_STANZA --repo-path=$BENCH/pgjet-repo-none archive-push %p && $PGJET_BIN --stanza=$PGJET_STANZA --repo-path=$BENCH/pgjet-repo-zstd archive-push %p")
+    fi
+    if [ "$SKIP_PGBACKREST" != 1 ]; then
+        cmds+=("pgbackrest --config=$PGBR_CONF --stanza=none archive-push %p && pgbackrest --config=$PGBR_CONF --stanza=zst archive-push %p")
+    fi
+    [ ${#cmds[@]} -gt 0 ] || return 0
+    psql_as "$PGV" "$PG" "$PORT" >/dev/null <<SQL
 ALTER SYSTEM SET archive_mode = on;
-ALTER SYSTEM SET archive_command = 'pgbackrest --config=$PGBR_CONF --stanza=none archive-push %p && pgbackrest --config=$PGBR_CONF --stanza=zst archive-push %p';
+ALTER SYSTEM SET archive_command = '$(archive_all "${cmds[@]}")';
 SQL
     as_pg "$PGBIN/pg_ctl" -D "$PGDATA" -m fast -w restart -l "$PG/log" >/dev/null
-    for s in none zst; do
-        as_pg pgbackrest --config="$PGBR_CONF" --stanza="$s" check
-    done
-    say "archive_mode=on, archive_command pushes to both stanzas; 'pgbackrest check' passed"
+    if [ "$SKIP_PGBACKREST" != 1 ]; then
+        for s in none zst; do
+            as_pg pgbackrest --config="$PGBR_CONF" --stanza="$s" check
+        done
+    fi
+    say "archive_mode=on; archive_command pushes into $( [ "$SKIP_PGJET" = 1 ] || echo "pgjet's two repositories")$( [ "$SKIP_PGJET" = 1 ] || [ "$SKIP_PGBACKREST" = 1 ] || echo " and ")$( [ "$SKIP_PGBACKREST" = 1 ] || echo "both pgBackRest stanzas ('pgbackrest check' passed)")"
 }
 
 pgbr() { pg_cmd pgbackrest --config="$PGBR_CONF" "$@"; }
@@ -204,9 +228,11 @@ pgjet_conn() {
         --pg-socket-path "$PG/sock"
 }
 
-# pgjet_fresh_repo DIR: empty repository with the stanza created (untimed)
+# pgjet_fresh_repo DIR: empty repository with the stanza created (untimed). The cluster
+# archives into it: emptied only once the archiver is idle (no archive-push running).
 pgjet_fresh_repo() {
     local args
+    archiver_idle "$PGDATA" || return 1
     fresh_dir "$1"
     mapfile -t args < <(pgjet_conn "$1")
     as_pg "$PGJET_BIN" stanza-create "${args[@]}" >"$LOGS/pgjet-stanza-create.log" 2>&1 \
@@ -272,7 +298,7 @@ bench_pgjet() {
     local r=$1 ct repo args label o=$OUT/pgjet-restore
     for ct in none zstd; do
         repo=$BENCH/pgjet-repo-$ct
-        pgjet_fresh_repo "$repo" || { printf '%s\t%s\t-\t-\tFAIL\n' "pgjet_$ct" "$r" >>"$TIMES"; continue; }
+        pgjet_fresh_repo "$repo" || { failed "pgjet_$ct" "$r" "fresh repository (archiver busy, or stanza-create)"; continue; }
         mapfile -t args < <(pgjet_conn "$repo")
         timed "pgjet_$ct" "$r" "$(pg_cmd "$PGJET_BIN" backup "${args[@]}" --type full --start-fast \
             --jobs "$JOBS" --compress-type "$ct")" || true
@@ -373,7 +399,7 @@ write_report() {
         if [ "$DROP_CACHES" = yes ]; then
             echo "page cache dropped (\`sync; echo 3 > /proc/sys/vm/drop_caches\`) before every timed run."
         else
-            echo "**page cache NOT dropped** before the timed runs (drop_caches not permitted here)."
+            echo "**page cache NOT dropped** before the timed runs (COLD=0, or drop_caches not permitted here)."
         fi
         echo
         echo "What bounds each number, and how earlier designs measured: [benchmark-notes.md](benchmark-notes.md)."
@@ -396,7 +422,8 @@ write_report() {
         echo "- PostgreSQL $PGV, data checksums on, \`pgbench -i -s $SCALE\` plus $RANDOM_MB MiB of /dev/urandom"
         echo "  bytes in a bytea column with STORAGE EXTERNAL (stored uncompressed)"
         echo "- PGDATA on disk: $(mib "$pgsize") MiB (of which pg_wal $(mib "$walsize") MiB); pgbench_accounts count|sum(abalance) = $SRC_ROWS"
-        echo "- archive_mode=on, archive_command = pgbackrest archive-push to both stanzas (pgBackRest needs it)"
+        echo "- archive_mode=on; archive_command runs pgBackRest's archive-push (both stanzas) and pgjet's (both repositories)"
+        echo "  at the same time: each tool's backup waits for its WAL in its own archive (archive-check, both tools' default)"
         echo "- parallelism: $JOBS (pgjet --jobs, pgBackRest process-max, zstd -T)"
         echo
         echo "## Results"
@@ -464,6 +491,7 @@ main() {
     [ "$SKIP_PGJET" = 1 ] || setup_pgjet
     build_cluster
     [ "$SKIP_PGBACKREST" = 1 ] || setup_pgbackrest
+    setup_archiving
     psql_as "$PGV" "$PG" "$PORT" -c "CHECKPOINT" >/dev/null
     record_size cluster "$PGDATA"
     record_size cluster_pg_wal "$PGDATA/pg_wal"

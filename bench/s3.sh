@@ -34,6 +34,7 @@ RATE=${RATE:-unlimited}             # tc rate of the wire (netlab RATE), unlimit
 S5CMD_PART_MB=${S5CMD_PART_MB:-50}  # s5cmd --part-size (MiB; 50 is s5cmd's default)
 S5CMD_MAX_CONC=${S5CMD_MAX_CONC:-16}   # s5cmd --concurrency of the link-limit rows
 SKIP_PGBACKREST=${SKIP_PGBACKREST:-0}
+SKIP_S5CMD=${SKIP_S5CMD:-0}         # 1 = leave s5cmd out (its rows of the large-file part; s5cmd is not built)
 PGBR_S3_PLAIN_RUNS=${PGBR_S3_PLAIN_RUNS:-$RUNS}   # runs of pgBackRest bundle=n on S3 (the slowest pair)
 CHECK_RESTORE=${CHECK_RESTORE:-1}   # after the last run, start restored clusters once and compare rows
 LINK_CHECK=${LINK_CHECK:-1}         # ping and iperf3 across the lab before the runs
@@ -368,12 +369,12 @@ repo3-storage-ca-file=$PKI/ca.crt
 pg-path=$MAIN/data
 pg-port=$(cluster_port "$MAIN")
 pg-socket-path=$MAIN/sock
-
-[large]
-pg-path=$LARGE/data
-pg-port=$(cluster_port "$LARGE")
-pg-socket-path=$LARGE/sock
 EOF
+    # the large-file cluster exists only with LARGE_MB > 0 (its postgresql.conf gives the port)
+    if [ "$LARGE_MB" -gt 0 ]; then
+        printf '\n[large]\npg-path=%s\npg-port=%s\npg-socket-path=%s\n' \
+            "$LARGE/data" "$(cluster_port "$LARGE")" "$LARGE/sock" >>"$PGJET_CONF"
+    fi
     chown postgres: "$PGJET_CONF"; chmod 600 "$PGJET_CONF"
 }
 
@@ -381,8 +382,12 @@ pgjet_b() { in_b "$PGJET_BIN" --config "$PGJET_CONF" "$@"; }
 
 # pgjet_fresh STANZA REPO: an empty repository REPO (1 posix, 2 and 3 S3) with the stanza
 # created (untimed). Object-store prefixes are emptied through versitygw's own directory.
+# The main cluster archives into repositories 1 and 2: emptied only once its archiver is
+# idle (no archive-push of either tool running), and the stanza is back before the next
+# WAL segment is finished.
 pgjet_fresh() {
     local stanza=$1 repo=$2
+    if [ "$stanza" = main ]; then archiver_idle "$MAIN/data" || return 1; fi
     case $repo in
         1) fresh_dir "$RUN/pgjet-posix" ;;
         2) rm -rf "$S3DATA/$BUCKET/pgjet-main" ;;
@@ -453,13 +458,18 @@ EOF
 
 pgbr_b() { in_b pgbackrest --config="$PGBR_CONF" --stanza=bench "$@"; }
 
-# set_archive_command: the main cluster archives to this invocation's pgBackRest
-# repositories (pgBackRest checks that archive_command runs pgbackrest), or nowhere when
-# pgBackRest is left out. archive_mode=on is set when the cluster is built; the command is
-# set at every start (a reload is enough).
+# set_archive_command: the main cluster archives into each tool's own repositories, both
+# tools at the same time (archive_all): pgBackRest's archive-push into its four (its
+# archive-check needs it, and it checks that archive_command runs pgbackrest), pgjet's into
+# its repositories 1 and 2 (pgjet's archive-check, on by default, waits for the backup's
+# last segment in the backup's repository). Repository 3 holds another stanza (the
+# large-file cluster, which does not archive). archive_mode=on is set when the cluster is
+# built; the command is set at every start (a reload is enough), once the stanzas exist.
 set_archive_command() {
-    local cmd=/bin/true
-    [ "$SKIP_PGBACKREST" = 1 ] || cmd="pgbackrest --config=$PGBR_CONF --stanza=bench archive-push %p"
+    local cmd pgbr="" pgj
+    pgj="$PGJET_BIN --config=$PGJET_CONF --stanza=main --repo=1 archive-push %p && $PGJET_BIN --config=$PGJET_CONF --stanza=main --repo=2 archive-push %p"
+    [ "$SKIP_PGBACKREST" = 1 ] || pgbr="pgbackrest --config=$PGBR_CONF --stanza=bench archive-push %p"
+    cmd=$(archive_all "$pgj" ${pgbr:+"$pgbr"})
     psql_as "$PGV" "$MAIN" "$(cluster_port "$MAIN")" -c "ALTER SYSTEM SET archive_command = '$cmd'" \
         -c "SELECT pg_reload_conf()" >/dev/null
 }
@@ -512,10 +522,11 @@ round_main() {
         if pgjet_fresh main "$repo"; then
             timed "pgjet_backup_$kind" "$r" "$(pgjet_b --stanza main --repo "$repo" backup --type full --start-fast --jobs "$JOBS")" || true
         else
-            failed "pgjet_backup_$kind" "$r" "stanza-create failed"
+            failed "pgjet_backup_$kind" "$r" "fresh repository failed (archiver busy, or stanza-create)"
         fi
-        if [ $repo = 1 ]; then record_size "pgjet_backup_$kind" "$RUN/pgjet-posix"
-        else record_size "pgjet_backup_$kind" "$S3DATA/$BUCKET/pgjet-main"; fi
+        # the backup only (like pgBackRest's rows): the repository also holds the WAL archive
+        if [ $repo = 1 ]; then record_size "pgjet_backup_$kind" "$RUN/pgjet-posix/main/backup"
+        else record_size "pgjet_backup_$kind" "$S3DATA/$BUCKET/pgjet-main/main/backup"; fi
         fresh_dir "$o"
         timed "pgjet_restore_$kind" "$r" "$(pgjet_b --stanza main --repo "$repo" restore --pg-path "$o" --jobs "$JOBS")" || true
         [ "$CHECK_RESTORE" = 1 ] && [ "$r" = "$RUNS" ] && [ $repo = 2 ] && check_restored "pgjet_restore_s3" main "$o"
@@ -542,11 +553,13 @@ round_main() {
 round_large() {
     local r=$1 o=$OUT/large
     # raw client: the big relation files of the large cluster, up and down, JOBS parts in flight
-    rm -rf "$S3DATA/$BUCKET/raw"
-    timed s5cmd_upload "$r" "$(s5 --numworkers 1 cp -c "$JOBS" -p "$S5CMD_PART_MB" "$RUN/large-files/*" "s3://$BUCKET/raw/")" || true
-    fresh_dir "$o"
-    timed s5cmd_download "$r" "$(s5 --numworkers 1 cp -c "$JOBS" -p "$S5CMD_PART_MB" "s3://$BUCKET/raw/*" "$o/")" || true
-    rm -rf "$o"
+    if [ "$SKIP_S5CMD" != 1 ]; then
+        rm -rf "$S3DATA/$BUCKET/raw"
+        timed s5cmd_upload "$r" "$(s5 --numworkers 1 cp -c "$JOBS" -p "$S5CMD_PART_MB" "$RUN/large-files/*" "s3://$BUCKET/raw/")" || true
+        fresh_dir "$o"
+        timed s5cmd_download "$r" "$(s5 --numworkers 1 cp -c "$JOBS" -p "$S5CMD_PART_MB" "s3://$BUCKET/raw/*" "$o/")" || true
+        rm -rf "$o"
+    fi
     # pgjet on the same server: backup of the large cluster, restore of it
     if pgjet_fresh large 3; then
         timed pgjet_large_backup "$r" "$(pgjet_b --stanza large --repo 3 backup --type full --start-fast --jobs "$JOBS")" || true
@@ -558,6 +571,7 @@ round_large() {
     timed pgjet_large_restore "$r" "$(pgjet_b --stanza large --repo 3 restore --pg-path "$o" --jobs "$JOBS")" || true
     [ "$CHECK_RESTORE" = 1 ] && [ "$r" = "$RUNS" ] && check_restored pgjet_large_restore large "$o"
     rm -rf "$o"
+    [ "$SKIP_S5CMD" = 1 ] && return 0
     # the link's limit for this client: s5cmd with more parts in flight
     rm -rf "$S3DATA/$BUCKET/raw"
     timed s5cmd_upload_max "$r" "$(s5 cp -c "$S5CMD_MAX_CONC" -p "$S5CMD_PART_MB" "$RUN/large-files/*" "s3://$BUCKET/raw/")" || true
@@ -633,7 +647,7 @@ P("")
 P(f"Written by `bench/s3.sh` on {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC. Medians of {F('runs')} run(s) per command, "
   "runs interleaved (run 1 of every command, then run 2, ...); "
   + ("page cache dropped (`sync; echo 3 > /proc/sys/vm/drop_caches`) before every timed run; "
-     if F("drop_caches") == "yes" else "**page cache NOT dropped** (not permitted); ")
+     if F("drop_caches") == "yes" else "**page cache NOT dropped** (COLD=0, or not permitted); ")
   + "every command ends with `sync` inside its timing. Ratios are *peer median time / pgjet median time* "
   "(above 1 = pgjet faster); for the large files, *pgjet MiB/s / s5cmd MiB/s*.")
 P("")
@@ -671,14 +685,17 @@ P("")
 P(f"- **pgjet** ({F('pgjet')}): `backup --type full --start-fast --jobs {F('jobs')}` with its defaults (compress-type zstd level 1, "
   "small files bundled, 8 MiB chunks, one object each); `restore --jobs " + F('jobs') + "` (`--type immediate --target-action promote`). "
   "S3 repository: repo-type=s3, repo-s3-uri-style=path, repo-s3-endpoint=" + F('s3_host') + ", repo-storage-port=" + F('s3_port')
-  + ", repo-storage-ca-file=the bench CA (TLS verified), region us-east-1. A fresh repository (stanza-create, untimed) before every backup.")
+  + ", repo-storage-ca-file=the bench CA (TLS verified), region us-east-1. A fresh repository (stanza-create, untimed) before every backup. "
+  "`archive-check=y` (its default): the backup waits for its last WAL segment in its repository's archive, which the cluster's "
+  "archive_command fills (`pgjet archive-push` into repositories 1 and 2, at the same time as pgBackRest's archive-push).")
 if F("skip_pgbackrest") != "1":
     P(f"- **pgBackRest** ({F('pgbackrest')}): one stanza over four repositories — repo1 posix `repo1-bundle=y`, repo2 posix `repo2-bundle=n`, "
       f"repo3 S3 `bundle=y`, repo4 S3 `bundle=n` (bundle size and limit at their defaults, 20 MiB and 2 MiB); `process-max={F('jobs')}`, "
       "`compress-type=zst` (level 3, its default), `start-fast=y`, `archive-check=y`, `archive-copy=n`; S3: `repo-s3-uri-style=path`, "
       f"`repo-storage-port={F('s3_port')}`, `repo-storage-ca-file`=the bench CA. `backup --repo=N --type=full`; `restore --repo=N` "
-      "into an empty dir (default type: recovery to the end of the archive). The cluster's archive_command is `pgbackrest archive-push`, "
-      "which pushes every WAL segment to the four repositories (needed by `archive-check`); old backups are expired "
+      "into an empty dir (default type: recovery to the end of the archive). The cluster's archive_command runs `pgbackrest archive-push`, "
+      "which pushes every WAL segment to the four repositories (needed by `archive-check`), and pgjet's at the same time "
+      "(each tool's backup waits for its own archive); old backups are expired "
       "(`expire --repoN-retention-full=1`, untimed) before each run's backups.")
 P(f"- **s5cmd** ({F('s5cmd')}): `s5cmd --numworkers 1 cp -c {F('jobs')} -p {F('s5cmd_part_mb')}` (one file at a time, {F('jobs')} parts of "
   f"{F('s5cmd_part_mb')} MiB in flight: as many requests at once as pgjet's {F('jobs')} jobs); the link-limit rows: `s5cmd cp -c {F('s5cmd_max_conc')} "
@@ -715,7 +732,7 @@ P("## Main cluster: many small files")
 P("")
 P(f"MiB/s = logical size ({logical['main']/MiB:.0f} MiB) / median time. Peak RSS: the largest single process (GNU time; the highest of the runs), not the sum over "
   "pgBackRest's processes. Stored: the backup as written (pgBackRest: the backup set only; its WAL is in the archive since archive-copy=n; "
-  "pgjet: including its WAL), with its number of files/objects.")
+  "pgjet: the backup set, which holds its own WAL too; the archive is not counted), with its number of files/objects.")
 P("")
 for where, w in (("posix", "posix"), ("s3", "S3")):
     table(f"Backup to {w}", "", [
@@ -813,7 +830,8 @@ main() {
     done
     [ -x "${VERSITYGW:-}" ] || die "versitygw not found: run scripts/install-deps.sh or set VERSITYGW"
     [ -x "$DELAYLINE" ] || die "no pgjet-delayline at $DELAYLINE (cargo build --release, or DELAYLINE=...)"
-    install_s5cmd
+    # s5cmd is used by the large-file part only
+    if [ "$LARGE_MB" -gt 0 ] && [ "$SKIP_S5CMD" != 1 ]; then install_s5cmd; fi
 
     mkdir -p "$BENCH"
     # one invocation per bench dir: the lock is held until this shell exits
@@ -840,6 +858,18 @@ main() {
 
     header "Start the clusters in $NB"
     start_in_b "$MAIN"
+    # each tool's stanza first (this invocation's repositories are new), then the
+    # archive_command that pushes into them
+    local n
+    fresh_dir "$RUN/pgjet-posix"
+    for n in 1 2; do
+        bash -c "$(pgjet_b --stanza main --repo "$n" stanza-create)" >"$LOGS/pgjet-stanza-create-main-$n.log" 2>&1 \
+            || { cat "$LOGS/pgjet-stanza-create-main-$n.log"; die "pgjet stanza-create of repo$n failed"; }
+    done
+    if [ "$SKIP_PGBACKREST" != 1 ]; then
+        as_b pgbackrest --config="$PGBR_CONF" --stanza=bench stanza-create >"$LOGS/pgbr-stanza-create.log" 2>&1 \
+            || { cat "$LOGS/pgbr-stanza-create.log"; say "pgBackRest stanza-create FAILED: its commands will fail"; }
+    fi
     set_archive_command
     logical_size main "$MAIN/data"
     SRC_CHECK[main]=$(psql_as "$PGV" "$MAIN" "$(cluster_port "$MAIN")" -Atc "$(check_query main)")
@@ -864,8 +894,6 @@ main() {
 
     if [ "$SKIP_PGBACKREST" != 1 ]; then
         header "pgBackRest: stanza 'bench' on four repositories"
-        as_b pgbackrest --config="$PGBR_CONF" --stanza=bench stanza-create >"$LOGS/pgbr-stanza-create.log" 2>&1 \
-            || { cat "$LOGS/pgbr-stanza-create.log"; say "pgBackRest stanza-create FAILED: its commands will fail"; }
         if as_b pgbackrest --config="$PGBR_CONF" --stanza=bench check >"$LOGS/pgbr-check.log" 2>&1; then
             say "stanza created; 'pgbackrest check' passed on the four repositories"
         else

@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# Smoke run of every benchmark in bench/ at a tiny size (seconds to a minute each), so that a
+# benchmark cannot silently stop working: CI runs it after the tests (.ci/run). It asserts
+# no time and no ratio. A benchmark fails the smoke when it exits non-zero, or when its
+# output or report has a line marked FAIL (FAILED: a timed command or a restore that
+# failed; MISMATCH: a restored cluster that does not hold the source's rows).
+#
+#   bash bench/smoke.sh                      # every benchmark, as root; a few minutes
+#   SMOKE="run s3" bash bench/smoke.sh       # some of them
+#
+# Names: run restore million s3 archive remote netlab (bench/run.sh, restore.sh, million.sh,
+# s3.sh, archive.sh, remote.sh, netlab-check.sh). Reports, logs and work dirs go under
+# SMOKE_DIR (default /var/tmp/pgjet-smoke, emptied first): docs/ and bench/results/ are
+# not written. Labs and work dirs are the smoke's own (LAB_PREFIX smk*, LAB_ID 181-190), so
+# a full-size benchmark may run at the same time. Nothing is installed beyond what
+# scripts/install-deps.sh installs (run first; idempotent); s5cmd, which s3.sh and
+# archive.sh build for their raw-client rows, is left out (SKIP_S5CMD=1).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+SMOKE=${SMOKE:-run restore million s3 archive remote netlab}
+SMOKE_DIR=${SMOKE_DIR:-/var/tmp/pgjet-smoke}
+
+[ "$(id -u)" -eq 0 ] || { echo "smoke: run as root (namespaces, drop_caches, runuser)" >&2; exit 1; }
+rm -rf "$SMOKE_DIR"
+mkdir -p "$SMOKE_DIR"
+chmod 755 "$SMOKE_DIR"
+
+bash scripts/install-deps.sh >"$SMOKE_DIR/install-deps.log" 2>&1 \
+    || { tail -n 20 "$SMOKE_DIR/install-deps.log"; echo "smoke: scripts/install-deps.sh failed" >&2; exit 1; }
+export PATH="${HOME:-/root}/.cargo/bin:$PATH"
+cargo build -q --release --bins
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
+# shellcheck source=scripts/pg-env.sh
+source scripts/pg-env.sh
+# the times mean nothing here: no page-cache drops (bench/common.sh cold_cache), which would
+# only slow the run and empty the cache of whatever else the machine does
+export COLD=0
+
+# marks FILE...: the lines that mark a failure (not the reports' "ok/FAIL" column legends)
+marks() {
+    grep -hE '\bFAIL(ED)?\b|MISMATCH' "$@" 2>/dev/null | grep -vE 'ok/FAIL|ok\|FAIL' || true
+}
+
+SUMMARY=()
+FAILED=0
+# one NAME REPORT VAR=VALUE... -- CMD...: run one benchmark with its settings, judge it
+one() {
+    local name=$1 report=$2 t0=$SECONDS rc=0 log=$SMOKE_DIR/$1.log m verdict=ok
+    shift 2
+    local vars=()
+    while [ "$1" != -- ]; do vars+=("$1"); shift; done
+    shift
+    printf '== %-8s ' "$name"
+    env "${vars[@]}" "$@" >"$log" 2>&1 </dev/null || rc=$?
+    m=$(marks "$log" "$report")
+    if [ "$rc" != 0 ] || [ -n "$m" ]; then
+        verdict=FAIL
+        FAILED=1
+    fi
+    SUMMARY+=("$(printf '%-8s %-4s exit %-3s %4d s  %s' "$name" "$verdict" "$rc" $((SECONDS - t0)) "$log")")
+    printf '%-4s (exit %s, %d s)\n' "$verdict" "$rc" $((SECONDS - t0))
+    if [ "$verdict" = FAIL ]; then
+        [ -z "$m" ] || printf '%s\n' "$m" | head -n 20 | sed 's/^/   marked: /'
+        tail -n 25 "$log" | sed 's/^/   | /'
+    fi
+}
+
+T0=$SECONDS
+for b in $SMOKE; do
+    d=$SMOKE_DIR/$b
+    case $b in
+        run)
+            one run "$d.md" BENCH_DIR="$d" REPORT="$d.md" SCALE=1 RANDOM_MB=8 RUNS=1 -- bash bench/run.sh ;;
+        restore)
+            one restore "$d.md" BENCH_DIR="$d" REPORT="$d-run.md" RREPORT="$d.md" SCALE=1 RANDOM_MB=8 RUNS=1 \
+                DD_STREAMS=2 -- bash bench/restore.sh ;;
+        million)
+            one million "$d/report.md" BENCH_DIR="$d" FILES=2000 IMG_GB=1 PORT="$(free_port)" -- bash bench/million.sh ;;
+        s3)
+            one s3 "$d.md" BENCH_DIR="$d" REPORT="$d.md" LAB_PREFIX=smks3 LAB_ID=181 TABLES=200 SCALE=1 \
+                RANDOM_MB=8 LARGE_MB=16 SKIP_S5CMD=1 RUNS=1 RTT_MS=1 LINK_CHECK=0 -- bash bench/s3.sh ;;
+        archive)
+            # the S3 target only (the posix one differs by its repository settings): all four tools
+            one archive "$d.md" BENCH_DIR="$d" REPORT="$d.md" LAB_PREFIX=smkar LAB_ID=182 TARGETS=s3 ASCALE=1 \
+                DURATION=2 FLOOD_SEGS=1 FLOOD_UPDATE_SEGS=1 SKIP_S5CMD=1 RTT_MS=1 -- bash bench/archive.sh ;;
+        remote)
+            one remote "$d.md" BENCH_DIR="$d" REPORT="$d.md" LAB_PREFIX=smkrm LAB_ID=183 SCALE=1 RANDOM_MB=8 \
+                SMALL_TABLES=100 RUNS=1 LINKS=1gbit/1 SMALL_LINKS=unshaped SWEEP_LINKS=200mbit/1 SWEEP_JOBS="1 2" \
+                JOBS_LIST=2 DELTA_LINK=1gbit/1 DELTA_RANGES=64 QUIET_WAIT=0 IPERF_S=2 -- bash bench/remote.sh ;;
+        netlab)
+            one netlab "$d.md" REPORT="$d.md" LAB_ID=184 PINGS=3 IPERF_S=3 IPERF_OMIT=1 SKIP_NO_OFFLOAD=1 \
+                QUIET_WAIT_S=0 -- bash bench/netlab-check.sh ;;
+        *) echo "smoke: unknown benchmark '$b' (run restore million s3 archive remote netlab)" >&2; exit 2 ;;
+    esac
+done
+
+echo
+echo "smoke: $((SECONDS - T0)) s"
+printf '  %s\n' "${SUMMARY[@]}"
+if [ "$FAILED" != 0 ]; then
+    echo "smoke: a benchmark FAILED (its log above; reports and logs in $SMOKE_DIR)" >&2
+    exit 1
+fi
