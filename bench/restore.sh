@@ -46,6 +46,9 @@ PGJET_REPO=$BENCH/pgjet-repo-zstd
 
 restore_cleanup() {
     local rc=$?
+    # set +e first: under set -e, (exit $rc) of a failed run would end the trap here, and
+    # cleanup (which stops the cluster) would never run
+    set +e
     rm -rf "$SHM"
     (exit $rc)
     cleanup

@@ -22,6 +22,19 @@ SMOKE=${SMOKE:-run restore million s3 archive remote netlab}
 SMOKE_DIR=${SMOKE_DIR:-/var/tmp/pgjet-smoke}
 
 [ "$(id -u)" -eq 0 ] || { echo "smoke: run as root (namespaces, drop_caches, runuser)" >&2; exit 1; }
+# One smoke run at a time on a machine (a second would find the first's labs, whose names are
+# fixed, and could empty its directory): /var/tmp/pgjet-smoke.lock holds the running one's
+# PID; a lock whose process is gone is taken over.
+LOCK=/var/tmp/pgjet-smoke.lock
+if ! (set -C; echo $$ >"$LOCK") 2>/dev/null; then
+    other=$(cat "$LOCK" 2>/dev/null || true)
+    if [ -n "$other" ] && kill -0 "$other" 2>/dev/null; then
+        echo "smoke: another smoke run (pid $other) is going on this machine: wait for it" >&2
+        exit 1
+    fi
+    echo $$ >"$LOCK"
+fi
+trap 'rm -f "$LOCK"' EXIT
 rm -rf "$SMOKE_DIR"
 mkdir -p "$SMOKE_DIR"
 chmod 755 "$SMOKE_DIR"
