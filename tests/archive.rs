@@ -1204,7 +1204,9 @@ fn pg15_posix_retention_archive() {
 fn age_backup(repo_dir: &Path, label: &str, days: i64) {
     use pgjet::storage::posix::PosixStorage;
     let store = PosixStorage::open(repo_dir).unwrap();
-    let mut m = pgjet::repo::read_manifest(&store, "main", label).unwrap();
+    let stanza = pgjet::repo::Stanza::new(1, std::sync::Arc::new(store), "main");
+    let backup = stanza.backup(label);
+    let mut m = backup.manifest().unwrap();
     let back = |t: &str| {
         let t = chrono::DateTime::parse_from_rfc3339(t)
             .unwrap_or_else(|e| panic!("{label}: time {t}: {e}"))
@@ -1213,7 +1215,7 @@ fn age_backup(repo_dir: &Path, label: &str, days: i64) {
     };
     m.header.start_time = back(&m.header.start_time);
     m.stop.stop_time = back(&m.stop.stop_time);
-    pgjet::repo::write_manifest(&store, &m).unwrap();
+    backup.write_manifest(&m).unwrap();
     chown_pg_recursive(repo_dir);
 }
 

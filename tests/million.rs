@@ -1,6 +1,6 @@
 //! A backup of a million files, synthetic but stored, checked and restored with the real
 //! code: the manifest written as a stream ([`ManifestWriter`]), checked in one pass
-//! ([`scan_manifest`]), verified and restored from a second pass ([`ReadBack`] over a
+//! ([`Backup::scan`]), verified and restored from a second pass ([`ReadBack`] over a
 //! [`ManifestReader`]), each phase's peak resident memory measured in a child process.
 //!
 //! The one test plays two roles. Run normally, it is the parent: it re-runs this test binary
@@ -14,10 +14,9 @@ use pgjet::pg::lsn::Lsn;
 use pgjet::repo::manifest_io::ManifestWriter;
 use pgjet::repo::read_back::{ReadBack, Want};
 use pgjet::repo::{
-    self, DirEntry, FileEntry, ManifestHeader, ManifestReader, Piece, StopInfo, REPO_FORMAT,
+    Backup, DirEntry, FileEntry, ManifestHeader, Piece, Stanza, StopInfo, REPO_FORMAT,
 };
 use pgjet::storage::posix::PosixStorage;
-use pgjet::storage::Storage;
 use pgjet::transfer::NoProgress;
 use std::path::Path;
 use std::time::Instant;
@@ -71,7 +70,7 @@ fn report(phase: &str, started: Instant) {
 }
 
 /// Stores FILES small files (plus pg_control) in bundles and writes their manifest.
-fn write_backup(store: &dyn Storage) {
+fn write_backup(backup: &Backup) {
     let header = ManifestHeader {
         format: REPO_FORMAT,
         label: LABEL.into(),
@@ -89,7 +88,7 @@ fn write_backup(store: &dyn Storage) {
         compression: Compression::new(CompressType::None, None).unwrap(),
         tablespaces: vec![],
     };
-    let mut w = ManifestWriter::create(store, header).unwrap();
+    let mut w = backup.begin(header).unwrap();
     w.dir(&DirEntry {
         path: "base".into(),
         mode: 0o700,
@@ -115,9 +114,7 @@ fn write_backup(store: &dyn Storage) {
                      pending: &mut Vec<FileEntry>,
                      w: &mut ManifestWriter| {
         let name = pgjet::repo::sink::object_id(*n);
-        store
-            .put(&repo::object_name(STANZA, LABEL, &name), object)
-            .unwrap();
+        backup.put_object(&name, object).unwrap();
         stored += object.len() as u64;
         for f in pending.drain(..) {
             w.file(&f).unwrap();
@@ -169,18 +166,16 @@ fn write_backup(store: &dyn Storage) {
         archive_start: None,
         archive_stop: None,
     };
-    w.finish(store, stop, stored).unwrap();
+    w.finish(stop, stored).unwrap();
 }
 
 fn read_back<'a>(
-    store: &'a dyn Storage,
+    backup: &'a Backup<'a>,
     contiguous: bool,
     target: Option<&'a Path>,
 ) -> ReadBack<'a> {
     ReadBack {
-        store,
-        stanza: STANZA,
-        label: LABEL,
+        backup,
         kind: CompressType::None,
         contiguous,
         target,
@@ -193,21 +188,23 @@ fn read_back<'a>(
 fn child_workload(dir: &Path) {
     std::fs::create_dir(dir.join("repo")).unwrap();
     let store = PosixStorage::open(&dir.join("repo")).unwrap();
+    let stanza = Stanza::new(1, std::sync::Arc::new(store), STANZA);
+    let backup = stanza.backup(LABEL);
     take_peak();
     let t = Instant::now();
-    write_backup(&store);
+    write_backup(&backup);
     report("backup-manifest-write", t);
 
     let t = Instant::now();
-    let scan = repo::scan_manifest(&store, STANZA, LABEL).unwrap();
+    let scan = backup.scan().unwrap();
     assert_eq!(scan.summary.end.files, FILES as u64 + 1);
     assert_eq!(scan.directories.len(), FILES.div_ceil(PER_DIR) + 2);
     assert!(scan.contiguous);
     report("scan", t);
 
     let t = Instant::now();
-    let files = ManifestReader::open(&store, STANZA, LABEL).unwrap().files();
-    let bad = read_back(&store, scan.contiguous, None)
+    let files = backup.manifest_reader().unwrap().files();
+    let bad = read_back(&backup, scan.contiguous, None)
         .run(files, &mut |_| Ok(Want::All), &NoProgress)
         .unwrap();
     assert!(bad.is_empty(), "{bad:?}");
@@ -219,9 +216,9 @@ fn child_workload(dir: &Path) {
     for d in &scan.directories {
         std::fs::create_dir_all(target.join(&d.path)).unwrap();
     }
-    let files = ManifestReader::open(&store, STANZA, LABEL).unwrap().files();
+    let files = backup.manifest_reader().unwrap().files();
     let mut created = 0usize;
-    let bad = read_back(&store, scan.contiguous, Some(&target))
+    let bad = read_back(&backup, scan.contiguous, Some(&target))
         .run(
             files,
             &mut |f| {

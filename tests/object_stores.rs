@@ -617,28 +617,24 @@ fn s3_split_reads_return_whole_objects_and_notice_wrong_sizes() {
     store.put("big", &data).unwrap();
     let mut buf = pgjet::io::direct::aligned_buf(8 << 20);
 
-    store
-        .get_aligned_sized_into("big", len as u64, &mut buf)
-        .unwrap();
+    store.get_into("big", Some(len as u64), &mut buf).unwrap();
     assert!(buf[..] == data[..], "a split read must return the object");
 
     // The manifest says 3 MiB more: the ranges past the end come back empty.
     store
-        .get_aligned_sized_into("big", (len + (3 << 20)) as u64, &mut buf)
+        .get_into("big", Some((len + (3 << 20)) as u64), &mut buf)
         .unwrap();
     assert_eq!(buf.len(), len, "a shorter object reads short");
     assert!(buf[..] == data[..]);
 
     // The manifest says 2 MiB less: the open-ended last range finds the extra bytes.
     let less = len - (2 << 20);
-    store
-        .get_aligned_sized_into("big", less as u64, &mut buf)
-        .unwrap();
+    store.get_into("big", Some(less as u64), &mut buf).unwrap();
     assert_eq!(buf.len(), less + 1, "a longer object reads long");
     assert!(buf[..less] == data[..less]);
 
     let e = store
-        .get_aligned_sized_into("gone", len as u64, &mut buf)
+        .get_into("gone", Some(len as u64), &mut buf)
         .unwrap_err();
     assert!(e.is_not_found(), "a missing object is not found: {e}");
 }

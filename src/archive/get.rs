@@ -9,6 +9,7 @@ use super::push::resolve_path;
 use crate::error::Result;
 use crate::options::Settings;
 use crate::repo::wal::{self, WalFile};
+use crate::repo::Stanza;
 use std::path::Path;
 
 /// What `archive-get` did.
@@ -31,11 +32,12 @@ pub fn fetch_direct(s: &Settings, file: &WalFile, dest: &Path) -> Result<GetOutc
     let mut failed = None;
     for (n, cfg) in crate::repo::open::repos_in_scope(s)? {
         let got = crate::storage::open(cfg).and_then(|store| {
-            let got = wal::fetch(&*store, stanza, file)?;
+            let st = Stanza::new(n, store, stanza);
+            let got = wal::fetch(&st, file)?;
             // "Not archived" counts only from a repository that holds the stanza: a wrong
             // --stanza, bucket or path must not look like the end of the archive.
             if got.is_none() {
-                crate::repo::read_stanza(&*store, stanza)?;
+                st.info()?;
             }
             Ok(got)
         });

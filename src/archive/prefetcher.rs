@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::options::Settings;
 use crate::pg::lsn;
 use crate::repo::wal::{self, WalFile, WalFileKind};
-use crate::storage::Storage;
+use crate::repo::Stanza;
 use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -130,18 +130,13 @@ fn missing_marker(dir: &Path, name: &str) -> PathBuf {
 
 /// Fetches one segment from the first repository that has it into `dir` (a temporary file
 /// renamed into place): Ok(true) when stored, Ok(false) when no repository has it.
-fn prefetch_one(
-    stores: &[(u8, std::sync::Arc<dyn Storage>)],
-    stanza: &str,
-    dir: &Path,
-    name: &str,
-    token: &str,
-) -> Result<bool> {
+fn prefetch_one(stanzas: &[Stanza], dir: &Path, name: &str, token: &str) -> Result<bool> {
     let f = WalFile::parse(name)?;
     let mut last_err = None;
     let t = Instant::now();
-    for (n, st) in stores {
-        match wal::fetch(&**st, stanza, &f) {
+    for st in stanzas {
+        let n = st.repo();
+        match wal::fetch(st, &f) {
             Ok(Some((header, data))) => {
                 let fetched = t.elapsed();
                 // fetch checked the bytes against both checksums. The mark the foreground
@@ -204,10 +199,10 @@ fn prefetched(
 /// The WAL segment size the stanza records, from the first repository that holds it.
 ///
 /// Errors: no repository holds the stanza (the last repository's error).
-fn stanza_segment_size(stores: &[(u8, std::sync::Arc<dyn Storage>)], stanza: &str) -> Result<u64> {
+fn stanza_segment_size(stanzas: &[Stanza]) -> Result<u64> {
     let mut last = Error::Config("no repository is configured".into());
-    for (_, st) in stores {
-        match crate::repo::read_stanza(&**st, stanza) {
+    for st in stanzas {
+        match st.info() {
             Ok(info) => return Ok(info.wal_segment_size),
             Err(e) => last = e,
         }
@@ -238,8 +233,8 @@ pub fn get_background(s: &Settings, first_request: &str) -> Result<()> {
             }
         }
     }
-    let stores: Vec<(u8, std::sync::Arc<dyn Storage>)> = crate::repo::open::open_repos(s)?;
-    let seg_size = stanza_segment_size(&stores, &stanza)?;
+    let stanzas = crate::repo::open::open_stanzas(s)?;
+    let seg_size = stanza_segment_size(&stanzas)?;
     let window = (s.archive.get_queue_max / seg_size.max(1)).max(1);
     tracing::info!(
         "prefetcher started: {window} segment(s) ahead, {} job(s)",
@@ -249,17 +244,16 @@ pub fn get_background(s: &Settings, first_request: &str) -> Result<()> {
     let (done_tx, done_rx) = crossbeam_channel::unbounded::<(String, Result<bool>)>();
     let mut workers = Vec::new();
     for _ in 0..s.jobs {
-        let (rx, tx, stores, stanza, dir, token) = (
+        let (rx, tx, stanzas, dir, token) = (
             work_rx.clone(),
             done_tx.clone(),
-            stores.clone(),
-            stanza.clone(),
+            stanzas.clone(),
             dir.clone(),
             token.clone(),
         );
         workers.push(std::thread::spawn(move || {
             for name in rx {
-                let r = prefetch_one(&stores, &stanza, &dir, &name, &token);
+                let r = prefetch_one(&stanzas, &dir, &name, &token);
                 if tx.send((name, r)).is_err() {
                     return;
                 }
@@ -383,7 +377,8 @@ mod tests {
         let repo = crate::storage::posix::PosixStorage::open(&dir.join("repo")).unwrap();
         let c = Compression::new(CompressType::Zstd, None).unwrap();
         let enc = wal::encode(name, data, c, &mut Compressor::new(c).unwrap(), 1).unwrap();
-        wal::store(&repo, "main", &WalFile::parse(name).unwrap(), data, &enc).unwrap();
+        let st = Stanza::new(1, std::sync::Arc::new(repo), "main");
+        wal::store(&st, &WalFile::parse(name).unwrap(), data, &enc).unwrap();
     }
 
     #[test]

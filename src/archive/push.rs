@@ -10,11 +10,9 @@ use crate::error::{Error, Result};
 use crate::options::Settings;
 use crate::pg::lsn;
 use crate::repo::wal::{self, PushOutcome, WalFile, WalFileKind};
-use crate::repo::{self, StanzaInfo};
-use crate::storage::Storage;
+use crate::repo::{Stanza, StanzaInfo};
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 /// Smallest and largest WAL segment size PostgreSQL allows, in bytes (`WalSegMinSize`,
 /// `WalSegMaxSize` in src/include/access/xlog_internal.h).
@@ -26,7 +24,7 @@ const WAL_SEG_MAX: u64 = 1 << 30;
 /// background pusher keeps one for its whole life).
 pub struct Archiver {
     stanza: String,
-    repos: Vec<(u8, Arc<dyn Storage>, StanzaInfo)>,
+    repos: Vec<(Stanza, StanzaInfo)>,
     compression: Compression,
     /// Data directory whose pg_control must name the stanza's cluster (--pg-path, else the
     /// working directory when it holds one: PostgreSQL runs archive_command there).
@@ -42,9 +40,9 @@ impl Archiver {
     pub fn open(s: &Settings) -> Result<Archiver> {
         let stanza = s.stanza()?.to_string();
         let mut repos = Vec::new();
-        for (n, store) in crate::repo::open::open_repos(s)? {
-            let info = repo::read_stanza(&*store, &stanza)?;
-            repos.push((n, store, info));
+        for st in crate::repo::open::open_stanzas(s)? {
+            let info = st.info()?;
+            repos.push((st, info));
         }
         let control_dir = match &s.pg_path {
             Some(p) => Some(p.clone()),
@@ -62,7 +60,8 @@ impl Archiver {
             // A data directory that cannot be read (another user's) proves nothing either
             // way; the segments' own headers are still checked.
             if let Ok(sysid) = crate::pg::control::read_system_identifier(dir) {
-                for (n, _, info) in &a.repos {
+                for (st, info) in &a.repos {
+                    let n = st.repo();
                     if info.system_identifier != sysid {
                         return Err(Error::Repo(format!(
                             "repo{n}: stanza '{}' belongs to the cluster with system identifier {}, but {} has system identifier {sysid}",
@@ -80,9 +79,9 @@ impl Archiver {
         &self.stanza
     }
 
-    /// The repositories, by number.
-    pub fn repos(&self) -> impl Iterator<Item = (u8, &Arc<dyn Storage>)> {
-        self.repos.iter().map(|(n, s, _)| (*n, s))
+    /// The stanza in each repository, in order.
+    pub fn repos(&self) -> impl Iterator<Item = &Stanza> {
+        self.repos.iter().map(|(st, _)| st)
     }
 
     /// A compressor for [`Archiver::push`] (one per thread).
@@ -121,7 +120,7 @@ impl Archiver {
         let sysid = self
             .repos
             .first()
-            .map(|r| r.2.system_identifier)
+            .map(|r| r.1.system_identifier)
             .unwrap_or(0);
         let xxh3 = crate::codec::xxh3_hex(data);
         wal::encode_hashed(
@@ -136,8 +135,9 @@ impl Archiver {
         // What was hashed and compressed is what the file still holds.
         bytes.check_unchanged()?;
         let mut first_err = None;
-        for (n, store, _) in &self.repos {
-            match wal::store(&**store, &self.stanza, &file, data, out) {
+        for (st, _) in &self.repos {
+            let n = st.repo();
+            match wal::store(st, &file, data, out) {
                 Ok(PushOutcome::AlreadyArchived) => tracing::warn!(
                     "WAL file {} is already in repo{n} with the same content; nothing written",
                     file.name
@@ -178,7 +178,8 @@ impl Archiver {
                 file.name
             ))
         })?;
-        for (n, _, info) in &self.repos {
+        for (st, info) in &self.repos {
+            let n = st.repo();
             lsn::check_wal_segment_header(data, tli, segno, size, info.system_identifier).map_err(
                 |e| {
                     Error::Repo(format!(

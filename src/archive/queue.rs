@@ -49,8 +49,9 @@ pub fn flush_gaps(spool: &Spool, archiver: &Archiver) {
         };
         // Every repository is tried (no short cut): each that has it is one fewer to retry.
         let mut all = true;
-        for (n, store) in archiver.repos() {
-            if let Err(e) = wal::record_gap(&**store, archiver.stanza(), &gap) {
+        for st in archiver.repos() {
+            let n = st.repo();
+            if let Err(e) = wal::record_gap(st, &gap) {
                 tracing::warn!(
                     "repo{n}: gap record {}-{} not written yet: {e}",
                     gap.first,

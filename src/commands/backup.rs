@@ -10,16 +10,14 @@ use crate::options::Settings;
 use crate::pg::lsn::{self, Lsn};
 use crate::primary::base_backup::{run_base_backup, BaseBackup, BaseBackupOptions};
 use crate::primary::open_primary;
+use crate::repo;
 use crate::repo::backup::{manifest_not_started, store_control, RepoTarget};
-use crate::repo::open::{open_other_repos, open_repo};
+use crate::repo::open::{open_other_stanzas, open_stanza};
 use crate::repo::sink::RepoSink;
 use crate::repo::wal::wait_archived;
-use crate::repo::{self, StanzaLock};
 use crate::repo::{ManifestHeader, StopInfo};
-use crate::storage::Storage;
 use crate::transfer::Progress;
 use serde::Serialize;
-use std::sync::Arc;
 
 /// What `backup` reports at the end.
 #[derive(Debug, Serialize)]
@@ -47,9 +45,8 @@ pub struct BackupSummary {
 /// then expire. Split up, that order would be hidden.
 pub fn run(s: &Settings, args: &BackupOptions, progress: &dyn Progress) -> Result<BackupSummary> {
     // Only full backups exist so far; args.backup_type can only be Full.
-    let stanza = s.stanza()?;
-    let (repo_no, store) = open_repo(s)?;
-    let stanza_info = repo::read_stanza(&*store, stanza)?;
+    let stanza = open_stanza(s)?;
+    let stanza_info = stanza.info()?;
     let primary = open_primary(s, true)?;
     let sess = &primary.sess;
     let info = &primary.info.clone();
@@ -62,25 +59,21 @@ pub fn run(s: &Settings, args: &BackupOptions, progress: &dyn Progress) -> Resul
     if archiving.active() && !s.archive.check {
         tracing::info!("archive-check=n: not waiting for the backup's WAL in the archive");
     }
-    let lock = StanzaLock::acquire(store.clone(), stanza, "backup")?;
-    for stale in repo::list_incomplete(&*store, stanza)? {
-        tracing::warn!("removing interrupted backup {stale} (it has no summary)");
-        store.remove_all(&repo::backup_dir(stanza, &stale))?;
-    }
+    let lock = stanza.lock("backup")?;
+    stanza.remove_incomplete()?;
     // The label is unique across every configured repository (the backup's own included).
-    let others: Vec<(u8, Arc<dyn Storage>)> = open_other_repos(s, repo_no);
-    let mut all: Vec<(u8, &dyn Storage)> = vec![(repo_no, &*store)];
-    all.extend(others.iter().map(|(n, st)| (*n, &**st as &dyn Storage)));
-    let (started, label) = repo::new_unique_label(&all, stanza)?;
+    let others = open_other_stanzas(s, stanza.repo())?;
+    let (started, label) = repo::new_unique_label(&stanza, &others)?;
+    let backup = stanza.backup(&label);
     let clock = std::time::Instant::now();
 
     let mut target = RepoTarget {
-        sink: RepoSink::new(&*store, stanza, &label, s.compression),
+        sink: RepoSink::new(&backup, s.compression),
         header: ManifestHeader {
             format: repo::REPO_FORMAT,
             label: label.clone(),
             backup_type: "full".into(),
-            stanza: stanza.into(),
+            stanza: stanza.name().into(),
             system_identifier: info.system_identifier,
             pg_version: info.major(),
             pg_version_num: info.version_num,
@@ -128,7 +121,7 @@ pub fn run(s: &Settings, args: &BackupOptions, progress: &dyn Progress) -> Resul
     let (archive_start, archive_stop) = if archive_check {
         let first = lsn::wal_segment_name(tli, lsn::segno_of(start_lsn, seg_size), seg_size);
         let last = lsn::wal_segment_name(tli, lsn::prev_segno_of(stop.lsn, seg_size), seg_size);
-        let waited = wait_archived(&*store, stanza, &last, s.archive.timeout)?;
+        let waited = wait_archived(&stanza, &last, s.archive.timeout)?;
         tracing::info!(
             "WAL segment {last} is in the archive (waited {waited:.1} s); the backup needs {first} to {last}"
         );
@@ -143,10 +136,9 @@ pub fn run(s: &Settings, args: &BackupOptions, progress: &dyn Progress) -> Resul
     let (size, files) = (manifest.size(), manifest.files() as usize);
     // Every object first, then the manifest, then the summary: a backup is complete only
     // once all are durable.
-    store.sync()?;
+    backup.store().sync()?;
     lock.check()?;
     manifest.finish(
-        &*store,
         StopInfo {
             stop_time: crate::repo::rfc3339(chrono::Utc::now()),
             stop_lsn: stop.lsn,
@@ -168,7 +160,7 @@ pub fn run(s: &Settings, args: &BackupOptions, progress: &dyn Progress) -> Resul
         tracing::info!("--no-expire: expire not run");
     } else if s.retention.full.is_some() || s.retention.archive.is_some() {
         // Still under the backup's lock; a failure here leaves the new backup complete.
-        match repo::retention::expire_repo(&s.retention, &store, stanza, false) {
+        match repo::retention::expire_repo(&s.retention, &stanza, false) {
             Ok(lines) => lines.iter().for_each(|l| tracing::info!("expire: {l}")),
             Err(e) => {
                 tracing::warn!("expire after the backup failed (the backup is complete): {e}")

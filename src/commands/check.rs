@@ -4,9 +4,9 @@ use crate::options::Settings;
 use crate::pg::session::{ServerInfo, Session};
 use crate::primary::{check_pg_path, libpq_connections, local_data_directory, primary_target};
 use crate::repo;
-use crate::repo::open::open_repos;
+use crate::repo::open::open_stanzas;
 use crate::repo::wal::wait_archived;
-use crate::storage::Storage;
+use crate::repo::Stanza;
 
 /// When the cluster archives WAL: writes a restore point, forces a WAL switch and waits (up
 /// to archive-timeout) until the completed segment is in every repository's archive, as
@@ -16,7 +16,7 @@ fn check_archiving(
     sess: &Session,
     info: &ServerInfo,
     stanza: &str,
-    repos: &[(u8, std::sync::Arc<dyn Storage>)],
+    repos: &[Stanza],
 ) -> Result<Vec<String>> {
     let archiving = sess.archiving()?;
     if !archiving.active() {
@@ -34,8 +34,9 @@ fn check_archiving(
     sess.create_restore_point("pgjet archive check")?;
     let segment = sess.switch_wal()?;
     let mut lines = Vec::new();
-    for (n, store) in repos {
-        let waited = wait_archived(&**store, stanza, &segment, s.archive.timeout)?;
+    for st in repos {
+        let n = st.repo();
+        let waited = wait_archived(st, &segment, s.archive.timeout)?;
         lines.push(format!(
             "repo{n}: WAL segment {segment} (after pg_switch_wal) reached the archive in {waited:.1} s"
         ));
@@ -122,16 +123,16 @@ pub fn run(s: &Settings) -> Result<Report> {
         }
     }
     if let (Some(stanza), false) = (&s.stanza, s.repos.is_empty()) {
-        let repos = open_repos(s)?;
-        for (n, store) in &repos {
-            let st = repo::read_stanza(&**store, stanza)?;
-            repo::check_same_cluster(&st, info.system_identifier, &info.major())?;
+        let repos = open_stanzas(s)?;
+        for st in &repos {
+            let n = st.repo();
+            repo::check_same_cluster(&st.info()?, info.system_identifier, &info.major())?;
             lines.push(format!(
                 "repo{n}: stanza '{stanza}' matches system identifier {}",
                 info.system_identifier
             ));
-            repo::check_writable(&**store, stanza)?;
-            lines.push(format!("repo{n}: {} is writable", store.describe()));
+            st.check_writable()?;
+            lines.push(format!("repo{n}: {} is writable", st.store().describe()));
         }
         lines.extend(check_archiving(s, &sess, &info, stanza, &repos)?);
     } else if s.source.is_none() {

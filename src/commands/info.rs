@@ -4,6 +4,7 @@ use crate::io::mib;
 use crate::options::Settings;
 use crate::repo;
 use crate::repo::open::open_repos;
+use crate::repo::Stanza;
 use serde::Serialize;
 
 /// One backup as `info` shows it.
@@ -61,21 +62,17 @@ pub fn collect(s: &Settings) -> Result<Vec<StanzaView>> {
     for (n, store) in open_repos(s)? {
         let names = match &s.stanza {
             Some(name) => {
-                if s.repos.len() == 1 || store.exists(&repo::stanza_info_name(name))? {
-                    repo::read_stanza(&*store, name)?;
+                if s.repos.len() == 1 || Stanza::new(n, store.clone(), name).exists()? {
                     vec![name.clone()]
                 } else {
                     vec![]
                 }
             }
-            None => store
-                .list("")?
-                .into_iter()
-                .filter(|n| store.exists(&repo::stanza_info_name(n)).unwrap_or(false))
-                .collect(),
+            None => repo::stanza_names(&store)?,
         };
         for name in names {
-            let st = repo::read_stanza(&*store, &name)?;
+            let stanza = Stanza::new(n, store.clone(), &name);
+            let st = stanza.info()?;
             let i = match out.iter().position(|v| v.stanza == name) {
                 Some(i) => i,
                 None => {
@@ -91,16 +88,13 @@ pub fn collect(s: &Settings) -> Result<Vec<StanzaView>> {
             };
             // The backups know the segment size for sure; a stanza made before the WAL
             // archive only assumes 16 MiB.
-            let seg_size = match repo::list_complete(&*store, &name)?.first() {
-                Some(l) => {
-                    repo::read_summary(&*store, &name, l)?
-                        .header
-                        .wal_segment_size
-                }
+            let complete = stanza.complete()?;
+            let seg_size = match complete.first() {
+                Some(l) => stanza.backup(l).summary()?.header.wal_segment_size,
                 None => st.wal_segment_size,
             };
-            let ranges = crate::repo::wal::segment_runs(&*store, &name, seg_size)?;
-            let gaps = crate::repo::wal::gaps(&*store, &name)?;
+            let ranges = crate::repo::wal::segment_runs(&stanza, seg_size)?;
+            let gaps = crate::repo::wal::gaps(&stanza)?;
             if !ranges.is_empty() || !gaps.is_empty() {
                 out[i].archive.push(ArchiveView {
                     repo: n,
@@ -108,9 +102,9 @@ pub fn collect(s: &Settings) -> Result<Vec<StanzaView>> {
                     gaps,
                 });
             }
-            for label in repo::list_complete(&*store, &name)? {
+            for label in complete {
                 // The summary only: info never reads a manifest.
-                let m = repo::read_summary(&*store, &name, &label)?;
+                let m = stanza.backup(&label).summary()?;
                 let (h, e) = (m.header, m.end);
                 out[i].backups.push(BackupInfo {
                     label,

@@ -12,7 +12,7 @@ use crate::options::{ArchiveMode, RestoreOptions, RestoreType};
 use crate::pgdata::restore::{restore_into, Files, RestoreInto};
 use crate::pgdata::{delta, parse_tablespace_map, prepare_target, recovery, tablespace_locations};
 use crate::repo;
-use crate::repo::open::{open_repo_with_set, open_repos};
+use crate::repo::open::{open_stanza_with_set, open_stanzas};
 use crate::transfer::Progress;
 use std::fs;
 
@@ -47,18 +47,20 @@ pub fn run(s: &Settings, args: &RestoreOptions, progress: &dyn Progress) -> Resu
         target,
         recovery::Target::Time(..) | recovery::Target::Lsn(_)
     );
-    let (repo_no, store, label) = if pitr && args.set == "latest" {
-        recovery::choose_backup(s, stanza, &target)?
+    let (repo, label) = if pitr && args.set == "latest" {
+        recovery::choose_backup(s, &target)?
     } else {
-        open_repo_with_set(s, stanza, &args.set)?
+        open_stanza_with_set(s, &args.set)?
     };
+    let backup = repo.backup(&label);
     tracing::info!(
-        "restoring backup {label} from repo{repo_no} ({})",
-        store.describe()
+        "restoring backup {label} from repo{} ({})",
+        repo.repo(),
+        repo.store().describe()
     );
     // A first pass checks the whole manifest and keeps only its directories and pg_control;
     // the files are streamed by a second pass (a delta reads them into memory).
-    let scan = repo::scan_manifest(&*store, stanza, &label)?;
+    let scan = backup.scan()?;
     if !recovery::ends_before(&scan.summary, &target)? {
         return Err(Error::Config(format!(
             "backup {label} ends at {} (LSN {}), after the recovery target {}: a point-in-time recovery replays forward from a backup; choose an older backup, or leave out --set to have the newest one before the target chosen",
@@ -69,14 +71,14 @@ pub fn run(s: &Settings, args: &RestoreOptions, progress: &dyn Progress) -> Resu
     }
     // restore_command reads every repository: a gap recorded in any of them counts (a
     // repository that cannot be read now is skipped with a warning).
-    let mut gaps = crate::repo::wal::gaps(&*store, stanza)?;
-    for (n, other) in open_repos(s)? {
-        if n == repo_no {
+    let mut gaps = repo::wal::gaps(&repo)?;
+    for other in open_stanzas(s)? {
+        if other.repo() == repo.repo() {
             continue;
         }
-        match crate::repo::wal::gaps(&*other, stanza) {
+        match repo::wal::gaps(&other) {
             Ok(g) => gaps.extend(g),
-            Err(e) => tracing::warn!("repo{n}: cannot read its gap records: {e}"),
+            Err(e) => tracing::warn!("repo{}: cannot read its gap records: {e}", other.repo()),
         }
     }
     recovery::check_gaps(args.restore_type, &target, &scan.summary, &gaps)?;
@@ -95,7 +97,7 @@ pub fn run(s: &Settings, args: &RestoreOptions, progress: &dyn Progress) -> Resu
         && delta::check_delta_target(&pg_path, h.system_identifier)?
             == delta::DeltaTarget::SameCluster;
     let (locations, files) = if delta {
-        let m = repo::read_manifest(&*store, stanza, &label)?;
+        let m = backup.manifest()?;
         let locations = tablespace_locations(&tablespaces, &map)?;
         let listing = m.listing();
         let removed = delta::begin_delta(&pg_path, h.system_identifier, &locations, &listing)?;
@@ -113,30 +115,29 @@ pub fn run(s: &Settings, args: &RestoreOptions, progress: &dyn Progress) -> Resu
         delta::write_marker(&pg_path, h.system_identifier)?;
         (locations, Files::Streamed)
     };
-    let label_ = &label;
     let mut auto_conf = Vec::new();
     if args.archive_mode == ArchiveMode::Off {
         auto_conf.push(format!(
-            "# pgjet restore --archive-mode off (backup {label_})"
+            "# pgjet restore --archive-mode off (backup {label})"
         ));
         auto_conf.push("archive_mode = 'off'".into());
     }
     if !recovery.lines.is_empty() {
         auto_conf.push(format!(
-            "# recovery settings added by pgjet restore of backup {label_} (--type {})",
+            "# recovery settings added by pgjet restore of backup {label} (--type {})",
             recovery::type_name(args.restore_type)
         ));
         auto_conf.extend(recovery.lines.iter().cloned());
     }
     let into = RestoreInto {
-        store: &*store,
+        backup: &backup,
         scan: &scan,
         pg_path: &pg_path,
         locations: &locations,
         jobs: s.jobs,
         auto_conf,
         replace_recovery_settings: (args.restore_type != RestoreType::Preserve)
-            .then(|| format!("pgjet restore of backup {label_}")),
+            .then(|| format!("pgjet restore of backup {label}")),
         signal: recovery.signal,
     };
     match restore_into(&into, files, progress) {

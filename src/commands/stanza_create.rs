@@ -2,7 +2,7 @@
 use crate::error::{Error, Result};
 use crate::options::Settings;
 use crate::primary::{check_pg_path, connect_primary, local_data_directory};
-use crate::repo::open::open_repos;
+use crate::repo::open::open_stanzas;
 use crate::repo::{self, StanzaInfo, REPO_FORMAT};
 
 /// Runs `stanza-create`. Idempotent for the same cluster; refuses a stanza that belongs to
@@ -15,7 +15,7 @@ pub fn run(s: &Settings) -> Result<String> {
         )));
     }
     // Every repository in scope opens (credentials, bucket) before anything is written.
-    let stores = open_repos(s)?;
+    let stanzas = open_stanzas(s)?;
     let (_, sess, info) = connect_primary(s)?;
     let local = match s.transport {
         crate::options::Transport::Libpq => false,
@@ -35,20 +35,20 @@ pub fn run(s: &Settings) -> Result<String> {
         created: crate::repo::rfc3339(chrono::Utc::now()),
         wal_segment_size: info.wal_segment_size,
     };
-    let json = serde_json::to_vec_pretty(&si).map_err(|e| Error::Other(e.to_string()))?;
     // Refuse before writing anywhere if any repository holds this stanza for another cluster.
     let mut existing = Vec::new();
-    for (n, store) in &stores {
-        if store.exists(&repo::stanza_info_name(stanza))? {
-            let st = repo::read_stanza(&**store, stanza)?;
-            repo::check_same_cluster(&st, info.system_identifier, &info.major())
+    for st in &stanzas {
+        if st.exists()? {
+            let n = st.repo();
+            repo::check_same_cluster(&st.info()?, info.system_identifier, &info.major())
                 .map_err(|e| Error::Repo(format!("repo{n}: {e}")))?;
-            existing.push(*n);
+            existing.push(n);
         }
     }
-    let several = stores.len() > 1;
+    let several = stanzas.len() > 1;
     let mut lines = Vec::new();
-    for (n, store) in &stores {
+    for st in &stanzas {
+        let n = &st.repo();
         let at = if several {
             format!(" in repo{n}")
         } else {
@@ -60,7 +60,7 @@ pub fn run(s: &Settings) -> Result<String> {
             ));
             continue;
         }
-        store.put_durable(&repo::stanza_info_name(stanza), &json)?;
+        st.create(&si)?;
         lines.push(format!(
             "stanza '{stanza}' created{at} (system identifier {}, PostgreSQL {})",
             info.system_identifier,

@@ -3,24 +3,24 @@ use crate::error::{Error, Result};
 use crate::io::mib;
 use crate::options::Settings;
 use crate::repo;
-use crate::repo::open::{open_repo_with_set, open_repos};
+use crate::repo::open::{open_stanza_with_set, open_stanzas};
 use crate::repo::read_back::{ReadBack, Want};
+use crate::repo::Stanza;
 use crate::transfer::Progress;
 
 /// Runs `verify`. Returns one line per backup checked; errors with [`Error::Corrupt`] naming
 /// every file with a missing or damaged frame.
 pub fn run(s: &Settings, set: Option<&str>, progress: &dyn Progress) -> Result<Vec<String>> {
-    let stanza = s.stanza()?;
     // With --set: the repository that holds it. Without: every backup of every repository
     // in scope.
-    let mut work: Vec<(u8, std::sync::Arc<dyn crate::storage::Storage>, String)> = Vec::new();
+    let mut work: Vec<(Stanza, String)> = Vec::new();
     match set {
-        Some(l) => work.push(open_repo_with_set(s, stanza, l)?),
+        Some(l) => work.push(open_stanza_with_set(s, l)?),
         None => {
-            for (n, store) in open_repos(s)? {
-                repo::read_stanza(&*store, stanza)?;
-                for label in repo::list_complete(&*store, stanza)? {
-                    work.push((n, store.clone(), label));
+            for st in open_stanzas(s)? {
+                st.info()?;
+                for label in st.complete()? {
+                    work.push((st.clone(), label));
                 }
             }
         }
@@ -28,26 +28,25 @@ pub fn run(s: &Settings, set: Option<&str>, progress: &dyn Progress) -> Result<V
     let several = s.repos.len() > 1;
     let mut lines = Vec::new();
     let mut corrupt: Vec<(String, Vec<String>)> = Vec::new();
-    for (n, store, label) in work {
+    for (st, label) in work {
+        let backup = st.backup(&label);
         let shown = if several {
-            format!("repo{n} {label}")
+            format!("repo{} {label}", st.repo())
         } else {
             label.clone()
         };
         // A first pass checks the whole manifest; the second streams its files.
-        let scan = repo::scan_manifest(&*store, stanza, &label)?;
+        let scan = backup.scan()?;
         let (h, end) = (&scan.summary.header, &scan.summary.end);
         let rb = ReadBack {
-            store: &*store,
-            stanza,
-            label: &label,
+            backup: &backup,
             kind: h.compression.kind,
             contiguous: scan.contiguous,
             target: None,
             overwrite: false,
             jobs: s.jobs,
         };
-        let stream = repo::ManifestReader::open(&*store, stanza, &label)?.files();
+        let stream = backup.manifest_reader()?.files();
         progress.begin(&format!("verify {shown}"), end.size);
         let bad = rb.run(stream, &mut |_| Ok(Want::All), progress)?;
         progress.finish();
@@ -66,13 +65,13 @@ pub fn run(s: &Settings, set: Option<&str>, progress: &dyn Progress) -> Result<V
     }
     // Without --set, the WAL archive of every repository in scope too.
     if set.is_none() {
-        for (n, store) in open_repos(s)? {
+        for st in open_stanzas(s)? {
             let shown = if several {
-                format!("repo{n} WAL archive")
+                format!("repo{} WAL archive", st.repo())
             } else {
                 "WAL archive".to_string()
             };
-            let (files, stored, bad) = repo::wal::verify_archive(&*store, stanza, s.jobs)?;
+            let (files, stored, bad) = repo::wal::verify_archive(&st, s.jobs)?;
             if files == 0 {
                 continue;
             }

@@ -7,11 +7,9 @@
 use crate::error::{Error, Result};
 use crate::options::{RestoreOptions, RestoreType, Settings, TargetAction};
 use crate::pg::lsn::{self, Lsn};
-use crate::repo::open::open_repos;
-use crate::repo::{self, BackupSummary};
-use crate::storage::Storage;
+use crate::repo::open::open_stanzas;
+use crate::repo::{BackupSummary, Stanza};
 use chrono::{DateTime, FixedOffset, NaiveDateTime, Utc};
-use std::sync::Arc;
 
 /// A recovery target, parsed and checked.
 #[derive(Debug, Clone, PartialEq)]
@@ -174,23 +172,20 @@ pub fn ends_before(b: &BackupSummary, target: &Target) -> Result<bool> {
 }
 
 /// Picks the backup to restore for `--set latest` and a time or LSN target: the newest one,
-/// over every repository in scope, that ends before the target. Returns its repository
-/// number, store and label.
+/// over every repository in scope, that ends before the target. Returns the stanza in its
+/// repository, and its label.
 ///
 /// Errors: no backup ends before the target (naming the oldest one's end); the stores'.
-pub fn choose_backup(
-    s: &Settings,
-    stanza: &str,
-    target: &Target,
-) -> Result<(u8, Arc<dyn Storage>, String)> {
-    let mut best: Option<(String, u8, Arc<dyn Storage>)> = None;
+pub fn choose_backup(s: &Settings, target: &Target) -> Result<(Stanza, String)> {
+    let stanza = s.stanza()?;
+    let mut best: Option<(String, Stanza)> = None;
     let mut oldest: Option<(String, String)> = None;
-    for (n, store) in open_repos(s)? {
-        if !store.exists(&repo::stanza_info_name(stanza))? {
+    for st in open_stanzas(s)? {
+        if !st.exists()? {
             continue;
         }
-        for label in repo::list_complete(&*store, stanza)? {
-            let b = repo::read_summary(&*store, stanza, &label)?;
+        for label in st.complete()? {
+            let b = st.backup(&label).summary()?;
             let end = match target {
                 Target::Lsn(_) => b.end.stop.stop_lsn.to_string(),
                 _ => b.end.stop.stop_time.clone(),
@@ -198,14 +193,13 @@ pub fn choose_backup(
             if oldest.as_ref().map(|(l, _)| label < *l).unwrap_or(true) {
                 oldest = Some((label.clone(), end));
             }
-            if ends_before(&b, target)? && best.as_ref().map(|(l, _, _)| label > *l).unwrap_or(true)
-            {
-                best = Some((label, n, store.clone()));
+            if ends_before(&b, target)? && best.as_ref().map(|(l, _)| label > *l).unwrap_or(true) {
+                best = Some((label, st.clone()));
             }
         }
     }
     match (best, oldest) {
-        (Some((label, n, store)), _) => Ok((n, store, label)),
+        (Some((label, st)), _) => Ok((st, label)),
         (None, Some((label, end))) => Err(Error::Repo(format!(
             "no backup of stanza '{stanza}' ends before the target: the oldest, {label}, ends at {end}; a point-in-time recovery replays WAL forward from a backup, never back"
         ))),

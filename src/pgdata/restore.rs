@@ -9,8 +9,7 @@ use crate::io::direct::DIRECT_MIN_WRITE;
 use crate::io::fs::set_mtime;
 use crate::pg::pg_manifest::{PgManifestWriter, PgWalRange};
 use crate::repo::read_back::{allocate_pieces, restore_one, ReadBack, Want};
-use crate::repo::{self, FileEntry, ScannedManifest};
-use crate::storage::Storage;
+use crate::repo::{Backup, FileEntry, ScannedManifest};
 use crate::transfer::Progress;
 use std::fs::{File, OpenOptions};
 use std::io::BufWriter;
@@ -29,7 +28,8 @@ pub enum Files {
 
 /// A restore into a prepared data directory.
 pub struct RestoreInto<'a> {
-    pub store: &'a dyn Storage,
+    /// The backup restored.
+    pub backup: &'a Backup<'a>,
     /// The backup, its manifest checked whole.
     pub scan: &'a ScannedManifest,
     pub pg_path: &'a Path,
@@ -98,9 +98,7 @@ fn write_files(
     let (h, end) = (&r.scan.summary.header, &r.scan.summary.end);
     let delta = matches!(files, Files::InMemory(..));
     let rb = ReadBack {
-        store: r.store,
-        stanza: &h.stanza,
-        label: &h.label,
+        backup: r.backup,
         kind: h.compression.kind,
         contiguous: r.scan.contiguous,
         target: Some(r.pg_path),
@@ -147,7 +145,7 @@ fn write_files(
     progress.begin("restore", end.size);
     match files {
         None => {
-            let stream = repo::ManifestReader::open(r.store, &h.stanza, &h.label)?.files();
+            let stream = r.backup.manifest_reader()?.files();
             rb.run(stream, &mut prepare, progress)?;
         }
         Some(files) => {
@@ -207,7 +205,7 @@ fn finish_restore(
         phase("syncfs done");
         let cf = &r.scan.control;
         let (path, _) = create_file(r.pg_path, &cf.path, cf.size, cf.mode)?;
-        restore_one(r.store, &h.stanza, &h.label, h.compression.kind, cf, &path)?;
+        restore_one(r.backup, h.compression.kind, cf, &path)?;
         set_mtime(&path, cf.mtime)?;
         File::open(&path)
             .and_then(|f| f.sync_all())

@@ -47,7 +47,7 @@ impl BackupTarget for RepoTarget<'_> {
                 location: t.target.display().to_string(),
             })
             .collect();
-        let mut w = ManifestWriter::create(self.sink.store, self.header.clone())?;
+        let mut w = self.sink.backup.begin(self.header.clone())?;
         for (path, mode) in &listing.dirs {
             w.dir(&DirEntry {
                 path: path.clone(),

@@ -9,12 +9,14 @@
 //! stops (stop LSN, backup label, WAL) and the counts and totals (a truncated stream lacks
 //! it). The summary records the stored manifest's size and XXH3-128, checked on read.
 use super::manifest::{BackupManifest, DirEntry, FileEntry, ManifestHeader, StopInfo};
-use super::{backup_dir, REPO_FORMAT};
+use super::stanza::Backup;
+use super::REPO_FORMAT;
 use crate::error::{Error, Result};
 use crate::storage::{ObjectWriter, Storage};
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader, Read, Write};
+use std::sync::Arc;
 use xxhash_rust::xxh3::{xxh3_64, Xxh3};
 
 /// Object name of the manifest inside a backup's directory.
@@ -25,16 +27,6 @@ pub const SUMMARY_OBJECT: &str = "summary.json";
 const MANIFEST_ZSTD_LEVEL: i32 = 3;
 /// Bytes handed to the store per write of the manifest stream.
 const WRITE_BUFFER: usize = 1 << 20;
-
-/// Name of a backup's manifest object.
-pub fn manifest_name(stanza: &str, label: &str) -> String {
-    format!("{}/{MANIFEST_OBJECT}", backup_dir(stanza, label))
-}
-
-/// Name of a backup's summary object.
-pub fn summary_name(stanza: &str, label: &str) -> String {
-    format!("{}/{SUMMARY_OBJECT}", backup_dir(stanza, label))
-}
 
 /// The last manifest line: what is known when the backup stops, and the counts and totals,
 /// so a truncated stream is told from a whole one.
@@ -139,6 +131,9 @@ impl Write for HashingSink {
 /// writer dropped unfinished leaves no manifest (and no summary).
 pub struct ManifestWriter {
     name: String,
+    /// The backup's repository, and the name of its summary.
+    store: Arc<dyn Storage>,
+    summary_name: String,
     header: ManifestHeader,
     z: zstd::stream::write::Encoder<'static, HashingSink>,
     dirs: u64,
@@ -148,8 +143,10 @@ pub struct ManifestWriter {
 
 impl ManifestWriter {
     /// Starts the manifest of the backup `header` describes and writes the header line.
-    pub fn create(store: &dyn Storage, header: ManifestHeader) -> Result<ManifestWriter> {
-        let name = manifest_name(&header.stanza, &header.label);
+    /// Called through [`Backup::begin`], which checks that `header` names `backup`.
+    pub(super) fn create(backup: &Backup, header: ManifestHeader) -> Result<ManifestWriter> {
+        let name = backup.file_name(MANIFEST_OBJECT);
+        let store = backup.stanza().store_arc();
         let sink = HashingSink {
             out: store.writer(&name)?,
             buf: Vec::with_capacity(WRITE_BUFFER + (64 << 10)),
@@ -161,6 +158,8 @@ impl ManifestWriter {
             .map_err(|e| Error::Other(format!("cannot start the manifest {name}: {e}")))?;
         let mut w = ManifestWriter {
             name,
+            store,
+            summary_name: backup.file_name(SUMMARY_OBJECT),
             header,
             z,
             dirs: 0,
@@ -212,12 +211,7 @@ impl ManifestWriter {
     /// Writes the end line, completes the manifest object, makes everything durable and
     /// writes the summary last: the backup is complete when this returns.
     /// `stored_size`: bytes of the data objects.
-    pub fn finish(
-        mut self,
-        store: &dyn Storage,
-        stop: StopInfo,
-        stored_size: u64,
-    ) -> Result<BackupSummary> {
+    pub fn finish(mut self, stop: StopInfo, stored_size: u64) -> Result<BackupSummary> {
         let end = ManifestEnd {
             stop,
             dirs: self.dirs,
@@ -249,34 +243,17 @@ impl ManifestWriter {
         };
         let json = serde_json::to_vec_pretty(&summary)
             .map_err(|e| Error::Other(format!("cannot encode the summary: {e}")))?;
-        store.sync()?;
-        store.put_durable(
-            &summary_name(&summary.header.stanza, &summary.header.label),
-            &json,
-        )?;
+        self.store.sync()?;
+        self.store.put_durable(&self.summary_name, &json)?;
         Ok(summary)
     }
 }
 
-/// Writes `m`'s manifest and then its summary (last: the backup is complete from then on),
-/// through a [`ManifestWriter`]. Returns the summary.
-///
-/// Errors: storage errors; a stream that could not be encoded.
-pub fn write_manifest(store: &dyn Storage, m: &BackupManifest) -> Result<BackupSummary> {
-    let mut w = ManifestWriter::create(store, m.header.clone())?;
-    for d in &m.directories {
-        w.dir(d)?;
-    }
-    for f in &m.files {
-        w.file(f)?;
-    }
-    w.finish(store, m.stop.clone(), m.stored_size)
-}
-
 /// Reads a backup's summary; errors when the backup does not exist or is incomplete.
-pub fn read_summary(store: &dyn Storage, stanza: &str, label: &str) -> Result<BackupSummary> {
-    let name = summary_name(stanza, label);
-    let bytes = match store.get(&name) {
+pub(super) fn read_summary(backup: &Backup) -> Result<BackupSummary> {
+    let (stanza, label) = (backup.stanza().name(), backup.label());
+    let name = backup.file_name(SUMMARY_OBJECT);
+    let bytes = match backup.store().get(&name) {
         Ok(b) => b,
         Err(e) if e.is_not_found() => {
             return Err(Error::Repo(format!(
@@ -357,9 +334,10 @@ impl ManifestReader {
     ///
     /// Errors: [`Error::Repo`] for a missing or incomplete backup or another format;
     /// [`Error::Corrupt`] for a missing manifest object or a header that does not match.
-    pub fn open(store: &dyn Storage, stanza: &str, label: &str) -> Result<ManifestReader> {
-        let summary = read_summary(store, stanza, label)?;
-        let name = format!("{}/{}", backup_dir(stanza, label), summary.manifest.object);
+    pub(super) fn open(backup: &Backup) -> Result<ManifestReader> {
+        let (store, label) = (backup.store(), backup.label());
+        let summary = read_summary(backup)?;
+        let name = backup.file_name(&summary.manifest.object);
         let mut r = ManifestReader {
             label: label.to_string(),
             object: summary.manifest.object.clone(),
@@ -607,8 +585,8 @@ pub struct ScannedManifest {
 ///
 /// Errors: as [`ManifestReader`]; [`Error::Corrupt`] for a path listed twice, no
 /// pg_control, a WAL segment named but not stored.
-pub fn scan_manifest(store: &dyn Storage, stanza: &str, label: &str) -> Result<ScannedManifest> {
-    let mut r = ManifestReader::open(store, stanza, label)?;
+pub(super) fn scan_manifest(backup: &Backup) -> Result<ScannedManifest> {
+    let mut r = ManifestReader::open(backup)?;
     let mut checks = ManifestChecks::default();
     let mut directories = Vec::new();
     for e in &mut r {
@@ -623,7 +601,7 @@ pub fn scan_manifest(store: &dyn Storage, stanza: &str, label: &str) -> Result<S
     if !checks.collided.is_empty() {
         // Two paths with one XXH3-64: compare the paths themselves (almost never runs).
         let mut seen: HashSet<String> = HashSet::new();
-        for e in ManifestReader::open(store, stanza, label)? {
+        for e in ManifestReader::open(backup)? {
             if let Entry::File(f) = e? {
                 if checks.collided.contains(&xxh3_64(f.path.as_bytes()))
                     && !seen.insert(f.path.clone())
@@ -646,8 +624,8 @@ pub fn scan_manifest(store: &dyn Storage, stanza: &str, label: &str) -> Result<S
 /// line at once (a delta restore); restore and verify stream ([`scan_manifest`]).
 ///
 /// Errors: as [`ManifestReader`]; [`Error::Corrupt`] when validation fails.
-pub fn read_manifest(store: &dyn Storage, stanza: &str, label: &str) -> Result<BackupManifest> {
-    let mut r = ManifestReader::open(store, stanza, label)?;
+pub(super) fn read_manifest(backup: &Backup) -> Result<BackupManifest> {
+    let mut r = ManifestReader::open(backup)?;
     let (mut directories, mut files) = (Vec::new(), Vec::new());
     for e in &mut r {
         match e? {
@@ -673,70 +651,65 @@ mod tests {
     use super::*;
     use crate::storage::posix::PosixStorage;
 
-    fn store() -> (tempfile::TempDir, PosixStorage) {
+    fn store() -> (tempfile::TempDir, super::super::Stanza) {
         let dir = tempfile::tempdir().unwrap();
         let s = PosixStorage::open(dir.path()).unwrap();
-        (dir, s)
+        let m = super::super::manifest::tests::sample();
+        (
+            dir,
+            super::super::Stanza::new(1, Arc::new(s), &m.header.stanza),
+        )
     }
 
     #[test]
     fn a_manifest_round_trips_and_its_summary_marks_it_complete() {
         let (_d, st) = store();
+        let b = st.backup(&super::super::manifest::tests::sample().header.label);
         let m = super::super::manifest::tests::sample();
-        assert!(read_summary(&st, &m.header.stanza, &m.header.label).is_err());
-        let s = write_manifest(&st, &m).unwrap();
+        assert!(b.summary().is_err());
+        let s = b.write_manifest(&m).unwrap();
         let sum: u64 = m.files.iter().map(|f| f.size).sum();
         assert_eq!((s.end.files, s.end.size), (m.files.len() as u64, sum));
-        let back = read_manifest(&st, &m.header.stanza, &m.header.label).unwrap();
+        let back = b.manifest().unwrap();
         assert_eq!(back.files, m.files);
         assert_eq!(back.directories, m.directories);
         assert_eq!(back.stop, m.stop);
         assert_eq!(back.header, m.header);
-        assert_eq!(
-            read_summary(&st, &m.header.stanza, &m.header.label)
-                .unwrap()
-                .manifest,
-            s.manifest
-        );
+        assert_eq!(b.summary().unwrap().manifest, s.manifest);
     }
 
     #[test]
     fn a_damaged_or_truncated_manifest_is_named() {
         let (d, st) = store();
+        let b = st.backup(&super::super::manifest::tests::sample().header.label);
         let m = super::super::manifest::tests::sample();
-        write_manifest(&st, &m).unwrap();
-        let path = d
-            .path()
-            .join(manifest_name(&m.header.stanza, &m.header.label));
+        b.write_manifest(&m).unwrap();
+        let path = d.path().join(b.file_name(MANIFEST_OBJECT));
         let good = std::fs::read(&path).unwrap();
         // A flipped byte: the stored bytes no longer match the summary.
         let mut bad = good.clone();
         let i = bad.len() / 2;
         bad[i] ^= 1;
         std::fs::write(&path, &bad).unwrap();
-        let e = read_manifest(&st, &m.header.stanza, &m.header.label)
-            .unwrap_err()
-            .to_string();
+        let e = b.manifest().unwrap_err().to_string();
         assert!(e.contains(MANIFEST_OBJECT), "{e}");
         // Truncated.
         std::fs::write(&path, &good[..good.len() / 2]).unwrap();
-        let e = read_manifest(&st, &m.header.stanza, &m.header.label)
-            .unwrap_err()
-            .to_string();
+        let e = b.manifest().unwrap_err().to_string();
         assert!(e.contains(MANIFEST_OBJECT), "{e}");
         // Missing.
         std::fs::remove_file(&path).unwrap();
-        let e = read_manifest(&st, &m.header.stanza, &m.header.label).unwrap_err();
+        let e = b.manifest().unwrap_err();
         assert!(matches!(e, Error::Corrupt { .. }), "{e}");
     }
 
     #[test]
     fn the_scan_checks_the_whole_and_notes_scattered_objects() {
         let (_d, st) = store();
+        let b = st.backup(&super::super::manifest::tests::sample().header.label);
         let mut m = super::super::manifest::tests::sample();
-        let (stanza, label) = (m.header.stanza.clone(), m.header.label.clone());
-        write_manifest(&st, &m).unwrap();
-        let scan = scan_manifest(&st, &stanza, &label).unwrap();
+        b.write_manifest(&m).unwrap();
+        let scan = b.scan().unwrap();
         assert!(scan.contiguous);
         assert_eq!(scan.control.path, "global/pg_control");
         assert_eq!(scan.directories, m.directories);
@@ -747,14 +720,14 @@ mod tests {
             path: "base/1/3".into(),
             ..m.files[0].clone()
         });
-        write_manifest(&st, &m).unwrap();
-        assert!(!scan_manifest(&st, &stanza, &label).unwrap().contiguous);
+        b.write_manifest(&m).unwrap();
+        assert!(!b.scan().unwrap().contiguous);
         // A path listed twice is refused by the scan, as by the whole-manifest check.
         m.files[3].path = "base/1/2".into();
-        write_manifest(&st, &m).unwrap();
-        let e = scan_manifest(&st, &stanza, &label).unwrap_err().to_string();
+        b.write_manifest(&m).unwrap();
+        let e = b.scan().unwrap_err().to_string();
         assert!(e.contains("listed twice"), "{e}");
-        let e = read_manifest(&st, &stanza, &label).unwrap_err().to_string();
+        let e = b.manifest().unwrap_err().to_string();
         assert!(e.contains("listed twice"), "{e}");
     }
 }

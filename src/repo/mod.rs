@@ -21,10 +21,10 @@ pub mod open;
 pub mod read_back;
 pub mod retention;
 pub mod sink;
+pub mod stanza;
 pub mod wal;
 
 use crate::error::{Error, Result};
-use crate::storage::Storage;
 use serde::{Deserialize, Serialize};
 
 pub use label::{new_label, rfc3339};
@@ -33,10 +33,8 @@ pub use manifest::{
     BackupManifest, DirEntry, FileEntry, ManifestHeader, Piece, StopInfo, Tablespace,
     MAX_PIECE_SIZE,
 };
-pub use manifest_io::{
-    manifest_name, read_manifest, read_summary, scan_manifest, summary_name, write_manifest,
-    BackupSummary, Entry, ManifestReader, ScannedManifest,
-};
+pub use manifest_io::{BackupSummary, Entry, ManifestReader, ScannedManifest};
+pub use stanza::{new_unique_label, stanza_names, Backup, Stanza};
 
 /// Version of the repository format this build writes and reads.
 /// 2: the manifest is a zstd stream of JSON lines and `summary.json` marks completeness.
@@ -82,38 +80,6 @@ pub mod u64_string {
     }
 }
 
-/// Name of the stanza info object.
-pub fn stanza_info_name(stanza: &str) -> String {
-    format!("{stanza}/stanza.json")
-}
-/// Directory of one backup.
-pub fn backup_dir(stanza: &str, label: &str) -> String {
-    format!("{stanza}/backup/{label}")
-}
-/// Name of a stored object of a backup.
-pub fn object_name(stanza: &str, label: &str, object: &str) -> String {
-    format!("{stanza}/backup/{label}/data/{object}")
-}
-
-/// Reads the stanza info; a missing stanza is an error that points at stanza-create.
-pub fn read_stanza(store: &dyn Storage, stanza: &str) -> Result<StanzaInfo> {
-    let name = stanza_info_name(stanza);
-    if !store.exists(&name)? {
-        return Err(Error::Repo(format!(
-            "stanza '{stanza}' does not exist in the repository; run `pgjet stanza-create` first"
-        )));
-    }
-    let info: StanzaInfo = serde_json::from_slice(&store.get(&name)?)
-        .map_err(|e| Error::Repo(format!("{name} is not valid: {e}")))?;
-    if info.format != REPO_FORMAT {
-        return Err(Error::Repo(format!(
-            "{name} has format {}, this pgjet reads {REPO_FORMAT}",
-            info.format
-        )));
-    }
-    Ok(info)
-}
-
 /// Refuses a cluster whose identity differs from the stanza's.
 pub fn check_same_cluster(
     info: &StanzaInfo,
@@ -133,93 +99,4 @@ pub fn check_same_cluster(
         )));
     }
     Ok(())
-}
-
-/// Labels of every backup directory of a stanza, complete or not, oldest first.
-pub fn list_backups(store: &dyn Storage, stanza: &str) -> Result<Vec<String>> {
-    store.list(&format!("{stanza}/backup"))
-}
-
-/// A label for a backup starting now that no backup of `stanza` has in any of `stores`
-/// (every configured repository a command could restore from: a label names one backup
-/// wherever it is searched for). Labels have one-second resolution, so this waits for the
-/// next second while the label is taken. Returns the start time and the label. A repository
-/// that cannot be listed is skipped with a warning (the backup's own repository is listed
-/// again when the backup writes there).
-///
-/// Errors: `stores` is empty.
-pub fn new_unique_label(
-    stores: &[(u8, &dyn Storage)],
-    stanza: &str,
-) -> Result<(chrono::DateTime<chrono::Utc>, String)> {
-    if stores.is_empty() {
-        return Err(Error::Config("no repository is configured".into()));
-    }
-    loop {
-        let started = chrono::Utc::now();
-        let label = new_label(started);
-        let mut taken = false;
-        for (n, store) in stores {
-            match list_backups(*store, stanza) {
-                Ok(labels) => taken |= labels.contains(&label),
-                Err(e) => tracing::warn!("repo{n}: cannot list the backups: {e}"),
-            }
-        }
-        if !taken {
-            return Ok((started, label));
-        }
-        std::thread::sleep(std::time::Duration::from_millis(250));
-    }
-}
-
-/// Checks that a command can write to the stanza's part of the repository: a probe object
-/// `<stanza>/check.<pid>` is written durably and removed (documented in
-/// docs/repository-format.md).
-///
-/// Errors: the store's.
-pub fn check_writable(store: &dyn Storage, stanza: &str) -> Result<()> {
-    let probe = format!("{stanza}/check.{}", std::process::id());
-    store.put_durable(&probe, b"pgjet check\n")?;
-    store.delete(&probe)
-}
-
-/// Labels of the complete backups of a stanza (those with a summary), oldest first.
-pub fn list_complete(store: &dyn Storage, stanza: &str) -> Result<Vec<String>> {
-    let mut out = Vec::new();
-    for label in list_backups(store, stanza)? {
-        if store.exists(&summary_name(stanza, &label))? {
-            out.push(label);
-        }
-    }
-    Ok(out)
-}
-
-/// Labels of backup directories with no summary: interrupted backups.
-pub fn list_incomplete(store: &dyn Storage, stanza: &str) -> Result<Vec<String>> {
-    let mut out = Vec::new();
-    for label in list_backups(store, stanza)? {
-        if !label.ends_with(".tmp") && !store.exists(&summary_name(stanza, &label))? {
-            out.push(label);
-        }
-    }
-    Ok(out)
-}
-
-/// Resolves `--set` (a label or `latest`) to a complete backup's label.
-pub fn resolve_set(store: &dyn Storage, stanza: &str, set: &str) -> Result<String> {
-    let labels = list_complete(store, stanza)?;
-    if set == "latest" {
-        return labels
-            .last()
-            .cloned()
-            .ok_or_else(|| Error::Repo(format!("stanza '{stanza}' has no complete backup")));
-    }
-    if labels.iter().any(|l| l == set) {
-        Ok(set.to_string())
-    } else {
-        Err(Error::Repo(format!(
-            "backup '{set}' not found in stanza '{stanza}' (complete backups: {})",
-            labels.join(", ")
-        )))
-    }
 }

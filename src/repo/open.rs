@@ -1,34 +1,40 @@
 //! Opening the configured repositories: the one a command uses, every one in scope, or the
 //! first that holds a given backup.
+use super::Stanza;
 use crate::error::{Error, Result};
 use crate::options::{RepoConfig, Settings};
 use crate::storage::Storage;
 use std::sync::Arc;
 
-/// Opens the repository the command uses (`--repo N`, else the first configured).
+/// Opens the command's stanza (`--stanza`) in the repository it uses (`--repo N`, else the
+/// first configured). Nothing of the stanza is read yet.
 ///
-/// Errors: none configured, a posix path that is not a directory, an object store that
-/// refuses the credentials or lacks the bucket.
-pub fn open_repo(s: &Settings) -> Result<(u8, Arc<dyn Storage>)> {
+/// Errors: no stanza given, none configured, a posix path that is not a directory, an
+/// object store that refuses the credentials or lacks the bucket.
+pub fn open_stanza(s: &Settings) -> Result<Stanza> {
+    let stanza = s.stanza()?;
     let (n, cfg) = s.repo()?;
-    Ok((n, crate::storage::open(cfg)?))
+    Ok(Stanza::new(n, crate::storage::open(cfg)?, stanza))
 }
 
-/// Every configured repository but number `except`, opened; one that cannot be opened is
-/// left out with a warning (for checks that are best made everywhere, such as a new
-/// backup label's uniqueness).
-pub fn open_other_repos(s: &Settings, except: u8) -> Vec<(u8, Arc<dyn Storage>)> {
-    s.repos
+/// The command's stanza in every configured repository but number `except`; a repository
+/// that cannot be opened is left out with a warning (for checks that are best made
+/// everywhere, such as a new backup label's uniqueness).
+///
+/// Errors: no stanza given.
+pub fn open_other_stanzas(s: &Settings, except: u8) -> Result<Vec<Stanza>> {
+    let stanza = s.stanza()?;
+    Ok(s.repos
         .iter()
         .filter(|(n, _)| *n != except)
         .filter_map(|(n, cfg)| match crate::storage::open(cfg) {
-            Ok(st) => Some((*n, st)),
+            Ok(st) => Some(Stanza::new(*n, st, stanza)),
             Err(e) => {
                 tracing::warn!("repo{n}: cannot be opened: {e}");
                 None
             }
         })
-        .collect()
+        .collect())
 }
 
 /// The repositories a command that reads or sets up every repository works on: `--repo N`
@@ -53,26 +59,37 @@ pub fn open_repos(s: &Settings) -> Result<Vec<(u8, Arc<dyn Storage>)>> {
         .collect()
 }
 
-/// Finds the repository that holds backup `set` (a label or `latest`) of `stanza`: with
-/// `--repo N` that one; else the first configured repository that has it (for `latest`, the
-/// first with a complete backup), as pgBackRest's restore searches. A repository that
-/// cannot be opened is skipped with a warning.
+/// The command's stanza (`--stanza`) in every repository in scope ([`repos_in_scope`]), in
+/// order. Nothing of the stanza is read yet.
 ///
-/// Returns the repository's number, its store and the backup's label. Errors: no repository
-/// has the set (the message names what each one said).
-pub fn open_repo_with_set(
-    s: &Settings,
-    stanza: &str,
-    set: &str,
-) -> Result<(u8, Arc<dyn Storage>, String)> {
+/// Errors: no stanza given; as [`crate::storage::open`], for the first repository that
+/// cannot be opened.
+pub fn open_stanzas(s: &Settings) -> Result<Vec<Stanza>> {
+    let stanza = s.stanza()?;
+    Ok(open_repos(s)?
+        .into_iter()
+        .map(|(n, store)| Stanza::new(n, store, stanza))
+        .collect())
+}
+
+/// Finds the repository that holds backup `set` (a label or `latest`) of the command's
+/// stanza: with `--repo N` that one; else the first configured repository that has it (for
+/// `latest`, the first with a complete backup), as pgBackRest's restore searches. A
+/// repository that cannot be opened is skipped with a warning.
+///
+/// Returns the stanza in that repository and the backup's label. Errors: no stanza given;
+/// no repository has the set (the message names what each one said).
+pub fn open_stanza_with_set(s: &Settings, set: &str) -> Result<(Stanza, String)> {
+    let stanza = s.stanza()?;
     let scope = repos_in_scope(s)?;
     let single = scope.len() == 1;
     let mut why = Vec::new();
     for (n, cfg) in scope {
         let found = crate::storage::open(cfg).and_then(|store| {
-            super::read_stanza(&*store, stanza)?;
-            let label = super::resolve_set(&*store, stanza, set)?;
-            Ok((n, store, label))
+            let st = Stanza::new(n, store, stanza);
+            st.info()?;
+            let label = st.resolve_set(set)?.label().to_string();
+            Ok((st, label))
         });
         match found {
             Ok(f) => return Ok(f),

@@ -5,11 +5,12 @@ use crate::codec::{self, CompressType};
 use crate::error::{Error, Result};
 use crate::io::direct::{self, aligned_buf, AlignedBuf, DIRECT_MIN_WRITE};
 use crate::io::parallel::Stop;
-use crate::repo::{self, FileEntry, Piece};
+use crate::repo::{Backup, FileEntry, Piece};
 use crate::storage::Storage;
 use crate::transfer::sink::{punch_zero_pages, write_runs};
 use crate::transfer::{Progress, CHUNK_SIZE};
-use std::path::{Path, PathBuf};
+use crossbeam_channel::{Receiver, Sender};
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::sync::Mutex;
@@ -188,7 +189,7 @@ impl StageClock {
 impl Stages<'_> {
     fn fail(&self, e: Error) {
         self.stop.fail(e);
-        self.rb.store.cancel();
+        self.rb.backup.store().cancel();
     }
 
     fn mark(&self, file: &FileJob, object: &str, why: &str) {
@@ -222,9 +223,8 @@ impl Stages<'_> {
 /// or a manifest in memory); objects are read as the stream reaches them, so memory does not
 /// depend on the number of files.
 pub struct ReadBack<'a> {
-    pub store: &'a dyn Storage,
-    pub stanza: &'a str,
-    pub label: &'a str,
+    /// The backup read.
+    pub backup: &'a Backup<'a>,
     /// Compression of the backup's frames.
     pub kind: CompressType,
     /// Each object's pieces are on consecutive lines of the stream
@@ -273,7 +273,7 @@ impl ReadBack<'_> {
         I: Iterator<Item = Result<FileEntry>> + Send,
     {
         let jobs = decoders(self.jobs);
-        let readers = readers(self.store);
+        let readers = readers(self.backup.store());
         let writing = self.target.is_some();
         let st = Stages {
             stop: Stop::default(),
@@ -307,81 +307,20 @@ impl ReadBack<'_> {
             let st = &st;
             for _ in 0..readers {
                 let (rx, tx, obj_rx) = (plan_rx.clone(), loaded_tx.clone(), obj_rx.clone());
-                s.spawn(move || {
-                    while let Ok(w) = rx.recv() {
-                        if st.aborted() {
-                            continue; // drain, so the planner is not left blocked
-                        }
-                        // Buffers come back from the decoders; the pool owns every one.
-                        let Ok(buf) = clocked(&st.clock.read_wait_buffer, || obj_rx.recv()) else {
-                            break;
-                        };
-                        match clocked(&st.clock.read, || self.load_object(&w, buf)) {
-                            Ok(l) => {
-                                if tx.send((w, l)).is_err() {
-                                    break;
-                                }
-                            }
-                            Err(e) => st.fail(e),
-                        }
-                    }
-                });
+                s.spawn(move || self.read_objects(st, rx, tx, obj_rx));
             }
             drop((plan_rx, loaded_tx));
             for _ in 0..jobs {
                 let (rx, tx) = (loaded_rx.clone(), write_tx.clone());
                 let (pool_tx, pool_rx) = (pool_tx.clone(), pool_rx.clone());
                 let obj_tx = obj_tx.clone();
-                s.spawn(move || {
-                    // Drain the queue even after an abort, so no reader stays blocked on it.
-                    while let Ok((w, loaded)) = clocked(&st.clock.decode_wait_object, || rx.recv())
-                    {
-                        let object = match loaded {
-                            Loaded::Object(o) => o,
-                            Loaded::Unusable(why, buf) => {
-                                let _ = obj_tx.send(buf);
-                                if !st.aborted() {
-                                    for (f, _) in &w.pieces {
-                                        st.mark(f, &w.name, &why);
-                                    }
-                                }
-                                continue;
-                            }
-                        };
-                        let t = std::time::Instant::now();
-                        let waited = decode_object(
-                            st, &w, &object, writing, &pool_tx, &pool_rx, &tx, progress,
-                        );
-                        let busy = t.elapsed().saturating_sub(waited);
-                        st.clock
-                            .decode
-                            .fetch_add(busy.as_nanos() as u64, Ordering::Relaxed);
-                        st.clock
-                            .decode_wait_buffer
-                            .fetch_add(waited.as_nanos() as u64, Ordering::Relaxed);
-                        let _ = obj_tx.send(object);
-                    }
-                });
+                let pool = (pool_tx, pool_rx);
+                s.spawn(move || decode_objects(st, rx, obj_tx, pool, tx, writing, progress));
             }
             drop((loaded_rx, write_tx));
             for _ in 0..WRITERS {
                 let (rx, pool_tx) = (write_rx.clone(), pool_tx.clone());
-                s.spawn(move || {
-                    while let Ok(piece) = clocked(&st.clock.write_wait_piece, || rx.recv()) {
-                        if !st.aborted() {
-                            if let Some(root) = self.target {
-                                let n = piece.logical.len() as u64;
-                                match clocked(&st.clock.write, || {
-                                    self.write_piece(st, root, &piece)
-                                }) {
-                                    Ok(()) => progress.advance(n),
-                                    Err(e) => st.fail(e),
-                                }
-                            }
-                        }
-                        let _ = pool_tx.send(piece.logical);
-                    }
-                });
+                s.spawn(move || self.write_pieces(st, rx, pool_tx, progress));
             }
             drop(write_rx);
             // This thread plans: it feeds the readers until the stream ends or a stage fails.
@@ -398,11 +337,62 @@ impl ReadBack<'_> {
         bad.dedup();
         if writing && !bad.is_empty() {
             return Err(Error::Corrupt {
-                label: format!("backup {}", self.label),
+                label: format!("backup {}", self.backup.label()),
                 files: bad,
             });
         }
         Ok(bad)
+    }
+
+    /// A reader of [`ReadBack::run`]: reads each planned object whole into a buffer of the
+    /// pool and hands it to the decoders, until the planner is done or a stage fails.
+    fn read_objects(
+        &self,
+        st: &Stages,
+        rx: Receiver<ObjectWork>,
+        tx: Sender<(ObjectWork, Loaded)>,
+        buffers: Receiver<AlignedBuf>,
+    ) {
+        while let Ok(w) = rx.recv() {
+            if st.aborted() {
+                continue; // drain, so the planner is not left blocked
+            }
+            // Buffers come back from the decoders; the pool owns every one.
+            let Ok(buf) = clocked(&st.clock.read_wait_buffer, || buffers.recv()) else {
+                break;
+            };
+            match clocked(&st.clock.read, || self.load_object(&w, buf)) {
+                Ok(l) => {
+                    if tx.send((w, l)).is_err() {
+                        break;
+                    }
+                }
+                Err(e) => st.fail(e),
+            }
+        }
+    }
+
+    /// A writer of [`ReadBack::run`]: writes each checked piece into its file (when
+    /// restoring) and gives its buffer back to the pool.
+    fn write_pieces(
+        &self,
+        st: &Stages,
+        rx: Receiver<CheckedPiece>,
+        pool: Sender<AlignedBuf>,
+        progress: &dyn Progress,
+    ) {
+        while let Ok(piece) = clocked(&st.clock.write_wait_piece, || rx.recv()) {
+            if !st.aborted() {
+                if let Some(root) = self.target {
+                    let n = piece.logical.len() as u64;
+                    match clocked(&st.clock.write, || self.write_piece(st, root, &piece)) {
+                        Ok(()) => progress.advance(n),
+                        Err(e) => st.fail(e),
+                    }
+                }
+            }
+            let _ = pool.send(piece.logical);
+        }
     }
 
     /// The planning stage of [`ReadBack::run`]: objects are sent to the readers once the
@@ -518,12 +508,9 @@ impl ReadBack<'_> {
     /// request (an object store pays a round trip per request): a missing object shows as
     /// not found.
     fn load_object(&self, w: &ObjectWork, mut buf: AlignedBuf) -> Result<Loaded> {
-        let name = repo::object_name(self.stanza, self.label, &w.name);
-        let read = if self.contiguous {
-            self.store.get_aligned_sized_into(&name, w.size, &mut buf)
-        } else {
-            self.store.get_aligned_into(&name, &mut buf)
-        };
+        let name = self.backup.object_name(&w.name);
+        let size = self.contiguous.then_some(w.size);
+        let read = self.backup.store().get_into(&name, size, &mut buf);
         match read {
             Ok(()) if !self.contiguous || buf.len() as u64 == w.size => Ok(Loaded::Object(buf)),
             Ok(()) => Ok(Loaded::Unusable(
@@ -536,6 +523,44 @@ impl ReadBack<'_> {
             )),
             Err(e) => Err(e),
         }
+    }
+}
+
+/// A decoder of [`ReadBack::run`]: checks and expands the frames of each loaded object
+/// ([`decode_object`]), marks the files of an object that could not be used, and gives the
+/// object's buffer back. Drains its queue even after an abort, so no reader stays blocked.
+fn decode_objects(
+    st: &Stages,
+    rx: Receiver<(ObjectWork, Loaded)>,
+    objects: Sender<AlignedBuf>,
+    pool: (Sender<AlignedBuf>, Receiver<AlignedBuf>),
+    tx: Sender<CheckedPiece>,
+    writing: bool,
+    progress: &dyn Progress,
+) {
+    while let Ok((w, loaded)) = clocked(&st.clock.decode_wait_object, || rx.recv()) {
+        let object = match loaded {
+            Loaded::Object(o) => o,
+            Loaded::Unusable(why, buf) => {
+                let _ = objects.send(buf);
+                if !st.aborted() {
+                    for (f, _) in &w.pieces {
+                        st.mark(f, &w.name, &why);
+                    }
+                }
+                continue;
+            }
+        };
+        let t = std::time::Instant::now();
+        let waited = decode_object(st, &w, &object, writing, &pool.0, &pool.1, &tx, progress);
+        let busy = t.elapsed().saturating_sub(waited);
+        st.clock
+            .decode
+            .fetch_add(busy.as_nanos() as u64, Ordering::Relaxed);
+        st.clock
+            .decode_wait_buffer
+            .fetch_add(waited.as_nanos() as u64, Ordering::Relaxed);
+        let _ = objects.send(object);
     }
 }
 
@@ -666,27 +691,26 @@ pub fn allocate_pieces(file: &std::fs::File, path: &Path, f: &FileEntry) -> Resu
 }
 
 /// Reads, checks and writes one file on its own (restore uses it for pg_control, last):
-/// `f` of backup `label` of `stanza`, frames compressed with `kind`, into the existing
-/// `target`.
+/// `f` of `backup`, frames compressed with `kind`, into the existing `target`.
+///
+/// Errors: [`Error::Corrupt`] naming `f` when a frame does not match its checksums; the
+/// store's; a failed write.
 pub fn restore_one(
-    store: &dyn Storage,
-    stanza: &str,
-    label: &str,
+    backup: &Backup,
     kind: CompressType,
     f: &FileEntry,
-    target: &PathBuf,
+    target: &Path,
 ) -> Result<()> {
     let mut logical = aligned_buf(CHUNK_SIZE as usize);
     for p in &f.pieces {
-        let frame = store.get_range(
-            &repo::object_name(stanza, label, &p.object),
-            p.offset,
-            p.stored_size,
-        )?;
+        let frame =
+            backup
+                .store()
+                .get_range(&backup.object_name(&p.object), p.offset, p.stored_size)?;
         decode_piece(kind, &frame, p, &mut logical).map_err(|why| {
             tracing::error!("{}: {why}", f.path);
             Error::Corrupt {
-                label: format!("backup {label}"),
+                label: format!("backup {}", backup.label()),
                 files: vec![f.path.clone()],
             }
         })?;

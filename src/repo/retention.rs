@@ -13,12 +13,10 @@
 //! A backup is removed summary first, so an interrupted expire leaves an incomplete backup
 //! (which the next backup cleans up), never a complete-looking one with missing objects.
 use super::wal::{self, WalFile, WalFileKind};
-use super::BackupSummary;
+use super::{BackupSummary, Stanza};
 use crate::error::{Error, Result};
 use crate::options::{Retention, RetentionFullType};
 use crate::pg::lsn;
-use crate::storage::Storage;
-use std::sync::Arc;
 
 /// The first segment number of a backup's WAL, and its last, in `seg_size` segments.
 fn backup_segments(b: &BackupSummary, seg_size: u64) -> (u64, u64) {
@@ -31,24 +29,13 @@ fn backup_segments(b: &BackupSummary, seg_size: u64) -> (u64, u64) {
 /// Applies the retention policy to one repository (the caller holds the stanza's lock).
 /// Returns a line per removed backup and one for the WAL (prefixed "would" with `dry_run`).
 ///
-/// Errors: the stores'.
-pub fn expire_repo(
-    policy: &Retention,
-    store: &Arc<dyn Storage>,
-    stanza: &str,
-    dry_run: bool,
-) -> Result<Vec<String>> {
-    let verb = |done: &str, would: &str| {
-        if dry_run {
-            would.to_string()
-        } else {
-            done.to_string()
-        }
-    };
-    let info = super::read_stanza(&**store, stanza)?;
+/// Errors: backups with different WAL segment sizes; the stores'.
+pub fn expire_repo(policy: &Retention, st: &Stanza, dry_run: bool) -> Result<Vec<String>> {
+    let verb = Verb(dry_run);
+    let info = st.info()?;
     let mut backups: Vec<BackupSummary> = Vec::new();
-    for label in super::list_complete(&**store, stanza)? {
-        backups.push(super::read_summary(&**store, stanza, &label)?);
+    for label in st.complete()? {
+        backups.push(st.backup(&label).summary()?);
     }
     backups.sort_by(|a, b| a.header.label.cmp(&b.header.label));
     // The backups know the segment size for sure (a stanza made before the WAL archive
@@ -71,8 +58,39 @@ pub fn expire_repo(
         lines.push("no retention-full set: every backup and all archived WAL are kept".into());
         return Ok(lines);
     }
-    // Which backups stay.
-    let keep_from = match (policy.full, policy.full_type) {
+    let (expired, kept) = backups.split_at(keep_from(policy, &backups));
+    for b in expired {
+        let label = &b.header.label;
+        if !dry_run {
+            st.backup(label).remove()?;
+        }
+        lines.push(format!(
+            "{} backup {label} (stopped {})",
+            verb.say("expired", "would expire"),
+            b.end.stop.stop_time
+        ));
+    }
+    if kept.is_empty() {
+        lines.push("no backup is kept: the WAL archive is left as it is".into());
+        return Ok(lines);
+    }
+    expire_wal(policy, st, kept, seg_size, verb, &mut lines)?;
+    Ok(lines)
+}
+
+/// "done" or "would", as a dry run says it.
+#[derive(Clone, Copy)]
+struct Verb(bool);
+
+impl Verb {
+    fn say(self, done: &str, would: &str) -> String {
+        if self.0 { would } else { done }.to_string()
+    }
+}
+
+/// How many of `backups` (oldest first) expire: the ones before the index returned.
+fn keep_from(policy: &Retention, backups: &[BackupSummary]) -> usize {
+    match (policy.full, policy.full_type) {
         (None, _) => 0,
         (Some(n), RetentionFullType::Count) => backups.len().saturating_sub(n as usize),
         (Some(days), RetentionFullType::Time) => {
@@ -89,25 +107,21 @@ pub fn expire_repo(
             // first moments starts from it.
             recent.saturating_sub(1)
         }
-    };
-    let (expired, kept) = backups.split_at(keep_from);
-    for b in expired {
-        let label = &b.header.label;
-        if !dry_run {
-            // Summary first: from here on the backup is incomplete, never half-deleted.
-            store.delete(&super::summary_name(stanza, label))?;
-            store.remove_all(&super::backup_dir(stanza, label))?;
-        }
-        lines.push(format!(
-            "{} backup {label} (stopped {})",
-            verb("expired", "would expire"),
-            b.end.stop.stop_time
-        ));
     }
-    if kept.is_empty() {
-        lines.push("no backup is kept: the WAL archive is left as it is".into());
-        return Ok(lines);
-    }
+}
+
+/// Removes the archived WAL that none of the `kept` backups (oldest first, at least one)
+/// needs, and the gap records before what stays; adds its lines to `lines`.
+///
+/// Errors: the store's.
+fn expire_wal(
+    policy: &Retention,
+    st: &Stanza,
+    kept: &[BackupSummary],
+    seg_size: u64,
+    verb: Verb,
+    lines: &mut Vec<String>,
+) -> Result<()> {
     // The archive: continuous from the oldest backup that keeps its PITR window; before
     // that, each kept backup's own range.
     let pitr_count = policy.archive.map(|n| n as usize).unwrap_or(kept.len());
@@ -126,8 +140,8 @@ pub fn expire_repo(
     let needed = |segno: u64| segno >= start || own.iter().any(|(a, z)| (*a..=*z).contains(&segno));
     let mut removed = 0u64;
     let mut last_removed = None;
-    for tli in wal::timelines(&**store, stanza)? {
-        for name in wal::list_timeline(&**store, stanza, tli)? {
+    for tli in wal::timelines(st)? {
+        for name in wal::list_timeline(st, tli)? {
             let f = WalFile::parse(&name)?;
             if f.kind == WalFileKind::TimelineHistory {
                 continue;
@@ -141,27 +155,22 @@ pub fn expire_repo(
             if needed(segno) {
                 continue;
             }
-            if !dry_run {
-                store.delete(&f.object_name(stanza))?;
+            if !verb.0 {
+                wal::remove(st, &f)?;
             }
             removed += 1;
             last_removed = Some(name);
         }
     }
-    for g in wal::gaps(&**store, stanza)? {
+    for g in wal::gaps(st)? {
         let last = lsn::parse_wal_segment_name(&g.last, seg_size).map(|x| x.1);
         if last.map(|l| l < start).unwrap_or(false) {
-            if !dry_run {
-                store.delete(&format!(
-                    "{}/{}-{}.json",
-                    wal::gap_dir(stanza),
-                    g.first,
-                    g.last
-                ))?;
+            if !verb.0 {
+                wal::remove_gap(st, &g)?;
             }
             lines.push(format!(
                 "{} the gap record {} to {}",
-                verb("removed", "would remove"),
+                verb.say("removed", "would remove"),
                 g.first,
                 g.last
             ));
@@ -171,7 +180,7 @@ pub fn expire_repo(
     lines.push(match last_removed {
         Some(last) => format!(
             "{} {removed} archived WAL file(s) up to {last}; the archive is continuous from {first_kept} (backup {})",
-            verb("removed", "would remove"),
+            verb.say("removed", "would remove"),
             kept[pitr_from].header.label
         ),
         None => format!(
@@ -179,5 +188,5 @@ pub fn expire_repo(
             kept[pitr_from].header.label
         ),
     });
-    Ok(lines)
+    Ok(())
 }

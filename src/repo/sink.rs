@@ -1,19 +1,17 @@
 //! The repository's sink of the read pipeline: each unit of a backup becomes one stored
 //! object `data/<number>` of frames (compressed pieces, zero pages left out), and each piece
 //! a manifest [`Piece`] naming its frame and its hashes.
-use super::Piece;
+use super::{Backup, Piece};
 use crate::codec::{CompressType, Compression, Compressor};
 use crate::error::{Error, Result};
 use crate::io::direct::{aligned_buf, AlignedBuf};
-use crate::storage::Storage;
 use crate::transfer::{nonzero_runs, ReadPiece, UnitSink, CHUNK_SIZE};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// Stores each unit as one object `data/<unit number>` of a backup.
 pub struct RepoSink<'a> {
-    pub store: &'a dyn Storage,
-    pub stanza: &'a str,
-    pub label: &'a str,
+    /// The backup being written.
+    pub backup: &'a Backup<'a>,
     pub compression: Compression,
     /// Total stored bytes so far.
     pub stored: AtomicU64,
@@ -23,16 +21,9 @@ pub struct RepoSink<'a> {
 
 impl<'a> RepoSink<'a> {
     /// A sink writing objects of backup `label`.
-    pub fn new(
-        store: &'a dyn Storage,
-        stanza: &'a str,
-        label: &'a str,
-        compression: Compression,
-    ) -> Self {
+    pub fn new(backup: &'a Backup<'a>, compression: Compression) -> Self {
         RepoSink {
-            store,
-            stanza,
-            label,
+            backup,
             compression,
             stored: AtomicU64::new(0),
             next_object: AtomicUsize::new(1),
@@ -44,7 +35,7 @@ impl<'a> RepoSink<'a> {
 pub struct RepoState {
     compressor: Compressor,
     payload: Vec<u8>,
-    /// The object being built; None after a store kept it ([`Storage::put_owned`]).
+    /// The object being built; None after a store kept it ([`crate::storage::Storage::put_owned`]).
     object: Option<AlignedBuf>,
 }
 
@@ -130,13 +121,14 @@ impl UnitSink for RepoSink<'_> {
         // uploads the buffer itself and keeps it until done (no copy); posix gives it back.
         release();
         st.object = self
-            .store
-            .put_owned(&super::object_name(self.stanza, self.label, &id), object)?;
+            .backup
+            .store()
+            .put_owned(&self.backup.object_name(&id), object)?;
         self.stored.fetch_add(len, Ordering::Relaxed);
         Ok(out)
     }
 
     fn abort(&self) {
-        self.store.cancel();
+        self.backup.store().cancel();
     }
 }

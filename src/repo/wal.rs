@@ -16,9 +16,9 @@
 //! the file's bytes compressed as one frame. Objects are created only if absent
 //! ([`Storage::create_new`]), so an archived file is never replaced; the name is the
 //! PostgreSQL file name whatever the compression, so a second push finds the first.
+use super::Stanza;
 use crate::codec::{self, Compression, Compressor};
 use crate::error::{Error, Result};
-use crate::storage::Storage;
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -110,7 +110,7 @@ impl WalFile {
     }
 
     /// Its object name in the repository (see the module documentation).
-    pub fn object_name(&self, stanza: &str) -> String {
+    pub(super) fn object_name(&self, stanza: &str) -> String {
         let tli = &self.name[..8];
         match self.kind {
             WalFileKind::TimelineHistory => format!("{stanza}/archive/{tli}/{}", self.name),
@@ -120,7 +120,7 @@ impl WalFile {
 }
 
 /// Directory of a stanza's WAL archive.
-pub fn archive_dir(stanza: &str) -> String {
+fn archive_dir(stanza: &str) -> String {
     format!("{stanza}/archive")
 }
 
@@ -288,18 +288,12 @@ pub enum PushOutcome {
 /// Errors: [`Error::Repo`] when the archived copy differs (it is never replaced);
 /// [`Error::CorruptWal`] when the archived copy cannot be read as an archive object; the
 /// store's errors.
-pub fn store(
-    store: &dyn Storage,
-    stanza: &str,
-    file: &WalFile,
-    data: &[u8],
-    encoded: &[u8],
-) -> Result<PushOutcome> {
-    let name = file.object_name(stanza);
-    if store.create_new(&name, encoded)? {
+pub fn store(st: &Stanza, file: &WalFile, data: &[u8], encoded: &[u8]) -> Result<PushOutcome> {
+    let name = file.object_name(st.name());
+    if st.store().create_new(&name, encoded)? {
         return Ok(PushOutcome::Stored);
     }
-    let existing = store.get(&name)?;
+    let existing = st.store().get(&name)?;
     let (h, _) = parse_header(&name, &existing)?;
     if h.size == data.len() as u64 && h.xxh3 == codec::xxh3_hex(data) {
         // The header matches; check the stored copy whole before trusting it.
@@ -309,7 +303,7 @@ pub fn store(
     Err(Error::Repo(format!(
         "WAL file {} is already archived in {} with different content ({} bytes, XXH3 {}; this one: {} bytes, XXH3 {}); the archived copy is kept. Two clusters may be archiving into one stanza",
         file.name,
-        store.describe(),
+        st.store().describe(),
         h.size,
         h.xxh3,
         data.len(),
@@ -321,13 +315,9 @@ pub fn store(
 /// checked against) and bytes, None when the archive does not have it.
 ///
 /// Errors: [`Error::CorruptWal`]; the store's errors other than not-found.
-pub fn fetch(
-    store: &dyn Storage,
-    stanza: &str,
-    file: &WalFile,
-) -> Result<Option<(WalHeader, Vec<u8>)>> {
-    let name = file.object_name(stanza);
-    let bytes = match store.get(&name) {
+pub fn fetch(st: &Stanza, file: &WalFile) -> Result<Option<(WalHeader, Vec<u8>)>> {
+    let name = file.object_name(st.name());
+    let bytes = match st.store().get(&name) {
         Ok(b) => b,
         Err(e) if e.is_not_found() => return Ok(None),
         Err(e) => return Err(e),
@@ -335,41 +325,52 @@ pub fn fetch(
     decode(&name, &file.name, &bytes).map(Some)
 }
 
+/// Removes archived `file` (retention); absent is fine.
+///
+/// Errors: the store's.
+pub fn remove(st: &Stanza, file: &WalFile) -> Result<()> {
+    st.store().delete(&file.object_name(st.name()))
+}
+
 /// True when the archive has `file` (one existence check, no read).
-pub fn contains(store: &dyn Storage, stanza: &str, file: &WalFile) -> Result<bool> {
-    store.exists(&file.object_name(stanza))
+pub fn contains(st: &Stanza, file: &WalFile) -> Result<bool> {
+    st.store().exists(&file.object_name(st.name()))
 }
 
 /// Timelines that have an archive directory, ascending.
-pub fn timelines(store: &dyn Storage, stanza: &str) -> Result<Vec<u32>> {
-    let mut t: Vec<u32> = store
-        .list(&archive_dir(stanza))?
-        .iter()
-        .filter(|n| n.len() == 8)
-        .filter_map(|n| u32::from_str_radix(n, 16).ok())
-        .collect();
+pub fn timelines(st: &Stanza) -> Result<Vec<u32>> {
+    let mut t = Vec::new();
+    for n in st.store().list(&archive_dir(st.name()))? {
+        let n = n?;
+        if let (8, Ok(tli)) = (n.len(), u32::from_str_radix(&n, 16)) {
+            t.push(tli);
+        }
+    }
     t.sort_unstable();
+    t.dedup();
     Ok(t)
 }
 
 /// Every archived file name of timeline `tli` (segments, partial and backup history files,
 /// and the history file), sorted by name.
-pub fn list_timeline(store: &dyn Storage, stanza: &str, tli: u32) -> Result<Vec<String>> {
-    let dir = format!("{}/{:08X}", archive_dir(stanza), tli);
+pub fn list_timeline(st: &Stanza, tli: u32) -> Result<Vec<String>> {
+    let dir = format!("{}/{:08X}", archive_dir(st.name()), tli);
     let mut out = Vec::new();
-    for entry in store.list(&dir)? {
+    for entry in st.store().list(&dir)? {
+        let entry = entry?;
         if entry.len() == 8 && !entry.contains('.') {
-            out.extend(
-                store
-                    .list(&format!("{dir}/{entry}"))?
-                    .into_iter()
-                    .filter(|n| WalFile::parse(n).is_ok()),
-            );
+            for n in st.store().list(&format!("{dir}/{entry}"))? {
+                let n = n?;
+                if WalFile::parse(&n).is_ok() {
+                    out.push(n);
+                }
+            }
         } else if WalFile::parse(&entry).is_ok() {
             out.push(entry);
         }
     }
     out.sort();
+    out.dedup();
     Ok(out)
 }
 
@@ -387,11 +388,11 @@ pub struct SegmentRun {
 /// where a segment is missing), ascending. `seg_size` in bytes places the names.
 ///
 /// Errors: the store's.
-pub fn segment_runs(store: &dyn Storage, stanza: &str, seg_size: u64) -> Result<Vec<SegmentRun>> {
+pub fn segment_runs(st: &Stanza, seg_size: u64) -> Result<Vec<SegmentRun>> {
     let mut out: Vec<SegmentRun> = Vec::new();
-    for tli in timelines(store, stanza)? {
+    for tli in timelines(st)? {
         let mut prev: Option<u64> = None;
-        for name in list_timeline(store, stanza, tli)? {
+        for name in list_timeline(st, tli)? {
             let Some((_, segno)) = crate::pg::lsn::parse_wal_segment_name(&name, seg_size) else {
                 continue;
             };
@@ -436,35 +437,45 @@ impl Gap {
 }
 
 /// Directory of a stanza's gap records: `<stanza>/archive/gap/<first>-<last>.json`.
-pub fn gap_dir(stanza: &str) -> String {
+fn gap_dir(stanza: &str) -> String {
     format!("{}/gap", archive_dir(stanza))
+}
+
+/// Object name of the record of `gap`.
+fn gap_name(stanza: &str, gap: &Gap) -> String {
+    format!("{}/{}-{}.json", gap_dir(stanza), gap.first, gap.last)
+}
+
+/// Removes the record of `gap` (retention, once the WAL before it is gone).
+///
+/// Errors: the store's.
+pub fn remove_gap(st: &Stanza, gap: &Gap) -> Result<()> {
+    st.store().delete(&gap_name(st.name(), gap))
 }
 
 /// Records `gap` durably (it must be in the repository before the WAL it names is
 /// acknowledged to PostgreSQL as done).
 ///
 /// Errors: the store's.
-pub fn record_gap(store: &dyn Storage, stanza: &str, gap: &Gap) -> Result<()> {
+pub fn record_gap(st: &Stanza, gap: &Gap) -> Result<()> {
     let json = serde_json::to_vec_pretty(gap)
         .map_err(|e| Error::Other(format!("cannot encode a gap record: {e}")))?;
-    store.put_durable(
-        &format!("{}/{}-{}.json", gap_dir(stanza), gap.first, gap.last),
-        &json,
-    )
+    st.store().put_durable(&gap_name(st.name(), gap), &json)
 }
 
 /// The gap records of a stanza, sorted by first segment.
 ///
 /// Errors: a record that cannot be read or parsed ([`Error::Repo`] naming it); the store's.
-pub fn gaps(store: &dyn Storage, stanza: &str) -> Result<Vec<Gap>> {
-    let dir = gap_dir(stanza);
+pub fn gaps(st: &Stanza) -> Result<Vec<Gap>> {
+    let dir = gap_dir(st.name());
     let mut out = Vec::new();
-    for n in store.list(&dir)? {
+    for n in st.store().list(&dir)? {
+        let n = n?;
         if !n.ends_with(".json") {
             continue;
         }
         let name = format!("{dir}/{n}");
-        let g: Gap = serde_json::from_slice(&store.get(&name)?)
+        let g: Gap = serde_json::from_slice(&st.store().get(&name)?)
             .map_err(|e| Error::Repo(format!("gap record {name} is not valid: {e}")))?;
         out.push(g);
     }
@@ -477,17 +488,19 @@ pub fn gaps(store: &dyn Storage, stanza: &str) -> Result<Vec<Gap>> {
 ///
 /// Errors: [`Error::Unsafe`] naming the file, the repository and what to check when it does
 /// not arrive in time; the store's errors.
-pub fn wait_archived(store: &dyn Storage, stanza: &str, name: &str, timeout: f64) -> Result<f64> {
+pub fn wait_archived(st: &Stanza, name: &str, timeout: f64) -> Result<f64> {
     let file = WalFile::parse(name)?;
     let t = std::time::Instant::now();
     loop {
-        if contains(store, stanza, &file)? {
+        if contains(st, &file)? {
             return Ok(t.elapsed().as_secs_f64());
         }
         if t.elapsed().as_secs_f64() >= timeout {
             return Err(Error::Unsafe(format!(
-                "WAL file {name} did not reach the archive of stanza '{stanza}' in {} within {timeout} s (archive-timeout): check archive_command (it should run `pgjet --stanza={stanza} archive-push %p`) and the server log for its errors",
-                store.describe()
+                "WAL file {name} did not reach the archive of stanza '{}' in {} within {timeout} s (archive-timeout): check archive_command (it should run `pgjet --stanza={} archive-push %p`) and the server log for its errors",
+                st.name(),
+                st.store().describe(),
+                st.name()
             )));
         }
         std::thread::sleep(std::time::Duration::from_millis(100));
@@ -499,14 +512,10 @@ pub fn wait_archived(store: &dyn Storage, stanza: &str, name: &str, timeout: f64
 /// names with the reason).
 ///
 /// Errors: the store's, other than a damaged file.
-pub fn verify_archive(
-    store: &dyn Storage,
-    stanza: &str,
-    jobs: usize,
-) -> Result<(u64, u64, Vec<String>)> {
+pub fn verify_archive(st: &Stanza, jobs: usize) -> Result<(u64, u64, Vec<String>)> {
     let mut names = Vec::new();
-    for tli in timelines(store, stanza)? {
-        names.extend(list_timeline(store, stanza, tli)?);
+    for tli in timelines(st)? {
+        names.extend(list_timeline(st, tli)?);
     }
     let stored = AtomicU64::new(0);
     let bad = Mutex::new(Vec::new());
@@ -516,8 +525,8 @@ pub fn verify_archive(
         || Ok(()),
         |_, i| {
             let f = WalFile::parse(&names[i])?;
-            let object = f.object_name(stanza);
-            let bytes = store.get(&object)?;
+            let object = f.object_name(st.name());
+            let bytes = st.store().get(&object)?;
             stored.fetch_add(bytes.len() as u64, Ordering::Relaxed);
             match decode(&object, &f.name, &bytes) {
                 Ok(_) => Ok(()),
@@ -611,25 +620,26 @@ mod tests {
     fn a_second_push_is_compared_never_replaced() {
         let dir = tempfile::tempdir().unwrap();
         let st = crate::storage::posix::PosixStorage::open(dir.path()).unwrap();
+        let st = Stanza::new(1, std::sync::Arc::new(st), "s");
         let c = Compression::new(CompressType::Zstd, None).unwrap();
         let mut comp = Compressor::new(c).unwrap();
         let f = WalFile::parse("000000010000000000000007").unwrap();
         let a = vec![7u8; 1 << 20];
         let ea = encode(&f.name, &a, c, &mut comp, 1).unwrap();
-        assert_eq!(store(&st, "s", &f, &a, &ea).unwrap(), PushOutcome::Stored);
+        assert_eq!(store(&st, &f, &a, &ea).unwrap(), PushOutcome::Stored);
         assert_eq!(
-            store(&st, "s", &f, &a, &ea).unwrap(),
+            store(&st, &f, &a, &ea).unwrap(),
             PushOutcome::AlreadyArchived
         );
         let mut b = a.clone();
         b[5] = 0;
         let eb = encode(&f.name, &b, c, &mut comp, 1).unwrap();
-        let e = store(&st, "s", &f, &b, &eb).unwrap_err().to_string();
+        let e = store(&st, &f, &b, &eb).unwrap_err().to_string();
         assert!(e.contains("different content"), "{e}");
-        assert_eq!(fetch(&st, "s", &f).unwrap().unwrap().1, a);
+        assert_eq!(fetch(&st, &f).unwrap().unwrap().1, a);
         let missing = WalFile::parse("000000010000000000000008").unwrap();
-        assert_eq!(fetch(&st, "s", &missing).unwrap(), None);
-        assert_eq!(list_timeline(&st, "s", 1).unwrap(), vec![f.name.clone()]);
-        assert_eq!(timelines(&st, "s").unwrap(), vec![1]);
+        assert_eq!(fetch(&st, &missing).unwrap(), None);
+        assert_eq!(list_timeline(&st, 1).unwrap(), vec![f.name.clone()]);
+        assert_eq!(timelines(&st).unwrap(), vec![1]);
     }
 }

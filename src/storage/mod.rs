@@ -79,34 +79,12 @@ pub trait Storage: Send + Sync {
     fn get_range(&self, name: &str, offset: u64, len: u64) -> Result<Vec<u8>>;
     /// Reads all of `name`.
     fn get(&self, name: &str) -> Result<Vec<u8>>;
-    /// Reads all of `name` into a buffer aligned for direct I/O (see [`direct`]).
-    fn get_aligned(&self, name: &str) -> Result<direct::AlignedBuf> {
-        let v = self.get(name)?;
-        let mut b = direct::aligned_buf(v.len());
-        b.extend_from_slice(&v);
-        Ok(b)
-    }
     /// Reads all of `name` into `buf` (replacing its contents, keeping its allocation when
-    /// it is large enough), aligned for direct I/O. Restore reuses a few buffers this way.
-    fn get_aligned_into(&self, name: &str, buf: &mut direct::AlignedBuf) -> Result<()> {
-        let v = self.get(name)?;
-        buf.clear();
-        buf.extend_from_slice(&v);
-        Ok(())
-    }
-    /// [`Storage::get_aligned_into`] of an object whose size the caller knows (`size`
-    /// bytes, from the manifest). An object store reads a large one as several ranged
-    /// requests at once; whatever the object holds, `buf` gets all of it and no more,
-    /// so a caller still compares its length with `size`.
-    fn get_aligned_sized_into(
-        &self,
-        name: &str,
-        size: u64,
-        buf: &mut direct::AlignedBuf,
-    ) -> Result<()> {
-        let _ = size;
-        self.get_aligned_into(name, buf)
-    }
+    /// it is large enough; a restore reuses a few buffers this way). `size` is the size the
+    /// caller expects (from the manifest), when it knows one: an object store then reads a
+    /// large object as several ranged requests at once. Whatever the object holds, `buf`
+    /// gets all of it and no more, so a caller still compares its length with `size`.
+    fn get_into(&self, name: &str, size: Option<u64>, buf: &mut direct::AlignedBuf) -> Result<()>;
     /// A streaming reader of all of `name`.
     fn reader(&self, name: &str) -> Result<Box<dyn Read + Send>>;
     /// A streaming writer of `name` (see [`ObjectWriter`]).
@@ -116,8 +94,10 @@ pub trait Storage: Send + Sync {
     /// Size in bytes of `name`, or None when it does not exist.
     fn size(&self, name: &str) -> Result<Option<u64>>;
     /// Names directly below the directory `dir` (objects and directories, no recursion,
-    /// no trailing '/'), sorted; empty when nothing is there.
-    fn list(&self, dir: &str) -> Result<Vec<String>>;
+    /// no trailing '/'), in no particular order, as the store yields them (an object store
+    /// fetches a page of names at a time); nothing when the directory does not exist.
+    /// [`list_sorted`] collects and sorts them.
+    fn list(&self, dir: &str) -> Result<Names<'_>>;
     /// Removes the object `name`; absent is fine.
     fn delete(&self, name: &str) -> Result<()>;
     /// Removes `dir` and everything below it; absent is fine.
@@ -127,6 +107,20 @@ pub trait Storage: Send + Sync {
     /// Makes every call in flight and every later one fail at once (a command that already
     /// failed stops waiting on its other requests). Posix calls are short: a no-op.
     fn cancel(&self) {}
+}
+
+/// The names of a listing ([`Storage::list`]), each an error when the store failed while
+/// listing.
+pub type Names<'a> = Box<dyn Iterator<Item = Result<String>> + Send + 'a>;
+
+/// The names directly below `dir` in `store`, sorted, each once.
+///
+/// Errors: the store's.
+pub fn list_sorted(store: &dyn Storage, dir: &str) -> Result<Vec<String>> {
+    let mut names = store.list(dir)?.collect::<Result<Vec<String>>>()?;
+    names.sort();
+    names.dedup();
+    Ok(names)
 }
 
 /// Opens the repository `cfg` describes.

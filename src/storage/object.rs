@@ -10,7 +10,7 @@
 //! HTTP goes through our own reqwest client over rustls, set up by [`crate::io::tls`] like the
 //! libpq TLS, so `repo-storage-ca-file` and `repo-storage-verify-tls` apply, and a store's
 //! self-signed certificate given as `repo-storage-ca-file` is accepted as OpenSSL does.
-use super::{ObjectWriter, Storage};
+use super::{Names, ObjectWriter, Storage};
 use crate::error::{Error, Result, StorageFault};
 use crate::io::direct::AlignedBuf;
 use crate::options::{RepoConfig, StorageTls, UriStyle};
@@ -36,7 +36,7 @@ pub const WRITER_PART: usize = 8 << 20;
 /// (docs/benchmark-notes.md): 6 restored as fast as 8 with 17 MiB less memory.
 pub const OBJECT_READ_AHEAD: usize = 6;
 /// Ranged requests one object read of known size is split into
-/// ([`Storage::get_aligned_sized_into`]), each of at least [`READ_PART_MIN`] bytes: more
+/// ([`Storage::get_into`] with a known size), each of at least [`READ_PART_MIN`] bytes: more
 /// requests in flight for the same buffers. `PGJET_READ_PARTS` (1 to 16) overrides it for
 /// the benchmarks.
 pub const READ_PARTS: usize = 4;
@@ -319,6 +319,20 @@ impl ObjectStorage {
         })
     }
 
+    /// Reads all of `name` into `buf`, as one request.
+    fn get_whole_into(&self, name: &str, buf: &mut AlignedBuf) -> Result<()> {
+        // The body is copied into the buffer as it arrives, so only the buffer holds the
+        // object (a whole-body read would hold it twice: with 8 readers, 64 MiB more).
+        buf.clear();
+        self.run("read", name, async {
+            let mut body = self.op.reader(name).await?.into_bytes_stream(..).await?;
+            while let Some(chunk) = body.next().await {
+                buf.extend_from_slice(&chunk.map_err(from_io)?);
+            }
+            Ok(())
+        })
+    }
+
     /// Runs `fut` to its end on the store's runtime, unless cancelled first.
     fn run<T>(
         &self,
@@ -472,6 +486,43 @@ impl Drop for ObjWriter {
     }
 }
 
+/// The names of a listing, a page of the store's at a time ([`Storage::list`]).
+struct ObjNames<'a> {
+    store: &'a ObjectStorage,
+    /// None once the listing ended (or the directory does not exist).
+    lister: Option<opendal::Lister>,
+    /// The listed directory, with its trailing '/'.
+    dir: String,
+}
+
+impl Iterator for ObjNames<'_> {
+    type Item = Result<String>;
+
+    fn next(&mut self) -> Option<Result<String>> {
+        loop {
+            let lister = self.lister.as_mut()?;
+            let got = self
+                .store
+                .run("list", &self.dir, async { lister.next().await.transpose() });
+            let entry = match got {
+                Ok(Some(entry)) => entry,
+                Ok(None) => None?,
+                Err(e) if e.is_not_found() => None?,
+                Err(e) => {
+                    self.lister = None;
+                    return Some(Err(e));
+                }
+            };
+            // The directory itself, and anything deeper, are not names below it.
+            let name = entry.path().trim_end_matches('/');
+            match name.strip_prefix(self.dir.as_str()) {
+                Some(n) if !n.is_empty() && !n.contains('/') => return Some(Ok(n.to_string())),
+                _ => continue,
+            }
+        }
+    }
+}
+
 /// A blocking [`Read`] over an object's byte stream.
 struct ObjReader {
     stream: futures::stream::BoxStream<'static, std::io::Result<bytes::Bytes>>,
@@ -562,31 +613,16 @@ impl Storage for ObjectStorage {
             .to_vec())
     }
 
-    fn get_aligned_into(&self, name: &str, buf: &mut crate::io::direct::AlignedBuf) -> Result<()> {
-        // The body is copied into the buffer as it arrives, so only the buffer holds the
-        // object (a whole-body read would hold it twice: with 8 readers, 64 MiB more).
-        buf.clear();
-        self.run("read", name, async {
-            let mut body = self.op.reader(name).await?.into_bytes_stream(..).await?;
-            while let Some(chunk) = body.next().await {
-                buf.extend_from_slice(&chunk.map_err(from_io)?);
-            }
-            Ok(())
-        })
-    }
-
-    fn get_aligned_sized_into(
-        &self,
-        name: &str,
-        size: u64,
-        buf: &mut crate::io::direct::AlignedBuf,
-    ) -> Result<()> {
+    fn get_into(&self, name: &str, size: Option<u64>, buf: &mut AlignedBuf) -> Result<()> {
+        let Some(size) = size else {
+            return self.get_whole_into(name, buf);
+        };
         let parts = read_parts().min((size / READ_PART_MIN) as usize);
         let Ok(len) = usize::try_from(size) else {
-            return self.get_aligned_into(name, buf);
+            return self.get_whole_into(name, buf);
         };
         if parts < 2 {
-            return self.get_aligned_into(name, buf);
+            return self.get_whole_into(name, buf);
         }
         // The buffer is cut into `parts` slices, each filled by its own ranged GET. The
         // last range is open-ended, so an object longer than `size` is noticed. A shorter
@@ -637,7 +673,7 @@ impl Storage for ObjectStorage {
             Err(e) if e.is_not_found() => return Err(e),
             Err(e) => {
                 tracing::debug!("split read of {name} failed ({e}); reading it whole");
-                return self.get_aligned_into(name, buf);
+                return self.get_whole_into(name, buf);
             }
         };
         // Keep the bytes up to the first short range; one byte more marks a longer object.
@@ -705,30 +741,22 @@ impl Storage for ObjectStorage {
         }
     }
 
-    fn list(&self, dir: &str) -> Result<Vec<String>> {
+    fn list(&self, dir: &str) -> Result<Names<'_>> {
         let d = if dir.is_empty() || dir.ends_with('/') {
             dir.to_string()
         } else {
             format!("{dir}/")
         };
-        let entries = match self.run("list", &d, async { self.op.list(&d).await }) {
-            Ok(e) => e,
-            Err(Error::Storage {
-                fault: StorageFault::NotFound,
-                ..
-            }) => return Ok(vec![]),
+        let lister = match self.run("list", &d, async { self.op.lister(&d).await }) {
+            Ok(l) => Some(l),
+            Err(e) if e.is_not_found() => None,
             Err(e) => return Err(e),
         };
-        let mut names: Vec<String> = entries
-            .iter()
-            .map(|e| e.path().trim_end_matches('/'))
-            .filter_map(|p| p.strip_prefix(d.as_str()))
-            .filter(|n| !n.is_empty() && !n.contains('/'))
-            .map(str::to_string)
-            .collect();
-        names.sort();
-        names.dedup();
-        Ok(names)
+        Ok(Box::new(ObjNames {
+            store: self,
+            lister,
+            dir: d,
+        }))
     }
 
     fn delete(&self, name: &str) -> Result<()> {

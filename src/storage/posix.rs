@@ -9,7 +9,7 @@
 //! [`DIR_MODE`] (0750), as pgBackRest's repositories are: other local users get no access to
 //! the backups. The umask can only remove bits (see `crate::io::fs`). The root directory
 //! is the user's; its mode is left as it is.
-use super::{ObjectWriter, Storage};
+use super::{Names, ObjectWriter, Storage};
 use crate::error::{Error, Result};
 use crate::io::direct::{self, AlignedBuf, Writer};
 use crate::io::fs::{fsync_dir, SyncHandle, DIR_MODE, FILE_MODE};
@@ -229,15 +229,8 @@ impl Storage for PosixStorage {
         Ok(buf)
     }
 
-    fn get_aligned(&self, name: &str) -> Result<AlignedBuf> {
-        let p = self.path(name);
-        let size = fs::metadata(&p)
-            .map_err(|e| Error::io("stat", &p, e))?
-            .len();
-        direct::read_all(&p, size).map_err(|e| Error::io("read", &p, e))
-    }
-
-    fn get_aligned_into(&self, name: &str, buf: &mut AlignedBuf) -> Result<()> {
+    fn get_into(&self, name: &str, _size: Option<u64>, buf: &mut AlignedBuf) -> Result<()> {
+        // The file's own size: a caller's expected size is checked by the caller.
         let p = self.path(name);
         let size = fs::metadata(&p)
             .map_err(|e| Error::io("stat", &p, e))?
@@ -267,20 +260,19 @@ impl Storage for PosixStorage {
         }
     }
 
-    fn list(&self, dir: &str) -> Result<Vec<String>> {
+    fn list(&self, dir: &str) -> Result<Names<'_>> {
         let p = self.path(dir);
         let rd = match fs::read_dir(&p) {
             Ok(rd) => rd,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(Box::new(std::iter::empty()))
+            }
             Err(e) => return Err(Error::io("list", &p, e)),
         };
-        let mut names = Vec::new();
-        for ent in rd {
-            let ent = ent.map_err(|e| Error::io("list", &p, e))?;
-            names.push(ent.file_name().to_string_lossy().into_owned());
-        }
-        names.sort();
-        Ok(names)
+        Ok(Box::new(rd.map(move |ent| {
+            ent.map(|e| e.file_name().to_string_lossy().into_owned())
+                .map_err(|e| Error::io("list", &p, e))
+        })))
     }
 
     fn remove_all(&self, dir: &str) -> Result<()> {

@@ -3,7 +3,7 @@
 use super::{nonzero_runs, ReadPiece, UnitSink};
 use crate::error::{Error, Result};
 use crate::io::direct::{Writer, DIRECT_MIN_WRITE};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Writes pieces straight into files that already exist at their final size (sparse).
 pub struct DirSink<'a> {
@@ -42,7 +42,7 @@ impl UnitSink for DirSink<'_> {
 /// Writes the non-zero pages of `data` into the existing file `path` at `offset`: direct
 /// I/O for the aligned part (see [`crate::io::direct`]) when they are at least
 /// [`DIRECT_MIN_WRITE`] bytes, the page cache otherwise. The caller syncs at the end.
-pub fn write_runs(path: &PathBuf, offset: u64, data: &[u8], zero_pages: &[[u32; 2]]) -> Result<()> {
+pub fn write_runs(path: &Path, offset: u64, data: &[u8], zero_pages: &[[u32; 2]]) -> Result<()> {
     let runs = nonzero_runs(data, zero_pages);
     if runs.is_empty() {
         return Ok(());

@@ -428,6 +428,7 @@ impl StoreServer {
         let mut dirs = vec![String::new()];
         while let Some(d) = dirs.pop() {
             for n in store.list(&d).unwrap() {
+                let n = n.unwrap();
                 let full = if d.is_empty() { n } else { format!("{d}/{n}") };
                 if store.exists(&full).unwrap() {
                     out.push(full);
