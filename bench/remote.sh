@@ -46,6 +46,11 @@ LAB_ID=${LAB_ID:-91}
 PGV=15
 BENCH=${BENCH_DIR:-/var/tmp/pgjet-bench-remote}
 PGJET_SRC=${PGJET:-${CARGO_TARGET_DIR:-$ROOT/target}/release/pgjet}
+# PGJET_BASE=PATH: a second pgjet build (say, before a change) timed in the main part of the
+# same run, its replica-create and backups alternating with PGJET's (odd runs the base first);
+# the report gets a section comparing the two.
+PGJET_BASE_SRC=${PGJET_BASE:-}
+PGJET_BASE_BIN=$BENCH/bin/pgjet-base
 REPORT=${REPORT:-$ROOT/docs/benchmarks-remote.md}
 KEEP=${KEEP:-0}                     # 1 = keep clusters, repository and outputs
 REUSE=${REUSE:-0}                   # 1 = reuse the clusters a KEEP=1 run left; append to its results
@@ -509,10 +514,10 @@ bench_pg_basebackup() {
     rm -rf "$o"
 }
 
-bench_pgjet_replica() {   # NAME RUN JOBS [DIR]
-    local name=$1 r=$2 j=$3 o=${4:-$OUT/pgjet-replica}
+bench_pgjet_replica() {   # NAME RUN JOBS [DIR [BIN]]
+    local name=$1 r=$2 j=$3 o=${4:-$OUT/pgjet-replica} bin=${5:-$PGJET_BIN}
     fresh_dir "$o"
-    timed "$name" "$r" "$(in_b "$PGJET_BIN" --source "$(conninfo)" --transport libpq --jobs "$j" \
+    timed "$name" "$r" "$(in_b "$bin" --source "$(conninfo)" --transport libpq --jobs "$j" \
         --pg-path "$o" --output json replica-create --start-fast)" || true
 }
 
@@ -535,18 +540,18 @@ pgjet_stanza() {
         >"$LOGS/pgjet-stanza-create.log" 2>&1 || { cat "$LOGS/pgjet-stanza-create.log"; return 1; }
 }
 
-bench_pgjet_backup() {
-    local r=$1 j ct repo=$PGJET_REPO
+bench_pgjet_backup() {   # RUN [BIN PREFIX]
+    local r=$1 bin=${2:-$PGJET_BIN} pre=${3:-} j ct repo=$PGJET_REPO
     for ct in $PGJET_COMPRESS; do
         for j in $JOBS_LIST; do
             # a fresh stanza for each backup, once no archive-push is running (the primary
             # archives into it)
             if ! archiver_idle "$BENCH/a/pg-$CUR_DS/data" || ! rm -rf "${repo:?}/$CUR_DS" || ! pgjet_stanza; then
-                printf '  %-26s run %d: FAILED (fresh stanza)\n' "pgjet_backup_${ct}_j$j" "$r"
-                printf '%s\t%s\t%s\t%s\t0\t0\t0\t0\t0\t0\t0\t0\tFAIL\t0\t\t\n' "$CUR_DS" "$CUR_LINK" "pgjet_backup_${ct}_j$j" "$r" >>"$TSV"
+                printf '  %-26s run %d: FAILED (fresh stanza)\n' "${pre}pgjet_backup_${ct}_j$j" "$r"
+                printf '%s\t%s\t%s\t%s\t0\t0\t0\t0\t0\t0\t0\t0\tFAIL\t0\t\t\n' "$CUR_DS" "$CUR_LINK" "${pre}pgjet_backup_${ct}_j$j" "$r" >>"$TSV"
                 continue
             fi
-            timed "pgjet_backup_${ct}_j$j" "$r" "$(in_b "$PGJET_BIN" --stanza "$CUR_DS" --repo-path "$repo" \
+            timed "${pre}pgjet_backup_${ct}_j$j" "$r" "$(in_b "$bin" --stanza "$CUR_DS" --repo-path "$repo" \
                 --source "$(conninfo)" --transport libpq --jobs "$j" --compress-type "$ct" --output json \
                 backup --type full --start-fast)" || true
         done
@@ -565,6 +570,25 @@ iperf_ref() {   # IPERF_S s of iperf3 A -> B (1 stream, after 2 s left out), onc
     say "  iperf3 (1 stream, A -> B): $(awk -v b="${out:-0}" 'BEGIN {printf "%.1f Mbit/s", b / 1e6}')"
 }
 
+# bench_pgjet_ab RUN replica|backup: pgjet's replica-create or backups, and with PGJET_BASE
+# the base build's too (named base_*), in an order that alternates from run to run.
+bench_pgjet_ab() {
+    local r=$1 what=$2 order=new
+    [ -n "$PGJET_BASE_SRC" ] && order=$( [ $((r % 2)) = 1 ] && echo "base new" || echo "new base")
+    local which
+    for which in $order; do
+        case "$what:$which" in
+            replica:new) bench_pgjet_replica "pgjet_replica_j$REPLICA_JOBS" "$r" "$REPLICA_JOBS" ;;
+            replica:base) bench_pgjet_replica "base_pgjet_replica_j$REPLICA_JOBS" "$r" "$REPLICA_JOBS" \
+                "$OUT/pgjet-replica" "$PGJET_BASE_BIN" ;;
+            backup:new) bench_pgjet_backup "$r" ;;
+            backup:base) bench_pgjet_backup "$r" "$PGJET_BASE_BIN" base_ ;;
+        esac
+        [ "$what" = replica ] && rm -rf "$OUT/pgjet-replica"
+    done
+    return 0
+}
+
 # ------------------------------------------------------------------ the parts
 phase_begin() { header "$1"; wait_quiet; LOAD[$1]="$(loadavg)"; }
 phase_end() { LOAD[$1]="${LOAD[$1]} → $(loadavg)"; printf '%s\t%s\n' "$1" "${LOAD[$1]}" >>"$RES/load.tsv"; }
@@ -581,10 +605,10 @@ part_main() {   # DS LINKS RUNS
             say "-- run $r of $runs"
             [ "$link" = unshaped ] && bench_local_copy "$r"
             bench_raw "$r"
-            bench_pgjet_replica pgjet_replica_j$REPLICA_JOBS "$r" "$REPLICA_JOBS"; rm -rf "$OUT/pgjet-replica"
+            bench_pgjet_ab "$r" replica
             bench_pg_basebackup "$r"
             [ "$SKIP_PGBACKREST" = 1 ] || bench_pgbackrest "$r"
-            bench_pgjet_backup "$r"
+            bench_pgjet_ab "$r" backup
         done
         phase_end "$ds @ $(link_label "$link")"
     done
@@ -670,6 +694,10 @@ main() {
     fi
     install -m 755 "$PGJET_SRC" "$PGJET_BIN"
     PGJET_VERSION=$("$PGJET_BIN" --version | head -n 1)
+    if [ -n "$PGJET_BASE_SRC" ]; then
+        [ -x "$PGJET_BASE_SRC" ] || die "no pgjet binary at PGJET_BASE=$PGJET_BASE_SRC"
+        install -m 755 "$PGJET_BASE_SRC" "$PGJET_BASE_BIN"
+    fi
     say "bench dir $BENCH; SCALE=$SCALE RANDOM_MB=$RANDOM_MB SMALL_TABLES=$SMALL_TABLES RUNS=$RUNS LINKS='$LINKS' PARTS='$PARTS'"
     say "load average at start: $(loadavg)"
     export BENCH_A=$BENCH/a
@@ -781,6 +809,7 @@ DESCR = {
     "pgjet_replica_j4": "`pgjet replica-create --transport libpq --jobs 4`",
 }
 def descr(n):
+    if n.startswith("base_"): return "base build: " + descr(n[5:])
     if n in DESCR: return DESCR[n]
     if n.startswith("pgjet_replica_j"): return f"`pgjet replica-create --transport libpq --jobs {n.split('_j')[1]}`"
     if n.startswith("pgbackrest_"):
@@ -852,6 +881,19 @@ def label_short(link):
     if "/" not in link: return link
     return f"{link.split('/')[0]}, {link.split('/')[1]} ms RTT"
 main_table("main", "Main dataset: pgbench + incompressible bytes")
+# the base build, when one was timed alongside (PGJET_BASE)
+ab = sorted({(x["ds"], x["link"], x["name"][5:]) for x in rows if x["name"].startswith("base_")})
+if ab:
+    P("## Against the base build (same run, alternating; ratio above 1 = this build faster)")
+    P("")
+    P("| dataset | link | command | base median s (min–max) | this build median s (min–max) | ratio base/this |")
+    P("|---|---|---|---:|---:|---:|")
+    for ds, link, n in ab:
+        a, b = stat(ds, link, "base_" + n), stat(ds, link, n)
+        if not a.get("sec") or not b.get("sec"): continue
+        P(f"| {ds} | {label_short(link)} | {descr(n)} | {a['sec']:.2f} ({a['lo']:.2f}–{a['hi']:.2f}) | "
+          f"{b['sec']:.2f} ({b['lo']:.2f}–{b['hi']:.2f}) | {a['sec'] / b['sec']:.2f}× |")
+    P("")
 # targets
 P("## Targets")
 P("")

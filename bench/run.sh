@@ -24,6 +24,10 @@ JOBS=${JOBS:-2}                     # pgjet --jobs, pgBackRest process-max, zstd
 PGV=${PG_VERSION:-15}
 BENCH=${BENCH_DIR:-/var/tmp/pgjet-bench}
 PGJET_SRC=${PGJET:-$ROOT/target/release/pgjet}
+# PGJET_BASE=PATH: a second pgjet build (say, before a change) timed in the same run, its
+# commands alternating with PGJET's (odd runs the base first, even runs the new build first),
+# with the same repositories; the report gets a section comparing the two.
+PGJET_BASE_SRC=${PGJET_BASE:-}
 SKIP_PGJET=${SKIP_PGJET:-0}
 SKIP_PGBACKREST=${SKIP_PGBACKREST:-0}
 PGBR_ZST_LEVEL=${PGBR_ZST_LEVEL:-}  # empty = pgBackRest's default zst level (3)
@@ -221,6 +225,11 @@ setup_pgjet() {
     install -m 755 "$PGJET_SRC" "$PGJET_BIN"
     PGJET_VERSION=$(as_pg "$PGJET_BIN" --version 2>&1 | head -n 1)
     say "$PGJET_VERSION"
+    if [ -n "$PGJET_BASE_SRC" ]; then
+        [ -x "$PGJET_BASE_SRC" ] || die "no pgjet binary at PGJET_BASE=$PGJET_BASE_SRC"
+        install -m 755 "$PGJET_BASE_SRC" "$BENCH/bin/pgjet-base"
+        say "base build: $PGJET_BASE_SRC (timed as base_pgjet_*, alternating with $PGJET_SRC)"
+    fi
 }
 
 pgjet_conn() {
@@ -294,29 +303,46 @@ bench_pgbackrest() {
     rm -rf "$o"
 }
 
+# bench_pgjet RUN [BIN PREFIX]: pgjet's commands with binary BIN (default the build under
+# test), timed under names PREFIXpgjet_*.
 bench_pgjet() {
-    local r=$1 ct repo args label o=$OUT/pgjet-restore
+    local r=$1 bin=${2:-$PGJET_BIN} pre=${3:-} ct repo args label o=$OUT/pgjet-restore
     for ct in none zstd; do
         repo=$BENCH/pgjet-repo-$ct
         pgjet_fresh_repo "$repo" || { failed "pgjet_$ct" "$r" "fresh repository (archiver busy, or stanza-create)"; continue; }
         mapfile -t args < <(pgjet_conn "$repo")
-        timed "pgjet_$ct" "$r" "$(pg_cmd "$PGJET_BIN" backup "${args[@]}" --type full --start-fast \
+        timed "${pre}pgjet_$ct" "$r" "$(pg_cmd "$bin" backup "${args[@]}" --type full --start-fast \
             --jobs "$JOBS" --compress-type "$ct")" || true
         label=$(pgjet_latest "$repo")
-        [ -n "$label" ] && record_size "pgjet_$ct" "$repo/$PGJET_STANZA/backup/$label"
+        [ -n "$label" ] && record_size "${pre}pgjet_$ct" "$repo/$PGJET_STANZA/backup/$label"
     done
     fresh_dir "$o"
-    timed pgjet_restore "$r" "$(pg_cmd "$PGJET_BIN" restore --stanza "$PGJET_STANZA" \
+    timed "${pre}pgjet_restore" "$r" "$(pg_cmd "$bin" restore --stanza "$PGJET_STANZA" \
         --repo-path "$BENCH/pgjet-repo-zstd" --pg-path "$o" --jobs "$JOBS")" || true
-    record_size pgjet_restore "$o"
-    [ "$CHECK_RESTORE" = 1 ] && [ "$r" = "$RUNS" ] && check_restored pgjet_restore "$o"
+    record_size "${pre}pgjet_restore" "$o"
+    [ "$CHECK_RESTORE" = 1 ] && [ "$r" = "$RUNS" ] && check_restored "${pre}pgjet_restore" "$o"
     rm -rf "$o"
     fresh_dir "$o"
-    timed pgjet_replica "$r" "$(pg_cmd "$PGJET_BIN" replica-create \
+    timed "${pre}pgjet_replica" "$r" "$(pg_cmd "$bin" replica-create \
         --source "host=$PG/sock port=$PORT user=postgres dbname=postgres" --pg-path "$o" \
         --start-fast --jobs "$JOBS")" || true
-    record_size pgjet_replica "$o"
+    record_size "${pre}pgjet_replica" "$o"
     rm -rf "$o"
+}
+
+# bench_pgjet_ab RUN: the build under test and, with PGJET_BASE, the base build, in an order
+# that alternates from run to run.
+bench_pgjet_ab() {
+    local r=$1
+    if [ -z "$PGJET_BASE_SRC" ]; then
+        bench_pgjet "$r"
+    elif [ $((r % 2)) = 1 ]; then
+        bench_pgjet "$r" "$BENCH/bin/pgjet-base" base_
+        bench_pgjet "$r"
+    else
+        bench_pgjet "$r"
+        bench_pgjet "$r" "$BENCH/bin/pgjet-base" base_
+    fi
 }
 
 # check_restored NAME PGDATA: start a restored cluster (untimed) on a free port with archiving
@@ -463,6 +489,19 @@ write_report() {
             echo "| replica-create | plain copy (tar \| tar) | $(ratio tar_copy pgjet_replica) |"
             echo
         fi
+        if [ -n "$PGJET_BASE_SRC" ] && [ "$SKIP_PGJET" != 1 ]; then
+            echo "## Against the base build (same run, alternating; above 1 = this build faster)"
+            echo
+            echo "Base: \`$PGJET_BASE_SRC\` ($("$BENCH/bin/pgjet-base" --version 2>&1 | head -n 1))."
+            echo
+            echo "| command | base median s | this build median s | base min–max | this min–max | ratio base/this |"
+            echo "|---|---:|---:|---:|---:|---:|"
+            for n in pgjet_none pgjet_zstd pgjet_restore pgjet_replica; do
+                printf '| %s | %s | %s | %s | %s | %s |\n' "$n" "$(median "base_$n")" "$(median "$n")" \
+                    "$(minmax "base_$n")" "$(minmax "$n")" "$(ratio "base_$n" "$n")"
+            done
+            echo
+        fi
         if [ -s "$RES/checks.txt" ]; then
             echo "## Restore checks (untimed, last run)"
             echo
@@ -504,7 +543,7 @@ main() {
         bench_tar_zstd "$r"
         bench_pg_basebackup "$r"
         [ "$SKIP_PGBACKREST" = 1 ] || bench_pgbackrest "$r"
-        [ "$SKIP_PGJET" = 1 ] || bench_pgjet "$r"
+        [ "$SKIP_PGJET" = 1 ] || bench_pgjet_ab "$r"
     done
 
     header "Report"

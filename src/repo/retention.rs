@@ -55,7 +55,7 @@ pub fn expire_repo(policy: &Retention, st: &Stanza, dry_run: bool) -> Result<Vec
     }
     let mut lines = Vec::new();
     if policy.full.is_none() && policy.archive.is_none() {
-        lines.push("no retention-full set: every backup and all archived WAL are kept".into());
+        lines.push("neither retention-full nor retention-archive is set: every backup and all archived WAL are kept".into());
         return Ok(lines);
     }
     let (expired, kept) = backups.split_at(keep_from(policy, &backups));
