@@ -8,8 +8,8 @@
 //! write each file as soon as it is stored), one `{"end": ...}` with what is known when it
 //! stops (stop LSN, backup label, WAL) and the counts and totals (a truncated stream lacks
 //! it). The summary records the stored manifest's size and XXH3-128, checked on read.
+use super::handle::Backup;
 use super::manifest::{BackupManifest, DirEntry, FileEntry, ManifestHeader, StopInfo};
-use super::stanza::Backup;
 use super::REPO_FORMAT;
 use crate::error::{Error, Result};
 use crate::storage::{ObjectWriter, Storage};

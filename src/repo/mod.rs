@@ -13,6 +13,7 @@
 //! ```
 pub mod backup;
 pub mod delta;
+pub mod handle;
 pub mod label;
 pub mod lock;
 pub mod manifest;

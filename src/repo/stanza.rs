@@ -2,72 +2,19 @@
 //! writes the format below `<stanza>/` (docs/repository-format.md). Object names are built
 //! here and in the modules of `repo/` only; a caller holds a [`Stanza`] and, for one backup,
 //! a [`Backup`], and never a `(store, stanza, label)` triple.
+pub use super::handle::{Backup, Stanza};
 use super::manifest_io::{self, BackupSummary, ManifestReader, ManifestWriter, ScannedManifest};
 use super::{BackupManifest, ManifestHeader, StanzaInfo, StanzaLock, REPO_FORMAT};
 use crate::error::{Error, Result};
 use crate::storage::Storage;
 use std::sync::Arc;
 
-/// One stanza of one configured repository. Cheap to clone (the store is shared).
-#[derive(Clone)]
-pub struct Stanza {
-    repo: u8,
-    store: Arc<dyn Storage>,
-    name: String,
-}
-
-impl std::fmt::Debug for Stanza {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "repo{} stanza '{}'", self.repo, self.name)
-    }
-}
-
 impl Stanza {
-    /// The stanza `name` of repository number `repo` (1 to 256), kept in `store`. Nothing is
-    /// read: [`Stanza::info`] checks that the stanza exists.
-    pub fn new(repo: u8, store: Arc<dyn Storage>, name: &str) -> Stanza {
-        Stanza {
-            repo,
-            store,
-            name: name.to_string(),
-        }
-    }
-
-    /// The repository's number (`repoN`).
-    pub fn repo(&self) -> u8 {
-        self.repo
-    }
-
-    /// The stanza's name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// The repository's store.
-    pub fn store(&self) -> &dyn Storage {
-        &*self.store
-    }
-
-    /// The repository's store, shared (a manifest writer keeps it).
-    pub(super) fn store_arc(&self) -> Arc<dyn Storage> {
-        self.store.clone()
-    }
-
-    /// The object naming the stanza's cluster.
-    fn info_name(&self) -> String {
-        format!("{}/stanza.json", self.name)
-    }
-
-    /// The directory that holds every backup of the stanza.
-    fn backups_dir(&self) -> String {
-        format!("{}/backup", self.name)
-    }
-
     /// True when the stanza has been created in this repository.
     ///
     /// Errors: the store's.
     pub fn exists(&self) -> Result<bool> {
-        self.store.exists(&self.info_name())
+        self.store().exists(&self.info_name())
     }
 
     /// Reads the stanza info; a missing stanza is an error that points at stanza-create.
@@ -76,12 +23,12 @@ impl Stanza {
     /// format version; the store's.
     pub fn info(&self) -> Result<StanzaInfo> {
         let name = self.info_name();
-        let bytes = match self.store.get(&name) {
+        let bytes = match self.store().get(&name) {
             Ok(b) => b,
             Err(e) if e.is_not_found() => {
                 return Err(Error::Repo(format!(
                     "stanza '{}' does not exist in the repository; run `pgjet stanza-create` first",
-                    self.name
+                    self.name()
                 )))
             }
             Err(e) => return Err(e),
@@ -101,15 +48,16 @@ impl Stanza {
     ///
     /// Errors: `info` names another stanza; the store's.
     pub fn create(&self, info: &StanzaInfo) -> Result<()> {
-        if info.stanza != self.name {
+        if info.stanza != self.name() {
             return Err(Error::Other(format!(
                 "stanza info of '{}' written as stanza '{}'",
-                info.stanza, self.name
+                info.stanza,
+                self.name()
             )));
         }
         let json = serde_json::to_vec_pretty(info)
             .map_err(|e| Error::Other(format!("cannot encode the stanza info: {e}")))?;
-        self.store.put_durable(&self.info_name(), &json)
+        self.store().put_durable(&self.info_name(), &json)
     }
 
     /// Labels of every backup directory of the stanza, complete or not, oldest first.
@@ -152,14 +100,14 @@ impl Stanza {
         let labels = self.complete()?;
         let label = if set == "latest" {
             labels.last().cloned().ok_or_else(|| {
-                Error::Repo(format!("stanza '{}' has no complete backup", self.name))
+                Error::Repo(format!("stanza '{}' has no complete backup", self.name()))
             })?
         } else if labels.iter().any(|l| l == set) {
             set.to_string()
         } else {
             return Err(Error::Repo(format!(
                 "backup '{set}' not found in stanza '{}' (complete backups: {})",
-                self.name,
+                self.name(),
                 labels.join(", ")
             )));
         };
@@ -172,24 +120,16 @@ impl Stanza {
     ///
     /// Errors: the store's.
     pub fn check_writable(&self) -> Result<()> {
-        let probe = format!("{}/check.{}", self.name, std::process::id());
-        self.store.put_durable(&probe, b"pgjet check\n")?;
-        self.store.delete(&probe)
+        let probe = format!("{}/check.{}", self.name(), std::process::id());
+        self.store().put_durable(&probe, b"pgjet check\n")?;
+        self.store().delete(&probe)
     }
 
     /// Takes the stanza's backup lock for `command` (see [`super::lock`]).
     ///
     /// Errors: as [`StanzaLock::acquire`].
     pub fn lock(&self, command: &str) -> Result<StanzaLock> {
-        StanzaLock::acquire(self.store.clone(), &self.name, command)
-    }
-
-    /// Backup `label` of this stanza (nothing is read).
-    pub fn backup(&self, label: &str) -> Backup<'_> {
-        Backup {
-            stanza: self,
-            label: label.to_string(),
-        }
+        StanzaLock::acquire(self.store_arc(), self.name(), command)
     }
 
     /// Removes every interrupted backup (no summary), with a warning each: a backup under the
@@ -205,52 +145,7 @@ impl Stanza {
     }
 }
 
-/// One backup of a [`Stanza`]: its summary, manifest and stored objects.
-pub struct Backup<'s> {
-    stanza: &'s Stanza,
-    label: String,
-}
-
-impl<'s> Backup<'s> {
-    /// The backup's label.
-    pub fn label(&self) -> &str {
-        &self.label
-    }
-
-    /// The stanza the backup belongs to.
-    pub fn stanza(&self) -> &'s Stanza {
-        self.stanza
-    }
-
-    /// The repository's store.
-    pub fn store(&self) -> &'s dyn Storage {
-        self.stanza.store()
-    }
-
-    /// The backup's directory.
-    pub(super) fn dir(&self) -> String {
-        format!("{}/{}", self.stanza.backups_dir(), self.label)
-    }
-
-    /// Name of the object `name` of the backup's directory (`summary.json`, the manifest).
-    pub(super) fn file_name(&self, name: &str) -> String {
-        format!("{}/{name}", self.dir())
-    }
-
-    /// Name of a stored data object of the backup (`data/<object>`).
-    pub(super) fn object_name(&self, object: &str) -> String {
-        format!("{}/data/{object}", self.dir())
-    }
-
-    /// Writes the stored data object `object` of the backup (`data/<object>`, one unit of
-    /// frames). Not durable until the store's sync. A backup stores its units through
-    /// [`super::sink::RepoSink`]; this is for tools and tests that lay out a backup by hand.
-    ///
-    /// Errors: the store's.
-    pub fn put_object(&self, object: &str, data: &[u8]) -> Result<()> {
-        self.store().put(&self.object_name(object), data)
-    }
-
+impl Backup<'_> {
     /// True when the backup's summary exists (the backup is complete).
     ///
     /// Errors: the store's.
@@ -283,10 +178,13 @@ impl<'s> Backup<'s> {
     ///
     /// Errors: `header` names another backup; the store's.
     pub fn begin(&self, header: ManifestHeader) -> Result<ManifestWriter> {
-        if header.label != self.label || header.stanza != self.stanza.name {
+        if header.label != self.label() || header.stanza != self.stanza().name() {
             return Err(Error::Other(format!(
                 "manifest of {}/{} written as backup {}/{}",
-                header.stanza, header.label, self.stanza.name, self.label
+                header.stanza,
+                header.label,
+                self.stanza().name(),
+                self.label()
             )));
         }
         ManifestWriter::create(self, header)
@@ -334,7 +232,7 @@ pub fn new_unique_label(
         for other in others {
             match other.labels() {
                 Ok(labels) => taken |= labels.contains(&label),
-                Err(e) => tracing::warn!("repo{}: cannot list the backups: {e}", other.repo),
+                Err(e) => tracing::warn!("repo{}: cannot list the backups: {e}", other.repo()),
             }
         }
         if !taken {
