@@ -165,34 +165,105 @@ fn prefetch_one(stanzas: &[Stanza], dir: &Path, name: &str, token: &str) -> Resu
     }
 }
 
-/// A prefetch worker's result: stored, missing (a marker for the foreground), or failed (the
-/// foreground fetches it itself and reports the error to PostgreSQL).
-fn prefetched(
-    dir: &Path,
-    in_flight: &mut HashSet<String>,
-    fetched: &mut HashSet<String>,
-    missing_since: &mut HashMap<String, Instant>,
-    name: String,
-    r: Result<bool>,
-) {
-    in_flight.remove(&name);
-    match r {
-        Ok(true) => {
-            missing_since.remove(&name);
-            fetched.insert(name);
+/// A prefetch worker's result: the segment name, and whether it was stored.
+type PrefetchResult = (String, Result<bool>);
+
+/// What the prefetcher knows of the segments it handed to its workers.
+#[derive(Default)]
+struct Segments {
+    /// Handed to a worker, no result yet.
+    in_flight: HashSet<String>,
+    /// Stored by this prefetcher: never fetched again (the foreground may have taken it).
+    fetched: HashSet<String>,
+    /// Not in the archive, or failed: asked for again only a second later.
+    missing_since: HashMap<String, Instant>,
+}
+
+impl Segments {
+    /// A prefetch worker's result: stored, missing (a marker for the foreground), or failed
+    /// (the foreground fetches it itself and reports the error to PostgreSQL).
+    fn finished(&mut self, dir: &Path, name: String, r: Result<bool>) {
+        self.in_flight.remove(&name);
+        match r {
+            Ok(true) => {
+                self.missing_since.remove(&name);
+                self.fetched.insert(name);
+            }
+            Ok(false) => {
+                let _ = crate::io::fs::write_whole(
+                    &missing_marker(dir, &name),
+                    b"",
+                    crate::io::fs::FILE_MODE,
+                );
+                self.missing_since.insert(name, Instant::now());
+            }
+            Err(e) => {
+                tracing::warn!("prefetch of {name} failed: {e}");
+                self.missing_since.insert(name, Instant::now());
+            }
         }
-        Ok(false) => {
-            let _ = crate::io::fs::write_whole(
-                &missing_marker(dir, &name),
-                b"",
-                crate::io::fs::FILE_MODE,
-            );
-            missing_since.insert(name, Instant::now());
+    }
+
+    /// A new request for `segment` (parsed: `parsed`) after one for `previous`: when
+    /// recovery went back, everything stored before is forgotten; when the same segment is
+    /// asked for again and is no longer in `dir`, it is fetched anew.
+    fn new_request(
+        &mut self,
+        dir: &Path,
+        previous: &str,
+        segment: &str,
+        parsed: Option<(u32, u64)>,
+        seg_size: u64,
+    ) {
+        let before = lsn::parse_wal_segment_name(previous, seg_size);
+        if matches!((before, parsed), (Some((t0, n0)), Some((t1, n1))) if t1 != t0 || n1 < n0) {
+            // Recovery went back (a new restore, or a timeline switch that re-reads the
+            // last segment): what this prefetcher stored before may have been taken.
+            self.fetched.clear();
+            self.missing_since.clear();
+        } else if previous == segment && !dir.join(segment).exists() {
+            // The same segment asked for by a second foreground after it was served (the
+            // first one failed after taking it, or recovery restarted): fetch it anew.
+            self.fetched.remove(segment);
         }
-        Err(e) => {
-            tracing::warn!("prefetch of {name} failed: {e}");
-            missing_since.insert(name, Instant::now());
+    }
+
+    /// Hands the segments of `wanted` that are not in flight, stored, recently missing,
+    /// already in `dir`, or `skip` to the workers, until `limit` are in flight.
+    ///
+    /// Errors: the workers have stopped.
+    fn hand_out(
+        &mut self,
+        dir: &Path,
+        wanted: impl Iterator<Item = String>,
+        limit: usize,
+        skip: Option<&str>,
+        work_tx: &crossbeam_channel::Sender<String>,
+    ) -> Result<()> {
+        for n in wanted {
+            if self.in_flight.len() >= limit {
+                break;
+            }
+            let recently_missing = self
+                .missing_since
+                .get(&n)
+                .map(|t| t.elapsed() < Duration::from_secs(1))
+                .unwrap_or(false);
+            if self.in_flight.contains(&n)
+                || self.fetched.contains(&n)
+                || recently_missing
+                || dir.join(&n).exists()
+                || skip == Some(n.as_str())
+            {
+                continue;
+            }
+            let _ = fs::remove_file(missing_marker(dir, &n));
+            self.in_flight.insert(n.clone());
+            if work_tx.send(n).is_err() {
+                return Err(Error::Other("the prefetch workers stopped".into()));
+            }
         }
+        Ok(())
     }
 }
 
@@ -225,14 +296,7 @@ pub fn get_background(s: &Settings, first_request: &str) -> Result<()> {
     };
     let token = write_lock_owner(&mut lock, &settings_fingerprint(s));
     let dir = in_dir(&spool);
-    // Whatever an earlier prefetcher left (another restore, a crash) goes.
-    if let Ok(rd) = fs::read_dir(&dir) {
-        for e in rd.flatten() {
-            if e.file_name() != ".requested" {
-                let _ = fs::remove_file(e.path());
-            }
-        }
-    }
+    remove_leftovers(&dir);
     let stanzas = crate::repo::open::open_stanzas(s)?;
     let seg_size = stanza_segment_size(&stanzas)?;
     let window = (s.archive.get_queue_max / seg_size.max(1)).max(1);
@@ -241,15 +305,107 @@ pub fn get_background(s: &Settings, first_request: &str) -> Result<()> {
         s.jobs
     );
     let (work_tx, work_rx) = crossbeam_channel::unbounded::<String>();
-    let (done_tx, done_rx) = crossbeam_channel::unbounded::<(String, Result<bool>)>();
+    let (done_tx, done_rx) = crossbeam_channel::unbounded::<PrefetchResult>();
+    let workers = spawn_workers(s.jobs, &stanzas, &dir, &token, &work_rx, &done_tx);
+    drop(done_tx);
+    let mut segs = Segments::default();
+    // The foreground that started this prefetcher fetches the segment it asked for itself.
+    let mut last_request = String::new();
+    let mut last_change = Instant::now();
+    while last_change.elapsed() < IDLE_EXIT {
+        while let Ok((name, r)) = done_rx.try_recv() {
+            segs.finished(&dir, name, r);
+        }
+        let req = fs::read_to_string(dir.join(".requested")).unwrap_or_default();
+        let req_segment = req.split_whitespace().next().unwrap_or("").to_string();
+        let parsed = lsn::parse_wal_segment_name(&req_segment, seg_size);
+        if req != last_request {
+            let previous = last_request.split_whitespace().next().unwrap_or("");
+            segs.new_request(&dir, previous, &req_segment, parsed, seg_size);
+            last_request = req.clone();
+            last_change = Instant::now();
+        }
+        let req_segment = req_segment.as_str();
+        let Some((tli, segno)) = parsed else {
+            std::thread::sleep(Duration::from_millis(20));
+            continue;
+        };
+        remove_passed(&dir, seg_size, segno);
+        segs.fetched.retain(|n| {
+            lsn::parse_wal_segment_name(n, seg_size)
+                .map(|(t, sn)| t == tli && sn >= segno)
+                .unwrap_or(false)
+        });
+        // From the requested segment on: a foreground waiting for it gets it from here too.
+        segs.hand_out(
+            &dir,
+            (segno..=segno + window).map(|n| lsn::wal_segment_name(tli, n, seg_size)),
+            s.jobs * 2,
+            (req == first_request).then_some(req_segment),
+            &work_tx,
+        )?;
+        // Wake for a result at once, else look at the request again after SCAN_EVERY.
+        if let Ok((name, r)) = done_rx.recv_timeout(SCAN_EVERY) {
+            segs.finished(&dir, name, r);
+        }
+    }
+    drop(work_tx);
+    for w in workers {
+        let _ = w.join();
+    }
+    tracing::info!("prefetcher ends");
+    Ok(())
+}
+
+/// Removes whatever an earlier prefetcher left in `dir` (another restore, a crash), all but
+/// `.requested`.
+fn remove_leftovers(dir: &Path) {
+    if let Ok(rd) = fs::read_dir(dir) {
+        for e in rd.flatten() {
+            if e.file_name() != ".requested" {
+                let _ = fs::remove_file(e.path());
+            }
+        }
+    }
+}
+
+/// Removes the files of `dir` that recovery has passed: segments before `segno` and their
+/// stale markers (`.<segment>.mark`, `.tmp`, `.missing`). The requested segment itself stays:
+/// the foreground is taking it.
+fn remove_passed(dir: &Path, seg_size: u64, segno: u64) {
+    if let Ok(rd) = fs::read_dir(dir) {
+        for e in rd.flatten() {
+            let n = e.file_name().to_string_lossy().to_string();
+            // <segment>, and .<segment>.mark, .tmp, .missing
+            let base = n.trim_start_matches('.').get(..24).unwrap_or("");
+            if let Some((_, sn)) = lsn::parse_wal_segment_name(base, seg_size) {
+                if sn < segno {
+                    let _ = fs::remove_file(e.path());
+                }
+            }
+        }
+    }
+}
+
+/// Starts `jobs` prefetch workers: each takes segment names from `work`, fetches the
+/// segment into `dir` ([`prefetch_one`]) and sends the result to `done`; a worker ends when
+/// `work` closes or `done` has no receiver.
+fn spawn_workers(
+    jobs: usize,
+    stanzas: &[Stanza],
+    dir: &Path,
+    token: &str,
+    work: &crossbeam_channel::Receiver<String>,
+    done: &crossbeam_channel::Sender<PrefetchResult>,
+) -> Vec<std::thread::JoinHandle<()>> {
     let mut workers = Vec::new();
-    for _ in 0..s.jobs {
+    for _ in 0..jobs {
         let (rx, tx, stanzas, dir, token) = (
-            work_rx.clone(),
-            done_tx.clone(),
-            stanzas.clone(),
-            dir.clone(),
-            token.clone(),
+            work.clone(),
+            done.clone(),
+            stanzas.to_vec(),
+            dir.to_path_buf(),
+            token.to_string(),
         );
         workers.push(std::thread::spawn(move || {
             for name in rx {
@@ -260,109 +416,7 @@ pub fn get_background(s: &Settings, first_request: &str) -> Result<()> {
             }
         }));
     }
-    drop(done_tx);
-    let mut in_flight: HashSet<String> = HashSet::new();
-    // Stored by this prefetcher: never fetched again (the foreground may have taken it).
-    let mut fetched: HashSet<String> = HashSet::new();
-    let mut missing_since: HashMap<String, Instant> = HashMap::new();
-    // The foreground that started this prefetcher fetches the segment it asked for itself.
-    let mut last_request = String::new();
-    let mut last_change = Instant::now();
-    while last_change.elapsed() < IDLE_EXIT {
-        while let Ok((name, r)) = done_rx.try_recv() {
-            prefetched(
-                &dir,
-                &mut in_flight,
-                &mut fetched,
-                &mut missing_since,
-                name,
-                r,
-            );
-        }
-        let req = fs::read_to_string(dir.join(".requested")).unwrap_or_default();
-        let req_segment = req.split_whitespace().next().unwrap_or("").to_string();
-        let parsed = lsn::parse_wal_segment_name(&req_segment, seg_size);
-        if req != last_request {
-            let previous = last_request.split_whitespace().next().unwrap_or("");
-            let before = lsn::parse_wal_segment_name(previous, seg_size);
-            if matches!((before, parsed), (Some((t0, n0)), Some((t1, n1))) if t1 != t0 || n1 < n0) {
-                // Recovery went back (a new restore, or a timeline switch that re-reads the
-                // last segment): what this prefetcher stored before may have been taken.
-                fetched.clear();
-                missing_since.clear();
-            } else if previous == req_segment && !dir.join(&req_segment).exists() {
-                // The same segment asked for by a second foreground after it was served (the
-                // first one failed after taking it, or recovery restarted): fetch it anew.
-                fetched.remove(&req_segment);
-            }
-            last_request = req.clone();
-            last_change = Instant::now();
-        }
-        let req_segment = req_segment.as_str();
-        let Some((tli, segno)) = parsed else {
-            std::thread::sleep(Duration::from_millis(20));
-            continue;
-        };
-        // Files recovery has passed go (and stale markers).
-        if let Ok(rd) = fs::read_dir(&dir) {
-            for e in rd.flatten() {
-                let n = e.file_name().to_string_lossy().to_string();
-                // <segment>, and .<segment>.mark, .tmp, .missing
-                let base = n.trim_start_matches('.').get(..24).unwrap_or("");
-                if let Some((_, sn)) = lsn::parse_wal_segment_name(base, seg_size) {
-                    // The requested one itself stays: the foreground is taking it.
-                    if sn < segno {
-                        let _ = fs::remove_file(e.path());
-                    }
-                }
-            }
-        }
-        fetched.retain(|n| {
-            lsn::parse_wal_segment_name(n, seg_size)
-                .map(|(t, sn)| t == tli && sn >= segno)
-                .unwrap_or(false)
-        });
-        // From the requested segment on: a foreground waiting for it gets it from here too.
-        for n in (segno..=segno + window).map(|n| lsn::wal_segment_name(tli, n, seg_size)) {
-            if in_flight.len() >= s.jobs * 2 {
-                break;
-            }
-            let recently_missing = missing_since
-                .get(&n)
-                .map(|t| t.elapsed() < Duration::from_secs(1))
-                .unwrap_or(false);
-            if in_flight.contains(&n)
-                || fetched.contains(&n)
-                || recently_missing
-                || dir.join(&n).exists()
-                || (req == first_request && n == req_segment)
-            {
-                continue;
-            }
-            let _ = fs::remove_file(missing_marker(&dir, &n));
-            in_flight.insert(n.clone());
-            if work_tx.send(n).is_err() {
-                return Err(Error::Other("the prefetch workers stopped".into()));
-            }
-        }
-        // Wake for a result at once, else look at the request again after SCAN_EVERY.
-        if let Ok((name, r)) = done_rx.recv_timeout(SCAN_EVERY) {
-            prefetched(
-                &dir,
-                &mut in_flight,
-                &mut fetched,
-                &mut missing_since,
-                name,
-                r,
-            );
-        }
-    }
-    drop(work_tx);
-    for w in workers {
-        let _ = w.join();
-    }
-    tracing::info!("prefetcher ends");
-    Ok(())
+    workers
 }
 
 #[cfg(test)]

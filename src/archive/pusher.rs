@@ -20,6 +20,7 @@ use crate::repo::wal::{WalFile, WalFileKind};
 use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The hidden command that runs the background pusher for a `pg_wal` directory
@@ -151,7 +152,39 @@ impl Queue {
         }
         Ok(())
     }
+
+    /// Hands the `waiting` files that are neither in flight nor waiting for a retry to the
+    /// workers, until `limit` are in flight. True when it handed out any.
+    ///
+    /// Errors: the workers have stopped.
+    fn hand_out(
+        &mut self,
+        waiting: &[String],
+        limit: usize,
+        work_tx: &crossbeam_channel::Sender<String>,
+    ) -> Result<bool> {
+        let now = Instant::now();
+        let mut sent = false;
+        for n in waiting {
+            if self.in_flight.len() >= limit {
+                break;
+            }
+            if self.in_flight.contains(n) || self.retry.get(n).map(|t| *t > now).unwrap_or(false) {
+                continue;
+            }
+            self.in_flight.insert(n.clone());
+            if work_tx.send(n.clone()).is_err() {
+                return Err(Error::Other("the push workers stopped".into()));
+            }
+            sent = true;
+        }
+        Ok(sent)
+    }
 }
+
+/// A push worker's result: the file name with the identity of its bytes, or the error
+/// message.
+type PushResult = (String, Result<String, String>);
 
 /// The background pusher: pushes every ready file of `wal_dir` with up to `--jobs` at once
 /// until it has been idle for [`IDLE_EXIT`] (or the directory is gone). Returns at once when
@@ -166,14 +199,7 @@ pub fn push_background(s: &Settings, wal_dir: &Path) -> Result<()> {
         return Ok(());
     };
     let _ = write_lock_owner(&mut lock, &settings_fingerprint(s));
-    let archiver = match Archiver::open(s) {
-        Ok(a) => std::sync::Arc::new(a),
-        Err(e) => {
-            let _ = spool.write_ack("global", "error", &e.to_string());
-            return Err(e);
-        }
-    };
-    let _ = fs::remove_file(spool.ack("global", "error"));
+    let archiver = open_archiver(s, &spool)?;
     tracing::info!(
         "background pusher for {} started ({} job(s))",
         wal_dir.display(),
@@ -181,35 +207,8 @@ pub fn push_background(s: &Settings, wal_dir: &Path) -> Result<()> {
     );
     flush_gaps(&spool, &archiver);
     let (work_tx, work_rx) = crossbeam_channel::unbounded::<String>();
-    let (done_tx, done_rx) = crossbeam_channel::unbounded::<(String, Result<String, String>)>();
-    let mut workers = Vec::new();
-    for _ in 0..s.jobs {
-        let (rx, tx, a, dir) = (
-            work_rx.clone(),
-            done_tx.clone(),
-            archiver.clone(),
-            wal_dir.to_path_buf(),
-        );
-        workers.push(std::thread::spawn(move || {
-            let mut c = match a.compressor() {
-                Ok(c) => c,
-                Err(e) => {
-                    tracing::error!("{e}");
-                    return;
-                }
-            };
-            let mut buf = Vec::new();
-            for name in rx {
-                let r = a.push(&dir.join(&name), &mut c, &mut buf).map_err(|e| {
-                    tracing::info!("{}", e.hint());
-                    e.to_string()
-                });
-                if tx.send((name, r)).is_err() {
-                    return;
-                }
-            }
-        }));
-    }
+    let (done_tx, done_rx) = crossbeam_channel::unbounded::<PushResult>();
+    let workers = spawn_workers(s.jobs, &archiver, wal_dir, &work_rx, &done_tx);
     drop(done_tx);
     let mut q = Queue::default();
     let mut idle_since = Instant::now();
@@ -238,50 +237,11 @@ pub fn push_background(s: &Settings, wal_dir: &Path) -> Result<()> {
             .cloned()
             .collect();
         if let Some(max) = s.archive.push_queue_max {
-            let queued = queued_bytes(wal_dir, &waiting);
-            if queued > max {
-                let droppable: Vec<String> = waiting
-                    .iter()
-                    .filter(|n| !q.in_flight.contains(*n))
-                    .filter(|n| {
-                        WalFile::parse(n)
-                            .map(|f| f.kind == WalFileKind::Segment)
-                            .unwrap_or(false)
-                    })
-                    .cloned()
-                    .collect();
-                if !droppable.is_empty() {
-                    let seg = segment_size(wal_dir, &droppable);
-                    let reason = format!(
-                        "archive-push-queue-max ({}) was exceeded: {} waited to be archived",
-                        mib(max),
-                        mib(queued)
-                    );
-                    let warning = drop_segments(&spool, &archiver, &droppable, seg, &reason)?;
-                    tracing::warn!("{warning}");
-                    for n in &droppable {
-                        let identity = wal_file_identity(&wal_dir.join(n))?;
-                        spool.write_ack(n, "ok", &format!("{identity}\n{warning}\n"))?;
-                    }
-                    continue;
-                }
-            }
-        }
-        let now = Instant::now();
-        let mut sent = false;
-        for n in &waiting {
-            if q.in_flight.len() >= s.jobs * 2 {
-                break;
-            }
-            if q.in_flight.contains(n) || q.retry.get(n).map(|t| *t > now).unwrap_or(false) {
+            if drop_over_limit(&spool, &archiver, wal_dir, &waiting, &q, max)? {
                 continue;
             }
-            q.in_flight.insert(n.clone());
-            if work_tx.send(n.clone()).is_err() {
-                return Err(Error::Other("the push workers stopped".into()));
-            }
-            sent = true;
         }
+        let sent = q.hand_out(&waiting, s.jobs * 2, &work_tx)?;
         if last_gap_flush.elapsed() > Duration::from_secs(5) {
             flush_gaps(&spool, &archiver);
             last_gap_flush = Instant::now();
@@ -307,6 +267,109 @@ pub fn push_background(s: &Settings, wal_dir: &Path) -> Result<()> {
     flush_gaps(&spool, &archiver);
     tracing::info!("background pusher for {} ends", wal_dir.display());
     Ok(())
+}
+
+/// Opens the repositories to push to; on failure the error is also written to the spool's
+/// `global.error` for the foreground, else an earlier `global.error` is removed.
+///
+/// Errors: as [`Archiver::open`].
+fn open_archiver(s: &Settings, spool: &Spool) -> Result<Arc<Archiver>> {
+    let archiver = match Archiver::open(s) {
+        Ok(a) => Arc::new(a),
+        Err(e) => {
+            let _ = spool.write_ack("global", "error", &e.to_string());
+            return Err(e);
+        }
+    };
+    let _ = fs::remove_file(spool.ack("global", "error"));
+    Ok(archiver)
+}
+
+/// Starts `jobs` push workers: each takes file names from `work`, pushes that file of
+/// `wal_dir` with its own compressor and buffer, and sends the result to `done`. A worker
+/// ends when `work` closes or `done` has no receiver (or when it cannot get a compressor).
+fn spawn_workers(
+    jobs: usize,
+    archiver: &Arc<Archiver>,
+    wal_dir: &Path,
+    work: &crossbeam_channel::Receiver<String>,
+    done: &crossbeam_channel::Sender<PushResult>,
+) -> Vec<std::thread::JoinHandle<()>> {
+    let mut workers = Vec::new();
+    for _ in 0..jobs {
+        let (rx, tx, a, dir) = (
+            work.clone(),
+            done.clone(),
+            archiver.clone(),
+            wal_dir.to_path_buf(),
+        );
+        workers.push(std::thread::spawn(move || {
+            let mut c = match a.compressor() {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::error!("{e}");
+                    return;
+                }
+            };
+            let mut buf = Vec::new();
+            for name in rx {
+                let r = a.push(&dir.join(&name), &mut c, &mut buf).map_err(|e| {
+                    tracing::info!("{}", e.hint());
+                    e.to_string()
+                });
+                if tx.send((name, r)).is_err() {
+                    return;
+                }
+            }
+        }));
+    }
+    workers
+}
+
+/// `archive-push-queue-max`: when the files `waiting` in `wal_dir` add up to more than `max`
+/// bytes, the segments among them not in flight are dropped (a gap record in the archive,
+/// a warning) and acknowledged with the warning, so PostgreSQL can recycle them. True when
+/// it dropped some.
+///
+/// Errors: the gap record or an acknowledgement cannot be written, a file cannot be read.
+fn drop_over_limit(
+    spool: &Spool,
+    archiver: &Archiver,
+    wal_dir: &Path,
+    waiting: &[String],
+    q: &Queue,
+    max: u64,
+) -> Result<bool> {
+    let queued = queued_bytes(wal_dir, waiting);
+    if queued <= max {
+        return Ok(false);
+    }
+    let droppable: Vec<String> = waiting
+        .iter()
+        .filter(|n| !q.in_flight.contains(*n))
+        .filter(|n| {
+            WalFile::parse(n)
+                .map(|f| f.kind == WalFileKind::Segment)
+                .unwrap_or(false)
+        })
+        .cloned()
+        .collect();
+    if droppable.is_empty() {
+        return Ok(false);
+    }
+    let seg = segment_size(wal_dir, &droppable);
+    let reason = format!(
+        "archive-push-queue-max ({}) was exceeded: {} waited to be archived",
+        mib(max),
+        mib(queued)
+    );
+    let warning = drop_segments(spool, archiver, &droppable, seg, &reason)?;
+    tracing::warn!("{warning}");
+    for n in &droppable {
+        let identity = wal_file_identity(&wal_dir.join(n))?;
+        spool.write_ack(n, "ok", &format!("{identity}\n{warning}\n"))?;
+    }
+    Ok(true)
 }
 
 #[cfg(test)]

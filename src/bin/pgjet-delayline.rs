@@ -479,6 +479,8 @@ struct Stats {
     max_queued: usize,
 }
 
+/// Runs the delay line until a stop signal: each round writes back the packets that are
+/// due, sleeps until a packet arrives or the next one is due, and reads a burst of packets.
 fn run(opts: &Options) -> Result<Stats, Error> {
     let sigmask = install_signals()?;
     let tun = open_tun(opts)?;
@@ -498,108 +500,149 @@ fn run(opts: &Options) -> Result<Stats, Error> {
 
     while !STOP.load(Ordering::SeqCst) {
         // 1. Write back every packet that is due.
-        let now = Instant::now();
-        while let Some(s) = ring.slots.front() {
-            if s.due > now {
-                break;
-            }
-            let pkt = &ring.buf[s.off..s.off + s.len];
-            // SAFETY: write(2) from a slice of our buffer.
-            let n = unsafe { libc::write(tun.0, pkt.as_ptr().cast(), pkt.len()) };
-            if n < 0 {
-                let e = io::Error::last_os_error();
-                match e.raw_os_error() {
-                    Some(libc::EINTR) => continue,
-                    Some(libc::EAGAIN) => break, // retry after the next wake-up
-                    Some(libc::EBADFD) | Some(libc::EBADF) | Some(libc::EIO) => {
-                        return Err(err(format!("write to {}", opts.dev), e, None))
-                    }
-                    _ => {
-                        // The kernel refused this packet (e.g. malformed): drop it, go on.
-                        st.write_errors += 1;
-                        if !write_error_reported && !opts.quiet {
-                            eprintln!("pgjet-delayline: {}: write: {e} (packet dropped)", opts.dev);
-                            write_error_reported = true;
-                        }
-                    }
-                }
-            }
-            ring.pop();
-        }
-
+        write_due(opts, &tun, &mut ring, &mut st, &mut write_error_reported)?;
         // 2. Sleep until a packet arrives, the next one is due, or a stop signal.
-        let timeout = ring.slots.front().map(|s| {
-            let d = s.due.saturating_duration_since(Instant::now());
-            libc::timespec {
-                tv_sec: d.as_secs() as libc::time_t,
-                tv_nsec: d.subsec_nanos() as _,
-            }
-        });
-        let mut pfd = libc::pollfd {
-            fd: tun.0,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        let tp = timeout
-            .as_ref()
-            .map_or(std::ptr::null(), |t| t as *const libc::timespec);
-        // SAFETY: one pollfd, an optional timespec and a sigset, all alive for the call.
-        let r = unsafe { libc::ppoll(&mut pfd, 1, tp, &sigmask) };
-        if r < 0 {
-            let e = io::Error::last_os_error();
-            if e.raw_os_error() == Some(libc::EINTR) {
-                continue;
-            }
-            return Err(err("ppoll", e, None));
-        }
-        if r == 0 {
+        if !wait(opts, &tun, &ring, &sigmask)? {
             continue;
         }
-        if pfd.revents & (libc::POLLERR | libc::POLLHUP | libc::POLLNVAL) != 0 {
-            return Err(err(
-                format!("{}: device error", opts.dev),
-                io::Error::other(format!("poll revents {:#x}", pfd.revents)),
-                None,
-            ));
-        }
-
         // 3. Read a burst of packets and stamp each with its due time.
-        for _ in 0..READ_BURST {
-            let off = ring.write_offset();
-            let dst: &mut [u8] = match off {
-                Some(o) => &mut ring.buf[o..o + MAX_PACKET],
-                None => &mut scratch[..],
-            };
-            // SAFETY: read(2) into a slice of MAX_PACKET bytes we own.
-            let n = unsafe { libc::read(tun.0, dst.as_mut_ptr().cast(), dst.len()) };
-            if n < 0 {
-                let e = io::Error::last_os_error();
-                match e.raw_os_error() {
-                    Some(libc::EAGAIN) | Some(libc::EINTR) => break,
-                    _ => return Err(err(format!("read from {}", opts.dev), e, None)),
-                }
-            }
-            let n = n as usize;
-            if n == 0 {
-                break;
-            }
-            let due = Instant::now() + opts.delay;
-            match off {
-                Some(_) if n >= MAX_PACKET => st.dropped_oversize += 1,
-                Some(o) if ring.queued + n <= ring.limit => {
-                    ring.push(o, n, due);
-                    st.packets += 1;
-                    st.bytes += n as u64;
-                    st.max_queued = st.max_queued.max(ring.queued);
-                }
-                _ => st.dropped_full += 1,
-            }
-        }
+        read_burst(opts, &tun, &mut ring, &mut scratch, &mut st)?;
     }
     if let Some(p) = &opts.pid_file {
         let _ = std::fs::remove_file(p);
     }
     Ok(st)
+}
+
+/// Writes every packet of `ring` that is due to the device. A packet the kernel refuses is
+/// dropped and counted (the first refusal reported unless quiet); a full device waits for
+/// the next wake-up.
+///
+/// Errors: the device is gone or broken (EBADF, EBADFD, EIO).
+fn write_due(
+    opts: &Options,
+    tun: &Fd,
+    ring: &mut Ring,
+    st: &mut Stats,
+    write_error_reported: &mut bool,
+) -> Result<(), Error> {
+    let now = Instant::now();
+    while let Some(s) = ring.slots.front() {
+        if s.due > now {
+            break;
+        }
+        let pkt = &ring.buf[s.off..s.off + s.len];
+        // SAFETY: write(2) from a slice of our buffer.
+        let n = unsafe { libc::write(tun.0, pkt.as_ptr().cast(), pkt.len()) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EINTR) => continue,
+                Some(libc::EAGAIN) => break, // retry after the next wake-up
+                Some(libc::EBADFD) | Some(libc::EBADF) | Some(libc::EIO) => {
+                    return Err(err(format!("write to {}", opts.dev), e, None))
+                }
+                _ => {
+                    // The kernel refused this packet (e.g. malformed): drop it, go on.
+                    st.write_errors += 1;
+                    if !*write_error_reported && !opts.quiet {
+                        eprintln!("pgjet-delayline: {}: write: {e} (packet dropped)", opts.dev);
+                        *write_error_reported = true;
+                    }
+                }
+            }
+        }
+        ring.pop();
+    }
+    Ok(())
+}
+
+/// Sleeps until the device has a packet to read, the first packet of `ring` is due, or a
+/// signal in `sigmask` arrives. True when there is a packet to read.
+///
+/// Errors: ppoll fails other than by a signal; the device reports an error.
+fn wait(opts: &Options, tun: &Fd, ring: &Ring, sigmask: &libc::sigset_t) -> Result<bool, Error> {
+    let timeout = ring.slots.front().map(|s| {
+        let d = s.due.saturating_duration_since(Instant::now());
+        libc::timespec {
+            tv_sec: d.as_secs() as libc::time_t,
+            tv_nsec: d.subsec_nanos() as _,
+        }
+    });
+    let mut pfd = libc::pollfd {
+        fd: tun.0,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let tp = timeout
+        .as_ref()
+        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: one pollfd, an optional timespec and a sigset, all alive for the call.
+    let r = unsafe { libc::ppoll(&mut pfd, 1, tp, sigmask) };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::EINTR) {
+            return Ok(false);
+        }
+        return Err(err("ppoll", e, None));
+    }
+    if r == 0 {
+        return Ok(false);
+    }
+    if pfd.revents & (libc::POLLERR | libc::POLLHUP | libc::POLLNVAL) != 0 {
+        return Err(err(
+            format!("{}: device error", opts.dev),
+            io::Error::other(format!("poll revents {:#x}", pfd.revents)),
+            None,
+        ));
+    }
+    Ok(true)
+}
+
+/// Reads up to [`READ_BURST`] packets from the device into `ring`, each due `opts.delay`
+/// from now; a packet that does not fit (queue over the limit, or oversize) is read into
+/// `scratch` and dropped, and counted.
+///
+/// Errors: a read fails other than by EAGAIN or a signal.
+fn read_burst(
+    opts: &Options,
+    tun: &Fd,
+    ring: &mut Ring,
+    scratch: &mut [u8],
+    st: &mut Stats,
+) -> Result<(), Error> {
+    for _ in 0..READ_BURST {
+        let off = ring.write_offset();
+        let dst: &mut [u8] = match off {
+            Some(o) => &mut ring.buf[o..o + MAX_PACKET],
+            None => &mut scratch[..],
+        };
+        // SAFETY: read(2) into a slice of MAX_PACKET bytes we own.
+        let n = unsafe { libc::read(tun.0, dst.as_mut_ptr().cast(), dst.len()) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EAGAIN) | Some(libc::EINTR) => break,
+                _ => return Err(err(format!("read from {}", opts.dev), e, None)),
+            }
+        }
+        let n = n as usize;
+        if n == 0 {
+            break;
+        }
+        let due = Instant::now() + opts.delay;
+        match off {
+            Some(_) if n >= MAX_PACKET => st.dropped_oversize += 1,
+            Some(o) if ring.queued + n <= ring.limit => {
+                ring.push(o, n, due);
+                st.packets += 1;
+                st.bytes += n as u64;
+                st.max_queued = st.max_queued.max(ring.queued);
+            }
+            _ => st.dropped_full += 1,
+        }
+    }
+    Ok(())
 }
 
 fn main() -> ExitCode {

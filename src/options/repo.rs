@@ -101,161 +101,217 @@ impl RepoConfig {
     /// Errors: an unknown type, a missing required option (named with its environment
     /// variable), a malformed value.
     pub fn resolve(n: u8, get: &dyn Fn(&str) -> Option<String>) -> Result<Option<RepoConfig>> {
-        let opt = |name: &str| -> Option<String> {
-            get(&format!("repo{n}-{name}"))
-                .or_else(|| {
-                    if n == 1 {
-                        get(&format!("repo-{name}"))
-                    } else {
-                        None
-                    }
-                })
-                .map(|v| v.trim().to_string())
-                .filter(|v| !v.is_empty())
-        };
-        let need = |name: &str| -> Result<String> {
-            opt(name).ok_or_else(|| {
-                Error::Config(format!(
-                    "repo{n}-{name} is required for repo{n}-type={} (flag, PGJET_REPO{n}_{} or the config file)",
-                    opt("type").unwrap_or_default(),
-                    name.to_uppercase().replace('-', "_")
-                ))
-            })
-        };
-        let kind = opt("type");
-        let path = opt("path");
+        let o = RepoOptions { n, get };
+        let kind = o.opt("type");
+        let path = o.opt("path");
         if kind.is_none() && path.is_none() {
             return Ok(None);
         }
-        let tls = || -> Result<StorageTls> {
-            Ok(StorageTls {
-                verify: match opt("storage-verify-tls").as_deref() {
-                    None => true,
-                    Some(v) => yes_no(&format!("repo{n}-storage-verify-tls"), v)?,
-                },
-                ca_file: opt("storage-ca-file").map(PathBuf::from),
-            })
-        };
-        let prefix = || path.clone().unwrap_or_else(|| "/".into());
-        let port = || -> Result<Option<u16>> {
-            opt("storage-port")
-                .map(|v| {
-                    v.parse().map_err(|_| {
-                        Error::Config(format!("repo{n}-storage-port '{v}' is not a port"))
-                    })
-                })
-                .transpose()
-        };
         let cfg = match kind.as_deref().unwrap_or("posix") {
             "posix" | "cifs" => RepoConfig::Posix {
-                path: PathBuf::from(need("path")?),
+                path: PathBuf::from(o.need("path")?),
             },
-            "s3" => {
-                let bucket = need("s3-bucket")?;
-                let endpoint = endpoint_url(&need("s3-endpoint")?, opt("storage-host"), port()?);
-                RepoConfig::S3 {
-                    bucket,
-                    endpoint,
-                    region: need("s3-region")?,
-                    key: need("s3-key")?,
-                    key_secret: need("s3-key-secret")?,
-                    token: opt("s3-token"),
-                    uri_style: match opt("s3-uri-style").as_deref() {
-                        None | Some("host") => UriStyle::Host,
-                        Some("path") => UriStyle::Path,
-                        Some(o) => {
-                            return Err(Error::Config(format!(
-                                "repo{n}-s3-uri-style must be host or path, not '{o}'"
-                            )))
-                        }
-                    },
-                    path: prefix(),
-                    tls: tls()?,
-                }
-            }
-            "gcs" => RepoConfig::Gcs {
-                bucket: need("gcs-bucket")?,
-                endpoint: endpoint_url(
-                    &opt("gcs-endpoint").unwrap_or_else(|| "storage.googleapis.com".into()),
-                    opt("storage-host"),
-                    port()?,
-                ),
-                key_file: match opt("gcs-key-type").as_deref() {
-                    None | Some("service") => Some(PathBuf::from(need("gcs-key")?)),
-                    Some("none") => None,
-                    Some(o) => {
-                        return Err(Error::Config(format!(
-                            "repo{n}-gcs-key-type must be service or none, not '{o}'"
-                        )))
-                    }
-                },
-                path: prefix(),
-                tls: tls()?,
-            },
-            "azure" => {
-                let account = need("azure-account")?;
-                let host = opt("azure-endpoint").unwrap_or_else(|| "blob.core.windows.net".into());
-                let path_style = match opt("azure-uri-style").as_deref() {
-                    None | Some("host") => false,
-                    Some("path") => true,
-                    Some(o) => {
-                        return Err(Error::Config(format!(
-                            "repo{n}-azure-uri-style must be host or path, not '{o}'"
-                        )))
-                    }
-                };
-                let base = if path_style {
-                    endpoint_url(&host, opt("storage-host"), port()?)
-                } else {
-                    endpoint_url(&format!("{account}.{host}"), opt("storage-host"), port()?)
-                };
-                RepoConfig::Azure {
-                    endpoint: if path_style { format!("{base}/{account}") } else { base },
-                    container: need("azure-container")?,
-                    key: need("azure-key")?,
-                    sas: match opt("azure-key-type").as_deref() {
-                        None | Some("shared") => false,
-                        Some("sas") => true,
-                        Some(o) => {
-                            return Err(Error::Config(format!(
-                                "repo{n}-azure-key-type must be shared or sas, not '{o}'"
-                            )))
-                        }
-                    },
-                    account,
-                    path: prefix(),
-                    tls: tls()?,
-                }
-            }
-            "sftp" => RepoConfig::Sftp {
-                host: need("sftp-host")?,
-                port: match opt("sftp-host-port") {
-                    None => 22,
-                    Some(v) => v.parse().map_err(|_| {
-                        Error::Config(format!("repo{n}-sftp-host-port '{v}' is not a port"))
-                    })?,
-                },
-                user: need("sftp-host-user")?,
-                private_key_file: opt("sftp-private-key-file").map(PathBuf::from),
-                host_key_check: match opt("sftp-host-key-check-type").as_deref() {
-                    None => "strict".into(),
-                    Some(v @ ("strict" | "accept-new" | "none")) => v.into(),
-                    Some(o) => {
-                        return Err(Error::Config(format!(
-                            "repo{n}-sftp-host-key-check-type must be strict, accept-new or none, not '{o}'"
-                        )))
-                    }
-                },
-                path: need("path")?,
-            },
-            o => {
+            "s3" => s3(&o, path.as_deref())?,
+            "gcs" => gcs(&o, path.as_deref())?,
+            "azure" => azure(&o, path.as_deref())?,
+            "sftp" => sftp(&o)?,
+            other => {
                 return Err(Error::Config(format!(
-                    "repo{n}-type '{o}' is not one of posix, s3, gcs, azure, sftp"
+                    "repo{n}-type '{other}' is not one of posix, s3, gcs, azure, sftp"
                 )))
             }
         };
         Ok(Some(cfg))
     }
+}
+
+/// The options of repository `n` as [`RepoConfig::resolve`] reads them through `get`.
+struct RepoOptions<'a> {
+    n: u8,
+    get: &'a dyn Fn(&str) -> Option<String>,
+}
+
+impl RepoOptions<'_> {
+    /// `repoN-<name>` (for repository 1 also `repo-<name>`), trimmed; None when unset or empty.
+    fn opt(&self, name: &str) -> Option<String> {
+        let n = self.n;
+        (self.get)(&format!("repo{n}-{name}"))
+            .or_else(|| {
+                if n == 1 {
+                    (self.get)(&format!("repo-{name}"))
+                } else {
+                    None
+                }
+            })
+            .map(|v| v.trim().to_string())
+            .filter(|v| !v.is_empty())
+    }
+
+    /// [`Self::opt`], or an error naming the option and its environment variable.
+    fn need(&self, name: &str) -> Result<String> {
+        let n = self.n;
+        self.opt(name).ok_or_else(|| {
+            Error::Config(format!(
+                "repo{n}-{name} is required for repo{n}-type={} (flag, PGJET_REPO{n}_{} or the config file)",
+                self.opt("type").unwrap_or_default(),
+                name.to_uppercase().replace('-', "_")
+            ))
+        })
+    }
+
+    /// `repoN-storage-verify-tls` and `repoN-storage-ca-file`.
+    fn tls(&self) -> Result<StorageTls> {
+        let n = self.n;
+        Ok(StorageTls {
+            verify: match self.opt("storage-verify-tls").as_deref() {
+                None => true,
+                Some(v) => yes_no(&format!("repo{n}-storage-verify-tls"), v)?,
+            },
+            ca_file: self.opt("storage-ca-file").map(PathBuf::from),
+        })
+    }
+
+    /// `repoN-storage-port`, if set.
+    fn port(&self) -> Result<Option<u16>> {
+        let n = self.n;
+        self.opt("storage-port")
+            .map(|v| {
+                v.parse()
+                    .map_err(|_| Error::Config(format!("repo{n}-storage-port '{v}' is not a port")))
+            })
+            .transpose()
+    }
+}
+
+/// The prefix of an object-store repository: `repoN-path`, else the bucket's root.
+fn prefix(path: Option<&str>) -> String {
+    path.unwrap_or("/").to_string()
+}
+
+/// An S3 repository (`repoN-s3-*`).
+fn s3(o: &RepoOptions, path: Option<&str>) -> Result<RepoConfig> {
+    let n = o.n;
+    let bucket = o.need("s3-bucket")?;
+    let endpoint = endpoint_url(&o.need("s3-endpoint")?, o.opt("storage-host"), o.port()?);
+    Ok(RepoConfig::S3 {
+        bucket,
+        endpoint,
+        region: o.need("s3-region")?,
+        key: o.need("s3-key")?,
+        key_secret: o.need("s3-key-secret")?,
+        token: o.opt("s3-token"),
+        uri_style: match o.opt("s3-uri-style").as_deref() {
+            None | Some("host") => UriStyle::Host,
+            Some("path") => UriStyle::Path,
+            Some(other) => {
+                return Err(Error::Config(format!(
+                    "repo{n}-s3-uri-style must be host or path, not '{other}'"
+                )))
+            }
+        },
+        path: prefix(path),
+        tls: o.tls()?,
+    })
+}
+
+/// A Google Cloud Storage repository (`repoN-gcs-*`).
+fn gcs(o: &RepoOptions, path: Option<&str>) -> Result<RepoConfig> {
+    let n = o.n;
+    Ok(RepoConfig::Gcs {
+        bucket: o.need("gcs-bucket")?,
+        endpoint: endpoint_url(
+            &o.opt("gcs-endpoint")
+                .unwrap_or_else(|| "storage.googleapis.com".into()),
+            o.opt("storage-host"),
+            o.port()?,
+        ),
+        key_file: match o.opt("gcs-key-type").as_deref() {
+            None | Some("service") => Some(PathBuf::from(o.need("gcs-key")?)),
+            Some("none") => None,
+            Some(other) => {
+                return Err(Error::Config(format!(
+                    "repo{n}-gcs-key-type must be service or none, not '{other}'"
+                )))
+            }
+        },
+        path: prefix(path),
+        tls: o.tls()?,
+    })
+}
+
+/// An Azure Blob Storage repository (`repoN-azure-*`): the endpoint is
+/// `https://<account>.<host>`, or `https://<host>/<account>` path style.
+fn azure(o: &RepoOptions, path: Option<&str>) -> Result<RepoConfig> {
+    let n = o.n;
+    let account = o.need("azure-account")?;
+    let host = o
+        .opt("azure-endpoint")
+        .unwrap_or_else(|| "blob.core.windows.net".into());
+    let path_style = match o.opt("azure-uri-style").as_deref() {
+        None | Some("host") => false,
+        Some("path") => true,
+        Some(other) => {
+            return Err(Error::Config(format!(
+                "repo{n}-azure-uri-style must be host or path, not '{other}'"
+            )))
+        }
+    };
+    let base = if path_style {
+        endpoint_url(&host, o.opt("storage-host"), o.port()?)
+    } else {
+        endpoint_url(
+            &format!("{account}.{host}"),
+            o.opt("storage-host"),
+            o.port()?,
+        )
+    };
+    Ok(RepoConfig::Azure {
+        endpoint: if path_style {
+            format!("{base}/{account}")
+        } else {
+            base
+        },
+        container: o.need("azure-container")?,
+        key: o.need("azure-key")?,
+        sas: match o.opt("azure-key-type").as_deref() {
+            None | Some("shared") => false,
+            Some("sas") => true,
+            Some(other) => {
+                return Err(Error::Config(format!(
+                    "repo{n}-azure-key-type must be shared or sas, not '{other}'"
+                )))
+            }
+        },
+        account,
+        path: prefix(path),
+        tls: o.tls()?,
+    })
+}
+
+/// An SFTP repository (`repoN-sftp-*`); its path is required.
+fn sftp(o: &RepoOptions) -> Result<RepoConfig> {
+    let n = o.n;
+    Ok(RepoConfig::Sftp {
+        host: o.need("sftp-host")?,
+        port: match o.opt("sftp-host-port") {
+            None => 22,
+            Some(v) => v.parse().map_err(|_| {
+                Error::Config(format!("repo{n}-sftp-host-port '{v}' is not a port"))
+            })?,
+        },
+        user: o.need("sftp-host-user")?,
+        private_key_file: o.opt("sftp-private-key-file").map(PathBuf::from),
+        host_key_check: match o.opt("sftp-host-key-check-type").as_deref() {
+            None => "strict".into(),
+            Some(v @ ("strict" | "accept-new" | "none")) => v.into(),
+            Some(other) => {
+                return Err(Error::Config(format!(
+                    "repo{n}-sftp-host-key-check-type must be strict, accept-new or none, not '{other}'"
+                )))
+            }
+        },
+        path: o.need("path")?,
+    })
 }
 
 /// `y`/`n` (pgBackRest's booleans), also `yes`/`no`, `true`/`false`, `on`/`off`, `1`/`0`.

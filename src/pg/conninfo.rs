@@ -204,41 +204,14 @@ impl ConnInfo {
     ) -> Result<ConnTarget> {
         let mut eff = self.clone();
         let p = &mut eff.params;
-        if !p.contains_key("host") && !p.contains_key("hostaddr") {
-            p.insert("host".into(), DEFAULT_SOCKET_DIR.into());
-        }
-        p.entry("port".into()).or_insert_with(|| "5432".into());
-        if !p.contains_key("user") {
-            p.insert("user".into(), os_user_name(env));
-        }
-        p.entry("dbname".into())
-            .or_insert_with(|| "postgres".into());
-        if !p.contains_key("application_name") {
-            let app = p
-                .get("fallback_application_name")
-                .cloned()
-                .unwrap_or_else(|| default_app.to_string());
-            p.insert("application_name".into(), app);
-        }
-        p.remove("fallback_application_name");
+        fill_defaults(p, env, default_app);
         let host = p.get("host").cloned().unwrap_or_default();
         let port = p.get("port").cloned().unwrap_or_default();
         let user = p.get("user").cloned().unwrap_or_default();
         let dbname = p.get("dbname").cloned().unwrap_or_default();
         let home = env("HOME").map(PathBuf::from);
         if !p.contains_key("password") {
-            let file = p
-                .get("passfile")
-                .map(PathBuf::from)
-                .or_else(|| home.as_ref().map(|h| h.join(".pgpass")));
-            let lookup_host = if host.is_empty() || host.starts_with('/') || host.starts_with('@') {
-                "localhost"
-            } else {
-                host.as_str()
-            };
-            if let Some(pw) =
-                file.and_then(|f| pgpass_lookup(&f, lookup_host, &port, &dbname, &user))
-            {
+            if let Some(pw) = password_from_file(p, home.as_deref(), &host, &port, &dbname, &user) {
                 p.insert("password".into(), pw);
             }
         }
@@ -249,30 +222,7 @@ impl ConnInfo {
         };
         let is_socket = host.starts_with('/') && !p.contains_key("hostaddr");
         let mut c = tokio_postgres::Config::new();
-        for h in host.split(',').filter(|h| !h.is_empty()) {
-            if h.starts_with('/') {
-                c.host_path(h);
-            } else {
-                c.host(h);
-            }
-        }
-        if let Some(a) = p.get("hostaddr") {
-            for a in a.split(',') {
-                let ip = a
-                    .parse()
-                    .map_err(|_| Error::Config(format!("hostaddr '{a}' is not an IP address")))?;
-                c.hostaddr(ip);
-            }
-            if host.is_empty() {
-                c.host(a);
-            }
-        }
-        for pt in port.split(',') {
-            let n: u16 = pt
-                .parse()
-                .map_err(|_| Error::Config(format!("port '{pt}' is not a port number")))?;
-            c.port(n);
-        }
+        set_addresses(&mut c, p, &host, &port)?;
         c.user(&user).dbname(&dbname);
         if let Some(pw) = p.get("password") {
             c.password(pw.as_bytes());
@@ -283,89 +233,9 @@ impl ConnInfo {
         if let Some(o) = p.get("options") {
             c.options(o);
         }
-        if let Some(t) = p.get("connect_timeout") {
-            let secs: u64 = t.parse().map_err(|_| {
-                Error::Config(format!("connect_timeout '{t}' is not a number of seconds"))
-            })?;
-            if secs > 0 {
-                c.connect_timeout(std::time::Duration::from_secs(secs.max(2)));
-            }
-        }
-        let secs = |k: &str, default: u64| -> Result<std::time::Duration> {
-            match p.get(k) {
-                None => Ok(std::time::Duration::from_secs(default)),
-                Some(v) => v
-                    .parse()
-                    .map(std::time::Duration::from_secs)
-                    .map_err(|_| Error::Config(format!("{k} '{v}' is not a number of seconds"))),
-            }
-        };
-        if let Some(k) = p.get("keepalives") {
-            c.keepalives(k != "0");
-        }
-        c.keepalives_idle(secs("keepalives_idle", DEFAULT_KEEPALIVES_IDLE_S)?);
-        c.keepalives_interval(secs("keepalives_interval", DEFAULT_KEEPALIVES_INTERVAL_S)?);
-        c.keepalives_retries(match p.get("keepalives_count") {
-            None => DEFAULT_KEEPALIVES_COUNT,
-            Some(v) => v
-                .parse()
-                .map_err(|_| Error::Config(format!("keepalives_count '{v}' is not a number")))?,
-        });
-        // libpq gives tcp_user_timeout in milliseconds.
-        c.tcp_user_timeout(match p.get("tcp_user_timeout") {
-            None => std::time::Duration::from_secs(DEFAULT_TCP_USER_TIMEOUT_S),
-            Some(v) => v
-                .parse()
-                .map(std::time::Duration::from_millis)
-                .map_err(|_| {
-                    Error::Config(format!(
-                        "tcp_user_timeout '{v}' is not a number of milliseconds"
-                    ))
-                })?,
-        });
-        match p.get("channel_binding").map(String::as_str) {
-            None | Some("prefer") => {
-                c.channel_binding(tokio_postgres::config::ChannelBinding::Prefer);
-            }
-            Some("disable") => {
-                c.channel_binding(tokio_postgres::config::ChannelBinding::Disable);
-            }
-            Some("require") => {
-                c.channel_binding(tokio_postgres::config::ChannelBinding::Require);
-            }
-            Some(o) => {
-                return Err(Error::Config(format!(
-                    "channel_binding '{o}' is not one of disable, prefer, require"
-                )))
-            }
-        }
-        if let Some(t) = p.get("target_session_attrs") {
-            match t.as_str() {
-                "any" => {}
-                "read-write" => {
-                    c.target_session_attrs(tokio_postgres::config::TargetSessionAttrs::ReadWrite);
-                }
-                o => {
-                    return Err(Error::Config(format!(
-                        "target_session_attrs '{o}' is not supported (any, read-write)"
-                    )))
-                }
-            }
-        }
-        // A Unix socket never uses TLS (libpq: sslmode is ignored for sockets).
-        let (tls_mode, tls) = if ssl_mode == SslMode::Disable || is_socket {
-            c.ssl_mode(tokio_postgres::config::SslMode::Disable);
-            (SslMode::Disable, None)
-        } else {
-            c.ssl_mode(match ssl_mode {
-                SslMode::Allow | SslMode::Prefer => tokio_postgres::config::SslMode::Prefer,
-                _ => tokio_postgres::config::SslMode::Require,
-            });
-            (
-                ssl_mode,
-                Some(Arc::new(tls_config(ssl_mode, p, home.as_deref())?)),
-            )
-        };
+        set_timeouts(&mut c, p)?;
+        set_session_rules(&mut c, p)?;
+        let (tls_mode, tls) = set_tls(&mut c, ssl_mode, is_socket, p, home.as_deref())?;
         let describe = format!("host={host} port={port} user={user} dbname={dbname}");
         Ok(ConnTarget {
             config: c,
@@ -375,6 +245,202 @@ impl ConnInfo {
             describe,
         })
     }
+}
+
+/// Fills the defaults of [`ConnInfo::resolve`] into `p`: host (the default socket
+/// directory, unless hostaddr is given), port 5432, the OS user, database `postgres`, and
+/// application_name (fallback_application_name, else `default_app`; the fallback keyword
+/// itself is removed).
+fn fill_defaults(
+    p: &mut BTreeMap<String, String>,
+    env: &dyn Fn(&str) -> Option<String>,
+    default_app: &str,
+) {
+    if !p.contains_key("host") && !p.contains_key("hostaddr") {
+        p.insert("host".into(), DEFAULT_SOCKET_DIR.into());
+    }
+    p.entry("port".into()).or_insert_with(|| "5432".into());
+    if !p.contains_key("user") {
+        p.insert("user".into(), os_user_name(env));
+    }
+    p.entry("dbname".into())
+        .or_insert_with(|| "postgres".into());
+    if !p.contains_key("application_name") {
+        let app = p
+            .get("fallback_application_name")
+            .cloned()
+            .unwrap_or_else(|| default_app.to_string());
+        p.insert("application_name".into(), app);
+    }
+    p.remove("fallback_application_name");
+}
+
+/// The password for (host, port, dbname, user) from the password file (`passfile`, else
+/// `~/.pgpass`); a socket directory or an empty host is looked up as `localhost`, as libpq
+/// does.
+fn password_from_file(
+    p: &BTreeMap<String, String>,
+    home: Option<&Path>,
+    host: &str,
+    port: &str,
+    dbname: &str,
+    user: &str,
+) -> Option<String> {
+    let file = p
+        .get("passfile")
+        .map(PathBuf::from)
+        .or_else(|| home.map(|h| h.join(".pgpass")));
+    let lookup_host = if host.is_empty() || host.starts_with('/') || host.starts_with('@') {
+        "localhost"
+    } else {
+        host
+    };
+    file.and_then(|f| pgpass_lookup(&f, lookup_host, port, dbname, user))
+}
+
+/// Sets the hosts (socket directories or names), the hostaddr IP addresses and the ports,
+/// each a comma-separated list.
+///
+/// Errors: a hostaddr that is not an IP address, a port that is not a port number.
+fn set_addresses(
+    c: &mut tokio_postgres::Config,
+    p: &BTreeMap<String, String>,
+    host: &str,
+    port: &str,
+) -> Result<()> {
+    for h in host.split(',').filter(|h| !h.is_empty()) {
+        if h.starts_with('/') {
+            c.host_path(h);
+        } else {
+            c.host(h);
+        }
+    }
+    if let Some(a) = p.get("hostaddr") {
+        for a in a.split(',') {
+            let ip = a
+                .parse()
+                .map_err(|_| Error::Config(format!("hostaddr '{a}' is not an IP address")))?;
+            c.hostaddr(ip);
+        }
+        if host.is_empty() {
+            c.host(a);
+        }
+    }
+    for pt in port.split(',') {
+        let n: u16 = pt
+            .parse()
+            .map_err(|_| Error::Config(format!("port '{pt}' is not a port number")))?;
+        c.port(n);
+    }
+    Ok(())
+}
+
+/// Sets connect_timeout (at least 2 s, as libpq) and the TCP keepalive and user timeout
+/// settings, with pgjet's defaults ([`DEFAULT_KEEPALIVES_IDLE_S`] and the others) where the
+/// connection string leaves them unset.
+///
+/// Errors: a value that is not a number.
+fn set_timeouts(c: &mut tokio_postgres::Config, p: &BTreeMap<String, String>) -> Result<()> {
+    if let Some(t) = p.get("connect_timeout") {
+        let secs: u64 = t.parse().map_err(|_| {
+            Error::Config(format!("connect_timeout '{t}' is not a number of seconds"))
+        })?;
+        if secs > 0 {
+            c.connect_timeout(std::time::Duration::from_secs(secs.max(2)));
+        }
+    }
+    let secs = |k: &str, default: u64| -> Result<std::time::Duration> {
+        match p.get(k) {
+            None => Ok(std::time::Duration::from_secs(default)),
+            Some(v) => v
+                .parse()
+                .map(std::time::Duration::from_secs)
+                .map_err(|_| Error::Config(format!("{k} '{v}' is not a number of seconds"))),
+        }
+    };
+    if let Some(k) = p.get("keepalives") {
+        c.keepalives(k != "0");
+    }
+    c.keepalives_idle(secs("keepalives_idle", DEFAULT_KEEPALIVES_IDLE_S)?);
+    c.keepalives_interval(secs("keepalives_interval", DEFAULT_KEEPALIVES_INTERVAL_S)?);
+    c.keepalives_retries(match p.get("keepalives_count") {
+        None => DEFAULT_KEEPALIVES_COUNT,
+        Some(v) => v
+            .parse()
+            .map_err(|_| Error::Config(format!("keepalives_count '{v}' is not a number")))?,
+    });
+    // libpq gives tcp_user_timeout in milliseconds.
+    c.tcp_user_timeout(match p.get("tcp_user_timeout") {
+        None => std::time::Duration::from_secs(DEFAULT_TCP_USER_TIMEOUT_S),
+        Some(v) => v
+            .parse()
+            .map(std::time::Duration::from_millis)
+            .map_err(|_| {
+                Error::Config(format!(
+                    "tcp_user_timeout '{v}' is not a number of milliseconds"
+                ))
+            })?,
+    });
+    Ok(())
+}
+
+/// Sets channel_binding (default prefer) and target_session_attrs (any or read-write).
+///
+/// Errors: a value pgjet does not support.
+fn set_session_rules(c: &mut tokio_postgres::Config, p: &BTreeMap<String, String>) -> Result<()> {
+    match p.get("channel_binding").map(String::as_str) {
+        None | Some("prefer") => {
+            c.channel_binding(tokio_postgres::config::ChannelBinding::Prefer);
+        }
+        Some("disable") => {
+            c.channel_binding(tokio_postgres::config::ChannelBinding::Disable);
+        }
+        Some("require") => {
+            c.channel_binding(tokio_postgres::config::ChannelBinding::Require);
+        }
+        Some(o) => {
+            return Err(Error::Config(format!(
+                "channel_binding '{o}' is not one of disable, prefer, require"
+            )))
+        }
+    }
+    if let Some(t) = p.get("target_session_attrs") {
+        match t.as_str() {
+            "any" => {}
+            "read-write" => {
+                c.target_session_attrs(tokio_postgres::config::TargetSessionAttrs::ReadWrite);
+            }
+            o => {
+                return Err(Error::Config(format!(
+                    "target_session_attrs '{o}' is not supported (any, read-write)"
+                )))
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Sets the connection's TLS mode and returns the mode in effect with its rustls
+/// configuration ([`tls_config`]): none for sslmode=disable and for a Unix socket.
+///
+/// Errors: as [`tls_config`].
+fn set_tls(
+    c: &mut tokio_postgres::Config,
+    ssl_mode: SslMode,
+    is_socket: bool,
+    p: &BTreeMap<String, String>,
+    home: Option<&Path>,
+) -> Result<(SslMode, Option<Arc<rustls::ClientConfig>>)> {
+    // A Unix socket never uses TLS (libpq: sslmode is ignored for sockets).
+    if ssl_mode == SslMode::Disable || is_socket {
+        c.ssl_mode(tokio_postgres::config::SslMode::Disable);
+        return Ok((SslMode::Disable, None));
+    }
+    c.ssl_mode(match ssl_mode {
+        SslMode::Allow | SslMode::Prefer => tokio_postgres::config::SslMode::Prefer,
+        _ => tokio_postgres::config::SslMode::Require,
+    });
+    Ok((ssl_mode, Some(Arc::new(tls_config(ssl_mode, p, home)?))))
 }
 
 /// The OS user's name (libpq's default role): $USER, else the password database.

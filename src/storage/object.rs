@@ -128,6 +128,245 @@ fn config_err(what: &str, e: opendal::Error) -> Error {
     Error::Config(format!("{what}: {e}"))
 }
 
+/// A store's operator as its settings make it, before our HTTP client and the retry and
+/// timeout layers go on.
+struct Store<'a> {
+    op: Operator,
+    /// The TLS settings of an HTTP store (None for SFTP).
+    tls: Option<&'a StorageTls>,
+    /// [`ObjectStorage`]'s `desc`.
+    desc: String,
+    /// [`ObjectStorage`]'s `target_prefix`.
+    target_prefix: String,
+}
+
+/// An S3 store ([`RepoConfig::S3`]'s fields): static credentials only (no config file, no
+/// EC2 metadata), virtual-host style unless `uri_style` is path.
+///
+/// Errors: settings OpenDAL refuses ([`Error::Config`]).
+#[allow(clippy::too_many_arguments)] // one per field of RepoConfig::S3
+fn s3_store<'a>(
+    bucket: &str,
+    endpoint: &str,
+    region: &str,
+    key: &str,
+    key_secret: &str,
+    token: Option<&str>,
+    uri_style: UriStyle,
+    path: &str,
+    tls: &'a StorageTls,
+) -> Result<Store<'a>> {
+    let mut b = opendal::services::S3::default()
+        .bucket(bucket)
+        .endpoint(endpoint)
+        .region(region)
+        .access_key_id(key)
+        .secret_access_key(key_secret)
+        .root(&root_of(path))
+        .disable_config_load()
+        .disable_ec2_metadata();
+    if let Some(t) = token {
+        b = b.session_token(t);
+    }
+    if uri_style == UriStyle::Host {
+        b = b.enable_virtual_host_style();
+    }
+    let op = Operator::new(b).map_err(|e| config_err("S3 repository settings", e))?;
+    let (desc, target_prefix) = names("s3", endpoint, "s3://", bucket, path);
+    Ok(Store {
+        op,
+        tls: Some(tls),
+        desc,
+        target_prefix,
+    })
+}
+
+/// A GCS store ([`RepoConfig::Gcs`]'s fields): the service account key file, or unsigned
+/// requests without one (no config file, no VM metadata).
+///
+/// Errors: settings OpenDAL refuses ([`Error::Config`]).
+fn gcs_store<'a>(
+    bucket: &str,
+    endpoint: &str,
+    key_file: Option<&std::path::Path>,
+    path: &str,
+    tls: &'a StorageTls,
+) -> Result<Store<'a>> {
+    let mut b = opendal::services::Gcs::default()
+        .bucket(bucket)
+        .endpoint(endpoint)
+        .root(&root_of(path))
+        .disable_config_load()
+        .disable_vm_metadata();
+    b = match key_file {
+        Some(f) => b.credential_path(&f.display().to_string()),
+        None => b.skip_signature(),
+    };
+    let op = Operator::new(b).map_err(|e| config_err("GCS repository settings", e))?;
+    let (desc, target_prefix) = names("gcs", endpoint, "gs://", bucket, path);
+    Ok(Store {
+        op,
+        tls: Some(tls),
+        desc,
+        target_prefix,
+    })
+}
+
+/// An Azure Blob store ([`RepoConfig::Azure`]'s fields): `key` is a SAS token when `sas`,
+/// else the account's shared key.
+///
+/// Errors: settings OpenDAL refuses ([`Error::Config`]).
+fn azure_store<'a>(
+    account: &str,
+    container: &str,
+    key: &str,
+    sas: bool,
+    endpoint: &str,
+    path: &str,
+    tls: &'a StorageTls,
+) -> Result<Store<'a>> {
+    let mut b = opendal::services::Azblob::default()
+        .container(container)
+        .endpoint(endpoint)
+        .account_name(account)
+        .root(&root_of(path));
+    b = if sas {
+        b.sas_token(key)
+    } else {
+        b.account_key(key)
+    };
+    let op = Operator::new(b).map_err(|e| config_err("Azure repository settings", e))?;
+    let (desc, target_prefix) = names(
+        "azure",
+        endpoint,
+        &format!("azure://{account}/"),
+        container,
+        path,
+    );
+    Ok(Store {
+        op,
+        tls: Some(tls),
+        desc,
+        target_prefix,
+    })
+}
+
+/// An SFTP store ([`RepoConfig::Sftp`]'s fields): `host_key_check` (`strict`, `accept-new`,
+/// `none`) becomes OpenDAL's known-hosts strategy.
+///
+/// Errors: settings OpenDAL refuses ([`Error::Config`]).
+fn sftp_store(
+    host: &str,
+    port: u16,
+    user: &str,
+    private_key_file: Option<&std::path::Path>,
+    host_key_check: &str,
+    path: &str,
+) -> Result<Store<'static>> {
+    let mut b = opendal::services::Sftp::default()
+        .endpoint(&format!("ssh://{host}:{port}"))
+        .user(user)
+        .root(&root_of(path))
+        .known_hosts_strategy(match host_key_check {
+            "none" => "Accept",
+            "accept-new" => "Add",
+            _ => "Strict",
+        });
+    if let Some(k) = private_key_file {
+        b = b.key(&k.display().to_string());
+    }
+    let op = Operator::new(b).map_err(|e| config_err("SFTP repository settings", e))?;
+    let root = root_of(path);
+    let desc = format!("sftp {user}@{host}:{port}{}", root.trim_end_matches('/'));
+    Ok(Store {
+        op,
+        tls: None,
+        desc,
+        target_prefix: format!("sftp://{user}@{host}{root}"),
+    })
+}
+
+/// The store `cfg` configures, by its kind.
+///
+/// Errors: a posix repository, settings OpenDAL refuses ([`Error::Config`]).
+fn store(cfg: &RepoConfig) -> Result<Store<'_>> {
+    match cfg {
+        RepoConfig::S3 {
+            bucket,
+            endpoint,
+            region,
+            key,
+            key_secret,
+            token,
+            uri_style,
+            path,
+            tls,
+        } => s3_store(
+            bucket,
+            endpoint,
+            region,
+            key,
+            key_secret,
+            token.as_deref(),
+            *uri_style,
+            path,
+            tls,
+        ),
+        RepoConfig::Gcs {
+            bucket,
+            endpoint,
+            key_file,
+            path,
+            tls,
+        } => gcs_store(bucket, endpoint, key_file.as_deref(), path, tls),
+        RepoConfig::Azure {
+            account,
+            container,
+            key,
+            sas,
+            endpoint,
+            path,
+            tls,
+        } => azure_store(account, container, key, *sas, endpoint, path, tls),
+        RepoConfig::Sftp {
+            host,
+            port,
+            user,
+            private_key_file,
+            host_key_check,
+            path,
+        } => sftp_store(
+            host,
+            *port,
+            user,
+            private_key_file.as_deref(),
+            host_key_check,
+            path,
+        ),
+        RepoConfig::Posix { .. } => Err(Error::Config(
+            "a posix repository is not an object store".into(),
+        )),
+    }
+}
+
+/// Puts OpenDAL's retry layer ([`RETRIES`] with jittered backoff from [`RETRY_MIN_DELAY`] to
+/// [`RETRY_MAX_DELAY`], each retry logged) and timeout layer ([`REQUEST_TIMEOUT`]) on `op`.
+fn with_retries(op: Operator) -> Operator {
+    op.layer(
+        RetryLayer::new()
+            .with_jitter()
+            .with_max_times(RETRIES)
+            .with_min_delay(RETRY_MIN_DELAY)
+            .with_max_delay(RETRY_MAX_DELAY)
+            .with_notify(LogRetry),
+    )
+    .layer(
+        TimeoutLayer::new()
+            .with_timeout(REQUEST_TIMEOUT)
+            .with_io_timeout(REQUEST_TIMEOUT),
+    )
+}
+
 impl ObjectStorage {
     /// Opens the repository `cfg` (not posix) and checks, with one listing request, that the
     /// bucket exists and the credentials are accepted.
@@ -135,120 +374,13 @@ impl ObjectStorage {
     /// Errors: settings OpenDAL refuses ([`Error::Config`]), then the listing's
     /// [`Error::Storage`] (Denied, NotFound, Transient).
     pub fn open(cfg: &RepoConfig) -> Result<ObjectStorage> {
-        // Each HTTP store gives its TLS settings; our client goes under it after the match.
-        let (op, tls, desc, target_prefix) = match cfg {
-            RepoConfig::S3 {
-                bucket,
-                endpoint,
-                region,
-                key,
-                key_secret,
-                token,
-                uri_style,
-                path,
-                tls,
-            } => {
-                let mut b = opendal::services::S3::default()
-                    .bucket(bucket)
-                    .endpoint(endpoint)
-                    .region(region)
-                    .access_key_id(key)
-                    .secret_access_key(key_secret)
-                    .root(&root_of(path))
-                    .disable_config_load()
-                    .disable_ec2_metadata();
-                if let Some(t) = token {
-                    b = b.session_token(t);
-                }
-                if *uri_style == UriStyle::Host {
-                    b = b.enable_virtual_host_style();
-                }
-                let op = Operator::new(b).map_err(|e| config_err("S3 repository settings", e))?;
-                let (desc, prefix) = names("s3", endpoint, "s3://", bucket, path);
-                (op, Some(tls), desc, prefix)
-            }
-            RepoConfig::Gcs {
-                bucket,
-                endpoint,
-                key_file,
-                path,
-                tls,
-            } => {
-                let mut b = opendal::services::Gcs::default()
-                    .bucket(bucket)
-                    .endpoint(endpoint)
-                    .root(&root_of(path))
-                    .disable_config_load()
-                    .disable_vm_metadata();
-                b = match key_file {
-                    Some(f) => b.credential_path(&f.display().to_string()),
-                    None => b.skip_signature(),
-                };
-                let op = Operator::new(b).map_err(|e| config_err("GCS repository settings", e))?;
-                let (desc, prefix) = names("gcs", endpoint, "gs://", bucket, path);
-                (op, Some(tls), desc, prefix)
-            }
-            RepoConfig::Azure {
-                account,
-                container,
-                key,
-                sas,
-                endpoint,
-                path,
-                tls,
-            } => {
-                let mut b = opendal::services::Azblob::default()
-                    .container(container)
-                    .endpoint(endpoint)
-                    .account_name(account)
-                    .root(&root_of(path));
-                b = if *sas {
-                    b.sas_token(key)
-                } else {
-                    b.account_key(key)
-                };
-                let op =
-                    Operator::new(b).map_err(|e| config_err("Azure repository settings", e))?;
-                let (desc, prefix) = names(
-                    "azure",
-                    endpoint,
-                    &format!("azure://{account}/"),
-                    container,
-                    path,
-                );
-                (op, Some(tls), desc, prefix)
-            }
-            RepoConfig::Sftp {
-                host,
-                port,
-                user,
-                private_key_file,
-                host_key_check,
-                path,
-            } => {
-                let mut b = opendal::services::Sftp::default()
-                    .endpoint(&format!("ssh://{host}:{port}"))
-                    .user(user)
-                    .root(&root_of(path))
-                    .known_hosts_strategy(match host_key_check.as_str() {
-                        "none" => "Accept",
-                        "accept-new" => "Add",
-                        _ => "Strict",
-                    });
-                if let Some(k) = private_key_file {
-                    b = b.key(&k.display().to_string());
-                }
-                let op = Operator::new(b).map_err(|e| config_err("SFTP repository settings", e))?;
-                let root = root_of(path);
-                let desc = format!("sftp {user}@{host}:{port}{}", root.trim_end_matches('/'));
-                (op, None, desc, format!("sftp://{user}@{host}{root}"))
-            }
-            RepoConfig::Posix { .. } => {
-                return Err(Error::Config(
-                    "a posix repository is not an object store".into(),
-                ))
-            }
-        };
+        // Each HTTP store gives its TLS settings; our client goes under it.
+        let Store {
+            op,
+            tls,
+            desc,
+            target_prefix,
+        } = store(cfg)?;
         let op = match tls {
             Some(tls) => with_client(op, http_client(tls)?),
             None => op,
@@ -268,20 +400,7 @@ impl ObjectStorage {
                 });
             }
         }
-        let op = op
-            .layer(
-                RetryLayer::new()
-                    .with_jitter()
-                    .with_max_times(RETRIES)
-                    .with_min_delay(RETRY_MIN_DELAY)
-                    .with_max_delay(RETRY_MAX_DELAY)
-                    .with_notify(LogRetry),
-            )
-            .layer(
-                TimeoutLayer::new()
-                    .with_timeout(REQUEST_TIMEOUT)
-                    .with_io_timeout(REQUEST_TIMEOUT),
-            );
+        let op = with_retries(op);
         let (cancel_tx, _) = tokio::sync::watch::channel(false);
         let s = ObjectStorage {
             op,
