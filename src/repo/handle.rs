@@ -21,7 +21,7 @@ impl std::fmt::Debug for Stanza {
 }
 
 impl Stanza {
-    /// The stanza `name` of repository number `repo` (1 to 256), kept in `store`. Nothing is
+    /// The stanza `name` of repository number `repo` (`repoN`), kept in `store`. Nothing is
     /// read: [`Stanza::info`] checks that the stanza exists.
     pub fn new(repo: u8, store: Arc<dyn Storage>, name: &str) -> Stanza {
         Stanza {
