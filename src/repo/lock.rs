@@ -10,7 +10,7 @@
 use crate::error::{Error, Result};
 use crate::storage::Storage;
 use serde::{Deserialize, Serialize};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
@@ -83,6 +83,9 @@ struct Renewal {
     stop: Mutex<bool>,
     wake: Condvar,
     lost: AtomicBool,
+    /// Unix seconds until which the last lease written holds: past it, another process may
+    /// have taken the lock for stale even if no renewal has failed yet (a paused process).
+    lease_until: AtomicI64,
 }
 
 /// An exclusive lock on a stanza's backups, released (deleted) when dropped.
@@ -132,6 +135,7 @@ impl StanzaLock {
                     stop: Mutex::new(false),
                     wake: Condvar::new(),
                     lost: AtomicBool::new(false),
+                    lease_until: AtomicI64::new(rec.lease_until),
                 });
                 let thread = {
                     let (store, name, renewal) = (store.clone(), name.clone(), renewal.clone());
@@ -202,14 +206,16 @@ impl StanzaLock {
     }
 
     /// Errors when the lock was lost (the lease could not be renewed, or another process
-    /// took it): the backup must not be declared complete then. Reads the record too, so a
-    /// takeover since the last renewal is seen at once. (A renewal that read the record just
+    /// took it) or its last lease has run out (the process was paused past it, so another
+    /// may take it for stale at any moment): the backup must not be declared complete then.
+    /// Reads the record too, so a takeover since the last renewal is seen at once. (A renewal that read the record just
     /// before another process took the lock over may write over that process's record;
     /// the other process then finds its lock lost at its own next renewal or check, so the
     /// two never both complete.)
     pub fn check(&self) -> Result<()> {
         let taken = read_record(&*self.store, &self.name).is_some_and(|h| h.token != self.token);
-        if taken || self.renewal.lost.load(Ordering::SeqCst) {
+        let expired = now_unix() > self.renewal.lease_until.load(Ordering::SeqCst);
+        if taken || expired || self.renewal.lost.load(Ordering::SeqCst) {
             return Err(Error::Unsafe(format!(
                 "lost the lock {} (its lease could not be renewed or another process took it); the backup is not complete",
                 self.name
@@ -263,7 +269,10 @@ fn renew(
             .map_err(|e| Error::Other(e.to_string()))
             .and_then(|j| store.put_durable(name, &j));
         match written {
-            Ok(()) => rec = next,
+            Ok(()) => {
+                r.lease_until.store(next.lease_until, Ordering::SeqCst);
+                rec = next;
+            }
             Err(e) => {
                 tracing::warn!("could not renew the lock {name}: {e}");
                 if now_unix() > rec.lease_until {
@@ -439,6 +448,18 @@ mod tests {
         std::fs::remove_file(&path).unwrap();
         std::fs::create_dir(&path).unwrap();
         lost_within_10s(&l);
+        drop(l);
+
+        // A holder paused past its lease (no renewal ran, none failed) is told at once: the
+        // record still names it, but another process may take the lock for stale.
+        std::fs::remove_dir(&path).unwrap();
+        let l = StanzaLock::acquire_timed(store.clone(), "main", "backup", hour, hour).unwrap();
+        l.check().unwrap();
+        l.renewal
+            .lease_until
+            .store(now_unix() - 1, Ordering::SeqCst);
+        let e = l.check().unwrap_err().to_string();
+        assert!(e.contains("lost the lock"), "{e}");
         drop(l);
     }
 }
