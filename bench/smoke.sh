@@ -35,6 +35,14 @@ if ! (set -C; echo $$ >"$LOCK") 2>/dev/null; then
     echo $$ >"$LOCK"
 fi
 trap 'rm -f "$LOCK"' EXIT
+# A smoke run killed before its end (a session that stopped under it) leaves its labs: their
+# names are fixed, so the next run would refuse them. The lock is ours now: take them down.
+for ns in /run/netns/smk*; do
+    [ -e "$ns" ] || continue
+    p=$(basename "$ns"); p=${p%[abw]}
+    echo "smoke: taking down the lab '$p' a killed smoke run left"
+    bash scripts/netlab.sh down "$p" >/dev/null 2>&1 || true
+done
 rm -rf "$SMOKE_DIR"
 mkdir -p "$SMOKE_DIR"
 chmod 755 "$SMOKE_DIR"
