@@ -285,3 +285,113 @@ fn pg15_basebackup_refusals() {
     .fails_with("--delta cannot be used with --transport basebackup");
     assert!(fs::read_dir(&target).unwrap().next().is_none());
 }
+
+/// Over TLS verify-full with SCRAM-SHA-256 and channel binding required (the replication
+/// connection's own handshake, src/remote/replication.rs), zstd: the new directory passes
+/// pg_verifybackup and starts.
+#[test]
+fn pg15_replica_create_basebackup_tls_scram_zstd() {
+    let cluster = Cluster::new(&Pg::v15(), "bb-tls");
+    let certs = cluster.new_dir("certs");
+    make_test_certificates(
+        &certs,
+        "pgjet-test-server",
+        "subjectAltName=DNS:pgjet-test-server\n",
+    );
+    let data = cluster.data();
+    fs::copy(certs.join("server.crt"), data.join("server.crt")).unwrap();
+    fs::copy(certs.join("server.key"), data.join("server.key")).unwrap();
+    chown_pg_recursive(&certs);
+    chown_pg_recursive(&data.join("server.crt"));
+    chown_pg_recursive(&data.join("server.key"));
+    fs::set_permissions(
+        data.join("server.key"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+    cluster.psql(
+        "postgres",
+        "SET password_encryption = 'scram-sha-256'; \
+         CREATE ROLE rep LOGIN REPLICATION PASSWORD 'sekret pw'; \
+         GRANT pg_read_all_settings TO rep; GRANT EXECUTE ON FUNCTION pg_control_system() TO rep; \
+         ALTER SYSTEM SET ssl = on; ALTER SYSTEM SET ssl_cert_file = 'server.crt'; \
+         ALTER SYSTEM SET ssl_key_file = 'server.key';",
+    );
+    fs::write(
+        data.join("pg_hba.conf"),
+        "local all all trust\nhostssl replication rep 127.0.0.1/32 scram-sha-256\nhostssl all rep 127.0.0.1/32 scram-sha-256\n",
+    )
+    .unwrap();
+    listen_on_loopback(&cluster);
+    cluster.psql(
+        "postgres",
+        "CREATE TABLE t AS SELECT i, md5(i::text) AS v FROM generate_series(1, 50000) i",
+    );
+    let target = cluster.new_dir("standby");
+    let port = free_port();
+    let source = format!(
+        "host=pgjet-test-server hostaddr=127.0.0.1 port={} user=rep password='sekret pw' dbname=postgres sslmode=verify-full sslrootcert={} channel_binding=require",
+        cluster.port(),
+        certs.join("ca.crt").display()
+    );
+    let r = pgjet_ok(&args![
+        "replica-create",
+        "--transport",
+        "basebackup",
+        "--network-compress",
+        "zstd",
+        "--compress-level-network",
+        "3",
+        "--max-rate",
+        "512M",
+        "--source",
+        source,
+        "--pg-path",
+        target.display(),
+        "--pg-port",
+        port,
+        "--start-fast",
+        "--output",
+        "json"
+    ]);
+    let summary: serde_json::Value = serde_json::from_str(r.stdout.trim()).unwrap();
+    assert_eq!(summary["network_compress"], "zstd", "{r}");
+    let v = pg_verifybackup(cluster.pg(), &target);
+    assert!(v.success(), "pg_verifybackup:\n{v}");
+    let standby = cluster.start_other(&target, port);
+    let rows = wait_for(Duration::from_secs(60), || {
+        let n = standby.psql_run("postgres", "SELECT count(*) FROM t");
+        (n.success() && n.stdout.trim() == "50000").then_some(())
+    });
+    assert!(rows.is_some(), "the standby must hold the table's rows");
+}
+
+/// PostgreSQL 18 built without lz4 and zstd: `--network-compress auto` falls back to gzip;
+/// the new directory passes pg_verifybackup.
+#[test]
+fn pg18_replica_create_basebackup_auto_is_gzip() {
+    let pg = Pg::v18();
+    let cluster = Cluster::new(&pg, "bb-pg18");
+    listen_on_loopback(&cluster);
+    cluster.psql(
+        "postgres",
+        "CREATE TABLE t AS SELECT i, md5(i::text) AS v FROM generate_series(1, 50000) i; CHECKPOINT;",
+    );
+    let target = cluster.new_dir("standby");
+    let r = pgjet_ok(&args![
+        "replica-create",
+        "--transport",
+        "basebackup",
+        "--source",
+        tcp_conninfo(&cluster, "postgres"),
+        "--pg-path",
+        target.display(),
+        "--start-fast",
+        "--output",
+        "json"
+    ]);
+    let summary: serde_json::Value = serde_json::from_str(r.stdout.trim()).unwrap();
+    assert_eq!(summary["network_compress"], "gzip", "{r}");
+    let v = pg_verifybackup(&pg, &target);
+    assert!(v.success(), "pg_verifybackup:\n{v}");
+}
