@@ -367,7 +367,8 @@ fn pg15_replica_create_basebackup_tls_scram_zstd() {
 }
 
 /// PostgreSQL 18 built without lz4 and zstd: `--network-compress auto` falls back to gzip;
-/// the new directory passes pg_verifybackup.
+/// the new directory passes pg_verifybackup. Then the refusals as PostgreSQL 18 words them:
+/// a role without REPLICATION, no replication line in pg_hba.conf.
 #[test]
 fn pg18_replica_create_basebackup_auto_is_gzip() {
     let pg = Pg::v18();
@@ -394,4 +395,44 @@ fn pg18_replica_create_basebackup_auto_is_gzip() {
     assert_eq!(summary["network_compress"], "gzip", "{r}");
     let v = pg_verifybackup(&pg, &target);
     assert!(v.success(), "pg_verifybackup:\n{v}");
+
+    // PostgreSQL 16+ words the missing REPLICATION attribute differently; the hint is the
+    // same. Then no replication line in pg_hba.conf: the hint names the line.
+    cluster.psql(
+        "postgres",
+        "CREATE ROLE plain LOGIN; GRANT pg_read_all_settings TO plain; \
+         GRANT EXECUTE ON FUNCTION pg_control_system() TO plain;",
+    );
+    let refused = |user: &str, fix: &str| {
+        let dir = cluster.root.join(&format!("refused-{user}"));
+        let r = pgjet(&args![
+            "replica-create",
+            "--transport",
+            "basebackup",
+            "--source",
+            tcp_conninfo(&cluster, user),
+            "--pg-path",
+            dir.display()
+        ]);
+        assert!(!r.success(), "{user} must be refused:\n{r}");
+        assert!(
+            r.text_lower().contains(fix),
+            "the error must name {fix:?}:\n{r}"
+        );
+        assert!(!dir.join("global/pg_control").exists());
+    };
+    refused("plain", "alter role plain replication");
+    fs::write(
+        cluster.data().join("pg_hba.conf"),
+        "local all all trust\nhost all all 127.0.0.1/32 trust\n",
+    )
+    .unwrap();
+    cluster.psql("postgres", "SELECT pg_reload_conf()");
+    std::thread::sleep(Duration::from_millis(500));
+    refused("postgres", "hostssl replication postgres");
+    assert_eq!(
+        cluster.psql("postgres", "SELECT count(*) FROM pg_replication_slots"),
+        "0",
+        "no slot may be left"
+    );
 }
