@@ -24,19 +24,14 @@ fn listen_on_loopback(cluster: &Cluster) {
         "postgres",
         "ALTER SYSTEM SET listen_addresses = '127.0.0.1'",
     );
+    let (data, log) = (
+        cluster.data().display().to_string(),
+        cluster.server.log.display().to_string(),
+    );
     run_as_postgres(
         &cluster.pg().tool("pg_ctl"),
-        &args![
-            "restart",
-            "-w",
-            "-m",
-            "fast",
-            "-t",
-            "120",
-            "-D",
-            cluster.data().display(),
-            "-l",
-            cluster.server.log.display()
+        &[
+            "restart", "-w", "-m", "fast", "-t", "120", "-D", &data, "-l", &log,
         ],
         None,
     )
@@ -245,16 +240,17 @@ fn pg15_basebackup_refusals() {
         "CREATE ROLE plain LOGIN; GRANT pg_read_all_settings TO plain; GRANT EXECUTE ON FUNCTION pg_control_system() TO plain;",
     );
     let data = cluster.root.join("standby");
-    let r = pgjet(&args![
+    let (source, dir) = (tcp_conninfo(&cluster, "plain"), data.display().to_string());
+    let r = pgjet(&[
         "replica-create",
         "--transport",
         "basebackup",
         "--source",
-        tcp_conninfo(&cluster, "plain"),
+        &source,
         "--pg-path",
-        data.display(),
+        &dir,
         "--slot",
-        "s2"
+        "s2",
     ]);
     assert!(
         !r.success(),
@@ -272,15 +268,19 @@ fn pg15_basebackup_refusals() {
         "no slot may be left"
     );
     let target = cluster.new_dir("delta");
-    pgjet(&args![
+    let (source, dir) = (
+        tcp_conninfo(&cluster, "postgres"),
+        target.display().to_string(),
+    );
+    pgjet(&[
         "replica-create",
         "--transport",
         "basebackup",
         "--delta",
         "--source",
-        tcp_conninfo(&cluster, "postgres"),
+        &source,
         "--pg-path",
-        target.display()
+        &dir,
     ])
     .fails_with("--delta cannot be used with --transport basebackup");
     assert!(fs::read_dir(&target).unwrap().next().is_none());
@@ -379,17 +379,21 @@ fn pg18_replica_create_basebackup_auto_is_gzip() {
         "CREATE TABLE t AS SELECT i, md5(i::text) AS v FROM generate_series(1, 50000) i; CHECKPOINT;",
     );
     let target = cluster.new_dir("standby");
-    let r = pgjet_ok(&args![
+    let (source, dir) = (
+        tcp_conninfo(&cluster, "postgres"),
+        target.display().to_string(),
+    );
+    let r = pgjet_ok(&[
         "replica-create",
         "--transport",
         "basebackup",
         "--source",
-        tcp_conninfo(&cluster, "postgres"),
+        &source,
         "--pg-path",
-        target.display(),
+        &dir,
         "--start-fast",
         "--output",
-        "json"
+        "json",
     ]);
     let summary: serde_json::Value = serde_json::from_str(r.stdout.trim()).unwrap();
     assert_eq!(summary["network_compress"], "gzip", "{r}");
@@ -405,14 +409,15 @@ fn pg18_replica_create_basebackup_auto_is_gzip() {
     );
     let refused = |user: &str, fix: &str| {
         let dir = cluster.root.join(&format!("refused-{user}"));
-        let r = pgjet(&args![
+        let (source, path) = (tcp_conninfo(&cluster, user), dir.display().to_string());
+        let r = pgjet(&[
             "replica-create",
             "--transport",
             "basebackup",
             "--source",
-            tcp_conninfo(&cluster, user),
+            &source,
             "--pg-path",
-            dir.display()
+            &path,
         ]);
         assert!(!r.success(), "{user} must be refused:\n{r}");
         assert!(
