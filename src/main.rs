@@ -125,6 +125,9 @@ fn run(inv: Invocation) -> Result<(), Error> {
                             pgjet::io::mib(copied)
                         ),
                         _ => String::new(),
+                    } + &match (r.wire_bytes, &r.network_compress) {
+                        (Some(w), Some(c)) => format!("; {} on the wire ({c})", pgjet::io::mib(w)),
+                        _ => String::new(),
                     },
                     if r.started {
                         ", started and streaming"

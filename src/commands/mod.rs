@@ -7,6 +7,7 @@ pub mod check;
 pub mod expire;
 pub mod info;
 pub mod replica;
+pub mod replica_stream;
 pub mod restore;
 pub mod stanza_create;
 pub mod verify;

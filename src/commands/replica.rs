@@ -45,10 +45,17 @@ pub struct ReplicaSummary {
     /// With --delta: logical bytes found equal by hash (not copied) and bytes copied.
     pub delta_same: Option<u64>,
     pub delta_copied: Option<u64>,
+    /// With --transport basebackup: bytes received on the replication connection
+    /// (compressed stream and manifest, before TLS) and the server's compression.
+    pub wire_bytes: Option<u64>,
+    pub network_compress: Option<String>,
 }
 
 /// Runs `replica-create`.
 pub fn run(s: &Settings, args: &ReplicaOptions, progress: &dyn Progress) -> Result<ReplicaSummary> {
+    if s.transport == crate::options::Transport::Basebackup {
+        return super::replica_stream::run(s, args, progress);
+    }
     let target = s.pg_path()?.to_path_buf();
     if !target.is_absolute() {
         return Err(Error::Config("--pg-path must be an absolute path".into()));
@@ -136,7 +143,31 @@ pub fn run(s: &Settings, args: &ReplicaOptions, progress: &dyn Progress) -> Resu
         jobs,
         delta_same: delta.then_some(same),
         delta_copied: delta.then_some(copied),
+        wire_bytes: None,
+        network_compress: None,
     })
+}
+
+/// The settings a new standby gets in postgresql.auto.conf: primary_conninfo (for
+/// `target`, with `app` as application_name), the slot, the port.
+pub fn standby_lines(
+    s: &Settings,
+    args: &ReplicaOptions,
+    target: &crate::pg::conninfo::ConnTarget,
+    app: &str,
+) -> Vec<String> {
+    let conninfo = standby_conninfo(&target.effective, app);
+    let mut lines = vec![
+        "# standby settings added by pgjet replica-create".to_string(),
+        format!("primary_conninfo = {}", quote_conf_value(&conninfo)),
+    ];
+    if let Some(slot) = &args.slot {
+        lines.push(format!("primary_slot_name = {}", quote_conf_value(slot)));
+    }
+    if s.pg_port != crate::options::DEFAULT_PG_PORT || args.start {
+        lines.push(format!("port = {}", s.pg_port));
+    }
+    lines
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -185,17 +216,7 @@ fn copy_and_configure(
         std::mem::take(&mut dir.written).into_iter().unzip();
     set_mtimes(&paths, &mtimes)?;
 
-    let conninfo = standby_conninfo(&primary.target.effective, app);
-    let mut lines = vec![
-        "# standby settings added by pgjet replica-create".to_string(),
-        format!("primary_conninfo = {}", quote_conf_value(&conninfo)),
-    ];
-    if let Some(slot) = &args.slot {
-        lines.push(format!("primary_slot_name = {}", quote_conf_value(slot)));
-    }
-    if s.pg_port != crate::options::DEFAULT_PG_PORT || args.start {
-        lines.push(format!("port = {}", s.pg_port));
-    }
+    let lines = standby_lines(s, args, &primary.target, app);
     let sync = dir
         .sync
         .take()

@@ -27,6 +27,15 @@ pub enum Error {
         #[source]
         source: tokio_postgres::Error,
     },
+    /// The server refused or ended a replication connection (the BASE_BACKUP transport,
+    /// src/remote/replication.rs): `error` is its ErrorResponse; `user` the role that
+    /// connected, for the hint.
+    #[error("replication connection to {target} failed: {error}")]
+    Replication {
+        target: String,
+        user: String,
+        error: Box<ServerError>,
+    },
     /// The repository is missing, belongs to another cluster or is malformed.
     #[error("repository: {0}")]
     Repo(String),
@@ -82,6 +91,29 @@ pub enum StorageFault {
     Tls(crate::error::tls::TlsFailure),
     /// Anything else the store reported.
     Other,
+}
+
+/// An error or notice a PostgreSQL server sent over a connection pgjet speaks itself (the
+/// ErrorResponse fields severity, SQLSTATE, message, detail, hint; see the protocol chapter
+/// "Error and Notice Message Fields").
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ServerError {
+    pub severity: String,
+    /// SQLSTATE, e.g. `42501`.
+    pub code: String,
+    pub message: String,
+    pub detail: Option<String>,
+    pub hint: Option<String>,
+}
+
+impl std::fmt::Display for ServerError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.severity, self.message)?;
+        if let Some(d) = &self.detail {
+            write!(f, " (DETAIL: {d})")?;
+        }
+        Ok(())
+    }
 }
 
 /// How many damaged files an [`Error::Corrupt`] message names before "and N more".
@@ -149,6 +181,7 @@ impl Error {
             Error::Query { source, .. } if connection_lost(source) => "HINT: the connection to the server was lost (network, server restart or timeout); run the command again (replica-create: with --delta, to copy only what is missing).".into(),
             Error::Query { source, .. } if source.as_db_error().map(|d| d.code() != &tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE).unwrap_or(false) => "HINT: the server refused the statement; its message above says why.".into(),
             Error::Query { .. } => "HINT: pgjet needs a superuser or a role with the rights the README lists (\"A role for pgjet\"); `pgjet check` names each missing one with the GRANT that fixes it.".into(),
+            Error::Replication { user, error, .. } => replication_hint(user, error),
             Error::Repo(_) => "HINT: check --repo-path and --stanza; a new stanza is made with `pgjet stanza-create`.".into(),
             Error::Corrupt { .. } => "HINT: the repository bytes changed after they were written; take a new backup and check the storage.".into(),
             Error::CorruptWal { .. } => "HINT: the archived WAL changed after it was written; recovery cannot pass this file: take a new backup (its own WAL is in it) and check the storage.".into(),
@@ -172,7 +205,7 @@ impl Error {
     pub fn exit_code(&self) -> i32 {
         match self {
             Error::Config(_) => 2,
-            Error::Connect { .. } | Error::Query { .. } => 3,
+            Error::Connect { .. } | Error::Query { .. } | Error::Replication { .. } => 3,
             Error::Repo(_) => 4,
             Error::Corrupt { .. } | Error::CorruptWal { .. } => 5,
             Error::Unsafe(_) => 6,
@@ -185,6 +218,38 @@ impl Error {
             Error::Storage { .. } => 4,
             Error::Other(_) => 1,
         }
+    }
+}
+
+/// What to do about a refused replication connection: the REPLICATION attribute (the
+/// walsender's check in src/backend/utils/init/postinit.c: "must be superuser or replication
+/// role", PostgreSQL 16+ "permission denied to start WAL sender"), a `replication` line in
+/// pg_hba.conf (src/backend/libpq/auth.c: "no pg_hba.conf entry for replication connection"),
+/// or free WAL senders (max_wal_senders).
+fn replication_hint(user: &str, e: &ServerError) -> String {
+    let m = format!("{} {}", e.message, e.detail.clone().unwrap_or_default());
+    let plain = user
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+        && user
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    let role = if plain {
+        user.to_string()
+    } else {
+        format!("\"{}\"", user.replace('"', "\"\""))
+    };
+    if m.contains("replication role") || m.contains("WAL sender") && m.contains("REPLICATION") {
+        format!("HINT: the role needs the REPLICATION attribute for --transport basebackup: ALTER ROLE {role} REPLICATION; (or use --transport libpq)")
+    } else if m.contains("pg_hba.conf") {
+        format!("HINT: pg_hba.conf needs a line for replication connections from this host, e.g. `hostssl replication {user} <this host's address>/32 scram-sha-256`, then SELECT pg_reload_conf(); (the `all` database does not match replication connections)")
+    } else if m.contains("max_wal_senders") || m.contains("WAL sender") {
+        "HINT: the server has no free WAL sender: raise max_wal_senders (restart needed) or end other replication connections".into()
+    } else if e.code == "28P01" || e.code == "28000" {
+        "HINT: check the user and password (password=, PGPASSWORD or ~/.pgpass) and pg_hba.conf's replication lines".into()
+    } else {
+        "HINT: the server refused the replication command; its message above says why.".into()
     }
 }
 

@@ -54,6 +54,9 @@ pub enum Transport {
     /// Ordinary connections to the server, reading with pg_read_binary_file: nothing to
     /// install on the primary.
     Libpq,
+    /// One replication connection and the `BASE_BACKUP` stream, compressed by the server
+    /// (`--network-compress`): nothing to install on the primary; the role needs REPLICATION.
+    Basebackup,
 }
 words!(
     Transport,
@@ -61,7 +64,32 @@ words!(
     [
         ("auto", Transport::Auto),
         ("local", Transport::Local),
-        ("libpq", Transport::Libpq)
+        ("libpq", Transport::Libpq),
+        ("basebackup", Transport::Basebackup)
+    ]
+);
+
+/// How the server compresses the `BASE_BACKUP` stream (`--network-compress`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum NetworkCompress {
+    /// The best the server has: zstd, else lz4, else gzip (asked of `pg_config()`'s
+    /// configure flags, or tried).
+    #[default]
+    Auto,
+    None,
+    Gzip,
+    Lz4,
+    Zstd,
+}
+words!(
+    NetworkCompress,
+    "network compression",
+    [
+        ("auto", NetworkCompress::Auto),
+        ("none", NetworkCompress::None),
+        ("gzip", NetworkCompress::Gzip),
+        ("lz4", NetworkCompress::Lz4),
+        ("zstd", NetworkCompress::Zstd)
     ]
 );
 

@@ -36,8 +36,8 @@ pub mod resolve;
 pub mod table;
 
 pub use command::{
-    ArchiveMode, BackupOptions, BackupType, Command, ExpireOptions, ReplicaOptions, RestoreOptions,
-    RestoreType, TargetAction, Transport, VerifyOptions,
+    ArchiveMode, BackupOptions, BackupType, Command, ExpireOptions, NetworkCompress,
+    ReplicaOptions, RestoreOptions, RestoreType, TargetAction, Transport, VerifyOptions,
 };
 pub use repo::{RepoConfig, StorageTls, UriStyle, MAX_REPOS};
 pub use resolve::{Given, Invocation};
@@ -91,6 +91,12 @@ pub struct Settings {
     pub source: Option<String>,
     /// How the primary's files are read.
     pub transport: Transport,
+    /// How the server compresses a `BASE_BACKUP` stream (--network-compress).
+    pub network_compress: NetworkCompress,
+    /// --compress-level-network; None: the server's default.
+    pub network_level: Option<i32>,
+    /// --max-rate, bytes per second; None: no limit.
+    pub max_rate: Option<u64>,
     /// Whether `jobs` was given (flag, environment or file) rather than defaulted to the
     /// number of cores; a libpq source picks its own default then.
     pub jobs_given: bool,

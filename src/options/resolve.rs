@@ -398,6 +398,19 @@ pub fn resolve_settings(
         jobs: jobs(&src)?,
         source: source(&src)?,
         transport: transport(&src)?,
+        network_compress: match src.get_or_default("network-compress")? {
+            None => NetworkCompress::Auto,
+            Some(v) => v.parse().map_err(|_| {
+                Error::Config(format!(
+                    "network-compress '{v}' is not one of auto, none, gzip, lz4, zstd"
+                ))
+            })?,
+        },
+        network_level: src.parsed("compress-level-network")?,
+        max_rate: match src.get("max-rate")? {
+            None => None,
+            Some(f) => Some(crate::options::parse_size("max-rate", &f.value)?),
+        },
         compression,
         log_level: log_level(&src)?,
         output: output(&src)?,
@@ -505,7 +518,7 @@ fn transport(src: &Sources) -> Result<Transport> {
         None => Ok(Transport::Auto),
         Some(f) => f.value.parse().map_err(|_| {
             Error::Config(format!(
-                "transport '{}' is not one of auto, local, libpq",
+                "transport '{}' is not one of auto, local, libpq, basebackup",
                 f.value
             ))
         }),

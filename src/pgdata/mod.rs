@@ -15,6 +15,7 @@ pub mod finish;
 pub mod recovery;
 pub mod restore;
 pub mod standby;
+pub mod stream;
 
 use crate::error::{Error, Result};
 use crate::io::fs::{create_new_file, set_mtime, SyncHandle};

@@ -3,6 +3,7 @@
 //! server provably runs here, else libpq connections (the transport choice). The one
 //! base-backup sequence that backup and replica-create share is in [`base_backup`].
 pub mod base_backup;
+pub mod stream;
 
 use crate::error::{Error, Result};
 use crate::options::Settings;
@@ -72,6 +73,13 @@ pub fn open_primary(s: &Settings, check_pg_path_arg: bool) -> Result<Primary> {
     let local = match transport {
         Transport::Libpq => None,
         Transport::Auto | Transport::Local => local_data_directory(&sess, &info),
+        // replica-create takes its own path (commands/replica_stream.rs); the repository
+        // target of the stream is not built yet.
+        Transport::Basebackup => {
+            return Err(Error::Config(
+                "--transport basebackup is supported by replica-create only so far; use --transport libpq or local".into(),
+            ))
+        }
     };
     if transport == Transport::Local && local.is_none() {
         return Err(Error::Config(format!(

@@ -1,0 +1,164 @@
+//! `replica-create --transport basebackup`: the new standby written from the server's own
+//! `BASE_BACKUP` stream (compressed on the primary, decoded here; see
+//! [`crate::primary::stream`] and docs/basebackup-transport.md), then the same finish as the
+//! other transports: standby settings, the slot made permanent from the temporary one, the
+//! server's backup_manifest kept (pg_verifybackup passes), pg_control last.
+use super::replica::{standby_lines, ReplicaSummary};
+use crate::error::{Error, Result};
+use crate::options::{ReplicaOptions, Settings};
+use crate::pg::conninfo::ConnInfo;
+use crate::pg::session;
+use crate::pgdata::finish::{finish, Finish};
+use crate::pgdata::standby::{bin_dir, standby_app_name, start_standby};
+use crate::pgdata::stream::StreamDir;
+use crate::pgdata::{delta, parse_tablespace_map, plan_locations, prepare_target, set_mtimes};
+use crate::pgdata::{DataDirModes, TargetSync};
+use crate::primary::connect_primary;
+use crate::primary::stream::{run_stream_backup, StreamOptions};
+use crate::transfer::Progress;
+use std::fs;
+use std::path::PathBuf;
+use std::time::Instant;
+
+/// Runs `replica-create` over the `BASE_BACKUP` stream. Errors: as the other transports',
+/// plus `--delta` (refused before anything starts: the stream copies every file) and the
+/// replication connection's ([`Error::Replication`]).
+pub fn run(s: &Settings, args: &ReplicaOptions, progress: &dyn Progress) -> Result<ReplicaSummary> {
+    let target = s.pg_path()?.to_path_buf();
+    if !target.is_absolute() {
+        return Err(Error::Config("--pg-path must be an absolute path".into()));
+    }
+    if args.delta {
+        return Err(Error::Config(
+            "--delta cannot be used with --transport basebackup: the stream always sends every file; use --transport libpq (or local) to re-sync an existing copy".into(),
+        ));
+    }
+    let map = parse_tablespace_map(&args.tablespace_map)?;
+    let source = s.source.as_deref().ok_or_else(|| {
+        Error::Config("replica-create needs --source: the primary's connection string".into())
+    })?;
+    let given = ConnInfo::parse(source)
+        .map_err(crate::pg::conninfo::source_error)?
+        .with_env_defaults(&session::env_var);
+    let (conn, sess, info) = connect_primary(s)?;
+    if info.in_recovery {
+        return Err(Error::Unsafe("the source is a standby: replica-create from a standby is not supported yet; use the primary".into()));
+    }
+    let tablespaces = sess.tablespaces()?;
+    plan_locations(&target, &tablespaces, &map)?;
+    if let Some(name) = &args.slot {
+        if sess.slot_wal_status(name)?.is_some() {
+            return Err(Error::Unsafe(format!(
+                "replication slot {name} already exists on the primary; choose another --slot or drop it"
+            )));
+        }
+    }
+    let r = sess.query_row("read data_directory_mode", "SHOW data_directory_mode")?;
+    let dir_mode = r
+        .first()
+        .cloned()
+        .flatten()
+        .and_then(|m| u32::from_str_radix(m.trim_start_matches('0'), 8).ok())
+        .unwrap_or(0o700)
+        & 0o777;
+    let clock = Instant::now();
+    let app = standby_app_name(&given, args.slot.as_deref(), s.pg_port);
+    let opts = StreamOptions {
+        label: format!("pgjet replica-create {}", target.display()),
+        fast: args.start_fast,
+        compress: s.network_compress,
+        level: s.network_level,
+        max_rate: s.max_rate,
+        wal: true,
+        tablespace_map: false,
+        workers: None,
+    };
+    let res = (|| -> Result<(u64, u64, String)> {
+        let locations =
+            prepare_target(&target, &tablespaces, &map, &[("global".into(), dir_mode)])?;
+        delta::write_marker(&target, info.system_identifier)?;
+        let sync = TargetSync::open(&target, &locations)?;
+        let modes = DataDirModes::of_mode(dir_mode);
+        let mut sink = StreamDir::new(&target, locations, modes.dir, s.jobs, Some(progress));
+        let streamed = run_stream_backup(&sess, &info, &conn, &opts, &mut sink);
+        let written = sink.finish();
+        progress.finish();
+        let sb = streamed?;
+        written?;
+        if let Some(name) = &args.slot {
+            sess.copy_slot_permanent(&sb.slot, name)?;
+        }
+        let (paths, mtimes): (Vec<PathBuf>, Vec<i64>) =
+            std::mem::take(&mut sink.written).into_iter().unzip();
+        set_mtimes(&paths, &mtimes)?;
+        let d = &sb.outcome.decoded;
+        let label = d
+            .backup_label
+            .as_ref()
+            .map(|f| f.bytes.as_slice())
+            .unwrap_or_default();
+        let control = d.control.clone().unwrap_or_default();
+        finish(
+            &target,
+            &sync,
+            &Finish {
+                backup_label: label,
+                tablespace_map: None,
+                replace_recovery_settings: Some("pgjet replica-create".into()),
+                auto_conf: standby_lines(s, args, &conn, &app),
+                signal: Some("standby.signal"),
+            },
+            // The server's manifest, so pg_verifybackup checks the new directory.
+            || crate::io::fs::write_file(&target.join("backup_manifest"), &d.manifest, modes.file),
+            || {
+                crate::io::fs::write_file(
+                    &target.join("global/pg_control"),
+                    &control.bytes,
+                    if control.mode == 0 {
+                        modes.file
+                    } else {
+                        control.mode
+                    },
+                )
+            },
+        )?;
+        Ok((d.logical_bytes, d.wire_bytes, sb.codec.name().to_string()))
+    })();
+    let (size, wire, codec) = match res {
+        Ok(v) => v,
+        Err(e) => {
+            if let Some(name) = &args.slot {
+                if sess.slot_wal_status(name).ok().flatten().is_some() {
+                    if let Err(d) = sess.drop_slot(name) {
+                        tracing::warn!("could not drop slot {name} after the failure: {d}");
+                    }
+                }
+            }
+            let _ = fs::remove_file(target.join("global/pg_control"));
+            return Err(e);
+        }
+    };
+    let major = info.major();
+    sess.close();
+    let seconds = clock.elapsed().as_secs_f64();
+    let mut started = false;
+    if args.start {
+        let bin = bin_dir(args.pg_bin.as_deref(), None, &major)?;
+        start_standby(&bin, s.pg_port, &target, &conn, &app)?;
+        started = true;
+    }
+    Ok(ReplicaSummary {
+        pg_path: target.display().to_string(),
+        size,
+        seconds,
+        mib_per_sec: size as f64 / (1 << 20) as f64 / seconds.max(1e-6),
+        slot: args.slot.clone(),
+        started,
+        transport: "basebackup".into(),
+        jobs: s.jobs,
+        delta_same: None,
+        delta_copied: None,
+        wire_bytes: Some(wire),
+        network_compress: Some(codec),
+    })
+}

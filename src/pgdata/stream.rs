@@ -1,0 +1,308 @@
+//! A data directory written from the `BASE_BACKUP` stream ([`StreamDir`], a
+//! [`crate::remote::basebackup::StreamSink`]): the decoder hands over tar entries in order on
+//! its one thread; each file is created sparse at its size with its recorded mode and its
+//! bytes are written in place by a pool of writer threads (pieces of up to [`PIECE`] bytes,
+//! all-zero 8 KiB blocks left as holes), so decompression and writing overlap and the
+//! writing spreads over the destination's cores.
+//!
+//! The held-back files (backup_label, tablespace_map, pg_control) never come here: the
+//! caller's one finish ([`super::finish`]) writes them, pg_control last.
+use super::create_file;
+use crate::error::{Error, Result};
+use crate::remote::basebackup::StreamSink;
+use crate::transfer::Progress;
+use crossbeam_channel::{bounded, Sender};
+use std::fs::{self, File};
+use std::os::unix::fs::{DirBuilderExt, FileExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+/// Most bytes handed to a writer thread at once: 1 MiB.
+pub const PIECE: usize = 1 << 20;
+
+/// Block size below which zeros are not worth a hole; PostgreSQL's page (BLCKSZ).
+const BLOCK: usize = 8192;
+
+struct Piece {
+    file: Arc<File>,
+    path: Arc<PathBuf>,
+    offset: u64,
+    data: Vec<u8>,
+}
+
+/// The sink (see the module's documentation).
+pub struct StreamDir<'a> {
+    pg_path: PathBuf,
+    /// (OID, chosen location) of each tablespace.
+    locations: Vec<(u32, PathBuf)>,
+    /// The root of the archive being decoded.
+    root: PathBuf,
+    tablespace: Option<u32>,
+    dir_mode: u32,
+    tx: Option<Sender<Piece>>,
+    workers: Vec<JoinHandle<()>>,
+    failed: Arc<Mutex<Option<Error>>>,
+    cur: Option<(Arc<File>, Arc<PathBuf>, u64)>,
+    buf: Vec<u8>,
+    /// Files written (path, mtime), to stamp their modification times at the end.
+    pub written: Vec<(PathBuf, i64)>,
+    /// Bytes of file content received.
+    pub bytes: u64,
+    progress: Option<&'a dyn Progress>,
+    /// Progress reported so far, bytes.
+    reported: u64,
+}
+
+impl<'a> StreamDir<'a> {
+    /// A sink writing into `pg_path` (already prepared: [`super::prepare_target`]) and the
+    /// tablespace directories `locations`, with `jobs` writer threads (at least 1). New
+    /// directories get their recorded mode, or `dir_mode` when none was recorded.
+    /// `progress` gets the server's progress reports (bytes done, phase "replica-create").
+    pub fn new(
+        pg_path: &Path,
+        locations: Vec<(u32, PathBuf)>,
+        dir_mode: u32,
+        jobs: usize,
+        progress: Option<&'a dyn Progress>,
+    ) -> StreamDir<'a> {
+        let (tx, rx) = bounded::<Piece>(jobs.max(1) * 4);
+        let failed: Arc<Mutex<Option<Error>>> = Arc::new(Mutex::new(None));
+        let workers = (0..jobs.max(1))
+            .map(|_| {
+                let rx = rx.clone();
+                let failed = failed.clone();
+                std::thread::spawn(move || {
+                    for p in rx {
+                        if let Err(e) = write_piece(&p) {
+                            let mut f = failed.lock().unwrap_or_else(|e| e.into_inner());
+                            f.get_or_insert(e);
+                        }
+                    }
+                })
+            })
+            .collect();
+        StreamDir {
+            pg_path: pg_path.to_path_buf(),
+            locations,
+            root: pg_path.to_path_buf(),
+            tablespace: None,
+            dir_mode,
+            tx: Some(tx),
+            workers,
+            failed,
+            cur: None,
+            buf: Vec::with_capacity(PIECE),
+            written: Vec::new(),
+            bytes: 0,
+            progress,
+            reported: 0,
+        }
+    }
+
+    fn check(&self) -> Result<()> {
+        let mut f = self.failed.lock().unwrap_or_else(|e| e.into_inner());
+        match f.take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    fn dispatch(&mut self) -> Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let (file, path, offset) = self
+            .cur
+            .as_mut()
+            .ok_or_else(|| Error::Other("stream: data outside a file".into()))?;
+        let data = std::mem::replace(&mut self.buf, Vec::with_capacity(PIECE));
+        let n = data.len() as u64;
+        let piece = Piece {
+            file: file.clone(),
+            path: path.clone(),
+            offset: *offset,
+            data,
+        };
+        *offset += n;
+        self.tx
+            .as_ref()
+            .ok_or_else(|| Error::Other("stream: the writers are gone".into()))?
+            .send(piece)
+            .map_err(|_| Error::Other("stream: the writers stopped".into()))?;
+        self.check()
+    }
+
+    /// Waits for every piece to be written. Errors: the first write that failed.
+    pub fn finish(&mut self) -> Result<()> {
+        drop(self.tx.take());
+        for w in self.workers.drain(..) {
+            let _ = w.join();
+        }
+        self.check()
+    }
+}
+
+impl Drop for StreamDir<'_> {
+    fn drop(&mut self) {
+        drop(self.tx.take());
+        for w in self.workers.drain(..) {
+            let _ = w.join();
+        }
+    }
+}
+
+/// Writes a piece at its offset, leaving all-zero blocks as holes (the file was created
+/// sparse at its size, so they read as zeros).
+fn write_piece(p: &Piece) -> Result<()> {
+    let mut at = 0usize;
+    while at < p.data.len() {
+        let end = (at + BLOCK).min(p.data.len());
+        if p.data[at..end].iter().all(|&b| b == 0) {
+            at = end;
+            continue;
+        }
+        // Extend over the following non-zero blocks so one write covers them.
+        let mut stop = end;
+        while stop < p.data.len() {
+            let next = (stop + BLOCK).min(p.data.len());
+            if p.data[stop..next].iter().all(|&b| b == 0) {
+                break;
+            }
+            stop = next;
+        }
+        p.file
+            .write_all_at(&p.data[at..stop], p.offset + at as u64)
+            .map_err(|e| Error::io("write", p.path.as_path(), e))?;
+        at = stop;
+    }
+    Ok(())
+}
+
+impl StreamSink for StreamDir<'_> {
+    fn begin_archive(&mut self, name: &str, tablespace: Option<u32>) -> Result<()> {
+        self.tablespace = tablespace;
+        self.root = match tablespace {
+            None => self.pg_path.clone(),
+            Some(oid) => self
+                .locations
+                .iter()
+                .find(|(o, _)| *o == oid)
+                .map(|(_, d)| d.clone())
+                .ok_or_else(|| {
+                    Error::Unsafe(format!(
+                        "the server sent archive {name} for tablespace OID {oid}, which was not listed when the backup started (created meanwhile?); run replica-create again"
+                    ))
+                })?,
+        };
+        Ok(())
+    }
+
+    fn directory(&mut self, path: &str, mode: u32) -> Result<()> {
+        if self.tablespace.is_none() && is_tablespace_link(path) {
+            return Ok(()); // made by prepare_target
+        }
+        let p = self.root.join(path);
+        let mode = if mode == 0 { self.dir_mode } else { mode };
+        match fs::DirBuilder::new().mode(mode).create(&p) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(Error::io("create directory", &p, e)),
+        }
+        fs::set_permissions(&p, fs::Permissions::from_mode(mode))
+            .map_err(|e| Error::io("chmod", &p, e))
+    }
+
+    fn symlink(&mut self, path: &str, target: &str) -> Result<()> {
+        if self.tablespace.is_none() && is_tablespace_link(path) {
+            return Ok(()); // made by prepare_target, to the chosen location
+        }
+        let p = self.root.join(path);
+        std::os::unix::fs::symlink(target, &p).map_err(|e| Error::io("create link", &p, e))
+    }
+
+    fn file_begin(&mut self, path: &str, size: u64, mode: u32, mtime: i64) -> Result<()> {
+        let (p, f) = create_file(&self.root, path, size, mode)?;
+        self.written.push((p.clone(), mtime));
+        self.cur = Some((Arc::new(f), Arc::new(p), 0));
+        self.bytes += size;
+        Ok(())
+    }
+
+    fn file_data(&mut self, data: &[u8]) -> Result<()> {
+        let mut rest = data;
+        while !rest.is_empty() {
+            let n = rest.len().min(PIECE - self.buf.len());
+            self.buf.extend_from_slice(&rest[..n]);
+            rest = &rest[n..];
+            if self.buf.len() == PIECE {
+                self.dispatch()?;
+            }
+        }
+        Ok(())
+    }
+
+    fn file_end(&mut self) -> Result<()> {
+        self.dispatch()?;
+        self.cur = None;
+        Ok(())
+    }
+
+    fn started(&mut self, total_bytes: u64) {
+        if let Some(p) = self.progress {
+            p.begin("replica-create", total_bytes);
+        }
+    }
+
+    fn progress(&mut self, done: u64) {
+        if let Some(p) = self.progress {
+            if done > self.reported {
+                p.advance(done - self.reported);
+                self.reported = done;
+            }
+        }
+    }
+}
+
+/// `pg_tblspc/<oid>`: a tablespace's link in the main archive.
+fn is_tablespace_link(path: &str) -> bool {
+    path.strip_prefix("pg_tblspc/")
+        .is_some_and(|r| !r.is_empty() && !r.contains('/'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writes_sparse_in_place_and_skips_links() {
+        let d = tempfile::tempdir().unwrap();
+        let ts = tempfile::tempdir().unwrap();
+        let mut s = StreamDir::new(d.path(), vec![(7, ts.path().to_path_buf())], 0o700, 3, None);
+        s.begin_archive("base.tar", None).unwrap();
+        s.directory("base", 0o700).unwrap();
+        s.directory("pg_tblspc", 0o700).unwrap();
+        s.symlink("pg_tblspc/7", "/nowhere").unwrap();
+        let mut data = vec![0u8; 3 * PIECE + 5];
+        data[PIECE + 3] = 9;
+        data[3 * PIECE + 4] = 1;
+        s.file_begin("base/1", data.len() as u64, 0o640, 0).unwrap();
+        for c in data.chunks(70_000) {
+            s.file_data(c).unwrap();
+        }
+        s.file_end().unwrap();
+        s.begin_archive("7.tar", Some(7)).unwrap();
+        s.file_begin("PG_15_1/x", 3, 0o600, 0).unwrap();
+        s.file_data(b"abc").unwrap();
+        s.file_end().unwrap();
+        assert!(s.begin_archive("8.tar", Some(8)).is_err());
+        s.finish().unwrap();
+        assert_eq!(std::fs::read(d.path().join("base/1")).unwrap(), data);
+        assert_eq!(std::fs::read(ts.path().join("PG_15_1/x")).unwrap(), b"abc");
+        assert!(!d.path().join("pg_tblspc/7").exists());
+        let m = std::fs::metadata(d.path().join("base/1")).unwrap();
+        use std::os::unix::fs::MetadataExt;
+        assert_eq!(m.mode() & 0o777, 0o640);
+        assert!(m.blocks() * 512 < data.len() as u64, "sparse");
+    }
+}

@@ -1,0 +1,196 @@
+//! The base-backup sequence over the replication protocol (`--transport basebackup`): the
+//! server runs the backup itself (`BASE_BACKUP`, src/backend/backup/basebackup.c) and sends
+//! one compressed tar per tablespace; pgjet decodes it as it arrives
+//! ([`crate::remote::basebackup`]) into the caller's sink.
+//!
+//! Order of work:
+//! 1. a temporary physical replication slot on the SQL session reserves WAL (it dies with
+//!    the session, so a killed pgjet leaks nothing);
+//! 2. a replication connection; `IDENTIFY_SYSTEM` must give the SQL session's system
+//!    identifier (both reach the same cluster);
+//! 3. `BASE_BACKUP` with the chosen compression; the stream is decoded into the sink,
+//!    backup_label, tablespace_map and pg_control held back;
+//! 4. every file is checked against the server's backup_manifest (size and CRC-32C);
+//! 5. the slot is checked: had it lost its WAL, the copy could hold recycled segments.
+use crate::error::{Error, Result};
+use crate::options::NetworkCompress;
+use crate::pg::conninfo::ConnTarget;
+use crate::pg::session::{ServerInfo, Session};
+use crate::remote::basebackup::{
+    check_manifest, run_stream, BaseBackupCommand, StreamOutcome, StreamSink, WireCodec,
+};
+use crate::remote::replication::ReplConn;
+
+/// How to run the stream.
+#[derive(Debug, Clone)]
+pub struct StreamOptions {
+    /// LABEL (shows in backup_label and the server log).
+    pub label: String,
+    /// An immediate checkpoint.
+    pub fast: bool,
+    pub compress: NetworkCompress,
+    /// Compression level; None: the server's default.
+    pub level: Option<i32>,
+    /// Bytes per second; None: no limit.
+    pub max_rate: Option<u64>,
+    /// Put the backup's WAL in the stream (under pg_wal/).
+    pub wal: bool,
+    /// Ask for tablespace_map (else the tablespace links come as symbolic links).
+    pub tablespace_map: bool,
+    /// zstd workers on the server; None: none.
+    pub workers: Option<u32>,
+}
+
+/// What the stream produced.
+#[derive(Debug)]
+pub struct StreamBackup {
+    /// The temporary slot that protected the WAL; it lives as long as the session.
+    pub slot: String,
+    pub codec: WireCodec,
+    pub outcome: StreamOutcome,
+}
+
+/// The compression methods to try for `wanted`, best first. For `auto`: those the server's
+/// build has, from `pg_config()`'s CONFIGURE line (`--with-zstd`, `--with-lz4`; reading it
+/// needs superuser or pg_read_all_settings), else zstd, lz4, gzip in turn (a server built
+/// without one refuses it at once, before the checkpoint: parse_basebackup_options in
+/// basebackup.c).
+pub fn codec_candidates(sess: &Session, wanted: NetworkCompress) -> Vec<WireCodec> {
+    match wanted {
+        NetworkCompress::None => vec![WireCodec::None],
+        NetworkCompress::Gzip => vec![WireCodec::Gzip],
+        NetworkCompress::Lz4 => vec![WireCodec::Lz4],
+        NetworkCompress::Zstd => vec![WireCodec::Zstd],
+        NetworkCompress::Auto => {
+            let configure = sess
+                .query_row(
+                    "read pg_config",
+                    "SELECT setting FROM pg_config() WHERE name = 'CONFIGURE'",
+                )
+                .ok()
+                .and_then(|r| r.into_iter().next().flatten());
+            match configure {
+                Some(c) => {
+                    let mut v = Vec::new();
+                    if c.contains("--with-zstd") {
+                        v.push(WireCodec::Zstd);
+                    }
+                    if c.contains("--with-lz4") {
+                        v.push(WireCodec::Lz4);
+                    }
+                    v.push(WireCodec::Gzip);
+                    v
+                }
+                None => vec![WireCodec::Zstd, WireCodec::Lz4, WireCodec::Gzip],
+            }
+        }
+    }
+}
+
+/// A replication connection to `target` that reaches the cluster of `info`
+/// (`IDENTIFY_SYSTEM`). Errors: the connection's; another cluster ([`Error::Unsafe`]).
+fn connect_checked(target: &ConnTarget, info: &ServerInfo) -> Result<ReplConn> {
+    let mut conn = ReplConn::connect(target)?;
+    let (sysid, _tli, _) = conn.identify_system()?;
+    if sysid != info.system_identifier {
+        return Err(Error::Unsafe(format!(
+            "the replication connection reached the cluster {sysid}, the SQL session {}: both must reach the same primary",
+            info.system_identifier
+        )));
+    }
+    Ok(conn)
+}
+
+/// Runs the sequence (see the module's documentation) on the primary behind `sess` (facts
+/// `info`), reached again at `target` for the replication connection, decoding into `sink`.
+///
+/// Errors: the replication connection refused ([`Error::Replication`], whose hint names
+/// `ALTER ROLE ... REPLICATION` or the pg_hba.conf line); another cluster behind the
+/// replication connection ([`Error::Unsafe`]); a stream that is short, corrupt or differs
+/// from its manifest ([`Error::Corrupt`]); the slot losing its WAL.
+pub fn run_stream_backup(
+    sess: &Session,
+    info: &ServerInfo,
+    target: &ConnTarget,
+    opts: &StreamOptions,
+    sink: &mut dyn StreamSink,
+) -> Result<StreamBackup> {
+    if info.in_recovery {
+        return Err(Error::Unsafe(
+            "the cluster is a standby: base backups from a standby are not supported yet; use the primary"
+                .into(),
+        ));
+    }
+    let candidates = codec_candidates(sess, opts.compress);
+    // The replication connection first: a role without REPLICATION or a missing pg_hba.conf
+    // line is reported by it, with its fix, before anything is made on the primary.
+    let mut first = Some(connect_checked(target, info)?);
+    let slot = format!("pgjet_{}", std::process::id());
+    sess.create_physical_slot(&slot, true)?;
+    let mut last_err = None;
+    for (i, codec) in candidates.iter().copied().enumerate() {
+        let mut conn = match first.take() {
+            Some(c) => c,
+            None => connect_checked(target, info)?,
+        };
+        let cmd = BaseBackupCommand {
+            label: opts.label.clone(),
+            fast: opts.fast,
+            wal: opts.wal,
+            max_rate: opts.max_rate,
+            codec,
+            level: opts.level,
+            workers: opts.workers,
+            tablespace_map: opts.tablespace_map,
+        };
+        match run_stream(&mut conn, &cmd, sink) {
+            Ok(outcome) => {
+                conn.close();
+                let what = format!("BASE_BACKUP stream from {}", target.describe);
+                check_manifest(&outcome.decoded.files, &outcome.decoded.manifest, &what)?;
+                for (name, present) in [
+                    ("backup_label", outcome.decoded.backup_label.is_some()),
+                    ("global/pg_control", outcome.decoded.control.is_some()),
+                ] {
+                    if !present {
+                        return Err(Error::Corrupt {
+                            label: what,
+                            files: vec![format!("{name} (missing from the stream)")],
+                        });
+                    }
+                }
+                sess.check_slot_holds(&slot)?;
+                tracing::info!(
+                    "BASE_BACKUP ({}): {} bytes of files in {} bytes on the wire, LSN {} to {}",
+                    codec.name(),
+                    outcome.decoded.logical_bytes,
+                    outcome.decoded.wire_bytes,
+                    outcome.start_lsn,
+                    outcome.end_lsn
+                );
+                return Ok(StreamBackup {
+                    slot,
+                    codec,
+                    outcome,
+                });
+            }
+            Err(Error::Replication { error, .. })
+                if i + 1 < candidates.len()
+                    && error.message.contains("does not support compression") =>
+            {
+                tracing::info!(
+                    "the server cannot compress with {}: {}; trying the next method",
+                    codec.name(),
+                    error.message
+                );
+                last_err = Some(error.message);
+                continue;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Err(Error::Unsafe(format!(
+        "the server supports none of the compression methods tried ({})",
+        last_err.unwrap_or_default()
+    )))
+}

@@ -1,0 +1,443 @@
+//! The `BASE_BACKUP` transport (src/remote/replication.rs, src/remote/basebackup.rs,
+//! `replica-create --transport basebackup`) against PostgreSQL 15 over loopback TCP:
+//! - the replication connection and the stream decoder on their own: IDENTIFY_SYSTEM, then
+//!   BASE_BACKUP with gzip decoded and every file checked against the server's manifest;
+//! - replica-create with lz4 and a second tablespace mapped elsewhere, a table with a
+//!   non-ASCII name: pg_verifybackup passes on the new directory, the standby starts, holds
+//!   the same rows and streams from its slot;
+//! - refusals: a role without REPLICATION (the error names `ALTER ROLE ... REPLICATION`,
+//!   nothing is left behind), `--delta` with the stream (refused before anything starts).
+mod common;
+
+use common::*;
+use pgjet::remote::basebackup::{
+    check_manifest, run_stream, BaseBackupCommand, StreamSink, WireCodec,
+};
+use pgjet::remote::replication::ReplConn;
+use std::fs;
+use std::time::Duration;
+
+/// Restarts `cluster` listening on 127.0.0.1 too (the server's output to its log, so no
+/// pipe stays open).
+fn listen_on_loopback(cluster: &Cluster) {
+    cluster.psql(
+        "postgres",
+        "ALTER SYSTEM SET listen_addresses = '127.0.0.1'",
+    );
+    let (data, log) = (
+        cluster.data().display().to_string(),
+        cluster.server.log.display().to_string(),
+    );
+    run_as_postgres(
+        &cluster.pg().tool("pg_ctl"),
+        &[
+            "restart", "-w", "-m", "fast", "-t", "120", "-D", &data, "-l", &log,
+        ],
+        None,
+    )
+    .ok();
+}
+
+/// A PostgreSQL 15 cluster that also listens on 127.0.0.1 (initdb -A trust allows
+/// replication connections from there), with a second tablespace and a table whose name is
+/// not ASCII.
+fn loopback_cluster(tag: &str) -> Cluster {
+    let cluster = Cluster::new(&Pg::v15(), tag);
+    listen_on_loopback(&cluster);
+    mkdir_pg(&cluster.ts1, 0o700);
+    cluster.psql(
+        "postgres",
+        &format!(
+            "CREATE TABLESPACE ts1 LOCATION '{}';\n\
+             CREATE TABLE ts_t (id int PRIMARY KEY, v text) TABLESPACE ts1;\n\
+             INSERT INTO ts_t SELECT i, repeat(md5(i::text), 8) FROM generate_series(1, 30000) i;\n\
+             CREATE TABLE \"größe_ü\" (id int PRIMARY KEY, v text);\n\
+             INSERT INTO \"größe_ü\" SELECT i, 'zeile ' || i FROM generate_series(1, 5000) i;\n\
+             CHECKPOINT;",
+            cluster.ts1.display()
+        ),
+    );
+    cluster
+}
+
+fn tcp_conninfo(cluster: &Cluster, user: &str) -> String {
+    format!(
+        "host=127.0.0.1 port={} user={user} dbname=postgres sslmode=disable",
+        cluster.port()
+    )
+}
+
+#[derive(Default)]
+struct Count {
+    files: u64,
+    bytes: u64,
+    archives: Vec<(String, Option<u32>)>,
+}
+
+impl StreamSink for Count {
+    fn begin_archive(&mut self, name: &str, ts: Option<u32>) -> pgjet::error::Result<()> {
+        self.archives.push((name.to_string(), ts));
+        Ok(())
+    }
+    fn directory(&mut self, _: &str, _: u32) -> pgjet::error::Result<()> {
+        Ok(())
+    }
+    fn symlink(&mut self, _: &str, _: &str) -> pgjet::error::Result<()> {
+        Ok(())
+    }
+    fn file_begin(&mut self, _: &str, _: u64, _: u32, _: i64) -> pgjet::error::Result<()> {
+        self.files += 1;
+        Ok(())
+    }
+    fn file_data(&mut self, d: &[u8]) -> pgjet::error::Result<()> {
+        self.bytes += d.len() as u64;
+        Ok(())
+    }
+    fn file_end(&mut self) -> pgjet::error::Result<()> {
+        Ok(())
+    }
+}
+
+/// The connection and the decoder alone, in this process: IDENTIFY_SYSTEM gives the
+/// cluster's system identifier; BASE_BACKUP with gzip arrives as two archives (the
+/// tablespace's, then base.tar) and every file matches the server's manifest.
+#[test]
+fn pg15_stream_decodes_against_manifest() {
+    let cluster = loopback_cluster("bb-decode");
+    let target = pgjet::pg::session::parse_conninfo(&tcp_conninfo(&cluster, "postgres")).unwrap();
+    let mut conn = ReplConn::connect(&target).expect("replication connection");
+    let (sysid, tli, _) = conn.identify_system().unwrap();
+    assert_eq!(sysid.to_string(), cluster.system_identifier());
+    assert_eq!(tli, 1);
+    let cmd = BaseBackupCommand {
+        label: "pgjet test".into(),
+        fast: true,
+        wal: false,
+        max_rate: None,
+        codec: WireCodec::Gzip,
+        level: Some(1),
+        workers: None,
+        tablespace_map: true,
+    };
+    let mut sink = Count::default();
+    let out = run_stream(&mut conn, &cmd, &mut sink).expect("BASE_BACKUP stream");
+    conn.close();
+    let d = &out.decoded;
+    check_manifest(&d.files, &d.manifest, "test").expect("files match the manifest");
+    assert_eq!(out.tablespaces.len(), 1, "{:?}", out.tablespaces);
+    let oid: u32 = cluster.tablespace_oid("ts1").parse().unwrap();
+    assert_eq!(
+        sink.archives.iter().map(|a| a.1).collect::<Vec<_>>(),
+        vec![Some(oid), None],
+        "{:?}",
+        sink.archives
+    );
+    assert!(d.backup_label.is_some() && d.control.is_some() && d.tablespace_map.is_some());
+    assert!(out.end_lsn > out.start_lsn);
+    assert!(
+        d.wire_bytes * 2 < d.logical_bytes,
+        "gzip should at least halve this data: {} on the wire for {}",
+        d.wire_bytes,
+        d.logical_bytes
+    );
+    step!(
+        "{} files, {} bytes in {} bytes on the wire",
+        sink.files,
+        d.logical_bytes,
+        d.wire_bytes
+    );
+}
+
+/// replica-create over the stream (lz4), with ts1 mapped to a new directory: pg_verifybackup
+/// passes, the standby starts, holds the same rows and streams from slot s1.
+#[test]
+fn pg15_replica_create_basebackup_lz4() {
+    let cluster = loopback_cluster("bb-replica");
+    let data = cluster.new_dir("standby");
+    let ts_new = cluster.new_dir("ts1-standby");
+    let port = free_port();
+    let r = pgjet_ok(&args![
+        "replica-create",
+        "--transport",
+        "basebackup",
+        "--network-compress",
+        "lz4",
+        "--source",
+        tcp_conninfo(&cluster, "postgres"),
+        "--pg-path",
+        data.display(),
+        "--pg-port",
+        port,
+        "--slot",
+        "s1",
+        "--start-fast",
+        "--tablespace-map",
+        format!("ts1={}", ts_new.display()),
+        "--output",
+        "json"
+    ]);
+    let summary: serde_json::Value = serde_json::from_str(r.stdout.trim())
+        .unwrap_or_else(|e| panic!("--output json is not JSON ({e}):\n{r}"));
+    assert_eq!(summary["transport"], "basebackup", "{r}");
+    assert_eq!(summary["network_compress"], "lz4", "{r}");
+    let wire = summary["wire_bytes"].as_u64().unwrap();
+    let size = summary["size"].as_u64().unwrap();
+    assert!(wire < size, "lz4 sent {wire} bytes for {size}");
+    let v = pg_verifybackup(cluster.pg(), &data);
+    assert!(v.success(), "pg_verifybackup on the new standby:\n{v}");
+    assert!(
+        fs::read_dir(&ts_new).unwrap().next().is_some(),
+        "ts1's files must be in the mapped directory"
+    );
+    let link = fs::read_link(data.join("pg_tblspc").join(cluster.tablespace_oid("ts1"))).unwrap();
+    assert_eq!(link, ts_new);
+
+    let standby = cluster.start_other(&data, port);
+    cluster.psql(
+        "postgres",
+        "INSERT INTO \"größe_ü\" SELECT i, 'neu' FROM generate_series(5001, 5100) i",
+    );
+    let caught_up = wait_for(Duration::from_secs(60), || {
+        (standby.psql("postgres", "SELECT count(*) FROM \"größe_ü\"") == "5100").then_some(())
+    });
+    assert!(
+        caught_up.is_some(),
+        "rows written on the primary never reached the standby"
+    );
+    assert_eq!(standby.psql("postgres", "SELECT pg_is_in_recovery()"), "t");
+    let streaming = wait_for(Duration::from_secs(30), || {
+        let s = cluster.psql(
+            "postgres",
+            "SELECT count(*) FROM pg_stat_replication r JOIN pg_replication_slots s ON s.active_pid = r.pid WHERE s.slot_name = 's1' AND r.state = 'streaming'",
+        );
+        (s == "1").then_some(())
+    });
+    assert!(streaming.is_some(), "the standby must stream from slot s1");
+    assert_same_fingerprint(
+        "standby made over the BASE_BACKUP stream",
+        &fingerprint(&cluster.server),
+        &fingerprint(&standby),
+    );
+    assert_eq!(
+        cluster.psql(
+            "postgres",
+            "SELECT count(*) FROM pg_replication_slots WHERE slot_name LIKE 'pgjet_%'"
+        ),
+        "0",
+        "the temporary slot must be gone"
+    );
+}
+
+/// A role without REPLICATION gets an error naming `ALTER ROLE ... REPLICATION`, and nothing
+/// is left (no slot, no pg_control); `--delta` with the stream is refused before anything
+/// starts.
+#[test]
+fn pg15_basebackup_refusals() {
+    let cluster = Cluster::new(&Pg::v15(), "bb-refuse");
+    listen_on_loopback(&cluster);
+    cluster.psql(
+        "postgres",
+        "CREATE ROLE plain LOGIN; GRANT pg_read_all_settings TO plain; GRANT EXECUTE ON FUNCTION pg_control_system() TO plain;",
+    );
+    let data = cluster.root.join("standby");
+    let (source, dir) = (tcp_conninfo(&cluster, "plain"), data.display().to_string());
+    let r = pgjet(&[
+        "replica-create",
+        "--transport",
+        "basebackup",
+        "--source",
+        &source,
+        "--pg-path",
+        &dir,
+        "--slot",
+        "s2",
+    ]);
+    assert!(
+        !r.success(),
+        "a role without REPLICATION must be refused:\n{r}"
+    );
+    let text = r.text_lower();
+    assert!(
+        text.contains("alter role plain replication"),
+        "the error must name the fix:\n{r}"
+    );
+    assert!(!data.join("global/pg_control").exists());
+    assert_eq!(
+        cluster.psql("postgres", "SELECT count(*) FROM pg_replication_slots"),
+        "0",
+        "no slot may be left"
+    );
+    let target = cluster.new_dir("delta");
+    let (source, dir) = (
+        tcp_conninfo(&cluster, "postgres"),
+        target.display().to_string(),
+    );
+    pgjet(&[
+        "replica-create",
+        "--transport",
+        "basebackup",
+        "--delta",
+        "--source",
+        &source,
+        "--pg-path",
+        &dir,
+    ])
+    .fails_with("--delta cannot be used with --transport basebackup");
+    assert!(fs::read_dir(&target).unwrap().next().is_none());
+}
+
+/// Over TLS verify-full with SCRAM-SHA-256 and channel binding required (the replication
+/// connection's own handshake, src/remote/replication.rs), zstd: the new directory passes
+/// pg_verifybackup and starts.
+#[test]
+fn pg15_replica_create_basebackup_tls_scram_zstd() {
+    let cluster = Cluster::new(&Pg::v15(), "bb-tls");
+    let certs = cluster.new_dir("certs");
+    make_test_certificates(
+        &certs,
+        "pgjet-test-server",
+        "subjectAltName=DNS:pgjet-test-server\n",
+    );
+    let data = cluster.data();
+    fs::copy(certs.join("server.crt"), data.join("server.crt")).unwrap();
+    fs::copy(certs.join("server.key"), data.join("server.key")).unwrap();
+    chown_pg_recursive(&certs);
+    chown_pg_recursive(&data.join("server.crt"));
+    chown_pg_recursive(&data.join("server.key"));
+    fs::set_permissions(
+        data.join("server.key"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+    cluster.psql(
+        "postgres",
+        "SET password_encryption = 'scram-sha-256'; \
+         CREATE ROLE rep LOGIN REPLICATION PASSWORD 'sekret pw'; \
+         GRANT pg_read_all_settings TO rep; GRANT EXECUTE ON FUNCTION pg_control_system() TO rep; \
+         ALTER SYSTEM SET ssl = on; ALTER SYSTEM SET ssl_cert_file = 'server.crt'; \
+         ALTER SYSTEM SET ssl_key_file = 'server.key';",
+    );
+    fs::write(
+        data.join("pg_hba.conf"),
+        "local all all trust\nhostssl replication rep 127.0.0.1/32 scram-sha-256\nhostssl all rep 127.0.0.1/32 scram-sha-256\n",
+    )
+    .unwrap();
+    listen_on_loopback(&cluster);
+    cluster.psql(
+        "postgres",
+        "CREATE TABLE t AS SELECT i, md5(i::text) AS v FROM generate_series(1, 50000) i",
+    );
+    let target = cluster.new_dir("standby");
+    let port = free_port();
+    let source = format!(
+        "host=pgjet-test-server hostaddr=127.0.0.1 port={} user=rep password='sekret pw' dbname=postgres sslmode=verify-full sslrootcert={} channel_binding=require",
+        cluster.port(),
+        certs.join("ca.crt").display()
+    );
+    let r = pgjet_ok(&args![
+        "replica-create",
+        "--transport",
+        "basebackup",
+        "--network-compress",
+        "zstd",
+        "--compress-level-network",
+        "3",
+        "--max-rate",
+        "512M",
+        "--source",
+        source,
+        "--pg-path",
+        target.display(),
+        "--pg-port",
+        port,
+        "--start-fast",
+        "--output",
+        "json"
+    ]);
+    let summary: serde_json::Value = serde_json::from_str(r.stdout.trim()).unwrap();
+    assert_eq!(summary["network_compress"], "zstd", "{r}");
+    let v = pg_verifybackup(cluster.pg(), &target);
+    assert!(v.success(), "pg_verifybackup:\n{v}");
+    let standby = cluster.start_other(&target, port);
+    let rows = wait_for(Duration::from_secs(60), || {
+        let n = standby.psql_run("postgres", "SELECT count(*) FROM t");
+        (n.success() && n.stdout.trim() == "50000").then_some(())
+    });
+    assert!(rows.is_some(), "the standby must hold the table's rows");
+}
+
+/// PostgreSQL 18 built without lz4 and zstd: `--network-compress auto` falls back to gzip;
+/// the new directory passes pg_verifybackup. Then the refusals as PostgreSQL 18 words them:
+/// a role without REPLICATION, no replication line in pg_hba.conf.
+#[test]
+fn pg18_replica_create_basebackup_auto_is_gzip() {
+    let pg = Pg::v18();
+    let cluster = Cluster::new(&pg, "bb-pg18");
+    listen_on_loopback(&cluster);
+    cluster.psql(
+        "postgres",
+        "CREATE TABLE t AS SELECT i, md5(i::text) AS v FROM generate_series(1, 50000) i; CHECKPOINT;",
+    );
+    let target = cluster.new_dir("standby");
+    let (source, dir) = (
+        tcp_conninfo(&cluster, "postgres"),
+        target.display().to_string(),
+    );
+    let r = pgjet_ok(&[
+        "replica-create",
+        "--transport",
+        "basebackup",
+        "--source",
+        &source,
+        "--pg-path",
+        &dir,
+        "--start-fast",
+        "--output",
+        "json",
+    ]);
+    let summary: serde_json::Value = serde_json::from_str(r.stdout.trim()).unwrap();
+    assert_eq!(summary["network_compress"], "gzip", "{r}");
+    let v = pg_verifybackup(&pg, &target);
+    assert!(v.success(), "pg_verifybackup:\n{v}");
+
+    // PostgreSQL 16+ words the missing REPLICATION attribute differently; the hint is the
+    // same. Then no replication line in pg_hba.conf: the hint names the line.
+    cluster.psql(
+        "postgres",
+        "CREATE ROLE plain LOGIN; GRANT pg_read_all_settings TO plain; \
+         GRANT EXECUTE ON FUNCTION pg_control_system() TO plain;",
+    );
+    let refused = |user: &str, fix: &str| {
+        let dir = cluster.root.join(&format!("refused-{user}"));
+        let (source, path) = (tcp_conninfo(&cluster, user), dir.display().to_string());
+        let r = pgjet(&[
+            "replica-create",
+            "--transport",
+            "basebackup",
+            "--source",
+            &source,
+            "--pg-path",
+            &path,
+        ]);
+        assert!(!r.success(), "{user} must be refused:\n{r}");
+        assert!(
+            r.text_lower().contains(fix),
+            "the error must name {fix:?}:\n{r}"
+        );
+        assert!(!dir.join("global/pg_control").exists());
+    };
+    refused("plain", "alter role plain replication");
+    fs::write(
+        cluster.data().join("pg_hba.conf"),
+        "local all all trust\nhost all all 127.0.0.1/32 trust\n",
+    )
+    .unwrap();
+    cluster.psql("postgres", "SELECT pg_reload_conf()");
+    std::thread::sleep(Duration::from_millis(500));
+    refused("postgres", "hostssl replication postgres");
+    assert_eq!(
+        cluster.psql("postgres", "SELECT count(*) FROM pg_replication_slots"),
+        "0",
+        "no slot may be left"
+    );
+}
