@@ -13,10 +13,12 @@ use crate::error::{Error, Result};
 use crate::options::ReplicaOptions;
 use crate::options::Settings;
 use crate::pg::conninfo::ConnInfo;
-use crate::pg::session::{self, quote_conf_value};
+use crate::pg::session;
 use crate::pgdata::copy::DirTarget;
 use crate::pgdata::finish::{finish, Finish};
-use crate::pgdata::standby::{bin_dir, standby_app_name, standby_conninfo, start_standby};
+use crate::pgdata::standby::{
+    bin_dir, standby_app_name, standby_lines, start_standby, ReplicaSummary,
+};
 use crate::pgdata::{
     delta, parse_tablespace_map, plan_locations, remap_tablespace_map, set_mtimes,
     tablespace_locations,
@@ -27,29 +29,6 @@ use crate::transfer::Progress;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
-
-/// What `replica-create` reports.
-#[derive(Debug, serde::Serialize)]
-pub struct ReplicaSummary {
-    pub pg_path: String,
-    /// Logical bytes copied.
-    pub size: u64,
-    pub seconds: f64,
-    pub mib_per_sec: f64,
-    pub slot: Option<String>,
-    pub started: bool,
-    /// How the primary's files were read: "local" or "libpq".
-    pub transport: String,
-    /// Copy connections (libpq) or workers (local).
-    pub jobs: usize,
-    /// With --delta: logical bytes found equal by hash (not copied) and bytes copied.
-    pub delta_same: Option<u64>,
-    pub delta_copied: Option<u64>,
-    /// With --transport basebackup: bytes received on the replication connection
-    /// (compressed stream and manifest, before TLS) and the server's compression.
-    pub wire_bytes: Option<u64>,
-    pub network_compress: Option<String>,
-}
 
 /// Runs `replica-create`.
 pub fn run(s: &Settings, args: &ReplicaOptions, progress: &dyn Progress) -> Result<ReplicaSummary> {
@@ -146,28 +125,6 @@ pub fn run(s: &Settings, args: &ReplicaOptions, progress: &dyn Progress) -> Resu
         wire_bytes: None,
         network_compress: None,
     })
-}
-
-/// The settings a new standby gets in postgresql.auto.conf: primary_conninfo (for
-/// `target`, with `app` as application_name), the slot, the port.
-pub fn standby_lines(
-    s: &Settings,
-    args: &ReplicaOptions,
-    target: &crate::pg::conninfo::ConnTarget,
-    app: &str,
-) -> Vec<String> {
-    let conninfo = standby_conninfo(&target.effective, app);
-    let mut lines = vec![
-        "# standby settings added by pgjet replica-create".to_string(),
-        format!("primary_conninfo = {}", quote_conf_value(&conninfo)),
-    ];
-    if let Some(slot) = &args.slot {
-        lines.push(format!("primary_slot_name = {}", quote_conf_value(slot)));
-    }
-    if s.pg_port != crate::options::DEFAULT_PG_PORT || args.start {
-        lines.push(format!("port = {}", s.pg_port));
-    }
-    lines
 }
 
 #[allow(clippy::too_many_arguments)]

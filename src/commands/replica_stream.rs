@@ -3,13 +3,14 @@
 //! [`crate::primary::stream`] and docs/basebackup-transport.md), then the same finish as the
 //! other transports: standby settings, the slot made permanent from the temporary one, the
 //! server's backup_manifest kept (pg_verifybackup passes), pg_control last.
-use super::replica::{standby_lines, ReplicaSummary};
 use crate::error::{Error, Result};
 use crate::options::{ReplicaOptions, Settings};
 use crate::pg::conninfo::ConnInfo;
 use crate::pg::session;
 use crate::pgdata::finish::{finish, Finish};
-use crate::pgdata::standby::{bin_dir, standby_app_name, start_standby};
+use crate::pgdata::standby::{
+    bin_dir, standby_app_name, standby_lines, start_standby, ReplicaSummary,
+};
 use crate::pgdata::stream::StreamDir;
 use crate::pgdata::{delta, parse_tablespace_map, plan_locations, prepare_target, set_mtimes};
 use crate::pgdata::{DataDirModes, TargetSync};

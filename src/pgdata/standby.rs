@@ -1,8 +1,9 @@
 //! Starting a new standby in a written data directory and waiting until the primary sees it
 //! stream (`replica-create --start`).
 use crate::error::{Error, Result};
+use crate::options::{ReplicaOptions, Settings};
 use crate::pg::conninfo::{ConnInfo, ConnTarget};
-use crate::pg::session::{quote_literal, Session};
+use crate::pg::session::{quote_conf_value, quote_literal, Session};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -146,4 +147,49 @@ mod tests {
         assert_eq!(back.get("sslmode"), Some("verify-full"));
         assert_eq!(back.get("dbname"), None);
     }
+}
+
+/// What `replica-create` reports.
+#[derive(Debug, serde::Serialize)]
+pub struct ReplicaSummary {
+    pub pg_path: String,
+    /// Logical bytes copied.
+    pub size: u64,
+    pub seconds: f64,
+    pub mib_per_sec: f64,
+    pub slot: Option<String>,
+    pub started: bool,
+    /// How the primary's files were read: "local" or "libpq".
+    pub transport: String,
+    /// Copy connections (libpq) or workers (local).
+    pub jobs: usize,
+    /// With --delta: logical bytes found equal by hash (not copied) and bytes copied.
+    pub delta_same: Option<u64>,
+    pub delta_copied: Option<u64>,
+    /// With --transport basebackup: bytes received on the replication connection
+    /// (compressed stream and manifest, before TLS) and the server's compression.
+    pub wire_bytes: Option<u64>,
+    pub network_compress: Option<String>,
+}
+
+/// The settings a new standby gets in postgresql.auto.conf: primary_conninfo (for
+/// `target`, with `app` as application_name), the slot, the port.
+pub fn standby_lines(
+    s: &Settings,
+    args: &ReplicaOptions,
+    target: &crate::pg::conninfo::ConnTarget,
+    app: &str,
+) -> Vec<String> {
+    let conninfo = standby_conninfo(&target.effective, app);
+    let mut lines = vec![
+        "# standby settings added by pgjet replica-create".to_string(),
+        format!("primary_conninfo = {}", quote_conf_value(&conninfo)),
+    ];
+    if let Some(slot) = &args.slot {
+        lines.push(format!("primary_slot_name = {}", quote_conf_value(slot)));
+    }
+    if s.pg_port != crate::options::DEFAULT_PG_PORT || args.start {
+        lines.push(format!("port = {}", s.pg_port));
+    }
+    lines
 }
