@@ -12,12 +12,11 @@
 use crate::error::{Error, Result};
 use crate::options::ReplicaOptions;
 use crate::options::Settings;
-use crate::pg::conninfo::ConnInfo;
-use crate::pg::session;
 use crate::pgdata::copy::DirTarget;
 use crate::pgdata::finish::{finish, Finish};
 use crate::pgdata::standby::{
-    bin_dir, standby_app_name, standby_lines, start_standby, ReplicaSummary,
+    finish_replica, source_as_given, standby_app_name, standby_lines, undo_failed_replica, Copied,
+    ReplicaSummary,
 };
 use crate::pgdata::{
     delta, parse_tablespace_map, plan_locations, remap_tablespace_map, set_mtimes,
@@ -26,7 +25,6 @@ use crate::pgdata::{
 use crate::primary::base_backup::{run_base_backup, BaseBackup, BaseBackupOptions};
 use crate::primary::{open_primary, Primary};
 use crate::transfer::Progress;
-use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -40,13 +38,7 @@ pub fn run(s: &Settings, args: &ReplicaOptions, progress: &dyn Progress) -> Resu
         return Err(Error::Config("--pg-path must be an absolute path".into()));
     }
     let map = parse_tablespace_map(&args.tablespace_map)?;
-    let source = s.source.as_deref().ok_or_else(|| {
-        Error::Config("replica-create needs --source: the primary's connection string".into())
-    })?;
-    // What the user gave (connection string and environment), for application_name.
-    let given = ConnInfo::parse(source)
-        .map_err(crate::pg::conninfo::source_error)?
-        .with_env_defaults(&session::env_var);
+    let given = source_as_given(s)?;
     let primary = open_primary(s, false)?;
     if primary.info.in_recovery {
         return Err(Error::Unsafe("the source is a standby: replica-create from a standby is not supported yet; use the primary".into()));
@@ -88,42 +80,28 @@ pub fn run(s: &Settings, args: &ReplicaOptions, progress: &dyn Progress) -> Resu
         progress,
     );
     if let Err(e) = res {
-        if let Some(name) = &args.slot {
-            if primary.sess.slot_wal_status(name).ok().flatten().is_some() {
-                if let Err(d) = primary.sess.drop_slot(name) {
-                    tracing::warn!("could not drop slot {name} after the failure: {d}");
-                }
-            }
-        }
-        let _ = fs::remove_file(target.join("global/pg_control"));
+        undo_failed_replica(&primary.sess, args.slot.as_deref(), &target);
         return Err(e);
     }
-    let (size, same, copied) = res.unwrap_or((0, 0, 0));
+    let (size, same, copied_bytes) = res.unwrap_or((0, 0, 0));
     let major = primary.info.major();
     let conn = primary.target.clone();
     let jobs = primary.jobs;
     let local_dir = primary.local_dir.clone();
     primary.close();
-    let seconds = clock.elapsed().as_secs_f64();
-    let mut started = false;
-    if args.start {
-        let bin = bin_dir(args.pg_bin.as_deref(), local_dir.as_deref(), &major)?;
-        start_standby(&bin, s.pg_port, &target, &conn, &app)?;
-        started = true;
-    }
-    Ok(ReplicaSummary {
-        pg_path: target.display().to_string(),
+    let copied = Copied {
+        target: &target,
         size,
-        seconds,
-        mib_per_sec: size as f64 / (1 << 20) as f64 / seconds.max(1e-6),
-        slot: args.slot.clone(),
-        started,
-        transport: transport.into(),
+        seconds: clock.elapsed().as_secs_f64(),
+        transport,
         jobs,
+        major: &major,
+        local_dir: local_dir.as_deref(),
+    };
+    Ok(ReplicaSummary {
         delta_same: delta.then_some(same),
-        delta_copied: delta.then_some(copied),
-        wire_bytes: None,
-        network_compress: None,
+        delta_copied: delta.then_some(copied_bytes),
+        ..finish_replica(s, args, &copied, &conn, &app)?
     })
 }
 

@@ -5,11 +5,10 @@
 //! server's backup_manifest kept (pg_verifybackup passes), pg_control last.
 use crate::error::{Error, Result};
 use crate::options::{ReplicaOptions, Settings};
-use crate::pg::conninfo::ConnInfo;
-use crate::pg::session;
 use crate::pgdata::finish::{finish, Finish};
 use crate::pgdata::standby::{
-    bin_dir, standby_app_name, standby_lines, start_standby, ReplicaSummary,
+    finish_replica, source_as_given, standby_app_name, standby_lines, undo_failed_replica, Copied,
+    ReplicaSummary,
 };
 use crate::pgdata::stream::StreamDir;
 use crate::pgdata::{delta, parse_tablespace_map, plan_locations, prepare_target, set_mtimes};
@@ -17,7 +16,6 @@ use crate::pgdata::{DataDirModes, TargetSync};
 use crate::primary::connect_primary;
 use crate::primary::stream::{run_stream_backup, StreamOptions};
 use crate::transfer::Progress;
-use std::fs;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -35,12 +33,7 @@ pub fn run(s: &Settings, args: &ReplicaOptions, progress: &dyn Progress) -> Resu
         ));
     }
     let map = parse_tablespace_map(&args.tablespace_map)?;
-    let source = s.source.as_deref().ok_or_else(|| {
-        Error::Config("replica-create needs --source: the primary's connection string".into())
-    })?;
-    let given = ConnInfo::parse(source)
-        .map_err(crate::pg::conninfo::source_error)?
-        .with_env_defaults(&session::env_var);
+    let given = source_as_given(s)?;
     let (conn, sess, info) = connect_primary(s)?;
     if info.in_recovery {
         return Err(Error::Unsafe("the source is a standby: replica-create from a standby is not supported yet; use the primary".into()));
@@ -128,38 +121,24 @@ pub fn run(s: &Settings, args: &ReplicaOptions, progress: &dyn Progress) -> Resu
     let (size, wire, codec) = match res {
         Ok(v) => v,
         Err(e) => {
-            if let Some(name) = &args.slot {
-                if sess.slot_wal_status(name).ok().flatten().is_some() {
-                    if let Err(d) = sess.drop_slot(name) {
-                        tracing::warn!("could not drop slot {name} after the failure: {d}");
-                    }
-                }
-            }
-            let _ = fs::remove_file(target.join("global/pg_control"));
+            undo_failed_replica(&sess, args.slot.as_deref(), &target);
             return Err(e);
         }
     };
     let major = info.major();
     sess.close();
-    let seconds = clock.elapsed().as_secs_f64();
-    let mut started = false;
-    if args.start {
-        let bin = bin_dir(args.pg_bin.as_deref(), None, &major)?;
-        start_standby(&bin, s.pg_port, &target, &conn, &app)?;
-        started = true;
-    }
-    Ok(ReplicaSummary {
-        pg_path: target.display().to_string(),
+    let copied = Copied {
+        target: &target,
         size,
-        seconds,
-        mib_per_sec: size as f64 / (1 << 20) as f64 / seconds.max(1e-6),
-        slot: args.slot.clone(),
-        started,
-        transport: "basebackup".into(),
+        seconds: clock.elapsed().as_secs_f64(),
+        transport: "basebackup",
         jobs: s.jobs,
-        delta_same: None,
-        delta_copied: None,
+        major: &major,
+        local_dir: None,
+    };
+    Ok(ReplicaSummary {
         wire_bytes: Some(wire),
         network_compress: Some(codec),
+        ..finish_replica(s, args, &copied, &conn, &app)?
     })
 }

@@ -193,3 +193,80 @@ pub fn standby_lines(
     }
     lines
 }
+
+/// After a failed replica-create: the `--slot` made on the primary is dropped (a slot left
+/// behind would hold WAL on the primary for a standby that never came), and the target's
+/// pg_control removed, so PostgreSQL never starts on the half-written directory.
+pub fn undo_failed_replica(sess: &Session, slot: Option<&str>, target: &Path) {
+    if let Some(name) = slot {
+        if sess.slot_wal_status(name).ok().flatten().is_some() {
+            if let Err(d) = sess.drop_slot(name) {
+                tracing::warn!("could not drop slot {name} after the failure: {d}");
+            }
+        }
+    }
+    let _ = fs::remove_file(target.join("global/pg_control"));
+}
+
+/// What a finished copy hands to [`finish_replica`].
+pub struct Copied<'a> {
+    /// The new standby's data directory.
+    pub target: &'a Path,
+    /// Logical bytes copied, and the seconds the copy took.
+    pub size: u64,
+    pub seconds: f64,
+    /// "local", "libpq" or "basebackup", and the connections or workers used.
+    pub transport: &'a str,
+    pub jobs: usize,
+    /// The primary's major version and, when it runs on this host, its data directory (to
+    /// find the binaries that start the standby).
+    pub major: &'a str,
+    pub local_dir: Option<&'a Path>,
+}
+
+/// Starts the new standby when `--start` asked for it ([`start_standby`], connecting as
+/// `conn` with application_name `app`), and makes the report of replica-create; the
+/// caller fills in what only its transport knows (delta counts, wire bytes).
+///
+/// Errors: as [`bin_dir`] and [`start_standby`].
+pub fn finish_replica(
+    s: &Settings,
+    args: &ReplicaOptions,
+    c: &Copied,
+    conn: &ConnTarget,
+    app: &str,
+) -> Result<ReplicaSummary> {
+    let mut started = false;
+    if args.start {
+        let bin = bin_dir(args.pg_bin.as_deref(), c.local_dir, c.major)?;
+        start_standby(&bin, s.pg_port, c.target, conn, app)?;
+        started = true;
+    }
+    Ok(ReplicaSummary {
+        pg_path: c.target.display().to_string(),
+        size: c.size,
+        seconds: c.seconds,
+        mib_per_sec: c.size as f64 / (1 << 20) as f64 / c.seconds.max(1e-6),
+        slot: args.slot.clone(),
+        started,
+        transport: c.transport.into(),
+        jobs: c.jobs,
+        delta_same: None,
+        delta_copied: None,
+        wire_bytes: None,
+        network_compress: None,
+    })
+}
+
+/// What the user gave as `--source` (the connection string and the environment, before
+/// defaults), from which the standby's application_name comes ([`standby_app_name`]).
+///
+/// Errors: no `--source`; a connection string that does not parse.
+pub fn source_as_given(s: &Settings) -> Result<ConnInfo> {
+    let source = s.source.as_deref().ok_or_else(|| {
+        Error::Config("replica-create needs --source: the primary's connection string".into())
+    })?;
+    Ok(ConnInfo::parse(source)
+        .map_err(crate::pg::conninfo::source_error)?
+        .with_env_defaults(&crate::pg::session::env_var))
+}

@@ -583,15 +583,7 @@ fn read_tar(
                 let mut left = size;
                 while left > 0 {
                     let n = left.min(FILE_CHUNK as u64) as usize;
-                    fill(r, &mut buf[..n])
-                        .and_then(|ok| {
-                            if ok {
-                                Ok(())
-                            } else {
-                                Err(std::io::ErrorKind::UnexpectedEof.into())
-                            }
-                        })
-                        .map_err(|e| short(e, &path))?;
+                    r.read_exact(&mut buf[..n]).map_err(|e| short(e, &path))?;
                     crc = crc32c::crc32c_append(crc, &buf[..n]);
                     if held {
                         held_bytes.extend_from_slice(&buf[..n]);
@@ -602,15 +594,7 @@ fn read_tar(
                 }
                 let pad = ((512 - size % 512) % 512) as usize;
                 if pad > 0 {
-                    fill(r, &mut buf[..pad])
-                        .and_then(|ok| {
-                            if ok {
-                                Ok(())
-                            } else {
-                                Err(std::io::ErrorKind::UnexpectedEof.into())
-                            }
-                        })
-                        .map_err(|e| short(e, &path))?;
+                    r.read_exact(&mut buf[..pad]).map_err(|e| short(e, &path))?;
                 }
                 if held {
                     let f = HeldFile {
