@@ -441,3 +441,93 @@ fn pg18_replica_create_basebackup_auto_is_gzip() {
         "no slot may be left"
     );
 }
+
+/// `backup --transport basebackup` (zstd) into a repository: verify passes, the backup is
+/// stored in pgjet's own format (smaller than the data with the repository's lz4), restore
+/// with ts1 mapped elsewhere gives a directory pg_verifybackup accepts, which starts and
+/// holds the primary's rows; the temporary slot is gone.
+#[test]
+fn pg15_backup_basebackup_zstd_restore() {
+    let cluster = loopback_cluster("bb-backup");
+    let repo = cluster.new_dir("stream-repo");
+    let base = args![
+        "--source",
+        tcp_conninfo(&cluster, "postgres"),
+        "--stanza",
+        "main",
+        "--repo-path",
+        repo.display()
+    ];
+    let with = |extra: Vec<String>| {
+        let mut a = base.clone();
+        a.extend(extra);
+        a
+    };
+    pgjet_ok(&with(args!["--transport", "basebackup", "stanza-create"]));
+    let r = pgjet_ok(&with(args![
+        "--transport",
+        "basebackup",
+        "--network-compress",
+        "zstd",
+        "--compress-type",
+        "lz4",
+        "--output",
+        "json",
+        "backup",
+        "--start-fast"
+    ]));
+    let summary: serde_json::Value = serde_json::from_str(r.stdout.trim())
+        .unwrap_or_else(|e| panic!("--output json is not JSON ({e}):\n{r}"));
+    let label = summary["label"].as_str().unwrap().to_string();
+    let (size, stored) = (
+        summary["size"].as_u64().unwrap(),
+        summary["stored_size"].as_u64().unwrap(),
+    );
+    assert!(
+        stored < size,
+        "lz4 in the repository: {stored} stored for {size}"
+    );
+    assert!(
+        r.stderr.contains("BASE_BACKUP stream (zstd)"),
+        "the log must name the stream and its codec:\n{r}"
+    );
+    assert_eq!(summary["page_errors"], 0, "{r}");
+    let source_fp = fingerprint(&cluster.server);
+    pgjet_ok(&with(args!["verify", "--set", label]));
+    let restored = cluster.new_dir("restored");
+    let ts = cluster.new_dir("restored-ts1");
+    pgjet_ok(&with(args![
+        "--pg-path",
+        restored.display(),
+        "restore",
+        "--set",
+        label,
+        "--tablespace-map",
+        format!("ts1={}", ts.display())
+    ]));
+    let v = pg_verifybackup(cluster.pg(), &restored);
+    assert!(
+        v.success(),
+        "pg_verifybackup on the restored directory:\n{v}"
+    );
+    assert!(fs::read_dir(&ts).unwrap().next().is_some(), "ts1 restored");
+    let server = cluster.start_other(&restored, free_port());
+    server.wait_promoted(Duration::from_secs(120));
+    assert_same_fingerprint(
+        "restored from a backup over the BASE_BACKUP stream",
+        &source_fp,
+        &fingerprint(&server),
+    );
+    assert_eq!(
+        server.psql("postgres", "SELECT count(*) FROM \"größe_ü\""),
+        "5000"
+    );
+    assert_eq!(
+        cluster.psql(
+            "postgres",
+            "SELECT count(*) FROM pg_replication_slots WHERE slot_name LIKE 'pgjet_%'"
+        ),
+        "0",
+        "the temporary slot must be gone"
+    );
+}

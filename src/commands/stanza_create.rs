@@ -18,7 +18,7 @@ pub fn run(s: &Settings) -> Result<String> {
     let stanzas = open_stanzas(s)?;
     let (_, sess, info) = connect_primary(s)?;
     let local = match s.transport {
-        crate::options::Transport::Libpq => false,
+        crate::options::Transport::Libpq | crate::options::Transport::Basebackup => false,
         _ => s.source.is_none() || local_data_directory(&sess, &info).is_some(),
     };
     if local {

@@ -903,7 +903,7 @@ pub const OPTIONS: &[OptionDef] = &[
         Some("auto"),
         H_PG,
         CLUSTER_CMDS,
-        "How the primary's files are read: auto (default: local when the server provably runs on this host, else libpq), local, libpq (parallel ranges over ordinary connections), or basebackup (one replication connection, the BASE_BACKUP stream compressed by the server; replica-create only, the role needs REPLICATION)",
+        "How the primary's files are read: auto (default: local when the server provably runs on this host, else libpq), local, libpq (parallel ranges over ordinary connections), or basebackup (one replication connection, the BASE_BACKUP stream compressed by the server; the role needs REPLICATION)",
     ),
     opt(
         "network-compress",

@@ -1,5 +1,5 @@
 //! A data directory written from the `BASE_BACKUP` stream ([`StreamDir`], a
-//! [`crate::remote::basebackup::StreamSink`]): the decoder hands over tar entries in order on
+//! [`crate::transfer::stream::StreamSink`]): the decoder hands over tar entries in order on
 //! its one thread; each file is created sparse at its size with its recorded mode and its
 //! bytes are written in place by a pool of writer threads (pieces of up to [`PIECE`] bytes,
 //! all-zero 8 KiB blocks left as holes), so decompression and writing overlap and the
@@ -9,7 +9,7 @@
 //! caller's one finish ([`super::finish`]) writes them, pg_control last.
 use super::create_file;
 use crate::error::{Error, Result};
-use crate::remote::basebackup::StreamSink;
+use crate::transfer::stream::{StreamSink, StreamStart};
 use crate::transfer::Progress;
 use crossbeam_channel::{bounded, Sender};
 use std::fs::{self, File};
@@ -248,10 +248,11 @@ impl StreamSink for StreamDir<'_> {
         Ok(())
     }
 
-    fn started(&mut self, total_bytes: u64) {
+    fn started(&mut self, start: &StreamStart) -> Result<()> {
         if let Some(p) = self.progress {
-            p.begin("replica-create", total_bytes);
+            p.begin("replica-create", start.total_bytes);
         }
+        Ok(())
     }
 
     fn progress(&mut self, done: u64) {

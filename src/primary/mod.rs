@@ -51,6 +51,50 @@ impl Primary {
     }
 }
 
+/// The primary reached for the server's own `BASE_BACKUP` stream: no file source, only the
+/// SQL session (for the slot and the facts) and how to reach it again for the replication
+/// connection.
+pub struct StreamPrimary {
+    pub target: ConnTarget,
+    pub sess: Session,
+    pub info: ServerInfo,
+}
+
+/// How a backup copies the primary: its files (this host's, or ranges over libpq), or the
+/// server's `BASE_BACKUP` stream.
+pub enum Copier {
+    Files(Primary),
+    Stream(StreamPrimary),
+}
+
+impl Copier {
+    /// Connects by `s.transport`: `basebackup` takes the stream, every other transport the
+    /// files ([`open_primary`], checking a given --pg-path). Errors: as [`open_primary`].
+    pub fn open(s: &Settings) -> Result<Copier> {
+        if s.transport == Transport::Basebackup {
+            let (target, sess, info) = connect_primary(s)?;
+            return Ok(Copier::Stream(StreamPrimary { target, sess, info }));
+        }
+        Ok(Copier::Files(open_primary(s, true)?))
+    }
+
+    /// The SQL session on the primary.
+    pub fn sess(&self) -> &Session {
+        match self {
+            Copier::Files(p) => &p.sess,
+            Copier::Stream(p) => &p.sess,
+        }
+    }
+
+    /// The primary's facts.
+    pub fn info(&self) -> &ServerInfo {
+        match self {
+            Copier::Files(p) => &p.info,
+            Copier::Stream(p) => &p.info,
+        }
+    }
+}
+
 /// Connects to the primary: --source, else --pg-socket-path/--pg-port/--pg-user. Returns how
 /// it was reached, the session and the server's facts. Errors: configuration, connection.
 pub fn connect_primary(s: &Settings) -> Result<(ConnTarget, Session, ServerInfo)> {
@@ -73,11 +117,10 @@ pub fn open_primary(s: &Settings, check_pg_path_arg: bool) -> Result<Primary> {
     let local = match transport {
         Transport::Libpq => None,
         Transport::Auto | Transport::Local => local_data_directory(&sess, &info),
-        // replica-create takes its own path (commands/replica_stream.rs); the repository
-        // target of the stream is not built yet.
+        // The stream has no file source: see Copier (backup) and commands/replica_stream.rs.
         Transport::Basebackup => {
             return Err(Error::Config(
-                "--transport basebackup is supported by replica-create only so far; use --transport libpq or local".into(),
+                "--transport basebackup reads no files: this command cannot use it; use --transport libpq or local".into(),
             ))
         }
     };

@@ -159,6 +159,17 @@ pub fn run_stream_backup(
                         });
                     }
                 }
+                if let Some(c) = &outcome.decoded.control {
+                    // The server reads pg_control while it runs; a torn read fails its CRC.
+                    if !crate::pg::control::crc_is_valid(&c.bytes) {
+                        return Err(Error::Corrupt {
+                            label: what,
+                            files: vec![
+                                "global/pg_control (its CRC does not match: read while it was being written; run again)".into(),
+                            ],
+                        });
+                    }
+                }
                 sess.check_slot_holds(&slot)?;
                 tracing::info!(
                     "BASE_BACKUP ({}): {} bytes of files in {} bytes on the wire, LSN {} to {}",

@@ -127,27 +127,7 @@ impl CopyMessages for std::vec::IntoIter<Vec<u8>> {
     }
 }
 
-/// Where the decoded entries go. Paths are relative to the archive's root (the data
-/// directory for the main archive, the tablespace's directory for the others), `/`-separated,
-/// checked to hold no `..`, no leading `/` and no empty component.
-pub trait StreamSink {
-    /// An archive starts: `tablespace` is None for the main data directory, else its OID.
-    fn begin_archive(&mut self, name: &str, tablespace: Option<u32>) -> Result<()>;
-    /// A directory, with its permission bits.
-    fn directory(&mut self, path: &str, mode: u32) -> Result<()>;
-    /// A symbolic link (pg_wal when it is one; tablespace links are not sent with
-    /// TABLESPACE_MAP).
-    fn symlink(&mut self, path: &str, target: &str) -> Result<()>;
-    /// A regular file of `size` bytes starts; its bytes follow in order through
-    /// [`StreamSink::file_data`], then [`StreamSink::file_end`].
-    fn file_begin(&mut self, path: &str, size: u64, mode: u32, mtime: i64) -> Result<()>;
-    fn file_data(&mut self, data: &[u8]) -> Result<()>;
-    fn file_end(&mut self) -> Result<()>;
-    /// The stream starts: the server announced `total_bytes` (the tablespaces' sizes).
-    fn started(&mut self, _total_bytes: u64) {}
-    /// The server's progress report: bytes of the backup done (before compression).
-    fn progress(&mut self, _done: u64) {}
-}
+pub use crate::transfer::stream::{StreamSink, StreamStart};
 
 /// A file held back from the sink (backup_label, tablespace_map, global/pg_control).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -766,11 +746,16 @@ pub fn run_stream(
             tablespaces.push((oid, loc, kib));
         }
     }
-    sink.started(total_bytes);
     let locs: Vec<(u32, String)> = tablespaces
         .iter()
         .map(|(o, l, _)| (*o, l.clone()))
         .collect();
+    sink.started(&StreamStart {
+        start_lsn,
+        timeline: start_tli,
+        total_bytes,
+        tablespaces: locs.clone(),
+    })?;
     let decoded = decode_copy_stream(&mut ConnCopy { conn }, cmd.codec, &locs, sink)?;
     let sets = result_sets(conn, b'Z')?;
     let (end_lsn, end_tli) = lsn_tli(conn, sets.first(), "end")?;

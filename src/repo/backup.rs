@@ -1,12 +1,14 @@
 //! A repository backup as the target of a base backup ([`RepoTarget`]): every unit of the
 //! copy becomes a stored object, and every file a manifest line as soon as all its bytes are
-//! stored; pg_control is stored last, from bytes whose CRC was checked.
+//! stored; pg_control is stored last, from bytes whose CRC was checked. A backup written from
+//! the server's `BASE_BACKUP` stream keeps its manifest through [`StreamManifest`].
 use super::manifest_io::ManifestWriter;
 use super::sink::RepoSink;
 use super::{DirEntry, FileEntry, ManifestHeader, Piece, Tablespace};
 use crate::error::{Error, Result};
 use crate::pg::datadir::Listing;
 use crate::pg::lsn::Lsn;
+use crate::transfer::stream::{StreamCollector, StreamStart};
 use crate::transfer::{
     copy_units_into, BackupTarget, CopyOutcome, FileAssembler, PieceSpec, Progress, ReadOptions,
     ReadPiece, Source, SourceFile, UnitSink, CHUNK_SIZE,
@@ -16,7 +18,7 @@ use crate::transfer::{
 /// every file a line of the manifest as soon as all its bytes are stored (nothing per file
 /// is kept in memory beyond the listing).
 pub struct RepoTarget<'a> {
-    pub sink: RepoSink<'a>,
+    pub sink: &'a RepoSink<'a>,
     /// The manifest's header; `prepare` fills in the start LSN and the tablespaces.
     pub header: ManifestHeader,
     /// Names of the tablespaces by OID (the listing knows only OIDs and locations).
@@ -74,7 +76,7 @@ impl BackupTarget for RepoTarget<'_> {
             units.len(),
             crate::io::mem::memory_note()
         );
-        let sink = &self.sink;
+        let sink = self.sink;
         let manifest = self.manifest.as_mut().ok_or_else(manifest_not_started)?;
         let mut emit = |i: usize, pieces: Vec<Piece>, errs: Vec<u32>| {
             manifest.file(&super::manifest::file_entry(&files[i], pieces, errs))
@@ -115,4 +117,71 @@ pub fn store_control(sink: &RepoSink, control: &SourceFile, bytes: &[u8]) -> Res
         ..control.clone()
     };
     Ok(super::manifest::file_entry(&f, pieces, Vec::new()))
+}
+
+/// The manifest of a backup written from a stream ([`crate::transfer::stream`]): the header
+/// once the stream announces its start LSN and tablespaces, then each directory and file
+/// as it is stored.
+pub struct StreamManifest<'a> {
+    backup: &'a super::Backup<'a>,
+    /// The manifest's header; `started` fills in the start LSN and the tablespaces.
+    header: ManifestHeader,
+    /// Names of the tablespaces by OID: (oid, name, location) from pg_tablespace.
+    spcs: &'a [(u32, String, String)],
+    /// Started by `started`.
+    pub manifest: Option<ManifestWriter>,
+}
+
+impl<'a> StreamManifest<'a> {
+    pub fn new(
+        backup: &'a super::Backup<'a>,
+        header: ManifestHeader,
+        spcs: &'a [(u32, String, String)],
+    ) -> StreamManifest<'a> {
+        StreamManifest {
+            backup,
+            header,
+            spcs,
+            manifest: None,
+        }
+    }
+}
+
+impl StreamCollector<Piece> for StreamManifest<'_> {
+    fn started(&mut self, start: &StreamStart) -> Result<()> {
+        self.header.start_lsn = start.start_lsn;
+        self.header.tablespaces = start
+            .tablespaces
+            .iter()
+            .map(|(oid, location)| Tablespace {
+                oid: *oid,
+                name: self
+                    .spcs
+                    .iter()
+                    .find(|(o, _, _)| o == oid)
+                    .map(|x| x.1.clone())
+                    .unwrap_or_else(|| oid.to_string()),
+                location: location.clone(),
+            })
+            .collect();
+        self.manifest = Some(self.backup.begin(self.header.clone())?);
+        Ok(())
+    }
+
+    fn dir(&mut self, path: &str, mode: u32) -> Result<()> {
+        self.manifest
+            .as_mut()
+            .ok_or_else(manifest_not_started)?
+            .dir(&DirEntry {
+                path: path.to_string(),
+                mode,
+            })
+    }
+
+    fn file(&mut self, f: &SourceFile, pieces: Vec<Piece>, page_errors: Vec<u32>) -> Result<()> {
+        self.manifest
+            .as_mut()
+            .ok_or_else(manifest_not_started)?
+            .file(&super::manifest::file_entry(f, pieces, page_errors))
+    }
 }

@@ -19,6 +19,7 @@ pub mod delta;
 
 pub mod sink;
 pub mod source;
+pub mod stream;
 pub mod target;
 
 pub use crate::pg::datadir::SourceFile;
@@ -521,12 +522,15 @@ fn worker<S: UnitSink>(
         let mut errors = Vec::new();
         let mut scanned = Vec::with_capacity(read.len());
         for (spec, range) in read {
+            let mut reread = |page: PieceSpec, into: &mut [u8]| -> Result<bool> {
+                Ok(reader.read(files, &[page], into)?.first() == Some(&true))
+            };
             let zero_pages = scan_pages(
-                files,
+                &files[spec.index()],
                 &spec,
                 &mut buf[range.clone()],
                 opts,
-                reader.as_mut(),
+                &mut reread,
                 &mut errors,
             )?;
             scanned.push((spec, range, zero_pages));
@@ -562,19 +566,19 @@ fn worker<S: UnitSink>(
     }
 }
 
-/// Finds all-zero pages and checks page checksums of one piece; returns the zero-page runs.
-/// A page whose checksum fails is read again once: a page that was being written (torn
-/// read) then passes or carries an LSN past the backup start; one that fails again is
-/// recorded in `errors` as (file, block number).
-fn scan_pages(
-    files: &[SourceFile],
+/// Finds all-zero pages and checks page checksums of one piece of file `f`; returns the
+/// zero-page runs. A page whose checksum fails is read again once through `reread` (the
+/// page's spec and an 8 KiB buffer; false: the file is gone or cannot be read again): a
+/// page that was being written (torn read) then passes or carries an LSN past the backup
+/// start; one that fails again is recorded in `errors` as (file, block number).
+pub(crate) fn scan_pages(
+    f: &SourceFile,
     spec: &PieceSpec,
     data: &mut [u8],
     opts: &ReadOptions,
-    reader: &mut dyn SourceReader,
+    reread: &mut dyn FnMut(PieceSpec, &mut [u8]) -> Result<bool>,
     errors: &mut Vec<(usize, u32)>,
 ) -> Result<Vec<[u32; 2]>> {
-    let f = &files[spec.index()];
     let mut runs: Vec<[u32; 2]> = Vec::new();
     if !spec.offset.is_multiple_of(BLCKSZ as u64) {
         return Ok(runs);
@@ -607,8 +611,7 @@ fn scan_pages(
                 offset: spec.offset + i as u64 * BLCKSZ as u64,
                 len: BLCKSZ as u32,
             };
-            let here = reader.read(files, &[page_spec], &mut again)?;
-            let ok = here.first() == Some(&true)
+            let ok = reread(page_spec, &mut again)?
                 && !matches!(
                     checksum::verify_page(&again, blkno, opts.backup_start_lsn),
                     PageVerdict::Mismatch { .. }
