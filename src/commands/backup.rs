@@ -4,25 +4,19 @@
 //! The copy is the shared base-backup sequence ([`crate::primary::base_backup`]); then all stored
 //! bytes are made durable and the manifest is written last: only its presence makes the
 //! backup complete.
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::options::BackupOptions;
 use crate::options::Settings;
-use crate::pg::lsn::{self, parse_backup_label, Lsn};
-use crate::primary::base_backup::{run_base_backup, BaseBackupOptions};
-use crate::primary::stream::{run_stream_backup, StreamOptions};
-use crate::primary::{Copier, Primary, StreamPrimary};
-use crate::remote::basebackup::HeldFile;
+use crate::pg::lsn::{self, Lsn};
+use crate::primary::repo_copy::{copy_ranges, copy_stream};
+use crate::primary::Copier;
 use crate::repo;
-use crate::repo::backup::{manifest_not_started, store_control, RepoTarget, StreamManifest};
-use crate::repo::manifest_io::ManifestWriter;
 use crate::repo::open::{open_other_stanzas, open_stanza};
 use crate::repo::sink::RepoSink;
 use crate::repo::wal::wait_archived;
 use crate::repo::{ManifestHeader, StopInfo};
-use crate::transfer::stream::{stream_units, StreamSink};
-use crate::transfer::{bundle_limits, Progress, ReadOptions, SourceFile};
+use crate::transfer::Progress;
 use serde::Serialize;
-use std::sync::atomic::Ordering;
 
 /// What `backup` reports at the end.
 #[derive(Debug, Serialize)]
@@ -39,22 +33,6 @@ pub struct BackupSummary {
     pub start_lsn: String,
     pub stop_lsn: String,
     pub page_errors: usize,
-}
-
-/// What a copy into the repository produced, whichever transport: the manifest so far
-/// (pg_control stored and listed) and what its end line needs.
-struct Copied {
-    manifest: ManifestWriter,
-    /// Bytes of the stored objects.
-    stored_size: u64,
-    start_lsn: Lsn,
-    stop_lsn: Lsn,
-    timeline: u32,
-    backup_label: String,
-    tablespace_map: Option<String>,
-    /// WAL segment names stored under pg_wal/, first to last.
-    wal_segments: Vec<String>,
-    page_errors: usize,
 }
 
 /// Runs `backup`.
@@ -180,150 +158,4 @@ pub fn run(s: &Settings, args: &BackupOptions, progress: &dyn Progress) -> Resul
         stop_lsn: stop_lsn.to_string(),
         page_errors,
     })
-}
-
-/// The copy over file ranges (this host's files, or libpq connections): the shared
-/// base-backup sequence into a [`RepoTarget`], then pg_control.
-fn copy_ranges(
-    primary: Primary,
-    sink: &RepoSink,
-    header: ManifestHeader,
-    spcs: &[(u32, String, String)],
-    args: &BackupOptions,
-    pg_label: &str,
-    progress: &dyn Progress,
-) -> Result<Copied> {
-    let mut target = RepoTarget {
-        sink,
-        header,
-        spcs,
-        manifest: None,
-    };
-    let bb = run_base_backup(
-        &primary.sess,
-        &primary.info,
-        primary.source.as_ref(),
-        spcs,
-        &mut target,
-        &BaseBackupOptions {
-            label: pg_label,
-            start_fast: args.start_fast,
-            jobs: primary.jobs,
-            phase: "backup",
-        },
-        progress,
-    )?;
-    let control_entry = store_control(sink, &bb.control, &bb.control_bytes)?;
-    primary.close();
-    let mut manifest = target.manifest.take().ok_or_else(manifest_not_started)?;
-    manifest.file(&control_entry)?;
-    Ok(Copied {
-        manifest,
-        stored_size: sink.stored.load(Ordering::Relaxed),
-        start_lsn: bb.start_lsn,
-        stop_lsn: bb.stop.lsn,
-        timeline: bb.label.start_timeline,
-        backup_label: bb.stop.backup_label,
-        tablespace_map: bb.stop.tablespace_map,
-        wal_segments: wal_segment_names(bb.wal.iter().map(|w| &*w.path)),
-        page_errors: bb.out.page_error_count,
-    })
-}
-
-/// The copy over the server's `BASE_BACKUP` stream (`--transport basebackup`): compressed on
-/// the primary, decoded here and cut into the repository's units as it arrives
-/// ([`stream_units`]), every file checked against the server's backup_manifest, the WAL from
-/// the stream; then pg_control (CRC checked).
-#[allow(clippy::too_many_arguments)]
-fn copy_stream(
-    s: &Settings,
-    stream: &StreamPrimary,
-    sink: &RepoSink,
-    header: ManifestHeader,
-    spcs: &[(u32, String, String)],
-    args: &BackupOptions,
-    pg_label: &str,
-    progress: &dyn Progress,
-) -> Result<Copied> {
-    let info = &stream.info;
-    let mut collector = StreamManifest::new(sink.backup, header, spcs);
-    let read_opts = ReadOptions {
-        jobs: s.jobs,
-        verify_checksums: info.data_checksums,
-        backup_start_lsn: 0,
-    };
-    let opts = StreamOptions {
-        label: pg_label.to_string(),
-        fast: args.start_fast,
-        compress: s.network_compress,
-        level: s.network_level,
-        max_rate: s.max_rate,
-        wal: true,
-        tablespace_map: true,
-        workers: None,
-    };
-    let run = |units: &mut dyn StreamSink| {
-        run_stream_backup(&stream.sess, info, &stream.target, &opts, units)
-    };
-    let streamed = stream_units(
-        sink,
-        &read_opts,
-        bundle_limits(),
-        &mut collector,
-        progress,
-        "backup",
-        run,
-    );
-    progress.finish();
-    let (sb, copied) = streamed?;
-    let d = &sb.outcome.decoded;
-    let text = |f: &Option<HeldFile>| {
-        f.as_ref()
-            .map(|f| String::from_utf8_lossy(&f.bytes).into_owned())
-    };
-    let backup_label = text(&d.backup_label).unwrap_or_default();
-    let label = parse_backup_label(&backup_label)
-        .map_err(|e| Error::Other(format!("the stream's backup_label cannot be read: {e}")))?;
-    let control = d.control.clone().unwrap_or_default();
-    let control_file = SourceFile {
-        mtime: control.mtime,
-        mode: if control.mode == 0 {
-            0o600
-        } else {
-            control.mode
-        },
-        ..SourceFile::plain("global/pg_control", control.bytes.len() as u64)
-    };
-    let control_entry = store_control(sink, &control_file, &control.bytes)?;
-    let mut manifest = collector.manifest.take().ok_or_else(manifest_not_started)?;
-    manifest.file(&control_entry)?;
-    tracing::info!(
-        "backup over the BASE_BACKUP stream ({}): {} files, {} bytes in {} bytes on the wire",
-        sb.codec.name(),
-        copied.files,
-        d.logical_bytes,
-        d.wire_bytes
-    );
-    Ok(Copied {
-        manifest,
-        stored_size: sink.stored.load(Ordering::Relaxed),
-        start_lsn: sb.outcome.start_lsn,
-        stop_lsn: sb.outcome.end_lsn,
-        timeline: label.start_timeline,
-        backup_label,
-        tablespace_map: text(&d.tablespace_map).filter(|t| !t.is_empty()),
-        wal_segments: wal_segment_names(d.files.iter().map(|f| f.path.as_str())),
-        page_errors: copied.page_error_count,
-    })
-}
-
-/// The WAL segment names among `paths` under pg_wal/, sorted (first to last).
-fn wal_segment_names<'a>(paths: impl Iterator<Item = &'a str>) -> Vec<String> {
-    let mut v: Vec<String> = paths
-        .filter_map(|p| p.strip_prefix("pg_wal/"))
-        .filter(|n| lsn::is_wal_segment_name(n))
-        .map(str::to_owned)
-        .collect();
-    v.sort();
-    v
 }

@@ -3,6 +3,7 @@
 //! server provably runs here, else libpq connections (the transport choice). The one
 //! base-backup sequence that backup and replica-create share is in [`base_backup`].
 pub mod base_backup;
+pub mod repo_copy;
 pub mod stream;
 
 use crate::error::{Error, Result};
