@@ -531,3 +531,207 @@ fn pg15_backup_basebackup_zstd_restore() {
         "the temporary slot must be gone"
     );
 }
+
+/// The first ERROR line of a command's output.
+fn first_error(r: &Run) -> String {
+    r.stderr
+        .lines()
+        .find(|l| l.contains("ERROR"))
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// Starts `args` in a thread, waits until the server's walsender has sent for a moment, then
+/// runs `cut` (which breaks the stream) and returns the command's result.
+fn cut_mid_stream(cluster: &Cluster, args: Vec<String>, cut: impl FnOnce()) -> Run {
+    let h = std::thread::spawn(move || pgjet(&args));
+    let sending = wait_for(Duration::from_secs(60), || {
+        let n = cluster.psql(
+            "postgres",
+            "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'walsender'",
+        );
+        (n == "1" || h.is_finished()).then_some(())
+    });
+    if h.is_finished() {
+        panic!(
+            "the command ended before the stream could be cut:\n{}",
+            h.join().unwrap()
+        );
+    }
+    assert!(sending.is_some(), "the stream never started");
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(!h.is_finished(), "the stream ended before it could be cut");
+    cut();
+    h.join().unwrap()
+}
+
+/// Faults in the middle of the stream (slowed by --max-rate so there is a middle): the
+/// walsender terminated (the link cut from the server's side) under a backup and under
+/// replica-create, and the primary restarted under a backup. Each fails with an error
+/// naming the stream; no backup is left that looks complete, no slot is left; the
+/// half-written standby is finished by `replica-create --delta` over libpq, starts and
+/// streams; a backup afterwards succeeds and verifies.
+#[test]
+fn pg15_stream_faults() {
+    let cluster = loopback_cluster("bb-faults");
+    cluster.psql(
+        "postgres",
+        "CREATE TABLE bulk AS SELECT i, repeat(md5(i::text), 4) AS v FROM generate_series(1, 200000) i; CHECKPOINT;",
+    );
+    let repo = cluster.new_dir("fault-repo");
+    let source = tcp_conninfo(&cluster, "postgres");
+    let base = args![
+        "--source",
+        source,
+        "--stanza",
+        "main",
+        "--repo-path",
+        repo.display(),
+        "--transport",
+        "basebackup"
+    ];
+    let with = |extra: Vec<String>| {
+        let mut a = base.clone();
+        a.extend(extra);
+        a
+    };
+    pgjet_ok(&with(args!["stanza-create"]));
+    let terminate = || {
+        cluster.psql(
+            "postgres",
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE backend_type = 'walsender'",
+        );
+    };
+    let no_complete_backup = |what: &str| {
+        let r = pgjet_ok(&args![
+            "--stanza",
+            "main",
+            "--repo-path",
+            repo.display(),
+            "--output",
+            "json",
+            "info"
+        ]);
+        let v: serde_json::Value = serde_json::from_str(r.stdout.trim()).unwrap();
+        let n = v[0]["backup"].as_array().map(|b| b.len()).unwrap_or(0);
+        assert_eq!(n, 0, "{what}: no backup may look complete:\n{r}");
+        assert_eq!(
+            cluster.psql("postgres", "SELECT count(*) FROM pg_replication_slots"),
+            "0",
+            "{what}: no slot may be left"
+        );
+    };
+    let slow = args![
+        "--max-rate",
+        "1M",
+        "--output",
+        "json",
+        "backup",
+        "--start-fast"
+    ];
+
+    // 1. The link cut under a backup.
+    let r = cut_mid_stream(&cluster, with(slow.clone()), terminate);
+    assert!(!r.success(), "a cut stream must fail the backup:\n{r}");
+    assert!(
+        r.text_lower().contains("replication") || r.text_lower().contains("stream"),
+        "the error must name the stream:\n{r}"
+    );
+    step!("link cut under backup: {}", first_error(&r));
+    no_complete_backup("link cut under backup");
+
+    // 2. The primary restarted under a backup.
+    let restart = || {
+        let (data, log) = (
+            cluster.data().display().to_string(),
+            cluster.server.log.display().to_string(),
+        );
+        run_as_postgres(
+            &cluster.pg().tool("pg_ctl"),
+            &[
+                "restart", "-w", "-m", "fast", "-t", "120", "-D", &data, "-l", &log,
+            ],
+            None,
+        )
+        .ok();
+    };
+    let r = cut_mid_stream(&cluster, with(slow), restart);
+    assert!(
+        !r.success(),
+        "a restart under the stream must fail the backup:\n{r}"
+    );
+    step!("primary restarted under backup: {}", first_error(&r));
+    no_complete_backup("primary restarted under backup");
+
+    // 3. The link cut under replica-create; --delta over libpq finishes the directory.
+    let data = cluster.new_dir("fault-standby");
+    let ts_map = format!("ts1={}", cluster.new_dir("fault-standby-ts1").display());
+    let port = free_port();
+    let create = args![
+        "replica-create",
+        "--transport",
+        "basebackup",
+        "--max-rate",
+        "1M",
+        "--source",
+        source,
+        "--pg-path",
+        data.display(),
+        "--pg-port",
+        port,
+        "--tablespace-map",
+        ts_map,
+        "--start-fast"
+    ];
+    let r = cut_mid_stream(&cluster, create, terminate);
+    assert!(!r.success(), "a cut stream must fail replica-create:\n{r}");
+    step!("link cut under replica-create: {}", first_error(&r));
+    assert!(
+        !data.join("global/pg_control").exists(),
+        "no pg_control after a failure"
+    );
+    assert_eq!(
+        cluster.psql("postgres", "SELECT count(*) FROM pg_replication_slots"),
+        "0",
+        "no slot may be left"
+    );
+    pgjet_ok(&args![
+        "replica-create",
+        "--delta",
+        "--transport",
+        "libpq",
+        "--source",
+        source,
+        "--pg-path",
+        data.display(),
+        "--pg-port",
+        port,
+        "--tablespace-map",
+        ts_map,
+        "--start-fast"
+    ]);
+    let standby = cluster.start_other(&data, port);
+    cluster.psql("postgres", "INSERT INTO bulk VALUES (0, 'after')");
+    let caught_up = wait_for(Duration::from_secs(60), || {
+        (standby.psql("postgres", "SELECT count(*) FROM bulk WHERE i = 0") == "1").then_some(())
+    });
+    assert!(
+        caught_up.is_some(),
+        "the finished standby must replay the primary's rows"
+    );
+    drop(standby);
+
+    // 4. A backup afterwards succeeds and verifies.
+    let r = pgjet_ok(&with(args!["--output", "json", "backup", "--start-fast"]));
+    let v: serde_json::Value = serde_json::from_str(r.stdout.trim()).unwrap();
+    let label = v["label"].as_str().unwrap().to_string();
+    pgjet_ok(&args![
+        "--stanza",
+        "main",
+        "--repo-path",
+        repo.display(),
+        "verify",
+        "--set",
+        label
+    ]);
+}
