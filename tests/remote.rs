@@ -436,6 +436,24 @@ fn backup_across_the_link(r: &Remote) {
     let mut a = base.clone();
     a.extend(args!["verify", "--set", label]);
     r.pgjet_in(&b, &r.hidden(), &a, None).ok();
+    // The same over the BASE_BACKUP stream (lz4 on the wire, TLS verify-full): verify passes.
+    let mut a = base.clone();
+    a.extend(args![
+        "--transport",
+        "basebackup",
+        "--network-compress",
+        "lz4",
+        "--output",
+        "json",
+        "backup",
+        "--start-fast"
+    ]);
+    let run = r.pgjet_in(&b, &r.hidden(), &a, None).ok();
+    let stream_label = summary(&run)["label"].as_str().unwrap().to_string();
+    let mut a = base.clone();
+    a.extend(args!["verify", "--set", stream_label]);
+    r.pgjet_in(&b, &r.hidden(), &a, None).ok();
+    step!("backup {stream_label} over the BASE_BACKUP stream verified");
     let restored = r.dest.join("restored");
     let ts = r.ts_dir(&restored);
     let mut a = base;
@@ -637,59 +655,15 @@ fn remote_pg15_tls_replica_backup_delta_and_faults() {
     );
     drop(finished);
 
-    // A link cut mid-copy: a clear error within the keepalive window, nothing that looks
-    // complete, no slot leaked; --delta afterwards finishes the job.
-    let cut2 = r.dest.join("linkcut");
-    let lab_wire = r.lab.ns_wire.clone();
-    let source_fast_fail = r
-        .source("keepalives_idle=1 keepalives_interval=1 keepalives_count=3 tcp_user_timeout=3000");
-    let a2 = args![
-        "--source",
-        source_fast_fail,
-        "--pg-path",
-        cut2.display(),
-        "--jobs",
-        "1",
-        "replica-create",
-        "--start-fast",
-        "--tablespace-map",
-        format!("ts1={}", r.ts_dir(&cut2).display())
-    ];
+    // A link cut mid-copy, over the ranges and over the BASE_BACKUP stream (slowed so the
+    // cut lands in its middle).
+    link_cut(&r, "linkcut", &[]);
+    link_cut(
+        &r,
+        "linkcut-stream",
+        &["--transport", "basebackup", "--max-rate", "2M"],
+    );
     let hidden = r.hidden();
-    let lab_cmd = {
-        let h: Vec<&Path> = hidden.iter().map(|p| p.as_path()).collect();
-        let mut c = r.lab.command_hiding(&b, &h, "runuser");
-        c.args(["-u", "postgres", "--", "timeout", "300"])
-            .arg(pgjet_bin())
-            .args(&a2);
-        c
-    };
-    let handle = std::thread::spawn(move || run_command(lab_cmd, &a2));
-    wait_copy_started(&cut2, &handle);
-    // The wire drops every packet from either host (a policy rule ahead of the lab's own).
-    let cut_rule = ["rule", "add", "priority", "1", "blackhole"];
-    assert!(r.lab.exec(&lab_wire, "ip", &cut_rule).status.success());
-    let res = handle.join().unwrap();
-    let mend = ["rule", "del", "priority", "1"];
-    assert!(r.lab.exec(&lab_wire, "ip", &mend).status.success());
-    assert!(!res.success(), "a copy over a cut link must fail:\n{res}");
-    step!(
-        "link cut: failed after {:.1} s: {}",
-        res.elapsed.as_secs_f64(),
-        res.stderr.lines().last().unwrap_or("")
-    );
-    assert!(res.elapsed < Duration::from_secs(120), "{res}");
-    assert!(!cut2.join("global/pg_control").exists());
-    let gone = wait_for(Duration::from_secs(90), || {
-        (pgjet_slots(&r.cluster).is_empty()).then_some(())
-    });
-    assert!(
-        gone.is_some(),
-        "slot leaked after the link cut: {}",
-        pgjet_slots(&r.cluster)
-    );
-    r.replica_create(&cut2, &["--delta"]).ok();
-    assert!(cut2.join("global/pg_control").exists());
 
     // The primary restarted mid-copy: a clear error, then --delta finishes.
     let cut3 = r.dest.join("restarted");
@@ -729,6 +703,67 @@ fn remote_pg15_tls_replica_backup_delta_and_faults() {
     // primary into a standby of the new one with --delta, run from the old primary's host.
     drop(standby);
     former_primary_follows(&mut r, &standby_dir);
+}
+
+/// A link cut in the middle of replica-create into `<dest>/<name>` (with `extra` flags): a
+/// clear error within the keepalive window, nothing that looks complete, no slot leaked;
+/// `--delta` (over libpq ranges) afterwards finishes the job.
+fn link_cut(r: &Remote, name: &str, extra: &[&str]) {
+    let b = r.lab.ns_b.clone();
+    let cut2 = r.dest.join(name);
+    let lab_wire = r.lab.ns_wire.clone();
+    let source_fast_fail = r
+        .source("keepalives_idle=1 keepalives_interval=1 keepalives_count=3 tcp_user_timeout=3000");
+    let mut a2 = args![
+        "--source",
+        source_fast_fail,
+        "--pg-path",
+        cut2.display(),
+        "--jobs",
+        "1"
+    ];
+    a2.extend(extra.iter().map(|s| s.to_string()));
+    a2.extend(args![
+        "replica-create",
+        "--start-fast",
+        "--tablespace-map",
+        format!("ts1={}", r.ts_dir(&cut2).display())
+    ]);
+    let hidden = r.hidden();
+    let lab_cmd = {
+        let h: Vec<&Path> = hidden.iter().map(|p| p.as_path()).collect();
+        let mut c = r.lab.command_hiding(&b, &h, "runuser");
+        c.args(["-u", "postgres", "--", "timeout", "300"])
+            .arg(pgjet_bin())
+            .args(&a2);
+        c
+    };
+    let handle = std::thread::spawn(move || run_command(lab_cmd, &a2));
+    wait_copy_started(&cut2, &handle);
+    // The wire drops every packet from either host (a policy rule ahead of the lab's own).
+    let cut_rule = ["rule", "add", "priority", "1", "blackhole"];
+    assert!(r.lab.exec(&lab_wire, "ip", &cut_rule).status.success());
+    let res = handle.join().unwrap();
+    let mend = ["rule", "del", "priority", "1"];
+    assert!(r.lab.exec(&lab_wire, "ip", &mend).status.success());
+    assert!(!res.success(), "a copy over a cut link must fail:\n{res}");
+    step!(
+        "link cut ({name}): failed after {:.1} s: {}",
+        res.elapsed.as_secs_f64(),
+        res.stderr.lines().last().unwrap_or("")
+    );
+    assert!(res.elapsed < Duration::from_secs(120), "{res}");
+    assert!(!cut2.join("global/pg_control").exists());
+    let gone = wait_for(Duration::from_secs(90), || {
+        (pgjet_slots(&r.cluster).is_empty()).then_some(())
+    });
+    assert!(
+        gone.is_some(),
+        "slot leaked after the link cut: {}",
+        pgjet_slots(&r.cluster)
+    );
+    r.replica_create(&cut2, &["--delta"]).ok();
+    assert!(cut2.join("global/pg_control").exists());
 }
 
 /// The pg_rewind case: the standby in `standby_dir` is promoted; the old primary writes a

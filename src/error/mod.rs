@@ -36,6 +36,15 @@ pub enum Error {
         user: String,
         error: Box<ServerError>,
     },
+    /// A connection to the server broke while in use (the replication connection of the
+    /// BASE_BACKUP transport: a cut link, a keepalive or tcp_user_timeout that ran out).
+    #[error("the connection to {target} was lost ({op}): {source}")]
+    Lost {
+        op: &'static str,
+        target: String,
+        #[source]
+        source: std::io::Error,
+    },
     /// The repository is missing, belongs to another cluster or is malformed.
     #[error("repository: {0}")]
     Repo(String),
@@ -145,6 +154,15 @@ impl Error {
         }
     }
 
+    /// A broken connection to `target` during `op` ([`Error::Lost`]).
+    pub fn lost(op: &'static str, target: &str, source: std::io::Error) -> Error {
+        Error::Lost {
+            op,
+            target: target.to_string(),
+            source,
+        }
+    }
+
     /// True when a file or object that was asked for does not exist (posix ENOENT, an object
     /// store's 404).
     pub fn is_not_found(&self) -> bool {
@@ -179,6 +197,8 @@ impl Error {
                 None => "HINT: is the cluster running? Check --pg-port, --pg-socket-path, --pg-user (or --source) and pg_hba.conf.".into(),
             },
             Error::Query { source, .. } if connection_lost(source) => "HINT: the connection to the server was lost (network, server restart or timeout); run the command again (replica-create: with --delta, to copy only what is missing).".into(),
+            Error::Lost { .. } => "HINT: the connection to the server was lost (network, server restart or timeout); run the command again (replica-create: with --delta, to copy only what is missing).".into(),
+            Error::Replication { error, .. } if error.code.starts_with("57P") => "HINT: the connection to the server was lost (network, server restart or timeout); run the command again (replica-create: with --delta, to copy only what is missing).".into(),
             Error::Query { source, .. } if source.as_db_error().map(|d| d.code() != &tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE).unwrap_or(false) => "HINT: the server refused the statement; its message above says why.".into(),
             Error::Query { .. } => "HINT: pgjet needs a superuser or a role with the rights the README lists (\"A role for pgjet\"); `pgjet check` names each missing one with the GRANT that fixes it.".into(),
             Error::Replication { user, error, .. } => replication_hint(user, error),
@@ -205,7 +225,10 @@ impl Error {
     pub fn exit_code(&self) -> i32 {
         match self {
             Error::Config(_) => 2,
-            Error::Connect { .. } | Error::Query { .. } | Error::Replication { .. } => 3,
+            Error::Connect { .. }
+            | Error::Query { .. }
+            | Error::Replication { .. }
+            | Error::Lost { .. } => 3,
             Error::Repo(_) => 4,
             Error::Corrupt { .. } | Error::CorruptWal { .. } => 5,
             Error::Unsafe(_) => 6,

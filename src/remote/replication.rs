@@ -222,7 +222,7 @@ impl ReplConn {
         let s = self.stream.get_mut();
         s.write_all(buf)
             .and_then(|_| s.flush())
-            .map_err(|e| Error::io("send to", self.describe.clone(), e))
+            .map_err(|e| Error::lost("send to", &self.describe, e))
     }
 
     /// Reads the next backend message. NoticeResponse and ParameterStatus are logged and
@@ -232,7 +232,7 @@ impl ReplConn {
             let mut head = [0u8; 5];
             self.stream
                 .read_exact(&mut head)
-                .map_err(|e| Error::io("read from", self.describe.clone(), e))?;
+                .map_err(|e| Error::lost("read from", &self.describe, e))?;
             let len = u32::from_be_bytes([head[1], head[2], head[3], head[4]]) as usize;
             if !(4..=MAX_MESSAGE).contains(&len) {
                 return Err(Error::Other(format!(
@@ -244,7 +244,7 @@ impl ReplConn {
             let mut body = vec![0u8; len - 4];
             self.stream
                 .read_exact(&mut body)
-                .map_err(|e| Error::io("read from", self.describe.clone(), e))?;
+                .map_err(|e| Error::lost("read from", &self.describe, e))?;
             match head[0] {
                 b'N' => tracing::info!("server: {}", parse_error_fields(&body)),
                 b'S' => {}
@@ -539,10 +539,10 @@ fn start_tls(
     let mut buf = BytesMut::new();
     frontend::ssl_request(&mut buf);
     tcp.write_all(&buf)
-        .map_err(|e| Error::io("send to", describe.to_string(), e))?;
+        .map_err(|e| Error::lost("send to", describe, e))?;
     let mut answer = [0u8; 1];
     tcp.read_exact(&mut answer)
-        .map_err(|e| Error::io("read from", describe.to_string(), e))?;
+        .map_err(|e| Error::lost("read from", describe, e))?;
     if answer[0] != b'S' {
         if matches!(mode, SslMode::Allow | SslMode::Prefer) {
             return Ok(Stream::Tcp(tcp));
