@@ -400,6 +400,44 @@ fn pg18_replica_create_basebackup_auto_is_gzip() {
     let v = pg_verifybackup(&pg, &target);
     assert!(v.success(), "pg_verifybackup:\n{v}");
 
+    // A backup over the stream (gzip: this build has no lz4/zstd), verified and restored.
+    let repo = cluster.new_dir("stream-repo");
+    let repo_s = repo.display().to_string();
+    let base = ["--stanza", "main", "--repo-path", repo_s.as_str()];
+    let run = |extra: &[&str]| pgjet_ok(&[&base[..], extra].concat());
+    run(&[
+        "--source",
+        &source,
+        "--transport",
+        "basebackup",
+        "stanza-create",
+    ]);
+    let r = run(&[
+        "--source",
+        &source,
+        "--transport",
+        "basebackup",
+        "--output",
+        "json",
+        "backup",
+        "--start-fast",
+    ]);
+    assert!(r.stderr.contains("BASE_BACKUP stream (gzip)"), "{r}");
+    let label = serde_json::from_str::<serde_json::Value>(r.stdout.trim()).unwrap()["label"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    run(&["verify", "--set", &label]);
+    let restored = cluster.new_dir("restored");
+    let restored_s = restored.display().to_string();
+    run(&["--pg-path", &restored_s, "restore", "--set", &label]);
+    let v = pg_verifybackup(&pg, &restored);
+    assert!(v.success(), "pg_verifybackup on the restore:\n{v}");
+    let server = cluster.start_other(&restored, free_port());
+    server.wait_promoted(Duration::from_secs(120));
+    assert_eq!(server.psql("postgres", "SELECT count(*) FROM t"), "50000");
+    drop(server);
+
     // PostgreSQL 16+ words the missing REPLICATION attribute differently; the hint is the
     // same. Then no replication line in pg_hba.conf: the hint names the line.
     cluster.psql(
