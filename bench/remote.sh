@@ -36,7 +36,17 @@ SWEEP_RUNS=${SWEEP_RUNS:-1}
 DELTA_LINK=${DELTA_LINK:-1gbit/20}
 DELTA_RANGES=${DELTA_RANGES:-"64 256 1024"}
 export DELTA_PCT=${DELTA_PCT:-1}         # % of pgbench_accounts pages changed before each delta
-PARTS=${PARTS:-"main small sweep delta"}
+PARTS=${PARTS:-"main small sweep delta stream"}
+# The stream part (issue 18): compression at the source. Datasets: pgb (pgbench only, like the
+# published slow-VPN case) and main (the mixed one); the transports and peers below.
+STREAM_SCALE=${STREAM_SCALE:-100}   # pgbench scale of the pgb dataset
+STREAM_DATASETS=${STREAM_DATASETS:-"pgb main"}
+STREAM_LINKS=${STREAM_LINKS:-"100mbit/50 1gbit/20 unshaped"}
+STREAM_RUNS=${STREAM_RUNS:-$RUNS}
+STREAM_REPLICA=${STREAM_REPLICA:-"libpq bb_zstd bb_lz4 auto"}   # pgjet replica-create variants
+STREAM_PGBB=${STREAM_PGBB:-"none lz4 zstd_w2"}                 # pg_basebackup -Fp --compress=server-...
+STREAM_BACKUP=${STREAM_BACKUP:-"bb libpq auto"}                # pgjet backup transports (repository lz4)
+STREAM_JOBS=${STREAM_JOBS:-"2 4"}   # pgBackRest process-max and pgjet backup --jobs in the stream part
 SKIP_PGBACKREST=${SKIP_PGBACKREST:-0}
 QUIET_LOAD=${QUIET_LOAD:-0.7}       # wait for a 1-min load average below this ...
 QUIET_WAIT=${QUIET_WAIT:-600}       # ... for at most this many seconds, before each link
@@ -310,7 +320,9 @@ build_cluster() {
 checkpoint_timeout = 30min
 autovacuum = off" pg_make_cluster "$PGV" "$d" "$port"
     local t0=$SECONDS
-    if [ "$ds" = main ]; then
+    if [ "$ds" = pgb ]; then
+        as_pg "$PGBIN/pgbench" -h "$d/sock" -p "$port" -U postgres -i -q -s "$STREAM_SCALE" postgres 2>&1 | tail -n 1
+    elif [ "$ds" = main ]; then
         as_pg "$PGBIN/pgbench" -h "$d/sock" -p "$port" -U postgres -i -q -s "$SCALE" postgres 2>&1 | tail -n 1
         install -m 755 "$(dirname "${BASH_SOURCE[0]}")/gen-random.sh" "$BENCH/bin/gen-random.sh"
         psql_as "$PGV" "$d" "$port" >/dev/null <<SQL
@@ -327,7 +339,7 @@ SELECT format('CREATE TABLE small_%s (id int, v int); INSERT INTO small_%s SELEC
 FROM generate_series(1, $SMALL_TABLES) i \gexec
 SQL
     fi
-    [ "$ds" = main ] && psql_as "$PGV" "$d" "$port" -c "VACUUM (FREEZE, ANALYZE)" >/dev/null
+    [ "$ds" = small ] || psql_as "$PGV" "$d" "$port" -c "VACUUM (FREEZE, ANALYZE)" >/dev/null
     psql_as "$PGV" "$d" "$port" >/dev/null <<SQL
 CHECKPOINT;
 CREATE ROLE $ROLE LOGIN REPLICATION PASSWORD '$PASSWORD';
@@ -404,6 +416,11 @@ pg1-socket-path=$BENCH/a/pg-main/sock
 pg1-path=$BENCH/a/pg-small/data
 pg1-port=$PORT
 pg1-socket-path=$BENCH/a/pg-small/sock
+
+[pgb]
+pg1-path=$BENCH/a/pg-pgb/data
+pg1-port=$PORT
+pg1-socket-path=$BENCH/a/pg-pgb/sock
 EOF
     # Host B: the repository host; the primary through pgBackRest's TLS protocol.
     cat >"$PGBR_CONF_B" <<EOF
@@ -419,7 +436,7 @@ archive-copy=n
 archive-timeout=120
 EOF
     local ds
-    for ds in main small; do
+    for ds in main small pgb; do
         cat >>"$PGBR_CONF_B" <<EOF
 
 [$ds]
@@ -467,12 +484,15 @@ import socket, subprocess, sys
 mode = sys.argv[1]
 if mode == "serve":
     addr, port, datadir = sys.argv[2], int(sys.argv[3]), sys.argv[4]
+    zstd = len(sys.argv) > 5 and sys.argv[5] == "zstd"
     s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     s.bind((addr, port)); s.listen(1)
     c, _ = s.accept()
     p = subprocess.Popen(["tar", "-C", datadir, "--exclude=./pg_wal/0*", "--exclude=./postmaster.pid",
                           "--warning=no-file-changed", "--warning=no-file-removed", "-cf", "-", "."],
                          stdout=subprocess.PIPE)
+    if zstd:
+        p = subprocess.Popen(["zstd", "-1", "-q", "-c"], stdin=p.stdout, stdout=subprocess.PIPE)
     while True:
         b = p.stdout.read(1 << 20)
         if not b: break
@@ -489,13 +509,14 @@ else:
 EOF
 }
 
-bench_raw() {  # tar | TCP (plain, no TLS) | tar -x: the same bytes over the same link
-    local r=$1 o=$OUT/raw p=7000
+bench_raw() {  # RUN [zstd [NAME]]: tar [| zstd -1] | TCP (plain, no TLS) | [zstd -d |] tar -x: the same bytes over the same link
+    local r=$1 z=${2:-} name=${3:-raw_tar_tcp} o=$OUT/raw p=7000 unz=""
     fresh_dir "$o"
-    in_cg_a ip netns exec "$NA" python3 "$BENCH/bin/raw.py" serve "$ADDR_A" $p "$BENCH/a/pg-$CUR_DS/data" </dev/null >"$LOGS/raw-sender.log" 2>&1 &
+    in_cg_a ip netns exec "$NA" python3 "$BENCH/bin/raw.py" serve "$ADDR_A" $p "$BENCH/a/pg-$CUR_DS/data" $z </dev/null >"$LOGS/raw-sender.log" 2>&1 &
     local spid=$!
     sleep 0.5
-    timed raw_tar_tcp "$r" "ip netns exec $NB python3 $BENCH/bin/raw.py recv $ADDR_A $p | ip netns exec $NB tar -C $(q "$o") -xf -" || true
+    [ "$z" = zstd ] && unz="zstd -d -q -c | "
+    timed "$name" "$r" "ip netns exec $NB python3 $BENCH/bin/raw.py recv $ADDR_A $p | $unz ip netns exec $NB tar -C $(q "$o") -xf -" || true
     wait "$spid" 2>/dev/null || true
     rm -rf "$o"
 }
@@ -521,11 +542,11 @@ bench_pgjet_replica() {   # NAME RUN JOBS [DIR [BIN]]
         --pg-path "$o" --output json replica-create --start-fast)" || true
 }
 
-bench_pgbackrest() {
-    local r=$1 j ct
+bench_pgbackrest() {   # RUN [PREFIX]
+    local r=$1 pre=${2:-} j ct
     for ct in $PGBR_COMPRESS; do
         for j in $JOBS_LIST; do
-            timed "pgbackrest_${ct}_p$j" "$r" "$(pgbr_b --stanza="$CUR_DS" --type=full --process-max="$j" \
+            timed "${pre}pgbackrest_${ct}_p$j" "$r" "$(pgbr_b --stanza="$CUR_DS" --type=full --process-max="$j" \
                 --compress-type="$ct" backup)" || true
             # keep the repository small (untimed)
             as_pg pgbackrest --config="$PGBR_CONF_B" --stanza="$CUR_DS" --repo1-retention-full=1 expire >/dev/null 2>&1 || true
@@ -677,6 +698,75 @@ SQL
     rm -rf "$d"
 }
 
+# ------------------------------------------------------------------ the stream part
+# Rows are named s_*: the same dataset and link may also appear in the main part.
+bench_s_pgjet_replica() {   # RUN VARIANT: libpq | bb_zstd | bb_lz4 | auto
+    local r=$1 v=$2 o=$OUT/pgjet-replica t=()
+    case "$v" in
+        libpq) t=(--transport libpq --jobs "$REPLICA_JOBS") ;;
+        bb_*) t=(--transport basebackup --network-compress "${v#bb_}") ;;
+        auto) t=(--transport auto) ;;
+    esac
+    fresh_dir "$o"
+    timed "s_pgjet_replica_$v" "$r" "$(in_b "$PGJET_BIN" --source "$(conninfo)" "${t[@]}" \
+        --pg-path "$o" --output json --log-level info replica-create --start-fast)" || true
+    rm -rf "$o"
+}
+
+bench_s_pg_basebackup() {   # RUN VARIANT: none | lz4 | zstd_w2 (server-side compression, plain format)
+    local r=$1 v=$2 o=$OUT/pgbb c=()
+    case "$v" in
+        lz4) c=(--compress=server-lz4) ;;
+        zstd_w2) c=(--compress=server-zstd:workers=2) ;;
+    esac
+    fresh_dir "$o"
+    timed "s_pgbb_$v" "$r" "$(in_b "$PGBIN/pg_basebackup" -d "$(conninfo)" -D "$o" -Fp -Xstream -R -c fast "${c[@]}")" || true
+    rm -rf "$o"
+}
+
+bench_s_pgjet_backup() {   # RUN TRANSPORT JOBS: bb | libpq | auto; the repository compresses with lz4
+    local r=$1 v=$2 j=$3 repo=$PGJET_REPO name=s_pgjet_backup_${2}_j$3 t=()
+    case "$v" in
+        bb) t=(--transport basebackup --network-compress zstd) ;;
+        libpq) t=(--transport libpq) ;;
+        auto) t=(--transport auto) ;;
+    esac
+    if ! archiver_idle "$BENCH/a/pg-$CUR_DS/data" || ! rm -rf "${repo:?}/$CUR_DS" || ! pgjet_stanza; then
+        printf '  %-26s run %d: FAILED (fresh stanza)\n' "$name" "$r"
+        printf '%s\t%s\t%s\t%s\t0\t0\t0\t0\t0\t0\t0\t0\tFAIL\t0\t\t\n' "$CUR_DS" "$CUR_LINK" "$name" "$r" >>"$TSV"
+        return 0
+    fi
+    timed "$name" "$r" "$(in_b "$PGJET_BIN" --stanza "$CUR_DS" --repo-path "$repo" --source "$(conninfo)" \
+        "${t[@]}" --jobs "$j" --compress-type lz4 --output json --log-level info backup --type full --start-fast)" || true
+}
+
+part_stream() {
+    local ds link r v j
+    for ds in $STREAM_DATASETS; do
+        [ -f "$BENCH/a/pg-$ds/data/PG_VERSION" ] || { say "no $ds dataset: skipped"; continue; }
+        for link in $STREAM_LINKS; do
+            CUR_LINK_TAG=${link//\//_}
+            lab_up "$link" "$ds"
+            phase_begin "stream: $ds @ $(link_label "$link")"
+            iperf_ref
+            for r in $(seq 1 "$STREAM_RUNS"); do
+                say "-- run $r of $STREAM_RUNS"
+                bench_raw "$r" "" s_raw_tar_tcp
+                bench_raw "$r" zstd s_raw_tar_zstd1_tcp
+                for v in $STREAM_REPLICA; do bench_s_pgjet_replica "$r" "$v"; done
+                for v in $STREAM_PGBB; do bench_s_pg_basebackup "$r" "$v"; done
+                if [ "$SKIP_PGBACKREST" != 1 ]; then
+                    PGBR_COMPRESS=lz4 JOBS_LIST=$STREAM_JOBS bench_pgbackrest "$r" s_
+                fi
+                for v in $STREAM_BACKUP; do
+                    for j in $STREAM_JOBS; do bench_s_pgjet_backup "$r" "$v" "$j"; done
+                done
+            done
+            phase_end "stream: $ds @ $(link_label "$link")"
+        done
+    done
+}
+
 # ------------------------------------------------------------------ main
 main() {
     [ "$(id -u)" -eq 0 ] || die "run as root"
@@ -704,25 +794,29 @@ main() {
     make_cgroups
     raw_sender
     if [ "$REUSE" = 1 ]; then
-        [ -f "$BENCH/a/pg-main/data/PG_VERSION" ] || die "REUSE=1 but no cluster under $BENCH/a (run once with KEEP=1)"
+        ls "$BENCH"/a/pg-*/data/PG_VERSION >/dev/null 2>&1 || die "REUSE=1 but no cluster under $BENCH/a (run once with KEEP=1)"
         mkdir -p "/etc/netns/$NB"
         printf '127.0.0.1 localhost\n198.18.%s.2 pgjet-bench-a\n' "$LAB_ID" >"/etc/netns/$NB/hosts"
-        measure_dataset main
+        [ -f "$BENCH/a/pg-main/data/PG_VERSION" ] && measure_dataset main
         [ -f "$BENCH/a/pg-small/data/PG_VERSION" ] && measure_dataset small
+        [ -f "$BENCH/a/pg-pgb/data/PG_VERSION" ] && measure_dataset pgb
     else
         make_pki
         write_pgbr_conf
-        build_cluster main
-        [ "$SMALL_TABLES" -gt 0 ] && build_cluster small
+        case " $PARTS " in *" main "*|*" sweep "*|*" delta "*) build_cluster main ;;
+            *) case " $STREAM_DATASETS " in *" main "*) build_cluster main ;; esac ;; esac
+        case " $PARTS " in *" small "*) [ "$SMALL_TABLES" -gt 0 ] && build_cluster small ;; esac
+        case " $PARTS " in *" stream "*) case " $STREAM_DATASETS " in *" pgb "*) build_cluster pgb ;; esac ;; esac
     fi
 
     # both tools' stanzas, from B (pgBackRest's over TLS; needs a lab: the first link of
     # the run), before anything makes WAL the primary archives into them
     local first ds
     first=$(echo "$LINKS" | awk '{print $1}')
+    [ " $PARTS " = " stream " ] && first=$(echo "$STREAM_LINKS" | awk '{print $1}')
     CUR_LINK_TAG=setup
     mkdir -p "$PGJET_REPO"; chown postgres: "$PGJET_REPO"
-    for ds in main small; do
+    for ds in main small pgb; do
         [ -f "$BENCH/a/pg-$ds/data/PG_VERSION" ] || continue
         lab_up "$first" "$ds"
         pgjet_stanza || die "pgjet stanza-create of $ds failed"
@@ -737,6 +831,7 @@ main() {
     case " $PARTS " in *" main "*) part_main main "$LINKS" "$RUNS" ;; esac
     case " $PARTS " in *" delta "*) part_delta ;; esac
     case " $PARTS " in *" sweep "*) part_sweep ;; esac
+    case " $PARTS " in *" stream "*) part_stream ;; esac
     if [ -f "$BENCH/a/pg-small/data/PG_VERSION" ]; then
         case " $PARTS " in *" small "*) part_main small "$SMALL_LINKS" "$SMALL_RUNS" ;; esac
     fi
@@ -752,16 +847,17 @@ main() {
 write_report() {
     local pgjet_commit
     pgjet_commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
-    python3 - "$RES" "$REPORT" \
-        "SCALE=$SCALE RANDOM_MB=$RANDOM_MB SMALL_TABLES=$SMALL_TABLES RUNS=$RUNS SMALL_RUNS=$SMALL_RUNS SWEEP_RUNS=$SWEEP_RUNS LINKS='$LINKS' JOBS_LIST='$JOBS_LIST' REPLICA_JOBS=$REPLICA_JOBS DELTA_PCT=$DELTA_PCT" \
+    LOGICAL_PGB=${LOGICAL[pgb]:-0} REPLICA_JOBS=$REPLICA_JOBS python3 - "$RES" "$REPORT" \
+        "SCALE=$SCALE RANDOM_MB=$RANDOM_MB SMALL_TABLES=$SMALL_TABLES RUNS=$RUNS SMALL_RUNS=$SMALL_RUNS SWEEP_RUNS=$SWEEP_RUNS LINKS='$LINKS' JOBS_LIST='$JOBS_LIST' REPLICA_JOBS=$REPLICA_JOBS DELTA_PCT=$DELTA_PCT PARTS='$PARTS' STREAM_SCALE=$STREAM_SCALE STREAM_LINKS='$STREAM_LINKS' STREAM_RUNS=$STREAM_RUNS" \
         "$PGJET_VERSION (commit $pgjet_commit)" "$DROP_CACHES" "${LOGICAL[main]:-0}" "${LOGICAL[small]:-0}" \
         "$(cat "$RES/files-main.txt" 2>/dev/null) $(cat "$RES/files-small.txt" 2>/dev/null)" \
         "$(nproc); $(awk '/model name/ {sub(/.*: /, ""); print; exit}' /proc/cpuinfo); $(uname -r); $("$PGBIN/postgres" --version); $(pgbackrest version); congestion control $(cat /proc/sys/net/ipv4/tcp_congestion_control)" \
         "$(cat "$RES/load-start.txt") → $(cat "$RES/load-end.txt")" <<'PYEOF'
 import sys, csv, statistics, json, os, glob, datetime
 res, report, settings, pgjet, drop, log_main, log_small, nfiles, machine, load_all = sys.argv[1:11]
-LOGICAL = {"main": int(log_main), "small": int(log_small)}
+LOGICAL = {"main": int(log_main), "small": int(log_small), "pgb": int(os.environ.get("LOGICAL_PGB", "0") or 0)}
 NFILES = dict(zip(("main", "small"), (nfiles.split() + ["?", "?"])[:2]))
+NFILES["pgb"] = open(os.path.join(res, "files-pgb.txt")).read().strip() if os.path.exists(os.path.join(res, "files-pgb.txt")) else "?"
 rows = []
 for r in csv.reader(open(os.path.join(res, "runs.tsv")), delimiter="\t"):
     if len(r) < 13: continue
@@ -810,6 +906,22 @@ DESCR = {
 }
 def descr(n):
     if n.startswith("base_"): return "base build: " + descr(n[5:])
+    if n.startswith("s_"):
+        m = n[2:]
+        if m == "raw_tar_tcp": return DESCR["raw_tar_tcp"]
+        if m == "raw_tar_zstd1_tcp": return "`tar -c \\| zstd -1` in A → plain TCP → `zstd -d \\| tar -x` in B (raw compressed reference)"
+        if m.startswith("pgjet_replica_"):
+            v = m[len("pgjet_replica_"):]
+            return {"libpq": f"`pgjet replica-create --transport libpq --jobs {os.environ.get('REPLICA_JOBS', '4')}`",
+                    "auto": "`pgjet replica-create --transport auto`"}.get(v, f"`pgjet replica-create --transport basebackup --network-compress {v[3:]}`")
+        if m.startswith("pgbb_"):
+            v = m[5:]
+            return "`pg_basebackup -Fp -Xstream -R -c fast`" + {"none": "", "lz4": " `--compress=server-lz4`", "zstd_w2": " `--compress=server-zstd:workers=2`"}.get(v, v)
+        if m.startswith("pgbackrest_"): return descr(m)
+        if m.startswith("pgjet_backup_"):
+            v, j = m[len("pgjet_backup_"):].rsplit("_j", 1)
+            t = {"bb": "basebackup --network-compress zstd", "libpq": "libpq", "auto": "auto"}.get(v, v)
+            return f"`pgjet backup --transport {t} --jobs {j} --compress-type lz4`"
     if n in DESCR: return DESCR[n]
     if n.startswith("pgjet_replica_j"): return f"`pgjet replica-create --transport libpq --jobs {n.split('_j')[1]}`"
     if n.startswith("pgbackrest_"):
@@ -834,10 +946,11 @@ P(f"- settings: {settings}")
 P(f"- load average (1/5/15 min) at start → end of the whole run: {load_all}")
 P("- both \"hosts\" are network namespaces of one VM: they share its 2 cores, its disk and its page cache.")
 P("")
-def main_table(ds, title):
+def main_table(ds, title, stream=False):
+    keep = (lambda n: n.startswith("s_")) if stream else (lambda n: not n.startswith(("sweep_", "delta", "s_")))
     links = []
     for x in rows:
-        if x["ds"] == ds and not x["name"].startswith(("sweep_", "delta")) and x["link"] not in links: links.append(x["link"])
+        if x["ds"] == ds and keep(x["name"]) and x["link"] not in links: links.append(x["link"])
     if not links: return
     P(f"## {title}")
     P("")
@@ -854,7 +967,7 @@ def main_table(ds, title):
     for link in links:
         names = []
         for x in rows:
-            if x["ds"] == ds and x["link"] == link and x["name"] not in names and not x["name"].startswith(("sweep_", "delta")): names.append(x["name"])
+            if x["ds"] == ds and x["link"] == link and x["name"] not in names and keep(x["name"]): names.append(x["name"])
         lr = rate_bytes(link)
         ip = iperf.get((ds, link))
         P(f"### {label(link)}")
@@ -911,7 +1024,7 @@ def tgt(link, text, val, thr, fmt="{:.2f}×", ge=True, ds="main"):
     P(f"| {label_short(link)} | {text} | {fmt.format(val)} | {'yes' if ok else '**no**'} |")
 links_main = []
 for x in rows:
-    if x["ds"] == "main" and not x["name"].startswith(("sweep_", "delta")) and x["link"] not in links_main: links_main.append(x["link"])
+    if x["ds"] == "main" and not x["name"].startswith(("sweep_", "delta", "s_")) and x["link"] not in links_main: links_main.append(x["link"])
 rep = [n for n in dict.fromkeys(x["name"] for x in rows if x["name"].startswith("pgjet_replica_j"))]
 repn = rep[0] if rep else "pgjet_replica_j4"
 jobs = sorted({n.split("_p")[-1] for n in (x["name"] for x in rows) if n.startswith("pgbackrest_")}, key=int)
@@ -982,6 +1095,57 @@ if sw:
               f"{100*s['wire']/lr:.1f} % | {f(s['steady'] / MiB if s['steady'] else None)} | {s['bcpu']:.1f} | {s['acpu']:.1f} | {f(s['mcpu'], 0)} | {s['rss']/1024:.0f} |" if lr else "")
     P("")
 main_table("small", "Small-file dataset")
+# the stream part: compression at the source (issue 18)
+sdl = [d for d in ("pgb", "main") if any(x["ds"] == d and x["name"].startswith("s_") for x in rows)]
+if sdl:
+    P("## Compression at the source: the BASE_BACKUP stream against the ranges and the peers")
+    P("")
+    P("pgjet's transports (`libpq` ranges, `basebackup` stream, `auto`), pg_basebackup with server-side compression "
+      "(plain format, decompressed on B) and pgBackRest (TLS server on A, lz4), with the raw references: the same tar "
+      "over plain TCP, and with `zstd -1` on A (the machine's limit for a compressed copy of the same bytes). "
+      "pgjet's backups store lz4 in the repository, as pgBackRest does.")
+    P("")
+    for d in sdl:
+        main_table(d, {"pgb": "Stream part, pgbench only (compressible)", "main": "Stream part, mixed dataset (pgbench + incompressible bytes)"}[d], stream=True)
+    P("### Targets of the stream part")
+    P("")
+    P("| dataset | link | target | measured | met? |")
+    P("|---|---|---|---:|:---:|")
+    def t2(ds, link, text, val, thr, fmt="{:.2f}×", ge=True):
+        if val is None: P(f"| {ds} | {label_short(link)} | {text} | n/a | – |"); return
+        ok = val >= thr if ge else val <= thr
+        P(f"| {ds} | {label_short(link)} | {text} | {fmt.format(val)} | {'yes' if ok else '**no**'} |")
+    def best(ds, link, names):
+        got = [(stat(ds, link, n)["sec"], n) for n in names if stat(ds, link, n).get("sec")]
+        return min(got) if got else (None, None)
+    sj = sorted({x["name"].rsplit("_p", 1)[1] for x in rows if x["name"].startswith("s_pgbackrest_")}, key=int)
+    for d in sdl:
+        for link in dict.fromkeys(x["link"] for x in rows if x["ds"] == d and x["name"].startswith("s_")):
+            auto = stat(d, link, "s_pgjet_replica_auto")
+            forced = [n for n in ("s_pgjet_replica_libpq", "s_pgjet_replica_bb_zstd", "s_pgjet_replica_bb_lz4")]
+            bf, bfn = best(d, link, forced)
+            bp, bpn = best(d, link, ["s_pgbb_none", "s_pgbb_lz4", "s_pgbb_zstd_w2"])
+            rep_t = auto.get("sec") or bf
+            if d == "pgb" and link.startswith("100mbit"):
+                lz = stat(d, link, "s_pgbb_lz4").get("sec")
+                t2(d, link, "replica-create ≥ 1.3× pg_basebackup server-lz4", lz / rep_t if lz and rep_t else None, 1.3)
+                for j in sj:
+                    pb = stat(d, link, f"s_pgbackrest_lz4_p{j}").get("sec")
+                    bk = stat(d, link, f"s_pgjet_backup_auto_j{j}").get("sec") or best(d, link, [f"s_pgjet_backup_bb_j{j}", f"s_pgjet_backup_libpq_j{j}"])[0]
+                    t2(d, link, f"backup ≥ 1.5× pgBackRest lz4, {j} processes", pb / bk if pb and bk else None, 1.5)
+                    t2(d, link, f"backup ≥ 1.3× pg_basebackup server-lz4, --jobs {j}", lz / bk if lz and bk else None, 1.3)
+                    t2(d, link, f"replica-create ≥ 1.5× pgBackRest lz4, {j} processes", pb / rep_t if pb and rep_t else None, 1.5)
+            if auto.get("sec") and bf:
+                t2(d, link, f"replica-create auto within 10 % of the best forced ({descr(bfn).strip('`')})", auto["sec"] / bf, 1.10, "{:.2f}", ge=False)
+            if rep_t and bp:
+                t2(d, link, f"replica-create never behind pg_basebackup's best ({bpn[2:]})", bp / rep_t, 1.0)
+            for j in sorted({x["name"].rsplit("_j", 1)[1] for x in rows if x["name"].startswith("s_pgjet_backup_")}):
+                a = stat(d, link, f"s_pgjet_backup_auto_j{j}").get("sec")
+                b, bn = best(d, link, [f"s_pgjet_backup_bb_j{j}", f"s_pgjet_backup_libpq_j{j}"])
+                if a and b: t2(d, link, f"backup auto within 10 % of the best forced, --jobs {j}", a / b, 1.10, "{:.2f}", ge=False)
+    srss = [x["rss"] for x in rows if x["ok"] and x["name"].startswith("s_pgjet_")]
+    if srss: t2("all", "all", "pgjet peak RSS on B < 200 MiB (stream part)", max(srss) / 1024, 200, "{:.0f} MiB", ge=False)
+    P("")
 P("## Machine load per phase (1/5/15-minute load average, before → after)")
 P("")
 for k, v in load.items(): P(f"- {k}: {v}")
