@@ -123,7 +123,7 @@ fn pg15_stream_decodes_against_manifest() {
     let out = run_stream(&mut conn, &cmd, &mut sink).expect("BASE_BACKUP stream");
     conn.close();
     let d = &out.decoded;
-    check_manifest(&d.files, &d.manifest, "test").expect("files match the manifest");
+    check_manifest(&d.received, d.manifest.as_ref(), "test").expect("files match the manifest");
     assert_eq!(out.tablespaces.len(), 1, "{:?}", out.tablespaces);
     let oid: u32 = cluster.tablespace_oid("ts1").parse().unwrap();
     assert_eq!(

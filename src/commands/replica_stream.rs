@@ -11,12 +11,11 @@ use crate::pgdata::standby::{
     ReplicaSummary,
 };
 use crate::pgdata::stream::StreamDir;
-use crate::pgdata::{delta, parse_tablespace_map, plan_locations, prepare_target, set_mtimes};
+use crate::pgdata::{delta, parse_tablespace_map, plan_locations, prepare_target};
 use crate::pgdata::{DataDirModes, TargetSync};
 use crate::primary::connect_primary;
 use crate::primary::stream::{run_stream_backup, StreamOptions};
 use crate::transfer::Progress;
-use std::path::PathBuf;
 use std::time::Instant;
 
 /// Runs `replica-create` over the `BASE_BACKUP` stream. Errors: as the other transports',
@@ -82,9 +81,6 @@ pub fn run(s: &Settings, args: &ReplicaOptions, progress: &dyn Progress) -> Resu
         if let Some(name) = &args.slot {
             sess.copy_slot_permanent(&sb.slot, name)?;
         }
-        let (paths, mtimes): (Vec<PathBuf>, Vec<i64>) =
-            std::mem::take(&mut sink.written).into_iter().unzip();
-        set_mtimes(&paths, &mtimes)?;
         let d = &sb.outcome.decoded;
         let label = d
             .backup_label
@@ -103,7 +99,10 @@ pub fn run(s: &Settings, args: &ReplicaOptions, progress: &dyn Progress) -> Resu
                 signal: Some("standby.signal"),
             },
             // The server's manifest, so pg_verifybackup checks the new directory.
-            || crate::io::fs::write_file(&target.join("backup_manifest"), &d.manifest, modes.file),
+            || match &d.manifest {
+                Some(m) => m.write_to(&target.join("backup_manifest"), modes.file),
+                None => Ok(()), // refused by the manifest check before the finish
+            },
             || {
                 crate::io::fs::write_file(
                     &target.join("global/pg_control"),

@@ -100,6 +100,11 @@ impl SyncHandle {
 /// the permission bits `mode` (0600, or 0640 in a cluster with group access; 0: 0600), an
 /// existing one keeps its own.
 pub fn write_file(path: &Path, data: &[u8], mode: u32) -> Result<()> {
+    write_from(path, &mut &data[..], mode)
+}
+
+/// [`write_file`] with the bytes of a reader (a file larger than memory should hold).
+pub fn write_from(path: &Path, data: &mut dyn std::io::Read, mode: u32) -> Result<()> {
     let mode = if mode == 0 { 0o600 } else { mode };
     let existed = path.exists();
     let mut f = OpenOptions::new()
@@ -112,7 +117,7 @@ pub fn write_file(path: &Path, data: &[u8], mode: u32) -> Result<()> {
     if !existed {
         set_exact_mode(&f, path, mode)?;
     }
-    f.write_all(data).map_err(|e| Error::io("write", path, e))?;
+    std::io::copy(data, &mut f).map_err(|e| Error::io("write", path, e))?;
     f.sync_all().map_err(|e| Error::io("fsync", path, e))
 }
 

@@ -3,7 +3,8 @@
 //! its one thread; each file is created sparse at its size with its recorded mode and its
 //! bytes are written in place by a pool of writer threads (pieces of up to [`PIECE`] bytes,
 //! all-zero 8 KiB blocks left as holes), so decompression and writing overlap and the
-//! writing spreads over the destination's cores.
+//! writing spreads over the destination's cores. A file's modification time is stamped once
+//! its last piece is written, so nothing per file is kept once it is done.
 //!
 //! The held-back files (backup_label, tablespace_map, pg_control) never come here: the
 //! caller's one finish ([`super::finish`]) writes them, pg_control last.
@@ -24,9 +25,28 @@ pub const PIECE: usize = 1 << 20;
 /// Block size below which zeros are not worth a hole; PostgreSQL's page (BLCKSZ).
 const BLOCK: usize = 8192;
 
+/// A file being written: shared by its pieces; once the last is written (the last holder
+/// drops it), its modification time is stamped, and a failure to do so recorded.
+struct Target {
+    file: File,
+    path: PathBuf,
+    /// Unix seconds.
+    mtime: i64,
+    failed: Arc<Mutex<Option<Error>>>,
+}
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(self.mtime.max(0) as u64);
+        if let Err(e) = self.file.set_modified(t) {
+            let mut f = self.failed.lock().unwrap_or_else(|e| e.into_inner());
+            f.get_or_insert(Error::io("set the modification time of", &self.path, e));
+        }
+    }
+}
+
 struct Piece {
-    file: Arc<File>,
-    path: Arc<PathBuf>,
+    target: Arc<Target>,
     offset: u64,
     data: Vec<u8>,
 }
@@ -43,10 +63,8 @@ pub struct StreamDir<'a> {
     tx: Option<Sender<Piece>>,
     workers: Vec<JoinHandle<()>>,
     failed: Arc<Mutex<Option<Error>>>,
-    cur: Option<(Arc<File>, Arc<PathBuf>, u64)>,
+    cur: Option<(Arc<Target>, u64)>,
     buf: Vec<u8>,
-    /// Files written (path, mtime), to stamp their modification times at the end.
-    pub written: Vec<(PathBuf, i64)>,
     /// Bytes of file content received.
     pub bytes: u64,
     progress: Option<&'a dyn Progress>,
@@ -93,7 +111,6 @@ impl<'a> StreamDir<'a> {
             failed,
             cur: None,
             buf: Vec::with_capacity(PIECE),
-            written: Vec::new(),
             bytes: 0,
             progress,
             reported: 0,
@@ -112,15 +129,14 @@ impl<'a> StreamDir<'a> {
         if self.buf.is_empty() {
             return Ok(());
         }
-        let (file, path, offset) = self
+        let (target, offset) = self
             .cur
             .as_mut()
             .ok_or_else(|| Error::Other("stream: data outside a file".into()))?;
         let data = std::mem::replace(&mut self.buf, Vec::with_capacity(PIECE));
         let n = data.len() as u64;
         let piece = Piece {
-            file: file.clone(),
-            path: path.clone(),
+            target: target.clone(),
             offset: *offset,
             data,
         };
@@ -171,9 +187,10 @@ fn write_piece(p: &Piece) -> Result<()> {
             }
             stop = next;
         }
-        p.file
+        p.target
+            .file
             .write_all_at(&p.data[at..stop], p.offset + at as u64)
-            .map_err(|e| Error::io("write", p.path.as_path(), e))?;
+            .map_err(|e| Error::io("write", p.target.path.as_path(), e))?;
         at = stop;
     }
     Ok(())
@@ -222,9 +239,14 @@ impl StreamSink for StreamDir<'_> {
     }
 
     fn file_begin(&mut self, path: &str, size: u64, mode: u32, mtime: i64) -> Result<()> {
-        let (p, f) = create_file(&self.root, path, size, mode)?;
-        self.written.push((p.clone(), mtime));
-        self.cur = Some((Arc::new(f), Arc::new(p), 0));
+        let (path, file) = create_file(&self.root, path, size, mode)?;
+        let target = Target {
+            file,
+            path,
+            mtime,
+            failed: self.failed.clone(),
+        };
+        self.cur = Some((Arc::new(target), 0));
         self.bytes += size;
         Ok(())
     }
@@ -287,7 +309,8 @@ mod tests {
         let mut data = vec![0u8; 3 * PIECE + 5];
         data[PIECE + 3] = 9;
         data[3 * PIECE + 4] = 1;
-        s.file_begin("base/1", data.len() as u64, 0o640, 0).unwrap();
+        s.file_begin("base/1", data.len() as u64, 0o640, 1_700_000_000)
+            .unwrap();
         for c in data.chunks(70_000) {
             s.file_data(c).unwrap();
         }
@@ -304,6 +327,11 @@ mod tests {
         let m = std::fs::metadata(d.path().join("base/1")).unwrap();
         use std::os::unix::fs::MetadataExt;
         assert_eq!(m.mode() & 0o777, 0o640);
+        assert_eq!(
+            m.mtime(),
+            1_700_000_000,
+            "stamped once its last piece was written"
+        );
         assert!(m.blocks() * 512 < data.len() as u64, "sparse");
     }
 }

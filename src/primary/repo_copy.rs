@@ -164,7 +164,7 @@ pub fn copy_stream(
         timeline: label.start_timeline,
         backup_label,
         tablespace_map: text(&d.tablespace_map).filter(|t| !t.is_empty()),
-        wal_segments: wal_segment_names(d.files.iter().map(|f| f.path.as_str())),
+        wal_segments: wal_segment_names(d.received.wal.iter().map(String::as_str)),
         page_errors: copied.page_error_count,
     })
 }

@@ -147,7 +147,11 @@ pub fn run_stream_backup(
             Ok(outcome) => {
                 conn.close();
                 let what = format!("BASE_BACKUP stream from {}", target.describe);
-                check_manifest(&outcome.decoded.files, &outcome.decoded.manifest, &what)?;
+                check_manifest(
+                    &outcome.decoded.received,
+                    outcome.decoded.manifest.as_ref(),
+                    &what,
+                )?;
                 for (name, present) in [
                     ("backup_label", outcome.decoded.backup_label.is_some()),
                     ("global/pg_control", outcome.decoded.control.is_some()),

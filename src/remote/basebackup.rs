@@ -137,13 +137,94 @@ pub struct HeldFile {
     pub mtime: i64,
 }
 
-/// One file received, in the manifest's terms: `path` relative to the data directory
-/// (`pg_tblspc/<oid>/...` for a tablespace's files), size in bytes, CRC-32C.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ReceivedFile {
-    pub path: String,
-    pub size: u64,
-    pub crc32c: u32,
+/// The files received, in the manifest's terms (paths relative to the data directory,
+/// `pg_tblspc/<oid>/...` for a tablespace's files), kept small for a million files: per
+/// file the XXH3-64 of its path, its size and CRC-32C (24 bytes), and the paths under
+/// `pg_wal/` whole (a backup names its WAL segments).
+#[derive(Debug, Clone, Default)]
+pub struct Received {
+    /// (path hash, size in bytes, CRC-32C, under pg_wal/), in arrival order.
+    entries: Vec<(u64, u64, u32, bool)>,
+    /// Paths of the files under pg_wal/, in arrival order.
+    pub wal: Vec<String>,
+}
+
+impl Received {
+    /// Records a file.
+    pub fn add(&mut self, path: &str, size: u64, crc32c: u32) {
+        let wal = path.starts_with("pg_wal/");
+        if wal {
+            self.wal.push(path.to_string());
+        }
+        self.entries.push((
+            xxhash_rust::xxh3::xxh3_64(path.as_bytes()),
+            size,
+            crc32c,
+            wal,
+        ));
+    }
+
+    /// Files recorded.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+/// The server's backup_manifest, spooled to an unnamed temporary file as it arrives (a
+/// cluster of a million files has a manifest of about 150 MB).
+#[derive(Debug)]
+pub struct SpooledManifest {
+    file: std::fs::File,
+    /// Bytes received.
+    pub len: u64,
+}
+
+impl SpooledManifest {
+    /// An empty manifest in the system's temporary directory ($TMPDIR, else /tmp).
+    /// Errors: the file cannot be made.
+    pub fn new() -> Result<SpooledManifest> {
+        let file = tempfile::tempfile()
+            .map_err(|e| Error::io("create a temporary file in", std::env::temp_dir(), e))?;
+        Ok(SpooledManifest { file, len: 0 })
+    }
+
+    /// Appends bytes.
+    pub fn append(&mut self, bytes: &[u8]) -> Result<()> {
+        use std::io::Write;
+        self.file
+            .write_all(bytes)
+            .map_err(|e| Error::io("write the spooled manifest in", std::env::temp_dir(), e))?;
+        self.len += bytes.len() as u64;
+        Ok(())
+    }
+
+    /// A reader from the first byte (a handle of its own; one reader at a time).
+    pub fn reader(&self) -> Result<std::io::BufReader<std::fs::File>> {
+        use std::io::Seek;
+        let io = |e| Error::io("read the spooled manifest in", std::env::temp_dir(), e);
+        let mut f = self.file.try_clone().map_err(io)?;
+        f.seek(std::io::SeekFrom::Start(0)).map_err(io)?;
+        Ok(std::io::BufReader::with_capacity(1 << 20, f))
+    }
+
+    /// The whole manifest in memory (tests, small manifests).
+    pub fn bytes(&self) -> Result<Vec<u8>> {
+        let mut v = Vec::with_capacity(self.len as usize);
+        self.reader()?
+            .read_to_end(&mut v)
+            .map_err(|e| Error::io("read the spooled manifest in", std::env::temp_dir(), e))?;
+        Ok(v)
+    }
+
+    /// Writes it to `path` with permission bits `mode`, durably ([`crate::io::fs`]).
+    pub fn write_to(&self, path: &std::path::Path, mode: u32) -> Result<()> {
+        let mut r = self.reader()?;
+        crate::io::fs::write_from(path, &mut r, mode)
+    }
 }
 
 /// What [`decode_copy_stream`] got.
@@ -152,9 +233,10 @@ pub struct Decoded {
     pub backup_label: Option<HeldFile>,
     pub tablespace_map: Option<HeldFile>,
     pub control: Option<HeldFile>,
-    /// The server's backup_manifest, as sent.
-    pub manifest: Vec<u8>,
-    pub files: Vec<ReceivedFile>,
+    /// The server's backup_manifest, as sent (None when the stream ended before it).
+    pub manifest: Option<SpooledManifest>,
+    /// Every file received, the held-back ones included.
+    pub received: Received,
     /// Bytes of CopyData payload received (what crossed the wire, before TLS).
     pub wire_bytes: u64,
     /// Bytes of file content decoded.
@@ -303,7 +385,14 @@ pub fn decode_copy_stream<M: CopyMessages + ?Sized>(
                         Some(m) => {
                             wire += m.len() as u64;
                             match m.first() {
-                                Some(b'd') => out.manifest.extend_from_slice(&m[1..]),
+                                Some(b'd') => {
+                                    if out.manifest.is_none() {
+                                        out.manifest = Some(SpooledManifest::new()?);
+                                    }
+                                    if let Some(sm) = out.manifest.as_mut() {
+                                        sm.append(&m[1..])?;
+                                    }
+                                }
                                 Some(b'p') => {}
                                 _ => {
                                     return Err(Error::Other(
@@ -591,11 +680,7 @@ fn read_tar(
                     sink.file_end()?;
                 }
                 out.logical_bytes += size;
-                out.files.push(ReceivedFile {
-                    path: format!("{prefix}{path}"),
-                    size,
-                    crc32c: crc,
-                });
+                out.received.add(&format!("{prefix}{path}"), size, crc);
             }
             t => {
                 return Err(bad(format!(
@@ -782,96 +867,198 @@ pub struct ManifestEntry {
     pub crc32c: Option<u32>,
 }
 
-/// Parses a backup_manifest (version 1 or 2; `Path` or hex `Encoded-Path`) and checks its
-/// own SHA-256 (`Manifest-Checksum`, over every byte before that line). Returns the file
-/// entries and the WAL ranges' (timeline, start, end).
+/// Reads a backup_manifest (version 1 or 2; `Path` or hex `Encoded-Path`) line by line,
+/// as backup_manifest.c writes it (one file entry per line inside `"Files"`, one WAL range
+/// per line inside `"WAL-Ranges"`, `"Manifest-Checksum"` on the last line), handing each file
+/// entry to `file`, and checks the manifest's own SHA-256 (over every byte before the
+/// `"Manifest-Checksum"` line). Memory: one line, whatever the file count. Returns the WAL
+/// ranges' (timeline, start, end).
 ///
-/// Errors: [`Error::Corrupt`] when the manifest is malformed or its checksum is wrong.
-pub fn parse_manifest(bytes: &[u8]) -> Result<(Vec<ManifestEntry>, Vec<WalRange>)> {
+/// Errors: [`Error::Corrupt`] when the manifest is malformed or truncated, or its checksum
+/// is wrong; `file`'s errors.
+pub fn read_manifest_lines(
+    r: &mut dyn std::io::BufRead,
+    file: &mut dyn FnMut(ManifestEntry) -> Result<()>,
+) -> Result<Vec<WalRange>> {
     use sha2::Digest;
     let bad = |d: &str| corrupt("backup_manifest", format!("backup_manifest: {d}"));
-    let key = b"\"Manifest-Checksum\"";
-    let at = bytes
-        .windows(key.len())
-        .rposition(|w| w == key)
-        .ok_or_else(|| bad("no Manifest-Checksum"))?;
-    let v: serde_json::Value =
-        serde_json::from_slice(bytes).map_err(|e| bad(&format!("not valid JSON: {e}")))?;
-    let want = v["Manifest-Checksum"].as_str().unwrap_or_default();
-    let got = hex::encode(sha2::Sha256::digest(&bytes[..at]));
+    let mut sha = sha2::Sha256::new();
+    let mut line = Vec::new();
+    let (mut first, mut files, mut wal, mut want) = (true, 0usize, Vec::new(), None);
+    let mut section = "";
+    loop {
+        line.clear();
+        let n = r
+            .read_until(b'\n', &mut line)
+            .map_err(|e| bad(&format!("cannot be read: {e}")))?;
+        if n == 0 {
+            break;
+        }
+        let text = std::str::from_utf8(&line).map_err(|_| bad("not UTF-8"))?;
+        let t = text.trim();
+        if first {
+            if !t.starts_with("{ \"PostgreSQL-Backup-Manifest-Version\"") {
+                return Err(bad("not a backup manifest (no version on its first line)"));
+            }
+            first = false;
+        }
+        if let Some(rest) = t.strip_prefix("\"Manifest-Checksum\":") {
+            let v: String = serde_json::from_str(rest.trim().trim_end_matches('}'))
+                .map_err(|e| bad(&format!("a malformed Manifest-Checksum: {e}")))?;
+            want = Some(v);
+            break;
+        }
+        sha.update(&line);
+        if t.starts_with("\"Files\"") {
+            section = "files";
+            continue;
+        }
+        if t.starts_with("\"WAL-Ranges\"") {
+            section = "wal";
+            continue;
+        }
+        if !t.starts_with('{') || t.starts_with("{ \"PostgreSQL-Backup-Manifest-Version\"") {
+            continue;
+        }
+        let v: serde_json::Value = serde_json::from_str(t.trim_end_matches(','))
+            .map_err(|e| bad(&format!("a line that is not valid JSON ({e}): {t}")))?;
+        match section {
+            "files" => {
+                file(manifest_entry(&v).map_err(|d| bad(&d))?)?;
+                files += 1;
+            }
+            "wal" => {
+                let tli = v["Timeline"].as_u64().unwrap_or(0) as u32;
+                let lsn = |k: &str| v[k].as_str().and_then(|s| s.parse::<Lsn>().ok());
+                if let (Some(s), Some(e)) = (lsn("Start-LSN"), lsn("End-LSN")) {
+                    wal.push((tli, s, e));
+                }
+            }
+            _ => return Err(bad(&format!("an entry outside Files and WAL-Ranges: {t}"))),
+        }
+    }
+    let want = want.ok_or_else(|| bad("no Manifest-Checksum (truncated?)"))?;
+    let got = hex::encode(sha.finalize());
     if !want.eq_ignore_ascii_case(&got) {
         return Err(bad("its checksum does not match its contents"));
     }
-    let mut files = Vec::new();
-    for f in v["Files"].as_array().ok_or_else(|| bad("no Files"))? {
-        let path = match (f["Path"].as_str(), f["Encoded-Path"].as_str()) {
-            (Some(p), _) => p.to_string(),
-            (None, Some(e)) => String::from_utf8_lossy(
-                &hex::decode(e).map_err(|_| bad("an Encoded-Path that is not hex"))?,
-            )
-            .into_owned(),
-            _ => return Err(bad("a file without a path")),
-        };
-        let size = f["Size"]
-            .as_u64()
-            .ok_or_else(|| bad("a file without a size"))?;
-        let crc32c = match f["Checksum-Algorithm"].as_str() {
-            Some("CRC32C") => {
-                let h = hex::decode(f["Checksum"].as_str().unwrap_or_default())
-                    .ok()
-                    .filter(|b| b.len() == 4)
-                    .ok_or_else(|| bad(&format!("{path}: a malformed CRC32C checksum")))?;
-                // pg_checksum_final copies the native (little-endian) uint32.
-                Some(u32::from_le_bytes([h[0], h[1], h[2], h[3]]))
-            }
-            _ => None,
-        };
-        files.push(ManifestEntry { path, size, crc32c });
+    if files == 0 {
+        return Err(bad("no file entries"));
     }
-    let mut wal = Vec::new();
-    for r in v["WAL-Ranges"].as_array().into_iter().flatten() {
-        let tli = r["Timeline"].as_u64().unwrap_or(0) as u32;
-        let lsn = |k: &str| r[k].as_str().and_then(|s| s.parse::<Lsn>().ok());
-        if let (Some(s), Some(e)) = (lsn("Start-LSN"), lsn("End-LSN")) {
-            wal.push((tli, s, e));
+    Ok(wal)
+}
+
+/// One file line of a manifest, parsed. Errors: what is wrong with it.
+fn manifest_entry(f: &serde_json::Value) -> std::result::Result<ManifestEntry, String> {
+    let path = match (f["Path"].as_str(), f["Encoded-Path"].as_str()) {
+        (Some(p), _) => p.to_string(),
+        (None, Some(e)) => String::from_utf8_lossy(
+            &hex::decode(e).map_err(|_| "an Encoded-Path that is not hex".to_string())?,
+        )
+        .into_owned(),
+        _ => return Err("a file without a path".into()),
+    };
+    let size = f["Size"].as_u64().ok_or("a file without a size")?;
+    let crc32c = match f["Checksum-Algorithm"].as_str() {
+        Some("CRC32C") => {
+            let h = hex::decode(f["Checksum"].as_str().unwrap_or_default())
+                .ok()
+                .filter(|b| b.len() == 4)
+                .ok_or_else(|| format!("{path}: a malformed CRC32C checksum"))?;
+            // pg_checksum_final copies the native (little-endian) uint32.
+            Some(u32::from_le_bytes([h[0], h[1], h[2], h[3]]))
         }
-    }
+        _ => None,
+    };
+    Ok(ManifestEntry { path, size, crc32c })
+}
+
+/// [`read_manifest_lines`] over bytes in memory, collecting the file entries.
+pub fn parse_manifest(bytes: &[u8]) -> Result<(Vec<ManifestEntry>, Vec<WalRange>)> {
+    let mut files = Vec::new();
+    let wal = read_manifest_lines(&mut &bytes[..], &mut |e| {
+        files.push(e);
+        Ok(())
+    })?;
     Ok((files, wal))
 }
 
-/// Compares what was received with the server's manifest: every file of the manifest must
-/// have arrived with its size and CRC-32C, and every file that arrived must be in it (WAL
-/// under `pg_wal/` is not listed in a manifest and is left out).
+/// Compares what was received with the server's manifest, read line by line: every file of
+/// the manifest must have arrived with its size and CRC-32C, and every file that arrived
+/// must be in it (files under `pg_wal/` other than those the manifest lists are the WAL the
+/// stream added, which a manifest never lists). Memory: the received list (24 bytes per
+/// file) and a mark per file.
 ///
-/// Errors: [`Error::Corrupt`] naming each missing, unexpected or different file.
-pub fn check_manifest(received: &[ReceivedFile], manifest: &[u8], what: &str) -> Result<()> {
-    let (entries, _) = parse_manifest(manifest)?;
-    let mut got: std::collections::HashMap<&str, &ReceivedFile> =
-        received.iter().map(|f| (f.path.as_str(), f)).collect();
+/// Errors: [`Error::Corrupt`] naming each missing or different file and counting the
+/// unexpected ones; a missing manifest.
+pub fn check_manifest(
+    received: &Received,
+    manifest: Option<&SpooledManifest>,
+    what: &str,
+) -> Result<()> {
+    let manifest = manifest.ok_or_else(|| Error::Corrupt {
+        label: what.to_string(),
+        files: vec!["backup_manifest (the stream ended before it)".into()],
+    })?;
+    check_manifest_from(received, &mut manifest.reader()?, what)
+}
+
+/// [`check_manifest`] over any reader of the manifest.
+pub fn check_manifest_from(
+    received: &Received,
+    manifest: &mut dyn std::io::BufRead,
+    what: &str,
+) -> Result<()> {
+    // Sorted by path hash, with each entry's place in arrival order for the marks.
+    let mut order: Vec<u32> = (0..received.entries.len() as u32).collect();
+    order.sort_unstable_by_key(|&i| received.entries[i as usize].0);
+    let mut seen = vec![false; received.entries.len()];
     let mut damaged = Vec::new();
-    for e in &entries {
-        match got.remove(e.path.as_str()) {
-            None => damaged.push(format!("{} (missing from the stream)", e.path)),
-            Some(f) if f.size != e.size => damaged.push(format!(
-                "{} (size {} where the manifest says {})",
-                e.path, f.size, e.size
-            )),
-            Some(f) if e.crc32c.is_some_and(|c| c != f.crc32c) => damaged.push(format!(
-                "{} (CRC-32C {:08x} where the manifest says {:08x})",
-                e.path,
-                f.crc32c,
-                e.crc32c.unwrap_or_default()
-            )),
-            Some(_) => {}
+    read_manifest_lines(manifest, &mut |e| {
+        let h = xxhash_rust::xxh3::xxh3_64(e.path.as_bytes());
+        let start = order.partition_point(|&i| received.entries[i as usize].0 < h);
+        let candidates: Vec<u32> = order[start..]
+            .iter()
+            .copied()
+            .take_while(|&i| received.entries[i as usize].0 == h)
+            .filter(|&i| !seen[i as usize])
+            .collect();
+        let fits = |i: &u32| {
+            let (_, size, crc, _) = received.entries[*i as usize];
+            size == e.size && e.crc32c.is_none_or(|c| c == crc)
+        };
+        match (candidates.iter().find(|i| fits(i)), candidates.first()) {
+            (Some(&i), _) => seen[i as usize] = true,
+            (None, None) => damaged.push(format!("{} (missing from the stream)", e.path)),
+            (None, Some(&i)) => {
+                seen[i as usize] = true;
+                let (_, size, crc, _) = received.entries[i as usize];
+                damaged.push(if size != e.size {
+                    format!(
+                        "{} (size {size} where the manifest says {})",
+                        e.path, e.size
+                    )
+                } else {
+                    format!(
+                        "{} (CRC-32C {crc:08x} where the manifest says {:08x})",
+                        e.path,
+                        e.crc32c.unwrap_or_default()
+                    )
+                });
+            }
         }
-    }
-    let mut extra: Vec<&str> = got
-        .into_keys()
-        .filter(|p| !p.starts_with("pg_wal/"))
-        .collect();
-    extra.sort_unstable();
-    for p in extra {
-        damaged.push(format!("{p} (not in the manifest)"));
+        Ok(())
+    })?;
+    let extra = received
+        .entries
+        .iter()
+        .zip(&seen)
+        .filter(|(e, seen)| !**seen && !e.3)
+        .count();
+    if extra > 0 {
+        damaged.push(format!(
+            "{extra} file(s) in the stream that the manifest does not list"
+        ));
     }
     if damaged.is_empty() {
         return Ok(());

@@ -249,7 +249,7 @@ fn every_codec_decodes_and_matches_the_manifest() {
                 .contains(&"link pg_wal_link -> /elsewhere".to_string()));
             assert!(rec.events[0].starts_with("archive 16385.tar Some(16385)"));
             assert!(!rec.progress.is_empty());
-            check_manifest(&d.files, &d.manifest, "test").unwrap();
+            check_manifest(&d.received, d.manifest.as_ref(), "test").unwrap();
             assert!(d.wire_bytes > 0);
             assert_eq!(
                 d.logical_bytes,
@@ -291,7 +291,7 @@ fn a_short_stream_is_refused() {
         msgs.truncate(m);
         let d = decode_copy_stream(&mut msgs.into_iter(), codec, &[], &mut Recorder::default())
             .unwrap();
-        assert!(check_manifest(&d.files, &d.manifest, "t").is_err());
+        assert!(check_manifest(&d.received, d.manifest.as_ref(), "t").is_err());
     }
 }
 
@@ -322,7 +322,7 @@ fn a_corrupt_archive_is_refused() {
             Err(e) => assert!(matches!(e, Error::Corrupt { .. }), "{codec:?}: {e}"),
             // A flip that decodes to other bytes is caught by the manifest.
             Ok(d) => assert!(
-                check_manifest(&d.files, &d.manifest, "t").is_err(),
+                check_manifest(&d.received, d.manifest.as_ref(), "t").is_err(),
                 "{codec:?}: damage not seen"
             ),
         }
@@ -375,51 +375,58 @@ fn a_corrupt_archive_is_refused() {
     .is_err());
 }
 
+/// The received entry of `path`, to change it.
+fn entry<'a>(r: &'a mut Received, path: &str) -> &'a mut (u64, u64, u32, bool) {
+    let h = xxhash_rust::xxh3::xxh3_64(path.as_bytes());
+    r.entries.iter_mut().find(|e| e.0 == h).unwrap()
+}
+
 #[test]
 fn manifest_mismatches_name_the_file() {
     let (r, _) = decode(WireCodec::Lz4, 4096);
     let d = r.unwrap();
+    let manifest = d.manifest.as_ref().unwrap().bytes().unwrap();
+    let check = |r: &Received, m: &[u8]| check_manifest_from(r, &mut &m[..], "t");
+    check(&d.received, &manifest).unwrap();
     // A different file.
-    let mut files = d.files.clone();
-    let f = files.iter_mut().find(|f| f.path == "base/5/16384").unwrap();
-    f.crc32c ^= 1;
-    let e = check_manifest(&files, &d.manifest, "t").unwrap_err();
+    let mut files = d.received.clone();
+    entry(&mut files, "base/5/16384").2 ^= 1;
+    let e = check(&files, &manifest).unwrap_err();
     assert!(matches!(e, Error::Corrupt { .. }));
     assert!(e.to_string().contains("base/5/16384 (CRC-32C"), "{e}");
     // A missing one, an unexpected one (WAL is never listed, so never unexpected).
-    let mut files = d.files.clone();
-    files.retain(|f| f.path != "pg_tblspc/16385/PG_15_202209061/5/16400");
-    files.push(ReceivedFile {
-        path: "base/5/99999".into(),
-        size: 0,
-        crc32c: 0,
-    });
-    let e = check_manifest(&files, &d.manifest, "t")
-        .unwrap_err()
-        .to_string();
+    let mut files = d.received.clone();
+    entry(&mut files, "pg_tblspc/16385/PG_15_202209061/5/16400").0 ^= 1;
+    files.add("pg_wal/000000010000000000000009", 16, 0);
+    let e = check(&files, &manifest).unwrap_err().to_string();
     assert!(
         e.contains("pg_tblspc/16385/PG_15_202209061/5/16400 (missing"),
         "{e}"
     );
-    assert!(e.contains("base/5/99999 (not in the manifest)"), "{e}");
+    assert!(
+        e.contains("1 file(s) in the stream that the manifest does not list"),
+        "{e}"
+    );
     assert!(!e.contains("pg_wal"), "{e}");
     // A size difference.
-    let mut files = d.files.clone();
-    files[0].size += 1;
-    assert!(check_manifest(&files, &d.manifest, "t")
+    let mut files = d.received.clone();
+    entry(&mut files, "base/5/PG_VERSION").1 += 1;
+    assert!(check(&files, &manifest)
         .unwrap_err()
         .to_string()
-        .contains("size"));
-    // A manifest whose own checksum is wrong, or not JSON.
-    let mut m = d.manifest.clone();
+        .contains("base/5/PG_VERSION (size"));
+    // A manifest whose own checksum is wrong, truncated, or not a manifest.
+    let mut m = manifest.clone();
     let at = m.windows(5).position(|w| w == b"16384").unwrap();
     m[at] = b'7';
-    assert!(check_manifest(&d.files, &m, "t")
+    assert!(check(&d.received, &m)
         .unwrap_err()
         .to_string()
         .contains("checksum"));
-    assert!(check_manifest(&d.files, b"{", "t").is_err());
-    let (entries, wal) = parse_manifest(&d.manifest).unwrap();
+    assert!(check(&d.received, &manifest[..manifest.len() - 90]).is_err());
+    assert!(check(&d.received, b"{").is_err());
+    assert!(check_manifest(&d.received, None, "t").is_err());
+    let (entries, wal) = parse_manifest(&manifest).unwrap();
     assert_eq!(entries.len(), 6);
     assert_eq!(wal, vec![(1, Lsn(0x2000028), Lsn(0x2000100))]);
 }
