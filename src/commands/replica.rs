@@ -33,6 +33,13 @@ pub fn run(s: &Settings, args: &ReplicaOptions, progress: &dyn Progress) -> Resu
     if s.transport == crate::options::Transport::Basebackup {
         return super::replica_stream::run(s, args, progress);
     }
+    // auto: the stream when the primary is on another host and the probe finds it faster
+    // (never for --delta: the stream copies every file).
+    if !args.delta {
+        if let Some(stream) = crate::primary::choose::auto_stream_settings(s)? {
+            return super::replica_stream::run(&stream, args, progress);
+        }
+    }
     let target = s.pg_path()?.to_path_buf();
     if !target.is_absolute() {
         return Err(Error::Config("--pg-path must be an absolute path".into()));

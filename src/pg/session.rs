@@ -163,6 +163,38 @@ impl Session {
             .collect())
     }
 
+    /// Reads ranges of data-directory files in one round trip: each (path relative to the
+    /// data directory, offset, length) with `pg_read_binary_file` in binary form; None for
+    /// a file that is gone. The role needs EXECUTE on
+    /// `pg_read_binary_file(text, bigint, bigint, boolean)` (or superuser).
+    pub fn read_file_ranges(&self, ranges: &[(String, u64, u64)]) -> Result<Vec<Option<Vec<u8>>>> {
+        let what = || format!("read {} file range(s)", ranges.len());
+        let paths: Vec<&str> = ranges.iter().map(|r| r.0.as_str()).collect();
+        let offs: Vec<i64> = ranges.iter().map(|r| r.1 as i64).collect();
+        let lens: Vec<i64> = ranges.iter().map(|r| r.2 as i64).collect();
+        let rows = self
+            .rt
+            .block_on(self.client.query(
+                "SELECT pg_read_binary_file(f.p, f.o, f.l, true) \
+                 FROM unnest($1::text[], $2::int8[], $3::int8[]) WITH ORDINALITY AS f(p, o, l, n) \
+                 ORDER BY f.n",
+                &[&paths, &offs, &lens],
+            ))
+            .map_err(|source| Error::Query {
+                what: what(),
+                source,
+            })?;
+        rows.iter()
+            .map(|r| {
+                r.try_get::<_, Option<Vec<u8>>>(0)
+                    .map_err(|source| Error::Query {
+                        what: what(),
+                        source,
+                    })
+            })
+            .collect()
+    }
+
     /// Runs `sql` expecting exactly one row; returns its columns as text (NULL as None).
     pub fn query_row(&self, what: &str, sql: &str) -> Result<Vec<Option<String>>> {
         let mut rows = self.query_strings(what, sql)?;

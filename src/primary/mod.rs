@@ -3,6 +3,7 @@
 //! server provably runs here, else libpq connections (the transport choice). The one
 //! base-backup sequence that backup and replica-create share is in [`base_backup`].
 pub mod base_backup;
+pub mod choose;
 pub mod repo_copy;
 pub mod stream;
 
@@ -59,6 +60,9 @@ pub struct StreamPrimary {
     pub target: ConnTarget,
     pub sess: Session,
     pub info: ServerInfo,
+    /// The wire compression and level to ask for (given, or chosen by `--transport auto`).
+    pub compress: crate::options::NetworkCompress,
+    pub level: Option<i32>,
 }
 
 /// How a backup copies the primary: its files (this host's, or ranges over libpq), or the
@@ -69,12 +73,22 @@ pub enum Copier {
 }
 
 impl Copier {
-    /// Connects by `s.transport`: `basebackup` takes the stream, every other transport the
-    /// files ([`open_primary`], checking a given --pg-path). Errors: as [`open_primary`].
+    /// Connects by `s.transport`: `basebackup` takes the stream; `auto` the stream when the
+    /// primary is on another host and the probe finds it faster
+    /// ([`choose::auto_stream_settings`]); every other case the files ([`open_primary`],
+    /// checking a given --pg-path). Errors: as [`open_primary`], the probe's.
     pub fn open(s: &Settings) -> Result<Copier> {
+        let auto = choose::auto_stream_settings(s)?;
+        let s = auto.as_ref().unwrap_or(s);
         if s.transport == Transport::Basebackup {
             let (target, sess, info) = connect_primary(s)?;
-            return Ok(Copier::Stream(StreamPrimary { target, sess, info }));
+            return Ok(Copier::Stream(StreamPrimary {
+                target,
+                sess,
+                info,
+                compress: s.network_compress,
+                level: s.network_level,
+            }));
         }
         Ok(Copier::Files(open_primary(s, true)?))
     }

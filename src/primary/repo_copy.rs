@@ -107,8 +107,8 @@ pub fn copy_stream(
     let opts = StreamOptions {
         label: pg_label.to_string(),
         fast: args.start_fast,
-        compress: s.network_compress,
-        level: s.network_level,
+        compress: stream.compress,
+        level: stream.level,
         max_rate: s.max_rate,
         wal: true,
         tablespace_map: true,

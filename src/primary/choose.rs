@@ -1,0 +1,447 @@
+//! `--transport auto` for a primary on another host: the parallel ranges (libpq) or the
+//! server's compressed `BASE_BACKUP` stream, chosen by what a probe measures in its first
+//! second (docs/basebackup-transport.md, "How auto chooses").
+//!
+//! The probe, on the SQL session pgjet opens anyway:
+//! 1. a sample of the relation files of the connected database, 16 pieces of 256 KiB spread
+//!    over them in proportion to their sizes (systematic sampling), read in one round trip
+//!    with `pg_read_binary_file`: the bytes and how fast they came;
+//! 2. when that took under a quarter of a second, a second read of 16 MiB in one round trip
+//!    (on a fast link 4 MiB is over before TCP has opened its window): the link's rate;
+//! 3. the sample compressed here with each method the server can use (zstd at the server's
+//!    default level 3, lz4 at its default, gzip at level 1, the level pgjet then asks for):
+//!    the ratio, and the rate of one core of this host as a proxy for one core of the
+//!    server (`BASE_BACKUP` compresses on one core unless zstd gets workers).
+//!
+//! Then [`decide`]: the ranges are estimated at the measured rate (one connection; the
+//! ranges use several, so this is a lower bound), the stream with a method at the smallest of
+//! the rate times its ratio, its compression rate and its decompression rate. The stream is
+//! chosen when its best estimate is at least [`STREAM_MARGIN`] times the ranges': the ranges
+//! cost the primary no compression CPU, and their estimate is low.
+use crate::error::Result;
+use crate::options::{NetworkCompress, Settings, Transport};
+use crate::pg::session::{ServerInfo, Session};
+use crate::remote::basebackup::WireCodec;
+use std::io::Write;
+use std::time::Instant;
+
+/// How much faster the stream must be estimated before auto takes it.
+pub const STREAM_MARGIN: f64 = 1.2;
+/// Pieces of the sample, and the bytes of each.
+const SAMPLE_PIECES: u64 = 16;
+const SAMPLE_PIECE: u64 = 256 << 10;
+/// A sample read faster than this is followed by a longer read for the link's rate.
+const SHORT_READ: f64 = 0.25;
+/// Bytes of that longer read.
+const LINK_READ: u64 = 16 << 20;
+/// PostgreSQL's relation segment size (RELSEG_SIZE * BLCKSZ, pg_config.h): offsets past it
+/// are in the files `<relfilenode>.<n>`.
+const SEGMENT: u64 = 1 << 30;
+
+/// What auto chose.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Choice {
+    /// The parallel ranges over libpq connections.
+    Ranges,
+    /// The server's stream, compressed with this method; `level` to ask for (None: the
+    /// server's default).
+    Stream {
+        codec: WireCodec,
+        level: Option<i32>,
+    },
+}
+
+/// One compression method measured on the sample.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CodecRate {
+    pub codec: WireCodec,
+    /// Logical bytes per compressed byte.
+    pub ratio: f64,
+    /// Logical bytes per second, one core of this host.
+    pub compress: f64,
+    pub decompress: f64,
+}
+
+/// What the probe measured.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Probe {
+    /// Logical bytes per second of one connection reading in one round trip.
+    pub link: f64,
+    /// Bytes of the sample.
+    pub sample: usize,
+    /// The methods the server can use, measured.
+    pub codecs: Vec<CodecRate>,
+}
+
+/// The estimates behind a choice, logical bytes per second.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Estimates {
+    pub ranges: f64,
+    /// Per method: its estimate.
+    pub stream: Vec<(WireCodec, f64)>,
+}
+
+/// The choice for `p` and the estimates behind it (see the module's documentation).
+pub fn decide(p: &Probe) -> (Choice, Estimates) {
+    let ranges = p.link;
+    let stream: Vec<(WireCodec, f64)> = p
+        .codecs
+        .iter()
+        .map(|c| {
+            let rate = (p.link * c.ratio).min(c.compress).min(c.decompress);
+            (c.codec, rate)
+        })
+        .collect();
+    let best = stream
+        .iter()
+        .copied()
+        .fold(None, |b: Option<(WireCodec, f64)>, x| match b {
+            Some(b) if b.1 >= x.1 => Some(b),
+            _ => Some(x),
+        });
+    let choice = match best {
+        Some((codec, rate)) if rate >= ranges * STREAM_MARGIN => Choice::Stream {
+            codec,
+            level: (codec == WireCodec::Gzip).then_some(1),
+        },
+        _ => Choice::Ranges,
+    };
+    (choice, Estimates { ranges, stream })
+}
+
+/// The sample's pieces: (path, offset, length) spread over `files` ((path of the first
+/// segment, size in bytes)) in proportion to their sizes.
+fn sample_pieces(files: &[(String, u64)], pieces: u64, piece: u64) -> Vec<(String, u64, u64)> {
+    let total: u64 = files.iter().map(|f| f.1).sum();
+    if total == 0 {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for i in 0..pieces {
+        // The middle of the i-th of `pieces` equal strides through all the bytes.
+        let mut at = (2 * i + 1) * total / (2 * pieces);
+        for (path, size) in files {
+            if at < *size {
+                let off = at.saturating_sub(piece / 2) / 8192 * 8192;
+                let len = piece.min(size - off);
+                let (seg, in_seg) = (off / SEGMENT, off % SEGMENT);
+                let len = len.min(SEGMENT - in_seg);
+                let p = if seg == 0 {
+                    path.clone()
+                } else {
+                    format!("{path}.{seg}")
+                };
+                out.push((p, in_seg, len));
+                break;
+            }
+            at -= size;
+        }
+    }
+    out
+}
+
+/// Measures `codec` on `sample`. None when the method fails here (it cannot: the sample is
+/// in memory; kept total).
+fn measure(codec: WireCodec, sample: &[u8]) -> Option<CodecRate> {
+    let t = Instant::now();
+    let packed: Vec<u8> = match codec {
+        WireCodec::None => return None,
+        WireCodec::Zstd => zstd::bulk::compress(sample, 3).ok()?,
+        WireCodec::Lz4 => {
+            let mut e = lz4_flex::frame::FrameEncoder::new(Vec::new());
+            e.write_all(sample).ok()?;
+            e.finish().ok()?
+        }
+        WireCodec::Gzip => {
+            let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::new(1));
+            e.write_all(sample).ok()?;
+            e.finish().ok()?
+        }
+    };
+    let c = t.elapsed().as_secs_f64().max(1e-6);
+    let t = Instant::now();
+    let back = match codec {
+        WireCodec::Zstd => zstd::bulk::decompress(&packed, sample.len()).ok()?,
+        WireCodec::Lz4 => {
+            let mut v = Vec::with_capacity(sample.len());
+            std::io::copy(&mut lz4_flex::frame::FrameDecoder::new(&packed[..]), &mut v).ok()?;
+            v
+        }
+        _ => {
+            let mut v = Vec::with_capacity(sample.len());
+            std::io::copy(&mut flate2::read::GzDecoder::new(&packed[..]), &mut v).ok()?;
+            v
+        }
+    };
+    let d = t.elapsed().as_secs_f64().max(1e-6);
+    (back.len() == sample.len()).then(|| CodecRate {
+        codec,
+        ratio: sample.len() as f64 / packed.len().max(1) as f64,
+        compress: sample.len() as f64 / c,
+        decompress: sample.len() as f64 / d,
+    })
+}
+
+/// Runs the probe on the primary behind `sess`, for the methods `codecs`. None when the
+/// connected database has no relation files worth a sample (a tiny cluster: any transport
+/// will do). Errors: the reads' (a role without EXECUTE on pg_read_binary_file).
+pub fn probe(sess: &Session, codecs: &[WireCodec]) -> Result<Option<Probe>> {
+    let rows = sess.query_strings(
+        "list relation files for the transport probe",
+        "SELECT pg_relation_filepath(c.oid), pg_relation_size(c.oid) FROM pg_class c \
+         WHERE c.relkind IN ('r', 'i', 't', 'm') AND pg_relation_filepath(c.oid) IS NOT NULL \
+         AND pg_relation_size(c.oid) >= 8192 ORDER BY 2 DESC LIMIT 64",
+    )?;
+    let files: Vec<(String, u64)> = rows
+        .into_iter()
+        .filter_map(|r| {
+            let p = r.first().cloned().flatten()?;
+            let n = r.get(1).cloned().flatten()?.parse().ok()?;
+            Some((p, n))
+        })
+        .collect();
+    let pieces = sample_pieces(&files, SAMPLE_PIECES, SAMPLE_PIECE);
+    if pieces.is_empty() {
+        return Ok(None);
+    }
+    let t = Instant::now();
+    let got = sess.read_file_ranges(&pieces)?;
+    let mut secs = t.elapsed().as_secs_f64();
+    let sample: Vec<u8> = got.into_iter().flatten().flatten().collect();
+    let mut bytes = sample.len() as u64;
+    if sample.len() < (1 << 20) {
+        return Ok(None);
+    }
+    if secs < SHORT_READ {
+        // The link's rate from a longer read of the largest file (cut at its segment's end).
+        let (path, size) = &files[0];
+        let len = LINK_READ.min(*size).min(SEGMENT);
+        let t = Instant::now();
+        let more = sess.read_file_ranges(&[(path.clone(), 0, len)])?;
+        secs = t.elapsed().as_secs_f64();
+        bytes = more.into_iter().flatten().map(|v| v.len() as u64).sum();
+    }
+    let codecs = codecs.iter().filter_map(|c| measure(*c, &sample)).collect();
+    Ok(Some(Probe {
+        link: bytes as f64 / secs.max(1e-6),
+        sample: sample.len(),
+        codecs,
+    }))
+}
+
+/// One line for the log and the tests: the figures and the choice.
+pub fn describe(p: &Probe, e: &Estimates, c: Choice) -> String {
+    let mib = |b: f64| b / (1 << 20) as f64;
+    let codecs: Vec<String> = p
+        .codecs
+        .iter()
+        .zip(&e.stream)
+        .map(|(c, (_, est))| {
+            format!(
+                "{} {:.1}x at {:.0} MiB/s per core (stream ~{:.0} MiB/s)",
+                c.codec.name(),
+                c.ratio,
+                mib(c.compress),
+                mib(*est)
+            )
+        })
+        .collect();
+    let chose = match c {
+        Choice::Ranges => "ranges (libpq)".to_string(),
+        Choice::Stream { codec, .. } => format!("basebackup ({})", codec.name()),
+    };
+    format!(
+        "transport auto: link {:.1} MiB/s on one connection (ranges ~{:.0} MiB/s), sample {:.1} MiB compresses {}; chose {chose}",
+        mib(p.link),
+        mib(e.ranges),
+        p.sample as f64 / (1 << 20) as f64,
+        codecs.join(", ")
+    )
+}
+
+/// The choice for a primary on another host (`--transport auto`): ranges unless the probe
+/// finds the stream faster by [`STREAM_MARGIN`] and the stream can run (PostgreSQL 15+, a
+/// role with REPLICATION or superuser). `wanted`: `--network-compress` (a method other than
+/// auto is the only one considered; none means ranges). Logs the figures and the choice.
+///
+/// Errors: the probe's queries.
+pub fn choose_remote(sess: &Session, info: &ServerInfo, wanted: NetworkCompress) -> Result<Choice> {
+    let can = sess
+        .query_row(
+            "read the role's replication right",
+            "SELECT rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user",
+        )?
+        .first()
+        .cloned()
+        .flatten()
+        .is_some_and(|v| v == "t");
+    if info.version_num < 150000 || !can || wanted == NetworkCompress::None {
+        tracing::info!(
+            "transport auto: ranges (libpq){}",
+            if !can {
+                " (the role lacks REPLICATION, which the stream needs)"
+            } else {
+                ""
+            }
+        );
+        return Ok(Choice::Ranges);
+    }
+    let codecs = super::stream::codec_candidates(sess, wanted);
+    let Some(p) = probe(sess, &codecs)? else {
+        tracing::info!("transport auto: too little data to measure; ranges (libpq)");
+        return Ok(Choice::Ranges);
+    };
+    let (c, e) = decide(&p);
+    tracing::info!("{}", describe(&p, &e, c));
+    Ok(c)
+}
+
+/// For a command run with `--transport auto`: the settings of the stream when the primary is
+/// on another host and [`choose_remote`] picks the stream (transport basebackup, the method
+/// and level chosen unless given), else None (this host's files, or the ranges). Opens and
+/// closes a session of its own.
+///
+/// Errors: connection, the probe's queries.
+pub fn auto_stream_settings(s: &Settings) -> Result<Option<Settings>> {
+    if s.transport != Transport::Auto {
+        return Ok(None);
+    }
+    let (_, sess, info) = super::connect_primary(s)?;
+    if info.in_recovery || super::local_data_directory(&sess, &info).is_some() {
+        sess.close();
+        return Ok(None);
+    }
+    let choice = choose_remote(&sess, &info, s.network_compress);
+    sess.close();
+    Ok(match choice? {
+        Choice::Ranges => None,
+        Choice::Stream { codec, level } => Some(Settings {
+            transport: Transport::Basebackup,
+            network_compress: match codec {
+                WireCodec::None => NetworkCompress::None,
+                WireCodec::Gzip => NetworkCompress::Gzip,
+                WireCodec::Lz4 => NetworkCompress::Lz4,
+                WireCodec::Zstd => NetworkCompress::Zstd,
+            },
+            network_level: s.network_level.or(level),
+            ..s.clone()
+        }),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: f64 = 1048576.0;
+
+    fn rate(codec: WireCodec, ratio: f64, compress: f64) -> CodecRate {
+        CodecRate {
+            codec,
+            ratio,
+            compress: compress * MIB,
+            decompress: 4.0 * compress * MIB,
+        }
+    }
+
+    fn probe(link: f64, codecs: Vec<CodecRate>) -> Probe {
+        Probe {
+            link: link * MIB,
+            sample: 4 << 20,
+            codecs,
+        }
+    }
+
+    #[test]
+    fn the_rule_in_a_table() {
+        use WireCodec::{Gzip, Lz4, Zstd};
+        let all = |r: f64| {
+            vec![
+                rate(Zstd, r, 250.0),
+                rate(Lz4, r * 0.6, 600.0),
+                rate(Gzip, r * 0.8, 60.0),
+            ]
+        };
+        let gzip_only = |r: f64| vec![rate(Gzip, r, 60.0)];
+        let s = |codec, level| Choice::Stream { codec, level };
+        // (what, link MiB/s, methods, expected)
+        let cases: Vec<(&str, f64, Vec<CodecRate>, Choice)> = vec![
+            ("slow link, pgbench", 11.0, all(9.0), s(Zstd, None)),
+            ("slow link, random", 11.0, all(1.0), Choice::Ranges),
+            ("slow link, half random", 11.0, all(1.8), s(Zstd, None)),
+            ("fast link, random", 110.0, all(1.0), Choice::Ranges),
+            (
+                "fast link, pgbench: lz4 is faster than zstd there",
+                110.0,
+                all(9.0),
+                s(Lz4, None),
+            ),
+            ("loopback, pgbench", 900.0, all(9.0), Choice::Ranges),
+            ("loopback, random", 900.0, all(1.0), Choice::Ranges),
+            (
+                "no lz4/zstd, slow link, pgbench",
+                11.0,
+                gzip_only(7.0),
+                s(Gzip, Some(1)),
+            ),
+            (
+                "no lz4/zstd, fast link, pgbench",
+                110.0,
+                gzip_only(7.0),
+                Choice::Ranges,
+            ),
+            (
+                "no lz4/zstd, slow, random",
+                11.0,
+                gzip_only(1.0),
+                Choice::Ranges,
+            ),
+            ("nothing to compress with", 11.0, vec![], Choice::Ranges),
+        ];
+        for (what, link, codecs, want) in cases {
+            let p = probe(link, codecs);
+            let (got, e) = decide(&p);
+            assert_eq!(got, want, "{what}: {}", describe(&p, &e, got));
+        }
+    }
+
+    #[test]
+    fn samples_spread_by_size_and_follow_segments() {
+        let files = vec![
+            ("base/5/1".to_string(), 3 * SEGMENT),
+            ("base/5/2".to_string(), SEGMENT),
+        ];
+        let p = sample_pieces(&files, 16, 256 << 10);
+        assert_eq!(p.len(), 16);
+        assert_eq!(p.iter().filter(|x| x.0.starts_with("base/5/1")).count(), 12);
+        assert!(p.iter().any(|x| x.0 == "base/5/1.2"));
+        assert!(p.iter().all(|x| x.1 % 8192 == 0 && x.1 + x.2 <= SEGMENT));
+        assert!(sample_pieces(&[], 16, 1).is_empty());
+        let tiny = sample_pieces(&[("base/5/3".into(), 8192)], 4, 256 << 10);
+        assert!(tiny.iter().all(|x| x.1 == 0 && x.2 == 8192));
+    }
+
+    #[test]
+    fn measures_compressible_and_random_samples() {
+        let text: Vec<u8> = (0..(1 << 20))
+            .map(|i: u32| b"pgbench_accounts row "[(i % 21) as usize])
+            .collect();
+        let mut x = 0x9e3779b97f4a7c15u64;
+        let random: Vec<u8> = (0..(1 << 20))
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        for c in [WireCodec::Zstd, WireCodec::Lz4, WireCodec::Gzip] {
+            let t = measure(c, &text).unwrap();
+            let r = measure(c, &random).unwrap();
+            assert!(t.ratio > 5.0, "{c:?} {t:?}");
+            assert!(r.ratio < 1.05, "{c:?} {r:?}");
+            assert!(t.compress > 0.0 && t.decompress > 0.0);
+        }
+        assert!(measure(WireCodec::None, &text).is_none());
+    }
+}
