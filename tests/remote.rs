@@ -42,7 +42,12 @@ struct Remote {
 
 impl Remote {
     fn new(pg: Pg, tag: &str, tls: bool) -> Remote {
-        let lab = NetLab::up(Some("300mbit"), 2.0);
+        Remote::on_link(pg, tag, tls, Some("300mbit"), 2.0)
+    }
+
+    /// A scenario on a link of `rate` (tc tbf, None: unshaped) and `rtt_ms`.
+    fn on_link(pg: Pg, tag: &str, tls: bool, rate: Option<&str>, rtt_ms: f64) -> Remote {
+        let lab = NetLab::up(rate, rtt_ms);
         let cluster = Cluster::new(&pg, tag);
         let dest = Scratch::new(&format!("{tag}-dest"));
         let mut r = Remote {
@@ -219,6 +224,8 @@ impl Remote {
             self.source(""),
             "--pg-path",
             dir.display(),
+            "--transport",
+            "libpq",
             "--jobs",
             "3",
             "--output",
@@ -423,6 +430,8 @@ fn backup_across_the_link(r: &Remote) {
     r.pgjet_in(&b, &r.hidden(), &a, None).ok();
     let mut a = base.clone();
     a.extend(args![
+        "--transport",
+        "libpq",
         "--jobs",
         "3",
         "--output",
@@ -436,13 +445,14 @@ fn backup_across_the_link(r: &Remote) {
     let mut a = base.clone();
     a.extend(args!["verify", "--set", label]);
     r.pgjet_in(&b, &r.hidden(), &a, None).ok();
-    // The same over the BASE_BACKUP stream (lz4 on the wire, TLS verify-full): verify passes.
+    // The same over the BASE_BACKUP stream (the server's best method: zstd on PostgreSQL 15,
+    // gzip after zstd and lz4 are refused on the PostgreSQL 18 wheel): verify passes.
     let mut a = base.clone();
     a.extend(args![
         "--transport",
         "basebackup",
         "--network-compress",
-        "lz4",
+        "auto",
         "--output",
         "json",
         "backup",
@@ -607,6 +617,8 @@ fn remote_pg15_tls_replica_backup_delta_and_faults() {
         r.source(""),
         "--pg-path",
         cut.display(),
+        "--transport",
+        "libpq",
         "--jobs",
         "1",
         "replica-create",
@@ -657,7 +669,7 @@ fn remote_pg15_tls_replica_backup_delta_and_faults() {
 
     // A link cut mid-copy, over the ranges and over the BASE_BACKUP stream (slowed so the
     // cut lands in its middle).
-    link_cut(&r, "linkcut", &[]);
+    link_cut(&r, "linkcut", &["--transport", "libpq"]);
     link_cut(
         &r,
         "linkcut-stream",
@@ -672,6 +684,8 @@ fn remote_pg15_tls_replica_backup_delta_and_faults() {
         r.source(""),
         "--pg-path",
         cut3.display(),
+        "--transport",
+        "libpq",
         "--jobs",
         "1",
         "replica-create",
@@ -897,4 +911,72 @@ fn remote_pg18_scram_replica_backup_delta() {
     let full_bytes = r.lab.iface_bytes(&b).0 - rx0;
     backup_across_the_link(&r);
     drop(delta_onto_stale_standby(&r, standby, full_bytes));
+}
+
+/// `--transport auto` from `b`, replica-create into `<dest>/<name>`: returns the run (the
+/// log line of the choice is on stderr).
+fn auto_replica(r: &Remote, name: &str) -> Run {
+    let dir = r.dest.join(name);
+    let a = args![
+        "--source",
+        r.source(""),
+        "--pg-path",
+        dir.display(),
+        "--output",
+        "json",
+        "replica-create",
+        "--start-fast",
+        "--tablespace-map",
+        format!("ts1={}", r.ts_dir(&dir).display())
+    ];
+    let run = r.pgjet_in(&r.lab.ns_b.clone(), &r.hidden(), &a, None).ok();
+    let choice = run
+        .stderr
+        .lines()
+        .find(|l| l.contains("transport auto:"))
+        .unwrap_or_else(|| panic!("auto must log its choice:\n{run}"))
+        .to_string();
+    step!("{name}: {choice}");
+    if summary(&run)["transport"] == "basebackup" {
+        // The server's manifest is kept with the stream (the ranges write none).
+        pg_verifybackup(r.cluster.pg(), &dir).ok();
+    }
+    run
+}
+
+/// `--transport auto` measures, then chooses: on a 20 Mbit/s link with pgbench data it takes
+/// the compressed stream (the server's best, zstd: Debian's PostgreSQL 15 has it), which
+/// passes pg_verifybackup; on the unshaped link with incompressible data it keeps the
+/// parallel ranges.
+#[test]
+fn remote_pg15_transport_auto_chooses_by_measurement() {
+    let slow = Remote::on_link(Pg::v15(), "auto-slow", true, Some("20mbit"), 2.0);
+    load_dataset(
+        &slow.cluster,
+        DatasetSpec {
+            pgbench_scale: 3,
+            small_tables: 0,
+            random_bytes: 0,
+        },
+    );
+    let run = auto_replica(&slow, "standby-slow");
+    // `rep` may not run pg_config(): auto estimates with gzip, then the stream takes the
+    // server's best, zstd.
+    assert!(run.stderr.contains("chose basebackup"), "{run}");
+    assert_eq!(summary(&run)["transport"], "basebackup", "{run}");
+    assert_eq!(summary(&run)["network_compress"], "zstd", "{run}");
+    drop(slow);
+
+    let fast = Remote::on_link(Pg::v15(), "auto-fast", true, None, 0.0);
+    load_dataset(
+        &fast.cluster,
+        DatasetSpec {
+            pgbench_scale: 1,
+            small_tables: 0,
+            random_bytes: 48 << 20,
+        },
+    );
+    let run = auto_replica(&fast, "standby-fast");
+    assert!(run.stderr.contains("chose ranges (libpq)"), "{run}");
+    assert_eq!(summary(&run)["transport"], "libpq", "{run}");
 }

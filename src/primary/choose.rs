@@ -9,7 +9,7 @@
 //! 2. when that took under a quarter of a second, a second read of 16 MiB in one round trip
 //!    (on a fast link 4 MiB is over before TCP has opened its window): the link's rate;
 //! 3. the sample compressed here with each method the server can use (zstd at the server's
-//!    default level 3, lz4 at its default, gzip at level 1, the level pgjet then asks for):
+//!    default level 3, lz4 at its default, gzip at level 1, the level auto asks for):
 //!    the ratio, and the rate of one core of this host as a proxy for one core of the
 //!    server (`BASE_BACKUP` compresses on one core unless zstd gets workers).
 //!
@@ -43,10 +43,11 @@ const SEGMENT: u64 = 1 << 30;
 pub enum Choice {
     /// The parallel ranges over libpq connections.
     Ranges,
-    /// The server's stream, compressed with this method; `level` to ask for (None: the
-    /// server's default).
+    /// The server's stream, compressed with this method (None: the server's best, tried in
+    /// turn: its build is unknown); `level` to ask for (None: see
+    /// [`super::stream::codec_level`]).
     Stream {
-        codec: WireCodec,
+        codec: Option<WireCodec>,
         level: Option<i32>,
     },
 }
@@ -101,8 +102,8 @@ pub fn decide(p: &Probe) -> (Choice, Estimates) {
         });
     let choice = match best {
         Some((codec, rate)) if rate >= ranges * STREAM_MARGIN => Choice::Stream {
-            codec,
-            level: (codec == WireCodec::Gzip).then_some(1),
+            codec: Some(codec),
+            level: None,
         },
         _ => Choice::Ranges,
     };
@@ -248,7 +249,10 @@ pub fn describe(p: &Probe, e: &Estimates, c: Choice) -> String {
         .collect();
     let chose = match c {
         Choice::Ranges => "ranges (libpq)".to_string(),
-        Choice::Stream { codec, .. } => format!("basebackup ({})", codec.name()),
+        Choice::Stream { codec, .. } => format!(
+            "basebackup ({})",
+            codec.map(WireCodec::name).unwrap_or("the server's best")
+        ),
     };
     format!(
         "transport auto: link {:.1} MiB/s on one connection (ranges ~{:.0} MiB/s), sample {:.1} MiB compresses {}; chose {chose}",
@@ -286,13 +290,32 @@ pub fn choose_remote(sess: &Session, info: &ServerInfo, wanted: NetworkCompress)
         );
         return Ok(Choice::Ranges);
     }
-    let codecs = super::stream::codec_candidates(sess, wanted);
+    // When the server's build cannot be read, decide as if it had gzip only (it always
+    // has): the stream then tries zstd and lz4 first, each at least as good.
+    let known = super::stream::server_codecs(sess);
+    let codecs = match (wanted, &known) {
+        (NetworkCompress::Auto, None) => vec![WireCodec::Gzip],
+        _ => super::stream::codec_candidates(sess, wanted),
+    };
     let Some(p) = probe(sess, &codecs)? else {
         tracing::info!("transport auto: too little data to measure; ranges (libpq)");
         return Ok(Choice::Ranges);
     };
     let (c, e) = decide(&p);
-    tracing::info!("{}", describe(&p, &e, c));
+    let unknown = known.is_none() && wanted == NetworkCompress::Auto;
+    let c = match c {
+        Choice::Stream { level, .. } if unknown => Choice::Stream { codec: None, level },
+        c => c,
+    };
+    tracing::info!(
+        "{}{}",
+        describe(&p, &e, c),
+        if unknown {
+            " (estimated with gzip: the server's methods are unknown; GRANT EXECUTE ON FUNCTION pg_config() TO the role to read them)"
+        } else {
+            ""
+        }
+    );
     Ok(c)
 }
 
@@ -318,12 +341,17 @@ pub fn auto_stream_settings(s: &Settings) -> Result<Option<Settings>> {
         Choice::Stream { codec, level } => Some(Settings {
             transport: Transport::Basebackup,
             network_compress: match codec {
-                WireCodec::None => NetworkCompress::None,
-                WireCodec::Gzip => NetworkCompress::Gzip,
-                WireCodec::Lz4 => NetworkCompress::Lz4,
-                WireCodec::Zstd => NetworkCompress::Zstd,
+                None => NetworkCompress::Auto,
+                Some(WireCodec::None) => NetworkCompress::None,
+                Some(WireCodec::Gzip) => NetworkCompress::Gzip,
+                Some(WireCodec::Lz4) => NetworkCompress::Lz4,
+                Some(WireCodec::Zstd) => NetworkCompress::Zstd,
             },
-            network_level: s.network_level.or(level),
+            // gzip chosen here gets level 1, as auto's gzip does (codec_level).
+            network_level: s
+                .network_level
+                .or(level)
+                .or((codec == Some(WireCodec::Gzip)).then_some(1)),
             ..s.clone()
         }),
     })
@@ -363,7 +391,10 @@ mod tests {
             ]
         };
         let gzip_only = |r: f64| vec![rate(Gzip, r, 60.0)];
-        let s = |codec, level| Choice::Stream { codec, level };
+        let s = |codec, level| Choice::Stream {
+            codec: Some(codec),
+            level,
+        };
         // (what, link MiB/s, methods, expected)
         let cases: Vec<(&str, f64, Vec<CodecRate>, Choice)> = vec![
             ("slow link, pgbench", 11.0, all(9.0), s(Zstd, None)),
@@ -382,7 +413,7 @@ mod tests {
                 "no lz4/zstd, slow link, pgbench",
                 11.0,
                 gzip_only(7.0),
-                s(Gzip, Some(1)),
+                s(Gzip, None),
             ),
             (
                 "no lz4/zstd, fast link, pgbench",

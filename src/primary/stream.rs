@@ -50,41 +50,48 @@ pub struct StreamBackup {
     pub outcome: StreamOutcome,
 }
 
+/// The compression methods the server's build has, best first (zstd, lz4, then gzip, which
+/// is always there), from `pg_config()`'s CONFIGURE line (`--with-zstd`, `--with-lz4`).
+/// None when it cannot be read: PostgreSQL revokes EXECUTE on `pg_config()` from PUBLIC
+/// (superuser, or `GRANT EXECUTE ON FUNCTION pg_config() TO <role>`).
+pub fn server_codecs(sess: &Session) -> Option<Vec<WireCodec>> {
+    let c = sess
+        .query_row(
+            "read pg_config",
+            "SELECT setting FROM pg_config() WHERE name = 'CONFIGURE'",
+        )
+        .ok()
+        .and_then(|r| r.into_iter().next().flatten())?;
+    let mut v = Vec::new();
+    if c.contains("--with-zstd") {
+        v.push(WireCodec::Zstd);
+    }
+    if c.contains("--with-lz4") {
+        v.push(WireCodec::Lz4);
+    }
+    v.push(WireCodec::Gzip);
+    Some(v)
+}
+
 /// The compression methods to try for `wanted`, best first. For `auto`: those the server's
-/// build has, from `pg_config()`'s CONFIGURE line (`--with-zstd`, `--with-lz4`; reading it
-/// needs superuser or pg_read_all_settings), else zstd, lz4, gzip in turn (a server built
-/// without one refuses it at once, before the checkpoint: parse_basebackup_options in
-/// basebackup.c).
+/// build has ([`server_codecs`]), else zstd, lz4, gzip in turn (a server built without one
+/// refuses it at once, before the checkpoint: parse_basebackup_options in basebackup.c).
 pub fn codec_candidates(sess: &Session, wanted: NetworkCompress) -> Vec<WireCodec> {
     match wanted {
         NetworkCompress::None => vec![WireCodec::None],
         NetworkCompress::Gzip => vec![WireCodec::Gzip],
         NetworkCompress::Lz4 => vec![WireCodec::Lz4],
         NetworkCompress::Zstd => vec![WireCodec::Zstd],
-        NetworkCompress::Auto => {
-            let configure = sess
-                .query_row(
-                    "read pg_config",
-                    "SELECT setting FROM pg_config() WHERE name = 'CONFIGURE'",
-                )
-                .ok()
-                .and_then(|r| r.into_iter().next().flatten());
-            match configure {
-                Some(c) => {
-                    let mut v = Vec::new();
-                    if c.contains("--with-zstd") {
-                        v.push(WireCodec::Zstd);
-                    }
-                    if c.contains("--with-lz4") {
-                        v.push(WireCodec::Lz4);
-                    }
-                    v.push(WireCodec::Gzip);
-                    v
-                }
-                None => vec![WireCodec::Zstd, WireCodec::Lz4, WireCodec::Gzip],
-            }
-        }
+        NetworkCompress::Auto => server_codecs(sess)
+            .unwrap_or_else(|| vec![WireCodec::Zstd, WireCodec::Lz4, WireCodec::Gzip]),
     }
+}
+
+/// The level to ask for: `given`, else for gzip chosen by `auto` level 1 (gzip's default,
+/// 6, compresses at about a third of level 1's rate for a few percent more), else the
+/// server's default.
+pub fn codec_level(codec: WireCodec, wanted: NetworkCompress, given: Option<i32>) -> Option<i32> {
+    given.or((codec == WireCodec::Gzip && wanted == NetworkCompress::Auto).then_some(1))
 }
 
 /// A replication connection to `target` that reaches the cluster of `info`
@@ -139,7 +146,7 @@ pub fn run_stream_backup(
             wal: opts.wal,
             max_rate: opts.max_rate,
             codec,
-            level: opts.level,
+            level: codec_level(codec, opts.compress, opts.level),
             workers: opts.workers,
             tablespace_map: opts.tablespace_map,
         };
