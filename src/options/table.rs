@@ -903,7 +903,7 @@ pub const OPTIONS: &[OptionDef] = &[
         Some("auto"),
         H_PG,
         CLUSTER_CMDS,
-        "How the primary's files are read: auto (default: local when the server provably runs on this host, else libpq), local, libpq (parallel ranges over ordinary connections), or basebackup (one replication connection, the BASE_BACKUP stream compressed by the server; the role needs REPLICATION)",
+        "How the primary's files are read: auto (default: local when the server provably runs on this host, else a one-second probe of the link and the data's compressibility picks libpq or basebackup), local, libpq (parallel ranges over ordinary connections), or basebackup (one replication connection, the BASE_BACKUP stream compressed by the server; the role needs REPLICATION)",
     ),
     opt(
         "network-compress",
@@ -912,7 +912,7 @@ pub const OPTIONS: &[OptionDef] = &[
         Some("auto"),
         H_PG,
         CLUSTER_CMDS,
-        "With --transport basebackup: how the server compresses the stream: auto (default: zstd, else lz4, else gzip, whichever the server was built with), none, gzip, lz4 or zstd",
+        "With --transport basebackup (or auto choosing it): how the server compresses the stream: auto (default: zstd, else lz4, else gzip at level 1, whichever the server was built with; with --transport auto, the method the probe found fastest), none, gzip, lz4 or zstd",
     ),
     opt(
         "compress-level-network",
