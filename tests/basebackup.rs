@@ -24,6 +24,11 @@ fn listen_on_loopback(cluster: &Cluster) {
         "postgres",
         "ALTER SYSTEM SET listen_addresses = '127.0.0.1'",
     );
+    restart(cluster);
+}
+
+/// `pg_ctl restart -m fast` of `cluster` (its output to its log, so no pipe stays open).
+fn restart(cluster: &Cluster) {
     let (data, log) = (
         cluster.data().display().to_string(),
         cluster.server.log.display().to_string(),
@@ -679,21 +684,7 @@ fn pg15_stream_faults() {
     no_complete_backup("link cut under backup");
 
     // 2. The primary restarted under a backup.
-    let restart = || {
-        let (data, log) = (
-            cluster.data().display().to_string(),
-            cluster.server.log.display().to_string(),
-        );
-        run_as_postgres(
-            &cluster.pg().tool("pg_ctl"),
-            &[
-                "restart", "-w", "-m", "fast", "-t", "120", "-D", &data, "-l", &log,
-            ],
-            None,
-        )
-        .ok();
-    };
-    let r = cut_mid_stream(&cluster, with(slow), restart);
+    let r = cut_mid_stream(&cluster, with(slow), || restart(&cluster));
     assert!(
         !r.success(),
         "a restart under the stream must fail the backup:\n{r}"
