@@ -31,13 +31,13 @@ use std::time::Instant;
 /// Runs `replica-create`.
 pub fn run(s: &Settings, args: &ReplicaOptions, progress: &dyn Progress) -> Result<ReplicaSummary> {
     if s.transport == crate::options::Transport::Basebackup {
-        return super::replica_stream::run(s, args, progress);
+        return super::replica_stream::run(s, args, None, progress);
     }
     // auto: the stream when the primary is on another host and the probe finds it faster
     // (never for --delta: the stream copies every file).
     if !args.delta {
-        if let Some(stream) = crate::primary::choose::auto_stream_settings(s)? {
-            return super::replica_stream::run(&stream, args, progress);
+        if let Some((stream, reached)) = crate::primary::choose::auto_stream_settings(s)? {
+            return super::replica_stream::run(&stream, args, Some(reached), progress);
         }
     }
     let target = s.pg_path()?.to_path_buf();

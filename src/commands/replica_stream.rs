@@ -13,15 +13,22 @@ use crate::pgdata::standby::{
 use crate::pgdata::stream::StreamDir;
 use crate::pgdata::{delta, parse_tablespace_map, plan_locations, prepare_target};
 use crate::pgdata::{DataDirModes, TargetSync};
+use crate::primary::choose::Reached;
 use crate::primary::connect_primary;
 use crate::primary::stream::{run_stream_backup, StreamOptions};
 use crate::transfer::Progress;
 use std::time::Instant;
 
-/// Runs `replica-create` over the `BASE_BACKUP` stream. Errors: as the other transports',
+/// Runs `replica-create` over the `BASE_BACKUP` stream, on the primary `reached` already
+/// (`--transport auto`'s probe session) or connecting. Errors: as the other transports',
 /// plus `--delta` (refused before anything starts: the stream copies every file) and the
 /// replication connection's ([`Error::Replication`]).
-pub fn run(s: &Settings, args: &ReplicaOptions, progress: &dyn Progress) -> Result<ReplicaSummary> {
+pub fn run(
+    s: &Settings,
+    args: &ReplicaOptions,
+    reached: Option<Reached>,
+    progress: &dyn Progress,
+) -> Result<ReplicaSummary> {
     let target = s.pg_path()?.to_path_buf();
     if !target.is_absolute() {
         return Err(Error::Config("--pg-path must be an absolute path".into()));
@@ -33,7 +40,10 @@ pub fn run(s: &Settings, args: &ReplicaOptions, progress: &dyn Progress) -> Resu
     }
     let map = parse_tablespace_map(&args.tablespace_map)?;
     let given = source_as_given(s)?;
-    let (conn, sess, info) = connect_primary(s)?;
+    let (conn, sess, info) = match reached {
+        Some(r) => r,
+        None => connect_primary(s)?,
+    };
     if info.in_recovery {
         return Err(Error::Unsafe("the source is a standby: replica-create from a standby is not supported yet; use the primary".into()));
     }

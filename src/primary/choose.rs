@@ -3,11 +3,11 @@
 //! second (docs/basebackup-transport.md, "How auto chooses").
 //!
 //! The probe, on the SQL session pgjet opens anyway:
-//! 1. a sample of the relation files of the connected database, 16 pieces of 256 KiB spread
+//! 1. a sample of the relation files of the connected database, 8 pieces of 256 KiB spread
 //!    over them in proportion to their sizes (systematic sampling), read in one round trip
 //!    with `pg_read_binary_file`: the bytes and how fast they came;
 //! 2. when that took under a quarter of a second, a second read of 16 MiB in one round trip
-//!    (on a fast link 4 MiB is over before TCP has opened its window): the link's rate;
+//!    (on a fast link 2 MiB is over before TCP has opened its window): the link's rate;
 //! 3. the sample compressed here with each method the server can use (zstd at the server's
 //!    default level 3, lz4 at its default, gzip at level 1, the level auto asks for):
 //!    the ratio, and the rate of one core of this host as a proxy for one core of the
@@ -20,6 +20,7 @@
 //! cost the primary no compression CPU, and their estimate is low.
 use crate::error::Result;
 use crate::options::{NetworkCompress, Settings, Transport};
+use crate::pg::conninfo::ConnTarget;
 use crate::pg::session::{ServerInfo, Session};
 use crate::remote::basebackup::WireCodec;
 use std::io::Write;
@@ -28,7 +29,7 @@ use std::time::Instant;
 /// How much faster the stream must be estimated before auto takes it.
 pub const STREAM_MARGIN: f64 = 1.2;
 /// Pieces of the sample, and the bytes of each.
-const SAMPLE_PIECES: u64 = 16;
+const SAMPLE_PIECES: u64 = 8;
 const SAMPLE_PIECE: u64 = 256 << 10;
 /// A sample read faster than this is followed by a longer read for the link's rate.
 const SHORT_READ: f64 = 0.25;
@@ -319,42 +320,53 @@ pub fn choose_remote(sess: &Session, info: &ServerInfo, wanted: NetworkCompress)
     Ok(c)
 }
 
-/// For a command run with `--transport auto`: the settings of the stream when the primary is
-/// on another host and [`choose_remote`] picks the stream (transport basebackup, the method
-/// and level chosen unless given), else None (this host's files, or the ranges). Opens and
-/// closes a session of its own.
+/// The primary reached for the stream `--transport auto` chose: how to reach it, the
+/// session the probe ran on (kept, so the stream does not connect again) and its facts.
+pub type Reached = (ConnTarget, Session, ServerInfo);
+
+/// For a command run with `--transport auto`: the settings of the stream, and the session the
+/// probe ran on, when the primary is on another host and [`choose_remote`] picks the stream
+/// (transport basebackup, the method and level chosen unless given); else None (this host's
+/// files, or the ranges: the session is closed).
 ///
 /// Errors: connection, the probe's queries.
-pub fn auto_stream_settings(s: &Settings) -> Result<Option<Settings>> {
+pub fn auto_stream_settings(s: &Settings) -> Result<Option<(Settings, Reached)>> {
     if s.transport != Transport::Auto {
         return Ok(None);
     }
-    let (_, sess, info) = super::connect_primary(s)?;
+    let (target, sess, info) = super::connect_primary(s)?;
     if info.in_recovery || super::local_data_directory(&sess, &info).is_some() {
         sess.close();
         return Ok(None);
     }
-    let choice = choose_remote(&sess, &info, s.network_compress);
-    sess.close();
-    Ok(match choice? {
-        Choice::Ranges => None,
-        Choice::Stream { codec, level } => Some(Settings {
-            transport: Transport::Basebackup,
-            network_compress: match codec {
-                None => NetworkCompress::Auto,
-                Some(WireCodec::None) => NetworkCompress::None,
-                Some(WireCodec::Gzip) => NetworkCompress::Gzip,
-                Some(WireCodec::Lz4) => NetworkCompress::Lz4,
-                Some(WireCodec::Zstd) => NetworkCompress::Zstd,
-            },
-            // gzip chosen here gets level 1, as auto's gzip does (codec_level).
-            network_level: s
-                .network_level
-                .or(level)
-                .or((codec == Some(WireCodec::Gzip)).then_some(1)),
-            ..s.clone()
-        }),
-    })
+    let choice = match choose_remote(&sess, &info, s.network_compress) {
+        Ok(c) => c,
+        Err(e) => {
+            sess.close();
+            return Err(e);
+        }
+    };
+    let Choice::Stream { codec, level } = choice else {
+        sess.close();
+        return Ok(None);
+    };
+    let stream = Settings {
+        transport: Transport::Basebackup,
+        network_compress: match codec {
+            None => NetworkCompress::Auto,
+            Some(WireCodec::None) => NetworkCompress::None,
+            Some(WireCodec::Gzip) => NetworkCompress::Gzip,
+            Some(WireCodec::Lz4) => NetworkCompress::Lz4,
+            Some(WireCodec::Zstd) => NetworkCompress::Zstd,
+        },
+        // gzip chosen here gets level 1, as auto's gzip does (codec_level).
+        network_level: s
+            .network_level
+            .or(level)
+            .or((codec == Some(WireCodec::Gzip)).then_some(1)),
+        ..s.clone()
+    };
+    Ok(Some((stream, (target, sess, info))))
 }
 
 #[cfg(test)]

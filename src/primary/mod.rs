@@ -78,10 +78,15 @@ impl Copier {
     /// ([`choose::auto_stream_settings`]); every other case the files ([`open_primary`],
     /// checking a given --pg-path). Errors: as [`open_primary`], the probe's.
     pub fn open(s: &Settings) -> Result<Copier> {
-        let auto = choose::auto_stream_settings(s)?;
-        let s = auto.as_ref().unwrap_or(s);
+        let (s, reached) = match choose::auto_stream_settings(s)? {
+            Some((stream, reached)) => (std::borrow::Cow::Owned(stream), Some(reached)),
+            None => (std::borrow::Cow::Borrowed(s), None),
+        };
         if s.transport == Transport::Basebackup {
-            let (target, sess, info) = connect_primary(s)?;
+            let (target, sess, info) = match reached {
+                Some(r) => r,
+                None => connect_primary(&s)?,
+            };
             return Ok(Copier::Stream(StreamPrimary {
                 target,
                 sess,
@@ -90,7 +95,7 @@ impl Copier {
                 level: s.network_level,
             }));
         }
-        Ok(Copier::Files(open_primary(s, true)?))
+        Ok(Copier::Files(open_primary(&s, true)?))
     }
 
     /// The SQL session on the primary.
