@@ -764,3 +764,71 @@ fn pg15_stream_faults() {
         label
     ]);
 }
+
+/// `check --source` reports what `--transport basebackup` needs: everything present for a
+/// superuser; for a role that cannot run pg_config() the grant that lets it; with no
+/// replication line in pg_hba.conf, the line to add: a note (check passes) unless
+/// `--transport basebackup` is asked for (check fails, naming the fix).
+#[test]
+fn pg15_check_reports_stream_needs() {
+    let cluster = loopback_cluster("bb-check");
+    let check = |user: &str, extra: &[&str]| {
+        let source = tcp_conninfo(&cluster, user);
+        let mut a = vec!["--source", source.as_str()];
+        a.extend_from_slice(extra);
+        a.push("check");
+        pgjet(&a)
+    };
+    let r = check("postgres", &[]);
+    assert!(r.success(), "{r}");
+    for want in [
+        "--transport basebackup: a replication connection is accepted from this host",
+        "--transport basebackup: compression on the server: zstd yes, lz4 yes, gzip yes; --network-compress auto uses zstd",
+        "--transport basebackup: wal_level = replica",
+        "free (the stream takes one, a standby one more)",
+    ] {
+        assert!(r.stdout.contains(want), "{want:?} missing:\n{r}");
+    }
+    cluster.psql(
+        "postgres",
+        "CREATE ROLE rep2 LOGIN REPLICATION; GRANT pg_read_all_settings TO rep2;\n\
+         GRANT EXECUTE ON FUNCTION pg_backup_start(text, boolean) TO rep2;\n\
+         GRANT EXECUTE ON FUNCTION pg_backup_stop(boolean) TO rep2;\n\
+         GRANT EXECUTE ON FUNCTION pg_read_binary_file(text, bigint, bigint, boolean) TO rep2;\n\
+         GRANT EXECUTE ON FUNCTION pg_ls_dir(text, boolean, boolean) TO rep2;\n\
+         GRANT EXECUTE ON FUNCTION pg_stat_file(text, boolean) TO rep2;",
+    );
+    let r = check("rep2", &["--transport", "basebackup"]);
+    assert!(r.success(), "{r}");
+    assert!(
+        r.stdout.contains("compression on the server: unknown")
+            && r.stdout
+                .contains("GRANT EXECUTE ON FUNCTION pg_config() TO rep2;"),
+        "pg_config() is not readable by rep2:\n{r}"
+    );
+    fs::write(
+        cluster.data().join("pg_hba.conf"),
+        "local all all trust\nhost all all 127.0.0.1/32 trust\n",
+    )
+    .unwrap();
+    cluster.psql("postgres", "SELECT pg_reload_conf()");
+    std::thread::sleep(Duration::from_millis(500));
+    let line = "add `host replication postgres 127.0.0.1/32 scram-sha-256` to pg_hba.conf";
+    let r = check("postgres", &[]);
+    assert!(r.success(), "a missing stream need is a note only:\n{r}");
+    assert!(
+        r.stdout.contains(&format!(
+            "note: --transport basebackup: pg_hba.conf has no line"
+        )),
+        "{r}"
+    );
+    assert!(r.stdout.contains(line), "{r}");
+    let r = check("postgres", &["--transport", "basebackup"]);
+    assert!(!r.success(), "with --transport basebackup it fails:\n{r}");
+    assert!(
+        r.stdout
+            .contains("MISSING: --transport basebackup: pg_hba.conf"),
+        "{r}"
+    );
+    assert!(r.stdout.contains(line), "{r}");
+}

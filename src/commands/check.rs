@@ -122,6 +122,11 @@ pub fn run(s: &Settings) -> Result<Report> {
             ));
         }
     }
+    let stream_failure = if s.source.is_some() {
+        stream_lines(s, &sess, &info, &target, &mut lines)?
+    } else {
+        None
+    };
     if let (Some(stanza), false) = (&s.stanza, s.repos.is_empty()) {
         let repos = open_stanzas(s)?;
         for st in &repos {
@@ -146,6 +151,40 @@ pub fn run(s: &Settings) -> Result<Report> {
     sess.close();
     Ok(Report {
         lines,
-        failure: None,
+        failure: stream_failure,
     })
+}
+
+/// Adds a line per prerequisite of `--transport basebackup`
+/// ([`crate::primary::stream_needs`]); a missing one fails check only when that transport
+/// was asked for (the returned error).
+fn stream_lines(
+    s: &Settings,
+    sess: &Session,
+    info: &ServerInfo,
+    target: &crate::pg::conninfo::ConnTarget,
+    lines: &mut Vec<String>,
+) -> Result<Option<Error>> {
+    let forced = s.transport == crate::options::Transport::Basebackup;
+    let needs = crate::primary::stream_needs::stream_needs(sess, info, target)?;
+    let mut lacking = 0;
+    for n in &needs {
+        let fix = n
+            .fix
+            .as_deref()
+            .map(|f| format!(" -- fix: {f}"))
+            .unwrap_or_default();
+        if n.ok {
+            lines.push(format!("--transport basebackup: {}{fix}", n.what));
+        } else {
+            lacking += 1;
+            let tag = if forced { "MISSING" } else { "note" };
+            lines.push(format!("{tag}: --transport basebackup: {}{fix}", n.what));
+        }
+    }
+    Ok((forced && lacking > 0).then(|| {
+        Error::Config(format!(
+            "--transport basebackup: {lacking} prerequisite(s) missing on the primary; the lines above name the fixes"
+        ))
+    }))
 }

@@ -244,6 +244,23 @@ impl Error {
     }
 }
 
+/// A role name as SQL writes it in a statement a hint gives: bare when it is a plain
+/// lower-case identifier, else double-quoted.
+pub fn role_ident(name: &str) -> String {
+    let plain = name
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if plain {
+        name.to_string()
+    } else {
+        format!("\"{}\"", name.replace('"', "\"\""))
+    }
+}
+
 /// What to do about a refused replication connection: the REPLICATION attribute (the
 /// walsender's check in src/backend/utils/init/postinit.c: "must be superuser or replication
 /// role", PostgreSQL 16+ "permission denied to start WAL sender"), a `replication` line in
@@ -251,18 +268,7 @@ impl Error {
 /// or free WAL senders (max_wal_senders).
 fn replication_hint(user: &str, e: &ServerError) -> String {
     let m = format!("{} {}", e.message, e.detail.clone().unwrap_or_default());
-    let plain = user
-        .chars()
-        .next()
-        .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
-        && user
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
-    let role = if plain {
-        user.to_string()
-    } else {
-        format!("\"{}\"", user.replace('"', "\"\""))
-    };
+    let role = role_ident(user);
     if m.contains("replication role") || m.contains("WAL sender") && m.contains("REPLICATION") {
         format!("HINT: the role needs the REPLICATION attribute for --transport basebackup: ALTER ROLE {role} REPLICATION; (or use --transport libpq)")
     } else if m.contains("pg_hba.conf") {

@@ -6,6 +6,7 @@ pub mod base_backup;
 pub mod choose;
 pub mod repo_copy;
 pub mod stream;
+pub mod stream_needs;
 
 use crate::error::{Error, Result};
 use crate::options::Settings;
