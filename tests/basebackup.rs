@@ -832,3 +832,66 @@ fn pg15_check_reports_stream_needs() {
     );
     assert!(r.stdout.contains(line), "{r}");
 }
+
+/// `--max-rate` holds the rate within 10 % on both transports: replica-create of a cluster
+/// of about 90 MiB at 8 MiB/s over the libpq ranges (all connections together) and over the
+/// stream without compression (the server's MAX_RATE). The rate is the summary's logical
+/// bytes over its seconds, which include the checkpoint and the finish (under half a second
+/// here): the upper bound is the one a limit must hold, the lower one allows for them.
+#[test]
+fn pg15_max_rate_holds_on_both_transports() {
+    let cluster = loopback_cluster("bb-rate");
+    cluster.psql(
+        "postgres",
+        "CREATE TABLE pad AS SELECT i, repeat(md5(i::text), 4) AS v FROM generate_series(1, 400000) i; CHECKPOINT;",
+    );
+    let limit = 8.0 * 1048576.0;
+    for (name, transport, extra) in [
+        ("rate-libpq", "libpq", vec![]),
+        (
+            "rate-stream",
+            "basebackup",
+            vec!["--network-compress", "none"],
+        ),
+    ] {
+        let dir = cluster.new_dir(name);
+        let ts = cluster.new_dir(&format!("{name}-ts1"));
+        let source = tcp_conninfo(&cluster, "postgres");
+        let (d, m) = (dir.display().to_string(), format!("ts1={}", ts.display()));
+        let mut a = vec![
+            "replica-create",
+            "--transport",
+            transport,
+            "--max-rate",
+            "8M",
+            "--source",
+            &source,
+            "--pg-path",
+            &d,
+            "--tablespace-map",
+            &m,
+            "--start-fast",
+            "--output",
+            "json",
+        ];
+        a.extend_from_slice(&extra);
+        let r = pgjet_ok(&a);
+        let s: serde_json::Value = serde_json::from_str(r.stdout.trim()).unwrap();
+        let (size, secs) = (s["size"].as_f64().unwrap(), s["seconds"].as_f64().unwrap());
+        let rate = size / secs;
+        step!(
+            "{transport}: {:.1} MiB in {secs:.2} s = {:.2} MiB/s at --max-rate 8M",
+            size / 1048576.0,
+            rate / 1048576.0
+        );
+        assert!(
+            size > 60.0 * 1048576.0,
+            "the cluster must be large enough: {r}"
+        );
+        assert!(
+            rate <= 1.10 * limit && rate >= 0.90 * limit,
+            "{transport}: {:.2} MiB/s is not within 10 % of 8 MiB/s:\n{r}",
+            rate / 1048576.0
+        );
+    }
+}

@@ -6,6 +6,7 @@
 pub mod direct;
 pub mod fs;
 pub mod mem;
+pub mod pace;
 pub mod tls;
 pub mod tuning;
 

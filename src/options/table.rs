@@ -930,7 +930,7 @@ pub const OPTIONS: &[OptionDef] = &[
         None,
         H_PG,
         CLUSTER_CMDS,
-        "With --transport basebackup: the most bytes per second the server sends before compression (suffixes k, M, G; the server takes 32 KiB/s to 1 GiB/s), as pg_basebackup --max-rate",
+        "The most bytes per second read from the primary, before compression (suffixes k, M, G), as pg_basebackup --max-rate: over the libpq ranges, all connections together; over the BASE_BACKUP stream, the server's MAX_RATE (32 KiB/s to 1 GiB/s); files read on this host are not limited",
     ),
     // WAL archiving.
     opt(

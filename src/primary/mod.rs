@@ -167,7 +167,7 @@ pub fn open_primary(s: &Settings, check_pg_path_arg: bool) -> Result<Primary> {
                 target.describe
             );
             (
-                Box::new(LibpqSource::new(target.clone(), &sess, jobs)?),
+                Box::new(LibpqSource::new(target.clone(), &sess, jobs)?.with_max_rate(s.max_rate)),
                 jobs,
             )
         }

@@ -84,6 +84,9 @@ pub struct LibpqSource {
     /// Whether readers send the next unit's read before the current one is processed
     /// (`PGJET_LIBPQ_PREFETCH=0` turns it off, for the benchmark).
     prefetch: bool,
+    /// `--max-rate`: the reads of every connection together at most this many bytes per
+    /// second.
+    pacer: Option<crate::io::pace::Pacer>,
     describe: String,
 }
 
@@ -111,8 +114,16 @@ impl LibpqSource {
             dir_mode: mode & 0o777,
             row: read_row(),
             prefetch: crate::io::tuning::get().libpq_prefetch,
+            pacer: None,
             describe,
         })
+    }
+
+    /// Limits the reads of all connections together to `max_rate` bytes per second (None:
+    /// no limit).
+    pub fn with_max_rate(mut self, max_rate: Option<u64>) -> LibpqSource {
+        self.pacer = max_rate.map(crate::io::pace::Pacer::new);
+        self
     }
 
     /// A connection from the pool, or a new one while fewer than `max_connections` exist.
@@ -407,6 +418,9 @@ impl LibpqReader<'_> {
         req: &ReadRequests,
     ) -> Result<tokio::task::JoinHandle<std::result::Result<Vec<Row>, tokio_postgres::Error>>> {
         let client = self.client()?.clone();
+        if let Some(p) = &self.src.pacer {
+            p.take(req.lens.iter().map(|l| *l as u64).sum());
+        }
         let stmt = self.read_stmt.clone();
         let (paths, offsets, lens) = (req.paths.clone(), req.offsets.clone(), req.lens.clone());
         Ok(self
