@@ -47,6 +47,7 @@ STREAM_REPLICA=${STREAM_REPLICA:-"libpq bb_zstd bb_lz4 auto"}   # pgjet replica-
 STREAM_PGBB=${STREAM_PGBB:-"none lz4 zstd_w2"}                 # pg_basebackup -Fp --compress=server-...
 STREAM_BACKUP=${STREAM_BACKUP:-"bb libpq auto"}                # pgjet backup transports (repository lz4)
 STREAM_JOBS=${STREAM_JOBS:-"2 4"}   # pgBackRest process-max and pgjet backup --jobs in the stream part
+STREAM_RAW=${STREAM_RAW:-"plain zstd"}   # raw references: tar over TCP, and with zstd -1
 SKIP_PGBACKREST=${SKIP_PGBACKREST:-0}
 QUIET_LOAD=${QUIET_LOAD:-0.7}       # wait for a 1-min load average below this ...
 QUIET_WAIT=${QUIET_WAIT:-600}       # ... for at most this many seconds, before each link
@@ -751,8 +752,8 @@ part_stream() {
             iperf_ref
             for r in $(seq 1 "$STREAM_RUNS"); do
                 say "-- run $r of $STREAM_RUNS"
-                bench_raw "$r" "" s_raw_tar_tcp
-                bench_raw "$r" zstd s_raw_tar_zstd1_tcp
+                case " $STREAM_RAW " in *" plain "*) bench_raw "$r" "" s_raw_tar_tcp ;; esac
+                case " $STREAM_RAW " in *" zstd "*) bench_raw "$r" zstd s_raw_tar_zstd1_tcp ;; esac
                 for v in $STREAM_REPLICA; do bench_s_pgjet_replica "$r" "$v"; done
                 for v in $STREAM_PGBB; do bench_s_pg_basebackup "$r" "$v"; done
                 if [ "$SKIP_PGBACKREST" != 1 ]; then

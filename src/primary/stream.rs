@@ -58,7 +58,10 @@ pub fn server_codecs(sess: &Session) -> Option<Vec<WireCodec>> {
     let c = sess
         .query_row(
             "read pg_config",
-            "SELECT setting FROM pg_config() WHERE name = 'CONFIGURE'",
+            // Asked only when permitted: a refused pg_config() would log an ERROR on the
+            // primary at every probe.
+            "SELECT CASE WHEN has_function_privilege('pg_config()', 'EXECUTE') \
+             THEN (SELECT setting FROM pg_config() WHERE name = 'CONFIGURE') END",
         )
         .ok()
         .and_then(|r| r.into_iter().next().flatten())?;
