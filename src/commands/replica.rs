@@ -30,6 +30,11 @@ use std::time::Instant;
 
 /// Runs `replica-create`.
 pub fn run(s: &Settings, args: &ReplicaOptions, progress: &dyn Progress) -> Result<ReplicaSummary> {
+    // Settings errors before anything reaches the primary (the auto probe connects).
+    let given = source_as_given(s)?;
+    if !s.pg_path()?.is_absolute() {
+        return Err(Error::Config("--pg-path must be an absolute path".into()));
+    }
     if s.transport == crate::options::Transport::Basebackup {
         return super::replica_stream::run(s, args, None, progress);
     }
@@ -41,11 +46,7 @@ pub fn run(s: &Settings, args: &ReplicaOptions, progress: &dyn Progress) -> Resu
         }
     }
     let target = s.pg_path()?.to_path_buf();
-    if !target.is_absolute() {
-        return Err(Error::Config("--pg-path must be an absolute path".into()));
-    }
     let map = parse_tablespace_map(&args.tablespace_map)?;
-    let given = source_as_given(s)?;
     let primary = open_primary(s, false)?;
     if primary.info.in_recovery {
         return Err(Error::Unsafe("the source is a standby: replica-create from a standby is not supported yet; use the primary".into()));
