@@ -48,6 +48,10 @@ STREAM_PGBB=${STREAM_PGBB:-"none lz4 zstd_w2"}                 # pg_basebackup -
 STREAM_BACKUP=${STREAM_BACKUP:-"bb libpq auto"}                # pgjet backup transports (repository lz4)
 STREAM_JOBS=${STREAM_JOBS:-"2 4"}   # pgBackRest process-max and pgjet backup --jobs in the stream part
 STREAM_RAW=${STREAM_RAW:-"plain zstd"}   # raw references: tar over TCP, and with zstd -1
+# Links at or under STREAM_SLOW_MBIT Mbit/s skip the uncompressed runs (the raw tar, pgjet's
+# ranges, pg_basebackup without compression): each is the logical bytes over the line rate
+# (measured so at scale 30, docs/benchmarks-stream.md) and would take minutes. 0 keeps them.
+export STREAM_SLOW_MBIT=${STREAM_SLOW_MBIT:-0}
 SKIP_PGBACKREST=${SKIP_PGBACKREST:-0}
 QUIET_LOAD=${QUIET_LOAD:-0.7}       # wait for a 1-min load average below this ...
 QUIET_WAIT=${QUIET_WAIT:-600}       # ... for at most this many seconds, before each link
@@ -146,6 +150,7 @@ link_title() {
     if [ "$1" = unshaped ]; then echo "unshaped veth"; else
         local r=${1%/*}; echo "${r/gbit/ Gbit/s}${r/*gbit*/}" | sed 's/mbit/ Mbit\/s/'; fi
 }
+link_mbit() { case "$1" in unshaped) echo 0 ;; *gbit/*) echo $(( ${1%%gbit/*} * 1000 )) ;; *mbit/*) echo "${1%%mbit/*}" ;; *) echo 0 ;; esac; }
 link_label() { if [ "$1" = unshaped ]; then echo "unshaped"; else echo "${1%/*}, ${1#*/} ms RTT"; fi; }
 
 lab_up() {
@@ -750,16 +755,26 @@ part_stream() {
             lab_up "$link" "$ds"
             phase_begin "stream: $ds @ $(link_label "$link")"
             iperf_ref
+            local slow=0 mbit
+            mbit=$(link_mbit "$link")
+            [ "$STREAM_SLOW_MBIT" -gt 0 ] && [ "$mbit" -gt 0 ] && [ "$mbit" -le "$STREAM_SLOW_MBIT" ] && slow=1
             for r in $(seq 1 "$STREAM_RUNS"); do
                 say "-- run $r of $STREAM_RUNS"
-                case " $STREAM_RAW " in *" plain "*) bench_raw "$r" "" s_raw_tar_tcp ;; esac
+                case " $STREAM_RAW " in *" plain "*) [ $slow = 1 ] || bench_raw "$r" "" s_raw_tar_tcp ;; esac
                 case " $STREAM_RAW " in *" zstd "*) bench_raw "$r" zstd s_raw_tar_zstd1_tcp ;; esac
-                for v in $STREAM_REPLICA; do bench_s_pgjet_replica "$r" "$v"; done
-                for v in $STREAM_PGBB; do bench_s_pg_basebackup "$r" "$v"; done
+                for v in $STREAM_REPLICA; do
+                    [ $slow = 1 ] && [ "$v" = libpq ] && continue
+                    bench_s_pgjet_replica "$r" "$v"
+                done
+                for v in $STREAM_PGBB; do
+                    [ $slow = 1 ] && [ "$v" = none ] && continue
+                    bench_s_pg_basebackup "$r" "$v"
+                done
                 if [ "$SKIP_PGBACKREST" != 1 ]; then
                     PGBR_COMPRESS=lz4 JOBS_LIST=$STREAM_JOBS bench_pgbackrest "$r" s_
                 fi
                 for v in $STREAM_BACKUP; do
+                    [ $slow = 1 ] && [ "$v" = libpq ] && continue
                     for j in $STREAM_JOBS; do bench_s_pgjet_backup "$r" "$v" "$j"; done
                 done
             done
@@ -1105,6 +1120,11 @@ if sdl:
       "(plain format, decompressed on B) and pgBackRest (TLS server on A, lz4), with the raw references: the same tar "
       "over plain TCP, and with `zstd -1` on A (the machine's limit for a compressed copy of the same bytes). "
       "pgjet's backups store lz4 in the repository, as pgBackRest does.")
+    sm = int(os.environ.get("STREAM_SLOW_MBIT", "0") or 0)
+    if sm:
+        P("")
+        P(f"Links of {sm} Mbit/s or less skip the uncompressed runs (the raw tar, `--transport libpq`, pg_basebackup "
+          "without compression): each takes the logical bytes over the line rate.")
     P("")
     for d in sdl:
         main_table(d, {"pgb": "Stream part, pgbench only (compressible)", "main": "Stream part, mixed dataset (pgbench + incompressible bytes)"}[d], stream=True)

@@ -108,7 +108,9 @@ for b in $SMOKE; do
         remote)
             one remote "$d.md" BENCH_DIR="$d" REPORT="$d.md" LAB_PREFIX=smkrm LAB_ID=183 SCALE=1 RANDOM_MB=8 \
                 SMALL_TABLES=100 RUNS=1 LINKS=1gbit/1 SMALL_LINKS=unshaped SWEEP_LINKS=200mbit/1 SWEEP_JOBS="1 2" \
-                JOBS_LIST=2 DELTA_LINK=1gbit/1 DELTA_RANGES=64 QUIET_WAIT=0 IPERF_S=2 -- bash bench/remote.sh ;;
+                JOBS_LIST=2 DELTA_LINK=1gbit/1 DELTA_RANGES=64 QUIET_WAIT=0 IPERF_S=2 \
+                STREAM_SCALE=2 STREAM_LINKS="100mbit/5 unshaped" STREAM_JOBS=2 STREAM_SLOW_MBIT=100 \
+                -- bash bench/remote.sh ;;
         netlab)
             one netlab "$d.md" REPORT="$d.md" LAB_ID=184 PINGS=3 IPERF_S=3 IPERF_OMIT=1 SKIP_NO_OFFLOAD=1 \
                 QUIET_WAIT_S=0 -- bash bench/netlab-check.sh ;;

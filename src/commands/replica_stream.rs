@@ -40,9 +40,12 @@ pub fn run(
     }
     let map = parse_tablespace_map(&args.tablespace_map)?;
     let given = source_as_given(s)?;
-    let (conn, sess, info) = match reached {
-        Some(r) => r,
-        None => connect_primary(s)?,
+    let (conn, sess, info, early) = match reached {
+        Some(r) => (r.target, r.sess, r.info, r.early),
+        None => {
+            let (conn, sess, info) = connect_primary(s)?;
+            (conn, sess, info, None)
+        }
     };
     if info.in_recovery {
         return Err(Error::Unsafe("the source is a standby: replica-create from a standby is not supported yet; use the primary".into()));
@@ -83,7 +86,7 @@ pub fn run(
         let sync = TargetSync::open(&target, &locations)?;
         let modes = DataDirModes::of_mode(dir_mode);
         let mut sink = StreamDir::new(&target, locations, modes.dir, s.jobs, Some(progress));
-        let streamed = run_stream_backup(&sess, &info, &conn, &opts, &mut sink);
+        let streamed = run_stream_backup(&sess, &info, &conn, early, &opts, &mut sink);
         let written = sink.finish();
         progress.finish();
         let sb = streamed?;

@@ -72,8 +72,8 @@ words!(
 /// How the server compresses the `BASE_BACKUP` stream (`--network-compress`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum NetworkCompress {
-    /// The best the server has: zstd, else lz4, else gzip (asked of `pg_config()`'s
-    /// configure flags, or tried).
+    /// The best the server has: zstd, else lz4, else gzip (read from the values
+    /// `wal_compression` accepts, or tried).
     #[default]
     Auto,
     None,

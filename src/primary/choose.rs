@@ -3,11 +3,11 @@
 //! second (docs/basebackup-transport.md, "How auto chooses").
 //!
 //! The probe, on the SQL session pgjet opens anyway:
-//! 1. a sample of the relation files of the connected database, 8 pieces of 256 KiB spread
+//! 1. a sample of the relation files of the connected database, 8 pieces of 128 KiB spread
 //!    over them in proportion to their sizes (systematic sampling), read in one round trip
 //!    with `pg_read_binary_file`: the bytes and how fast they came;
 //! 2. when that took under a quarter of a second, a second read of 16 MiB in one round trip
-//!    (on a fast link 2 MiB is over before TCP has opened its window): the link's rate;
+//!    (on a fast link 1 MiB is over before TCP has opened its window): the link's rate;
 //! 3. the sample compressed here with each method the server can use (zstd at the server's
 //!    default level 3, lz4 at its default, gzip at level 1, the level auto asks for):
 //!    the ratio, and the rate of one core of this host as a proxy for one core of the
@@ -18,11 +18,12 @@
 //! the rate times its ratio, its compression rate and its decompression rate. The stream is
 //! chosen when its best estimate is at least [`STREAM_MARGIN`] times the ranges': the ranges
 //! cost the primary no compression CPU, and their estimate is low.
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::options::{NetworkCompress, Settings, Transport};
 use crate::pg::conninfo::ConnTarget;
 use crate::pg::session::{ServerInfo, Session};
 use crate::remote::basebackup::WireCodec;
+use crate::remote::replication::ReplConn;
 use std::io::Write;
 use std::time::Instant;
 
@@ -30,7 +31,7 @@ use std::time::Instant;
 pub const STREAM_MARGIN: f64 = 1.2;
 /// Pieces of the sample, and the bytes of each.
 const SAMPLE_PIECES: u64 = 8;
-const SAMPLE_PIECE: u64 = 256 << 10;
+const SAMPLE_PIECE: u64 = 128 << 10;
 /// A sample read faster than this is followed by a longer read for the link's rate.
 const SHORT_READ: f64 = 0.25;
 /// Bytes of that longer read.
@@ -44,11 +45,10 @@ const SEGMENT: u64 = 1 << 30;
 pub enum Choice {
     /// The parallel ranges over libpq connections.
     Ranges,
-    /// The server's stream, compressed with this method (None: the server's best, tried in
-    /// turn: its build is unknown); `level` to ask for (None: see
+    /// The server's stream, compressed with this method; `level` to ask for (None: see
     /// [`super::stream::codec_level`]).
     Stream {
-        codec: Option<WireCodec>,
+        codec: WireCodec,
         level: Option<i32>,
     },
 }
@@ -102,10 +102,9 @@ pub fn decide(p: &Probe) -> (Choice, Estimates) {
             _ => Some(x),
         });
     let choice = match best {
-        Some((codec, rate)) if rate >= ranges * STREAM_MARGIN => Choice::Stream {
-            codec: Some(codec),
-            level: None,
-        },
+        Some((codec, rate)) if rate >= ranges * STREAM_MARGIN => {
+            Choice::Stream { codec, level: None }
+        }
         _ => Choice::Ranges,
     };
     (choice, Estimates { ranges, stream })
@@ -211,7 +210,7 @@ pub fn probe(sess: &Session, codecs: &[WireCodec]) -> Result<Option<Probe>> {
     let mut secs = t.elapsed().as_secs_f64();
     let sample: Vec<u8> = got.into_iter().flatten().flatten().collect();
     let mut bytes = sample.len() as u64;
-    if sample.len() < (1 << 20) {
+    if (sample.len() as u64) < SAMPLE_PIECES * SAMPLE_PIECE / 2 {
         return Ok(None);
     }
     if secs < SHORT_READ {
@@ -250,10 +249,7 @@ pub fn describe(p: &Probe, e: &Estimates, c: Choice) -> String {
         .collect();
     let chose = match c {
         Choice::Ranges => "ranges (libpq)".to_string(),
-        Choice::Stream { codec, .. } => format!(
-            "basebackup ({})",
-            codec.map(WireCodec::name).unwrap_or("the server's best")
-        ),
+        Choice::Stream { codec, .. } => format!("basebackup ({})", codec.name()),
     };
     format!(
         "transport auto: link {:.1} MiB/s on one connection (ranges ~{:.0} MiB/s), sample {:.1} MiB compresses {}; chose {chose}",
@@ -270,59 +266,94 @@ pub fn describe(p: &Probe, e: &Estimates, c: Choice) -> String {
 /// auto is the only one considered; none means ranges). Logs the figures and the choice.
 ///
 /// Errors: the probe's queries.
-pub fn choose_remote(sess: &Session, info: &ServerInfo, wanted: NetworkCompress) -> Result<Choice> {
-    let can = sess
-        .query_row(
-            "read the role's replication right",
-            "SELECT rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user",
-        )?
-        .first()
-        .cloned()
-        .flatten()
-        .is_some_and(|v| v == "t");
+pub fn choose_remote(
+    sess: &Session,
+    info: &ServerInfo,
+    target: &ConnTarget,
+    wanted: NetworkCompress,
+) -> Result<(Choice, Option<ReplConn>)> {
+    // One round trip for both facts: each costs a full round trip on the slow links auto
+    // is for.
+    let row = sess.query_row(
+        "read the role's replication right and the server's compression methods",
+        &format!(
+            "SELECT (SELECT rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user), ({})",
+            super::stream::CODECS_QUERY
+        ),
+    )?;
+    let can = row.first().cloned().flatten().is_some_and(|v| v == "t");
     if info.version_num < 150000 || !can || wanted == NetworkCompress::None {
         tracing::info!(
             "transport auto: ranges (libpq){}",
-            if !can {
+            if info.version_num < 150000 {
+                " (the stream needs PostgreSQL 15)"
+            } else if !can {
                 " (the role lacks REPLICATION, which the stream needs)"
             } else {
                 ""
             }
         );
-        return Ok(Choice::Ranges);
+        return Ok((Choice::Ranges, None));
     }
-    // When the server's build cannot be read, decide as if it had gzip only (it always
-    // has): the stream then tries zstd and lz4 first, each at least as good.
-    let known = super::stream::server_codecs(sess);
-    let codecs = match (wanted, &known) {
-        (NetworkCompress::Auto, None) => vec![WireCodec::Gzip],
-        _ => super::stream::codec_candidates(sess, wanted),
+    let codecs = match wanted {
+        NetworkCompress::Auto => row
+            .get(1)
+            .cloned()
+            .flatten()
+            .and_then(|v| super::stream::codecs_from_enumvals(&v))
+            .unwrap_or_else(|| vec![WireCodec::Gzip]),
+        NetworkCompress::Gzip => vec![WireCodec::Gzip],
+        NetworkCompress::Lz4 => vec![WireCodec::Lz4],
+        NetworkCompress::Zstd => vec![WireCodec::Zstd],
+        NetworkCompress::None => vec![WireCodec::None],
+    };
+    // The stream's replication connection opens while the probe runs (its round trips,
+    // and TLS's, overlap the sample's): it is kept when the stream is chosen, dropped when
+    // not. The role may replicate, so the server logs no refusal for a role.
+    let early = {
+        let (target, info) = (target.clone(), info.clone());
+        std::thread::Builder::new()
+            .name("pgjet-replication-connect".into())
+            .spawn(move || super::stream::connect_checked(&target, &info))
+            .ok()
     };
     let Some(p) = probe(sess, &codecs)? else {
         tracing::info!("transport auto: too little data to measure; ranges (libpq)");
-        return Ok(Choice::Ranges);
+        return Ok((Choice::Ranges, None));
     };
     let (c, e) = decide(&p);
-    let unknown = known.is_none() && wanted == NetworkCompress::Auto;
-    let c = match c {
-        Choice::Stream { level, .. } if unknown => Choice::Stream { codec: None, level },
-        c => c,
-    };
-    tracing::info!(
-        "{}{}",
-        describe(&p, &e, c),
-        if unknown {
-            " (estimated with gzip: the server's methods are unknown; GRANT EXECUTE ON FUNCTION pg_config() TO the role to read them)"
-        } else {
-            ""
+    tracing::info!("{}", describe(&p, &e, c));
+    if c == Choice::Ranges {
+        return Ok((c, None));
+    }
+    match early.map(|h| h.join()) {
+        Some(Ok(Ok(conn))) => Ok((c, Some(conn))),
+        // Another cluster behind the replication connection: never a fallback.
+        Some(Ok(Err(e @ Error::Unsafe(_)))) => Err(e),
+        // A refused replication connection (pg_hba.conf, max_wal_senders): the ranges
+        // still work.
+        Some(Ok(Err(e))) => {
+            tracing::warn!(
+                "transport auto: the stream would be faster, but its replication connection failed: {e}; {}; ranges (libpq)",
+                e.hint().trim_start_matches("HINT: ")
+            );
+            Ok((Choice::Ranges, None))
         }
-    );
-    Ok(c)
+        // No thread (or it panicked): the stream connects when it starts.
+        _ => Ok((c, None)),
+    }
 }
 
-/// The primary reached for the stream `--transport auto` chose: how to reach it, the
-/// session the probe ran on (kept, so the stream does not connect again) and its facts.
-pub type Reached = (ConnTarget, Session, ServerInfo);
+/// The primary reached for the stream `--transport auto` chose.
+pub struct Reached {
+    /// How to reach it.
+    pub target: ConnTarget,
+    /// The session the probe ran on (kept, so the stream does not connect again).
+    pub sess: Session,
+    pub info: ServerInfo,
+    /// The replication connection opened while the probe ran (IDENTIFY_SYSTEM checked).
+    pub early: Option<ReplConn>,
+}
 
 /// For a command run with `--transport auto`: the settings of the stream, and the session the
 /// probe ran on, when the primary is on another host and [`choose_remote`] picks the stream
@@ -339,7 +370,7 @@ pub fn auto_stream_settings(s: &Settings) -> Result<Option<(Settings, Reached)>>
         sess.close();
         return Ok(None);
     }
-    let choice = match choose_remote(&sess, &info, s.network_compress) {
+    let (choice, early) = match choose_remote(&sess, &info, &target, s.network_compress) {
         Ok(c) => c,
         Err(e) => {
             sess.close();
@@ -353,20 +384,27 @@ pub fn auto_stream_settings(s: &Settings) -> Result<Option<(Settings, Reached)>>
     let stream = Settings {
         transport: Transport::Basebackup,
         network_compress: match codec {
-            None => NetworkCompress::Auto,
-            Some(WireCodec::None) => NetworkCompress::None,
-            Some(WireCodec::Gzip) => NetworkCompress::Gzip,
-            Some(WireCodec::Lz4) => NetworkCompress::Lz4,
-            Some(WireCodec::Zstd) => NetworkCompress::Zstd,
+            WireCodec::None => NetworkCompress::None,
+            WireCodec::Gzip => NetworkCompress::Gzip,
+            WireCodec::Lz4 => NetworkCompress::Lz4,
+            WireCodec::Zstd => NetworkCompress::Zstd,
         },
         // gzip chosen here gets level 1, as auto's gzip does (codec_level).
         network_level: s
             .network_level
             .or(level)
-            .or((codec == Some(WireCodec::Gzip)).then_some(1)),
+            .or((codec == WireCodec::Gzip).then_some(1)),
         ..s.clone()
     };
-    Ok(Some((stream, (target, sess, info))))
+    Ok(Some((
+        stream,
+        Reached {
+            target,
+            sess,
+            info,
+            early,
+        },
+    )))
 }
 
 #[cfg(test)]
@@ -403,10 +441,7 @@ mod tests {
             ]
         };
         let gzip_only = |r: f64| vec![rate(Gzip, r, 60.0)];
-        let s = |codec, level| Choice::Stream {
-            codec: Some(codec),
-            level,
-        };
+        let s = |codec, level| Choice::Stream { codec, level };
         // (what, link MiB/s, methods, expected)
         let cases: Vec<(&str, f64, Vec<CodecRate>, Choice)> = vec![
             ("slow link, pgbench", 11.0, all(9.0), s(Zstd, None)),

@@ -61,6 +61,9 @@ pub struct StreamPrimary {
     pub target: ConnTarget,
     pub sess: Session,
     pub info: ServerInfo,
+    /// A replication connection opened already (by `--transport auto`'s probe), taken by
+    /// the stream.
+    pub early: std::sync::Mutex<Option<crate::remote::replication::ReplConn>>,
     /// The wire compression and level to ask for (given, or chosen by `--transport auto`).
     pub compress: crate::options::NetworkCompress,
     pub level: Option<i32>,
@@ -84,14 +87,18 @@ impl Copier {
             None => (std::borrow::Cow::Borrowed(s), None),
         };
         if s.transport == Transport::Basebackup {
-            let (target, sess, info) = match reached {
-                Some(r) => r,
-                None => connect_primary(&s)?,
+            let (target, sess, info, early) = match reached {
+                Some(r) => (r.target, r.sess, r.info, r.early),
+                None => {
+                    let (target, sess, info) = connect_primary(&s)?;
+                    (target, sess, info, None)
+                }
             };
             return Ok(Copier::Stream(StreamPrimary {
                 target,
                 sess,
                 info,
+                early: std::sync::Mutex::new(early),
                 compress: s.network_compress,
                 level: s.network_level,
             }));

@@ -115,7 +115,8 @@ pub fn copy_stream(
         workers: None,
     };
     let run = |units: &mut dyn StreamSink| {
-        run_stream_backup(&stream.sess, info, &stream.target, &opts, units)
+        let early = stream.early.lock().ok().and_then(|mut e| e.take());
+        run_stream_backup(&stream.sess, info, &stream.target, early, &opts, units)
     };
     let streamed = stream_units(
         sink,

@@ -51,25 +51,34 @@ pub struct StreamBackup {
 }
 
 /// The compression methods the server's build has, best first (zstd, lz4, then gzip, which
-/// is always there), from `pg_config()`'s CONFIGURE line (`--with-zstd`, `--with-lz4`).
-/// None when it cannot be read: PostgreSQL revokes EXECUTE on `pg_config()` from PUBLIC
-/// (superuser, or `GRANT EXECUTE ON FUNCTION pg_config() TO <role>`).
+/// is always there), from the values `wal_compression` accepts: PostgreSQL 15+ lists `lz4`
+/// and `zstd` there only when built with them (wal_compression_options in guc_tables.c,
+/// under USE_LZ4 and USE_ZSTD), and `pg_settings` is readable by every role. None before
+/// PostgreSQL 15 (a boolean there) or when the row cannot be read.
 pub fn server_codecs(sess: &Session) -> Option<Vec<WireCodec>> {
-    let c = sess
-        .query_row(
-            "read pg_config",
-            // Asked only when permitted: a refused pg_config() would log an ERROR on the
-            // primary at every probe.
-            "SELECT CASE WHEN has_function_privilege('pg_config()', 'EXECUTE') \
-             THEN (SELECT setting FROM pg_config() WHERE name = 'CONFIGURE') END",
-        )
+    let v = sess
+        .query_row("read the server's compression methods", CODECS_QUERY)
         .ok()
         .and_then(|r| r.into_iter().next().flatten())?;
+    codecs_from_enumvals(&v)
+}
+
+/// The query behind [`server_codecs`]: one row, `wal_compression`'s values joined by commas.
+pub const CODECS_QUERY: &str =
+    "SELECT array_to_string(enumvals, ',') FROM pg_settings WHERE name = 'wal_compression'";
+
+/// [`server_codecs`] from `wal_compression`'s values joined by commas (`pglz,lz4,zstd,on,off`
+/// on a build with both). None when they are not the PostgreSQL 15+ list (no `pglz`).
+pub fn codecs_from_enumvals(values: &str) -> Option<Vec<WireCodec>> {
+    let values: Vec<&str> = values.split(',').map(str::trim).collect();
+    if !values.contains(&"pglz") {
+        return None;
+    }
     let mut v = Vec::new();
-    if c.contains("--with-zstd") {
+    if values.contains(&"zstd") {
         v.push(WireCodec::Zstd);
     }
-    if c.contains("--with-lz4") {
+    if values.contains(&"lz4") {
         v.push(WireCodec::Lz4);
     }
     v.push(WireCodec::Gzip);
@@ -99,7 +108,7 @@ pub fn codec_level(codec: WireCodec, wanted: NetworkCompress, given: Option<i32>
 
 /// A replication connection to `target` that reaches the cluster of `info`
 /// (`IDENTIFY_SYSTEM`). Errors: the connection's; another cluster ([`Error::Unsafe`]).
-fn connect_checked(target: &ConnTarget, info: &ServerInfo) -> Result<ReplConn> {
+pub fn connect_checked(target: &ConnTarget, info: &ServerInfo) -> Result<ReplConn> {
     let mut conn = ReplConn::connect(target)?;
     let (sysid, _tli, _) = conn.identify_system()?;
     if sysid != info.system_identifier {
@@ -118,10 +127,13 @@ fn connect_checked(target: &ConnTarget, info: &ServerInfo) -> Result<ReplConn> {
 /// `ALTER ROLE ... REPLICATION` or the pg_hba.conf line); another cluster behind the
 /// replication connection ([`Error::Unsafe`]); a stream that is short, corrupt or differs
 /// from its manifest ([`Error::Corrupt`]); the slot losing its WAL.
+/// `early`: a replication connection to the same cluster opened already ([`connect_checked`],
+/// as `--transport auto` does while its probe runs), used first.
 pub fn run_stream_backup(
     sess: &Session,
     info: &ServerInfo,
     target: &ConnTarget,
+    early: Option<ReplConn>,
     opts: &StreamOptions,
     sink: &mut dyn StreamSink,
 ) -> Result<StreamBackup> {
@@ -134,7 +146,10 @@ pub fn run_stream_backup(
     let candidates = codec_candidates(sess, opts.compress);
     // The replication connection first: a role without REPLICATION or a missing pg_hba.conf
     // line is reported by it, with its fix, before anything is made on the primary.
-    let mut first = Some(connect_checked(target, info)?);
+    let mut first = Some(match early {
+        Some(c) => c,
+        None => connect_checked(target, info)?,
+    });
     let slot = format!("pgjet_{}", std::process::id());
     sess.create_physical_slot(&slot, true)?;
     let mut last_err = None;
@@ -218,4 +233,28 @@ pub fn run_stream_backup(
         "the server supports none of the compression methods tried ({})",
         last_err.unwrap_or_default()
     )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codecs_from_wal_compression_values() {
+        use WireCodec::{Gzip, Lz4, Zstd};
+        // As PostgreSQL 15 from Debian (lz4 and zstd) and the PostgreSQL 18 wheel (neither)
+        // list them.
+        assert_eq!(
+            codecs_from_enumvals("pglz,lz4,zstd,on,off"),
+            Some(vec![Zstd, Lz4, Gzip])
+        );
+        assert_eq!(codecs_from_enumvals("pglz,on,off"), Some(vec![Gzip]));
+        assert_eq!(
+            codecs_from_enumvals("pglz,lz4,on,off"),
+            Some(vec![Lz4, Gzip])
+        );
+        // PostgreSQL 14's boolean has no values; anything else is not the list.
+        assert_eq!(codecs_from_enumvals(""), None);
+        assert_eq!(codecs_from_enumvals("on,off"), None);
+    }
 }

@@ -116,9 +116,6 @@ pub fn stream_needs(sess: &Session, info: &ServerInfo, target: &ConnTarget) -> R
             e.hint().trim_start_matches("HINT: ").to_string(),
         ),
     });
-    let grant = format!(
-        "GRANT EXECUTE ON FUNCTION pg_config() TO {role}; (PostgreSQL revokes it from PUBLIC)"
-    );
     needs.push(match super::stream::server_codecs(sess) {
         Some(v) => {
             let has = |c| if v.contains(&c) { "yes" } else { "no" };
@@ -130,9 +127,9 @@ pub fn stream_needs(sess: &Session, info: &ServerInfo, target: &ConnTarget) -> R
             ))
         }
         None => Need {
-            what: "compression on the server: unknown (pg_config() cannot be read); the stream tries zstd, lz4, then gzip".into(),
+            what: "compression on the server: unknown (wal_compression's values could not be read from pg_settings); the stream tries zstd, lz4, then gzip".into(),
             ok: true,
-            fix: Some(grant),
+            fix: None,
         },
     });
     Ok(needs)
