@@ -45,7 +45,7 @@ STREAM_LINKS=${STREAM_LINKS:-"100mbit/50 1gbit/20 unshaped"}
 STREAM_RUNS=${STREAM_RUNS:-$RUNS}
 STREAM_REPLICA=${STREAM_REPLICA:-"libpq bb_zstd bb_lz4 auto"}   # pgjet replica-create variants
 STREAM_PGBB=${STREAM_PGBB:-"none lz4 zstd_w2"}                 # pg_basebackup -Fp --compress=server-...
-STREAM_BACKUP=${STREAM_BACKUP:-"bb libpq auto"}                # pgjet backup transports (repository lz4)
+STREAM_BACKUP=${STREAM_BACKUP:-"bb bb_lz4 libpq auto"}         # pgjet backup transports (repository lz4)
 STREAM_JOBS=${STREAM_JOBS:-"2 4"}   # pgBackRest process-max and pgjet backup --jobs in the stream part
 STREAM_RAW=${STREAM_RAW:-"plain zstd"}   # raw references: tar over TCP, and with zstd -1
 # Links at or under STREAM_SLOW_MBIT Mbit/s skip the uncompressed runs (the raw tar, pgjet's
@@ -730,10 +730,11 @@ bench_s_pg_basebackup() {   # RUN VARIANT: none | lz4 | zstd_w2 (server-side com
     rm -rf "$o"
 }
 
-bench_s_pgjet_backup() {   # RUN TRANSPORT JOBS: bb | libpq | auto; the repository compresses with lz4
+bench_s_pgjet_backup() {   # RUN TRANSPORT JOBS: bb | bb_lz4 | libpq | auto; the repository compresses with lz4
     local r=$1 v=$2 j=$3 repo=$PGJET_REPO name=s_pgjet_backup_${2}_j$3 t=()
     case "$v" in
         bb) t=(--transport basebackup --network-compress zstd) ;;
+        bb_lz4) t=(--transport basebackup --network-compress lz4) ;;
         libpq) t=(--transport libpq) ;;
         auto) t=(--transport auto) ;;
     esac
@@ -936,7 +937,7 @@ def descr(n):
         if m.startswith("pgbackrest_"): return descr(m)
         if m.startswith("pgjet_backup_"):
             v, j = m[len("pgjet_backup_"):].rsplit("_j", 1)
-            t = {"bb": "basebackup --network-compress zstd", "libpq": "libpq", "auto": "auto"}.get(v, v)
+            t = {"bb": "basebackup --network-compress zstd", "bb_lz4": "basebackup --network-compress lz4", "libpq": "libpq", "auto": "auto"}.get(v, v)
             return f"`pgjet backup --transport {t} --jobs {j} --compress-type lz4`"
     if n in DESCR: return DESCR[n]
     if n.startswith("pgjet_replica_j"): return f"`pgjet replica-create --transport libpq --jobs {n.split('_j')[1]}`"
@@ -1162,7 +1163,7 @@ if sdl:
                 t2(d, link, f"replica-create never behind pg_basebackup's best ({bpn[2:]})", bp / rep_t, 1.0)
             for j in sorted({x["name"].rsplit("_j", 1)[1] for x in rows if x["name"].startswith("s_pgjet_backup_")}):
                 a = stat(d, link, f"s_pgjet_backup_auto_j{j}").get("sec")
-                b, bn = best(d, link, [f"s_pgjet_backup_bb_j{j}", f"s_pgjet_backup_libpq_j{j}"])
+                b, bn = best(d, link, [f"s_pgjet_backup_bb_j{j}", f"s_pgjet_backup_bb_lz4_j{j}", f"s_pgjet_backup_libpq_j{j}"])
                 if a and b: t2(d, link, f"backup auto within 10 % of the best forced, --jobs {j}", a / b, 1.10, "{:.2f}", ge=False)
     srss = [x["rss"] for x in rows if x["ok"] and x["name"].startswith("s_pgjet_")]
     if srss: t2("all", "all", "pgjet peak RSS on B < 200 MiB (stream part)", max(srss) / 1024, 200, "{:.0f} MiB", ge=False)

@@ -96,7 +96,7 @@ fn run(inv: Invocation) -> Result<(), Error> {
                 // The normal end of recovery from the archive: PostgreSQL asks for the next
                 // file until one is missing. Status 1 and one quiet line.
                 tracing::info!("{wal_file} is not in the archive");
-                std::process::exit(1);
+                exit(1);
             }
         }
         Command::ArchivePushAsync { wal_dir } => {
@@ -159,7 +159,14 @@ fn archive_recovery_in_cwd() -> bool {
 /// Ends a failed `archive-get` so that recovery stops rather than ends early.
 fn abort_recovery() -> ! {
     eprintln!("pgjet: archive-get failed for another reason than a missing file: recovery stops here instead of ending early; fix the repository and start the server again (it resumes where it stopped)");
-    std::process::exit(ARCHIVE_GET_ABORT_RECOVERY);
+    exit(ARCHIVE_GET_ABORT_RECOVERY);
+}
+
+/// Ends the process with `code`, once the async runtime's tasks have closed their
+/// connections (at most 2 s: see `io::runtime::drain`).
+fn exit(code: i32) -> ! {
+    pgjet::io::runtime::drain(std::time::Duration::from_secs(2));
+    std::process::exit(code);
 }
 
 /// Prints `e` with its chain of causes and its hint, on stderr.
@@ -193,7 +200,7 @@ fn main() {
             if cmd == Some(Cmd::ArchiveGet) && archive_recovery_in_cwd() {
                 abort_recovery();
             }
-            std::process::exit(error.exit_code());
+            exit(error.exit_code());
         }
     };
     let archive_get = matches!(inv.command, Command::ArchiveGet { .. });
@@ -202,6 +209,7 @@ fn main() {
         if archive_get && archive_recovery_in_cwd() {
             abort_recovery();
         }
-        std::process::exit(e.exit_code());
+        exit(e.exit_code());
     }
+    exit(0);
 }

@@ -140,6 +140,20 @@ fn store_scenario(kind: StoreKind) {
         &source_fp,
         false,
     );
+    if kind == StoreKind::Sftp {
+        // OpenDAL's ssh session starts a control master with ControlPersist=yes: pgjet must
+        // close it before it exits (io::runtime::drain), or every command leaves one behind.
+        let key = s3.dir.join("client_key").display().to_string();
+        let left = std::process::Command::new("pgrep")
+            .args(["-f", &key])
+            .output()
+            .unwrap();
+        assert!(
+            left.stdout.is_empty(),
+            "ssh processes outlived pgjet: {}",
+            String::from_utf8_lossy(&left.stdout)
+        );
+    }
 }
 
 #[test]

@@ -42,3 +42,18 @@ pub fn get() -> Result<&'static tokio::runtime::Runtime> {
 pub fn block_on<F: Future>(f: F) -> Result<F::Output> {
     Ok(get()?.block_on(f))
 }
+
+/// Lets the runtime's tasks finish before the process exits, for at most `limit`: tasks
+/// that close a connection after its client is dropped run only while the process lives.
+/// The SFTP store's ssh connection is one: its task runs `ssh -O exit` for the control
+/// master OpenDAL's ssh session starts (`ControlPersist=yes`), which otherwise outlives
+/// pgjet. Returns at once when the runtime was never started or has no task left.
+pub fn drain(limit: std::time::Duration) {
+    let Some(Ok(rt)) = RUNTIME.get() else {
+        return;
+    };
+    let start = std::time::Instant::now();
+    while rt.metrics().num_alive_tasks() > 0 && start.elapsed() < limit {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}

@@ -6,7 +6,7 @@
 //! 1. a sample of the relation files of the connected database, 8 pieces of 128 KiB spread
 //!    over them in proportion to their sizes (systematic sampling), read in one round trip
 //!    with `pg_read_binary_file`: the bytes and how fast they came;
-//! 2. when that took under a quarter of a second, a second read of 16 MiB in one round trip
+//! 2. when that took under a quarter of a second, a second read of 4 MiB in one round trip
 //!    (on a fast link 1 MiB is over before TCP has opened its window): the link's rate;
 //! 3. the sample compressed here with each method the server can use (zstd at the server's
 //!    default level 3, lz4 at its default, gzip at level 1, the level auto asks for):
@@ -15,9 +15,10 @@
 //!
 //! Then [`decide`]: the ranges are estimated at the measured rate (one connection; the
 //! ranges use several, so this is a lower bound), the stream with a method at the smallest of
-//! the rate times its ratio, its compression rate and its decompression rate. The stream is
-//! chosen when its best estimate is at least [`STREAM_MARGIN`] times the ranges': the ranges
-//! cost the primary no compression CPU, and their estimate is low.
+//! the rate times its ratio, the rate of one server core compressing and doing the rest of
+//! `BASE_BACKUP`'s work ([`SERVER_WORK`]), and its decompression rate. The stream is chosen
+//! when its best estimate is at least [`STREAM_MARGIN`] times the ranges': the ranges cost
+//! the primary no compression CPU, and their estimate is low.
 use crate::error::{Error, Result};
 use crate::options::{NetworkCompress, Settings, Transport};
 use crate::pg::conninfo::ConnTarget;
@@ -27,6 +28,15 @@ use crate::remote::replication::ReplConn;
 use std::io::Write;
 use std::time::Instant;
 
+/// Bytes per second one server core handles in `BASE_BACKUP` besides compressing them:
+/// reading, the page-checksum check, the tar headers, the manifest's CRC-32C, sending. From
+/// the primary's CPU time of the lz4 stream in bench/remote.sh (1517 MiB of pgbench in 2.3 s
+/// of CPU, lz4 itself about 3500 MiB/s: docs/scaling.md); it stands for a server core like
+/// this machine's (a faster one errs toward the ranges).
+pub const SERVER_WORK: f64 = 800.0 * 1048576.0;
+/// zlib's level 1 against zstd's level 3, compressing on one core: 231 against 830 MiB/s on
+/// pgbench pages with the same C libraries PostgreSQL links (bench/rates.sh, this machine).
+pub const ZLIB_PER_ZSTD: f64 = 0.28;
 /// How much faster the stream must be estimated before auto takes it.
 pub const STREAM_MARGIN: f64 = 1.2;
 /// Pieces of the sample, and the bytes of each.
@@ -35,7 +45,7 @@ const SAMPLE_PIECE: u64 = 128 << 10;
 /// A sample read faster than this is followed by a longer read for the link's rate.
 const SHORT_READ: f64 = 0.25;
 /// Bytes of that longer read.
-const LINK_READ: u64 = 16 << 20;
+const LINK_READ: u64 = 4 << 20;
 /// PostgreSQL's relation segment size (RELSEG_SIZE * BLCKSZ, pg_config.h): offsets past it
 /// are in the files `<relfilenode>.<n>`.
 const SEGMENT: u64 = 1 << 30;
@@ -90,7 +100,9 @@ pub fn decide(p: &Probe) -> (Choice, Estimates) {
         .codecs
         .iter()
         .map(|c| {
-            let rate = (p.link * c.ratio).min(c.compress).min(c.decompress);
+            // The server's core compresses and does the rest of BASE_BACKUP's work per byte.
+            let core = 1.0 / (1.0 / c.compress + 1.0 / SERVER_WORK);
+            let rate = (p.link * c.ratio).min(core).min(c.decompress);
             (c.codec, rate)
         })
         .collect();
@@ -143,16 +155,17 @@ fn sample_pieces(files: &[(String, u64)], pieces: u64, piece: u64) -> Vec<(Strin
 
 /// Measures `codec` on `sample`. None when the method fails here (it cannot: the sample is
 /// in memory; kept total).
+///
+/// lz4 is measured in its block format, the algorithm the server's frames wrap: setting up a
+/// frame costs more than 1 MiB takes to compress. gzip's rate is not measured (this build's
+/// deflate, miniz_oxide, runs about 5 times faster than the zlib PostgreSQL links): it is
+/// zstd's measured rate times [`ZLIB_PER_ZSTD`]; its ratio is measured.
 fn measure(codec: WireCodec, sample: &[u8]) -> Option<CodecRate> {
     let t = Instant::now();
     let packed: Vec<u8> = match codec {
         WireCodec::None => return None,
         WireCodec::Zstd => zstd::bulk::compress(sample, 3).ok()?,
-        WireCodec::Lz4 => {
-            let mut e = lz4_flex::frame::FrameEncoder::new(Vec::new());
-            e.write_all(sample).ok()?;
-            e.finish().ok()?
-        }
+        WireCodec::Lz4 => lz4_flex::block::compress(sample),
         WireCodec::Gzip => {
             let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::new(1));
             e.write_all(sample).ok()?;
@@ -163,11 +176,7 @@ fn measure(codec: WireCodec, sample: &[u8]) -> Option<CodecRate> {
     let t = Instant::now();
     let back = match codec {
         WireCodec::Zstd => zstd::bulk::decompress(&packed, sample.len()).ok()?,
-        WireCodec::Lz4 => {
-            let mut v = Vec::with_capacity(sample.len());
-            std::io::copy(&mut lz4_flex::frame::FrameDecoder::new(&packed[..]), &mut v).ok()?;
-            v
-        }
+        WireCodec::Lz4 => lz4_flex::block::decompress(&packed, sample.len()).ok()?,
         _ => {
             let mut v = Vec::with_capacity(sample.len());
             std::io::copy(&mut flate2::read::GzDecoder::new(&packed[..]), &mut v).ok()?;
@@ -175,10 +184,14 @@ fn measure(codec: WireCodec, sample: &[u8]) -> Option<CodecRate> {
         }
     };
     let d = t.elapsed().as_secs_f64().max(1e-6);
+    let compress = match codec {
+        WireCodec::Gzip => measure(WireCodec::Zstd, sample)?.compress * ZLIB_PER_ZSTD,
+        _ => sample.len() as f64 / c,
+    };
     (back.len() == sample.len()).then(|| CodecRate {
         codec,
         ratio: sample.len() as f64 / packed.len().max(1) as f64,
-        compress: sample.len() as f64 / c,
+        compress,
         decompress: sample.len() as f64 / d,
     })
 }
@@ -296,12 +309,22 @@ pub fn choose_remote(
         return Ok((Choice::Ranges, None));
     }
     let codecs = match wanted {
-        NetworkCompress::Auto => row
-            .get(1)
-            .cloned()
-            .flatten()
-            .and_then(|v| super::stream::codecs_from_enumvals(&v))
-            .unwrap_or_else(|| vec![WireCodec::Gzip]),
+        // gzip only on a server without lz4 and zstd: PostgreSQL's zstd compresses better
+        // and faster than its gzip at level 1, lz4 much faster (bench/rates.sh, with the
+        // same C libraries the server links), while the sample's gzip here (miniz_oxide)
+        // runs several times faster than zlib's and would be taken for the faster.
+        NetworkCompress::Auto => {
+            let mut v = row
+                .get(1)
+                .cloned()
+                .flatten()
+                .and_then(|v| super::stream::codecs_from_enumvals(&v))
+                .unwrap_or_else(|| vec![WireCodec::Gzip]);
+            if v.len() > 1 {
+                v.retain(|c| *c != WireCodec::Gzip);
+            }
+            v
+        }
         NetworkCompress::Gzip => vec![WireCodec::Gzip],
         NetworkCompress::Lz4 => vec![WireCodec::Lz4],
         NetworkCompress::Zstd => vec![WireCodec::Zstd],
