@@ -8,8 +8,8 @@
 #   bash bench/smoke.sh                      # every benchmark, as root; a few minutes
 #   SMOKE="run s3" bash bench/smoke.sh       # some of them
 #
-# Names: run restore million s3 archive remote netlab (bench/run.sh, restore.sh, million.sh,
-# s3.sh, archive.sh, remote.sh, netlab-check.sh). Reports, logs and work dirs go under
+# Names: run restore million s3 archive remote netlab rates (bench/run.sh, restore.sh,
+# million.sh, s3.sh, archive.sh, remote.sh, netlab-check.sh, rates.sh). Reports, logs and work dirs go under
 # SMOKE_DIR (default /var/tmp/pgjet-smoke, emptied first): docs/ and bench/results/ are
 # not written. Labs and work dirs are the smoke's own (LAB_PREFIX smk*, LAB_ID 181-190), so
 # a full-size benchmark may run at the same time. Nothing is installed beyond what
@@ -18,7 +18,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-SMOKE=${SMOKE:-run restore million s3 archive remote netlab}
+SMOKE=${SMOKE:-run restore million s3 archive remote netlab rates}
 SMOKE_DIR=${SMOKE_DIR:-/var/tmp/pgjet-smoke}
 
 [ "$(id -u)" -eq 0 ] || { echo "smoke: run as root (namespaces, drop_caches, runuser)" >&2; exit 1; }
@@ -111,10 +111,12 @@ for b in $SMOKE; do
                 JOBS_LIST=2 DELTA_LINK=1gbit/1 DELTA_RANGES=64 QUIET_WAIT=0 IPERF_S=2 \
                 STREAM_SCALE=2 STREAM_LINKS="100mbit/5 unshaped" STREAM_JOBS=2 STREAM_SLOW_MBIT=100 \
                 -- bash bench/remote.sh ;;
+        rates)
+            one rates "$d.md" RATES_DIR="$d" REPORT="$d.md" MB=16 -- bash bench/rates.sh ;;
         netlab)
             one netlab "$d.md" REPORT="$d.md" LAB_ID=184 PINGS=3 IPERF_S=3 IPERF_OMIT=1 SKIP_NO_OFFLOAD=1 \
                 QUIET_WAIT_S=0 -- bash bench/netlab-check.sh ;;
-        *) echo "smoke: unknown benchmark '$b' (run restore million s3 archive remote netlab)" >&2; exit 2 ;;
+        *) echo "smoke: unknown benchmark '$b' (run restore million s3 archive remote netlab rates)" >&2; exit 2 ;;
     esac
 done
 
