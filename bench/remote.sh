@@ -47,7 +47,7 @@ STREAM_REPLICA=${STREAM_REPLICA:-"libpq bb_zstd bb_lz4 auto"}   # pgjet replica-
 STREAM_PGBB=${STREAM_PGBB:-"none lz4 zstd_w2"}                 # pg_basebackup -Fp --compress=server-...
 STREAM_BACKUP=${STREAM_BACKUP:-"bb bb_lz4 libpq auto"}         # pgjet backup transports (repository lz4)
 STREAM_JOBS=${STREAM_JOBS:-"2 4"}   # pgBackRest process-max and pgjet backup --jobs in the stream part
-STREAM_RAW=${STREAM_RAW:-"plain zstd"}   # raw references: tar over TCP, and with zstd -1
+STREAM_RAW=${STREAM_RAW-"plain zstd"}   # raw references: tar over TCP, and with zstd -1 (empty: none)
 # Links at or under STREAM_SLOW_MBIT Mbit/s skip the uncompressed runs (the raw tar, pgjet's
 # ranges, pg_basebackup without compression): each is the logical bytes over the line rate
 # (measured so at scale 30, docs/benchmarks-stream.md) and would take minutes. 0 keeps them.
