@@ -14,7 +14,6 @@ use crate::pgdata::stream::StreamDir;
 use crate::pgdata::{delta, parse_tablespace_map, plan_locations, prepare_target};
 use crate::pgdata::{DataDirModes, TargetSync};
 use crate::primary::choose::Reached;
-use crate::primary::connect_primary;
 use crate::primary::stream::{run_stream_backup, StreamOptions};
 use crate::transfer::Progress;
 use std::time::Instant;
@@ -40,12 +39,14 @@ pub fn run(
     }
     let map = parse_tablespace_map(&args.tablespace_map)?;
     let given = source_as_given(s)?;
-    let (conn, sess, info, early) = match reached {
-        Some(r) => (r.target, r.sess, r.info, r.early),
-        None => {
-            let (conn, sess, info) = connect_primary(s)?;
-            (conn, sess, info, None)
-        }
+    let Reached {
+        target: conn,
+        sess,
+        info,
+        early,
+    } = match reached {
+        Some(r) => r,
+        None => Reached::connect(s)?,
     };
     if info.in_recovery {
         return Err(Error::Unsafe("the source is a standby: replica-create from a standby is not supported yet; use the primary".into()));

@@ -308,28 +308,20 @@ pub fn choose_remote(
         );
         return Ok((Choice::Ranges, None));
     }
-    let codecs = match wanted {
-        // gzip only on a server without lz4 and zstd: PostgreSQL's zstd compresses better
-        // and faster than its gzip at level 1, lz4 much faster (bench/rates.sh, with the
-        // same C libraries the server links), while the sample's gzip here (miniz_oxide)
-        // runs several times faster than zlib's and would be taken for the faster.
-        NetworkCompress::Auto => {
-            let mut v = row
-                .get(1)
-                .cloned()
-                .flatten()
-                .and_then(|v| super::stream::codecs_from_enumvals(&v))
-                .unwrap_or_else(|| vec![WireCodec::Gzip]);
-            if v.len() > 1 {
-                v.retain(|c| *c != WireCodec::Gzip);
-            }
-            v
-        }
-        NetworkCompress::Gzip => vec![WireCodec::Gzip],
-        NetworkCompress::Lz4 => vec![WireCodec::Lz4],
-        NetworkCompress::Zstd => vec![WireCodec::Zstd],
-        NetworkCompress::None => vec![WireCodec::None],
-    };
+    let mut codecs = super::stream::candidates_for(wanted, || {
+        row.get(1)
+            .cloned()
+            .flatten()
+            .and_then(|v| super::stream::codecs_from_enumvals(&v))
+            .unwrap_or_else(|| vec![WireCodec::Gzip])
+    });
+    // gzip only on a server without lz4 and zstd: PostgreSQL's zstd compresses better and
+    // faster than its gzip at level 1, lz4 much faster (bench/rates.sh, with the same C
+    // libraries the server links), while the sample's gzip here (miniz_oxide) runs several
+    // times faster than zlib's and would be taken for the faster.
+    if codecs.len() > 1 {
+        codecs.retain(|c| *c != WireCodec::Gzip);
+    }
     // The stream's replication connection opens while the probe runs (its round trips,
     // and TLS's, overlap the sample's): it is kept when the stream is chosen, dropped when
     // not. The role may replicate, so the server logs no refusal for a role.
@@ -376,6 +368,20 @@ pub struct Reached {
     pub info: ServerInfo,
     /// The replication connection opened while the probe ran (IDENTIFY_SYSTEM checked).
     pub early: Option<ReplConn>,
+}
+
+impl Reached {
+    /// Connects to the primary for the stream (no replication connection yet): as
+    /// [`super::connect_primary`], whose errors it returns.
+    pub fn connect(s: &Settings) -> Result<Reached> {
+        let (target, sess, info) = super::connect_primary(s)?;
+        Ok(Reached {
+            target,
+            sess,
+            info,
+            early: None,
+        })
+    }
 }
 
 /// For a command run with `--transport auto`: the settings of the stream, and the session the

@@ -87,18 +87,15 @@ impl Copier {
             None => (std::borrow::Cow::Borrowed(s), None),
         };
         if s.transport == Transport::Basebackup {
-            let (target, sess, info, early) = match reached {
-                Some(r) => (r.target, r.sess, r.info, r.early),
-                None => {
-                    let (target, sess, info) = connect_primary(&s)?;
-                    (target, sess, info, None)
-                }
+            let r = match reached {
+                Some(r) => r,
+                None => choose::Reached::connect(&s)?,
             };
             return Ok(Copier::Stream(StreamPrimary {
-                target,
-                sess,
-                info,
-                early: std::sync::Mutex::new(early),
+                target: r.target,
+                sess: r.sess,
+                info: r.info,
+                early: std::sync::Mutex::new(r.early),
                 compress: s.network_compress,
                 level: s.network_level,
             }));

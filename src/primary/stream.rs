@@ -89,13 +89,23 @@ pub fn codecs_from_enumvals(values: &str) -> Option<Vec<WireCodec>> {
 /// build has ([`server_codecs`]), else zstd, lz4, gzip in turn (a server built without one
 /// refuses it at once, before the checkpoint: parse_basebackup_options in basebackup.c).
 pub fn codec_candidates(sess: &Session, wanted: NetworkCompress) -> Vec<WireCodec> {
+    candidates_for(wanted, || {
+        server_codecs(sess)
+            .unwrap_or_else(|| vec![WireCodec::Zstd, WireCodec::Lz4, WireCodec::Gzip])
+    })
+}
+
+/// The one method `wanted` names, or for `auto` what `server_has` returns (asked only then).
+pub fn candidates_for(
+    wanted: NetworkCompress,
+    server_has: impl FnOnce() -> Vec<WireCodec>,
+) -> Vec<WireCodec> {
     match wanted {
         NetworkCompress::None => vec![WireCodec::None],
         NetworkCompress::Gzip => vec![WireCodec::Gzip],
         NetworkCompress::Lz4 => vec![WireCodec::Lz4],
         NetworkCompress::Zstd => vec![WireCodec::Zstd],
-        NetworkCompress::Auto => server_codecs(sess)
-            .unwrap_or_else(|| vec![WireCodec::Zstd, WireCodec::Lz4, WireCodec::Gzip]),
+        NetworkCompress::Auto => server_has(),
     }
 }
 
