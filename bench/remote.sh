@@ -761,23 +761,34 @@ part_stream() {
             [ "$STREAM_SLOW_MBIT" -gt 0 ] && [ "$mbit" -gt 0 ] && [ "$mbit" -le "$STREAM_SLOW_MBIT" ] && slow=1
             for r in $(seq 1 "$STREAM_RUNS"); do
                 say "-- run $r of $STREAM_RUNS"
-                case " $STREAM_RAW " in *" plain "*) [ $slow = 1 ] || bench_raw "$r" "" s_raw_tar_tcp ;; esac
-                case " $STREAM_RAW " in *" zstd "*) bench_raw "$r" zstd s_raw_tar_zstd1_tcp ;; esac
+                # The commands of a run, in the order listed for run 1 and shuffled (seeded by
+                # the run's number) for the others: on this VM a command that moved gigabytes
+                # leaves the next one slower (its walsender spent 3.6 s of CPU instead of 1.3,
+                # most of it copying from the page cache, after a backup over the ranges), so no
+                # command may always follow the same one.
+                local cmds=()
+                case " $STREAM_RAW " in *" plain "*) [ $slow = 1 ] || cmds+=("bench_raw $r '' s_raw_tar_tcp") ;; esac
+                case " $STREAM_RAW " in *" zstd "*) cmds+=("bench_raw $r zstd s_raw_tar_zstd1_tcp") ;; esac
                 for v in $STREAM_REPLICA; do
                     [ $slow = 1 ] && [ "$v" = libpq ] && continue
-                    bench_s_pgjet_replica "$r" "$v"
+                    cmds+=("bench_s_pgjet_replica $r $v")
                 done
                 for v in $STREAM_PGBB; do
                     [ $slow = 1 ] && [ "$v" = none ] && continue
-                    bench_s_pg_basebackup "$r" "$v"
+                    cmds+=("bench_s_pg_basebackup $r $v")
                 done
                 if [ "$SKIP_PGBACKREST" != 1 ]; then
-                    PGBR_COMPRESS=lz4 JOBS_LIST=$STREAM_JOBS bench_pgbackrest "$r" s_
+                    cmds+=("PGBR_COMPRESS=lz4 JOBS_LIST='$STREAM_JOBS' bench_pgbackrest $r s_")
                 fi
                 for v in $STREAM_BACKUP; do
                     [ $slow = 1 ] && [ "$v" = libpq ] && continue
-                    for j in $STREAM_JOBS; do bench_s_pgjet_backup "$r" "$v" "$j"; done
+                    for j in $STREAM_JOBS; do cmds+=("bench_s_pgjet_backup $r $v $j"); done
                 done
+                if [ "$r" -gt 1 ]; then
+                    mapfile -t cmds < <(printf '%s\n' "${cmds[@]}" | shuf --random-source=<(yes "$r"))
+                fi
+                local c
+                for c in "${cmds[@]}"; do eval "$c"; done
             done
             phase_end "stream: $ds @ $(link_label "$link")"
         done

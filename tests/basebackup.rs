@@ -347,6 +347,8 @@ fn pg15_replica_create_basebackup_tls_scram_zstd() {
         "zstd",
         "--compress-level-network",
         "3",
+        "--network-compress-workers",
+        "1",
         "--max-rate",
         "512M",
         "--source",
@@ -361,6 +363,10 @@ fn pg15_replica_create_basebackup_tls_scram_zstd() {
     ]);
     let summary: serde_json::Value = serde_json::from_str(r.stdout.trim()).unwrap();
     assert_eq!(summary["network_compress"], "zstd", "{r}");
+    assert!(
+        r.stderr.contains("BASE_BACKUP (zstd, 1 thread on the server)"),
+        "--network-compress-workers 1 must reach the server:\n{r}"
+    );
     let v = pg_verifybackup(cluster.pg(), &target);
     assert!(v.success(), "pg_verifybackup:\n{v}");
     let standby = cluster.start_other(&target, port);
@@ -533,6 +539,11 @@ fn pg15_backup_basebackup_zstd_restore() {
     assert!(
         r.stderr.contains("BASE_BACKUP stream (zstd)"),
         "the log must name the stream and its codec:\n{r}"
+    );
+    // zstd's threads default to the primary's max_parallel_maintenance_workers (2).
+    assert!(
+        r.stderr.contains("BASE_BACKUP (zstd, 2 threads on the server)"),
+        "{r}"
     );
     assert_eq!(summary["page_errors"], 0, "{r}");
     let source_fp = fingerprint(&cluster.server);

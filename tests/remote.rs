@@ -1021,3 +1021,31 @@ fn remote_pg15_transport_auto_chooses_by_measurement() {
     assert!(run.stderr.contains("chose ranges (libpq)"), "{run}");
     assert_eq!(summary(&run)["transport"], "libpq", "{run}");
 }
+
+/// PostgreSQL 18 built without lz4 and zstd (the wheel): on a slow link with pgbench data
+/// `--transport auto` still compresses at the source, with gzip at level 1 (its methods
+/// come from pg_settings: `{pglz,on,off}`); the new directory passes pg_verifybackup.
+#[test]
+fn remote_pg18_transport_auto_takes_gzip_on_a_slow_link() {
+    let slow = Remote::on_link(Pg::v18(), "auto-gzip", false, Some("20mbit"), 2.0);
+    load_dataset(
+        &slow.cluster,
+        DatasetSpec {
+            pgbench_scale: 3,
+            small_tables: 0,
+            random_bytes: 0,
+        },
+    );
+    let run = auto_replica(&slow, "standby-gzip");
+    assert!(run.stderr.contains("chose basebackup (gzip)"), "{run}");
+    let choice = run
+        .stderr
+        .lines()
+        .find(|l| l.contains("transport auto:"))
+        .unwrap_or_default();
+    assert!(
+        !choice.contains("zstd") && !choice.contains("lz4"),
+        "a server without lz4 and zstd: neither is weighed\n{run}"
+    );
+    assert_eq!(summary(&run)["network_compress"], "gzip", "{run}");
+}

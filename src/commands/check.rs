@@ -99,7 +99,7 @@ pub fn run(s: &Settings) -> Result<Report> {
     ));
     let local = match s.transport {
         crate::options::Transport::Libpq => None,
-        _ => local_data_directory(&sess, &info),
+        _ => local_data_directory(&info),
     };
     match &local {
         Some(dir) => {

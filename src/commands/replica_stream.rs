@@ -78,7 +78,7 @@ pub fn run(
         max_rate: s.max_rate,
         wal: true,
         tablespace_map: false,
-        workers: None,
+        workers: s.network_workers,
     };
     let res = (|| -> Result<(u64, u64, String)> {
         let locations =

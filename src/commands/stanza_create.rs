@@ -19,7 +19,7 @@ pub fn run(s: &Settings) -> Result<String> {
     let (_, sess, info) = connect_primary(s)?;
     let local = match s.transport {
         crate::options::Transport::Libpq | crate::options::Transport::Basebackup => false,
-        _ => s.source.is_none() || local_data_directory(&sess, &info).is_some(),
+        _ => s.source.is_none() || local_data_directory(&info).is_some(),
     };
     if local {
         check_pg_path(s.pg_path()?, &info)?;

@@ -95,6 +95,9 @@ pub struct Settings {
     pub network_compress: NetworkCompress,
     /// --compress-level-network; None: the server's default.
     pub network_level: Option<i32>,
+    /// --network-compress-workers: zstd threads on the server; None: the primary's
+    /// `max_parallel_maintenance_workers`.
+    pub network_workers: Option<u32>,
     /// --max-rate, bytes per second; None: no limit.
     pub max_rate: Option<u64>,
     /// Whether `jobs` was given (flag, environment or file) rather than defaulted to the

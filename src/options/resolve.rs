@@ -407,6 +407,7 @@ pub fn resolve_settings(
             })?,
         },
         network_level: src.parsed("compress-level-network")?,
+        network_workers: src.parsed("network-compress-workers")?,
         max_rate: match src.get("max-rate")? {
             None => None,
             Some(f) => Some(crate::options::parse_size("max-rate", &f.value)?),

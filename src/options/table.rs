@@ -924,6 +924,15 @@ pub const OPTIONS: &[OptionDef] = &[
         "With --transport basebackup: the level of --network-compress (default: the server's; zstd 1..22, gzip 1..9, lz4 1..12)",
     ),
     opt(
+        "network-compress-workers",
+        Kind::U32,
+        "N",
+        None,
+        H_PG,
+        CLUSTER_CMDS,
+        "With --transport basebackup and zstd: threads the server compresses the stream with, besides the backend that reads the files (default: the primary's max_parallel_maintenance_workers, the helpers PostgreSQL lets one maintenance command take; 0: none)",
+    ),
+    opt(
         "max-rate",
         Kind::Text,
         "BYTES",

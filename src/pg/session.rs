@@ -33,6 +33,8 @@ pub struct ServerInfo {
     pub data_checksums: bool,
     /// pg_is_in_recovery().
     pub in_recovery: bool,
+    /// pg_backend_pid(): the server process serving the session these facts were read on.
+    pub backend_pid: u32,
 }
 
 impl ServerInfo {
@@ -212,7 +214,7 @@ impl Session {
         let r = self.query_row("read server settings", "SELECT current_setting('server_version_num'), \
             current_setting('data_directory'), s.system_identifier, s.catalog_version_no, \
             (SELECT setting FROM pg_settings WHERE name = 'wal_segment_size'), current_setting('block_size'), \
-            current_setting('data_checksums'), pg_is_in_recovery() FROM pg_control_system() s")?;
+            current_setting('data_checksums'), pg_is_in_recovery(), pg_backend_pid() FROM pg_control_system() s")?;
         let col = |i: usize| r.get(i).cloned().flatten().unwrap_or_default();
         let num = |i: usize| -> Result<u64> {
             col(i)
@@ -228,6 +230,7 @@ impl Session {
             block_size: num(5)? as u32,
             data_checksums: col(6) == "on",
             in_recovery: col(7) == "t",
+            backend_pid: num(8)? as u32,
         };
         if info.version_num < MIN_VERSION_NUM {
             return Err(Error::Unsafe(format!(
@@ -404,16 +407,6 @@ impl Session {
             .cloned()
             .flatten()
             .ok_or_else(|| Error::Other("pg_switch_wal returned no segment".into()))
-    }
-
-    /// PID of the server process serving this session (pg_backend_pid()).
-    pub fn backend_pid(&self) -> Result<u32> {
-        let r = self.query_row("read the backend PID", "SELECT pg_backend_pid()")?;
-        r.first()
-            .cloned()
-            .flatten()
-            .and_then(|s| s.parse().ok())
-            .ok_or_else(|| Error::Other("pg_backend_pid() returned no number".into()))
     }
 
     /// Closes the session cleanly: the client goes, and the connection's task is given up

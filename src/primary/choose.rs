@@ -16,9 +16,12 @@
 //! Then [`decide`]: the ranges are estimated at the measured rate (one connection; the
 //! ranges use several, so this is a lower bound), the stream with a method at the smallest of
 //! the rate times its ratio, the rate of one server core compressing and doing the rest of
-//! `BASE_BACKUP`'s work ([`SERVER_WORK`]), and its decompression rate. The stream is chosen
-//! when its best estimate is at least [`STREAM_MARGIN`] times the ranges': the ranges cost
-//! the primary no compression CPU, and their estimate is low.
+//! `BASE_BACKUP`'s work ([`SERVER_WORK`]), and its decompression rate. zstd's threads on the
+//! server are not counted: they take cores the live load may need and the probe cannot see.
+//! When the CPU, not the link, bounds the best method, a method within [`TIE`] of it that is
+//! lighter on the server is taken. The stream is chosen when that estimate is at least
+//! [`STREAM_MARGIN`] times the ranges': the ranges cost the primary no compression CPU, and
+//! their estimate is low.
 use crate::error::{Error, Result};
 use crate::options::{NetworkCompress, Settings, Transport};
 use crate::pg::conninfo::ConnTarget;
@@ -39,6 +42,10 @@ pub const SERVER_WORK: f64 = 800.0 * 1048576.0;
 pub const ZLIB_PER_ZSTD: f64 = 0.28;
 /// How much faster the stream must be estimated before auto takes it.
 pub const STREAM_MARGIN: f64 = 1.2;
+/// Methods whose estimates are within this factor of the best are a tie, which goes to the
+/// one lightest on the server's CPU (the estimates' own spread from run to run is about
+/// that: docs/basebackup-transport.md).
+pub const TIE: f64 = 1.25;
 /// Pieces of the sample, and the bytes of each.
 const SAMPLE_PIECES: u64 = 8;
 const SAMPLE_PIECE: u64 = 128 << 10;
@@ -60,6 +67,8 @@ pub enum Choice {
     Stream {
         codec: WireCodec,
         level: Option<i32>,
+        /// zstd threads on the server (0: none).
+        workers: u32,
     },
 }
 
@@ -83,6 +92,8 @@ pub struct Probe {
     pub sample: usize,
     /// The methods the server can use, measured.
     pub codecs: Vec<CodecRate>,
+    /// zstd threads the server will compress with (0: the backend compresses).
+    pub workers: u32,
 }
 
 /// The estimates behind a choice, logical bytes per second.
@@ -100,22 +111,41 @@ pub fn decide(p: &Probe) -> (Choice, Estimates) {
         .codecs
         .iter()
         .map(|c| {
-            // The server's core compresses and does the rest of BASE_BACKUP's work per byte.
+            // One server core compresses and does the rest of BASE_BACKUP's work per byte.
+            // zstd's threads are not counted on: they take cores the live load may need and
+            // that the probe cannot see (see the module's documentation).
             let core = 1.0 / (1.0 / c.compress + 1.0 / SERVER_WORK);
             let rate = (p.link * c.ratio).min(core).min(c.decompress);
             (c.codec, rate)
         })
         .collect();
-    let best = stream
+    // The fastest estimate. When the CPU bounds it rather than the link, a method within TIE
+    // of it that costs the server less CPU per byte (a higher compression rate) is taken:
+    // the CPU figures are the uncertain ones (a core here stands for a core there, and the
+    // loads on both hosts move them), the link times the ratio is not.
+    let top = p
+        .codecs
         .iter()
-        .copied()
-        .fold(None, |b: Option<(WireCodec, f64)>, x| match b {
-            Some(b) if b.1 >= x.1 => Some(b),
-            _ => Some(x),
-        });
+        .zip(&stream)
+        .max_by(|a, b| a.1 .1.total_cmp(&b.1 .1));
+    let best = top.map(|(c, &(codec, rate))| {
+        if p.link * c.ratio <= rate {
+            return (codec, rate);
+        }
+        p.codecs
+            .iter()
+            .zip(&stream)
+            .filter(|(_, x)| x.1 >= rate / TIE)
+            .max_by(|a, b| a.0.compress.total_cmp(&b.0.compress))
+            .map_or((codec, rate), |(_, x)| *x)
+    });
     let choice = match best {
         Some((codec, rate)) if rate >= ranges * STREAM_MARGIN => {
-            Choice::Stream { codec, level: None }
+            Choice::Stream {
+                codec,
+                level: None,
+                workers: if codec == WireCodec::Zstd { p.workers } else { 0 },
+            }
         }
         _ => Choice::Ranges,
     };
@@ -196,24 +226,33 @@ fn measure(codec: WireCodec, sample: &[u8]) -> Option<CodecRate> {
     })
 }
 
-/// Runs the probe on the primary behind `sess`, for the methods `codecs`. None when the
-/// connected database has no relation files worth a sample (a tiny cluster: any transport
-/// will do). Errors: the reads' (a role without EXECUTE on pg_read_binary_file).
-pub fn probe(sess: &Session, codecs: &[WireCodec]) -> Result<Option<Probe>> {
-    let rows = sess.query_strings(
-        "list relation files for the transport probe",
-        "SELECT pg_relation_filepath(c.oid), pg_relation_size(c.oid) FROM pg_class c \
-         WHERE c.relkind IN ('r', 'i', 't', 'm') AND pg_relation_filepath(c.oid) IS NOT NULL \
-         AND pg_relation_size(c.oid) >= 8192 ORDER BY 2 DESC LIMIT 64",
-    )?;
-    let files: Vec<(String, u64)> = rows
-        .into_iter()
-        .filter_map(|r| {
-            let p = r.first().cloned().flatten()?;
-            let n = r.get(1).cloned().flatten()?.parse().ok()?;
-            Some((p, n))
+/// The connected database's 64 largest relation files, one row: `path size` pairs joined
+/// by commas, largest first (relation paths hold neither; [`relation_files`] reads it).
+const FILES_QUERY: &str = "SELECT string_agg(p || ' ' || n, ',' ORDER BY n DESC) FROM \
+     (SELECT pg_relation_filepath(c.oid) p, pg_relation_size(c.oid) n FROM pg_class c \
+      WHERE c.relkind IN ('r', 'i', 't', 'm') AND pg_relation_filepath(c.oid) IS NOT NULL \
+      AND pg_relation_size(c.oid) >= 8192 ORDER BY 2 DESC LIMIT 64) f";
+
+/// (path, bytes) from [`FILES_QUERY`]'s value; pairs that do not parse are left out.
+fn relation_files(v: &str) -> Vec<(String, u64)> {
+    v.split(',')
+        .filter_map(|f| {
+            let (p, n) = f.trim().rsplit_once(' ')?;
+            Some((p.to_string(), n.parse().ok()?))
         })
-        .collect();
+        .collect()
+}
+
+/// Runs the probe on the primary behind `sess`, for the methods `codecs`, sampling `files`
+/// ((path, bytes), largest first). None when there are no relation files worth a sample (a
+/// tiny cluster: any transport will do). Errors: the reads' (a role without EXECUTE on
+/// pg_read_binary_file).
+pub fn probe(
+    sess: &Session,
+    files: &[(String, u64)],
+    codecs: &[WireCodec],
+    workers: u32,
+) -> Result<Option<Probe>> {
     let pieces = sample_pieces(&files, SAMPLE_PIECES, SAMPLE_PIECE);
     if pieces.is_empty() {
         return Ok(None);
@@ -240,6 +279,7 @@ pub fn probe(sess: &Session, codecs: &[WireCodec]) -> Result<Option<Probe>> {
         link: bytes as f64 / secs.max(1e-6),
         sample: sample.len(),
         codecs,
+        workers,
     }))
 }
 
@@ -265,18 +305,24 @@ pub fn describe(p: &Probe, e: &Estimates, c: Choice) -> String {
         Choice::Stream { codec, .. } => format!("basebackup ({})", codec.name()),
     };
     format!(
-        "transport auto: link {:.1} MiB/s on one connection (ranges ~{:.0} MiB/s), sample {:.1} MiB compresses {}; chose {chose}",
+        "transport auto: link {:.1} MiB/s on one connection (ranges ~{:.0} MiB/s), sample {:.1} MiB compresses {}{}; chose {chose}",
         mib(p.link),
         mib(e.ranges),
         p.sample as f64 / (1 << 20) as f64,
-        codecs.join(", ")
+        codecs.join(", "),
+        if p.codecs.iter().any(|c| c.codec == WireCodec::Zstd) {
+            format!(" (zstd with {} threads on the server)", p.workers)
+        } else {
+            String::new()
+        }
     )
 }
 
 /// The choice for a primary on another host (`--transport auto`): ranges unless the probe
 /// finds the stream faster by [`STREAM_MARGIN`] and the stream can run (PostgreSQL 15+, a
 /// role with REPLICATION or superuser). `wanted`: `--network-compress` (a method other than
-/// auto is the only one considered; none means ranges). Logs the figures and the choice.
+/// auto is the only one considered; none means ranges); `workers`: zstd threads on the
+/// server (None: its max_parallel_maintenance_workers). Logs the figures and the choice.
 ///
 /// Errors: the probe's queries.
 pub fn choose_remote(
@@ -284,16 +330,20 @@ pub fn choose_remote(
     info: &ServerInfo,
     target: &ConnTarget,
     wanted: NetworkCompress,
+    workers: Option<u32>,
 ) -> Result<(Choice, Option<ReplConn>)> {
-    // One round trip for both facts: each costs a full round trip on the slow links auto
-    // is for.
+    // One round trip for the facts and the files to sample: each would cost a full round
+    // trip on the slow links auto is for.
     let row = sess.query_row(
         "read the role's replication right and the server's compression methods",
         &format!(
-            "SELECT (SELECT rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user), ({})",
-            super::stream::CODECS_QUERY
+            "SELECT (SELECT rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user), ({}), {}, ({FILES_QUERY})",
+            super::stream::CODECS_QUERY,
+            super::stream::WORKERS_QUERY
         ),
     )?;
+    let files = relation_files(&row.get(3).cloned().flatten().unwrap_or_default());
+    let workers = workers.unwrap_or_else(|| super::stream::workers_from(row.get(2).cloned().flatten()));
     let can = row.first().cloned().flatten().is_some_and(|v| v == "t");
     if info.version_num < 150000 || !can || wanted == NetworkCompress::None {
         tracing::info!(
@@ -332,7 +382,7 @@ pub fn choose_remote(
             .spawn(move || super::stream::connect_checked(&target, &info))
             .ok()
     };
-    let Some(p) = probe(sess, &codecs)? else {
+    let Some(p) = probe(sess, &files, &codecs, workers)? else {
         tracing::info!("transport auto: too little data to measure; ranges (libpq)");
         return Ok((Choice::Ranges, None));
     };
@@ -395,18 +445,29 @@ pub fn auto_stream_settings(s: &Settings) -> Result<Option<(Settings, Reached)>>
         return Ok(None);
     }
     let (target, sess, info) = super::connect_primary(s)?;
-    if info.in_recovery || super::local_data_directory(&sess, &info).is_some() {
+    if info.in_recovery || super::local_data_directory(&info).is_some() {
         sess.close();
         return Ok(None);
     }
-    let (choice, early) = match choose_remote(&sess, &info, &target, s.network_compress) {
+    let (choice, early) = match choose_remote(
+        &sess,
+        &info,
+        &target,
+        s.network_compress,
+        s.network_workers,
+    ) {
         Ok(c) => c,
         Err(e) => {
             sess.close();
             return Err(e);
         }
     };
-    let Choice::Stream { codec, level } = choice else {
+    let Choice::Stream {
+        codec,
+        level,
+        workers,
+    } = choice
+    else {
         sess.close();
         return Ok(None);
     };
@@ -423,6 +484,7 @@ pub fn auto_stream_settings(s: &Settings) -> Result<Option<(Settings, Reached)>>
             .network_level
             .or(level)
             .or((codec == WireCodec::Gzip).then_some(1)),
+        network_workers: Some(workers),
         ..s.clone()
     };
     Ok(Some((
@@ -456,6 +518,7 @@ mod tests {
             link: link * MIB,
             sample: 4 << 20,
             codecs,
+            workers: 0,
         }
     }
 
@@ -470,7 +533,11 @@ mod tests {
             ]
         };
         let gzip_only = |r: f64| vec![rate(Gzip, r, 60.0)];
-        let s = |codec, level| Choice::Stream { codec, level };
+        let s = |codec, level| Choice::Stream {
+            codec,
+            level,
+            workers: 0,
+        };
         // (what, link MiB/s, methods, expected)
         let cases: Vec<(&str, f64, Vec<CodecRate>, Choice)> = vec![
             ("slow link, pgbench", 11.0, all(9.0), s(Zstd, None)),
@@ -510,6 +577,44 @@ mod tests {
             let (got, e) = decide(&p);
             assert_eq!(got, want, "{what}: {}", describe(&p, &e, got));
         }
+        // On the fast link zstd's and lz4's estimates are close: the tie goes to lz4, lighter
+        // on the server, with or without zstd threads (which the rule does not count on).
+        let p = Probe {
+            workers: 2,
+            ..probe(110.0, vec![rate(Zstd, 24.0, 600.0), rate(Lz4, 9.6, 1000.0)])
+        };
+        let (got, e) = decide(&p);
+        assert_eq!(got, s(Lz4, None), "{}", describe(&p, &e, got));
+        // A mixed cluster on the slow link: both bounded by the link, the tighter ratio wins
+        // though the estimates are within TIE.
+        let p = probe(
+            11.0,
+            vec![rate(Zstd, 3.5, 600.0), rate(Lz4, 3.05, 1000.0)],
+        );
+        let (got, e) = decide(&p);
+        assert_eq!(got, s(Zstd, None), "{}", describe(&p, &e, got));
+        // Threads change nothing where the link bounds the stream.
+        let p = Probe {
+            workers: 2,
+            ..probe(900.0, all(1.0))
+        };
+        assert_eq!(decide(&p).0, Choice::Ranges);
+    }
+
+    #[test]
+    fn relation_files_from_one_row() {
+        assert_eq!(
+            relation_files("base/5/16390 1073741824,pg_tblspc/16385/PG_15_202209061/5/16400 8192"),
+            vec![
+                ("base/5/16390".to_string(), 1 << 30),
+                (
+                    "pg_tblspc/16385/PG_15_202209061/5/16400".to_string(),
+                    8192
+                )
+            ]
+        );
+        assert!(relation_files("").is_empty());
+        assert_eq!(relation_files("base/5/1 x,base/5/2 9").len(), 1);
     }
 
     #[test]

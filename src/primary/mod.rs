@@ -67,6 +67,8 @@ pub struct StreamPrimary {
     /// The wire compression and level to ask for (given, or chosen by `--transport auto`).
     pub compress: crate::options::NetworkCompress,
     pub level: Option<i32>,
+    /// zstd threads on the server (None: the primary's max_parallel_maintenance_workers).
+    pub workers: Option<u32>,
 }
 
 /// How a backup copies the primary: its files (this host's, or ranges over libpq), or the
@@ -98,6 +100,7 @@ impl Copier {
                 early: std::sync::Mutex::new(r.early),
                 compress: s.network_compress,
                 level: s.network_level,
+                workers: s.network_workers,
             }));
         }
         Ok(Copier::Files(open_primary(&s, true)?))
@@ -141,7 +144,7 @@ pub fn open_primary(s: &Settings, check_pg_path_arg: bool) -> Result<Primary> {
     let transport = s.transport;
     let local = match transport {
         Transport::Libpq => None,
-        Transport::Auto | Transport::Local => local_data_directory(&sess, &info),
+        Transport::Auto | Transport::Local => local_data_directory(&info),
         // The stream has no file source: see Copier (backup) and commands/replica_stream.rs.
         Transport::Basebackup => {
             return Err(Error::Config(
@@ -190,8 +193,8 @@ pub fn open_primary(s: &Settings, check_pg_path_arg: bool) -> Result<Primary> {
 /// parent of this session's backend process is the postmaster whose PID the data
 /// directory's postmaster.pid names, and its pg_control has the server's system identifier.
 /// None otherwise (another host, another PID namespace, or a directory not readable here).
-pub fn local_data_directory(sess: &Session, info: &ServerInfo) -> Option<PathBuf> {
-    let backend = sess.backend_pid().ok()?;
+pub fn local_data_directory(info: &ServerInfo) -> Option<PathBuf> {
+    let backend = info.backend_pid;
     let stat = fs::read_to_string(format!("/proc/{backend}/stat")).ok()?;
     // /proc/PID/stat: "pid (comm) state ppid ..."; comm may hold spaces, so split after ')'.
     let ppid: u32 = stat

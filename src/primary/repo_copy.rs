@@ -112,7 +112,7 @@ pub fn copy_stream(
         max_rate: s.max_rate,
         wal: true,
         tablespace_map: true,
-        workers: None,
+        workers: stream.workers,
     };
     let run = |units: &mut dyn StreamSink| {
         let early = stream.early.lock().ok().and_then(|mut e| e.take());

@@ -37,7 +37,7 @@ pub struct StreamOptions {
     pub wal: bool,
     /// Ask for tablespace_map (else the tablespace links come as symbolic links).
     pub tablespace_map: bool,
-    /// zstd workers on the server; None: none.
+    /// zstd threads on the server (0: none); None: the primary's [`WORKERS_QUERY`].
     pub workers: Option<u32>,
 }
 
@@ -85,14 +85,46 @@ pub fn codecs_from_enumvals(values: &str) -> Option<Vec<WireCodec>> {
     Some(v)
 }
 
-/// The compression methods to try for `wanted`, best first. For `auto`: those the server's
-/// build has ([`server_codecs`]), else zstd, lz4, gzip in turn (a server built without one
-/// refuses it at once, before the checkpoint: parse_basebackup_options in basebackup.c).
-pub fn codec_candidates(sess: &Session, wanted: NetworkCompress) -> Vec<WireCodec> {
-    candidates_for(wanted, || {
-        server_codecs(sess)
+/// The compression methods to try for `wanted`, best first, and the zstd threads to ask for
+/// (`given`, else the primary's [`WORKERS_QUERY`]), in one round trip at most. For `auto`
+/// the methods are those the server's build has ([`codecs_from_enumvals`]), else zstd, lz4,
+/// gzip in turn (a server built without one refuses it at once, before the checkpoint:
+/// parse_basebackup_options in basebackup.c). Threads that cannot be read: none.
+pub fn stream_methods(
+    sess: &Session,
+    wanted: NetworkCompress,
+    given: Option<u32>,
+) -> (Vec<WireCodec>, u32) {
+    let ask_workers =
+        given.is_none() && matches!(wanted, NetworkCompress::Auto | NetworkCompress::Zstd);
+    let row = (wanted == NetworkCompress::Auto || ask_workers)
+        .then(|| {
+            sess.query_row(
+                "read the server's compression methods and max_parallel_maintenance_workers",
+                &format!("SELECT ({CODECS_QUERY}), {WORKERS_QUERY}"),
+            )
+            .ok()
+        })
+        .flatten()
+        .unwrap_or_default();
+    let col = |i: usize| row.get(i).cloned().flatten();
+    let methods = candidates_for(wanted, || {
+        col(0)
+            .and_then(|v| codecs_from_enumvals(&v))
             .unwrap_or_else(|| vec![WireCodec::Zstd, WireCodec::Lz4, WireCodec::Gzip])
-    })
+    });
+    (methods, given.unwrap_or_else(|| workers_from(col(1))))
+}
+
+/// The query for the zstd threads a stream asks for by default: the primary's
+/// `max_parallel_maintenance_workers` (PostgreSQL 11+, default 2), the helper processes
+/// PostgreSQL lets one maintenance command (CREATE INDEX, VACUUM) take: the DBA's budget of
+/// cores for one job beside the live load, which a base backup is.
+pub const WORKERS_QUERY: &str = "current_setting('max_parallel_maintenance_workers')";
+
+/// [`WORKERS_QUERY`]'s value as a count; 0 when absent or not a number.
+pub fn workers_from(v: Option<String>) -> u32 {
+    v.and_then(|v| v.trim().parse().ok()).unwrap_or(0)
 }
 
 /// The one method `wanted` names, or for `auto` what `server_has` returns (asked only then).
@@ -153,7 +185,7 @@ pub fn run_stream_backup(
                 .into(),
         ));
     }
-    let candidates = codec_candidates(sess, opts.compress);
+    let (candidates, mut workers) = stream_methods(sess, opts.compress, opts.workers);
     // The replication connection first: a role without REPLICATION or a missing pg_hba.conf
     // line is reported by it, with its fix, before anything is made on the primary.
     let mut first = Some(match early {
@@ -163,7 +195,10 @@ pub fn run_stream_backup(
     let slot = format!("pgjet_{}", std::process::id());
     sess.create_physical_slot(&slot, true)?;
     let mut last_err = None;
-    for (i, codec) in candidates.iter().copied().enumerate() {
+    let mut i = 0;
+    while i < candidates.len() {
+        let codec = candidates[i];
+        i += 1;
         let mut conn = match first.take() {
             Some(c) => c,
             None => connect_checked(target, info)?,
@@ -175,7 +210,7 @@ pub fn run_stream_backup(
             max_rate: opts.max_rate,
             codec,
             level: codec_level(codec, opts.compress, opts.level),
-            workers: opts.workers,
+            workers: Some(workers),
             tablespace_map: opts.tablespace_map,
         };
         match run_stream(&mut conn, &cmd, sink) {
@@ -211,8 +246,13 @@ pub fn run_stream_backup(
                 }
                 sess.check_slot_holds(&slot)?;
                 tracing::info!(
-                    "BASE_BACKUP ({}): {} bytes of files in {} bytes on the wire, LSN {} to {}",
+                    "BASE_BACKUP ({}{}): {} bytes of files in {} bytes on the wire, LSN {} to {}",
                     codec.name(),
+                    match (codec, workers) {
+                        (WireCodec::Zstd, 1) => ", 1 thread on the server".to_string(),
+                        (WireCodec::Zstd, w @ 2..) => format!(", {w} threads on the server"),
+                        _ => String::new(),
+                    },
                     outcome.decoded.logical_bytes,
                     outcome.decoded.wire_bytes,
                     outcome.start_lsn,
@@ -224,9 +264,22 @@ pub fn run_stream_backup(
                     outcome,
                 });
             }
+            // A libzstd built without threads (basebackup_zstd.c): zstd again, on the backend.
             Err(Error::Replication { error, .. })
-                if i + 1 < candidates.len()
-                    && error.message.contains("does not support compression") =>
+                if codec == WireCodec::Zstd
+                    && workers > 0
+                    && error.message.contains("could not set compression worker count") =>
+            {
+                tracing::info!(
+                    "the server cannot compress with zstd threads: {}; zstd without them",
+                    error.message
+                );
+                workers = 0;
+                i -= 1;
+                continue;
+            }
+            Err(Error::Replication { error, .. })
+                if i < candidates.len() && error.message.contains("does not support compression") =>
             {
                 tracing::info!(
                     "the server cannot compress with {}: {}; trying the next method",

@@ -64,7 +64,8 @@ pub struct BaseBackupCommand {
     pub codec: WireCodec,
     /// Compression level; None: the server's default.
     pub level: Option<i32>,
-    /// zstd worker threads on the server; None: none.
+    /// zstd worker threads on the server (ZSTD_c_nbWorkers, basebackup_zstd.c); None or 0:
+    /// none, the backend compresses.
     pub workers: Option<u32>,
     /// TABLESPACE_MAP: send tablespace_map (and no `pg_tblspc/<oid>` links); without it the
     /// links come as symbolic links in the main archive.
@@ -98,7 +99,7 @@ impl BaseBackupCommand {
             if let Some(l) = self.level {
                 detail.push(format!("level={l}"));
             }
-            if let (WireCodec::Zstd, Some(w)) = (self.codec, self.workers) {
+            if let (WireCodec::Zstd, Some(w @ 1..)) = (self.codec, self.workers) {
                 detail.push(format!("workers={w}"));
             }
             if !detail.is_empty() {
