@@ -364,7 +364,8 @@ fn pg15_replica_create_basebackup_tls_scram_zstd() {
     let summary: serde_json::Value = serde_json::from_str(r.stdout.trim()).unwrap();
     assert_eq!(summary["network_compress"], "zstd", "{r}");
     assert!(
-        r.stderr.contains("BASE_BACKUP (zstd, 1 thread on the server)"),
+        r.stderr
+            .contains("BASE_BACKUP (zstd, 1 thread on the server)"),
         "--network-compress-workers 1 must reach the server:\n{r}"
     );
     let v = pg_verifybackup(cluster.pg(), &target);
@@ -542,7 +543,8 @@ fn pg15_backup_basebackup_zstd_restore() {
     );
     // zstd's threads default to the primary's max_parallel_maintenance_workers (2).
     assert!(
-        r.stderr.contains("BASE_BACKUP (zstd, 2 threads on the server)"),
+        r.stderr
+            .contains("BASE_BACKUP (zstd, 2 threads on the server)"),
         "{r}"
     );
     assert_eq!(summary["page_errors"], 0, "{r}");

@@ -930,18 +930,37 @@ fn auto_replica(r: &Remote, name: &str) -> Run {
         format!("ts1={}", r.ts_dir(&dir).display())
     ];
     let run = r.pgjet_in(&r.lab.ns_b.clone(), &r.hidden(), &a, None).ok();
-    let choice = run
-        .stderr
-        .lines()
-        .find(|l| l.contains("transport auto:"))
-        .unwrap_or_else(|| panic!("auto must log its choice:\n{run}"))
-        .to_string();
+    let choice = auto_choice(&run).to_string();
     step!("{name}: {choice}");
     if summary(&run)["transport"] == "basebackup" {
         // The server's manifest is kept with the stream (the ranges write none).
         pg_verifybackup(r.cluster.pg(), &dir).ok();
     }
     run
+}
+
+/// The line in which `--transport auto` logs its figures and its choice. Panics (the test
+/// fails) when the run has none.
+fn auto_choice(run: &Run) -> &str {
+    run.stderr
+        .lines()
+        .find(|l| l.contains("transport auto:"))
+        .unwrap_or_else(|| panic!("auto must log its choice:\n{run}"))
+}
+
+/// A primary of `pg` behind a 20 Mbit/s link (2 ms RTT) holding pgbench scale 3: the slow,
+/// compressible case in which auto must take the stream.
+fn slow_link_with_pgbench(pg: Pg, tag: &str, tls: bool) -> Remote {
+    let slow = Remote::on_link(pg, tag, tls, Some("20mbit"), 2.0);
+    load_dataset(
+        &slow.cluster,
+        DatasetSpec {
+            pgbench_scale: 3,
+            small_tables: 0,
+            random_bytes: 0,
+        },
+    );
+    slow
 }
 
 /// `--transport auto` measures, then chooses: on a 20 Mbit/s link with pgbench data it takes
@@ -951,15 +970,7 @@ fn auto_replica(r: &Remote, name: &str) -> Run {
 /// parallel ranges.
 #[test]
 fn remote_pg15_transport_auto_chooses_by_measurement() {
-    let slow = Remote::on_link(Pg::v15(), "auto-slow", true, Some("20mbit"), 2.0);
-    load_dataset(
-        &slow.cluster,
-        DatasetSpec {
-            pgbench_scale: 3,
-            small_tables: 0,
-            random_bytes: 0,
-        },
-    );
+    let slow = slow_link_with_pgbench(Pg::v15(), "auto-slow", true);
     let run = auto_replica(&slow, "standby-slow");
     // On a slow link the method with the best ratio: zstd (`rep` is no superuser; the
     // server's methods come from pg_settings).
@@ -1027,22 +1038,10 @@ fn remote_pg15_transport_auto_chooses_by_measurement() {
 /// come from pg_settings: `{pglz,on,off}`); the new directory passes pg_verifybackup.
 #[test]
 fn remote_pg18_transport_auto_takes_gzip_on_a_slow_link() {
-    let slow = Remote::on_link(Pg::v18(), "auto-gzip", false, Some("20mbit"), 2.0);
-    load_dataset(
-        &slow.cluster,
-        DatasetSpec {
-            pgbench_scale: 3,
-            small_tables: 0,
-            random_bytes: 0,
-        },
-    );
+    let slow = slow_link_with_pgbench(Pg::v18(), "auto-gzip", false);
     let run = auto_replica(&slow, "standby-gzip");
     assert!(run.stderr.contains("chose basebackup (gzip)"), "{run}");
-    let choice = run
-        .stderr
-        .lines()
-        .find(|l| l.contains("transport auto:"))
-        .unwrap_or_default();
+    let choice = auto_choice(&run);
     assert!(
         !choice.contains("zstd") && !choice.contains("lz4"),
         "a server without lz4 and zstd: neither is weighed\n{run}"

@@ -596,3 +596,34 @@ fn each_command_lists_the_options_that_apply_to_it() {
         }
     }
 }
+
+#[test]
+fn network_compress_workers_as_given_or_refused() {
+    let i = parse(
+        &[
+            "--stanza",
+            "main",
+            "--network-compress-workers",
+            "3",
+            "backup",
+        ],
+        &[],
+    )
+    .unwrap();
+    assert_eq!(i.settings.network_workers, Some(3));
+    let i = parse(&["--stanza", "main", "backup"], &[]).unwrap();
+    assert_eq!(i.settings.network_workers, None);
+    assert!(matches!(
+        parse(&["--network-compress-workers", "-1", "backup"], &[]),
+        Err(ParseError::Clap(_))
+    ));
+    let (e, _) = config_error(parse(
+        &["backup"],
+        &[("PGJET_NETWORK_COMPRESS_WORKERS", "two")],
+    ));
+    assert!(
+        e.contains("PGJET_NETWORK_COMPRESS_WORKERS")
+            && e.contains("'network-compress-workers=two' is not valid"),
+        "{e}"
+    );
+}

@@ -140,13 +140,15 @@ pub fn decide(p: &Probe) -> (Choice, Estimates) {
             .map_or((codec, rate), |(_, x)| *x)
     });
     let choice = match best {
-        Some((codec, rate)) if rate >= ranges * STREAM_MARGIN => {
-            Choice::Stream {
-                codec,
-                level: None,
-                workers: if codec == WireCodec::Zstd { p.workers } else { 0 },
-            }
-        }
+        Some((codec, rate)) if rate >= ranges * STREAM_MARGIN => Choice::Stream {
+            codec,
+            level: None,
+            workers: if codec == WireCodec::Zstd {
+                p.workers
+            } else {
+                0
+            },
+        },
         _ => Choice::Ranges,
     };
     (choice, Estimates { ranges, stream })
@@ -342,9 +344,12 @@ pub fn choose_remote(
             super::stream::WORKERS_QUERY
         ),
     )?;
-    let files = relation_files(&row.get(3).cloned().flatten().unwrap_or_default());
-    let workers = workers.unwrap_or_else(|| super::stream::workers_from(row.get(2).cloned().flatten()));
-    let can = row.first().cloned().flatten().is_some_and(|v| v == "t");
+    let col = |i: usize| row.get(i).cloned().flatten();
+    let files = relation_files(&col(3).unwrap_or_default());
+    // A server whose methods cannot be read is weighed with gzip, which every build has.
+    let (mut codecs, workers) =
+        super::stream::methods_from(wanted, workers, col(1), col(2), &[WireCodec::Gzip]);
+    let can = col(0).is_some_and(|v| v == "t");
     if info.version_num < 150000 || !can || wanted == NetworkCompress::None {
         tracing::info!(
             "transport auto: ranges (libpq){}",
@@ -358,13 +363,6 @@ pub fn choose_remote(
         );
         return Ok((Choice::Ranges, None));
     }
-    let mut codecs = super::stream::candidates_for(wanted, || {
-        row.get(1)
-            .cloned()
-            .flatten()
-            .and_then(|v| super::stream::codecs_from_enumvals(&v))
-            .unwrap_or_else(|| vec![WireCodec::Gzip])
-    });
     // gzip only on a server without lz4 and zstd: PostgreSQL's zstd compresses better and
     // faster than its gzip at level 1, lz4 much faster (bench/rates.sh, with the same C
     // libraries the server links), while the sample's gzip here (miniz_oxide) runs several
@@ -449,19 +447,14 @@ pub fn auto_stream_settings(s: &Settings) -> Result<Option<(Settings, Reached)>>
         sess.close();
         return Ok(None);
     }
-    let (choice, early) = match choose_remote(
-        &sess,
-        &info,
-        &target,
-        s.network_compress,
-        s.network_workers,
-    ) {
-        Ok(c) => c,
-        Err(e) => {
-            sess.close();
-            return Err(e);
-        }
-    };
+    let (choice, early) =
+        match choose_remote(&sess, &info, &target, s.network_compress, s.network_workers) {
+            Ok(c) => c,
+            Err(e) => {
+                sess.close();
+                return Err(e);
+            }
+        };
     let Choice::Stream {
         codec,
         level,
@@ -587,10 +580,7 @@ mod tests {
         assert_eq!(got, s(Lz4, None), "{}", describe(&p, &e, got));
         // A mixed cluster on the slow link: both bounded by the link, the tighter ratio wins
         // though the estimates are within TIE.
-        let p = probe(
-            11.0,
-            vec![rate(Zstd, 3.5, 600.0), rate(Lz4, 3.05, 1000.0)],
-        );
+        let p = probe(11.0, vec![rate(Zstd, 3.5, 600.0), rate(Lz4, 3.05, 1000.0)]);
         let (got, e) = decide(&p);
         assert_eq!(got, s(Zstd, None), "{}", describe(&p, &e, got));
         // Threads change nothing where the link bounds the stream.
@@ -607,10 +597,7 @@ mod tests {
             relation_files("base/5/16390 1073741824,pg_tblspc/16385/PG_15_202209061/5/16400 8192"),
             vec![
                 ("base/5/16390".to_string(), 1 << 30),
-                (
-                    "pg_tblspc/16385/PG_15_202209061/5/16400".to_string(),
-                    8192
-                )
+                ("pg_tblspc/16385/PG_15_202209061/5/16400".to_string(), 8192)
             ]
         );
         assert!(relation_files("").is_empty());

@@ -108,12 +108,34 @@ pub fn stream_methods(
         .flatten()
         .unwrap_or_default();
     let col = |i: usize| row.get(i).cloned().flatten();
+    methods_from(
+        wanted,
+        given,
+        col(0),
+        col(1),
+        &[WireCodec::Zstd, WireCodec::Lz4, WireCodec::Gzip],
+    )
+}
+
+/// The methods to try for `wanted`, best first, and the zstd threads to ask for, from what
+/// [`CODECS_QUERY`] and [`WORKERS_QUERY`] returned (`codecs`, `workers`; None: not read):
+/// for `auto` the server's methods, or `unknown` when they cannot be read; `given` threads,
+/// else the server's setting, else none.
+pub fn methods_from(
+    wanted: NetworkCompress,
+    given: Option<u32>,
+    codecs: Option<String>,
+    workers: Option<String>,
+    unknown: &[WireCodec],
+) -> (Vec<WireCodec>, u32) {
     let methods = candidates_for(wanted, || {
-        col(0)
-            .and_then(|v| codecs_from_enumvals(&v))
-            .unwrap_or_else(|| vec![WireCodec::Zstd, WireCodec::Lz4, WireCodec::Gzip])
+        codecs
+            .as_deref()
+            .and_then(codecs_from_enumvals)
+            .unwrap_or_else(|| unknown.to_vec())
     });
-    (methods, given.unwrap_or_else(|| workers_from(col(1))))
+    let workers = given.unwrap_or_else(|| workers.and_then(|v| v.trim().parse().ok()).unwrap_or(0));
+    (methods, workers)
 }
 
 /// The query for the zstd threads a stream asks for by default: the primary's
@@ -122,13 +144,8 @@ pub fn stream_methods(
 /// cores for one job beside the live load, which a base backup is.
 pub const WORKERS_QUERY: &str = "current_setting('max_parallel_maintenance_workers')";
 
-/// [`WORKERS_QUERY`]'s value as a count; 0 when absent or not a number.
-pub fn workers_from(v: Option<String>) -> u32 {
-    v.and_then(|v| v.trim().parse().ok()).unwrap_or(0)
-}
-
 /// The one method `wanted` names, or for `auto` what `server_has` returns (asked only then).
-pub fn candidates_for(
+fn candidates_for(
     wanted: NetworkCompress,
     server_has: impl FnOnce() -> Vec<WireCodec>,
 ) -> Vec<WireCodec> {
@@ -268,7 +285,9 @@ pub fn run_stream_backup(
             Err(Error::Replication { error, .. })
                 if codec == WireCodec::Zstd
                     && workers > 0
-                    && error.message.contains("could not set compression worker count") =>
+                    && error
+                        .message
+                        .contains("could not set compression worker count") =>
             {
                 tracing::info!(
                     "the server cannot compress with zstd threads: {}; zstd without them",
@@ -279,7 +298,8 @@ pub fn run_stream_backup(
                 continue;
             }
             Err(Error::Replication { error, .. })
-                if i < candidates.len() && error.message.contains("does not support compression") =>
+                if i < candidates.len()
+                    && error.message.contains("does not support compression") =>
             {
                 tracing::info!(
                     "the server cannot compress with {}: {}; trying the next method",
@@ -319,5 +339,36 @@ mod tests {
         // PostgreSQL 14's boolean has no values; anything else is not the list.
         assert_eq!(codecs_from_enumvals(""), None);
         assert_eq!(codecs_from_enumvals("on,off"), None);
+    }
+
+    #[test]
+    fn methods_and_threads_from_the_values_read() {
+        use WireCodec::{Gzip, Lz4, Zstd};
+        let v = |s: &str| Some(s.to_string());
+        let auto = NetworkCompress::Auto;
+        assert_eq!(
+            methods_from(auto, None, v("pglz,lz4,zstd,on,off"), v("2"), &[Gzip]),
+            (vec![Zstd, Lz4, Gzip], 2)
+        );
+        // Nothing read: the fallback, no threads; threads given win over the setting.
+        assert_eq!(
+            methods_from(auto, None, None, None, &[Gzip]),
+            (vec![Gzip], 0)
+        );
+        assert_eq!(
+            methods_from(auto, Some(0), v("pglz,on,off"), v("4"), &[Zstd]),
+            (vec![Gzip], 0)
+        );
+        // A method named is the only one; a setting that is not a count means none.
+        assert_eq!(
+            methods_from(
+                NetworkCompress::Lz4,
+                None,
+                v("pglz,on,off"),
+                v("x"),
+                &[Zstd]
+            ),
+            (vec![Lz4], 0)
+        );
     }
 }
