@@ -255,7 +255,7 @@ pub fn probe(
     codecs: &[WireCodec],
     workers: u32,
 ) -> Result<Option<Probe>> {
-    let pieces = sample_pieces(&files, SAMPLE_PIECES, SAMPLE_PIECE);
+    let pieces = sample_pieces(files, SAMPLE_PIECES, SAMPLE_PIECE);
     if pieces.is_empty() {
         return Ok(None);
     }
