@@ -43,7 +43,7 @@ STREAM_SCALE=${STREAM_SCALE:-100}   # pgbench scale of the pgb dataset
 STREAM_DATASETS=${STREAM_DATASETS:-"pgb main"}
 STREAM_LINKS=${STREAM_LINKS:-"100mbit/50 1gbit/20 unshaped"}
 STREAM_RUNS=${STREAM_RUNS:-$RUNS}
-STREAM_REPLICA=${STREAM_REPLICA:-"libpq bb_zstd bb_lz4 auto"}   # pgjet replica-create variants
+STREAM_REPLICA=${STREAM_REPLICA:-"libpq bb_zstd bb_lz4 auto"}   # pgjet replica-create variants; base:V runs V with PGJET_BASE
 STREAM_PGBB=${STREAM_PGBB:-"none lz4 zstd_w2"}                 # pg_basebackup -Fp --compress=server-...
 STREAM_BACKUP=${STREAM_BACKUP:-"bb bb_lz4 libpq auto"}         # pgjet backup transports (repository lz4)
 STREAM_JOBS=${STREAM_JOBS:-"2 4"}   # pgBackRest process-max and pgjet backup --jobs in the stream part
@@ -706,15 +706,16 @@ SQL
 
 # ------------------------------------------------------------------ the stream part
 # Rows are named s_*: the same dataset and link may also appear in the main part.
-bench_s_pgjet_replica() {   # RUN VARIANT: libpq | bb_zstd | bb_lz4 | auto
-    local r=$1 v=$2 o=$OUT/pgjet-replica t=()
+bench_s_pgjet_replica() {   # RUN VARIANT: [base:]libpq | bb_zstd | bb_lz4 | auto (base: PGJET_BASE's build)
+    local r=$1 v=$2 o=$OUT/pgjet-replica t=() bin=$PGJET_BIN name=s_pgjet_replica_$2
+    case "$v" in base:*) v=${v#base:}; bin=$PGJET_BASE_BIN; name=s_base_replica_$v ;; esac
     case "$v" in
         libpq) t=(--transport libpq --jobs "$REPLICA_JOBS") ;;
         bb_*) t=(--transport basebackup --network-compress "${v#bb_}") ;;
         auto) t=(--transport auto) ;;
     esac
     fresh_dir "$o"
-    timed "s_pgjet_replica_$v" "$r" "$(in_b "$PGJET_BIN" --source "$(conninfo)" "${t[@]}" \
+    timed "$name" "$r" "$(in_b "$bin" --source "$(conninfo)" "${t[@]}" \
         --pg-path "$o" --output json --log-level info replica-create --start-fast)" || true
     rm -rf "$o"
 }

@@ -154,6 +154,12 @@ impl Writer {
         })
     }
 
+    /// The handle through the page cache (for what is not a write: the modification time,
+    /// a sync).
+    pub fn file(&self) -> &File {
+        &self.buffered
+    }
+
     /// Allocates `len` bytes at `offset` (`fallocate(2)`, the file size unchanged), so a later
     /// direct write there overwrites allocated blocks instead of filling a hole. On ext4 that
     /// matters for parallel writers: a direct write that fills a hole holds the file's lock

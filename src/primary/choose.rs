@@ -6,8 +6,9 @@
 //! 1. a sample of the relation files of the connected database, 8 pieces of 128 KiB spread
 //!    over them in proportion to their sizes (systematic sampling), read in one round trip
 //!    with `pg_read_binary_file`: the bytes and how fast they came;
-//! 2. when that took under a quarter of a second, a second read of 4 MiB in one round trip
-//!    (on a fast link 1 MiB is over before TCP has opened its window): the link's rate;
+//! 2. when that took under a quarter of a second, a second read of 8 MiB in one round trip,
+//!    in pieces of 1 MiB timed as they arrive (on a fast link 1 MiB is over before TCP has
+//!    opened its window): the link's rate from the first piece's arrival to the last's;
 //! 3. the sample compressed here with each method the server can use (zstd at the server's
 //!    default level 3, lz4 at its default, gzip at level 1, the level auto asks for):
 //!    the ratio, and the rate of one core of this host as a proxy for one core of the
@@ -51,8 +52,9 @@ const SAMPLE_PIECES: u64 = 8;
 const SAMPLE_PIECE: u64 = 128 << 10;
 /// A sample read faster than this is followed by a longer read for the link's rate.
 const SHORT_READ: f64 = 0.25;
-/// Bytes of that longer read.
-const LINK_READ: u64 = 4 << 20;
+/// Bytes of that longer read, and of each of its pieces.
+const LINK_READ: u64 = 8 << 20;
+const LINK_PIECE: u64 = 1 << 20;
 /// PostgreSQL's relation segment size (RELSEG_SIZE * BLCKSZ, pg_config.h): offsets past it
 /// are in the files `<relfilenode>.<n>`.
 const SEGMENT: u64 = 1 << 30;
@@ -185,6 +187,22 @@ fn sample_pieces(files: &[(String, u64)], pieces: u64, piece: u64) -> Vec<(Strin
     out
 }
 
+/// Bytes per second of a read sent at `sent` whose pieces arrived as `got`: from the first
+/// piece's arrival to the last's when there are several, else from `sent`.
+fn link_rate(sent: Instant, got: &[(Option<Vec<u8>>, Instant)]) -> f64 {
+    let len = |v: &Option<Vec<u8>>| v.as_ref().map_or(0, Vec::len) as f64;
+    match got {
+        [(first, t0), .., (_, t1)] if *t1 > *t0 => {
+            let after: f64 = got.iter().map(|(v, _)| len(v)).sum::<f64>() - len(first);
+            after / t1.duration_since(*t0).as_secs_f64()
+        }
+        _ => {
+            let all: f64 = got.iter().map(|(v, _)| len(v)).sum();
+            all / sent.elapsed().as_secs_f64().max(1e-6)
+        }
+    }
+}
+
 /// Measures `codec` on `sample`. None when the method fails here (it cannot: the sample is
 /// in memory; kept total).
 ///
@@ -261,24 +279,31 @@ pub fn probe(
     }
     let t = Instant::now();
     let got = sess.read_file_ranges(&pieces)?;
-    let mut secs = t.elapsed().as_secs_f64();
+    let secs = t.elapsed().as_secs_f64();
     let sample: Vec<u8> = got.into_iter().flatten().flatten().collect();
-    let mut bytes = sample.len() as u64;
     if (sample.len() as u64) < SAMPLE_PIECES * SAMPLE_PIECE / 2 {
         return Ok(None);
     }
+    let mut link = sample.len() as f64 / secs.max(1e-6);
     if secs < SHORT_READ {
-        // The link's rate from a longer read of the largest file (cut at its segment's end).
+        // The link's rate from a longer read of the largest file (cut at its segment's end),
+        // in pieces taken as they arrive: the rate from the first piece's arrival to the
+        // last's leaves out the request's round trip and the start of TCP's slow start.
         let (path, size) = &files[0];
         let len = LINK_READ.min(*size).min(SEGMENT);
+        let pieces: Vec<(String, u64, u64)> = (0..len.div_ceil(LINK_PIECE))
+            .map(|i| {
+                let at = i * LINK_PIECE;
+                (path.clone(), at, LINK_PIECE.min(len - at))
+            })
+            .collect();
         let t = Instant::now();
-        let more = sess.read_file_ranges(&[(path.clone(), 0, len)])?;
-        secs = t.elapsed().as_secs_f64();
-        bytes = more.into_iter().flatten().map(|v| v.len() as u64).sum();
+        let got = sess.read_file_ranges_timed(&pieces)?;
+        link = link_rate(t, &got);
     }
     let codecs = codecs.iter().filter_map(|c| measure(*c, &sample)).collect();
     Ok(Some(Probe {
-        link: bytes as f64 / secs.max(1e-6),
+        link,
         sample: sample.len(),
         codecs,
         workers,
@@ -589,6 +614,23 @@ mod tests {
             ..probe(900.0, all(1.0))
         };
         assert_eq!(decide(&p).0, Choice::Ranges);
+    }
+
+    #[test]
+    fn link_rate_from_the_rows_after_the_first() {
+        use std::time::Duration;
+        let t = Instant::now();
+        let mib = || Some(vec![0u8; 1 << 20]);
+        let at = |ms: u64| t + Duration::from_millis(ms);
+        // The first row after a 100 ms round trip, the next two 10 ms apart: 2 MiB in 20 ms.
+        let rows = vec![(mib(), at(100)), (mib(), at(110)), (mib(), at(120))];
+        assert!((link_rate(t, &rows) / MIB - 100.0).abs() < 1e-6);
+        // One row (or rows that came together): the whole read's bytes over its time.
+        let one = vec![(mib(), t)];
+        let r = link_rate(t - Duration::from_millis(500), &one) / MIB;
+        assert!(r > 1.0 && r <= 2.0, "{r}");
+        // Files gone (NULL rows) count no bytes.
+        assert_eq!(link_rate(t, &[(None, at(1)), (None, at(2))]), 0.0);
     }
 
     #[test]

@@ -22,6 +22,7 @@ use crate::pg::session::{open_client, ServerInfo, Session};
 use crate::transfer::{PieceSpec, Source, SourceFile, SourceReader};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
+use tokio_postgres::types::Type;
 use tokio_postgres::{Client, Row, Statement};
 
 /// Most bytes asked of the server in one `pg_read_binary_file` call: 64 MiB, far under the
@@ -191,15 +192,16 @@ impl LibpqSource {
         )))
     }
 
-    /// Runs `sql` with `params` on a pooled connection.
+    /// Runs `sql` with `params` (values and their types: sent together, no round trip to
+    /// prepare the statement) on a pooled connection.
     fn query(
         &self,
         what: &str,
         sql: &str,
-        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+        params: &[(&(dyn tokio_postgres::types::ToSql + Sync), Type)],
     ) -> Result<Vec<tokio_postgres::Row>> {
         let c = self.checkout()?;
-        let res = self.rt.block_on(c.query(sql, params));
+        let res = self.rt.block_on(c.query_typed(sql, params));
         self.checkin(c);
         res.map_err(|source| Error::Query {
             what: format!("{what} on {}", self.describe),
@@ -221,7 +223,11 @@ fn col<'a, T: tokio_postgres::types::FromSql<'a>>(
 
 impl DirLister for LibpqSource {
     fn list_dirs(&self, dirs: &[String]) -> Result<Vec<Option<Vec<Entry>>>> {
-        let rows = self.query("list the data directory", LIST_SQL, &[&dirs])?;
+        let rows = self.query(
+            "list the data directory",
+            LIST_SQL,
+            &[(&dirs, Type::TEXT_ARRAY)],
+        )?;
         let mut out: Vec<Option<Vec<Entry>>> = vec![None; dirs.len()];
         let file_mode = self.dir_mode & 0o666;
         for row in &rows {
@@ -308,7 +314,7 @@ impl Source for LibpqSource {
     }
 
     fn stat(&self, paths: &[String]) -> Result<Vec<Option<(u64, i64)>>> {
-        let rows = self.query("stat files", STAT_SQL, &[&paths])?;
+        let rows = self.query("stat files", STAT_SQL, &[(&paths, Type::TEXT_ARRAY)])?;
         let mut out = vec![None; paths.len()];
         for row in &rows {
             let n: i32 = col(row, 0)?;
@@ -449,7 +455,14 @@ impl SourceReader for LibpqReader<'_> {
         let rows = self
             .src
             .rt
-            .block_on(client.query(HASH_SQL, &[&paths, &offsets, &lens]))
+            .block_on(client.query_typed(
+                HASH_SQL,
+                &[
+                    (&paths, Type::TEXT_ARRAY),
+                    (&offsets, Type::INT8_ARRAY),
+                    (&lens, Type::INT8_ARRAY),
+                ],
+            ))
             .map_err(|source| Error::Query {
                 what: format!("hash ranges of {} on {}", paths[0], self.src.describe),
                 source,
