@@ -130,6 +130,25 @@ impl Writer {
         })
     }
 
+    /// Wraps `file`, already open for writing at `path` (say, just created), adding a direct
+    /// handle when `direct` and the filesystem allows it: no second open of the page-cache
+    /// handle.
+    pub fn wrap(file: File, path: &Path, direct: bool) -> Writer {
+        Writer {
+            buffered: file,
+            direct: if direct {
+                open_direct(path, true)
+            } else {
+                None
+            },
+        }
+    }
+
+    /// Whether writes go direct (the aligned part of each).
+    pub fn is_direct(&self) -> bool {
+        self.direct.is_some()
+    }
+
     /// Opens an existing file for writing through the page cache only: for writes smaller
     /// than [`DIRECT_MIN_WRITE`], where a direct write would wait for the disk each time.
     pub fn open_buffered(path: &Path) -> io::Result<Writer> {

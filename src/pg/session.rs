@@ -14,6 +14,13 @@ use tokio_postgres::{Client, NoTls};
 /// The oldest major version pgjet supports (pg_backup_start appeared in 15).
 pub const MIN_VERSION_NUM: u32 = 150000;
 
+/// Reads ranges of data-directory files in one query, in the order given: `$1` paths
+/// (text[]), `$2` offsets and `$3` lengths (int8[], bytes); a NULL row for a file that does
+/// not exist (`pg_read_binary_file`'s `missing_ok`). WITH ORDINALITY gives the function scan
+/// its order, so the ORDER BY costs no sort and rows go out as they are read.
+pub const READ_RANGES_SQL: &str = "SELECT pg_read_binary_file(f.p, f.o, f.l, true) \
+    FROM unnest($1::text[], $2::int8[], $3::int8[]) WITH ORDINALITY AS f(p, o, l, n) ORDER BY f.n";
+
 /// Facts about the server, read once per session.
 #[derive(Debug, Clone)]
 pub struct ServerInfo {
@@ -202,12 +209,7 @@ impl Session {
         self.rt.block_on(async {
             let rows = self
                 .client
-                .query_typed_raw(
-                    "SELECT pg_read_binary_file(f.p, f.o, f.l, true) \
-                     FROM unnest($1::text[], $2::int8[], $3::int8[]) WITH ORDINALITY AS f(p, o, l, n) \
-                     ORDER BY f.n",
-                    params,
-                )
+                .query_typed_raw(READ_RANGES_SQL, params)
                 .await
                 .map_err(err)?;
             let mut rows = std::pin::pin!(rows);

@@ -44,8 +44,6 @@ const BLOCK: usize = 8192;
 struct Target {
     file: Writer,
     path: PathBuf,
-    /// Written with direct I/O where it can be.
-    direct: bool,
     /// Unix seconds.
     mtime: i64,
     failed: Arc<Mutex<Option<Error>>>,
@@ -215,7 +213,11 @@ impl Drop for StreamDir<'_> {
 /// sparse at its size, so they read as zeros): runs of non-zero blocks in one write each,
 /// of at most [`WRITE`] bytes through the page cache.
 fn write_piece(p: &Piece) -> Result<()> {
-    let most = if p.target.direct { PIECE } else { WRITE };
+    let most = if p.target.file.is_direct() {
+        PIECE
+    } else {
+        WRITE
+    };
     let mut at = 0usize;
     while at < p.data.len() {
         let end = (at + BLOCK).min(p.data.len());
@@ -286,17 +288,9 @@ impl StreamSink for StreamDir<'_> {
 
     fn file_begin(&mut self, path: &str, size: u64, mode: u32, mtime: i64) -> Result<()> {
         let (path, file) = create_file(&self.root, path, size, mode)?;
-        let direct = size >= DIRECT_MIN_WRITE as u64;
-        drop(file);
-        let file = if direct {
-            Writer::open(&path)
-        } else {
-            Writer::open_buffered(&path)
-        }
-        .map_err(|e| Error::io("open", &path, e))?;
+        let file = Writer::wrap(file, &path, size >= DIRECT_MIN_WRITE as u64);
         let target = Target {
             file,
-            direct,
             path,
             mtime,
             failed: self.failed.clone(),

@@ -18,7 +18,7 @@
 use crate::error::{Error, Result};
 use crate::pg::conninfo::ConnTarget;
 use crate::pg::datadir::{self, DirLister, Entry, EntryKind, Listing, TablespaceLink};
-use crate::pg::session::{open_client, ServerInfo, Session};
+use crate::pg::session::{open_client, ServerInfo, Session, READ_RANGES_SQL};
 use crate::transfer::{PieceSpec, Source, SourceFile, SourceReader};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -57,10 +57,6 @@ const LIST_SQL: &str = "SELECT d.n::int4, ds.isdir, x.name, x.size, x.isdir, \
 const STAT_SQL: &str = "SELECT d.n::int4, s.size, extract(epoch FROM s.modification)::int8 \
     FROM unnest($1::text[]) WITH ORDINALITY AS d(path, n) \
     LEFT JOIN LATERAL pg_stat_file(d.path, true) AS s ON true ORDER BY 1";
-
-/// Reads ranges of files in one query; NULL for a file that does not exist.
-const READ_SQL: &str = "SELECT pg_read_binary_file(f.p, f.o, f.l, true) \
-    FROM unnest($1::text[], $2::int8[], $3::int8[]) WITH ORDINALITY AS f(p, o, l, n) ORDER BY f.n";
 
 /// SHA-256 of ranges of files, computed by the server (sha256(bytea), PostgreSQL 11+), so
 /// a delta compares ranges with only 32 bytes per range crossing the wire; NULL for a file
@@ -295,7 +291,7 @@ impl Source for LibpqSource {
 
     fn reader(&self) -> Result<Box<dyn SourceReader + '_>> {
         let client = self.checkout()?;
-        let read_stmt = match self.rt.block_on(client.prepare(READ_SQL)) {
+        let read_stmt = match self.rt.block_on(client.prepare(READ_RANGES_SQL)) {
             Ok(s) => s,
             Err(source) => {
                 self.checkin(client);
@@ -337,7 +333,7 @@ const READS_AHEAD: usize = 2;
 struct LibpqReader<'a> {
     src: &'a LibpqSource,
     client: Option<Arc<Client>>,
-    /// [`READ_SQL`], prepared once: a query sent as text is prepared first, a round trip
+    /// [`READ_RANGES_SQL`], prepared once: a query sent as text is prepared first, a round trip
     /// that a queued read would otherwise wait for before its bytes could start.
     read_stmt: Statement,
     pending: std::collections::VecDeque<Pending>,
