@@ -5,12 +5,13 @@
 //! bytes are made durable and the manifest is written last: only its presence makes the
 //! backup complete.
 use crate::error::Result;
-use crate::options::BackupOptions;
 use crate::options::Settings;
+use crate::options::{BackupOptions, BackupType};
 use crate::pg::lsn::{self, Lsn};
 use crate::primary::repo_copy::{copy_ranges, copy_stream};
 use crate::primary::Copier;
 use crate::repo;
+use crate::repo::incremental::Reference;
 use crate::repo::open::{open_other_stanzas, open_stanza};
 use crate::repo::sink::RepoSink;
 use crate::repo::wal::wait_archived;
@@ -43,7 +44,6 @@ pub struct BackupSummary {
 /// server's stream), the WAL in the archive, every object durable, the lock checked, the
 /// manifest and summary last, then expire. Split up, that order would be hidden.
 pub fn run(s: &Settings, args: &BackupOptions, progress: &dyn Progress) -> Result<BackupSummary> {
-    // Only full backups exist so far; args.backup_type can only be Full.
     let stanza = open_stanza(s)?;
     let stanza_info = stanza.info()?;
     let copier = Copier::open(s)?;
@@ -60,15 +60,36 @@ pub fn run(s: &Settings, args: &BackupOptions, progress: &dyn Progress) -> Resul
     }
     let lock = stanza.lock("backup")?;
     stanza.remove_incomplete()?;
+    // A diff or incr: its reference, read into memory, or the reason it is a full after all.
+    let reference = match args.backup_type {
+        BackupType::Full => None,
+        t => reference_for(&stanza, sess, info, t == BackupType::Diff)?,
+    };
+    let (backup_type, format) = match (&reference, args.backup_type) {
+        (None, _) => (BackupType::Full, repo::REPO_FORMAT),
+        (Some(_), t) => (t, repo::CHAIN_FORMAT),
+    };
     // The label is unique across every configured repository (the backup's own included).
     let others = open_other_stanzas(s, stanza.repo())?;
-    let (started, label) = repo::new_unique_label(&stanza, &others)?;
+    let make_label = |t| match &reference {
+        None => repo::new_label(t),
+        Some((r, _)) => {
+            let kind = if backup_type == BackupType::Diff {
+                'D'
+            } else {
+                'I'
+            };
+            repo::label::new_chain_label(repo::label::full_of(&r.label), t, kind)
+        }
+    };
+    let (started, label) = repo::new_unique_label(&stanza, &others, &make_label)?;
     let backup = stanza.backup(&label);
     let clock = std::time::Instant::now();
     let header = ManifestHeader {
-        format: repo::REPO_FORMAT,
+        format,
         label: label.clone(),
-        backup_type: "full".into(),
+        backup_type: backup_type.as_str().into(),
+        reference: reference.as_ref().map(|(r, _)| r.label.clone()),
         stanza: stanza.name().into(),
         system_identifier: info.system_identifier,
         pg_version: info.major(),
@@ -82,7 +103,8 @@ pub fn run(s: &Settings, args: &BackupOptions, progress: &dyn Progress) -> Resul
         compression: s.compression,
         tablespaces: Vec::new(),
     };
-    let sink = RepoSink::new(&backup, s.compression);
+    let mut sink = RepoSink::new(&backup, s.compression);
+    sink.reference = reference.as_ref().map(|(r, _)| r);
     let pg_label = format!("pgjet {label}");
     let copied = match copier {
         Copier::Files(primary) => {
@@ -100,6 +122,16 @@ pub fn run(s: &Settings, args: &BackupOptions, progress: &dyn Progress) -> Resul
         copied.timeline,
         copied.page_errors,
     );
+    if let Some((r, ref_timeline)) = &reference {
+        // The timeline was checked before the copy; a promotion during it (a standby's
+        // backup) leaves references that may not hold.
+        if tli != *ref_timeline {
+            return Err(crate::error::Error::Other(format!(
+                "the cluster switched to timeline {tli} during the backup; its reference {} is of timeline {ref_timeline}: run the backup again (it will be a full)",
+                r.label
+            )));
+        }
+    }
     let (manifest, stored_size) = (copied.manifest, copied.stored_size);
     let seg_size = info.wal_segment_size;
     let (archive_start, archive_stop) = if archive_check {
@@ -158,4 +190,52 @@ pub fn run(s: &Settings, args: &BackupOptions, progress: &dyn Progress) -> Resul
         stop_lsn: stop_lsn.to_string(),
         page_errors,
     })
+}
+
+/// The reference of a diff (`diff`) or incr backup, loaded with its timeline; None, with
+/// the reason logged, when the backup must be a full ([`repo::chain::choose_reference`]).
+///
+/// Errors: the server's or the repository's.
+fn reference_for(
+    stanza: &repo::Stanza,
+    sess: &crate::pg::session::Session,
+    info: &crate::pg::session::ServerInfo,
+    diff: bool,
+) -> Result<Option<(Reference, u32)>> {
+    let row = sess.query_row(
+        "the timeline",
+        "SELECT timeline_id::text FROM pg_control_checkpoint()",
+    )?;
+    let timeline = row
+        .first()
+        .cloned()
+        .flatten()
+        .and_then(|t| t.parse().ok())
+        .ok_or_else(|| {
+            crate::error::Error::Other("pg_control_checkpoint() gave no timeline".into())
+        })?;
+    let now = repo::chain::ClusterNow {
+        system_identifier: info.system_identifier,
+        pg_version: info.major(),
+        block_size: info.block_size,
+        data_checksums: info.data_checksums,
+        timeline,
+    };
+    let kind = if diff { "diff" } else { "incr" };
+    match repo::chain::choose_reference(stanza, &stanza.complete()?, diff, &now)? {
+        Err(why) => {
+            tracing::warn!("backup --type {kind}: {why}; taking a full backup instead");
+            Ok(None)
+        }
+        Ok(summary) => {
+            let r = Reference::load(&stanza.backup(&summary.header.label))?;
+            tracing::info!(
+                "backup --type {kind}: against backup {} ({} files, start LSN {})",
+                r.label,
+                r.len(),
+                r.start_lsn
+            );
+            Ok(Some((r, summary.end.stop.timeline)))
+        }
+    }
 }

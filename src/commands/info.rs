@@ -15,6 +15,13 @@ pub struct BackupInfo {
     pub repo: u8,
     #[serde(rename = "type")]
     pub backup_type: String,
+    /// For a diff or incr: the backup it was taken against.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reference: Option<String>,
+    /// Every older backup whose stored bytes it needs (its chain), oldest first: none for a
+    /// full.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub depends_on: Vec<String>,
     pub start_time: String,
     pub stop_time: String,
     pub start_lsn: String,
@@ -22,7 +29,7 @@ pub struct BackupInfo {
     pub timeline: u32,
     /// Logical bytes.
     pub size: u64,
-    /// Stored bytes.
+    /// Bytes this backup stored (an incr or diff: its changed blocks and files only).
     pub stored_size: u64,
     pub wal_start: String,
     pub wal_stop: String,
@@ -110,6 +117,8 @@ pub fn collect(s: &Settings) -> Result<Vec<StanzaView>> {
                     label,
                     repo: n,
                     backup_type: h.backup_type,
+                    reference: h.reference,
+                    depends_on: e.references,
                     start_time: h.start_time,
                     stop_time: e.stop.stop_time,
                     start_lsn: h.start_lsn.to_string(),
@@ -171,8 +180,13 @@ pub fn render_text(v: &[StanzaView]) -> String {
         }
         for b in &st.backups {
             t.push_str(&format!(
-                "\n    {} backup: {} (repo{})\n        start: {} (LSN {}), stop: {} (LSN {}), timeline {}\n        size: {}, stored: {} ({})\n        WAL: {} / {}{}\n",
-                b.backup_type, b.label, b.repo, b.start_time, b.start_lsn, b.stop_time, b.stop_lsn, b.timeline,
+                "\n    {} backup: {} (repo{}){}\n        start: {} (LSN {}), stop: {} (LSN {}), timeline {}\n        size: {}, stored: {} ({})\n        WAL: {} / {}{}\n",
+                b.backup_type, b.label, b.repo,
+                match &b.reference {
+                    Some(r) => format!("\n        reference: {r}, depends on: {}", b.depends_on.join(", ")),
+                    None => String::new(),
+                },
+                b.start_time, b.start_lsn, b.stop_time, b.stop_lsn, b.timeline,
                 mib(b.size), mib(b.stored_size), b.compression, b.wal_start, b.wal_stop,
                 match (&b.archive_start, &b.archive_stop) {
                     (Some(a), Some(z)) => format!(" (in the archive: {a} to {z})"),

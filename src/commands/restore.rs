@@ -61,6 +61,8 @@ pub fn run(s: &Settings, args: &RestoreOptions, progress: &dyn Progress) -> Resu
     // A first pass checks the whole manifest and keeps only its directories and pg_control;
     // the files are streamed by a second pass (a delta reads them into memory).
     let scan = backup.scan()?;
+    // Every older backup the pieces name, checked before the target is touched.
+    let chain = repo::chain::open_chain(&backup, &scan.summary)?;
     if !recovery::ends_before(&scan.summary, &target)? {
         return Err(Error::Config(format!(
             "backup {label} ends at {} (LSN {}), after the recovery target {}: a point-in-time recovery replays forward from a backup; choose an older backup, or leave out --set to have the newest one before the target chosen",
@@ -132,6 +134,7 @@ pub fn run(s: &Settings, args: &RestoreOptions, progress: &dyn Progress) -> Resu
     let into = RestoreInto {
         backup: &backup,
         scan: &scan,
+        chain: &chain,
         pg_path: &pg_path,
         locations: &locations,
         jobs: s.jobs,

@@ -38,9 +38,19 @@ pub fn run(s: &Settings, set: Option<&str>, progress: &dyn Progress) -> Result<V
         // A first pass checks the whole manifest; the second streams its files.
         let scan = backup.scan()?;
         let (h, end) = (&scan.summary.header, &scan.summary.end);
+        // The pieces stored in older backups are read and checked there.
+        let chain = match repo::chain::open_chain(&backup, &scan.summary) {
+            Ok(c) => c,
+            Err(e) => {
+                lines.push(format!("{shown}: {e}"));
+                corrupt.push((shown, vec![e.to_string()]));
+                continue;
+            }
+        };
         let rb = ReadBack {
             backup: &backup,
             kind: h.compression.kind,
+            chain: &chain,
             contiguous: scan.contiguous,
             target: None,
             overwrite: false,
@@ -48,7 +58,7 @@ pub fn run(s: &Settings, set: Option<&str>, progress: &dyn Progress) -> Result<V
         };
         let stream = backup.manifest_reader()?.files();
         progress.begin(&format!("verify {shown}"), end.size);
-        let bad = rb.run(stream, &mut |_| Ok(Want::All), progress)?;
+        let bad = rb.run(stream, &mut |_| Ok(Want::All), progress)?.bad;
         progress.finish();
         if bad.is_empty() {
             lines.push(format!(

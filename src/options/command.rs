@@ -35,13 +35,26 @@ macro_rules! words {
     };
 }
 
-/// Backup types. Only `full` exists so far.
+/// Backup types, with pgBackRest's names and meaning.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum BackupType {
+    /// Every file stored whole.
     #[default]
     Full,
+    /// Only what changed since the newest full backup.
+    Diff,
+    /// Only what changed since the newest backup of any type.
+    Incr,
 }
-words!(BackupType, "backup type", [("full", BackupType::Full)]);
+words!(
+    BackupType,
+    "backup type",
+    [
+        ("full", BackupType::Full),
+        ("diff", BackupType::Diff),
+        ("incr", BackupType::Incr)
+    ]
+);
 
 /// How the files of a primary are read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

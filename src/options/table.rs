@@ -468,7 +468,17 @@ const fn opt(
     }
 }
 
-const BACKUP_TYPES: &[(&str, &str)] = &[("full", "A full backup")];
+const BACKUP_TYPES: &[(&str, &str)] = &[
+    ("full", "A full backup: every file stored (default)"),
+    (
+        "diff",
+        "Differential: only the blocks and files changed since the newest full backup",
+    ),
+    (
+        "incr",
+        "Incremental: only the blocks and files changed since the newest backup of any type",
+    ),
+];
 const RESTORE_TYPES: &[(&str, &str)] = &[
     (
         "default",

@@ -324,10 +324,41 @@ pub fn is_checksummed_file(rel_path: &str) -> bool {
     relation_dir && relation_segment_number(name).is_some()
 }
 
+/// True for a segment of a relation's main fork (`<relnumber>` or `<relnumber>.<segno>`,
+/// no `_fsm`, `_vm` or `_init`) in `global/` or a database directory: the files whose
+/// pages carry an LSN that every WAL-logged change sets (a differential or incremental
+/// backup compares them block by block; see `crate::repo::incremental`).
+pub fn is_main_fork_file(rel_path: &str) -> bool {
+    let name = rel_path.rsplit('/').next().unwrap_or(rel_path);
+    is_checksummed_file(rel_path) && parse_nontemp_relation(name).is_some_and(|r| r.fork.is_none())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use Decision::*;
+
+    #[test]
+    fn main_fork_files() {
+        for yes in [
+            "base/5/16384",
+            "base/5/16384.2",
+            "global/1262",
+            "pg_tblspc/1/PG_15_2/5/16390",
+        ] {
+            assert!(is_main_fork_file(yes), "{yes}");
+        }
+        for no in [
+            "base/5/16384_fsm",
+            "base/5/16384_vm.1",
+            "base/5/16384_init",
+            "base/5/PG_VERSION",
+            "pg_xact/0000",
+            "base/5/t3_16384",
+        ] {
+            assert!(!is_main_fork_file(no), "{no}");
+        }
+    }
 
     const V15: u32 = 150020;
     const V16: u32 = 160004;

@@ -4,6 +4,7 @@
 //! pg_control read from the repository last.
 use super::finish::{finish, Finish};
 use super::{create_file, delta, remap_tablespace_map, TargetSync};
+use crate::codec::CompressType;
 use crate::error::{Error, Result};
 use crate::io::direct::DIRECT_MIN_WRITE;
 use crate::io::fs::set_mtime;
@@ -32,6 +33,8 @@ pub struct RestoreInto<'a> {
     pub backup: &'a Backup<'a>,
     /// The backup, its manifest checked whole.
     pub scan: &'a ScannedManifest,
+    /// The older backups its pieces name ([`crate::repo::chain::open_chain`]).
+    pub chain: &'a [(String, CompressType)],
     pub pg_path: &'a Path,
     /// (tablespace OID, chosen location).
     pub locations: &'a [(u32, PathBuf)],
@@ -100,6 +103,7 @@ fn write_files(
     let rb = ReadBack {
         backup: r.backup,
         kind: h.compression.kind,
+        chain: r.chain,
         contiguous: r.scan.contiguous,
         target: Some(r.pg_path),
         overwrite: delta,
@@ -114,8 +118,10 @@ fn write_files(
     let mut needed = needed.into_iter();
     let mut prepare = |f: &FileEntry| -> Result<Want> {
         let wanted = if delta { needed.next() } else { None };
-        if !f.path.starts_with("pg_wal/") {
-            pgm.file(&f.path, f.size, f.mtime, f.crc32c)
+        // A file whose pieces lie partly in an older backup's frames has no CRC in the
+        // manifest: read-back computes it from the bytes written, and its line follows then.
+        if let (false, Some(crc)) = (f.path.starts_with("pg_wal/"), f.crc32c) {
+            pgm.file(&f.path, f.size, f.mtime, crc)
                 .map_err(|e| Error::io("write", pgm_path, e))?;
         }
         if f.path == "global/pg_control" {
@@ -143,16 +149,20 @@ fn write_files(
         Ok(want)
     };
     progress.begin("restore", end.size);
-    match files {
+    let outcome = match files {
         None => {
             let stream = r.backup.manifest_reader()?.files();
-            rb.run(stream, &mut prepare, progress)?;
+            rb.run(stream, &mut prepare, progress)?
         }
-        Some(files) => {
-            rb.run(files.into_iter().map(Ok), &mut prepare, progress)?;
+        Some(files) => rb.run(files.into_iter().map(Ok), &mut prepare, progress)?,
+    };
+    progress.finish();
+    for (path, size, mtime, crc) in outcome.crcs {
+        if !path.starts_with("pg_wal/") {
+            pgm.file(&path, size, mtime, crc)
+                .map_err(|e| Error::io("write", pgm_path, e))?;
         }
     }
-    progress.finish();
     Ok(created)
 }
 

@@ -78,7 +78,7 @@ impl BackupTarget for RepoTarget<'_> {
         );
         let sink = self.sink;
         let manifest = self.manifest.as_mut().ok_or_else(manifest_not_started)?;
-        let mut emit = |i: usize, pieces: Vec<Piece>, errs: Vec<u32>| {
+        let mut emit = |i: usize, pieces: Vec<Vec<Piece>>, errs: Vec<u32>| {
             manifest.file(&super::manifest::file_entry(&files[i], pieces, errs))
         };
         let mut asm = FileAssembler::new(files, &units, &mut emit)?;
@@ -105,6 +105,7 @@ impl BackupTarget for RepoTarget<'_> {
 pub fn store_control(sink: &RepoSink, control: &SourceFile, bytes: &[u8]) -> Result<FileEntry> {
     let piece = ReadPiece {
         spec: PieceSpec::new(0, 0, bytes.len() as u64)?,
+        path: &control.path,
         data: bytes,
         zero_pages: Vec::new(),
         xxh3: crate::codec::xxh3_hex(bytes),
@@ -147,7 +148,7 @@ impl<'a> StreamManifest<'a> {
     }
 }
 
-impl StreamCollector<Piece> for StreamManifest<'_> {
+impl StreamCollector<Vec<Piece>> for StreamManifest<'_> {
     fn started(&mut self, start: &StreamStart) -> Result<()> {
         self.header.start_lsn = start.start_lsn;
         self.header.tablespaces = start
@@ -178,7 +179,12 @@ impl StreamCollector<Piece> for StreamManifest<'_> {
             })
     }
 
-    fn file(&mut self, f: &SourceFile, pieces: Vec<Piece>, page_errors: Vec<u32>) -> Result<()> {
+    fn file(
+        &mut self,
+        f: &SourceFile,
+        pieces: Vec<Vec<Piece>>,
+        page_errors: Vec<u32>,
+    ) -> Result<()> {
         self.manifest
             .as_mut()
             .ok_or_else(manifest_not_started)?

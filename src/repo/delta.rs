@@ -9,7 +9,8 @@ use std::sync::Mutex;
 /// does not already hold. A piece is kept (false) when the target file has the same size
 /// as the backup's and the XXH3-128 of its range equals the manifest's; a missing or
 /// resized file needs every piece. Hashing runs on `jobs` threads; pg_control is always
-/// needed (it is written last).
+/// needed (it is written last), and so is every piece of a file whose manifest line has
+/// no CRC32C (restore computes it from the bytes it writes).
 ///
 /// Errors: a target file that exists but cannot be read.
 pub fn pieces_needed(m: &BackupManifest, pg_path: &Path, jobs: usize) -> Result<Vec<Vec<bool>>> {
@@ -17,7 +18,9 @@ pub fn pieces_needed(m: &BackupManifest, pg_path: &Path, jobs: usize) -> Result<
     let mut needed: Vec<Vec<bool>> = m.files.iter().map(|f| vec![true; f.pieces.len()]).collect();
     let mut work: Vec<(usize, usize)> = Vec::new();
     for (i, f) in m.files.iter().enumerate() {
-        if f.path == "global/pg_control" {
+        // pg_control is written last; a file without a CRC in the manifest (some pieces are
+        // slices of an older backup's frames) is written whole, its CRC computed as it is.
+        if f.path == "global/pg_control" || f.crc32c.is_none() {
             continue;
         }
         let same_size = fs::symlink_metadata(pg_path.join(&f.path))
@@ -43,7 +46,7 @@ pub fn pieces_needed(m: &BackupManifest, pg_path: &Path, jobs: usize) -> Result<
                     h.read_exact_at(buf, p.logical_offset)
                 })
                 .map_err(|e| Error::io("read", &path, e))?;
-            if crate::codec::xxh3_hex(buf) == p.xxh3 {
+            if p.xxh3.as_deref() == Some(crate::codec::xxh3_hex(buf).as_str()) {
                 equal.lock().unwrap_or_else(|p| p.into_inner()).push((i, k));
             }
             Ok(())

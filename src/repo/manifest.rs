@@ -11,9 +11,18 @@ pub const MAX_PIECE_SIZE: u64 = 8 << 20;
 // The engine's units become pieces: none may exceed what a manifest accepts.
 const _: () = assert!(crate::transfer::CHUNK_SIZE <= MAX_PIECE_SIZE);
 
-/// One stored frame: a contiguous range of a file's logical bytes, compressed on its own.
+/// One range of a file and where its bytes are stored: a frame (compressed on its own) of
+/// this backup or, in a differential or incremental backup, of an older backup of the
+/// chain (`backup`). A piece is the whole frame, or a slice of it (`frame`): block-level
+/// backups store the changed 8 KiB blocks of a range together in one frame and refer to
+/// the unchanged blocks inside the frames of older backups.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Piece {
+    /// Label of the backup whose `data/` holds the object; absent: this backup. Always the
+    /// backup that stored the frame (never one that only refers to it), so a reader finds
+    /// every frame in one step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup: Option<String>,
     /// Object (below the backup's `data/`) that holds the frame.
     pub object: String,
     /// Byte offset of the frame in the object.
@@ -28,12 +37,72 @@ pub struct Piece {
     pub logical_size: u64,
     /// Runs `[first, count]` of all-zero 8 KiB pages, counted from `logical_offset`, that are
     /// not in the frame (restored as holes). The frame holds the other bytes in order.
+    /// Empty for a slice (the frame's runs are in `frame`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub zero_pages: Vec<[u32; 2]>,
-    /// XXH3-128 (hex) of the logical bytes of the range.
+    /// XXH3-128 (hex) of the logical bytes of the range. Absent only for a slice whose bytes
+    /// the backup did not read (the frame's own hash, in `frame`, checks them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub xxh3: Option<String>,
+    /// CRC32C of the logical bytes of the range; absent when `xxh3` is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub crc32c: Option<u32>,
+    /// Present when the range is a part of the frame: `logical_size` bytes from `skip` of
+    /// the frame's logical bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frame: Option<FrameSlice>,
+}
+
+/// The frame a slice [`Piece`] takes its bytes from, described as a whole.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct FrameSlice {
+    /// Logical bytes of the whole frame (zero pages included).
+    pub size: u64,
+    /// Where the piece's range starts in the frame's logical bytes.
+    pub skip: u64,
+    /// Runs `[first, count]` of all-zero 8 KiB pages of the frame, counted from its start,
+    /// that are not stored.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub zero_pages: Vec<[u32; 2]>,
+    /// XXH3-128 (hex) of the frame's logical bytes.
     pub xxh3: String,
-    /// CRC32C of the logical bytes of the range.
-    pub crc32c: u32,
+}
+
+impl Piece {
+    /// The frame's logical size, zero-page runs and XXH3-128: the slice's `frame`, or the
+    /// piece itself when it is the whole frame (then the hash is present: checked by
+    /// [`FileEntry::check`]).
+    pub fn frame_layout(&self) -> (u64, &[[u32; 2]], Option<&str>) {
+        match &self.frame {
+            Some(f) => (f.size, &f.zero_pages, Some(&f.xxh3)),
+            None => (self.logical_size, &self.zero_pages, self.xxh3.as_deref()),
+        }
+    }
+
+    /// The all-zero page runs of the piece's own range, counted from `logical_offset`:
+    /// `zero_pages`, or for a slice the frame's runs that fall whole inside the slice (none
+    /// when the slice does not start on a page boundary of the frame).
+    pub fn range_zero_pages(&self) -> std::borrow::Cow<'_, [[u32; 2]]> {
+        let Some(f) = &self.frame else {
+            return std::borrow::Cow::Borrowed(&self.zero_pages);
+        };
+        let page = crate::pg::checksum::BLCKSZ as u64;
+        if f.skip % page != 0 {
+            return std::borrow::Cow::Owned(Vec::new());
+        }
+        let (first, last) = (f.skip / page, (f.skip + self.logical_size) / page);
+        let mut out = Vec::new();
+        for [a, n] in &f.zero_pages {
+            let (a, b) = (
+                u64::from(*a).max(first),
+                (u64::from(*a) + u64::from(*n)).min(last),
+            );
+            if a < b {
+                out.push([(a - first) as u32, (b - a) as u32]);
+            }
+        }
+        std::borrow::Cow::Owned(out)
+    }
 }
 
 impl crate::transfer::PieceOffset for Piece {
@@ -54,8 +123,10 @@ pub struct FileEntry {
     pub mtime: i64,
     /// Permission bits.
     pub mode: u32,
-    /// CRC32C of the whole file (combined from the pieces).
-    pub crc32c: u32,
+    /// CRC32C of the whole file (combined from the pieces); absent when a piece's is
+    /// (restore computes it from the bytes it writes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub crc32c: Option<u32>,
     /// The frames, in logical order, covering `[0, size)`; empty for an empty file.
     pub pieces: Vec<Piece>,
     /// Blocks whose page checksum failed twice (real corruption in the source).
@@ -85,9 +156,13 @@ pub struct ManifestHeader {
     /// Repository format version.
     pub format: u32,
     pub label: String,
-    /// "full".
+    /// "full", "diff" or "incr".
     #[serde(rename = "type")]
     pub backup_type: String,
+    /// For "diff" and "incr": the backup this one was taken against (diff: the newest full;
+    /// incr: the newest backup). Its start LSN decided which blocks changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reference: Option<String>,
     pub stanza: String,
     #[serde(with = "crate::repo::u64_string")]
     pub system_identifier: u64,
@@ -181,7 +256,20 @@ impl FileEntry {
             ));
         }
         let mut expected = 0u64;
+        let mut crcs = true;
         for p in &f.pieces {
+            if let Some(b) = &p.backup {
+                if !super::label::is_label(b) {
+                    return Err(format!("{}: backup label {b:?} is not valid", f.path));
+                }
+            }
+            crcs &= p.crc32c.is_some();
+            if p.crc32c.is_some() != p.xxh3.is_some() {
+                return Err(format!(
+                    "{}: a piece at offset {} has one of its two checksums",
+                    f.path, p.logical_offset
+                ));
+            }
             if p.object.is_empty()
                 || p.object.len() > 20
                 || !p.object.bytes().all(|b| b.is_ascii_digit())
@@ -211,6 +299,30 @@ impl FileEntry {
             if nonzero_ranges(p.logical_size as usize, &p.zero_pages).is_none() {
                 return Err(format!("{}: zero-page runs do not fit their piece", f.path));
             }
+            match &p.frame {
+                None if p.xxh3.is_none() => {
+                    return Err(format!(
+                        "{}: the piece at offset {} has no checksum",
+                        f.path, p.logical_offset
+                    ))
+                }
+                Some(fr)
+                    if fr.size == 0
+                        || fr.size > MAX_PIECE_SIZE
+                        || fr
+                            .skip
+                            .checked_add(p.logical_size)
+                            .is_none_or(|e| e > fr.size)
+                        || !p.zero_pages.is_empty()
+                        || nonzero_ranges(fr.size as usize, &fr.zero_pages).is_none() =>
+                {
+                    return Err(format!(
+                        "{}: the slice at offset {} does not fit its frame",
+                        f.path, p.logical_offset
+                    ));
+                }
+                _ => {}
+            }
             expected += p.logical_size;
         }
         if expected != f.size {
@@ -218,6 +330,9 @@ impl FileEntry {
                 "{}: pieces cover {expected} of {} bytes",
                 f.path, f.size
             ));
+        }
+        if f.crc32c.is_none() && crcs {
+            return Err(format!("{}: the file's CRC32C is missing", f.path));
         }
         Ok(())
     }
@@ -276,24 +391,31 @@ impl BackupManifest {
 }
 
 /// The file's CRC32C, combined from its pieces in order (0 for a file without pieces, the
-/// CRC-32C of no bytes). The first piece's CRC is taken as it is: a combine costs about
-/// 12 µs (zlib's matrix method, one squaring per bit of the length), which was 30% of a
-/// backup's CPU at 100 000 one-piece files (docs/benchmark-notes.md).
-pub fn file_crc(pieces: &[Piece]) -> u32 {
+/// CRC-32C of no bytes); None when a piece's CRC is unknown (a slice of an older backup's
+/// frame). The first piece's CRC is taken as it is: a combine costs about 12 µs (zlib's
+/// matrix method, one squaring per bit of the length), which was 30% of a backup's CPU at
+/// 100 000 one-piece files (docs/benchmark-notes.md).
+pub fn file_crc(pieces: &[Piece]) -> Option<u32> {
     match pieces.split_first() {
-        None => 0,
-        Some((first, rest)) => rest.iter().fold(first.crc32c, |crc, p| {
-            crate::pg::pg_manifest::crc32c_combine(crc, p.crc32c, p.logical_size)
+        None => Some(0),
+        Some((first, rest)) => rest.iter().try_fold(first.crc32c?, |crc, p| {
+            Some(crate::pg::pg_manifest::crc32c_combine(
+                crc,
+                p.crc32c?,
+                p.logical_size,
+            ))
         }),
     }
 }
 
-/// Builds the manifest entry of a copied file.
+/// Builds the manifest entry of a copied file from the pieces its ranges were stored as
+/// (a range of a block-level backup may be several pieces), in file order.
 pub fn file_entry(
     f: &crate::pg::datadir::SourceFile,
-    pieces: Vec<Piece>,
+    pieces: Vec<Vec<Piece>>,
     page_errors: Vec<u32>,
 ) -> FileEntry {
+    let pieces: Vec<Piece> = pieces.into_iter().flatten().collect();
     FileEntry {
         path: f.path.to_string(),
         size: f.size,
@@ -302,6 +424,12 @@ pub fn file_entry(
         crc32c: file_crc(&pieces),
         pieces,
         page_errors,
+    }
+}
+
+impl crate::transfer::PieceOffset for Vec<Piece> {
+    fn logical_offset(&self) -> u64 {
+        self.first().map_or(0, |p| p.logical_offset)
     }
 }
 
@@ -394,6 +522,8 @@ pub(crate) mod tests {
     fn file_crc_is_the_crc_of_the_pieces_in_order() {
         let data: Vec<u8> = (0..30_000u32).map(|i| (i * 7 + i / 13) as u8).collect();
         let piece = |off: usize, len: usize| Piece {
+            backup: None,
+            frame: None,
             object: "x".into(),
             offset: 0,
             stored_size: 0,
@@ -401,14 +531,21 @@ pub(crate) mod tests {
             logical_offset: off as u64,
             logical_size: len as u64,
             zero_pages: Vec::new(),
-            xxh3: String::new(),
-            crc32c: crate::codec::crc32c(&data[off..off + len]),
+            xxh3: None,
+            crc32c: Some(crate::codec::crc32c(&data[off..off + len])),
         };
-        assert_eq!(file_crc(&[]), crate::codec::crc32c(b""));
-        assert_eq!(file_crc(&[piece(0, 30_000)]), crate::codec::crc32c(&data));
+        assert_eq!(file_crc(&[]), Some(crate::codec::crc32c(b"")));
+        assert_eq!(
+            file_crc(&[piece(0, 30_000)]),
+            Some(crate::codec::crc32c(&data))
+        );
         assert_eq!(
             file_crc(&[piece(0, 8192), piece(8192, 10_000), piece(18_192, 11_808)]),
-            crate::codec::crc32c(&data)
+            Some(crate::codec::crc32c(&data))
         );
+        // A slice of an older backup's frame has no CRC of its own: neither has the file.
+        let mut slice = piece(8192, 10_000);
+        slice.crc32c = None;
+        assert_eq!(file_crc(&[piece(0, 8192), slice]), None);
     }
 }

@@ -38,8 +38,12 @@ pub struct ManifestEnd {
     pub files: u64,
     /// Logical bytes of all files.
     pub size: u64,
-    /// Stored bytes of all objects.
+    /// Stored bytes of all objects (of this backup: what it added to the repository).
     pub stored_size: u64,
+    /// Labels of the older backups whose objects this one's pieces name, sorted; a
+    /// reader needs each of them complete. Empty for a full backup.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub references: Vec<String>,
 }
 
 /// One manifest line, borrowed, as it is written.
@@ -139,6 +143,8 @@ pub struct ManifestWriter {
     dirs: u64,
     files: u64,
     size: u64,
+    /// Labels of the older backups the pieces so far name.
+    references: std::collections::BTreeSet<String>,
 }
 
 impl ManifestWriter {
@@ -165,6 +171,7 @@ impl ManifestWriter {
             dirs: 0,
             files: 0,
             size: 0,
+            references: Default::default(),
         };
         let h = w.header.clone();
         w.line(LineRef::Header(&h))?;
@@ -195,6 +202,13 @@ impl ManifestWriter {
     pub fn file(&mut self, f: &FileEntry) -> Result<()> {
         self.files += 1;
         self.size += f.size;
+        for p in &f.pieces {
+            if let Some(b) = &p.backup {
+                if !self.references.contains(b) {
+                    self.references.insert(b.clone());
+                }
+            }
+        }
         self.line(LineRef::File(f))
     }
 
@@ -212,12 +226,16 @@ impl ManifestWriter {
     /// writes the summary last: the backup is complete when this returns.
     /// `stored_size`: bytes of the data objects.
     pub fn finish(mut self, stop: StopInfo, stored_size: u64) -> Result<BackupSummary> {
+        let mut references: Vec<String> =
+            std::mem::take(&mut self.references).into_iter().collect();
+        references.sort();
         let end = ManifestEnd {
             stop,
             dirs: self.dirs,
             files: self.files,
             size: self.size,
             stored_size,
+            references,
         };
         self.line(LineRef::End(&end))?;
         // The zstd frame's end, then the last buffered bytes: errors keep the store's own.
@@ -265,10 +283,11 @@ pub(super) fn read_summary(backup: &Backup) -> Result<BackupSummary> {
     let s: BackupSummary = serde_json::from_slice(&bytes)
         .map_err(|e| Error::Repo(format!("{name} is not valid: {e}")))?;
     let h = &s.header;
-    if h.format != REPO_FORMAT {
+    if h.format != REPO_FORMAT && h.format != super::CHAIN_FORMAT {
         return Err(Error::Repo(format!(
-            "{name} has format {}, this pgjet reads {REPO_FORMAT}",
-            h.format
+            "{name} has format {}, this pgjet reads {REPO_FORMAT} and {}",
+            h.format,
+            super::CHAIN_FORMAT
         )));
     }
     if h.label != label || h.stanza != stanza {
@@ -436,6 +455,18 @@ impl ManifestReader {
                 }
                 Line::File(f) => {
                     f.check().map_err(|e| self.corrupt(e))?;
+                    // References run only to older backups: a chain has no cycle.
+                    if let Some(b) = f
+                        .pieces
+                        .iter()
+                        .filter_map(|p| p.backup.as_ref())
+                        .find(|b| **b >= self.label)
+                    {
+                        return Err(self.corrupt(format!(
+                            "{} names backup {b}, which is not older than this one",
+                            f.path
+                        )));
+                    }
                     self.files += 1;
                     self.size += f.size;
                     return Ok(Some(Entry::File(f)));
@@ -516,6 +547,17 @@ pub struct ManifestChecks {
     open: Vec<u64>,
     closed: HashSet<u64>,
     scattered: bool,
+    /// Labels of the older backups the pieces name.
+    references: std::collections::BTreeSet<String>,
+}
+
+/// A hash of the object a piece names, the backup that holds it included.
+fn object_key(p: &super::Piece) -> u64 {
+    let mut h = Xxh3::new();
+    h.update(p.backup.as_deref().unwrap_or("").as_bytes());
+    h.update(b"/");
+    h.update(p.object.as_bytes());
+    h.digest()
 }
 
 impl ManifestChecks {
@@ -534,11 +576,14 @@ impl ManifestChecks {
         if f.pieces.is_empty() {
             return;
         }
-        let mut objects: Vec<u64> = f
-            .pieces
-            .iter()
-            .map(|p| xxh3_64(p.object.as_bytes()))
-            .collect();
+        for p in &f.pieces {
+            if let Some(b) = &p.backup {
+                if !self.references.contains(b) {
+                    self.references.insert(b.clone());
+                }
+            }
+        }
+        let mut objects: Vec<u64> = f.pieces.iter().map(object_key).collect();
         objects.dedup();
         for o in std::mem::take(&mut self.open) {
             if !objects.contains(&o) {
@@ -551,7 +596,20 @@ impl ManifestChecks {
 
     /// The whole-manifest verdict: pg_control's line, or what is wrong. `stop`: the end
     /// line's stop information (the WAL segments named).
-    fn finish(&mut self, stop: &StopInfo) -> std::result::Result<FileEntry, String> {
+    fn finish(&mut self, end: &ManifestEnd) -> std::result::Result<FileEntry, String> {
+        let stop = &end.stop;
+        let named: Vec<&String> = self.references.iter().collect();
+        if named != end.references.iter().collect::<Vec<_>>() {
+            return Err(format!(
+                "the pieces name the backups [{}], the end line lists [{}]",
+                named
+                    .iter()
+                    .map(|s| s.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                end.references.join(", ")
+            ));
+        }
         for seg in &stop.wal_segments {
             if !self.wal.contains(seg) {
                 return Err(format!("WAL segment {seg} is named but not stored"));
@@ -597,7 +655,7 @@ pub(super) fn scan_manifest(backup: &Backup) -> Result<ScannedManifest> {
     }
     let summary = r.summary.clone();
     let corrupt = |why: String| r.corrupt(why);
-    let control = checks.finish(&summary.end.stop).map_err(corrupt)?;
+    let control = checks.finish(&summary.end).map_err(corrupt)?;
     if !checks.collided.is_empty() {
         // Two paths with one XXH3-64: compare the paths themselves (almost never runs).
         let mut seen: HashSet<String> = HashSet::new();

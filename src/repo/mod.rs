@@ -12,8 +12,10 @@
 //! <stanza>/archive/<TLI>/...          the WAL archive (see [`wal`])
 //! ```
 pub mod backup;
+pub mod chain;
 pub mod delta;
 pub mod handle;
+pub mod incremental;
 pub mod label;
 pub mod lock;
 pub mod manifest;
@@ -31,7 +33,7 @@ use serde::{Deserialize, Serialize};
 pub use label::{new_label, rfc3339};
 pub use lock::StanzaLock;
 pub use manifest::{
-    BackupManifest, DirEntry, FileEntry, ManifestHeader, Piece, StopInfo, Tablespace,
+    BackupManifest, DirEntry, FileEntry, FrameSlice, ManifestHeader, Piece, StopInfo, Tablespace,
     MAX_PIECE_SIZE,
 };
 pub use manifest_io::{BackupSummary, Entry, ManifestReader, ScannedManifest};
@@ -40,6 +42,10 @@ pub use stanza::{new_unique_label, stanza_names, Backup, Stanza};
 /// Version of the repository format this build writes and reads.
 /// 2: the manifest is a zstd stream of JSON lines and `summary.json` marks completeness.
 pub const REPO_FORMAT: u32 = 2;
+/// Format of the manifest and summary of a differential or incremental backup: format 2
+/// with pieces that name older backups and slices of frames (a reader of format 2 only
+/// would look for those frames in the wrong backup). Full backups keep format 2.
+pub const CHAIN_FORMAT: u32 = 3;
 
 /// What a stanza records about its cluster; a repository stanza belongs to one cluster.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]

@@ -15,40 +15,127 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::sync::Mutex;
 
-/// Checks one frame against its piece and expands it into `logical` (resized to the piece's
-/// logical size, zero pages filled with zeros). Errors say what did not match.
+/// Checks one stored frame (`stored_size` bytes hashing to `stored_xxh3`) and expands it
+/// into `out`: `size` logical bytes whose all-zero pages `zero_pages` were left out of the
+/// frame, hashing to `xxh3` (None: not checked here). Errors say what did not match.
+#[allow(clippy::too_many_arguments)]
+fn decode_frame(
+    kind: CompressType,
+    frame: &[u8],
+    stored: (u64, &str),
+    size: u64,
+    zero_pages: &[[u32; 2]],
+    xxh3: Option<&str>,
+    out: &mut AlignedBuf,
+) -> std::result::Result<(), String> {
+    if frame.len() as u64 != stored.0 || codec::xxh3_hex(frame) != stored.1 {
+        return Err("stored bytes do not match their checksum".into());
+    }
+    let size = size as usize;
+    let ranges = crate::repo::manifest::nonzero_ranges(size, zero_pages)
+        .ok_or("the manifest's zero-page runs do not fit the piece")?;
+    let payload_len: usize = ranges.iter().map(|r| r.1).sum();
+    // The frame holds the non-zero runs back to back: expand it at the start of `out`,
+    // then move each run up to its offset, last run first. A run never moves down (its
+    // offset is at least the length of the runs before it), so moving the last run first
+    // overwrites no run still to be moved; the gaps left behind are zeroed.
+    out.clear();
+    out.resize(payload_len, 0);
+    codec::decompress(kind, frame, out).map_err(|e| format!("cannot decompress: {e}"))?;
+    if payload_len != size {
+        out.resize(size, 0);
+        let (mut src, mut placed) = (payload_len, size);
+        for &(off, n) in ranges.iter().rev() {
+            src -= n;
+            out.copy_within(src..src + n, off);
+            out[off + n..placed].fill(0);
+            placed = off;
+        }
+        out[..placed].fill(0);
+    }
+    if xxh3.is_some_and(|h| codec::xxh3_hex(out) != h) {
+        return Err("logical bytes do not match their checksum".into());
+    }
+    Ok(())
+}
+
+/// The last frame a decoder expanded for slices ([`decode_piece`]): the slices of one frame
+/// come one after another, and the frame is checked and expanded once for all of them.
+pub struct FrameCache {
+    /// (backup, object, offset) of the frame `buf` holds.
+    key: Option<(Option<String>, String, u64)>,
+    buf: AlignedBuf,
+}
+
+impl FrameCache {
+    /// An empty cache with room for one frame of up to [`CHUNK_SIZE`] bytes.
+    pub fn new() -> FrameCache {
+        FrameCache {
+            key: None,
+            buf: aligned_buf(CHUNK_SIZE as usize),
+        }
+    }
+}
+
+impl Default for FrameCache {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Checks one frame (`frame`, compressed with `kind`) against its piece and puts the piece's
+/// logical bytes into `logical` (resized to the piece's logical size, zero pages filled with
+/// zeros). A slice expands its whole frame into `cache` first (unless it is there already),
+/// checks the frame's hash, then takes its part (and checks the part's hash when the
+/// manifest has one). Errors say what did not match.
 pub fn decode_piece(
     kind: CompressType,
     frame: &[u8],
     piece: &Piece,
     logical: &mut AlignedBuf,
+    cache: &mut FrameCache,
 ) -> std::result::Result<(), String> {
-    if frame.len() as u64 != piece.stored_size || codec::xxh3_hex(frame) != piece.stored_xxh3 {
-        return Err("stored bytes do not match their checksum".into());
-    }
-    let size = piece.logical_size as usize;
-    let ranges = crate::repo::manifest::nonzero_ranges(size, &piece.zero_pages)
-        .ok_or("the manifest's zero-page runs do not fit the piece")?;
-    let payload_len: usize = ranges.iter().map(|r| r.1).sum();
-    // The frame holds the non-zero runs back to back: expand it at the start of `logical`,
-    // then move each run up to its offset, last run first. A run never moves down (its
-    // offset is at least the length of the runs before it), so moving the last run first
-    // overwrites no run still to be moved; the gaps left behind are zeroed.
-    logical.clear();
-    logical.resize(payload_len, 0);
-    codec::decompress(kind, frame, logical).map_err(|e| format!("cannot decompress: {e}"))?;
-    if payload_len != size {
-        logical.resize(size, 0);
-        let (mut src, mut placed) = (payload_len, size);
-        for &(off, n) in ranges.iter().rev() {
-            src -= n;
-            logical.copy_within(src..src + n, off);
-            logical[off + n..placed].fill(0);
-            placed = off;
+    let stored = (piece.stored_size, piece.stored_xxh3.as_str());
+    let Some(f) = &piece.frame else {
+        if piece.xxh3.is_none() {
+            return Err("the piece has no checksum".into());
         }
-        logical[..placed].fill(0);
+        return decode_frame(
+            kind,
+            frame,
+            stored,
+            piece.logical_size,
+            &piece.zero_pages,
+            piece.xxh3.as_deref(),
+            logical,
+        );
+    };
+    let key = (piece.backup.clone(), piece.object.clone(), piece.offset);
+    if cache.key.as_ref() != Some(&key) {
+        cache.key = None;
+        decode_frame(
+            kind,
+            frame,
+            stored,
+            f.size,
+            &f.zero_pages,
+            Some(&f.xxh3),
+            &mut cache.buf,
+        )?;
+        cache.key = Some(key);
     }
-    if codec::xxh3_hex(logical) != piece.xxh3 {
+    let (a, n) = (f.skip as usize, piece.logical_size as usize);
+    let part = cache
+        .buf
+        .get(a..a + n)
+        .ok_or("the slice does not fit its frame")?;
+    logical.clear();
+    logical.extend_from_slice(part);
+    if piece
+        .xxh3
+        .as_ref()
+        .is_some_and(|h| codec::xxh3_hex(logical) != *h)
+    {
         return Err("logical bytes do not match their checksum".into());
     }
     Ok(())
@@ -77,15 +164,37 @@ struct FileJob {
     create: Option<u32>,
     /// Wanted pieces not yet written; the writer of the last one sets the file's mtime.
     remaining: AtomicUsize,
+    /// For a file whose CRC32C the manifest lacks (restore writes every piece of it):
+    /// (offset, length, CRC32C) of the pieces written so far.
+    crcs: Option<Mutex<Vec<(u64, u64, u32)>>>,
 }
 
 /// The frames of one stored object that are wanted, and the object's expected size.
 struct ObjectWork {
+    /// The backup holding the object: None for the one read, else an older one of its chain.
+    backup: Option<String>,
     name: String,
     pieces: Vec<(Arc<FileJob>, usize)>,
-    /// Stored bytes of every piece seen in the object, wanted or not.
+    /// Stored bytes of every frame seen in the object, wanted or not (each frame once).
     size: u64,
+    /// Offsets of the frames counted in `size`.
+    frames: std::collections::HashSet<u64>,
 }
+
+impl ObjectWork {
+    /// The object's name for messages: `data/<object>`, and the backup when it is an older
+    /// one of the chain.
+    fn shown(&self) -> String {
+        match &self.backup {
+            None => format!("data/{}", self.name),
+            Some(b) => format!("data/{} of backup {b}", self.name),
+        }
+    }
+}
+
+/// A file's CRC32C, computed while it was restored: (path, size, mtime, CRC32C), for
+/// PostgreSQL's backup_manifest.
+pub type ComputedCrc = (String, u64, i64, u32);
 
 /// Readers for `store`: its [`Storage::read_ahead`], or `PGJET_READ_AHEAD` (1 to 64; for
 /// the benchmarks that choose it).
@@ -144,6 +253,8 @@ struct Stages<'a> {
     clock: StageClock,
     bad: Mutex<Vec<String>>,
     rb: &'a ReadBack<'a>,
+    /// CRC32Cs computed for files whose manifest line has none.
+    crcs: Mutex<Vec<ComputedCrc>>,
 }
 
 /// Nanoseconds summed over the threads of each stage.
@@ -194,7 +305,7 @@ impl Stages<'_> {
 
     fn mark(&self, file: &FileJob, object: &str, why: &str) {
         let path = &file.entry.path;
-        tracing::error!("{path}: {why} (object data/{object})");
+        tracing::error!("{path}: {why} (object {object})");
         self.bad
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -209,13 +320,58 @@ impl Stages<'_> {
         self.stop.stopped()
     }
 
-    /// A file's last wanted piece is written: its modification time is set.
+    /// A file's last wanted piece is written: its modification time is set, and a CRC32C
+    /// computed from its pieces is kept.
     fn file_done(&self, file: &FileJob) -> Result<()> {
+        if let Some(parts) = &file.crcs {
+            let mut parts = std::mem::take(&mut *parts.lock().unwrap_or_else(|p| p.into_inner()));
+            parts.sort_unstable();
+            let crc = combine_crcs(&parts).ok_or_else(|| {
+                Error::Other(format!(
+                    "{}: the restored pieces do not cover the file",
+                    file.entry.path
+                ))
+            })?;
+            let e = &file.entry;
+            self.crcs.lock().unwrap_or_else(|p| p.into_inner()).push((
+                e.path.clone(),
+                e.size,
+                e.mtime,
+                crc,
+            ));
+        }
         match self.rb.target {
             Some(root) => crate::io::fs::set_mtime(&root.join(&file.entry.path), file.entry.mtime),
             None => Ok(()),
         }
     }
+}
+
+/// What [`ReadBack::run`] found.
+#[derive(Debug, Default)]
+pub struct ReadOutcome {
+    /// Files with missing or damaged frames, sorted (a restore fails instead).
+    pub bad: Vec<String>,
+    /// CRC32Cs of the restored files whose manifest line has none.
+    pub crcs: Vec<ComputedCrc>,
+}
+
+/// The CRC32C of a file from its pieces' (offset, length, CRC32C), sorted by offset; None
+/// when they do not cover it from 0 without gaps.
+fn combine_crcs(parts: &[(u64, u64, u32)]) -> Option<u32> {
+    let mut at = 0u64;
+    let mut crc = None;
+    for &(off, len, c) in parts {
+        if off != at {
+            return None;
+        }
+        crc = Some(match crc {
+            None => c,
+            Some(acc) => crate::pg::pg_manifest::crc32c_combine(acc, c, len),
+        });
+        at += len;
+    }
+    Some(crc.unwrap_or(0))
 }
 
 /// Reading a backup back: every stored frame is read, checked and expanded, and, with a
@@ -227,6 +383,9 @@ pub struct ReadBack<'a> {
     pub backup: &'a Backup<'a>,
     /// Compression of the backup's frames.
     pub kind: CompressType,
+    /// The older backups its pieces name, and the compression of their frames (checked
+    /// complete and of the same cluster by [`super::chain::open_chain`]).
+    pub chain: &'a [(String, CompressType)],
     /// Each object's pieces are on consecutive lines of the stream
     /// ([`crate::repo::ScannedManifest::contiguous`]): each object is then read once and
     /// its size checked exactly. Otherwise an object may be read once per run of lines,
@@ -268,7 +427,7 @@ impl ReadBack<'_> {
         files: I,
         prepare: &mut (dyn FnMut(&FileEntry) -> Result<Want> + Send),
         progress: &dyn Progress,
-    ) -> Result<Vec<String>>
+    ) -> Result<ReadOutcome>
     where
         I: Iterator<Item = Result<FileEntry>> + Send,
     {
@@ -280,6 +439,7 @@ impl ReadBack<'_> {
             clock: StageClock::default(),
             bad: Mutex::new(Vec::new()),
             rb: self,
+            crcs: Mutex::new(Vec::new()),
         };
         let (plan_tx, plan_rx) = crossbeam_channel::bounded::<ObjectWork>(PLANNED_QUEUE);
         let (loaded_tx, loaded_rx) =
@@ -341,7 +501,16 @@ impl ReadBack<'_> {
                 files: bad,
             });
         }
-        Ok(bad)
+        let crcs = st.crcs.into_inner().unwrap_or_else(|p| p.into_inner());
+        Ok(ReadOutcome { bad, crcs })
+    }
+
+    /// The compression of the frames of `backup` (None: the backup read).
+    fn kind_of(&self, backup: Option<&str>) -> Option<CompressType> {
+        match backup {
+            None => Some(self.kind),
+            Some(b) => self.chain.iter().find(|(l, _)| l == b).map(|(_, k)| *k),
+        }
     }
 
     /// A reader of [`ReadBack::run`]: reads each planned object whole into a buffer of the
@@ -432,15 +601,26 @@ impl ReadBack<'_> {
             let count = wanted.iter().filter(|w| **w).count();
             if n > 0 {
                 // Objects this file has no piece in are complete: off to the readers.
-                let (done, still): (Vec<_>, Vec<_>) = std::mem::take(&mut open)
-                    .into_iter()
-                    .partition(|w| !f.pieces.iter().any(|p| p.object == w.name));
+                let (done, still): (Vec<_>, Vec<_>) =
+                    std::mem::take(&mut open).into_iter().partition(|w| {
+                        !f.pieces
+                            .iter()
+                            .any(|p| p.object == w.name && p.backup == w.backup)
+                    });
                 open = still;
                 for w in done {
                     if !send(w) {
                         return Ok(());
                     }
                 }
+            }
+            // A CRC32C the manifest lacks is computed from the pieces, all of them wanted.
+            let crcs = (self.target.is_some() && f.crc32c.is_none()).then(Default::default);
+            if crcs.is_some() && count != n {
+                return Err(Error::Other(format!(
+                    "{}: the manifest has no CRC32C of the file, so every piece must be restored",
+                    f.path
+                )));
             }
             let job = Arc::new(FileJob {
                 create: match want {
@@ -449,23 +629,31 @@ impl ReadBack<'_> {
                 },
                 entry: f,
                 remaining: AtomicUsize::new(count),
+                crcs,
             });
             if count == 0 && want != Want::Nothing {
                 st.file_done(&job)?;
             }
             for (pi, p) in job.entry.pieces.iter().enumerate() {
-                let at = match open.iter().position(|w| w.name == p.object) {
+                let at = match open
+                    .iter()
+                    .position(|w| w.name == p.object && w.backup == p.backup)
+                {
                     Some(i) => i,
                     None => {
                         open.push(ObjectWork {
+                            backup: p.backup.clone(),
                             name: p.object.clone(),
                             pieces: Vec::new(),
                             size: 0,
+                            frames: Default::default(),
                         });
                         open.len() - 1
                     }
                 };
-                open[at].size += p.stored_size;
+                if open[at].frames.insert(p.offset) {
+                    open[at].size += p.stored_size;
+                }
                 if wanted[pi] {
                     open[at].pieces.push((job.clone(), pi));
                 }
@@ -484,14 +672,18 @@ impl ReadBack<'_> {
         let path = root.join(&piece.file.entry.path);
         if let Some(mode) = piece.file.create {
             let f = &piece.file.entry;
-            return create_with(
+            create_with(
                 &path,
                 mode,
                 f.size,
                 f.mtime,
                 &piece.logical,
                 &piece.zero_pages,
-            );
+            )?;
+            if piece.file.crcs.is_some() {
+                st.file_done(&piece.file)?;
+            }
+            return Ok(());
         }
         write_runs(&path, piece.offset, &piece.logical, &piece.zero_pages)?;
         if self.overwrite && !piece.zero_pages.is_empty() {
@@ -508,11 +700,16 @@ impl ReadBack<'_> {
     /// request (an object store pays a round trip per request): a missing object shows as
     /// not found.
     fn load_object(&self, w: &ObjectWork, mut buf: AlignedBuf) -> Result<Loaded> {
-        let name = self.backup.object_name(&w.name);
-        let size = self.contiguous.then_some(w.size);
+        // An older backup's object is read whole; only the frames this one names are known.
+        let exact = self.contiguous && w.backup.is_none();
+        let name = match &w.backup {
+            None => self.backup.object_name(&w.name),
+            Some(b) => self.backup.stanza().backup(b).object_name(&w.name),
+        };
+        let size = exact.then_some(w.size);
         let read = self.backup.store().get_into(&name, size, &mut buf);
         match read {
-            Ok(()) if !self.contiguous || buf.len() as u64 == w.size => Ok(Loaded::Object(buf)),
+            Ok(()) if !exact || buf.len() as u64 == w.size => Ok(Loaded::Object(buf)),
             Ok(()) => Ok(Loaded::Unusable(
                 format!("stored object has {} bytes, expected {}", buf.len(), w.size),
                 buf,
@@ -538,6 +735,8 @@ fn decode_objects(
     writing: bool,
     progress: &dyn Progress,
 ) {
+    // Slices of one frame follow each other in an object's work: expanded once.
+    let mut cache = FrameCache::new();
     while let Ok((w, loaded)) = clocked(&st.clock.decode_wait_object, || rx.recv()) {
         let object = match loaded {
             Loaded::Object(o) => o,
@@ -545,14 +744,16 @@ fn decode_objects(
                 let _ = objects.send(buf);
                 if !st.aborted() {
                     for (f, _) in &w.pieces {
-                        st.mark(f, &w.name, &why);
+                        st.mark(f, &w.shown(), &why);
                     }
                 }
                 continue;
             }
         };
         let t = std::time::Instant::now();
-        let waited = decode_object(st, &w, &object, writing, &pool.0, &pool.1, &tx, progress);
+        let waited = decode_object(
+            st, &w, &object, writing, &pool.0, &pool.1, &tx, progress, &mut cache,
+        );
         let busy = t.elapsed().saturating_sub(waited);
         st.clock
             .decode
@@ -577,8 +778,19 @@ fn decode_object(
     pool_rx: &crossbeam_channel::Receiver<AlignedBuf>,
     tx: &crossbeam_channel::Sender<CheckedPiece>,
     progress: &dyn Progress,
+    cache: &mut FrameCache,
 ) -> std::time::Duration {
     let mut waited = std::time::Duration::ZERO;
+    let Some(kind) = st.rb.kind_of(w.backup.as_deref()) else {
+        for (file, _) in &w.pieces {
+            st.mark(
+                file,
+                &w.shown(),
+                "the manifest names a backup outside its chain",
+            );
+        }
+        return waited;
+    };
     for (file, pi) in &w.pieces {
         if st.aborted() {
             break;
@@ -591,7 +803,7 @@ fn decode_object(
         else {
             st.mark(
                 file,
-                &w.name,
+                &w.shown(),
                 "the manifest points past the end of the stored object",
             );
             continue;
@@ -604,16 +816,24 @@ fn decode_object(
         let Ok(mut logical) = got else {
             break;
         };
-        if let Err(why) = decode_piece(st.rb.kind, frame, p, &mut logical) {
-            st.mark(file, &w.name, &why);
+        if let Err(why) = decode_piece(kind, frame, p, &mut logical, cache) {
+            st.mark(file, &w.shown(), &why);
             let _ = pool_tx.send(logical);
             continue;
+        }
+        if let Some(parts) = &file.crcs {
+            let crc = codec::crc32c(&logical);
+            parts.lock().unwrap_or_else(|p| p.into_inner()).push((
+                p.logical_offset,
+                p.logical_size,
+                crc,
+            ));
         }
         if writing {
             let piece = CheckedPiece {
                 file: file.clone(),
                 offset: p.logical_offset,
-                zero_pages: p.zero_pages.clone(),
+                zero_pages: p.range_zero_pages().into_owned(),
                 logical,
             };
             let t = std::time::Instant::now();
@@ -668,8 +888,9 @@ pub fn allocate_pieces(file: &std::fs::File, path: &Path, f: &FileEntry) -> Resu
     // Non-zero ranges of the file, adjacent ones merged (across pieces too).
     let mut ranges: Vec<(u64, u64)> = Vec::new();
     for p in &f.pieces {
-        let runs = crate::repo::manifest::nonzero_ranges(p.logical_size as usize, &p.zero_pages)
-            .unwrap_or_default();
+        let runs =
+            crate::repo::manifest::nonzero_ranges(p.logical_size as usize, &p.range_zero_pages())
+                .unwrap_or_default();
         for (off, n) in runs {
             let (start, len) = (p.logical_offset + off as u64, n as u64);
             match ranges.last_mut() {
@@ -702,19 +923,26 @@ pub fn restore_one(
     target: &Path,
 ) -> Result<()> {
     let mut logical = aligned_buf(CHUNK_SIZE as usize);
+    let mut cache = FrameCache::new();
     for p in &f.pieces {
+        if p.backup.is_some() {
+            return Err(Error::Corrupt {
+                label: format!("backup {}", backup.label()),
+                files: vec![format!("{} (stored in another backup)", f.path)],
+            });
+        }
         let frame =
             backup
                 .store()
                 .get_range(&backup.object_name(&p.object), p.offset, p.stored_size)?;
-        decode_piece(kind, &frame, p, &mut logical).map_err(|why| {
+        decode_piece(kind, &frame, p, &mut logical, &mut cache).map_err(|why| {
             tracing::error!("{}: {why}", f.path);
             Error::Corrupt {
                 label: format!("backup {}", backup.label()),
                 files: vec![f.path.clone()],
             }
         })?;
-        write_runs(target, p.logical_offset, &logical, &p.zero_pages)?;
+        write_runs(target, p.logical_offset, &logical, &p.range_zero_pages())?;
     }
     Ok(())
 }
@@ -755,6 +983,8 @@ mod tests {
                     let mut frame = aligned_buf(0);
                     c.compress(&payload, &mut frame).unwrap();
                     let piece = Piece {
+                        backup: None,
+                        frame: None,
                         object: "000001".into(),
                         offset: 0,
                         stored_size: frame.len() as u64,
@@ -762,18 +992,19 @@ mod tests {
                         logical_offset: 0,
                         logical_size: len as u64,
                         zero_pages: zero_pages.to_vec(),
-                        xxh3: codec::xxh3_hex(&data),
-                        crc32c: codec::crc32c(&data),
+                        xxh3: Some(codec::xxh3_hex(&data)),
+                        crc32c: Some(codec::crc32c(&data)),
                     };
+                    let mut cache = FrameCache::new();
                     // A reused buffer full of other bytes, as the pool hands them out.
                     let mut logical = aligned_buf(len);
                     logical.resize(len, 0xAA);
-                    decode_piece(kind, &frame, &piece, &mut logical).unwrap();
+                    decode_piece(kind, &frame, &piece, &mut logical, &mut cache).unwrap();
                     assert_eq!(&logical[..], &data[..], "{kind} {zero_pages:?} tail {tail}");
                     let mut bad = frame.to_vec();
                     if let Some(b) = bad.last_mut() {
                         *b ^= 1;
-                        assert!(decode_piece(kind, &bad, &piece, &mut logical).is_err());
+                        assert!(decode_piece(kind, &bad, &piece, &mut logical, &mut cache).is_err());
                     }
                 }
             }

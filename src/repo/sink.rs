@@ -1,10 +1,12 @@
 //! The repository's sink of the read pipeline: each unit of a backup becomes one stored
 //! object `data/<number>` of frames (compressed pieces, zero pages left out), and each piece
 //! a manifest [`Piece`] naming its frame and its hashes.
+use super::incremental::{self, Plan, Reference};
 use super::{Backup, Piece};
 use crate::codec::{CompressType, Compression, Compressor};
 use crate::error::{Error, Result};
 use crate::io::direct::{aligned_buf, AlignedBuf};
+use crate::pg::checksum::BLCKSZ;
 use crate::transfer::{nonzero_runs, ReadPiece, UnitSink, CHUNK_SIZE};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
@@ -17,6 +19,9 @@ pub struct RepoSink<'a> {
     pub stored: AtomicU64,
     /// Number of the next object (objects are numbered across all phases of a backup).
     pub next_object: AtomicUsize,
+    /// For a differential or incremental backup: what the reference holds (ranges that did
+    /// not change are stored as references to it, changed blocks alone).
+    pub reference: Option<&'a Reference>,
 }
 
 impl<'a> RepoSink<'a> {
@@ -27,6 +32,7 @@ impl<'a> RepoSink<'a> {
             compression,
             stored: AtomicU64::new(0),
             next_object: AtomicUsize::new(1),
+            reference: None,
         }
     }
 }
@@ -50,9 +56,131 @@ pub fn object_id(n: usize) -> String {
     format!("{n:06}")
 }
 
+impl RepoSink<'_> {
+    /// Compresses `payload` (the non-zero pages of a range, or of its changed blocks) as one
+    /// frame at the end of `object`: a whole-frame piece of `logical_size` bytes at
+    /// `logical_offset` whose logical bytes hash to `xxh3`/`crc32c`.
+    #[allow(clippy::too_many_arguments)]
+    fn frame(
+        &self,
+        st: &mut RepoState,
+        object: &mut AlignedBuf,
+        id: &str,
+        payload: &[u8],
+        logical: (u64, u64),
+        zero_pages: Vec<[u32; 2]>,
+        hashes: (String, u32),
+        payload_is_logical: bool,
+    ) -> Result<Piece> {
+        let start = object.len();
+        st.compressor.compress(payload, object).map_err(|e| {
+            Error::Other(format!(
+                "{} compression failed at offset {}: {e}",
+                self.compression.kind, logical.0
+            ))
+        })?;
+        let frame = &object[start..];
+        Ok(Piece {
+            backup: None,
+            object: id.to_string(),
+            offset: start as u64,
+            stored_size: frame.len() as u64,
+            // Uncompressed and without holes, the frame is the logical bytes: hash once.
+            stored_xxh3: if self.compression.kind == CompressType::None && payload_is_logical {
+                hashes.0.clone()
+            } else {
+                crate::codec::xxh3_hex(frame)
+            },
+            logical_offset: logical.0,
+            logical_size: logical.1,
+            zero_pages,
+            xxh3: Some(hashes.0),
+            crc32c: Some(hashes.1),
+            frame: None,
+        })
+    }
+
+    /// Stores one read range as a frame of `object` (or, against a reference, as what
+    /// [`Reference::plan`] says): its pieces, in file order.
+    fn store_range(
+        &self,
+        st: &mut RepoState,
+        object: &mut AlignedBuf,
+        id: &str,
+        p: &ReadPiece,
+    ) -> Result<Vec<Piece>> {
+        let plan = match self.reference {
+            Some(r) => r.plan(p.path, p.spec.offset, p.data, &p.zero_pages, &p.xxh3),
+            None => Plan::Whole,
+        };
+        match plan {
+            Plan::Same(pieces) => Ok(pieces),
+            Plan::Whole => {
+                let mut payload = std::mem::take(&mut st.payload);
+                let whole = p.zero_pages.is_empty();
+                if !whole {
+                    payload.clear();
+                    for (_, run) in nonzero_runs(p.data, &p.zero_pages) {
+                        payload.extend_from_slice(run);
+                    }
+                }
+                let piece = self.frame(
+                    st,
+                    object,
+                    id,
+                    if whole { p.data } else { &payload },
+                    (p.spec.offset, p.spec.bytes()),
+                    p.zero_pages.clone(),
+                    (p.xxh3.clone(), p.crc32c),
+                    whole,
+                );
+                st.payload = payload;
+                Ok(vec![piece?])
+            }
+            Plan::Blocks(changed) => {
+                // The changed blocks back to back: the new frame's logical bytes.
+                let mut logical = std::mem::take(&mut st.payload);
+                logical.clear();
+                for (i, block) in p.data.chunks(BLCKSZ).enumerate() {
+                    if changed[i] {
+                        logical.extend_from_slice(block);
+                    }
+                }
+                let zero_pages = crate::transfer::zero_page_runs(&logical);
+                let payload: Vec<u8> = if zero_pages.is_empty() {
+                    Vec::new()
+                } else {
+                    nonzero_runs(&logical, &zero_pages)
+                        .into_iter()
+                        .flat_map(|(_, run)| run.iter().copied())
+                        .collect()
+                };
+                let hashes = (
+                    crate::codec::xxh3_hex(&logical),
+                    crate::codec::crc32c(&logical),
+                );
+                let plain = zero_pages.is_empty();
+                let new = self.frame(
+                    st,
+                    object,
+                    id,
+                    if plain { &logical } else { &payload },
+                    (p.spec.offset, logical.len() as u64),
+                    zero_pages,
+                    hashes,
+                    plain,
+                );
+                st.payload = logical;
+                let refs = self.reference.map_or(&[][..], |r| r.pieces(p.path));
+                incremental::block_pieces(refs, p.spec.offset, p.data, &changed, &new?)
+            }
+        }
+    }
+}
+
 impl UnitSink for RepoSink<'_> {
     type State = RepoState;
-    type Piece = Piece;
+    type Piece = Vec<Piece>;
 
     fn new_state(&self) -> Result<RepoState> {
         let compressor = Compressor::new(self.compression).map_err(|e| {
@@ -73,53 +201,27 @@ impl UnitSink for RepoSink<'_> {
         st: &mut RepoState,
         pieces: &[ReadPiece],
         release: &mut dyn FnMut(),
-    ) -> Result<Vec<Piece>> {
+    ) -> Result<Vec<Vec<Piece>>> {
         let id = object_id(self.next_object.fetch_add(1, Ordering::Relaxed));
         // None when the last object went to a store that kept its buffer: a new one.
         let mut object = st.object.take().unwrap_or_else(object_buf);
         object.clear();
         let mut out = Vec::with_capacity(pieces.len());
+        let mut own = false;
         for p in pieces {
-            let payload: &[u8] = if p.zero_pages.is_empty() {
-                p.data
-            } else {
-                st.payload.clear();
-                for (_, run) in nonzero_runs(p.data, &p.zero_pages) {
-                    st.payload.extend_from_slice(run);
-                }
-                &st.payload
-            };
-            let start = object.len();
-            st.compressor.compress(payload, &mut object).map_err(|e| {
-                Error::Other(format!(
-                    "{} compression failed at offset {}: {e}",
-                    self.compression.kind, p.spec.offset
-                ))
-            })?;
-            let frame = &object[start..];
-            out.push(Piece {
-                object: id.clone(),
-                offset: start as u64,
-                stored_size: frame.len() as u64,
-                // Uncompressed and without holes, the frame is the logical bytes: hash once.
-                stored_xxh3: if self.compression.kind == CompressType::None
-                    && p.zero_pages.is_empty()
-                {
-                    p.xxh3.clone()
-                } else {
-                    crate::codec::xxh3_hex(frame)
-                },
-                logical_offset: p.spec.offset,
-                logical_size: p.spec.bytes(),
-                zero_pages: p.zero_pages.clone(),
-                xxh3: p.xxh3.clone(),
-                crc32c: p.crc32c,
-            });
+            let stored = self.store_range(st, &mut object, &id, p)?;
+            own |= stored.iter().any(|s| s.backup.is_none());
+            out.push(stored);
         }
         let len = object.len() as u64;
         // The upload only waits: other threads may compress meanwhile. An object store
         // uploads the buffer itself and keeps it until done (no copy); posix gives it back.
         release();
+        if !own {
+            // Every range is in the reference: no object (its number stays unused).
+            st.object = Some(object);
+            return Ok(out);
+        }
         st.object = self
             .backup
             .store()

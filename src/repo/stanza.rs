@@ -219,15 +219,18 @@ impl Backup<'_> {
 /// from: a label names one backup wherever it is searched for). Labels have one-second
 /// resolution, so this waits for the next second while the label is taken. Returns the start
 /// time and the label. Another repository that cannot be listed is skipped with a warning.
+/// `make` builds the label from the start time ([`super::new_label`] for a full backup,
+/// [`super::label::new_chain_label`] for a diff or incr).
 ///
 /// Errors: the backup's own repository cannot be listed.
 pub fn new_unique_label(
     stanza: &Stanza,
     others: &[Stanza],
+    make: &dyn Fn(chrono::DateTime<chrono::Utc>) -> String,
 ) -> Result<(chrono::DateTime<chrono::Utc>, String)> {
     loop {
         let started = chrono::Utc::now();
-        let label = super::new_label(started);
+        let label = make(started);
         let mut taken = stanza.labels()?.contains(&label);
         for other in others {
             match other.labels() {

@@ -206,6 +206,8 @@ pub struct ReadOptions {
 /// A piece as read: its bytes and what the page checks found.
 pub struct ReadPiece<'a> {
     pub spec: PieceSpec,
+    /// The file's path (as in the manifest).
+    pub path: &'a str,
     /// `spec.len` logical bytes.
     pub data: &'a [u8],
     /// Runs `[first, count]` of all-zero 8 KiB pages.
@@ -541,6 +543,7 @@ fn worker<S: UnitSink>(
                 let data = &buf[range];
                 ReadPiece {
                     spec,
+                    path: &files[spec.index()].path,
                     data,
                     zero_pages,
                     xxh3: crate::codec::xxh3_hex(data),
@@ -628,6 +631,22 @@ pub(crate) fn scan_pages(
         }
     }
     Ok(runs)
+}
+
+/// The runs `[first, count]` of all-zero 8 KiB pages of `data` (a trailing partial page is
+/// never one).
+pub fn zero_page_runs(data: &[u8]) -> Vec<[u32; 2]> {
+    let mut runs: Vec<[u32; 2]> = Vec::new();
+    for (i, page) in data.chunks_exact(BLCKSZ).enumerate() {
+        let i = i as u32;
+        if checksum::page_is_zero(page) {
+            match runs.last_mut() {
+                Some(r) if r[0] + r[1] == i => r[1] += 1,
+                _ => runs.push([i, 1]),
+            }
+        }
+    }
+    runs
 }
 
 /// The (offset, length) ranges of a piece of `len` bytes that are not in `zero_pages`, in

@@ -275,11 +275,13 @@ fn stream_worker<S: UnitSink>(
         let pieces: Vec<ReadPiece> = job
             .specs
             .iter()
+            .zip(&job.files)
             .zip(ranges)
-            .map(|(spec, (range, zero_pages))| {
+            .map(|((spec, f), (range, zero_pages))| {
                 let data = &job.buf[range];
                 ReadPiece {
                     spec: *spec,
+                    path: &f.path,
                     data,
                     zero_pages,
                     xxh3: crate::codec::xxh3_hex(data),

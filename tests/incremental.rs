@@ -1,0 +1,340 @@
+//! Differential and incremental backups: chains taken while the cluster changes, every
+//! member restored and checked (pg_verifybackup, the rows, pgbench's invariant), verify on
+//! a chain, and a chain whose reference is gone refused before the target is touched.
+//!
+//! - PostgreSQL 15, local files: full, incr, incr (under pgbench), diff, incr; between them
+//!   relations updated, truncated, dropped, created and extended, a database created and
+//!   dropped, a tablespace added.
+//! - PostgreSQL 15 over libpq (pg_read_binary_file): the same chain.
+mod common;
+
+use common::*;
+use std::collections::BTreeMap;
+use std::fs;
+use std::time::Instant;
+
+/// One member of a chain: its label, type, and the rows it must restore.
+struct Member {
+    label: String,
+    kind: &'static str,
+    /// The fingerprint when the backup ended; pgbench's tables left out when it ran under
+    /// pgbench (the restored invariant is checked instead).
+    fp: BTreeMap<String, String>,
+    under_load: bool,
+    /// The tablespace ts2 existed when it was taken: (OID, location).
+    ts2: Option<String>,
+}
+
+/// The fingerprint without pgbench's tables (they change under load).
+fn quiet_tables(fp: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    fp.iter()
+        .filter(|(k, _)| !k.contains(".table.public.pgbench_"))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+/// pgbench's invariant: the balances of accounts, tellers and branches each add up to the
+/// deltas of the history.
+fn assert_pgbench_invariant(what: &str, s: &Server) {
+    let sums = s.psql(
+        "postgres",
+        "SELECT (SELECT coalesce(sum(abalance),0) FROM pgbench_accounts) || ',' || \
+                (SELECT coalesce(sum(tbalance),0) FROM pgbench_tellers) || ',' || \
+                (SELECT coalesce(sum(bbalance),0) FROM pgbench_branches) || ',' || \
+                (SELECT coalesce(sum(delta),0) FROM pgbench_history)",
+    );
+    let v: Vec<&str> = sums.split(',').collect();
+    assert!(
+        v.len() == 4 && v.iter().all(|x| *x == v[0]),
+        "{what}: pgbench invariant broken (accounts, tellers, branches, history): {sums}"
+    );
+}
+
+/// `backup --type <kind>` with `extra`; returns its label (the summary's).
+fn backup(c: &Cluster, kind: &str, extra: &[&str]) -> (String, Run) {
+    let mut a = vec![
+        "--type",
+        kind,
+        "--start-fast",
+        "--jobs",
+        "2",
+        "--output",
+        "json",
+    ];
+    a.extend_from_slice(extra);
+    let r = c.pgjet_cmd("backup", &c.repo, &a).ok();
+    let v: serde_json::Value = serde_json::from_str(r.stdout.trim())
+        .unwrap_or_else(|e| panic!("backup --output json is not JSON ({e}):\n{r}"));
+    let label = v["label"].as_str().expect("label").to_string();
+    step!(
+        "backup --type {kind}: {label} in {:.1}s, {} stored",
+        r.elapsed.as_secs_f64(),
+        v["stored_size"]
+    );
+    (label, r)
+}
+
+/// pgbench for `tx` transactions per client, 2 clients, in the background.
+fn pgbench_background(c: &Cluster, tx: u32, name: &str) -> Background {
+    let (bin, a) = pgbench_args(&c.server, &args!["-n", "-c", 2, "-t", tx]);
+    Background::spawn(&bin, &a, &c.root.join(&format!("{name}.pid")))
+}
+
+/// The info entry of `label`.
+fn info_of(c: &Cluster, label: &str) -> serde_json::Value {
+    info_backups(&c.repo, &c.stanza)
+        .into_iter()
+        .find(|b| b["label"] == label)
+        .unwrap_or_else(|| panic!("info does not list {label}"))
+}
+
+/// Bytes a backup stored itself (frames counted once), by its files' first directory (the
+/// second under base/): where an incr's bytes went.
+fn stored_by_dir(c: &Cluster, label: &str) -> BTreeMap<String, u64> {
+    let m = read_manifest(&backup_dir(&c.repo, "main", label));
+    let mut seen = std::collections::HashSet::new();
+    let mut out = BTreeMap::new();
+    for f in m["files"].as_array().unwrap() {
+        let path = f["path"].as_str().unwrap();
+        let mut parts = path.split('/');
+        let mut key = parts.next().unwrap_or("").to_string();
+        if key == "base" {
+            key = path.rsplit_once('/').map_or(path, |x| x.0).to_string();
+        }
+        for p in f["pieces"].as_array().unwrap() {
+            if p.get("backup").is_some_and(|b| !b.is_null()) {
+                continue;
+            }
+            if seen.insert((p["object"].to_string(), p["offset"].as_u64())) {
+                *out.entry(key.clone()).or_insert(0) += p["stored_size"].as_u64().unwrap();
+            }
+        }
+    }
+    out
+}
+
+/// Takes a backup of `kind` and records it in `chain` with the rows it must restore.
+fn take(
+    c: &Cluster,
+    chain: &mut Vec<Member>,
+    transport: &str,
+    kind: &'static str,
+    under_load: bool,
+    ts2: Option<String>,
+) {
+    let (label, _) = backup(c, kind, &["--transport", transport]);
+    step!(
+        "{label}: stored by directory: {:?}",
+        stored_by_dir(c, &label)
+    );
+    let fp = fingerprint(&c.server);
+    let fp = if under_load { quiet_tables(&fp) } else { fp };
+    chain.push(Member {
+        label,
+        kind,
+        fp,
+        under_load,
+        ts2,
+    });
+}
+
+/// A chain full, incr, incr (under pgbench), diff, incr with `transport`, each member
+/// restored and checked; then the chain's middle removed and its tail refused.
+fn chain_scenario(pg: Pg, tag: &str, transport: &str) {
+    let t0 = Instant::now();
+    let c = Cluster::new(&pg, tag);
+    let s = &c.server;
+    pgbench_init(s, 5);
+    load_random(s, "postgres", "rand_t", 12 << 20);
+    c.psql(
+        "postgres",
+        "CREATE TABLE trunc_t AS SELECT i, md5(i::text) v FROM generate_series(1, 50000) i;\n\
+         CREATE TABLE drop_t AS SELECT i FROM generate_series(1, 10000) i;\n\
+         CREATE TABLE grow_t (id int, v text);\n\
+         INSERT INTO grow_t SELECT i, md5(i::text) FROM generate_series(1, 1000) i;\n\
+         CHECKPOINT;",
+    );
+    c.pgjet_cmd("stanza-create", &c.repo, &[]).ok();
+    let mut chain: Vec<Member> = Vec::new();
+    // A full first.
+    take(&c, &mut chain, transport, "full", false, None);
+    let full_stored = info_of(&c, &chain[0].label)["stored_size"]
+        .as_u64()
+        .unwrap();
+
+    // incr 1: scattered updates (pgbench), one random row rewritten, a table extended.
+    let r = run_as_postgres(
+        &pgbench_args(s, &args!["-n", "-c", 2, "-t", 300]).0,
+        &pgbench_args(s, &args!["-n", "-c", 2, "-t", 300]).1,
+        None,
+    );
+    assert!(r.success(), "pgbench failed:\n{r}");
+    c.psql(
+        "postgres",
+        "UPDATE rand_t SET b = decode(repeat('ab', 1000), 'hex') WHERE id = 3;\n\
+         INSERT INTO grow_t SELECT i, md5(i::text) FROM generate_series(1001, 200000) i;",
+    );
+    take(&c, &mut chain, transport, "incr", false, None);
+
+    // incr 2, under pgbench: a table truncated, one dropped, one created, a database created.
+    c.psql(
+        "postgres",
+        "TRUNCATE trunc_t;\n\
+         INSERT INTO trunc_t SELECT i, 'after truncate ' || i FROM generate_series(1, 100) i;\n\
+         DROP TABLE drop_t;\n\
+         CREATE TABLE new_t AS SELECT i, md5(i::text) v FROM generate_series(1, 30000) i;\n\
+         CREATE DATABASE db2;",
+    );
+    c.psql(
+        "db2",
+        "CREATE TABLE in_db2 AS SELECT i FROM generate_series(1, 5000) i;",
+    );
+    let bench = pgbench_background(&c, 1500, "bench-incr2");
+    take(&c, &mut chain, transport, "incr", true, None);
+    let r = bench.wait();
+    assert!(r.success(), "pgbench under the backup failed:\n{r}");
+
+    // diff (against the full): rows deleted and vacuumed, the database dropped, a
+    // tablespace added with a table in it.
+    let ts2 = c.root.join("ts2");
+    mkdir_pg(&ts2, 0o700);
+    c.psql(
+        "postgres",
+        &format!(
+            "DELETE FROM new_t WHERE i % 3 = 0;\n\
+             VACUUM new_t;\n\
+             DROP DATABASE db2;\n\
+             CREATE TABLESPACE ts2 LOCATION '{}';\n\
+             CREATE TABLE in_ts2 TABLESPACE ts2 AS SELECT i, md5(i::text) v FROM generate_series(1, 20000) i;",
+            ts2.display()
+        ),
+    );
+    let ts2_oid = c.tablespace_oid("ts2");
+    take(
+        &c,
+        &mut chain,
+        transport,
+        "diff",
+        false,
+        Some(ts2_oid.clone()),
+    );
+
+    // incr on the diff: a relation truncated to fewer segments' worth, then extended.
+    c.psql(
+        "postgres",
+        "DELETE FROM grow_t WHERE id > 500;\n\
+         VACUUM grow_t;\n\
+         INSERT INTO grow_t SELECT i, 'again ' || i FROM generate_series(501, 800) i;\n\
+         UPDATE in_ts2 SET v = 'changed' WHERE i % 100 = 0;",
+    );
+    take(
+        &c,
+        &mut chain,
+        transport,
+        "incr",
+        false,
+        Some(ts2_oid.clone()),
+    );
+
+    // The manifests: each member names its reference, and stores little.
+    let refs: Vec<(usize, usize)> = vec![(1, 0), (2, 1), (3, 0), (4, 3)];
+    for (m, r) in refs {
+        let info = info_of(&c, &chain[m].label);
+        assert_eq!(info["type"], chain[m].kind, "{}", info);
+        assert_eq!(info["reference"], chain[r].label.as_str(), "{}", info);
+        let stored = info["stored_size"].as_u64().unwrap();
+        // The members add new rows too; the last one changes a few pages only.
+        let most = if m == 4 {
+            full_stored / 20
+        } else {
+            full_stored * 6 / 10
+        };
+        assert!(
+            stored < most,
+            "{} stored {stored} bytes, the full {full_stored}: changed blocks only expected",
+            chain[m].label
+        );
+    }
+    // The incr after the diff takes blocks from both the diff and the full.
+    let last = read_manifest(&backup_dir(&c.repo, "main", &chain[4].label));
+    let named: std::collections::BTreeSet<String> = last["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|f| f["pieces"].as_array().unwrap().iter())
+        .filter_map(|p| p["backup"].as_str().map(str::to_string))
+        .collect();
+    assert!(
+        named.contains(&chain[0].label) && named.contains(&chain[3].label),
+        "the last incr should name the full and the diff: {named:?}"
+    );
+
+    // Every member verifies and restores to its own rows.
+    for m in &chain {
+        pgjet_ok(&verify_args(&c.repo, &m.label));
+        let dir = c.new_dir(&format!("restore-{}", m.label));
+        let mut a = restore_args_no_ts(&c.repo, &dir, &m.label);
+        let ts_dir = c.root.join(&format!("ts2-{}", m.label));
+        if let Some(oid) = &m.ts2 {
+            mkdir_pg(&ts_dir, 0o700);
+            a.extend(args![
+                "--tablespace-map",
+                format!("{oid}={}", ts_dir.display())
+            ]);
+        }
+        let r = pgjet_ok(&a);
+        let what = format!("{} {}", m.kind, m.label);
+        step!("{what}: restored in {:.1}s", r.elapsed.as_secs_f64());
+        let server = start_restored(&c, &what, &dir);
+        let fp = fingerprint(&server);
+        let fp = if m.under_load { quiet_tables(&fp) } else { fp };
+        assert_same_fingerprint(&what, &m.fp, &fp);
+        assert_pgbench_invariant(&what, &server);
+        if std::ptr::eq(m, chain.last().unwrap()) {
+            let r = server.amcheck();
+            assert!(r.success(), "{what}: pg_amcheck failed:\n{r}");
+        }
+        drop(server);
+        let _ = fs::remove_dir_all(&dir);
+        let _ = fs::remove_dir_all(&ts_dir);
+    }
+
+    // The diff's summary gone (as if expired by hand): its incr is refused by restore and
+    // verify, naming it, and the target stays untouched.
+    let diff_dir = backup_dir(&c.repo, "main", &chain[3].label);
+    fs::rename(
+        diff_dir.join("summary.json"),
+        c.root.join("diff-summary.json"),
+    )
+    .unwrap();
+    let dir = c.new_dir("restore-orphan");
+    fs::write(dir.join("keep-me"), b"x").unwrap();
+    chown_pg_recursive(&dir);
+    let r = pgjet(&restore_args_no_ts(&c.repo, &dir, &chain[4].label)).fails_with(&chain[3].label);
+    assert!(
+        r.text_lower().contains("depends on"),
+        "restore of an incr without its reference should say what it depends on:\n{r}"
+    );
+    assert_eq!(
+        fs::read_dir(&dir).unwrap().count(),
+        1,
+        "a refused restore must not touch the target"
+    );
+    pgjet(&verify_args(&c.repo, &chain[4].label)).fails_with(&chain[3].label);
+    fs::rename(
+        c.root.join("diff-summary.json"),
+        diff_dir.join("summary.json"),
+    )
+    .unwrap();
+    step!("{tag}: chain scenario done in {}", secs(t0));
+}
+
+#[test]
+fn chain_pg15_local() {
+    chain_scenario(Pg::v15(), "incr15-local", "local");
+}
+
+#[test]
+fn chain_pg15_libpq() {
+    chain_scenario(Pg::v15(), "incr15-libpq", "libpq");
+}
