@@ -6,6 +6,7 @@
 //!   relations updated, truncated, dropped, created and extended, a database created and
 //!   dropped, a tablespace added.
 //! - PostgreSQL 15 over libpq (pg_read_binary_file): the same chain.
+//! - PostgreSQL 18, local files: the same chain.
 mod common;
 
 use common::*;
@@ -156,8 +157,19 @@ fn chain_scenario(pg: Pg, tag: &str, transport: &str) {
     );
     c.pgjet_cmd("stanza-create", &c.repo, &[]).ok();
     let mut chain: Vec<Member> = Vec::new();
-    // A full first.
-    take(&c, &mut chain, transport, "full", false, None);
+    // An incr with no full in the stanza is a full, and says so.
+    let (label, r) = backup(&c, "incr", &["--transport", transport]);
+    assert!(
+        label.ends_with('F') && r.stderr.contains("taking a full backup instead"),
+        "an incr without a full should become a full and say so:\n{r}"
+    );
+    chain.push(Member {
+        label,
+        kind: "full",
+        fp: fingerprint(&c.server),
+        under_load: false,
+        ts2: None,
+    });
     let full_stored = info_of(&c, &chain[0].label)["stored_size"]
         .as_u64()
         .unwrap();
@@ -299,6 +311,40 @@ fn chain_scenario(pg: Pg, tag: &str, transport: &str) {
         let _ = fs::remove_dir_all(&ts_dir);
     }
 
+    // restore --delta of the last incr onto a restore of the full that ran for a while.
+    let dir = c.new_dir("restore-delta");
+    pgjet_ok(&restore_args_no_ts(&c.repo, &dir, &chain[0].label));
+    let mut old = start_restored(&c, "full before the delta", &dir);
+    old.psql(
+        "postgres",
+        "UPDATE grow_t SET v = 'diverged' WHERE id < 100; CHECKPOINT;",
+    );
+    old.stop();
+    let last = chain.last().unwrap();
+    let ts_dir = c.root.join("ts2-delta");
+    mkdir_pg(&ts_dir, 0o700);
+    let mut a = restore_args_no_ts(&c.repo, &dir, &last.label);
+    a.extend(args![
+        "--delta",
+        "--tablespace-map",
+        format!("{}={}", last.ts2.as_ref().unwrap(), ts_dir.display())
+    ]);
+    let r = pgjet_ok(&a);
+    step!(
+        "delta restore of {} in {:.1}s",
+        last.label,
+        r.elapsed.as_secs_f64()
+    );
+    let server = start_restored(&c, "delta restore of the last incr", &dir);
+    assert_same_fingerprint(
+        "delta restore of the last incr",
+        &last.fp,
+        &fingerprint(&server),
+    );
+    drop(server);
+    let _ = fs::remove_dir_all(&dir);
+    let _ = fs::remove_dir_all(&ts_dir);
+
     // The diff's summary gone (as if expired by hand): its incr is refused by restore and
     // verify, naming it, and the target stays untouched.
     let diff_dir = backup_dir(&c.repo, "main", &chain[3].label);
@@ -326,6 +372,20 @@ fn chain_scenario(pg: Pg, tag: &str, transport: &str) {
         diff_dir.join("summary.json"),
     )
     .unwrap();
+
+    // A second full, then retention-full 1: the first full goes with its whole chain.
+    let (f2, _) = backup(&c, "full", &["--transport", transport, "--no-expire"]);
+    c.pgjet_cmd("expire", &c.repo, &["--retention-full", "1"])
+        .ok();
+    let left: Vec<String> = info_backups(&c.repo, &c.stanza)
+        .iter()
+        .map(|b| b["label"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        left,
+        vec![f2],
+        "retention-full 1 keeps the newest full alone"
+    );
     step!("{tag}: chain scenario done in {}", secs(t0));
 }
 
@@ -337,4 +397,9 @@ fn chain_pg15_local() {
 #[test]
 fn chain_pg15_libpq() {
     chain_scenario(Pg::v15(), "incr15-libpq", "libpq");
+}
+
+#[test]
+fn chain_pg18_local() {
+    chain_scenario(Pg::v18(), "incr18-local", "local");
 }

@@ -87,6 +87,8 @@ fn write_backup(backup: &Backup) {
         data_checksums: true,
         compression: Compression::new(CompressType::None, None).unwrap(),
         tablespaces: vec![],
+        reference: None,
+        databases: vec![],
     };
     let mut w = backup.begin(header).unwrap();
     w.dir(&DirEntry {
@@ -129,6 +131,8 @@ fn write_backup(backup: &Backup) {
             (path_of(i), content(i))
         };
         let piece = Piece {
+            backup: None,
+            frame: None,
             object: pgjet::repo::sink::object_id(n),
             offset: object.len() as u64,
             stored_size: data.len() as u64,
@@ -136,8 +140,8 @@ fn write_backup(backup: &Backup) {
             logical_offset: 0,
             logical_size: data.len() as u64,
             zero_pages: vec![],
-            xxh3: codec::xxh3_hex(&data),
-            crc32c: codec::crc32c(&data),
+            xxh3: Some(codec::xxh3_hex(&data)),
+            crc32c: Some(codec::crc32c(&data)),
         };
         object.extend_from_slice(&data);
         pending.push(FileEntry {
@@ -145,7 +149,7 @@ fn write_backup(backup: &Backup) {
             size: data.len() as u64,
             mtime: 1_700_000_000 + i as i64,
             mode: 0o600,
-            crc32c: codec::crc32c(&data),
+            crc32c: Some(codec::crc32c(&data)),
             pieces: vec![piece],
             page_errors: vec![],
         });
@@ -177,6 +181,7 @@ fn read_back<'a>(
     ReadBack {
         backup,
         kind: CompressType::None,
+        chain: &[],
         contiguous,
         target,
         overwrite: false,
@@ -207,7 +212,7 @@ fn child_workload(dir: &Path) {
     let bad = read_back(&backup, scan.contiguous, None)
         .run(files, &mut |_| Ok(Want::All), &NoProgress)
         .unwrap();
-    assert!(bad.is_empty(), "{bad:?}");
+    assert!(bad.bad.is_empty(), "{bad:?}");
     report("verify", t);
 
     let t = Instant::now();
@@ -237,7 +242,7 @@ fn child_workload(dir: &Path) {
             &NoProgress,
         )
         .unwrap();
-    assert!(bad.is_empty(), "{bad:?}");
+    assert!(bad.bad.is_empty(), "{bad:?}");
     assert_eq!(created, FILES);
     report("restore", t);
     // Spot checks: contents and modification times.

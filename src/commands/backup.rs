@@ -60,10 +60,13 @@ pub fn run(s: &Settings, args: &BackupOptions, progress: &dyn Progress) -> Resul
     }
     let lock = stanza.lock("backup")?;
     stanza.remove_incomplete()?;
+    // The databases now: a diff or incr takes a database's blocks from its reference only
+    // while the database is the same one (checked again after the copy).
+    let databases = sess.databases()?;
     // A diff or incr: its reference, read into memory, or the reason it is a full after all.
     let reference = match args.backup_type {
         BackupType::Full => None,
-        t => reference_for(&stanza, sess, info, t == BackupType::Diff)?,
+        t => reference_for(&stanza, sess, info, &databases, t == BackupType::Diff)?,
     };
     let (backup_type, format) = match (&reference, args.backup_type) {
         (None, _) => (BackupType::Full, repo::REPO_FORMAT),
@@ -102,6 +105,7 @@ pub fn run(s: &Settings, args: &BackupOptions, progress: &dyn Progress) -> Resul
         data_checksums: info.data_checksums,
         compression: s.compression,
         tablespaces: Vec::new(),
+        databases: databases.clone(),
     };
     let mut sink = RepoSink::new(&backup, s.compression);
     sink.reference = reference.as_ref().map(|(r, _)| r);
@@ -122,6 +126,20 @@ pub fn run(s: &Settings, args: &BackupOptions, progress: &dyn Progress) -> Resul
         copied.timeline,
         copied.page_errors,
     );
+    if let Some((r, _)) = &reference {
+        // A database created again under its OID between the listing and the backup's
+        // start would have been compared with the wrong reference: refuse it. (Changes
+        // after the start are replayed from the backup's WAL at restore.)
+        if let Some((oid, _)) = databases
+            .iter()
+            .find(|(oid, x)| copied.databases.iter().any(|(o, y)| o == oid && y != x))
+        {
+            return Err(crate::error::Error::Other(format!(
+                "database {oid} was altered or created again during the backup; its blocks cannot be compared with backup {}: run the backup again",
+                r.label
+            )));
+        }
+    }
     if let Some((r, ref_timeline)) = &reference {
         // The timeline was checked before the copy; a promotion during it (a standby's
         // backup) leaves references that may not hold.
@@ -165,7 +183,7 @@ pub fn run(s: &Settings, args: &BackupOptions, progress: &dyn Progress) -> Resul
     )?;
     if args.no_expire {
         tracing::info!("--no-expire: expire not run");
-    } else if s.retention.full.is_some() || s.retention.archive.is_some() {
+    } else if s.retention.is_set() {
         // Still under the backup's lock; a failure here leaves the new backup complete.
         match repo::retention::expire_repo(&s.retention, &stanza, false) {
             Ok(lines) => lines.iter().for_each(|l| tracing::info!("expire: {l}")),
@@ -200,6 +218,7 @@ fn reference_for(
     stanza: &repo::Stanza,
     sess: &crate::pg::session::Session,
     info: &crate::pg::session::ServerInfo,
+    databases: &[(u32, u32)],
     diff: bool,
 ) -> Result<Option<(Reference, u32)>> {
     let row = sess.query_row(
@@ -228,7 +247,7 @@ fn reference_for(
             Ok(None)
         }
         Ok(summary) => {
-            let r = Reference::load(&stanza.backup(&summary.header.label))?;
+            let r = Reference::load(&stanza.backup(&summary.header.label), databases)?;
             tracing::info!(
                 "backup --type {kind}: against backup {} ({} files, start LSN {})",
                 r.label,

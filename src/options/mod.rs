@@ -128,8 +128,19 @@ pub struct Retention {
     /// retention-full: None keeps every backup.
     pub full: Option<u32>,
     pub full_type: RetentionFullType,
+    /// retention-diff: differential backups to keep; None keeps all (that retention-full
+    /// keeps).
+    pub diff: Option<u32>,
     /// retention-archive: None keeps the archive of every kept backup.
     pub archive: Option<u32>,
+}
+
+impl Retention {
+    /// True when any of retention-full, retention-diff and retention-archive is set: only
+    /// then does `expire` remove anything.
+    pub fn is_set(&self) -> bool {
+        self.full.is_some() || self.diff.is_some() || self.archive.is_some()
+    }
 }
 
 /// The settings of WAL archiving (archive-push, archive-get, and backup's archive check).

@@ -248,6 +248,10 @@ const HINTS: &[(&str, &str)] = &[
         "pgjet's retention-full-type applies to every repository",
     ),
     (
+        "repo-retention-diff",
+        "pgjet's retention-diff applies to every repository",
+    ),
+    (
         "repo-retention-archive",
         "pgjet's retention-archive applies to every repository",
     ),

@@ -620,6 +620,7 @@ fn retention(src: &Sources) -> Result<Retention> {
                 )))
             }
         },
+        diff: count("retention-diff")?,
         archive: count("retention-archive")?,
     })
 }

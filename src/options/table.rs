@@ -1026,6 +1026,15 @@ pub const OPTIONS: &[OptionDef] = &[
         "count (default) or time (retention-full is then in days)",
     ),
     opt(
+        "retention-diff",
+        Kind::U32,
+        "N",
+        None,
+        H_RETENTION,
+        Cmds::of(&[Cmd::Backup, Cmd::Expire]),
+        "Differential backups to keep; an expired diff takes the incrs that depend on it along. Unset: every diff of a kept full stays",
+    ),
+    opt(
         "retention-archive",
         Kind::U32,
         "N",

@@ -333,10 +333,33 @@ pub fn is_main_fork_file(rel_path: &str) -> bool {
     is_checksummed_file(rel_path) && parse_nontemp_relation(name).is_some_and(|r| r.fork.is_none())
 }
 
+/// The database OID of a file inside a database directory (`base/<db>/...` or
+/// `pg_tblspc/<spc>/PG_<ver>/<db>/...`); None elsewhere (`global/`, SLRUs, configuration).
+pub fn database_of(rel_path: &str) -> Option<u32> {
+    let components: Vec<&str> = rel_path.split('/').collect();
+    let dir = components.split_last()?.1;
+    if !is_db_dir(dir) {
+        return None;
+    }
+    dir.last()?.parse().ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use Decision::*;
+
+    #[test]
+    fn database_of_paths() {
+        assert_eq!(database_of("base/5/16384"), Some(5));
+        assert_eq!(
+            database_of("pg_tblspc/16390/PG_15_202209061/16401/16402.1"),
+            Some(16401)
+        );
+        assert_eq!(database_of("global/1262"), None);
+        assert_eq!(database_of("pg_xact/0000"), None);
+        assert_eq!(database_of("base/pgsql_tmp/x"), None);
+    }
 
     #[test]
     fn main_fork_files() {

@@ -293,6 +293,27 @@ impl Session {
             .collect())
     }
 
+    /// The databases and the transaction that wrote their pg_database row: (OID, xmin),
+    /// sorted by OID. A database dropped and created again under the same OID (after the
+    /// OID counter wrapped) has another xmin; so does one whose row was rewritten (ALTER
+    /// DATABASE, GRANT), while VACUUM's in-place update of datfrozenxid keeps it
+    /// (PostgreSQL src/backend/commands/vacuum.c, `vac_update_datfrozenxid`).
+    pub fn databases(&self) -> Result<Vec<(u32, u32)>> {
+        let rows = self.query_strings(
+            "list databases",
+            "SELECT oid::text, xmin::text FROM pg_database ORDER BY oid",
+        )?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|r| {
+                Some((
+                    r.first()?.as_ref()?.parse().ok()?,
+                    r.get(1)?.as_ref()?.parse().ok()?,
+                ))
+            })
+            .collect())
+    }
+
     /// Creates a physical replication slot that reserves WAL at once. A temporary slot lives
     /// as long as this session. Returns the slot's restart LSN.
     pub fn create_physical_slot(&self, name: &str, temporary: bool) -> Result<Lsn> {

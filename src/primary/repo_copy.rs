@@ -32,6 +32,8 @@ pub struct Copied {
     /// WAL segment names stored under pg_wal/, first to last.
     pub wal_segments: Vec<String>,
     pub page_errors: usize,
+    /// The databases after the backup stopped ([`crate::pg::session::Session::databases`]).
+    pub databases: Vec<(u32, u32)>,
 }
 
 /// The copy over file ranges (this host's files, or libpq connections): the shared
@@ -66,6 +68,7 @@ pub fn copy_ranges(
         progress,
     )?;
     let control_entry = store_control(sink, &bb.control, &bb.control_bytes)?;
+    let databases = primary.sess.databases()?;
     primary.close();
     let mut manifest = target.manifest.take().ok_or_else(manifest_not_started)?;
     manifest.file(&control_entry)?;
@@ -79,6 +82,7 @@ pub fn copy_ranges(
         tablespace_map: bb.stop.tablespace_map,
         wal_segments: wal_segment_names(bb.wal.iter().map(|w| &*w.path)),
         page_errors: bb.out.page_error_count,
+        databases,
     })
 }
 
@@ -148,6 +152,7 @@ pub fn copy_stream(
         ..SourceFile::plain("global/pg_control", control.bytes.len() as u64)
     };
     let control_entry = store_control(sink, &control_file, &control.bytes)?;
+    let databases = stream.sess.databases()?;
     let mut manifest = collector.manifest.take().ok_or_else(manifest_not_started)?;
     manifest.file(&control_entry)?;
     tracing::info!(
@@ -167,6 +172,7 @@ pub fn copy_stream(
         tablespace_map: text(&d.tablespace_map).filter(|t| !t.is_empty()),
         wal_segments: wal_segment_names(d.received.wal.iter().map(String::as_str)),
         page_errors: copied.page_error_count,
+        databases,
     })
 }
 

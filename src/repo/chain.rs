@@ -104,6 +104,10 @@ pub fn choose_reference(
         Some(format!(
             "data checksums were turned on after backup {label}"
         ))
+    } else if h.databases.is_empty() {
+        Some(format!(
+            "backup {label} was taken by an older pgjet that did not record its databases"
+        ))
     } else if s.end.stop.timeline != now.timeline {
         Some(format!(
             "backup {label} is of timeline {}, the cluster is on timeline {} now",

@@ -22,6 +22,13 @@
 //! that tore it are at or after its start LSN, so the page counts as changed here). Changes
 //! WAL does not describe are hint bits (harmless to lose) and the free space map (compared by
 //! hash instead). A file not in the reference is stored whole.
+//!
+//! One change copies pages without giving them new LSNs: `CREATE DATABASE ... STRATEGY
+//! FILE_COPY` (the only strategy before PostgreSQL 15) copies the template's files as they
+//! are. A new database has a new directory, stored whole; but once the OID counter wraps, a
+//! database dropped since the reference may come back under the same OID with old page LSNs.
+//! So a database's blocks come from the reference only when its pg_database row is the same
+//! one (OID and xmin) in the reference and now.
 use super::{Backup, FileEntry, FrameSlice, Piece};
 use crate::error::{Error, Result};
 use crate::pg::checksum::{page_is_zero, page_lsn, BLCKSZ};
@@ -42,6 +49,9 @@ pub struct Reference {
     pub start_lsn: Lsn,
     /// Files by path: size and pieces (each naming the backup that holds its frame).
     files: HashMap<String, (u64, Vec<Piece>)>,
+    /// The databases whose blocks may come from the reference: same OID and same xmin of
+    /// the pg_database row in the reference and now (see [`super::ManifestHeader::databases`]).
+    same_databases: std::collections::HashSet<u32>,
 }
 
 /// How one range read by the copy is stored ([`Reference::plan`]).
@@ -56,12 +66,19 @@ pub enum Plan {
 }
 
 impl Reference {
-    /// Reads the manifest of `backup` into memory.
+    /// Reads the manifest of `backup` into memory; `databases` are the cluster's now
+    /// ((OID, xmin), [`crate::pg::session::Session::databases`]).
     ///
     /// Errors: as [`super::ManifestReader`].
-    pub fn load(backup: &Backup) -> Result<Reference> {
+    pub fn load(backup: &Backup, databases: &[(u32, u32)]) -> Result<Reference> {
         let reader = backup.manifest_reader()?;
         let start_lsn = reader.summary().header.start_lsn;
+        let then = &reader.summary().header.databases;
+        let same_databases = databases
+            .iter()
+            .filter(|d| then.contains(d))
+            .map(|d| d.0)
+            .collect();
         let label = backup.label().to_string();
         let mut files = HashMap::new();
         for f in reader.files() {
@@ -81,6 +98,7 @@ impl Reference {
             label,
             start_lsn,
             files,
+            same_databases,
         })
     }
 
@@ -124,6 +142,12 @@ impl Reference {
                 }
                 _ => Plan::Whole,
             };
+        }
+        // A database created again under the same OID since (by file copy, its pages
+        // keep the template's LSNs): nothing of it comes from the reference.
+        if crate::pg::exclude::database_of(path).is_some_and(|d| !self.same_databases.contains(&d))
+        {
+            return Plan::Whole;
         }
         let changed = changed_blocks(data, offset, zero_pages, *ref_size, self.start_lsn);
         let n = changed.iter().filter(|c| **c).count();
@@ -314,6 +338,51 @@ mod tests {
         assert_eq!(c, vec![false, true, true, true]);
         let c = changed_blocks(&data[..BLCKSZ], 0, &[[0, 1]], 8 * BLCKSZ as u64, start);
         assert_eq!(c, vec![true]);
+    }
+
+    #[test]
+    fn plans_by_file_kind_and_database_identity() {
+        let r = Reference {
+            label: "20260101-000000F".into(),
+            start_lsn: Lsn(0x1_0000_0000),
+            files: [
+                "base/5/16384",
+                "base/7/16384",
+                "base/5/16384_vm",
+                "global/pg_control",
+            ]
+            .into_iter()
+            .map(|p| {
+                (
+                    p.to_string(),
+                    (
+                        2 * BLCKSZ as u64,
+                        vec![whole("000001", 0, 2 * BLCKSZ as u64)],
+                    ),
+                )
+            })
+            .collect(),
+            same_databases: [5].into_iter().collect(),
+        };
+        let mut data = page(0x0_9000_0000, 1);
+        data.extend(page(0x0_9000_0000, 2));
+        let h = crate::codec::xxh3_hex(&data);
+        // Old page LSNs in database 5: the reference's piece, nothing stored.
+        assert!(matches!(
+            r.plan("base/5/16384", 0, &data, &[], &h),
+            Plan::Same(_)
+        ));
+        // Database 7 is not the same one as in the reference: whole.
+        assert_eq!(r.plan("base/7/16384", 0, &data, &[], &h), Plan::Whole);
+        // Not a main fork: by hash ("h" in the reference, not this).
+        assert_eq!(r.plan("base/5/16384_vm", 0, &data, &[], &h), Plan::Whole);
+        assert!(matches!(
+            r.plan("base/5/16384_vm", 0, &data, &[], "h"),
+            Plan::Same(_)
+        ));
+        // pg_control and files the reference lacks: whole.
+        assert_eq!(r.plan("global/pg_control", 0, &data, &[], "h"), Plan::Whole);
+        assert_eq!(r.plan("base/5/99999", 0, &data, &[], &h), Plan::Whole);
     }
 
     #[test]

@@ -179,6 +179,13 @@ pub struct ManifestHeader {
     pub data_checksums: bool,
     pub compression: Compression,
     pub tablespaces: Vec<Tablespace>,
+    /// The databases when the backup started: (OID, xmin of its pg_database row), sorted
+    /// ([`crate::pg::session::Session::databases`]). A later diff or incr takes a database's
+    /// blocks from this backup only when the database still has the same pair (a database
+    /// created again by file copy under a reused OID carries old page LSNs). Empty in
+    /// backups of older pgjet versions: they cannot be references.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub databases: Vec<(u32, u32)>,
 }
 
 /// What is known of a backup when it stops: part of the last line of the stored manifest.

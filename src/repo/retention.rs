@@ -54,12 +54,22 @@ pub fn expire_repo(policy: &Retention, st: &Stanza, dry_run: bool) -> Result<Vec
         )));
     }
     let mut lines = Vec::new();
-    if policy.full.is_none() && policy.archive.is_none() {
-        lines.push("neither retention-full nor retention-archive is set: every backup and all archived WAL are kept".into());
+    if !policy.is_set() {
+        lines.push("none of retention-full, retention-diff and retention-archive is set: every backup and all archived WAL are kept".into());
         return Ok(lines);
     }
-    let (expired, kept) = backups.split_at(keep_from(policy, &backups));
-    for b in expired {
+    let expire = expire_flags(policy, &backups);
+    let (mut expired, mut kept) = (Vec::new(), Vec::new());
+    for (b, e) in backups.into_iter().zip(expire) {
+        if e {
+            expired.push(b);
+        } else {
+            kept.push(b);
+        }
+    }
+    // Newest first: a backup goes before the older ones it depends on, so an interrupted
+    // expire never leaves a complete backup whose reference is gone.
+    for b in expired.iter().rev() {
         let label = &b.header.label;
         if !dry_run {
             st.backup(label).remove()?;
@@ -74,7 +84,7 @@ pub fn expire_repo(policy: &Retention, st: &Stanza, dry_run: bool) -> Result<Vec
         lines.push("no backup is kept: the WAL archive is left as it is".into());
         return Ok(lines);
     }
-    expire_wal(policy, st, kept, seg_size, verb, &mut lines)?;
+    expire_wal(policy, st, &kept, seg_size, verb, &mut lines)?;
     Ok(lines)
 }
 
@@ -88,26 +98,65 @@ impl Verb {
     }
 }
 
-/// How many of `backups` (oldest first) expire: the ones before the index returned.
-fn keep_from(policy: &Retention, backups: &[BackupSummary]) -> usize {
-    match (policy.full, policy.full_type) {
-        (None, _) => 0,
-        (Some(n), RetentionFullType::Count) => backups.len().saturating_sub(n as usize),
+/// Which of `backups` (oldest first, by label) expire:
+///
+/// - retention-full: every backup before the oldest kept full backup (count: the newest N
+///   fulls stay; time: the fulls that stopped in the last N days stay, and the newest one
+///   before them, so every moment of the window can still be recovered to); a full's diffs
+///   and incrs sort between it and the next full and go with it;
+/// - retention-diff: all differentials but the newest N kept ones;
+/// - then every backup that depends on an expired one (its `references`), so no kept
+///   backup ever names a removed one.
+fn expire_flags(policy: &Retention, backups: &[BackupSummary]) -> Vec<bool> {
+    let mut expire = vec![false; backups.len()];
+    let of_type = |t: &str| -> Vec<usize> {
+        (0..backups.len())
+            .filter(|&i| backups[i].header.backup_type == t)
+            .collect()
+    };
+    let fulls = of_type("full");
+    let first_kept_full = match (policy.full, policy.full_type) {
+        (None, _) => None,
+        (Some(n), RetentionFullType::Count) => {
+            fulls.len().checked_sub(n as usize).map(|k| fulls[k])
+        }
         (Some(days), RetentionFullType::Time) => {
             let cutoff = chrono::Utc::now() - chrono::Duration::days(i64::from(days));
-            let recent = backups
+            let recent = fulls
                 .iter()
-                .position(|b| {
-                    chrono::DateTime::parse_from_rfc3339(&b.end.stop.stop_time)
+                .position(|&i| {
+                    chrono::DateTime::parse_from_rfc3339(&backups[i].end.stop.stop_time)
                         .map(|t| t >= cutoff)
                         .unwrap_or(true)
                 })
-                .unwrap_or(backups.len());
-            // The newest backup older than the window stays: recovery into the window's
-            // first moments starts from it.
-            recent.saturating_sub(1)
+                .unwrap_or(fulls.len());
+            fulls.get(recent.saturating_sub(1)).copied()
+        }
+    };
+    if let Some(k) = first_kept_full {
+        expire[..k].iter_mut().for_each(|e| *e = true);
+    }
+    if let Some(n) = policy.diff {
+        let diffs: Vec<usize> = of_type("diff")
+            .into_iter()
+            .filter(|&i| !expire[i])
+            .collect();
+        for &i in &diffs[..diffs.len().saturating_sub(n as usize)] {
+            expire[i] = true;
         }
     }
+    // References are older (they sort first): one pass in order closes the set.
+    for i in 0..backups.len() {
+        if !expire[i] {
+            expire[i] = backups[i].end.references.iter().any(|r| {
+                backups[..i]
+                    .iter()
+                    .zip(&expire)
+                    .any(|(b, e)| *e && b.header.label == *r)
+            });
+        }
+    }
+    expire
 }
 
 /// Removes the archived WAL that none of the `kept` backups (oldest first, at least one)
@@ -189,4 +238,96 @@ fn expire_wal(
         ),
     });
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A summary of backup `label` that stopped `days_ago` days ago, depending on `refs`.
+    fn summary(label: &str, days_ago: i64, refs: &[&str]) -> BackupSummary {
+        let kind = match label.chars().last() {
+            Some('D') => "diff",
+            Some('I') => "incr",
+            _ => "full",
+        };
+        let stop = crate::repo::rfc3339(chrono::Utc::now() - chrono::Duration::days(days_ago));
+        serde_json::from_value(serde_json::json!({
+            "format": 3, "label": label, "type": kind, "stanza": "s", "system_identifier": "1",
+            "pg_version": "15", "pg_version_num": 150000, "catalog_version": 1,
+            "start_time": "", "stop_time": stop, "start_lsn": "0/1", "stop_lsn": "0/2",
+            "timeline": 1, "wal_segment_size": 16777216, "block_size": 8192,
+            "data_checksums": true, "compression": {"type": "zstd", "level": 1},
+            "backup_label": "", "tablespace_map": null, "tablespaces": [],
+            "wal_segments": [], "dirs": 0, "files": 0, "size": 0, "stored_size": 0,
+            "references": refs, "manifest": {"object": "m", "stored_size": 0, "xxh3": "x"}
+        }))
+        .unwrap()
+    }
+
+    fn policy(full: Option<u32>, time: bool, diff: Option<u32>) -> Retention {
+        Retention {
+            full,
+            full_type: if time {
+                RetentionFullType::Time
+            } else {
+                RetentionFullType::Count
+            },
+            diff,
+            archive: None,
+        }
+    }
+
+    /// The labels `expire_flags` expires.
+    fn expired(p: &Retention, b: &[BackupSummary]) -> Vec<String> {
+        b.iter()
+            .zip(expire_flags(p, b))
+            .filter(|(_, e)| *e)
+            .map(|(b, _)| b.header.label.clone())
+            .collect()
+    }
+
+    #[test]
+    fn chains_expire_with_their_full_and_diffs_take_their_incrs() {
+        let (f1, f2) = ("20260101-000000F", "20260108-000000F");
+        let i1 = format!("{f1}_20260102-000000I");
+        let d1 = format!("{f1}_20260103-000000D");
+        let i2 = format!("{f1}_20260104-000000I");
+        let d2 = format!("{f1}_20260105-000000D");
+        let i3 = format!("{f2}_20260109-000000I");
+        let b = vec![
+            summary(f1, 30, &[]),
+            summary(&i1, 29, &[f1]),
+            summary(&d1, 28, &[f1]),
+            summary(&i2, 27, &[f1, &d1]),
+            summary(&d2, 26, &[f1]),
+            summary(f2, 20, &[]),
+            summary(&i3, 19, &[f2]),
+        ];
+        // retention-full 1: the first full and its whole chain go.
+        assert_eq!(
+            expired(&policy(Some(1), false, None), &b),
+            vec![
+                f1.to_string(),
+                i1.clone(),
+                d1.clone(),
+                i2.clone(),
+                d2.clone()
+            ]
+        );
+        // retention-full 2 keeps everything.
+        assert!(expired(&policy(Some(2), false, None), &b).is_empty());
+        // retention-diff 1: the older diff goes, with the incr built on it; the incr on the
+        // full alone stays.
+        assert_eq!(
+            expired(&policy(None, false, Some(1)), &b),
+            vec![d1.clone(), i2.clone()]
+        );
+        // time: fulls of the last 25 days stay, and the newest one before them.
+        assert!(expired(&policy(Some(25), true, None), &b).is_empty());
+        assert_eq!(
+            expired(&policy(Some(10), true, None), &b),
+            vec![f1.to_string(), i1, d1, i2, d2]
+        );
+    }
 }
