@@ -1,5 +1,7 @@
-//! `backup --type full`: a self-contained full backup of a running cluster, on this host or
-//! (with --source) on another one over libpq.
+//! `backup --type full|diff|incr`: a backup of a running cluster, on this host or (with
+//! --source) on another one over libpq. A full is self-contained; a diff or incr stores only
+//! the blocks and files changed since its reference ([`crate::repo::incremental`]) and names
+//! the older backups that hold the rest.
 //!
 //! The copy is the shared base-backup sequence ([`crate::primary::base_backup`]); then all stored
 //! bytes are made durable and the manifest is written last: only its presence makes the
