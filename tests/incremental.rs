@@ -373,6 +373,37 @@ fn chain_scenario(pg: Pg, tag: &str, transport: &str) {
     )
     .unwrap();
 
+    // A hostile chain: the last incr's summary naming itself (a cycle), then the diff
+    // claiming another stanza. Both refused by restore and verify; the target untouched.
+    let last_dir = backup_dir(&c.repo, "main", &chain[4].label);
+    let edit = |dir: &std::path::Path, f: &dyn Fn(&mut serde_json::Value)| -> Vec<u8> {
+        let p = dir.join("summary.json");
+        let before = fs::read(&p).unwrap();
+        let mut v: serde_json::Value = serde_json::from_slice(&before).unwrap();
+        f(&mut v);
+        fs::write(&p, serde_json::to_vec(&v).unwrap()).unwrap();
+        before
+    };
+    let me = chain[4].label.clone();
+    let saved = edit(&last_dir, &|v| {
+        v["references"]
+            .as_array_mut()
+            .unwrap()
+            .push(me.clone().into());
+    });
+    pgjet(&restore_args_no_ts(&c.repo, &dir, &chain[4].label)).fails_with(&chain[4].label);
+    pgjet(&verify_args(&c.repo, &chain[4].label)).fails_with(&chain[4].label);
+    fs::write(last_dir.join("summary.json"), saved).unwrap();
+    let saved = edit(&diff_dir, &|v| v["stanza"] = "other".into());
+    pgjet(&restore_args_no_ts(&c.repo, &dir, &chain[4].label)).fails_with(&chain[3].label);
+    fs::write(diff_dir.join("summary.json"), saved).unwrap();
+    assert_eq!(
+        fs::read_dir(&dir).unwrap().count(),
+        1,
+        "a refused restore must not touch the target"
+    );
+    pgjet_ok(&verify_args(&c.repo, &chain[4].label));
+
     // A second full, then retention-full 1: the first full goes with its whole chain.
     let (f2, _) = backup(&c, "full", &["--transport", transport, "--no-expire"]);
     c.pgjet_cmd("expire", &c.repo, &["--retention-full", "1"])
