@@ -168,56 +168,6 @@ fn pg_ctl(pg: &Pg, data: &Path, a: &[&str]) {
     run_as_postgres(&pg.tool("pg_ctl"), &v, None).ok();
 }
 
-/// `pgjet replica-create --source <source> --pg-path <data> --pg-port <port> --start-fast
-/// --start --output json <extra>`; returns the run and the server pgjet started (taken in
-/// charge even when pgjet then failed), or panics naming `what`.
-fn replica_create_started(
-    pg: &Pg,
-    source: &Server,
-    data: &Path,
-    port: u16,
-    extra: &[&str],
-    what: &str,
-) -> (Run, Server) {
-    let mut a = args![
-        "replica-create",
-        "--source",
-        source.conninfo("postgres"),
-        "--pg-path",
-        data.display(),
-        "--pg-port",
-        port,
-        "--start-fast",
-        "--start",
-        "--output",
-        "json"
-    ];
-    a.extend(extra.iter().map(|s| s.to_string()));
-    let r = pgjet(&a);
-    let log = data.join("pgjet-start.log");
-    let server = Server::adopt(pg, data, &log);
-    if !r.success() {
-        let tail = fs::read_to_string(&log).unwrap_or_default();
-        let tail: Vec<&str> = tail.lines().collect();
-        panic!(
-            "{what}: replica-create failed:\n{r}\n--- {} (tail) ---\n{}",
-            log.display(),
-            tail[tail.len().saturating_sub(30)..].join("\n")
-        );
-    }
-    let server = server.unwrap_or_else(|| {
-        panic!(
-            "{what}: replica-create --start succeeded but no server runs in {}:\n{r}",
-            data.display()
-        )
-    });
-    assert_eq!(
-        server.port, port,
-        "{what}: the standby must run on --pg-port"
-    );
-    (r, server)
-}
-
 // ------------------------------------------------------------------------------------------
 // Failover, then the former primary re-synced from the new one.
 

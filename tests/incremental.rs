@@ -7,6 +7,8 @@
 //!   dropped, a tablespace added.
 //! - PostgreSQL 15 over libpq (pg_read_binary_file): the same chain.
 //! - PostgreSQL 18, local files: the same chain.
+//! - PostgreSQL 15, a standby with its primary stopped: a full and an incr of the standby,
+//!   each restored (the full ends on a segment boundary: the last record a switch).
 mod common;
 
 use common::*;
@@ -433,4 +435,104 @@ fn chain_pg15_libpq() {
 #[test]
 fn chain_pg18_local() {
     chain_scenario(Pg::v18(), "incr18-local", "local");
+}
+
+/// Backups of a standby with its primary stopped (never contacted): a full, then, after
+/// changes made on the primary and replayed, an incr; each restored holds the standby's rows.
+#[test]
+fn standby_backups_without_the_primary() {
+    let t0 = Instant::now();
+    let pg = Pg::v15();
+    let mut c = Cluster::new(&pg, "incr15-standby");
+    pgbench_init(&c.server, 2);
+    c.psql(
+        "postgres",
+        "CREATE TABLE t AS SELECT i, md5(i::text) v FROM generate_series(1, 20000) i",
+    );
+    let b_data = c.new_dir("standby");
+    let (_, b) = replica_create_started(&pg, &c.server, &b_data, free_port(), &[], "standby");
+    let repo = c.repo.clone();
+    let on_b = |cmd: &str, extra: &[&str]| -> Run {
+        let mut a = args![
+            cmd,
+            "--stanza",
+            "main",
+            "--repo-path",
+            repo.display(),
+            "--pg-path",
+            b_data.display(),
+            "--pg-port",
+            b.port,
+            "--pg-socket-path",
+            b.sock.display()
+        ];
+        a.extend(extra.iter().map(|s| s.to_string()));
+        pgjet(&a)
+    };
+    let (a_data, a_port, a_sock) = (c.data().to_path_buf(), c.port(), c.sock().to_path_buf());
+    let a_log = c.root.join("a-again.log");
+    // Waits until B has replayed everything A wrote, then stops A.
+    let caught_up_then_stop_a = |c: &mut Cluster| {
+        let lsn = c.psql("postgres", "SELECT pg_current_wal_lsn()");
+        let ok = wait_for(std::time::Duration::from_secs(60), || {
+            (b.psql(
+                "postgres",
+                &format!("SELECT pg_last_wal_replay_lsn() >= '{lsn}'"),
+            ) == "t")
+                .then_some(())
+        });
+        assert!(ok.is_some(), "the standby did not catch up");
+        c.server.stop();
+    };
+
+    caught_up_then_stop_a(&mut c);
+    on_b("stanza-create", &[]).ok();
+    let full = on_b(
+        "backup",
+        &["--type", "full", "--start-fast", "--output", "json"],
+    )
+    .ok();
+    let fp_full = fingerprint(&b);
+    step!("full of the standby in {:.1}s", full.elapsed.as_secs_f64());
+
+    // Changes on A, replayed on B; A stopped again before the incr.
+    // The stopped server's handle would stop the new one when dropped (by the data
+    // directory's PID): it is forgotten instead.
+    let again = Server::start(&pg, &a_data, a_port, &a_sock, &a_log);
+    std::mem::forget(std::mem::replace(&mut c.server, again));
+    c.psql(
+        "postgres",
+        "UPDATE t SET v = 'changed' WHERE i % 50 = 0;\n\
+         CREATE TABLE t2 AS SELECT i FROM generate_series(1, 5000) i;",
+    );
+    let r = run_as_postgres(
+        &pgbench_args(&c.server, &args!["-n", "-c", 2, "-t", 200]).0,
+        &pgbench_args(&c.server, &args!["-n", "-c", 2, "-t", 200]).1,
+        None,
+    );
+    assert!(r.success(), "pgbench failed:\n{r}");
+    caught_up_then_stop_a(&mut c);
+    let incr = on_b(
+        "backup",
+        &["--type", "incr", "--start-fast", "--output", "json"],
+    )
+    .ok();
+    let v: serde_json::Value = serde_json::from_str(incr.stdout.trim()).unwrap();
+    let label = v["label"].as_str().unwrap().to_string();
+    assert!(label.ends_with('I'), "an incr of the standby: {label}");
+    let fp_incr = fingerprint(&b);
+    assert_ne!(
+        fp_full, fp_incr,
+        "the changes must have reached the standby"
+    );
+
+    let full_label = label.split('_').next().unwrap().to_string();
+    for (set, fp) in [(full_label, &fp_full), (label, &fp_incr)] {
+        let dir = c.new_dir(&format!("restore-{set}"));
+        pgjet_ok(&restore_args_no_ts(&c.repo, &dir, &set));
+        let server = start_restored(&c, &format!("standby backup {set}"), &dir);
+        assert_same_fingerprint(&set, fp, &fingerprint(&server));
+        assert_pgbench_invariant(&set, &server);
+    }
+    step!("standby backups done in {}", secs(t0));
 }

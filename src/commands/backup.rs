@@ -56,8 +56,12 @@ pub fn run(s: &Settings, args: &BackupOptions, progress: &dyn Progress) -> Resul
     // When the cluster archives WAL, the backup's WAL must reach the archive too (a
     // point-in-time recovery starts from it); the backup still holds its own WAL.
     let archiving = sess.archiving()?;
-    let archive_check = s.archive.check && archiving.active();
-    if archiving.active() && !s.archive.check {
+    // A standby archives only with archive_mode=always, and its last segment only once the
+    // primary moves on: its backup does not wait for the archive (it holds its own WAL).
+    let archive_check = s.archive.check && archiving.active() && !info.in_recovery;
+    if archiving.active() && info.in_recovery {
+        tracing::info!("backup of a standby: not waiting for the backup's WAL in the archive (the backup holds its own WAL)");
+    } else if archiving.active() && !s.archive.check {
         tracing::info!("archive-check=n: not waiting for the backup's WAL in the archive");
     }
     let lock = stanza.lock("backup")?;

@@ -30,7 +30,7 @@ pub fn run(s: &Settings, args: &RestoreOptions, progress: &dyn Progress) -> Resu
     let map = parse_tablespace_map(&args.tablespace_map)?;
     let target = recovery::parse_target(args)?;
     // Every setting is checked before a byte is written.
-    let recovery = recovery::plan(args, &target, &recovery::restore_command(s, stanza))?;
+    let mut recovery = recovery::plan(args, &target, &recovery::restore_command(s, stanza))?;
     if recovery.signal.is_some()
         && !args
             .recovery_option
@@ -84,6 +84,15 @@ pub fn run(s: &Settings, args: &RestoreOptions, progress: &dyn Progress) -> Resu
         }
     }
     recovery::check_gaps(args.restore_type, &target, &scan.summary, &gaps)?;
+    if matches!(target, recovery::Target::Immediate)
+        && recovery::standby_backup_ends_at_segment(&scan.summary)
+    {
+        recovery.replay_own_wal_only();
+        tracing::info!(
+            "backup {label} of a standby ends at a WAL segment boundary ({}): recovery replays the backup's own WAL to its end instead of recovery_target = 'immediate' (PostgreSQL would stop there short of the target)",
+            scan.summary.end.stop.stop_lsn
+        );
+    }
     let h = &scan.summary.header;
     let tablespaces: Vec<(u32, String, String)> = h
         .tablespaces

@@ -398,13 +398,15 @@ impl Session {
     }
 
     /// Waits (up to 60 s) until the server has flushed WAL up to `lsn`, so no byte past what
-    /// it made durable is copied. Errors: still not flushed after 60 s.
+    /// it made durable is copied; on a standby, until it has replayed up to `lsn` (a
+    /// standby replays only WAL it has flushed). Errors: still not there after 60 s.
     pub fn wait_wal_flushed(&self, lsn: Lsn) -> Result<()> {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
         loop {
             let r = self.query_row(
                 "read the WAL flush LSN",
-                "SELECT pg_current_wal_flush_lsn()",
+                "SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() \
+                 ELSE pg_current_wal_flush_lsn() END",
             )?;
             let flushed = parse_lsn(r.first().cloned().flatten())?;
             if flushed >= lsn {

@@ -42,7 +42,8 @@ pub struct Finish<'a> {
     /// `tablespace_map` text with the chosen locations; None without tablespaces.
     pub tablespace_map: Option<String>,
     /// When set, recovery settings inherited from the source are commented out (with this
-    /// note, e.g. "pgjet restore of backup 20261124-010203F") before `auto_conf` is added.
+    /// note, e.g. "pgjet restore of backup 20261124-010203F") before `auto_conf` is added,
+    /// and an inherited standby.signal or recovery.signal is removed.
     pub replace_recovery_settings: Option<String>,
     /// Lines appended to postgresql.auto.conf (each group starts with its own comment).
     pub auto_conf: Vec<String>,
@@ -70,6 +71,16 @@ pub fn finish(
         write_file(&pg_path.join("tablespace_map"), text.as_bytes(), mode)?;
     }
     if let Some(note) = &f.replace_recovery_settings {
+        // A copy of a standby carries its standby.signal (PostgreSQL's base backup does not
+        // leave it out): the chosen signal alone stays.
+        for inherited in ["standby.signal", "recovery.signal"] {
+            let p = pg_path.join(inherited);
+            match std::fs::remove_file(&p) {
+                Ok(()) => tracing::info!("{inherited} inherited from the source removed"),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(crate::error::Error::io("remove", &p, e)),
+            }
+        }
         let n = comment_out_recovery_settings(pg_path, note, mode)?;
         if n > 0 {
             tracing::info!(

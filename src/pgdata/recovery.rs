@@ -351,6 +351,33 @@ pub struct RecoveryPlan {
     pub signal: Option<&'static str>,
 }
 
+/// True for a backup taken on a standby (backup_label's `BACKUP FROM: standby`) whose stop
+/// LSN is the first byte of a WAL segment. Its end is the copied pg_control's minimum
+/// recovery point, which recovery sees as reached only when it tries to read past the
+/// backup's last segment; with `recovery_target = 'immediate'` PostgreSQL then ends with
+/// "recovery ended before configured recovery target was reached" (PostgreSQL
+/// src/backend/access/transam/xlogrecovery.c).
+pub fn standby_backup_ends_at_segment(b: &crate::repo::BackupSummary) -> bool {
+    let stop = &b.end.stop;
+    stop.backup_label
+        .lines()
+        .any(|l| l.trim() == "BACKUP FROM: standby")
+        && b.header.wal_segment_size > 0
+        && stop.stop_lsn.0.is_multiple_of(b.header.wal_segment_size)
+}
+
+impl RecoveryPlan {
+    /// Recovery to the end of the backup's own WAL and no further: no target, and a
+    /// restore_command that finds nothing (`false`), so recovery ends, consistent, where
+    /// the backup's WAL ends and the cluster is promoted. For an `immediate` restore of a
+    /// backup [`standby_backup_ends_at_segment`] (its WAL ends exactly at its stop LSN).
+    pub fn replay_own_wal_only(&mut self) {
+        self.lines
+            .retain(|l| !(l.starts_with("recovery_target") || l.starts_with("restore_command")));
+        self.lines.insert(0, "restore_command = 'false'".into());
+    }
+}
+
 /// Builds the recovery settings of `args` for backup `label`: `restore_command` for every
 /// type that reads the archive, the target, its inclusiveness and action, the timeline, then
 /// `--recovery-option` entries (which replace a generated key of the same name).

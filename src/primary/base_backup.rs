@@ -89,8 +89,8 @@ pub fn require_all(files: &[SourceFile], vanished: &[bool]) -> Result<()> {
     }
 }
 
-/// Runs the sequence on the primary behind `sess` (whose facts are `info`), reading files
-/// from `source` into `target`. `tablespaces`: (oid, name, location) from pg_tablespace.
+/// Runs the sequence on the primary or standby behind `sess` (whose facts are `info`),
+/// reading files from `source` into `target`. `tablespaces`: (oid, name, location) from pg_tablespace.
 ///
 /// Errors: any step's; the session's temporary slot and the backup in progress end with the
 /// session.
@@ -103,12 +103,10 @@ pub fn run_base_backup<T: BackupTarget>(
     opts: &BaseBackupOptions,
     progress: &dyn Progress,
 ) -> Result<BaseBackup> {
-    if info.in_recovery {
-        return Err(Error::Unsafe(
-            "the cluster is a standby: base backups from a standby are not supported yet; use the primary"
-                .into(),
-        ));
-    }
+    // A standby works as PostgreSQL's own base backup of a standby: the same session calls,
+    // backup_label says "BACKUP FROM: standby", and recovery ends the backup at the minimum
+    // recovery point of the pg_control copied last (src/backend/access/transam/xlog.c,
+    // do_pg_backup_stop and the backup end in xlogrecovery.c).
     let slot = format!("pgjet_{}", std::process::id());
     sess.create_physical_slot(&slot, true)?;
     let start_lsn = sess.backup_start(opts.label, opts.start_fast)?;

@@ -1784,3 +1784,53 @@ pub fn version_scenario(pg: Pg) {
 pub mod faultproxy;
 pub mod netlab;
 pub mod stores;
+
+/// `pgjet replica-create --source <source> --pg-path <data> --pg-port <port> --start-fast
+/// --start --output json <extra>`; returns the run and the server pgjet started (taken in
+/// charge even when pgjet then failed), or panics naming `what`.
+pub fn replica_create_started(
+    pg: &Pg,
+    source: &Server,
+    data: &Path,
+    port: u16,
+    extra: &[&str],
+    what: &str,
+) -> (Run, Server) {
+    let mut a = args![
+        "replica-create",
+        "--source",
+        source.conninfo("postgres"),
+        "--pg-path",
+        data.display(),
+        "--pg-port",
+        port,
+        "--start-fast",
+        "--start",
+        "--output",
+        "json"
+    ];
+    a.extend(extra.iter().map(|s| s.to_string()));
+    let r = pgjet(&a);
+    let log = data.join("pgjet-start.log");
+    let server = Server::adopt(pg, data, &log);
+    if !r.success() {
+        let tail = fs::read_to_string(&log).unwrap_or_default();
+        let tail: Vec<&str> = tail.lines().collect();
+        panic!(
+            "{what}: replica-create failed:\n{r}\n--- {} (tail) ---\n{}",
+            log.display(),
+            tail[tail.len().saturating_sub(30)..].join("\n")
+        );
+    }
+    let server = server.unwrap_or_else(|| {
+        panic!(
+            "{what}: replica-create --start succeeded but no server runs in {}:\n{r}",
+            data.display()
+        )
+    });
+    assert_eq!(
+        server.port, port,
+        "{what}: the standby must run on --pg-port"
+    );
+    (r, server)
+}
