@@ -657,6 +657,31 @@ fn pg15_posix_sync_archiving_pitr_timelines_and_faults() {
         "1,10",
         "restore point on timeline 2",
     );
+    // A target on timeline 1 past the branch: following timeline 2 (latest, the default)
+    // would never reach it. Refused before the copy, naming the timeline that reaches it.
+    let dir = cluster.new_dir("pitr-unreachable");
+    let mut a = args![
+        "restore",
+        "--stanza",
+        "main",
+        "--pg-path",
+        dir.display(),
+        "--type",
+        "lsn",
+        "--target",
+        &targets.lsn
+    ];
+    a.extend(repo.args.iter().cloned());
+    let r = pgjet(&a).fails_with("branched off");
+    assert!(
+        r.stderr.contains("--target-timeline 1 (current)"),
+        "the refusal should name the timeline that reaches the target:\n{r}"
+    );
+    assert_eq!(
+        fs::read_dir(&dir).unwrap().count(),
+        0,
+        "a refused restore must not touch the target"
+    );
     let runs = archive_runs(&cluster, &repo);
     assert!(
         runs.iter().any(|r| r.0 == 2),

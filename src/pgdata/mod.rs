@@ -12,6 +12,7 @@
 pub mod copy;
 pub mod delta;
 pub mod finish;
+pub mod pitr;
 pub mod recovery;
 pub mod restore;
 pub mod standby;
