@@ -89,15 +89,16 @@ disk_of() {
 sectors_read() { awk -v d="$DISK" '$3 == d {print $6}' /proc/diskstats; }
 
 # server_read_bytes -> read_bytes (/proc/PID/io: bytes the process had read from storage,
-# page-cache hits not counted) summed over the source cluster's postmaster and its children;
-# the postmaster's figure includes the children it has reaped (a walsender that sent a base
-# backup, a backend that ran pg_backup_start), the archiver's its archive_command runs. 0 when
-# the cluster is stopped.
+# page-cache hits not counted) summed over the source cluster's postmaster and its children
+# but the archiver; the postmaster's figure includes the children it has reaped (a walsender
+# that sent a base backup, a backend that ran pg_backup_start). The archiver is left out: its
+# archive_command runs every tool's archive-push whichever tool's backup switched the segment.
+# 0 when the cluster is stopped.
 server_read_bytes() {
     local pm p v s=0
     pm=$(pg_cluster_pid "$PG" 2>/dev/null) || true
     if [ -z "$pm" ] || [ ! -d "/proc/$pm" ]; then echo 0; return 0; fi
-    for p in $pm $(ps -o pid= --ppid "$pm" 2>/dev/null); do
+    for p in $pm $(ps -o pid=,args= --ppid "$pm" 2>/dev/null | awk '$2 != "postgres:" || $3 != "archiver" {print $1}'); do
         v=$(awk '$1 == "read_bytes:" {print $2}' "/proc/$p/io" 2>/dev/null) || v=0
         s=$((s + ${v:-0}))
     done
@@ -198,7 +199,11 @@ build_pgbr_new() {
             # the releases/latest page redirects to .../releases/tag/release/X.Y.Z
             loc=$(curl -fsSI --max-time 20 https://github.com/pgbackrest/pgbackrest/releases/latest 2>>"$log" |
                 awk 'tolower($1) == "location:" {print $2}' | tr -d '\r') || true
-            if [ -z "$loc" ]; then
+            if [ -z "$loc" ] && [ -x "$PGBRN_DIR/bin/pgbackrest" ]; then
+                PGBRN_BUILD_NOTE="github.com not reachable: the build of an earlier run ($(cat "$PGBRN_DIR/SOURCE" 2>/dev/null)) reused"
+                say "pgBackRest from source: $PGBRN_BUILD_NOTE"
+                return 0
+            elif [ -z "$loc" ]; then
                 note "pgBackRest from source: not built: github.com is not reachable from this machine ($(tail -n 1 "$log"))"
                 return 1
             fi
@@ -257,7 +262,7 @@ build_pgbr_new() {
     chmod 755 "$PGBRN_DIR"
     rm -rf "$src"
     PGBRN_BUILD_NOTE="built from source ($tag) in $((SECONDS - t0)) s (dependencies, meson, ninja; log $log)"
-    say "pgBackRest from source: $PGBRN_BUILD_NOTE"
+    say "pgBackRest $PGBRN_BUILD_NOTE"
 }
 
 # prepare_pgbr_new: sets PGBRN_BIN when a pgBackRest for the block-incremental row is at hand
@@ -653,7 +658,7 @@ write_incr_report() {
         echo "repository delta (\`archive-copy=n\`: its WAL is in the archive); pg_basebackup the directory. Backup dir:"
         echo "\`du -b\` of the backup's directory (pgBackRest bundles and pgjet objects). MiB read, command + server:"
         echo "\`read_bytes\` of /proc/PID/io (bytes fetched from storage, page-cache hits not counted) of the command's"
-        echo "processes and of the source cluster's (pg_basebackup's files are read by its walsender). Whole disk: sectors"
+        echo "processes and of the source cluster's but its archiver (pg_basebackup's files are read by its walsender). Whole disk: sectors"
         echo "read on \`/dev/${DISK:-?}\` (/proc/diskstats) during the command, every process's reads included (after a"
         echo "cache drop the machine's other processes read again too)."
         echo "Peak RSS: the largest single process (GNU time)."

@@ -125,11 +125,20 @@ fn take(
     under_load: bool,
     ts2: Option<String>,
 ) {
-    let (label, _) = backup(c, kind, &["--transport", transport]);
+    let (label, r) = backup(c, kind, &["--transport", transport]);
     step!(
         "{label}: stored by directory: {:?}",
         stored_by_dir(c, &label)
     );
+    if transport == "libpq" && kind != "full" {
+        // Over libpq the server finds the changed blocks: only they cross the wire.
+        let line = r
+            .stderr
+            .lines()
+            .find(|l| l.contains("changed since the reference"))
+            .unwrap_or_else(|| panic!("{label}: no changed-block lookup on the server:\n{r}"));
+        step!("{label}: {line}");
+    }
     let fp = fingerprint(&c.server);
     let fp = if under_load { quiet_tables(&fp) } else { fp };
     chain.push(Member {

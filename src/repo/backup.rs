@@ -69,8 +69,39 @@ impl BackupTarget for RepoTarget<'_> {
     ) -> Result<CopyOutcome> {
         tracing::debug!("memory with the listing: {}", crate::io::mem::memory_note());
         let (bundle_bytes, bundle_files) = crate::transfer::bundle_limits();
-        let units =
-            crate::transfer::plan_units_bundled(files, CHUNK_SIZE, bundle_bytes, bundle_files)?;
+        // A diff or incr whose source finds changed blocks where the bytes are reads only
+        // those; the rest of such a file comes from the reference as it is (seeds).
+        let plan = match self.sink.reference {
+            Some(r) => r.read_plan(files, source)?,
+            None => None,
+        };
+        let (units, seeds) = match plan {
+            Some(p) => {
+                let total: u64 = files.iter().map(|f| f.size).sum();
+                tracing::info!(
+                    "{}: {} of {} blocks of relation files changed since the reference; {} of {} bytes to read",
+                    source.describe(),
+                    p.blocks.1,
+                    p.blocks.0,
+                    total - p.skipped,
+                    total
+                );
+                progress.advance(p.skipped);
+                let ranges = &p.ranges;
+                let units = crate::transfer::plan_ranges_bundled(
+                    files,
+                    &|i| ranges[i].clone(),
+                    CHUNK_SIZE,
+                    bundle_bytes,
+                    bundle_files,
+                )?;
+                (units, p.seeds)
+            }
+            None => (
+                crate::transfer::plan_units_bundled(files, CHUNK_SIZE, bundle_bytes, bundle_files)?,
+                Vec::new(),
+            ),
+        };
         tracing::debug!(
             "{} units planned; memory: {}",
             units.len(),
@@ -81,7 +112,7 @@ impl BackupTarget for RepoTarget<'_> {
         let mut emit = |i: usize, pieces: Vec<Vec<Piece>>, errs: Vec<u32>| {
             manifest.file(&super::manifest::file_entry(&files[i], pieces, errs))
         };
-        let mut asm = FileAssembler::new(files, &units, &mut emit)?;
+        let mut asm = FileAssembler::with_seeds(files, &units, seeds, &mut emit)?;
         copy_units_into(source, files, &units, opts, sink, &mut asm, progress)?;
         tracing::debug!("units copied; memory: {}", crate::io::mem::memory_note());
         let mut out = CopyOutcome {

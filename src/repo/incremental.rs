@@ -166,11 +166,122 @@ impl Reference {
     }
 }
 
+/// What a differential or incremental copy reads ([`Reference::read_plan`]).
+pub struct ReadPlan {
+    /// Per file of the listing: the (offset, length) ranges to read, None for all of it.
+    pub ranges: Vec<Option<Vec<(u64, u64)>>>,
+    /// The pieces of the ranges not read: (file index, the reference's pieces of one gap).
+    pub seeds: Vec<(usize, Vec<Piece>)>,
+    /// Bytes not read.
+    pub skipped: u64,
+    /// Blocks looked at on the source, and blocks found changed there.
+    pub blocks: (u64, u64),
+}
+
+/// Files with fewer blocks than this (within the reference's copy) are read whole.
+const LOOKUP_MIN_BLOCKS: u64 = 1;
+
+impl Reference {
+    /// Asks `source` which blocks of the main-fork segments the reference holds changed
+    /// ([`crate::transfer::Source::changed_blocks`], the same rule as [`changed_blocks`]),
+    /// and plans to read only those, the blocks past the reference's copy of each file, and
+    /// every other file whole. None when the source cannot tell (it reads every byte and
+    /// the sink compares them) or no file qualifies.
+    ///
+    /// Errors: the source's; a reference whose pieces do not cover a gap.
+    pub fn read_plan(
+        &self,
+        files: &[crate::transfer::SourceFile],
+        source: &dyn crate::transfer::Source,
+    ) -> Result<Option<ReadPlan>> {
+        let bl = BLCKSZ as u64;
+        let mut asked: Vec<(usize, u64)> = Vec::new();
+        for (i, f) in files.iter().enumerate() {
+            let Some((ref_size, _)) = self.files.get(&*f.path) else {
+                continue;
+            };
+            let same_db = crate::pg::exclude::database_of(&f.path)
+                .is_none_or(|d| self.same_databases.contains(&d));
+            let blocks = f.size.min(*ref_size) / bl;
+            if same_db
+                && crate::pg::exclude::is_main_fork_file(&f.path)
+                && f.size % bl == 0
+                && ref_size % bl == 0
+                && blocks >= LOOKUP_MIN_BLOCKS
+            {
+                asked.push((i, blocks));
+            }
+        }
+        if asked.is_empty() {
+            return Ok(None);
+        }
+        let query: Vec<(String, u64)> = asked
+            .iter()
+            .map(|&(i, n)| (files[i].path.to_string(), n))
+            .collect();
+        let Some(changed) = source.changed_blocks(&query, self.start_lsn)? else {
+            return Ok(None);
+        };
+        let mut plan = ReadPlan {
+            ranges: vec![None; files.len()],
+            seeds: Vec::new(),
+            skipped: 0,
+            blocks: (0, 0),
+        };
+        for (&(i, n), mut c) in asked.iter().zip(changed) {
+            c.sort_unstable();
+            c.dedup();
+            c.retain(|b| u64::from(*b) < n);
+            plan.blocks.0 += n;
+            plan.blocks.1 += c.len() as u64;
+            let f = &files[i];
+            // Runs of changed blocks, then everything past the reference's copy.
+            let mut ranges: Vec<(u64, u64)> = Vec::new();
+            for b in c {
+                let at = u64::from(b) * bl;
+                match ranges.last_mut() {
+                    Some(r) if r.0 + r.1 == at => r.1 += bl,
+                    _ => ranges.push((at, bl)),
+                }
+            }
+            let tail = n * bl;
+            if f.size > tail {
+                match ranges.last_mut() {
+                    Some(r) if r.0 + r.1 == tail => r.1 += f.size - tail,
+                    _ => ranges.push((tail, f.size - tail)),
+                }
+            }
+            // The gaps come from the reference.
+            let pieces = self.pieces(&f.path);
+            let mut at = 0u64;
+            for &(o, l) in ranges.iter().chain(std::iter::once(&(f.size, 0))) {
+                if o > at {
+                    let refs = reference_pieces(pieces, at, o);
+                    let covered: u64 = refs.iter().map(|p| p.logical_size).sum();
+                    if covered != o - at {
+                        return Err(Error::Other(format!(
+                            "incremental: the reference covers {covered} of the {} bytes at {at} of {}",
+                            o - at,
+                            f.path
+                        )));
+                    }
+                    plan.skipped += o - at;
+                    plan.seeds.push((i, refs));
+                }
+                at = o + l;
+            }
+            plan.ranges[i] = Some(ranges);
+        }
+        Ok(Some(plan))
+    }
+}
+
 /// Per 8 KiB block of `data` (the range at `offset` of a main-fork segment): whether it
 /// changed since a reference that started at `start_lsn` and held `ref_size` bytes of the
 /// file. A block changed when it is shorter than 8 KiB, lies past the reference's copy,
 /// is all zeros (a block extended since, or truncated and extended again: never taken from
-/// the reference), or carries a page LSN at or after `start_lsn`.
+/// the reference), or carries a page LSN of zero (never WAL-logged) or at or after
+/// `start_lsn`.
 pub fn changed_blocks(
     data: &[u8],
     offset: u64,
@@ -190,6 +301,7 @@ pub fn changed_blocks(
                 || at + BLCKSZ as u64 > ref_size
                 || zero.contains(&(i as u32))
                 || page_is_zero(block)
+                || page_lsn(block) == 0
                 || page_lsn(block) >= start_lsn.0
         })
         .collect()

@@ -177,8 +177,9 @@ struct ObjectWork {
     pieces: Vec<(Arc<FileJob>, usize)>,
     /// Stored bytes of every frame seen in the object, wanted or not (each frame once).
     size: u64,
-    /// Offsets of the frames counted in `size`.
-    frames: std::collections::HashSet<u64>,
+    /// (offset, stored size) of the frames counted in `size`: an empty frame (a range of
+    /// zero pages only, stored uncompressed) shares its offset with the next frame.
+    frames: std::collections::HashSet<(u64, u64)>,
 }
 
 impl ObjectWork {
@@ -651,7 +652,7 @@ impl ReadBack<'_> {
                         open.len() - 1
                     }
                 };
-                if open[at].frames.insert(p.offset) {
+                if open[at].frames.insert((p.offset, p.stored_size)) {
                     open[at].size += p.stored_size;
                 }
                 if wanted[pi] {

@@ -124,26 +124,45 @@ pub fn plan_units_bundled(
     bundle_bytes: u64,
     bundle_files: usize,
 ) -> Result<Vec<Unit>> {
+    plan_ranges_bundled(files, &|_| None, chunk, bundle_bytes, bundle_files)
+}
+
+/// [`plan_units_bundled`] reading only some ranges of some files: `ranges(i)` gives the
+/// (offset, length) ranges of file `i` to read, in order and apart (None: the whole file).
+/// A range is cut and bundled as a file of its length would be.
+pub fn plan_ranges_bundled(
+    files: &[SourceFile],
+    ranges: &dyn Fn(usize) -> Option<Vec<(u64, u64)>>,
+    chunk: u64,
+    bundle_bytes: u64,
+    bundle_files: usize,
+) -> Result<Vec<Unit>> {
     let chunk = chunk.clamp(1, MAX_PIECE);
     let bundle_bytes = bundle_bytes.clamp(1, chunk);
     let bundle_files = bundle_files.max(1);
-    let mut order: Vec<usize> = (0..files.len()).filter(|&i| files[i].size > 0).collect();
-    order.sort_by(|&a, &b| {
-        files[b]
-            .size
-            .cmp(&files[a].size)
-            .then(files[a].path.cmp(&files[b].path))
+    // (file, offset, length) of every range to read.
+    let mut items: Vec<(usize, u64, u64)> = Vec::with_capacity(files.len());
+    for (i, f) in files.iter().enumerate() {
+        match ranges(i) {
+            None => items.push((i, 0, f.size)),
+            Some(r) => items.extend(r.into_iter().map(|(o, l)| (i, o, l))),
+        }
+    }
+    items.retain(|it| it.2 > 0);
+    items.sort_by(|a, b| {
+        b.2.cmp(&a.2)
+            .then(files[a.0].path.cmp(&files[b.0].path))
+            .then(a.1.cmp(&b.1))
     });
     let mut units = Vec::new();
     let mut bundle = Unit::default();
-    for i in order {
-        let size = files[i].size;
+    for (i, start, size) in items {
         if size >= chunk {
             let mut off = 0;
             while off < size {
                 let len = chunk.min(size - off);
                 units.push(Unit {
-                    pieces: vec![PieceSpec::new(i, off, len)?],
+                    pieces: vec![PieceSpec::new(i, start + off, len)?],
                     bytes: len,
                 });
                 off += len;
@@ -153,7 +172,7 @@ pub fn plan_units_bundled(
             if full && !bundle.pieces.is_empty() {
                 units.push(std::mem::take(&mut bundle));
             }
-            bundle.pieces.push(PieceSpec::new(i, 0, size)?);
+            bundle.pieces.push(PieceSpec::new(i, start, size)?);
             bundle.bytes += size;
         }
     }
@@ -315,20 +334,39 @@ impl<'a, P: PieceOffset> FileAssembler<'a, P> {
         units: &[Unit],
         emit: &'a mut (dyn FnMut(usize, Vec<P>, Vec<u32>) -> Result<()> + Send),
     ) -> Result<FileAssembler<'a, P>> {
+        Self::with_seeds(files, units, Vec::new(), emit)
+    }
+
+    /// [`FileAssembler::new`] with pieces known before the copy (`seeds`: file index and
+    /// piece; a differential backup's ranges that are not read): each file is emitted with
+    /// its seeds and its copied pieces, in logical order.
+    pub fn with_seeds(
+        files: &[SourceFile],
+        units: &[Unit],
+        seeds: Vec<(usize, P)>,
+        emit: &'a mut (dyn FnMut(usize, Vec<P>, Vec<u32>) -> Result<()> + Send),
+    ) -> Result<FileAssembler<'a, P>> {
         let mut remaining = vec![0u32; files.len()];
         for u in units {
             for p in &u.pieces {
                 remaining[p.index()] += 1;
             }
         }
+        let mut open: std::collections::HashMap<usize, (Vec<P>, Vec<u32>, bool)> =
+            Default::default();
+        for (i, p) in seeds {
+            open.entry(i).or_default().0.push(p);
+        }
         for (i, n) in remaining.iter().enumerate() {
             if *n == 0 {
-                emit(i, Vec::new(), Vec::new())?;
+                let mut pieces = open.remove(&i).map(|o| o.0).unwrap_or_default();
+                pieces.sort_by_key(|p| p.logical_offset());
+                emit(i, pieces, Vec::new())?;
             }
         }
         Ok(FileAssembler {
             remaining,
-            open: Default::default(),
+            open,
             emit,
             vanished: Vec::new(),
             page_error_count: 0,
@@ -747,6 +785,22 @@ mod tests {
         assert_eq!(
             unit_shape(&units)[3..],
             [vec![(3, 0, 6)], vec![(0, 0, 3), (1, 0, 3)], vec![(2, 0, 3)]]
+        );
+    }
+
+    #[test]
+    fn ranges_are_cut_and_bundled_like_files() {
+        let files = vec![f("a", 30), f("b", 5)];
+        // Of a: 2 bytes at 4 and 12 bytes at 16; b whole.
+        let ranges = |i: usize| (i == 0).then(|| vec![(4, 2), (16, 12)]);
+        let units = plan_ranges_bundled(&files, &ranges, 8, 8, 4).unwrap();
+        assert_eq!(
+            unit_shape(&units),
+            vec![
+                vec![(0, 16, 8)],
+                vec![(0, 24, 4)],
+                vec![(1, 0, 5), (0, 4, 2)]
+            ]
         );
     }
 

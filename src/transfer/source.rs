@@ -33,6 +33,16 @@ pub trait Source: Sync {
     /// Size in bytes and modification time (Unix seconds) of each of `paths`; None for a
     /// file that does not exist.
     fn stat(&self, paths: &[String]) -> Result<Vec<Option<(u64, i64)>>>;
+    /// For a differential or incremental backup: of each (path, blocks) in `files`, the
+    /// numbers of the first `blocks` 8 KiB blocks whose page LSN (`pd_lsn`, the page's first
+    /// 8 bytes, little-endian) is at or after `lsn` or zero, or that cannot be read, found
+    /// where the bytes are so only block numbers cross the wire. None: the source does not
+    /// do this, and the copy reads every byte and compares it here.
+    ///
+    /// Errors: the source's.
+    fn changed_blocks(&self, _files: &[(String, u64)], _lsn: Lsn) -> Result<Option<Vec<Vec<u32>>>> {
+        Ok(None)
+    }
 }
 
 /// Reads byte ranges for one engine thread.
