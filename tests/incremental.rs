@@ -6,7 +6,8 @@
 //!   relations updated, truncated, dropped, created and extended, a database created and
 //!   dropped, a tablespace added.
 //! - PostgreSQL 15 over libpq (pg_read_binary_file): the same chain.
-//! - PostgreSQL 18, local files: the same chain.
+//! - PostgreSQL 18, local files, `summarize_wal = on`: the same chain, the changed blocks
+//!   found in the WAL summaries.
 //! - PostgreSQL 15, a standby with its primary stopped: a full and an incr of the standby,
 //!   each restored (the full ends on a segment boundary: the last record a switch).
 mod common;
@@ -121,6 +122,7 @@ fn take(
     c: &Cluster,
     chain: &mut Vec<Member>,
     transport: &str,
+    summarize: bool,
     kind: &'static str,
     under_load: bool,
     ts2: Option<String>,
@@ -130,7 +132,15 @@ fn take(
         "{label}: stored by directory: {:?}",
         stored_by_dir(c, &label)
     );
-    if transport == "libpq" && kind != "full" {
+    if summarize && kind != "full" {
+        // With WAL summaries only the blocks they list are read.
+        let line = r
+            .stderr
+            .lines()
+            .find(|l| l.contains("WAL summaries from"))
+            .unwrap_or_else(|| panic!("{label}: WAL summaries not used:\n{r}"));
+        step!("{label}: {line}");
+    } else if transport == "libpq" && kind != "full" {
         // Over libpq the server finds the changed blocks: only they cross the wire.
         let line = r
             .stderr
@@ -152,10 +162,14 @@ fn take(
 
 /// A chain full, incr, incr (under pgbench), diff, incr with `transport`, each member
 /// restored and checked; then the chain's middle removed and its tail refused.
-fn chain_scenario(pg: Pg, tag: &str, transport: &str) {
+fn chain_scenario(pg: Pg, tag: &str, transport: &str, summarize_wal: bool) {
     let t0 = Instant::now();
     let c = Cluster::new(&pg, tag);
     let s = &c.server;
+    if summarize_wal {
+        c.psql("postgres", "ALTER SYSTEM SET summarize_wal = on");
+        c.psql("postgres", "SELECT pg_reload_conf()");
+    }
     pgbench_init(s, 5);
     load_random(s, "postgres", "rand_t", 12 << 20);
     c.psql(
@@ -197,7 +211,15 @@ fn chain_scenario(pg: Pg, tag: &str, transport: &str) {
         "UPDATE rand_t SET b = decode(repeat('ab', 1000), 'hex') WHERE id = 3;\n\
          INSERT INTO grow_t SELECT i, md5(i::text) FROM generate_series(1001, 200000) i;",
     );
-    take(&c, &mut chain, transport, "incr", false, None);
+    take(
+        &c,
+        &mut chain,
+        transport,
+        summarize_wal,
+        "incr",
+        false,
+        None,
+    );
 
     // incr 2, under pgbench: a table truncated, one dropped, one created, a database created.
     c.psql(
@@ -213,7 +235,7 @@ fn chain_scenario(pg: Pg, tag: &str, transport: &str) {
         "CREATE TABLE in_db2 AS SELECT i FROM generate_series(1, 5000) i;",
     );
     let bench = pgbench_background(&c, 1500, "bench-incr2");
-    take(&c, &mut chain, transport, "incr", true, None);
+    take(&c, &mut chain, transport, summarize_wal, "incr", true, None);
     let r = bench.wait();
     assert!(r.success(), "pgbench under the backup failed:\n{r}");
 
@@ -237,6 +259,7 @@ fn chain_scenario(pg: Pg, tag: &str, transport: &str) {
         &c,
         &mut chain,
         transport,
+        summarize_wal,
         "diff",
         false,
         Some(ts2_oid.clone()),
@@ -254,6 +277,7 @@ fn chain_scenario(pg: Pg, tag: &str, transport: &str) {
         &c,
         &mut chain,
         transport,
+        summarize_wal,
         "incr",
         false,
         Some(ts2_oid.clone()),
@@ -433,17 +457,17 @@ fn chain_scenario(pg: Pg, tag: &str, transport: &str) {
 
 #[test]
 fn chain_pg15_local() {
-    chain_scenario(Pg::v15(), "incr15-local", "local");
+    chain_scenario(Pg::v15(), "incr15-local", "local", false);
 }
 
 #[test]
 fn chain_pg15_libpq() {
-    chain_scenario(Pg::v15(), "incr15-libpq", "libpq");
+    chain_scenario(Pg::v15(), "incr15-libpq", "libpq", false);
 }
 
 #[test]
 fn chain_pg18_local() {
-    chain_scenario(Pg::v18(), "incr18-local", "local");
+    chain_scenario(Pg::v18(), "incr18-local", "local", true);
 }
 
 /// Backups of a standby with its primary stopped (never contacted): a full, then, after

@@ -10,3 +10,4 @@ pub mod lsn;
 pub mod pg_manifest;
 pub mod privileges;
 pub mod session;
+pub mod walsummary;

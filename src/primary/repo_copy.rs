@@ -52,6 +52,8 @@ pub fn copy_ranges(
         header,
         spcs,
         manifest: None,
+        summaries_from: Some((&primary.sess, &primary.info)),
+        summaries: None,
     };
     let bb = run_base_backup(
         &primary.sess,
@@ -69,8 +71,10 @@ pub fn copy_ranges(
     )?;
     let control_entry = store_control(sink, &bb.control, &bb.control_bytes)?;
     let databases = primary.sess.databases()?;
+    let manifest = target.manifest.take();
+    drop(target);
     primary.close();
-    let mut manifest = target.manifest.take().ok_or_else(manifest_not_started)?;
+    let mut manifest = manifest.ok_or_else(manifest_not_started)?;
     manifest.file(&control_entry)?;
     Ok(Copied {
         manifest,

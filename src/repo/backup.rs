@@ -25,6 +25,14 @@ pub struct RepoTarget<'a> {
     pub spcs: &'a [(u32, String, String)],
     /// Started by `prepare`.
     pub manifest: Option<ManifestWriter>,
+    /// For a diff or incr: the session and server facts to read WAL summaries with
+    /// (PostgreSQL 17+); `prepare` reads them once the start LSN is known.
+    pub summaries_from: Option<(
+        &'a crate::pg::session::Session,
+        &'a crate::pg::session::ServerInfo,
+    )>,
+    /// The changes the WAL summaries list since the reference, when they cover it.
+    pub summaries: Option<crate::pg::walsummary::SummarizedChanges>,
 }
 
 /// `RepoTarget::manifest` used before `prepare` started it (a bug, not a user error).
@@ -57,6 +65,28 @@ impl BackupTarget for RepoTarget<'_> {
             })?;
         }
         self.manifest = Some(w);
+        if let (Some(r), Some((sess, info))) = (self.sink.reference, self.summaries_from) {
+            match crate::pg::walsummary::summarized_changes(
+                sess,
+                info.version_num,
+                r.timeline,
+                r.start_lsn,
+                start_lsn,
+                &info.tablespace_dir(),
+            )? {
+                Ok(c) => {
+                    tracing::info!(
+                        "WAL summaries from {} to {start_lsn}: {} changed blocks; only they are read",
+                        r.start_lsn,
+                        c.blocks
+                    );
+                    self.summaries = Some(c);
+                }
+                Err(why) => tracing::info!(
+                    "WAL summaries not used ({why}): the changed blocks are found by page LSN"
+                ),
+            }
+        }
         Ok(())
     }
 
@@ -71,9 +101,14 @@ impl BackupTarget for RepoTarget<'_> {
         let (bundle_bytes, bundle_files) = crate::transfer::bundle_limits();
         // A diff or incr whose source finds changed blocks where the bytes are reads only
         // those; the rest of such a file comes from the reference as it is (seeds).
-        let plan = match self.sink.reference {
-            Some(r) => r.read_plan(files, source)?,
-            None => None,
+        let plan = match (self.sink.reference, &self.summaries) {
+            (Some(r), Some(c)) => r.read_plan(files, &|q: &[(String, u64)]| {
+                Ok(Some(q.iter().map(|(p, n)| c.blocks_of(p, *n)).collect()))
+            })?,
+            (Some(r), None) => r.read_plan(files, &|q: &[(String, u64)]| {
+                source.changed_blocks(q, r.start_lsn)
+            })?,
+            (None, _) => None,
         };
         let (units, seeds) = match plan {
             Some(p) => {

@@ -47,6 +47,8 @@ pub struct Reference {
     pub label: String,
     /// Its start LSN: a page whose LSN is older did not change since.
     pub start_lsn: Lsn,
+    /// Its timeline (a diff or incr is taken only on the same one).
+    pub timeline: u32,
     /// Files by path: size and pieces (each naming the backup that holds its frame).
     files: HashMap<String, (u64, Vec<Piece>)>,
     /// The databases whose blocks may come from the reference: same OID and same xmin of
@@ -73,6 +75,7 @@ impl Reference {
     pub fn load(backup: &Backup, databases: &[(u32, u32)]) -> Result<Reference> {
         let reader = backup.manifest_reader()?;
         let start_lsn = reader.summary().header.start_lsn;
+        let timeline = reader.summary().end.stop.timeline;
         let then = &reader.summary().header.databases;
         let same_databases = databases
             .iter()
@@ -97,6 +100,7 @@ impl Reference {
         Ok(Reference {
             label,
             start_lsn,
+            timeline,
             files,
             same_databases,
         })
@@ -182,17 +186,18 @@ pub struct ReadPlan {
 const LOOKUP_MIN_BLOCKS: u64 = 1;
 
 impl Reference {
-    /// Asks `source` which blocks of the main-fork segments the reference holds changed
-    /// ([`crate::transfer::Source::changed_blocks`], the same rule as [`changed_blocks`]),
-    /// and plans to read only those, the blocks past the reference's copy of each file, and
-    /// every other file whole. None when the source cannot tell (it reads every byte and
-    /// the sink compares them) or no file qualifies.
+    /// Asks `lookup` which blocks of the main-fork segments the reference holds may have
+    /// changed (given (path, blocks to look at) per file, it answers the block numbers per
+    /// file: [`crate::transfer::Source::changed_blocks`] by page LSN, or the WAL
+    /// summaries), and plans to read only those, the blocks past the reference's copy of
+    /// each file, and every other file whole. None when the lookup cannot tell (then every
+    /// byte is read and the sink compares them) or no file qualifies.
     ///
-    /// Errors: the source's; a reference whose pieces do not cover a gap.
+    /// Errors: the lookup's; a reference whose pieces do not cover a gap.
     pub fn read_plan(
         &self,
         files: &[crate::transfer::SourceFile],
-        source: &dyn crate::transfer::Source,
+        lookup: &dyn Fn(&[(String, u64)]) -> Result<Option<Vec<Vec<u32>>>>,
     ) -> Result<Option<ReadPlan>> {
         let bl = BLCKSZ as u64;
         let mut asked: Vec<(usize, u64)> = Vec::new();
@@ -219,7 +224,7 @@ impl Reference {
             .iter()
             .map(|&(i, n)| (files[i].path.to_string(), n))
             .collect();
-        let Some(changed) = source.changed_blocks(&query, self.start_lsn)? else {
+        let Some(changed) = lookup(&query)? else {
             return Ok(None);
         };
         let mut plan = ReadPlan {
