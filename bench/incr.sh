@@ -409,8 +409,8 @@ full_backups() {
 # ------------------------------------------------------------------ 2. the change
 # apply_change K: the K-th change (K = 1, 2, ...), in one transaction per table, then a
 # CHECKPOINT. pgbench_accounts: the row at line pointer 1 of every CHANGE_EVERY-th heap page
-# (pages K-1, K-1+CHANGE_EVERY, ...; another set each change), abalance + 1: a non-HOT update
-# (the pages are full), so its old page, its new page and an index page change. random_bytes:
+# (pages K-1, K-1+CHANGE_EVERY, ...; another set each change), abalance + 1: mostly not HOT
+# (pgbench fills its pages), so its old page, its new page and an index page change. random_bytes:
 # the rows with id % CHANGE_EVERY = K % CHANGE_EVERY get new bytes (one byte changed, the whole
 # 1 MiB TOAST value written again: new TOAST pages, and the old value's pages marked deleted).
 # Counts, exactly, the distinct heap pages the updated rows came from and went to (old ctid,
