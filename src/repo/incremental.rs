@@ -182,6 +182,10 @@ pub struct ReadPlan {
     pub blocks: (u64, u64),
 }
 
+/// Which blocks of each (path, blocks to look at) may have changed, per file; None when
+/// the one asked cannot tell ([`Reference::read_plan`]).
+pub type BlockLookup<'a> = dyn Fn(&[(String, u64)]) -> Result<Option<Vec<Vec<u32>>>> + 'a;
+
 /// Files with fewer blocks than this (within the reference's copy) are read whole.
 const LOOKUP_MIN_BLOCKS: u64 = 1;
 
@@ -197,7 +201,7 @@ impl Reference {
     pub fn read_plan(
         &self,
         files: &[crate::transfer::SourceFile],
-        lookup: &dyn Fn(&[(String, u64)]) -> Result<Option<Vec<Vec<u32>>>>,
+        lookup: &BlockLookup,
     ) -> Result<Option<ReadPlan>> {
         let bl = BLCKSZ as u64;
         let mut asked: Vec<(usize, u64)> = Vec::new();
