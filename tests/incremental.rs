@@ -5,7 +5,10 @@
 //! - PostgreSQL 15, local files: full, incr, incr (under pgbench), diff, incr; between them
 //!   relations updated, truncated, dropped, created and extended, a database created and
 //!   dropped, a tablespace added.
-//! - PostgreSQL 15 over libpq (pg_read_binary_file): the same chain.
+//! - PostgreSQL 15 over libpq (pg_read_binary_file): the same chain, the changed blocks
+//!   found on the server.
+//! - PostgreSQL 15 over the BASE_BACKUP stream: the same chain (everything crosses, only
+//!   the changes are stored).
 //! - PostgreSQL 18, local files, `summarize_wal = on`: the same chain, the changed blocks
 //!   found in the WAL summaries.
 //! - PostgreSQL 15, a standby with its primary stopped: a full and an incr of the standby,
@@ -568,4 +571,9 @@ fn standby_backups_without_the_primary() {
         assert_pgbench_invariant(&set, &server);
     }
     step!("standby backups done in {}", secs(t0));
+}
+
+#[test]
+fn chain_pg15_stream() {
+    chain_scenario(Pg::v15(), "incr15-stream", "basebackup", false);
 }
