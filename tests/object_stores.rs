@@ -670,7 +670,15 @@ fn s3_incremental_chain() {
         let r = pgjet_ok(&cmd(
             "backup",
             &base,
-            &["--type", kind, "--start-fast", "--jobs", "2", "--output", "json"],
+            &[
+                "--type",
+                kind,
+                "--start-fast",
+                "--jobs",
+                "2",
+                "--output",
+                "json",
+            ],
         ));
         let v: serde_json::Value = serde_json::from_str(r.stdout.trim()).unwrap();
         let label = v["label"].as_str().unwrap().to_string();

@@ -458,6 +458,39 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_standby_backup_on_a_segment_boundary_replays_its_own_wal() {
+        let mut b: crate::repo::BackupSummary = serde_json::from_value(serde_json::json!({
+            "format": 2, "label": "L", "type": "full", "stanza": "s",
+            "system_identifier": "1", "pg_version": "15", "pg_version_num": 150000,
+            "catalog_version": 1, "start_time": "", "stop_time": "",
+            "start_lsn": "0/4000028", "stop_lsn": "0/5000000", "timeline": 1,
+            "wal_segment_size": 16777216, "block_size": 8192, "data_checksums": true,
+            "compression": {"type": "zstd", "level": 1},
+            "backup_label": "START WAL LOCATION: 0/4000028\nBACKUP FROM: standby\n",
+            "tablespace_map": null, "tablespaces": [], "wal_segments": [],
+            "dirs": 0, "files": 0, "size": 0, "stored_size": 0,
+            "manifest": {"object": "m", "stored_size": 0, "xxh3": "x"}
+        }))
+        .unwrap();
+        assert!(standby_backup_ends_at_segment(&b));
+        b.end.stop.stop_lsn = Lsn(0x5000060);
+        assert!(!standby_backup_ends_at_segment(&b));
+        b.end.stop.stop_lsn = Lsn(0x5000000);
+        b.end.stop.backup_label = "BACKUP FROM: primary\n".into();
+        assert!(!standby_backup_ends_at_segment(&b));
+        let mut plan = RecoveryPlan {
+            lines: vec![
+                "restore_command = 'pgjet archive-get %f %p'".into(),
+                "recovery_target = 'immediate'".into(),
+                "recovery_target_action = 'promote'".into(),
+            ],
+            signal: Some("recovery.signal"),
+        };
+        plan.replay_own_wal_only();
+        assert_eq!(plan.lines, vec!["restore_command = 'false'".to_string()]);
+    }
+
+    #[test]
     fn target_times_need_a_zone() {
         let want = DateTime::parse_from_rfc3339("2026-11-22T14:15:02Z")
             .unwrap()

@@ -466,6 +466,7 @@ mod tests {
         let r = Reference {
             label: "20260101-000000F".into(),
             start_lsn: Lsn(0x1_0000_0000),
+            timeline: 1,
             files: [
                 "base/5/16384",
                 "base/7/16384",
