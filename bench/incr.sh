@@ -19,7 +19,7 @@
 #      Counted: the heap pages the updated rows came from and went to (ctid), and every
 #      main-fork page whose LSN is newer than the change's start (pageinspect)
 #   3. timed, RUNS times, each from the same starting point (the new incr is removed after
-#      each run): read_pgdata (reading PGDATA once: this machine's limit while pgjet still
+#      each run): read_pgdata (reading PGDATA once: this machine's limit for a backup that
 #      reads every page), pgjet_incr, pgbackrest_incr, pgbackrest_new_incr,
 #      pg_basebackup_incr and pg_combinebackup; seconds, peak RSS, stored bytes, bytes read
 #      from the disk (/proc/diskstats)
@@ -579,7 +579,7 @@ verdict() {
 declare -A IDESCR
 # shellcheck disable=SC2016
 incr_descr() {
-IDESCR[read_pgdata]='`tar -C PGDATA --exclude=./pg_wal/0* -cf - . | cat > /dev/null`: every byte of the data directory read once (the limit while pgjet reads every page)'
+IDESCR[read_pgdata]='`tar -C PGDATA --exclude=./pg_wal/0* -cf - . | cat > /dev/null`: every byte of the data directory read once (the limit for a backup that reads every page)'
 IDESCR[pgjet_incr]='`pgjet backup --type incr --start-fast --jobs '$JOBS' --compress-type zstd`'
 IDESCR[pgbackrest_incr]='`pgbackrest backup --type=incr`, 2.45 (Debian): file level, compress-type=zst, process-max='$JOBS
 IDESCR[pgbackrest_new_incr]='`pgbackrest backup --type=incr`, '"${PGBRN_VERSION#pgBackRest }"': repo1-block=y, repo1-bundle=y, compress-type=zst, process-max='$JOBS
@@ -710,7 +710,11 @@ write_incr_report() {
         echo "| restore of full + $CHAIN incr ≤ 1.2× the restore of a full | ${v:-n/a}× | $(verdict "$v" le 1.2) |"
         v=$(div "$pj" "$(median read_pgdata)")
         echo
-        echo "pgjet incr / reading PGDATA once: ${v:-n/a}× (pgjet still reads every page of the cluster)."
+        if [ "$PGV" -ge 17 ]; then
+            echo "pgjet incr / reading PGDATA once: ${v:-n/a}× (with WAL summaries pgjet reads only the blocks they list)."
+        else
+            echo "pgjet incr / reading PGDATA once: ${v:-n/a}× (without WAL summaries pgjet reads every page of a local cluster)."
+        fi
         echo
         if [ -s "$RES/checks.txt" ]; then
             echo "Restored clusters started once (untimed, last run), \`count(*), sum(abalance)\` of pgbench_accounts compared with the source's at that backup:"
