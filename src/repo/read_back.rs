@@ -180,7 +180,16 @@ struct ObjectWork {
     /// (offset, stored size) of the frames counted in `size`: an empty frame (a range of
     /// zero pages only, stored uncompressed) shares its offset with the next frame.
     frames: std::collections::HashSet<(u64, u64)>,
+    /// The number of the last file line that named the object.
+    last_line: usize,
 }
+
+/// An older backup's object stays open this many file lines after the last one that named
+/// it: a diff or incr names the frames of its reference's bundles in another order than
+/// the reference stored them, and an object sent at once would be read again for the next
+/// line that names it (a chain restore read a third more than a full one). Bounds the file
+/// lines held in memory for it.
+const OLDER_OBJECT_LINES: usize = 1024;
 
 impl ObjectWork {
     /// The object's name for messages: `data/<object>`, and the backup when it is an older
@@ -579,8 +588,11 @@ impl ReadBack<'_> {
         I: Iterator<Item = Result<FileEntry>>,
     {
         let mut open: Vec<ObjectWork> = Vec::new();
+        // Where each (backup, object) of `open` is.
+        let mut index: std::collections::HashMap<(Option<String>, String), usize> =
+            Default::default();
         let send = |w: ObjectWork| -> bool { w.pieces.is_empty() || tx.send(w).is_ok() };
-        for f in files {
+        for (line, f) in files.enumerate() {
             if st.aborted() {
                 return Ok(());
             }
@@ -601,14 +613,25 @@ impl ReadBack<'_> {
             };
             let count = wanted.iter().filter(|w| **w).count();
             if n > 0 {
-                // Objects this file has no piece in are complete: off to the readers.
+                // Objects this file has no piece in are complete: off to the readers. (A
+                // chain's large file names hundreds of objects in thousands of pieces: sets,
+                // not nested scans.)
+                let here: std::collections::HashSet<(Option<&str>, &str)> = f
+                    .pieces
+                    .iter()
+                    .map(|p| (p.backup.as_deref(), p.object.as_str()))
+                    .collect();
                 let (done, still): (Vec<_>, Vec<_>) =
                     std::mem::take(&mut open).into_iter().partition(|w| {
-                        !f.pieces
-                            .iter()
-                            .any(|p| p.object == w.name && p.backup == w.backup)
+                        !here.contains(&(w.backup.as_deref(), w.name.as_str()))
+                            && (w.backup.is_none() || line - w.last_line > OLDER_OBJECT_LINES)
                     });
                 open = still;
+                index = open
+                    .iter()
+                    .enumerate()
+                    .map(|(i, w)| ((w.backup.clone(), w.name.clone()), i))
+                    .collect();
                 for w in done {
                     if !send(w) {
                         return Ok(());
@@ -636,22 +659,23 @@ impl ReadBack<'_> {
                 st.file_done(&job)?;
             }
             for (pi, p) in job.entry.pieces.iter().enumerate() {
-                let at = match open
-                    .iter()
-                    .position(|w| w.name == p.object && w.backup == p.backup)
-                {
-                    Some(i) => i,
+                let key = (p.backup.clone(), p.object.clone());
+                let at = match index.get(&key) {
+                    Some(&i) => i,
                     None => {
+                        index.insert(key, open.len());
                         open.push(ObjectWork {
                             backup: p.backup.clone(),
                             name: p.object.clone(),
                             pieces: Vec::new(),
                             size: 0,
                             frames: Default::default(),
+                            last_line: line,
                         });
                         open.len() - 1
                     }
                 };
+                open[at].last_line = line;
                 if open[at].frames.insert((p.offset, p.stored_size)) {
                     open[at].size += p.stored_size;
                 }
