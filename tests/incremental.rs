@@ -12,7 +12,8 @@
 //! - PostgreSQL 18, local files, `summarize_wal = on`: the same chain, the changed blocks
 //!   found in the WAL summaries.
 //! - PostgreSQL 15, a standby with its primary stopped: a full and an incr of the standby,
-//!   each restored (the full ends on a segment boundary: the last record a switch).
+//!   and a full over its BASE_BACKUP stream, each restored (the first full ends on a segment
+//!   boundary: the last record a switch).
 mod common;
 
 use common::*;
@@ -562,8 +563,29 @@ fn standby_backups_without_the_primary() {
         "the changes must have reached the standby"
     );
 
+    // A full of the standby over its BASE_BACKUP stream too.
+    let stream = on_b(
+        "backup",
+        &[
+            "--type",
+            "full",
+            "--transport",
+            "basebackup",
+            "--start-fast",
+            "--output",
+            "json",
+        ],
+    )
+    .ok();
+    let v: serde_json::Value = serde_json::from_str(stream.stdout.trim()).unwrap();
+    let stream_label = v["label"].as_str().unwrap().to_string();
+
     let full_label = label.split('_').next().unwrap().to_string();
-    for (set, fp) in [(full_label, &fp_full), (label, &fp_incr)] {
+    for (set, fp) in [
+        (full_label, &fp_full),
+        (label, &fp_incr),
+        (stream_label, &fp_incr),
+    ] {
         let dir = c.new_dir(&format!("restore-{set}"));
         pgjet_ok(&restore_args_no_ts(&c.repo, &dir, &set));
         let server = start_restored(&c, &format!("standby backup {set}"), &dir);

@@ -196,12 +196,8 @@ pub fn run_stream_backup(
     opts: &StreamOptions,
     sink: &mut dyn StreamSink,
 ) -> Result<StreamBackup> {
-    if info.in_recovery {
-        return Err(Error::Unsafe(
-            "the cluster is a standby: base backups from a standby are not supported yet; use the primary"
-                .into(),
-        ));
-    }
+    // A standby streams its base backup as a primary does (PostgreSQL's BASE_BACKUP on a
+    // standby: backup_label says "BACKUP FROM: standby", the WAL comes from the standby).
     let (candidates, mut workers) = stream_methods(sess, opts.compress, opts.workers);
     // The replication connection first: a role without REPLICATION or a missing pg_hba.conf
     // line is reported by it, with its fix, before anything is made on the primary.
