@@ -294,9 +294,11 @@ fn chain_scenario(pg: Pg, tag: &str, transport: &str, summarize_wal: bool) {
         assert_eq!(info["type"], chain[m].kind, "{}", info);
         assert_eq!(info["reference"], chain[r].label.as_str(), "{}", info);
         let stored = info["stored_size"].as_u64().unwrap();
-        // The members add new rows too; the last one changes a few pages only.
+        // The members add new rows too; the last one changes a few pages only (how many
+        // depends on whether VACUUM could truncate grow_t's emptied tail: 185 to 1952 blocks
+        // seen).
         let most = if m == 4 {
-            full_stored / 20
+            full_stored / 4
         } else {
             full_stored * 6 / 10
         };
