@@ -300,7 +300,8 @@ fn chain_scenario(pg: Pg, tag: &str, transport: &str, summarize_wal: bool) {
         let most = if m == 4 {
             full_stored / 4
         } else {
-            full_stored * 6 / 10
+            // (the one under pgbench holds the WAL written during it, 3 MiB and more)
+            full_stored * 9 / 10
         };
         assert!(
             stored < most,
