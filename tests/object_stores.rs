@@ -145,16 +145,18 @@ fn store_scenario(kind: StoreKind) {
     if kind == StoreKind::Sftp {
         // OpenDAL's ssh session starts a control master with ControlPersist=yes: pgjet must
         // close it before it exits (io::runtime::drain), or every command leaves one behind.
+        // The master exits on its own once told to: allow it a few seconds.
         let key = s3.dir.join("client_key").display().to_string();
-        let left = std::process::Command::new("pgrep")
-            .args(["-f", &key])
-            .output()
-            .unwrap();
-        assert!(
-            left.stdout.is_empty(),
-            "ssh processes outlived pgjet: {}",
-            String::from_utf8_lossy(&left.stdout)
-        );
+        let mut left = String::new();
+        let gone = wait_for(Duration::from_secs(5), || {
+            let out = std::process::Command::new("pgrep")
+                .args(["-f", &key])
+                .output()
+                .unwrap();
+            left = String::from_utf8_lossy(&out.stdout).into_owned();
+            left.is_empty().then_some(())
+        });
+        assert!(gone.is_some(), "ssh processes outlived pgjet: {left}");
     }
 }
 
