@@ -82,6 +82,21 @@ fn backup(c: &Cluster, kind: &str, extra: &[&str]) -> (String, Run) {
     (label, r)
 }
 
+/// pgbench for `tx` transactions per client, 2 clients; panics unless it succeeds.
+fn pgbench_tx(s: &Server, tx: u32) {
+    let (bin, a) = pgbench_args(s, &args!["-n", "-c", 2, "-t", tx]);
+    let r = run_as_postgres(&bin, &a, None);
+    assert!(r.success(), "pgbench failed:\n{r}");
+}
+
+/// The line of `r`'s log that contains `needle`; panics with `missing` otherwise.
+fn log_line<'r>(r: &'r Run, needle: &str, missing: &str) -> &'r str {
+    r.stderr
+        .lines()
+        .find(|l| l.contains(needle))
+        .unwrap_or_else(|| panic!("{missing}:\n{r}"))
+}
+
 /// pgbench for `tx` transactions per client, 2 clients, in the background.
 fn pgbench_background(c: &Cluster, tx: u32, name: &str) -> Background {
     let (bin, a) = pgbench_args(&c.server, &args!["-n", "-c", 2, "-t", tx]);
@@ -138,20 +153,15 @@ fn take(
     );
     if summarize && kind != "full" {
         // With WAL summaries only the blocks they list are read.
-        let line = r
-            .stderr
-            .lines()
-            .find(|l| l.contains("WAL summaries from"))
-            .unwrap_or_else(|| panic!("{label}: WAL summaries not used:\n{r}"));
-        step!("{label}: {line}");
+        let why = format!("{label}: WAL summaries not used");
+        step!("{label}: {}", log_line(&r, "WAL summaries from", &why));
     } else if transport == "libpq" && kind != "full" {
         // Over libpq the server finds the changed blocks: only they cross the wire.
-        let line = r
-            .stderr
-            .lines()
-            .find(|l| l.contains("changed since the reference"))
-            .unwrap_or_else(|| panic!("{label}: no changed-block lookup on the server:\n{r}"));
-        step!("{label}: {line}");
+        let why = format!("{label}: no changed-block lookup on the server");
+        step!(
+            "{label}: {}",
+            log_line(&r, "changed since the reference", &why)
+        );
     }
     let fp = fingerprint(&c.server);
     let fp = if under_load { quiet_tables(&fp) } else { fp };
@@ -204,12 +214,7 @@ fn chain_scenario(pg: Pg, tag: &str, transport: &str, summarize_wal: bool) {
         .unwrap();
 
     // incr 1: scattered updates (pgbench), one random row rewritten, a table extended.
-    let r = run_as_postgres(
-        &pgbench_args(s, &args!["-n", "-c", 2, "-t", 300]).0,
-        &pgbench_args(s, &args!["-n", "-c", 2, "-t", 300]).1,
-        None,
-    );
-    assert!(r.success(), "pgbench failed:\n{r}");
+    pgbench_tx(s, 300);
     c.psql(
         "postgres",
         "UPDATE rand_t SET b = decode(repeat('ab', 1000), 'hex') WHERE id = 3;\n\
@@ -545,12 +550,7 @@ fn standby_backups_without_the_primary() {
         "UPDATE t SET v = 'changed' WHERE i % 50 = 0;\n\
          CREATE TABLE t2 AS SELECT i FROM generate_series(1, 5000) i;",
     );
-    let r = run_as_postgres(
-        &pgbench_args(&c.server, &args!["-n", "-c", 2, "-t", 200]).0,
-        &pgbench_args(&c.server, &args!["-n", "-c", 2, "-t", 200]).1,
-        None,
-    );
-    assert!(r.success(), "pgbench failed:\n{r}");
+    pgbench_tx(&c.server, 200);
     caught_up_then_stop_a(&mut c);
     let incr = on_b(
         "backup",

@@ -82,7 +82,7 @@ pub fn run(s: &Settings, args: &BackupOptions, progress: &dyn Progress) -> Resul
     let others = open_other_stanzas(s, stanza.repo())?;
     let make_label = |t| match &reference {
         None => repo::new_label(t),
-        Some((r, _)) => {
+        Some(r) => {
             let kind = if backup_type == BackupType::Diff {
                 'D'
             } else {
@@ -98,7 +98,7 @@ pub fn run(s: &Settings, args: &BackupOptions, progress: &dyn Progress) -> Resul
         format,
         label: label.clone(),
         backup_type: backup_type.as_str().into(),
-        reference: reference.as_ref().map(|(r, _)| r.label.clone()),
+        reference: reference.as_ref().map(|r| r.label.clone()),
         stanza: stanza.name().into(),
         system_identifier: info.system_identifier,
         pg_version: info.major(),
@@ -114,7 +114,7 @@ pub fn run(s: &Settings, args: &BackupOptions, progress: &dyn Progress) -> Resul
         databases: databases.clone(),
     };
     let mut sink = RepoSink::new(&backup, s.compression);
-    sink.reference = reference.as_ref().map(|(r, _)| r);
+    sink.reference = reference.as_ref();
     let pg_label = format!("pgjet {label}");
     let copied = match copier {
         Copier::Files(primary) => {
@@ -132,7 +132,7 @@ pub fn run(s: &Settings, args: &BackupOptions, progress: &dyn Progress) -> Resul
         copied.timeline,
         copied.page_errors,
     );
-    if let Some((r, _)) = &reference {
+    if let Some(r) = &reference {
         // A database created again under its OID between the listing and the backup's
         // start would have been compared with the wrong reference: refuse it. (Changes
         // after the start are replayed from the backup's WAL at restore.)
@@ -145,14 +145,12 @@ pub fn run(s: &Settings, args: &BackupOptions, progress: &dyn Progress) -> Resul
                 r.label
             )));
         }
-    }
-    if let Some((r, ref_timeline)) = &reference {
         // The timeline was checked before the copy; a promotion during it (a standby's
         // backup) leaves references that may not hold.
-        if tli != *ref_timeline {
+        if tli != r.timeline {
             return Err(crate::error::Error::Other(format!(
-                "the cluster switched to timeline {tli} during the backup; its reference {} is of timeline {ref_timeline}: run the backup again (it will be a full)",
-                r.label
+                "the cluster switched to timeline {tli} during the backup; its reference {} is of timeline {}: run the backup again (it will be a full)",
+                r.label, r.timeline
             )));
         }
     }
@@ -216,7 +214,7 @@ pub fn run(s: &Settings, args: &BackupOptions, progress: &dyn Progress) -> Resul
     })
 }
 
-/// The reference of a diff (`diff`) or incr backup, loaded with its timeline; None, with
+/// The reference of a diff (`diff`) or incr backup, loaded; None, with
 /// the reason logged, when the backup must be a full ([`repo::chain::choose_reference`]).
 ///
 /// Errors: the server's or the repository's.
@@ -226,7 +224,7 @@ fn reference_for(
     info: &crate::pg::session::ServerInfo,
     databases: &[(u32, u32)],
     diff: bool,
-) -> Result<Option<(Reference, u32)>> {
+) -> Result<Option<Reference>> {
     let row = sess.query_row(
         "the timeline",
         "SELECT timeline_id::text FROM pg_control_checkpoint()",
@@ -260,7 +258,7 @@ fn reference_for(
                 r.len(),
                 r.start_lsn
             );
-            Ok(Some((r, summary.end.stop.timeline)))
+            Ok(Some(r))
         }
     }
 }

@@ -186,9 +186,6 @@ pub struct ReadPlan {
 /// the one asked cannot tell ([`Reference::read_plan`]).
 pub type BlockLookup<'a> = dyn Fn(&[(String, u64)]) -> Result<Option<Vec<Vec<u32>>>> + 'a;
 
-/// Files with fewer blocks than this (within the reference's copy) are read whole.
-const LOOKUP_MIN_BLOCKS: u64 = 1;
-
 impl Reference {
     /// Asks `lookup` which blocks of the main-fork segments the reference holds may have
     /// changed (given (path, blocks to look at) per file, it answers the block numbers per
@@ -216,7 +213,7 @@ impl Reference {
                 && crate::pg::exclude::is_main_fork_file(&f.path)
                 && f.size % bl == 0
                 && ref_size % bl == 0
-                && blocks >= LOOKUP_MIN_BLOCKS
+                && blocks > 0
             {
                 asked.push((i, blocks));
             }
@@ -265,17 +262,9 @@ impl Reference {
             let mut at = 0u64;
             for &(o, l) in ranges.iter().chain(std::iter::once(&(f.size, 0))) {
                 if o > at {
-                    let refs = reference_pieces(pieces, at, o);
-                    let covered: u64 = refs.iter().map(|p| p.logical_size).sum();
-                    if covered != o - at {
-                        return Err(Error::Other(format!(
-                            "incremental: the reference covers {covered} of the {} bytes at {at} of {}",
-                            o - at,
-                            f.path
-                        )));
-                    }
+                    plan.seeds
+                        .push((i, covering_pieces(pieces, at, o, &f.path)?));
                     plan.skipped += o - at;
-                    plan.seeds.push((i, refs));
                 }
                 at = o + l;
             }
@@ -310,10 +299,27 @@ pub fn changed_blocks(
                 || at + BLCKSZ as u64 > ref_size
                 || zero.contains(&(i as u32))
                 || page_is_zero(block)
-                || page_lsn(block) == 0
-                || page_lsn(block) >= start_lsn.0
+                || {
+                    let lsn = page_lsn(block);
+                    lsn == 0 || lsn >= start_lsn.0
+                }
         })
         .collect()
+}
+
+/// [`reference_pieces`] of `[start, end)` of the file `path`, which must cover it whole.
+///
+/// Errors: the reference does not cover the range (a planning bug).
+fn covering_pieces(pieces: &[Piece], start: u64, end: u64, path: &str) -> Result<Vec<Piece>> {
+    let refs = reference_pieces(pieces, start, end);
+    let covered: u64 = refs.iter().map(|p| p.logical_size).sum();
+    if covered != end - start {
+        return Err(Error::Other(format!(
+            "incremental: the reference covers {covered} of the {} bytes at {start} of {path}",
+            end - start
+        )));
+    }
+    Ok(refs)
 }
 
 /// The reference's pieces that cover `[start, end)` of the file, cut to it: a piece wholly
@@ -358,7 +364,8 @@ pub fn reference_pieces(pieces: &[Piece], start: u64, end: u64) -> Vec<Piece> {
     out
 }
 
-/// The pieces of the range at `offset` (`data`, as read) of a block-level backup: runs of
+/// The pieces of the range at `offset` (`data`, as read) of the file `path` in a
+/// block-level backup: runs of
 /// unchanged blocks from the reference's `pieces`, runs of changed ones as slices of the
 /// new frame `new` (a whole-frame piece whose logical bytes are the changed blocks in order,
 /// its `logical_offset` meaningless). A single run that is the whole frame is the frame
@@ -366,6 +373,7 @@ pub fn reference_pieces(pieces: &[Piece], start: u64, end: u64) -> Vec<Piece> {
 ///
 /// Errors: the reference does not cover a run of unchanged blocks (a planning bug).
 pub fn block_pieces(
+    path: &str,
     pieces: &[Piece],
     offset: u64,
     data: &[u8],
@@ -406,15 +414,7 @@ pub fn block_pieces(
             });
             skip += len;
         } else {
-            let refs = reference_pieces(pieces, start, end);
-            let covered: u64 = refs.iter().map(|p| p.logical_size).sum();
-            if covered != end - start {
-                return Err(Error::Other(format!(
-                    "incremental: the reference covers {covered} of the {} bytes at {start}",
-                    end - start
-                )));
-            }
-            out.extend(refs);
+            out.extend(covering_pieces(pieces, start, end, path)?);
         }
         i = j;
     }
@@ -542,7 +542,7 @@ mod tests {
             zero_pages: Vec::new(),
             ..whole("000009", 0, 2 * b)
         };
-        let p = block_pieces(&refs, 0, &data, &changed, &new).unwrap();
+        let p = block_pieces("base/5/1", &refs, 0, &data, &changed, &new).unwrap();
         let layout: Vec<(Option<&str>, &str, u64, u64, Option<u64>)> = p
             .iter()
             .map(|p| {
@@ -573,7 +573,7 @@ mod tests {
             logical_size: 4 * b,
             ..new.clone()
         };
-        let p = block_pieces(&refs, 0, &data, &[true; 4], &new1).unwrap();
+        let p = block_pieces("base/5/1", &refs, 0, &data, &[true; 4], &new1).unwrap();
         assert_eq!(p.len(), 1);
         assert!(p[0].frame.is_none());
     }

@@ -69,16 +69,6 @@ pub struct FrameSlice {
 }
 
 impl Piece {
-    /// The frame's logical size, zero-page runs and XXH3-128: the slice's `frame`, or the
-    /// piece itself when it is the whole frame (then the hash is present: checked by
-    /// [`FileEntry::check`]).
-    pub fn frame_layout(&self) -> (u64, &[[u32; 2]], Option<&str>) {
-        match &self.frame {
-            Some(f) => (f.size, &f.zero_pages, Some(&f.xxh3)),
-            None => (self.logical_size, &self.zero_pages, self.xxh3.as_deref()),
-        }
-    }
-
     /// The all-zero page runs of the piece's own range, counted from `logical_offset`:
     /// `zero_pages`, or for a slice the frame's runs that fall whole inside the slice (none
     /// when the slice does not start on a page boundary of the frame).
@@ -399,9 +389,10 @@ impl BackupManifest {
 
 /// The file's CRC32C, combined from its pieces in order (0 for a file without pieces, the
 /// CRC-32C of no bytes); None when a piece's CRC is unknown (a slice of an older backup's
-/// frame). The first piece's CRC is taken as it is: a combine costs about 12 µs (zlib's
-/// matrix method, one squaring per bit of the length), which was 30% of a backup's CPU at
-/// 100 000 one-piece files (docs/benchmark-notes.md).
+/// frame). The first piece's CRC is taken as it is, uncombined: with zlib's matrix
+/// method a combine cost about 12 µs, 30% of a backup's CPU at 100 000 one-piece files
+/// (docs/benchmark-notes.md); [`crate::pg::pg_manifest::crc32c_combine`] is cheaper now,
+/// but nothing need be combined there.
 pub fn file_crc(pieces: &[Piece]) -> Option<u32> {
     match pieces.split_first() {
         None => Some(0),

@@ -40,7 +40,10 @@ impl<'a> RepoSink<'a> {
 /// Per-worker state of [`RepoSink`].
 pub struct RepoState {
     compressor: Compressor,
+    /// Scratch for a frame's non-zero pages.
     payload: Vec<u8>,
+    /// Scratch for the changed blocks of a range (block-level backups).
+    changed: Vec<u8>,
     /// The object being built; None after a store kept it ([`crate::storage::Storage::put_owned`]).
     object: Option<AlignedBuf>,
 }
@@ -57,26 +60,40 @@ pub fn object_id(n: usize) -> String {
 }
 
 impl RepoSink<'_> {
-    /// Compresses `payload` (the non-zero pages of a range, or of its changed blocks) as one
-    /// frame at the end of `object`: a whole-frame piece of `logical_size` bytes at
-    /// `logical_offset` whose logical bytes hash to `xxh3`/`crc32c`.
+    /// Stores `logical` (the bytes of a range, or its changed blocks back to back), all-zero
+    /// pages `zero_pages` left out, compressed as one frame at the end of `object`: a
+    /// whole-frame piece of `logical.len()` bytes at `offset` whose logical bytes hash to
+    /// `hashes` (XXH3-128 hex, CRC32C).
+    ///
+    /// Errors: the compressor's.
     #[allow(clippy::too_many_arguments)]
     fn frame(
         &self,
         st: &mut RepoState,
         object: &mut AlignedBuf,
         id: &str,
-        payload: &[u8],
-        logical: (u64, u64),
+        logical: &[u8],
+        offset: u64,
         zero_pages: Vec<[u32; 2]>,
         hashes: (String, u32),
-        payload_is_logical: bool,
     ) -> Result<Piece> {
+        let plain = zero_pages.is_empty();
+        let mut payload = std::mem::take(&mut st.payload);
+        if !plain {
+            payload.clear();
+            for (_, run) in nonzero_runs(logical, &zero_pages) {
+                payload.extend_from_slice(run);
+            }
+        }
         let start = object.len();
-        st.compressor.compress(payload, object).map_err(|e| {
+        let compressed = st
+            .compressor
+            .compress(if plain { logical } else { &payload }, object);
+        st.payload = payload;
+        compressed.map_err(|e| {
             Error::Other(format!(
-                "{} compression failed at offset {}: {e}",
-                self.compression.kind, logical.0
+                "{} compression failed at offset {offset}: {e}",
+                self.compression.kind
             ))
         })?;
         let frame = &object[start..];
@@ -86,13 +103,13 @@ impl RepoSink<'_> {
             offset: start as u64,
             stored_size: frame.len() as u64,
             // Uncompressed and without holes, the frame is the logical bytes: hash once.
-            stored_xxh3: if self.compression.kind == CompressType::None && payload_is_logical {
+            stored_xxh3: if self.compression.kind == CompressType::None && plain {
                 hashes.0.clone()
             } else {
                 crate::codec::xxh3_hex(frame)
             },
-            logical_offset: logical.0,
-            logical_size: logical.1,
+            logical_offset: offset,
+            logical_size: logical.len() as u64,
             zero_pages,
             xxh3: Some(hashes.0),
             crc32c: Some(hashes.1),
@@ -116,63 +133,35 @@ impl RepoSink<'_> {
         match plan {
             Plan::Same(pieces) => Ok(pieces),
             Plan::Whole => {
-                let mut payload = std::mem::take(&mut st.payload);
-                let whole = p.zero_pages.is_empty();
-                if !whole {
-                    payload.clear();
-                    for (_, run) in nonzero_runs(p.data, &p.zero_pages) {
-                        payload.extend_from_slice(run);
-                    }
-                }
                 let piece = self.frame(
                     st,
                     object,
                     id,
-                    if whole { p.data } else { &payload },
-                    (p.spec.offset, p.spec.bytes()),
+                    p.data,
+                    p.spec.offset,
                     p.zero_pages.clone(),
                     (p.xxh3.clone(), p.crc32c),
-                    whole,
-                );
-                st.payload = payload;
-                Ok(vec![piece?])
+                )?;
+                Ok(vec![piece])
             }
             Plan::Blocks(changed) => {
                 // The changed blocks back to back: the new frame's logical bytes.
-                let mut logical = std::mem::take(&mut st.payload);
+                let mut logical = std::mem::take(&mut st.changed);
                 logical.clear();
                 for (i, block) in p.data.chunks(BLCKSZ).enumerate() {
                     if changed[i] {
                         logical.extend_from_slice(block);
                     }
                 }
-                let zero_pages = crate::transfer::zero_page_runs(&logical);
-                let payload: Vec<u8> = if zero_pages.is_empty() {
-                    Vec::new()
-                } else {
-                    nonzero_runs(&logical, &zero_pages)
-                        .into_iter()
-                        .flat_map(|(_, run)| run.iter().copied())
-                        .collect()
-                };
                 let hashes = (
                     crate::codec::xxh3_hex(&logical),
                     crate::codec::crc32c(&logical),
                 );
-                let plain = zero_pages.is_empty();
-                let new = self.frame(
-                    st,
-                    object,
-                    id,
-                    if plain { &logical } else { &payload },
-                    (p.spec.offset, logical.len() as u64),
-                    zero_pages,
-                    hashes,
-                    plain,
-                );
-                st.payload = logical;
+                let zero_pages = crate::transfer::zero_page_runs(&logical);
+                let new = self.frame(st, object, id, &logical, p.spec.offset, zero_pages, hashes);
+                st.changed = logical;
                 let refs = self.reference.map_or(&[][..], |r| r.pieces(p.path));
-                incremental::block_pieces(refs, p.spec.offset, p.data, &changed, &new?)
+                incremental::block_pieces(p.path, refs, p.spec.offset, p.data, &changed, &new?)
             }
         }
     }
@@ -192,6 +181,7 @@ impl UnitSink for RepoSink<'_> {
         Ok(RepoState {
             compressor,
             payload: Vec::new(),
+            changed: Vec::new(),
             object: Some(object_buf()),
         })
     }
