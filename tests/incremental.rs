@@ -33,31 +33,6 @@ struct Member {
     ts2: Option<String>,
 }
 
-/// The fingerprint without pgbench's tables (they change under load).
-fn quiet_tables(fp: &BTreeMap<String, String>) -> BTreeMap<String, String> {
-    fp.iter()
-        .filter(|(k, _)| !k.contains(".table.public.pgbench_"))
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect()
-}
-
-/// pgbench's invariant: the balances of accounts, tellers and branches each add up to the
-/// deltas of the history.
-fn assert_pgbench_invariant(what: &str, s: &Server) {
-    let sums = s.psql(
-        "postgres",
-        "SELECT (SELECT coalesce(sum(abalance),0) FROM pgbench_accounts) || ',' || \
-                (SELECT coalesce(sum(tbalance),0) FROM pgbench_tellers) || ',' || \
-                (SELECT coalesce(sum(bbalance),0) FROM pgbench_branches) || ',' || \
-                (SELECT coalesce(sum(delta),0) FROM pgbench_history)",
-    );
-    let v: Vec<&str> = sums.split(',').collect();
-    assert!(
-        v.len() == 4 && v.iter().all(|x| *x == v[0]),
-        "{what}: pgbench invariant broken (accounts, tellers, branches, history): {sums}"
-    );
-}
-
 /// `backup --type <kind>` with `extra`; returns its label (the summary's).
 fn backup(c: &Cluster, kind: &str, extra: &[&str]) -> (String, Run) {
     let mut a = vec![
@@ -87,14 +62,6 @@ fn pgbench_tx(s: &Server, tx: u32) {
     let (bin, a) = pgbench_args(s, &args!["-n", "-c", 2, "-t", tx]);
     let r = run_as_postgres(&bin, &a, None);
     assert!(r.success(), "pgbench failed:\n{r}");
-}
-
-/// The line of `r`'s log that contains `needle`; panics with `missing` otherwise.
-fn log_line<'r>(r: &'r Run, needle: &str, missing: &str) -> &'r str {
-    r.stderr
-        .lines()
-        .find(|l| l.contains(needle))
-        .unwrap_or_else(|| panic!("{missing}:\n{r}"))
 }
 
 /// pgbench for `tx` transactions per client, 2 clients, in the background.

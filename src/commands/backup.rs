@@ -15,6 +15,7 @@ use crate::primary::Copier;
 use crate::repo;
 use crate::repo::incremental::Reference;
 use crate::repo::open::{open_other_stanzas, open_stanza};
+use crate::repo::resume::{self, JournalStart};
 use crate::repo::sink::RepoSink;
 use crate::repo::wal::wait_archived;
 use crate::repo::{ManifestHeader, StopInfo};
@@ -36,6 +37,10 @@ pub struct BackupSummary {
     pub start_lsn: String,
     pub stop_lsn: String,
     pub page_errors: usize,
+    /// True when an interrupted backup was resumed into this one.
+    pub resumed: bool,
+    /// Logical bytes kept from the interrupted attempts of a resumed backup.
+    pub reused: u64,
 }
 
 /// Runs `backup`.
@@ -65,38 +70,22 @@ pub fn run(s: &Settings, args: &BackupOptions, progress: &dyn Progress) -> Resul
         tracing::info!("archive-check=n: not waiting for the backup's WAL in the archive");
     }
     let lock = stanza.lock("backup")?;
-    stanza.remove_incomplete()?;
     // The databases now: a diff or incr takes a database's blocks from its reference only
     // while the database is the same one (checked again after the copy).
     let databases = sess.databases()?;
+    let timeline = checkpoint_timeline(sess)?;
     // A diff or incr: its reference, read into memory, or the reason it is a full after all.
     let reference = match args.backup_type {
         BackupType::Full => None,
-        t => reference_for(&stanza, sess, info, &databases, t == BackupType::Diff)?,
+        t => reference_for(&stanza, info, timeline, &databases, t == BackupType::Diff)?,
     };
     let (backup_type, format) = match (&reference, args.backup_type) {
         (None, _) => (BackupType::Full, repo::REPO_FORMAT),
         (Some(_), t) => (t, repo::CHAIN_FORMAT),
     };
-    // The label is unique across every configured repository (the backup's own included).
-    let others = open_other_stanzas(s, stanza.repo())?;
-    let make_label = |t| match &reference {
-        None => repo::new_label(t),
-        Some(r) => {
-            let kind = if backup_type == BackupType::Diff {
-                'D'
-            } else {
-                'I'
-            };
-            repo::label::new_chain_label(repo::label::full_of(&r.label), t, kind)
-        }
-    };
-    let (started, label) = repo::new_unique_label(&stanza, &others, &make_label)?;
-    let backup = stanza.backup(&label);
-    let clock = std::time::Instant::now();
-    let header = ManifestHeader {
+    let mut header = ManifestHeader {
         format,
-        label: label.clone(),
+        label: String::new(),
         backup_type: backup_type.as_str().into(),
         reference: reference.as_ref().map(|r| r.label.clone()),
         stanza: stanza.name().into(),
@@ -104,7 +93,7 @@ pub fn run(s: &Settings, args: &BackupOptions, progress: &dyn Progress) -> Resul
         pg_version: info.major(),
         pg_version_num: info.version_num,
         catalog_version: info.catalog_version,
-        start_time: crate::repo::rfc3339(started),
+        start_time: String::new(),
         start_lsn: Lsn(0),
         wal_segment_size: info.wal_segment_size,
         block_size: info.block_size,
@@ -113,8 +102,62 @@ pub fn run(s: &Settings, args: &BackupOptions, progress: &dyn Progress) -> Resul
         tablespaces: Vec::new(),
         databases: databases.clone(),
     };
+    // The newest interrupted backup of the same kind is resumed into its own label; any
+    // other is removed.
+    let resumed = if s.resume && !args.no_resume {
+        resume::find(&stanza, &header, timeline, s.jobs)?
+    } else {
+        None
+    };
+    stanza.remove_incomplete(resumed.as_ref().map(|(it, _)| it.label.as_str()))?;
+    // The label is unique across every configured repository (the backup's own included).
+    let (started, label) = match &resumed {
+        Some((it, _)) => (chrono::Utc::now(), it.label.clone()),
+        None => {
+            let others = open_other_stanzas(s, stanza.repo())?;
+            let make_label = |t| match &reference {
+                None => repo::new_label(t),
+                Some(r) => {
+                    let kind = if backup_type == BackupType::Diff {
+                        'D'
+                    } else {
+                        'I'
+                    };
+                    repo::label::new_chain_label(repo::label::full_of(&r.label), t, kind)
+                }
+            };
+            repo::new_unique_label(&stanza, &others, &make_label)?
+        }
+    };
+    header.label = label.clone();
+    header.start_time = crate::repo::rfc3339(started);
+    let mut journal = JournalStart {
+        attempt: 1,
+        timeline,
+        threshold: s.manifest_save_threshold,
+        first_new_object: 1,
+    };
+    // A resumed backup takes what its attempts kept as a reference of its own (its pieces
+    // may be slices of its own frames: the chain format).
+    let reference = match resumed {
+        None => reference,
+        Some((it, next)) => {
+            header.format = repo::CHAIN_FORMAT;
+            journal.attempt = it.next_attempt();
+            journal.first_new_object = next;
+            let (start_lsn, same) = (it.start_lsn(), it.same_databases(&databases));
+            Some(Reference::resumed(
+                reference, &label, it.files, start_lsn, timeline, &same,
+            ))
+        }
+    };
+    let resuming = journal.attempt > 1;
+    let backup = stanza.backup(&label);
+    let clock = std::time::Instant::now();
     let mut sink = RepoSink::new(&backup, s.compression);
     sink.reference = reference.as_ref();
+    sink.next_object = std::sync::atomic::AtomicUsize::new(journal.first_new_object);
+    sink.journal = Some(journal);
     let pg_label = format!("pgjet {label}");
     let copied = match copier {
         Copier::Files(primary) => {
@@ -167,7 +210,18 @@ pub fn run(s: &Settings, args: &BackupOptions, progress: &dyn Progress) -> Resul
     } else {
         (None, None)
     };
-    let (size, files) = (manifest.size(), manifest.files() as usize);
+    let (size, files, reused) = (
+        manifest.size(),
+        manifest.files() as usize,
+        manifest.reused(),
+    );
+    if resuming {
+        tracing::info!(
+            "backup {label} resumed: {} of {} MiB kept from its interrupted attempts",
+            reused >> 20,
+            size >> 20
+        );
+    }
     // Every object first, then the manifest, then the summary: a backup is complete only
     // once all are durable.
     backup.store().sync()?;
@@ -211,32 +265,40 @@ pub fn run(s: &Settings, args: &BackupOptions, progress: &dyn Progress) -> Resul
         start_lsn: start_lsn.to_string(),
         stop_lsn: stop_lsn.to_string(),
         page_errors,
+        resumed: resuming,
+        reused,
     })
 }
 
-/// The reference of a diff (`diff`) or incr backup, loaded; None, with
-/// the reason logged, when the backup must be a full ([`repo::chain::choose_reference`]).
+/// The timeline of the cluster's latest checkpoint (pg_control_checkpoint()).
 ///
-/// Errors: the server's or the repository's.
-fn reference_for(
-    stanza: &repo::Stanza,
-    sess: &crate::pg::session::Session,
-    info: &crate::pg::session::ServerInfo,
-    databases: &[(u32, u32)],
-    diff: bool,
-) -> Result<Option<Reference>> {
+/// Errors: the server's.
+fn checkpoint_timeline(sess: &crate::pg::session::Session) -> Result<u32> {
     let row = sess.query_row(
         "the timeline",
         "SELECT timeline_id::text FROM pg_control_checkpoint()",
     )?;
-    let timeline = row
-        .first()
+    row.first()
         .cloned()
         .flatten()
         .and_then(|t| t.parse().ok())
         .ok_or_else(|| {
             crate::error::Error::Other("pg_control_checkpoint() gave no timeline".into())
-        })?;
+        })
+}
+
+/// The reference of a diff (`diff`) or incr backup of the cluster on `timeline`, loaded;
+/// None, with the reason logged, when the backup must be a full
+/// ([`repo::chain::choose_reference`]).
+///
+/// Errors: the repository's.
+fn reference_for(
+    stanza: &repo::Stanza,
+    info: &crate::pg::session::ServerInfo,
+    timeline: u32,
+    databases: &[(u32, u32)],
+    diff: bool,
+) -> Result<Option<Reference>> {
     let now = repo::chain::ClusterNow {
         system_identifier: info.system_identifier,
         pg_version: info.major(),

@@ -193,6 +193,8 @@ pub struct BackupOptions {
     pub start_fast: bool,
     /// `--no-expire`: no `expire` after the backup.
     pub no_expire: bool,
+    /// `--no-resume`: an interrupted backup is removed, not resumed.
+    pub no_resume: bool,
 }
 
 /// `restore`'s options.

@@ -110,6 +110,11 @@ pub struct Settings {
     pub archive: ArchiveSettings,
     /// Retention (expire).
     pub retention: Retention,
+    /// `resume`: a backup resumes an interrupted one ([`crate::repo::resume`]).
+    pub resume: bool,
+    /// `manifest-save-threshold`: bytes of files stored between saves of a backup's resume
+    /// journal (at least 1 MiB).
+    pub manifest_save_threshold: u64,
 }
 
 /// How retention-full counts.

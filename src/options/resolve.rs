@@ -417,6 +417,16 @@ pub fn resolve_settings(
         output: output(&src)?,
         archive: archive(&src)?,
         retention: retention(&src)?,
+        resume: crate::options::parse_bool(
+            "resume",
+            &src.get_or_default("resume")?.unwrap_or_default(),
+        )?,
+        manifest_save_threshold: crate::options::parse_size(
+            "manifest-save-threshold",
+            &src.get_or_default("manifest-save-threshold")?
+                .unwrap_or_default(),
+        )?
+        .max(1 << 20),
     })
 }
 
@@ -845,6 +855,7 @@ pub fn build_command(cmd: Cmd, cli: &CliValues, args: &[String]) -> Result<Comma
             backup_type: o.parsed("type")?,
             start_fast: o.switch("start-fast"),
             no_expire: o.switch("no-expire"),
+            no_resume: o.switch("no-resume"),
         }),
         Cmd::Restore => Command::Restore(RestoreOptions {
             set: o.parsed("set")?,

@@ -1068,6 +1068,32 @@ pub const OPTIONS: &[OptionDef] = &[
         BACKUP,
         "Do not run `expire` after the backup",
     ),
+    cmd_opt(
+        "no-resume",
+        Kind::Switch,
+        "",
+        None,
+        BACKUP,
+        "Do not resume an interrupted backup: remove it and start over (as resume=n)",
+    ),
+    opt(
+        "resume",
+        Kind::Text,
+        "Y|N",
+        Some("y"),
+        H_REPO,
+        BACKUP,
+        "y (default) or n: a backup resumes the newest interrupted backup of the same type and reference, keeping what it stored and checked where the cluster did not change since",
+    ),
+    opt(
+        "manifest-save-threshold",
+        Kind::Text,
+        "BYTES",
+        Some("256MiB"),
+        H_REPO,
+        BACKUP,
+        "How many bytes of files a backup stores between saves of its resume journal (suffixes k, M, G); an interrupted backup is resumed from its last save",
+    ),
     // restore.
     cmd_opt(
         "set",

@@ -106,7 +106,7 @@ pub fn copy_stream(
     progress: &dyn Progress,
 ) -> Result<Copied> {
     let info = &stream.info;
-    let mut collector = StreamManifest::new(sink.backup, header, spcs);
+    let mut collector = StreamManifest::new(sink, header, spcs);
     let read_opts = ReadOptions {
         jobs: s.jobs,
         verify_checksums: info.data_checksums,

@@ -57,7 +57,7 @@ impl BackupTarget for RepoTarget<'_> {
                 location: t.target.display().to_string(),
             })
             .collect();
-        let mut w = self.sink.backup.begin(self.header.clone())?;
+        let mut w = self.sink.begin_manifest(self.header.clone())?;
         for (path, mode) in &listing.dirs {
             w.dir(&DirEntry {
                 path: path.clone(),
@@ -190,7 +190,7 @@ pub fn store_control(sink: &RepoSink, control: &SourceFile, bytes: &[u8]) -> Res
 /// once the stream announces its start LSN and tablespaces, then each directory and file
 /// as it is stored.
 pub struct StreamManifest<'a> {
-    backup: &'a super::Backup<'a>,
+    sink: &'a RepoSink<'a>,
     /// The manifest's header; `started` fills in the start LSN and the tablespaces.
     header: ManifestHeader,
     /// Names of the tablespaces by OID: (oid, name, location) from pg_tablespace.
@@ -201,12 +201,12 @@ pub struct StreamManifest<'a> {
 
 impl<'a> StreamManifest<'a> {
     pub fn new(
-        backup: &'a super::Backup<'a>,
+        sink: &'a RepoSink<'a>,
         header: ManifestHeader,
         spcs: &'a [(u32, String, String)],
     ) -> StreamManifest<'a> {
         StreamManifest {
-            backup,
+            sink,
             header,
             spcs,
             manifest: None,
@@ -231,7 +231,7 @@ impl StreamCollector<Vec<Piece>> for StreamManifest<'_> {
                 location: location.clone(),
             })
             .collect();
-        self.manifest = Some(self.backup.begin(self.header.clone())?);
+        self.manifest = Some(self.sink.begin_manifest(self.header.clone())?);
         Ok(())
     }
 

@@ -106,6 +106,43 @@ impl Reference {
         })
     }
 
+    /// The reference of a resumed backup ([`super::resume`]): the files its interrupted
+    /// attempts stored (`kept`: their pieces without a backup name are the resumed backup's
+    /// own frames) over those of `base` (a diff's or incr's reference). `start_lsn`: the
+    /// oldest attempt's; the older of it and the base's is the rule's (a page older than
+    /// both is unchanged since either copy). `databases`: those (OID, xmin) every attempt
+    /// recorded and the cluster has now. `label`: the resumed backup's, named when there is
+    /// no base.
+    pub fn resumed(
+        base: Option<Reference>,
+        label: &str,
+        kept: HashMap<String, FileEntry>,
+        start_lsn: Lsn,
+        timeline: u32,
+        databases: &[(u32, u32)],
+    ) -> Reference {
+        let oids: std::collections::HashSet<u32> = databases.iter().map(|d| d.0).collect();
+        let (label, start_lsn, mut files, same_databases) = match base {
+            Some(b) => (
+                b.label,
+                b.start_lsn.min(start_lsn),
+                b.files,
+                b.same_databases.intersection(&oids).copied().collect(),
+            ),
+            None => (label.to_string(), start_lsn, HashMap::new(), oids),
+        };
+        for (path, f) in kept {
+            files.insert(path, (f.size, f.pieces));
+        }
+        Reference {
+            label,
+            start_lsn,
+            timeline,
+            files,
+            same_databases,
+        }
+    }
+
     /// Number of files the reference holds.
     pub fn len(&self) -> usize {
         self.files.len()

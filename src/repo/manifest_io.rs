@@ -145,6 +145,8 @@ pub struct ManifestWriter {
     size: u64,
     /// Labels of the older backups the pieces so far name.
     references: std::collections::BTreeSet<String>,
+    /// The resume journal each file line also goes to ([`super::resume`]).
+    journal: Option<super::resume::Journal>,
 }
 
 impl ManifestWriter {
@@ -172,6 +174,7 @@ impl ManifestWriter {
             files: 0,
             size: 0,
             references: Default::default(),
+            journal: None,
         };
         let h = w.header.clone();
         w.line(LineRef::Header(&h))?;
@@ -198,8 +201,23 @@ impl ManifestWriter {
         self.line(LineRef::Dir(d))
     }
 
+    /// Sends every file line from now on to `journal` too.
+    pub fn with_journal(mut self, journal: super::resume::Journal) -> ManifestWriter {
+        self.journal = Some(journal);
+        self
+    }
+
+    /// Logical bytes of the files added so far whose frames an earlier attempt of this
+    /// backup stored (0 without a journal).
+    pub fn reused(&self) -> u64 {
+        self.journal.as_ref().map_or(0, |j| j.reused())
+    }
+
     /// Adds a file.
     pub fn file(&mut self, f: &FileEntry) -> Result<()> {
+        if let Some(j) = &mut self.journal {
+            j.add(f)?;
+        }
         self.files += 1;
         self.size += f.size;
         for p in &f.pieces {
@@ -226,6 +244,10 @@ impl ManifestWriter {
     /// writes the summary last: the backup is complete when this returns.
     /// `stored_size`: bytes of the data objects.
     pub fn finish(mut self, stop: StopInfo, stored_size: u64) -> Result<BackupSummary> {
+        let mut journal = self.journal.take();
+        if let Some(j) = &mut journal {
+            j.close()?;
+        }
         let mut references: Vec<String> =
             std::mem::take(&mut self.references).into_iter().collect();
         references.sort();
@@ -263,6 +285,9 @@ impl ManifestWriter {
             .map_err(|e| Error::Other(format!("cannot encode the summary: {e}")))?;
         self.store.sync()?;
         self.store.put_durable(&self.summary_name, &json)?;
+        if let Some(j) = journal {
+            j.remove();
+        }
         Ok(summary)
     }
 }
@@ -632,7 +657,7 @@ pub struct ScannedManifest {
     pub control: FileEntry,
     /// Each object's pieces are on consecutive file lines: a reader that groups the pieces
     /// of consecutive lines by object sees each object once, whole, and can check its
-    /// size exactly. True for every manifest a backup writes.
+    /// size (at least the frames named). True for every manifest a backup writes.
     pub contiguous: bool,
 }
 

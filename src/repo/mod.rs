@@ -22,6 +22,7 @@ pub mod manifest;
 pub mod manifest_io;
 pub mod open;
 pub mod read_back;
+pub mod resume;
 pub mod retention;
 pub mod sink;
 pub mod stanza;

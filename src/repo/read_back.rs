@@ -398,7 +398,7 @@ pub struct ReadBack<'a> {
     pub chain: &'a [(String, CompressType)],
     /// Each object's pieces are on consecutive lines of the stream
     /// ([`crate::repo::ScannedManifest::contiguous`]): each object is then read once and
-    /// its size checked exactly. Otherwise an object may be read once per run of lines,
+    /// its size checked (at least its named frames). Otherwise an object may be read once per run of lines,
     /// and only its frames are checked.
     pub contiguous: bool,
     /// The data directory to write into (files must exist at their final size when
@@ -720,8 +720,9 @@ impl ReadBack<'_> {
         Ok(())
     }
 
-    /// Reads one stored object whole and checks its size: exactly the manifest's when the
-    /// stream is contiguous, else only that each frame fits (checked per piece). One
+    /// Reads one stored object whole and checks its size: at least the frames the manifest
+    /// names when the stream is contiguous, else only that each frame fits (checked per
+    /// piece). One
     /// request (an object store pays a round trip per request): a missing object shows as
     /// not found.
     fn load_object(&self, w: &ObjectWork, mut buf: AlignedBuf) -> Result<Loaded> {
@@ -734,9 +735,16 @@ impl ReadBack<'_> {
         let size = exact.then_some(w.size);
         let read = self.backup.store().get_into(&name, size, &mut buf);
         match read {
-            Ok(()) if !exact || buf.len() as u64 == w.size => Ok(Loaded::Object(buf)),
+            // At least the frames named: a resumed backup's object may also hold frames
+            // of an earlier attempt that no line names any more (each named frame is still
+            // checked by its hash).
+            Ok(()) if !exact || buf.len() as u64 >= w.size => Ok(Loaded::Object(buf)),
             Ok(()) => Ok(Loaded::Unusable(
-                format!("stored object has {} bytes, expected {}", buf.len(), w.size),
+                format!(
+                    "stored object has {} bytes, expected at least {}",
+                    buf.len(),
+                    w.size
+                ),
                 buf,
             )),
             Err(e) if e.is_not_found() => Ok(Loaded::Unusable(

@@ -22,6 +22,8 @@ pub struct RepoSink<'a> {
     /// For a differential or incremental backup: what the reference holds (ranges that did
     /// not change are stored as references to it, changed blocks alone).
     pub reference: Option<&'a Reference>,
+    /// How the backup's resume journal starts ([`super::resume`]); None: no journal.
+    pub journal: Option<super::resume::JournalStart>,
 }
 
 impl<'a> RepoSink<'a> {
@@ -33,7 +35,31 @@ impl<'a> RepoSink<'a> {
             stored: AtomicU64::new(0),
             next_object: AtomicUsize::new(1),
             reference: None,
+            journal: None,
         }
+    }
+
+    /// Starts the backup's manifest, with the header the copy's start completed, and its
+    /// resume journal when one is asked for.
+    ///
+    /// Errors: the store's.
+    pub fn begin_manifest(
+        &self,
+        header: super::ManifestHeader,
+    ) -> Result<super::manifest_io::ManifestWriter> {
+        let journal = match &self.journal {
+            Some(start) => Some(super::resume::Journal::start(
+                self.backup,
+                &header,
+                start.clone(),
+            )?),
+            None => None,
+        };
+        let w = self.backup.begin(header)?;
+        Ok(match journal {
+            Some(j) => w.with_journal(j),
+            None => w,
+        })
     }
 }
 

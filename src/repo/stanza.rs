@@ -132,12 +132,16 @@ impl Stanza {
         StanzaLock::acquire(self.store_arc(), self.name(), command)
     }
 
-    /// Removes every interrupted backup (no summary), with a warning each: a backup under the
-    /// stanza's lock calls this before it starts.
+    /// Removes every interrupted backup (no summary) but `keep` (the one a backup
+    /// resumes), with a warning each: a backup under the stanza's lock calls this before it
+    /// starts.
     ///
     /// Errors: the store's.
-    pub fn remove_incomplete(&self) -> Result<()> {
+    pub fn remove_incomplete(&self, keep: Option<&str>) -> Result<()> {
         for stale in self.incomplete()? {
+            if Some(stale.as_str()) == keep {
+                continue;
+            }
             tracing::warn!("removing interrupted backup {stale} (it has no summary)");
             self.backup(&stale).remove()?;
         }

@@ -1834,3 +1834,36 @@ pub fn replica_create_started(
     );
     (r, server)
 }
+
+/// The fingerprint without pgbench's tables (they change under load).
+pub fn quiet_tables(fp: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    fp.iter()
+        .filter(|(k, _)| !k.contains(".table.public.pgbench_"))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+/// pgbench's invariant: the balances of accounts, tellers and branches each add up to the
+/// deltas of the history.
+pub fn assert_pgbench_invariant(what: &str, s: &Server) {
+    let sums = s.psql(
+        "postgres",
+        "SELECT (SELECT coalesce(sum(abalance),0) FROM pgbench_accounts) || ',' || \
+                (SELECT coalesce(sum(tbalance),0) FROM pgbench_tellers) || ',' || \
+                (SELECT coalesce(sum(bbalance),0) FROM pgbench_branches) || ',' || \
+                (SELECT coalesce(sum(delta),0) FROM pgbench_history)",
+    );
+    let v: Vec<&str> = sums.split(',').collect();
+    assert!(
+        v.len() == 4 && v.iter().all(|x| *x == v[0]),
+        "{what}: pgbench invariant broken (accounts, tellers, branches, history): {sums}"
+    );
+}
+
+/// The line of `r`'s log that contains `needle`; panics with `missing` otherwise.
+pub fn log_line<'r>(r: &'r Run, needle: &str, missing: &str) -> &'r str {
+    r.stderr
+        .lines()
+        .find(|l| l.contains(needle))
+        .unwrap_or_else(|| panic!("{missing}:\n{r}"))
+}

@@ -1,0 +1,524 @@
+//! Resuming an interrupted backup: the *resume journal* a backup writes as it runs, and what
+//! the next backup makes of it.
+//!
+//! A backup's manifest is one stream, complete only at the end; killed halfway, it leaves
+//! objects nobody can name. So every backup also saves, every `manifest-save-threshold`
+//! bytes of files stored (pgBackRest's option of that name does the same for its manifest
+//! copy), the file lines stored since the last save, once their objects are durable:
+//!
+//! ```text
+//! <label>/resume/<attempt>.json                 AttemptHeader (written when the copy starts)
+//! <label>/resume/<attempt>-<save>.jsonl.zst    file lines ([`FileEntry`]), zstd
+//! ```
+//!
+//! The next backup of the same type, reference, compression and timeline resumes the newest
+//! interrupted backup ([`find`]): it reads every attempt's lines (a later attempt's line for
+//! a path replaces an earlier one), checks the stored frames those lines name against their
+//! XXH3-128 and drops any file whose frames fail, removes every object no kept line names,
+//! and then copies the cluster again into the same label with the kept files as its
+//! reference ([`super::incremental::Reference::resumed`]): a block whose page LSN is older
+//! than the oldest attempt's start LSN did not change since that attempt copied it, and is
+//! kept; any other block, and any other file whose range hash differs, is copied again. So
+//! a resumed backup holds exactly what an uninterrupted one would; its file lines name the
+//! kept frames as its own. The journal is removed once the backup is complete.
+//!
+//! Why the page LSN rule holds for a kept copy: each attempt copied its files after its own
+//! backup start (the redo point of its checkpoint), so the argument of
+//! [`super::incremental`] applies with that start LSN, and with any older one.
+use super::handle::Backup;
+use super::manifest::{FileEntry, ManifestHeader};
+use crate::error::{Error, Result};
+use crate::pg::lsn::Lsn;
+use crate::storage::Storage;
+use serde::{Deserialize, Serialize};
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Directory of the journal inside a backup's directory.
+pub const RESUME_DIR: &str = "resume";
+/// Version of the journal's objects.
+const JOURNAL_FORMAT: u32 = 1;
+/// A save is also made when this long passed since the last one and a file line waits.
+const SAVE_INTERVAL: Duration = Duration::from_secs(60);
+/// pgBackRest's `manifest-save-threshold` default is 1 GiB; pgjet saves more often (a
+/// save costs a sync of the repository and one small object).
+pub const DEFAULT_SAVE_THRESHOLD: u64 = 256 << 20;
+
+/// What an attempt of a backup recorded when its copy started.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AttemptHeader {
+    /// [`JOURNAL_FORMAT`].
+    pub format: u32,
+    /// 1 for the first attempt, then one more per resume.
+    pub attempt: u32,
+    /// The cluster's timeline when the attempt started (pg_control_checkpoint()).
+    pub timeline: u32,
+    /// The backup's manifest header, start LSN included.
+    pub header: ManifestHeader,
+}
+
+/// How the journal of a backup being written is started ([`Journal::start`]).
+#[derive(Debug, Clone)]
+pub struct JournalStart {
+    /// This attempt's number.
+    pub attempt: u32,
+    /// The cluster's timeline now.
+    pub timeline: u32,
+    /// Logical bytes of files stored between saves.
+    pub threshold: u64,
+    /// Objects numbered below this one were stored by an earlier attempt.
+    pub first_new_object: usize,
+}
+
+/// The journal of a backup being written: file lines saved in batches, each batch once the
+/// objects its lines name are durable. Saves run on a thread of their own (a sync of the
+/// repository may take a while); the next one waits for it.
+pub struct Journal {
+    store: Arc<dyn Storage>,
+    dir: String,
+    start: JournalStart,
+    saves: u32,
+    pending: Vec<u8>,
+    pending_bytes: u64,
+    last_save: Instant,
+    saving: Option<std::thread::JoinHandle<Result<()>>>,
+    /// Logical bytes of the pieces whose frames an earlier attempt stored.
+    reused: u64,
+}
+
+impl Journal {
+    /// Writes the attempt's header (durable) and starts the journal of `backup`.
+    ///
+    /// Errors: the store's.
+    pub fn start(backup: &Backup, header: &ManifestHeader, start: JournalStart) -> Result<Journal> {
+        let store = backup.stanza().store_arc();
+        let dir = backup.file_name(RESUME_DIR);
+        let h = AttemptHeader {
+            format: JOURNAL_FORMAT,
+            attempt: start.attempt,
+            timeline: start.timeline,
+            header: header.clone(),
+        };
+        let json = serde_json::to_vec(&h)
+            .map_err(|e| Error::Other(format!("cannot encode the resume journal's header: {e}")))?;
+        store.put_durable(&format!("{dir}/{:04}.json", start.attempt), &json)?;
+        Ok(Journal {
+            store,
+            dir,
+            start,
+            saves: 0,
+            pending: Vec::new(),
+            pending_bytes: 0,
+            last_save: Instant::now(),
+            saving: None,
+            reused: 0,
+        })
+    }
+
+    /// Adds the line of a file whose frames are all stored; saves when enough waits.
+    ///
+    /// Errors: the previous save's.
+    pub fn add(&mut self, f: &FileEntry) -> Result<()> {
+        serde_json::to_writer(&mut self.pending, f)
+            .map_err(|e| Error::Other(format!("cannot encode a resume journal line: {e}")))?;
+        self.pending.push(b'\n');
+        self.pending_bytes += f.size;
+        let first_new = self.start.first_new_object;
+        self.reused += f
+            .pieces
+            .iter()
+            .filter(|p| {
+                p.backup.is_none() && p.object.parse::<usize>().is_ok_and(|n| n < first_new)
+            })
+            .map(|p| p.logical_size)
+            .sum::<u64>();
+        if self.pending_bytes >= self.start.threshold || self.last_save.elapsed() > SAVE_INTERVAL {
+            self.save()?;
+        }
+        Ok(())
+    }
+
+    /// Logical bytes of the files added so far whose frames an earlier attempt stored.
+    pub fn reused(&self) -> u64 {
+        self.reused
+    }
+
+    /// Waits for the save in flight, if any.
+    fn wait(&mut self) -> Result<()> {
+        match self.saving.take() {
+            None => Ok(()),
+            Some(h) => h
+                .join()
+                .unwrap_or_else(|_| Err(Error::Other("a resume journal save panicked".into()))),
+        }
+    }
+
+    /// Saves the lines added since the last save: the repository synced (their objects
+    /// durable), then one object of them, durable.
+    fn save(&mut self) -> Result<()> {
+        self.wait()?;
+        self.saves += 1;
+        let name = format!(
+            "{}/{:04}-{:06}.jsonl.zst",
+            self.dir, self.start.attempt, self.saves
+        );
+        let lines = std::mem::take(&mut self.pending);
+        self.pending_bytes = 0;
+        self.last_save = Instant::now();
+        let store = self.store.clone();
+        self.saving = Some(std::thread::spawn(move || {
+            let z = zstd::bulk::compress(&lines, 3)
+                .map_err(|e| Error::Other(format!("cannot compress {name}: {e}")))?;
+            store.sync()?;
+            store.put_durable(&name, &z)
+        }));
+        Ok(())
+    }
+
+    /// Waits for the last save; called before the backup's manifest is completed.
+    ///
+    /// Errors: that save's.
+    pub fn close(&mut self) -> Result<()> {
+        self.wait()
+    }
+
+    /// Removes the journal of a complete backup (a leftover is harmless: a complete
+    /// backup is never resumed).
+    pub fn remove(mut self) {
+        let _ = self.wait();
+        if let Err(e) = self.store.remove_all(&self.dir) {
+            tracing::warn!("cannot remove the resume journal {}: {e}", self.dir);
+        }
+    }
+}
+
+impl Drop for Journal {
+    fn drop(&mut self) {
+        let _ = self.wait();
+    }
+}
+
+/// What an interrupted backup's journal holds ([`Interrupted::load`]).
+pub struct Interrupted {
+    /// The interrupted backup's label.
+    pub label: String,
+    /// Every attempt's header, oldest first.
+    pub attempts: Vec<AttemptHeader>,
+    /// The file lines, by path (a later attempt's replacing an earlier one's).
+    pub files: HashMap<String, FileEntry>,
+}
+
+/// Attempt number and save number of a journal object's name, or None for another name.
+fn parse_name(name: &str) -> Option<(u32, Option<u32>)> {
+    if let Some(a) = name.strip_suffix(".json") {
+        return Some((a.parse().ok()?, None));
+    }
+    let (a, s) = name.strip_suffix(".jsonl.zst")?.split_once('-')?;
+    Some((a.parse().ok()?, Some(s.parse().ok()?)))
+}
+
+impl Interrupted {
+    /// Reads the journal of the interrupted backup `backup`; None when it has none (an
+    /// older pgjet, or killed before its copy started).
+    ///
+    /// Errors: the store's; [`Error::Repo`] for a journal object that cannot be decoded.
+    pub fn load(backup: &Backup) -> Result<Option<Interrupted>> {
+        let store = backup.store();
+        let dir = backup.file_name(RESUME_DIR);
+        let mut names: Vec<((u32, Option<u32>), String)> = Vec::new();
+        for n in crate::storage::list_sorted(store, &dir)? {
+            if let Some(k) = parse_name(&n) {
+                names.push((k, n));
+            }
+        }
+        // Header first within an attempt (None sorts before Some).
+        names.sort();
+        let bad = |n: &str, e: String| Error::Repo(format!("resume journal {dir}/{n}: {e}"));
+        let mut attempts: Vec<AttemptHeader> = Vec::new();
+        let mut files = HashMap::new();
+        for ((attempt, save), n) in names {
+            let bytes = store.get(&format!("{dir}/{n}"))?;
+            match save {
+                None => {
+                    let h: AttemptHeader =
+                        serde_json::from_slice(&bytes).map_err(|e| bad(&n, e.to_string()))?;
+                    if h.format != JOURNAL_FORMAT || h.attempt != attempt {
+                        return Err(bad(
+                            &n,
+                            format!("format {} attempt {}", h.format, h.attempt),
+                        ));
+                    }
+                    attempts.push(h);
+                }
+                Some(_) => {
+                    if attempts.last().map(|h| h.attempt) != Some(attempt) {
+                        return Err(bad(&n, "no header for its attempt".into()));
+                    }
+                    let text =
+                        zstd::stream::decode_all(&bytes[..]).map_err(|e| bad(&n, e.to_string()))?;
+                    for line in text.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+                        let f: FileEntry =
+                            serde_json::from_slice(line).map_err(|e| bad(&n, e.to_string()))?;
+                        files.insert(f.path.clone(), f);
+                    }
+                }
+            }
+        }
+        if attempts.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(Interrupted {
+            label: backup.label().to_string(),
+            attempts,
+            files,
+        }))
+    }
+
+    /// The oldest start LSN of the attempts: a page older than it is unchanged since every
+    /// attempt's copy of it.
+    pub fn start_lsn(&self) -> Lsn {
+        self.attempts
+            .iter()
+            .map(|a| a.header.start_lsn)
+            .min()
+            .unwrap_or(Lsn(0))
+    }
+
+    /// Why a backup planned as `planned` (its header before the copy: type, reference,
+    /// compression, cluster) on `timeline` cannot resume this one, or Ok.
+    pub fn resumable(
+        &self,
+        planned: &ManifestHeader,
+        timeline: u32,
+    ) -> std::result::Result<(), String> {
+        if self.files.is_empty() {
+            return Err("no file of it was saved to its resume journal".into());
+        }
+        for a in &self.attempts {
+            let h = &a.header;
+            let why = if h.label != self.label || h.stanza != planned.stanza {
+                format!("its journal names backup {}/{}", h.stanza, h.label)
+            } else if h.backup_type != planned.backup_type {
+                format!(
+                    "it is of type {}, this backup of type {}",
+                    h.backup_type, planned.backup_type
+                )
+            } else if h.reference != planned.reference {
+                format!(
+                    "its reference is {}, this one's {}",
+                    h.reference.as_deref().unwrap_or("none"),
+                    planned.reference.as_deref().unwrap_or("none")
+                )
+            } else if h.compression != planned.compression {
+                format!(
+                    "it is compressed with {} level {}, this one with {} level {}",
+                    h.compression.kind,
+                    h.compression.level,
+                    planned.compression.kind,
+                    planned.compression.level
+                )
+            } else if h.system_identifier != planned.system_identifier
+                || h.pg_version != planned.pg_version
+                || h.block_size != planned.block_size
+            {
+                "it is of another cluster or major version".to_string()
+            } else if h.data_checksums != planned.data_checksums {
+                "data checksums were turned on or off since".to_string()
+            } else if h.databases.is_empty() {
+                "it did not record the cluster's databases".to_string()
+            } else if a.timeline != timeline {
+                format!(
+                    "it is of timeline {}, the cluster is on timeline {timeline} now",
+                    a.timeline
+                )
+            } else {
+                continue;
+            };
+            return Err(why);
+        }
+        Ok(())
+    }
+
+    /// The databases whose blocks may be kept: same (OID, xmin) now as in every attempt.
+    pub fn same_databases(&self, now: &[(u32, u32)]) -> Vec<(u32, u32)> {
+        now.iter()
+            .filter(|d| self.attempts.iter().all(|a| a.header.databases.contains(d)))
+            .copied()
+            .collect()
+    }
+
+    /// Reads every object of this backup the kept lines name and checks each frame they
+    /// name against its XXH3-128, on `jobs` threads; drops the lines of files with a frame
+    /// missing or wrong (with a warning). Returns the bytes read.
+    ///
+    /// Errors: the store's, other than a missing object.
+    pub fn verify(&mut self, backup: &Backup, jobs: usize) -> Result<u64> {
+        let mut frames: HashMap<&str, HashSet<(u64, u64, &str)>> = HashMap::new();
+        for f in self.files.values() {
+            for p in f.pieces.iter().filter(|p| p.backup.is_none()) {
+                frames.entry(&p.object).or_default().insert((
+                    p.offset,
+                    p.stored_size,
+                    &p.stored_xxh3,
+                ));
+            }
+        }
+        // (object, its frames as (offset, stored size, XXH3-128)).
+        type Frames<'f> = Vec<(&'f str, Vec<(u64, u64, &'f str)>)>;
+        let objects: Frames = frames
+            .into_iter()
+            .map(|(o, f)| (o, f.into_iter().collect()))
+            .collect();
+        let bad = std::sync::Mutex::new(HashSet::<String>::new());
+        let read = std::sync::atomic::AtomicU64::new(0);
+        crate::io::parallel::for_each_with(
+            objects.len(),
+            jobs,
+            || Ok(()),
+            |_, i| {
+                let (object, frames) = &objects[i];
+                let why = match backup.store().get(&backup.object_name(object)) {
+                    Err(e) if e.is_not_found() => Some("missing".to_string()),
+                    Err(e) => return Err(e),
+                    Ok(bytes) => {
+                        read.fetch_add(bytes.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                        frames.iter().find_map(|(offset, size, xxh3)| {
+                            let frame = usize::try_from(*offset)
+                                .ok()
+                                .zip(usize::try_from(offset + size).ok())
+                                .and_then(|(a, b)| bytes.get(a..b));
+                            match frame {
+                                None => Some(format!("too short for the frame at {offset}")),
+                                Some(fr) if crate::codec::xxh3_hex(fr) != *xxh3 => {
+                                    Some(format!("the frame at {offset} does not match its XXH3"))
+                                }
+                                Some(_) => None,
+                            }
+                        })
+                    }
+                };
+                if let Some(why) = why {
+                    tracing::warn!(
+                        "interrupted backup {}: object {object} {why}; the files it holds are copied again",
+                        self.label
+                    );
+                    bad.lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(object.to_string());
+                }
+                Ok(())
+            },
+        )?;
+        let bad = bad.into_inner().unwrap_or_else(|p| p.into_inner());
+        if !bad.is_empty() {
+            self.files.retain(|_, f| {
+                !f.pieces
+                    .iter()
+                    .any(|p| p.backup.is_none() && bad.contains(&p.object))
+            });
+        }
+        Ok(read.into_inner())
+    }
+
+    /// Removes every data object of the backup that no kept line names (those of files
+    /// stored after the last save, and any left half-written). Returns the number after
+    /// the highest object number seen: the next attempt's first object.
+    ///
+    /// Errors: the store's.
+    pub fn clean(&self, backup: &Backup) -> Result<usize> {
+        let kept: HashSet<&str> = self
+            .files
+            .values()
+            .flat_map(|f| f.pieces.iter())
+            .filter(|p| p.backup.is_none())
+            .map(|p| p.object.as_str())
+            .collect();
+        let dir = backup.file_name("data");
+        let mut next = 1;
+        let mut removed = 0u64;
+        for name in crate::storage::list_sorted(backup.store(), &dir)? {
+            if let Ok(n) = name.parse::<usize>() {
+                next = next.max(n + 1);
+            }
+            if !kept.contains(name.as_str()) {
+                backup.store().delete(&format!("{dir}/{name}"))?;
+                removed += 1;
+            }
+        }
+        tracing::debug!(
+            "interrupted backup {}: {removed} unsaved objects removed",
+            self.label
+        );
+        Ok(next)
+    }
+
+    /// Logical bytes of the kept files.
+    pub fn bytes(&self) -> u64 {
+        self.files.values().map(|f| f.size).sum()
+    }
+
+    /// The next attempt's number.
+    pub fn next_attempt(&self) -> u32 {
+        self.attempts.last().map_or(1, |a| a.attempt + 1)
+    }
+}
+
+/// The newest interrupted backup of `stanza` when a backup planned as `planned` on
+/// `timeline` can resume it: loaded, its frames checked ([`Interrupted::verify`]) on `jobs`
+/// threads and its unsaved objects removed ([`Interrupted::clean`]); with the first object
+/// number of the new attempt. None (with the reason logged) when there is none or it cannot
+/// be resumed: the caller removes it then.
+///
+/// Errors: the store's.
+pub fn find(
+    stanza: &super::Stanza,
+    planned: &ManifestHeader,
+    timeline: u32,
+    jobs: usize,
+) -> Result<Option<(Interrupted, usize)>> {
+    let Some(label) = stanza.incomplete()?.pop() else {
+        return Ok(None);
+    };
+    let backup = stanza.backup(&label);
+    let mut it = match Interrupted::load(&backup) {
+        Ok(Some(it)) => it,
+        Ok(None) => {
+            tracing::info!("interrupted backup {label} has no resume journal: it is not resumed");
+            return Ok(None);
+        }
+        Err(e) => {
+            tracing::warn!("interrupted backup {label} is not resumed: {e}");
+            return Ok(None);
+        }
+    };
+    if let Err(why) = it.resumable(planned, timeline) {
+        tracing::warn!("interrupted backup {label} is not resumed: {why}");
+        return Ok(None);
+    }
+    let clock = Instant::now();
+    let read = it.verify(&backup, jobs)?;
+    let next = it.clean(&backup)?;
+    tracing::info!(
+        "resuming interrupted backup {label} (attempt {}): {} files, {} MiB, kept from earlier attempts where the cluster did not change since (checked {} MiB of stored frames in {:.1} s)",
+        it.next_attempt(),
+        it.files.len(),
+        it.bytes() >> 20,
+        read >> 20,
+        clock.elapsed().as_secs_f64()
+    );
+    Ok(Some((it, next)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_name;
+
+    #[test]
+    fn journal_names() {
+        assert_eq!(parse_name("0001.json"), Some((1, None)));
+        assert_eq!(parse_name("0002-000013.jsonl.zst"), Some((2, Some(13))));
+        assert_eq!(parse_name("0002-000013.jsonl.zst.tmp"), None);
+        assert_eq!(parse_name("x.json"), None);
+    }
+}

@@ -1,0 +1,247 @@
+//! Resuming interrupted backups: a backup killed (SIGKILL) after its resume journal saved
+//! some files is resumed by the next backup into the same label, keeping what it stored
+//! where the cluster did not change since; the result restores to exactly the cluster's
+//! rows at its end (pg_verifybackup, the rows, pgbench's invariant, pg_amcheck).
+//!
+//! PostgreSQL 15, local files, posix repository:
+//! - a full killed under pgbench, the cluster changed (rows updated, a table dropped, one
+//!   truncated, one created), the resumed attempt killed again, changed again, then resumed
+//!   to the end; restored and checked;
+//! - an incr on it killed and resumed (its kept pieces name its own frames and the full's);
+//! - `--no-resume` removes an interrupted backup and starts over; an interrupted backup of
+//!   another type is removed, not resumed.
+//!
+//! The S3 case is in tests/object_stores.rs.
+mod common;
+
+use common::*;
+use std::fs;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// The backup options of every attempt: slow enough to be killed halfway (one job, gzip at
+/// level 9), a save of the resume journal every 4 MiB of files.
+const SLOW: &[&str] = &[
+    "--start-fast",
+    "--jobs",
+    "1",
+    "--compress-type",
+    "gzip",
+    "--compress-level",
+    "9",
+    "--manifest-save-threshold",
+    "4MiB",
+];
+
+fn resume_dir(c: &Cluster, label: &str) -> PathBuf {
+    backup_dir(&c.repo, "main", label).join("resume")
+}
+
+/// Starts `backup --type kind` (with [`SLOW`] and `extra`) in the background and kills it
+/// with SIGKILL once its resume journal holds save `save` of attempt `attempt`; returns the
+/// backup's label.
+fn kill_after_save(c: &Cluster, kind: &str, extra: &[&str], attempt: u32, save: u32) -> String {
+    let mut a = vec!["backup".to_string(), "--type".into(), kind.into()];
+    a.extend(c.stanza_args(&c.repo));
+    a.extend(SLOW.iter().chain(extra).map(|s| s.to_string()));
+    let tag = format!("{kind}-attempt{attempt}");
+    let mut b = Background::spawn(&pgjet_bin(), &a, &c.root.join(&format!("{tag}.pid")));
+    let want = format!("{attempt:04}-{save:06}.jsonl.zst");
+    let root = c.repo.join("main").join("backup");
+    let t = Instant::now();
+    let label = loop {
+        if b.try_wait().is_some() {
+            panic!(
+                "{tag}: the backup ended before its journal save {want}; make it slower\n{}",
+                b.wait()
+            );
+        }
+        let found = fs::read_dir(&root).ok().and_then(|rd| {
+            rd.flatten()
+                .find(|e| e.path().join("resume").join(&want).exists())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+        });
+        if let Some(l) = found {
+            break l;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(180),
+            "{tag}: no journal save {want} under {} within 180 s",
+            root.display()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    b.signal(libc::SIGKILL);
+    let r = b.wait();
+    assert!(
+        !r.success(),
+        "{tag}: the killed backup reported success?\n{r}"
+    );
+    assert!(
+        !backup_dir(&c.repo, "main", &label)
+            .join("summary.json")
+            .exists(),
+        "{tag}: {label} completed before the kill; make it slower"
+    );
+    step!(
+        "{tag}: {label} killed after journal save {want} ({})",
+        secs(t)
+    );
+    label
+}
+
+/// `backup --type kind` with [`SLOW`] and `extra` to the end: (label, resumed, bytes kept, run).
+fn backup_to_end(c: &Cluster, kind: &str, extra: &[&str]) -> (String, bool, u64, Run) {
+    let mut a = vec!["--type", kind, "--output", "json"];
+    a.extend_from_slice(SLOW);
+    a.extend_from_slice(extra);
+    let r = c.pgjet_cmd("backup", &c.repo, &a).ok();
+    let v: serde_json::Value = serde_json::from_str(r.stdout.trim())
+        .unwrap_or_else(|e| panic!("backup --output json is not JSON ({e}):\n{r}"));
+    let label = v["label"].as_str().expect("label").to_string();
+    let resumed = v["resumed"].as_bool().expect("resumed");
+    let reused = v["reused"].as_u64().expect("reused");
+    step!(
+        "backup --type {kind}: {label} in {:.1}s (resumed {resumed}, {} MiB kept)",
+        r.elapsed.as_secs_f64(),
+        reused >> 20
+    );
+    (label, resumed, reused, r)
+}
+
+/// Restores `label`, checks it with pg_verifybackup, starts it and compares its rows with
+/// `fp` (pgbench's tables left out when `quiet`), pgbench's invariant and pg_amcheck.
+fn restore_and_check(c: &Cluster, label: &str, fp: &std::collections::BTreeMap<String, String>) {
+    pgjet_ok(&verify_args(&c.repo, label));
+    let dir = c.new_dir(&format!("restore-{label}"));
+    let r = pgjet_ok(&restore_args_no_ts(&c.repo, &dir, label));
+    step!("{label}: restored in {:.1}s", r.elapsed.as_secs_f64());
+    let v = pg_verifybackup(c.pg(), &dir);
+    assert!(v.success(), "{label}: pg_verifybackup failed:\n{v}");
+    let server = start_restored(c, label, &dir);
+    assert_same_fingerprint(label, fp, &fingerprint(&server));
+    assert_pgbench_invariant(label, &server);
+    let a = server.amcheck();
+    assert!(a.success(), "{label}: pg_amcheck failed:\n{a}");
+    drop(server);
+    let _ = fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn resume_after_kill_pg15_local() {
+    let t0 = Instant::now();
+    let c = Cluster::new(&Pg::v15(), "resume");
+    let s = &c.server;
+    pgbench_init(s, 5);
+    load_random(s, "postgres", "rand_t", 48 << 20);
+    c.psql(
+        "postgres",
+        "CREATE TABLE trunc_t AS SELECT i, md5(i::text) v FROM generate_series(1, 50000) i;\n\
+         CREATE TABLE drop_t AS SELECT i FROM generate_series(1, 10000) i;\n\
+         CHECKPOINT;",
+    );
+    c.pgjet_cmd("stanza-create", &c.repo, &[]).ok();
+
+    // Attempt 1 of a full, under pgbench, killed after two saves.
+    let (bin, a) = pgbench_args(s, &args!["-n", "-c", 2, "-T", 600]);
+    let bench = Background::spawn(&bin, &a, &c.root.join("bench.pid"));
+    let label = kill_after_save(&c, "full", &[], 1, 2);
+    bench.signal(libc::SIGINT);
+    let _ = bench.wait();
+    assert!(
+        info_backups(&c.repo, "main").is_empty(),
+        "an interrupted backup is not listed"
+    );
+
+    // The cluster changes; attempt 2 resumes into the same label and is killed too.
+    c.psql(
+        "postgres",
+        "UPDATE rand_t SET b = decode(repeat('cd', 1000), 'hex') WHERE id % 40 = 0;\n\
+         DROP TABLE drop_t;\n\
+         TRUNCATE trunc_t;\n\
+         INSERT INTO trunc_t SELECT i, 'after truncate ' || i FROM generate_series(1, 100) i;",
+    );
+    let again = kill_after_save(&c, "full", &[], 2, 1);
+    assert_eq!(
+        again, label,
+        "the second attempt must resume the first one's label"
+    );
+
+    // More changes; attempt 3 runs to the end.
+    c.psql(
+        "postgres",
+        "CREATE TABLE new_t AS SELECT i, md5(i::text) v FROM generate_series(1, 30000) i;",
+    );
+    let (bin_tx, a_tx) = pgbench_args(s, &args!["-n", "-c", 2, "-t", 200]);
+    let r = run_as_postgres(&bin_tx, &a_tx, None);
+    assert!(r.success(), "pgbench failed:\n{r}");
+    let (done, resumed, reused, r) = backup_to_end(&c, "full", &[]);
+    assert_eq!(done, label, "the backup must resume the interrupted label");
+    assert!(
+        resumed && reused > 0,
+        "the third attempt kept nothing?\n{r}"
+    );
+    assert!(
+        r.stderr.contains("resuming interrupted backup") && r.stderr.contains("attempt 3"),
+        "the log must say the backup is resumed, and which attempt:\n{r}"
+    );
+    let fp_full = fingerprint(s);
+    assert!(
+        !resume_dir(&c, &label).exists(),
+        "a complete backup keeps no resume journal"
+    );
+    let listed = info_backups(&c.repo, "main");
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_sane_backup(&listed[0], "full");
+    restore_and_check(&c, &label, &fp_full);
+
+    // An incr under pgbench, killed, then resumed: it names the full and its own frames.
+    let bench = Background::spawn(&bin, &a, &c.root.join("bench2.pid"));
+    c.psql(
+        "postgres",
+        "UPDATE rand_t SET b = decode(repeat('ef', 1000), 'hex') WHERE id % 25 = 0;",
+    );
+    let incr = kill_after_save(&c, "incr", &[], 1, 1);
+    bench.signal(libc::SIGINT);
+    let _ = bench.wait();
+    c.psql(
+        "postgres",
+        "UPDATE new_t SET v = 'after the kill' WHERE i % 7 = 0;",
+    );
+    let (done, resumed, _, r) = backup_to_end(&c, "incr", &[]);
+    assert_eq!(done, incr, "the incr must resume its interrupted label");
+    assert!(resumed, "{r}");
+    assert!(done.starts_with(&label) && done.ends_with('I'), "{done}");
+    let fp_incr = fingerprint(s);
+    let info = info_backups(&c.repo, "main");
+    assert_eq!(info.len(), 2, "{info:?}");
+    assert_eq!(info[1]["reference"], label.as_str(), "{:?}", info[1]);
+    restore_and_check(&c, &incr, &fp_incr);
+
+    // --no-resume: the interrupted backup is removed and a new label taken.
+    let stale = kill_after_save(&c, "incr", &[], 1, 1);
+    std::thread::sleep(Duration::from_millis(1100));
+    let (fresh, resumed, _, r) = backup_to_end(&c, "incr", &["--no-resume"]);
+    assert!(
+        !resumed && fresh != stale,
+        "--no-resume resumed {stale}:\n{r}"
+    );
+    assert!(
+        !backup_dir(&c.repo, "main", &stale).exists(),
+        "--no-resume must remove the interrupted backup {stale}"
+    );
+
+    // An interrupted diff is not resumed by an incr: removed, with the reason.
+    let stale = kill_after_save(&c, "diff", &[], 1, 1);
+    std::thread::sleep(Duration::from_millis(1100));
+    let (fresh, resumed, _, r) = backup_to_end(&c, "incr", &[]);
+    assert!(!resumed && fresh != stale, "{r}");
+    assert!(
+        r.stderr
+            .contains("is not resumed: it is of type diff, this backup of type incr"),
+        "the log must say why the interrupted backup is not resumed:\n{r}"
+    );
+    assert!(!backup_dir(&c.repo, "main", &stale).exists());
+    pgjet_ok(&verify_args(&c.repo, &fresh));
+    step!("resume scenario done in {}", secs(t0));
+}
