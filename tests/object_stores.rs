@@ -8,6 +8,9 @@
 //!   format says and the backup lock is gone afterwards.
 //! - S3: a chain full, incr, diff taken while the cluster changes, verified, the incr and the
 //!   diff restored with their own rows.
+//! - S3: a full killed (SIGKILL) after two saves of its resume journal, the resumed attempt cut
+//!   off by the S3 server going down (it fails), then resumed to the end once the server is
+//!   back: the same label, restored with the rows it had.
 //! - Refusals (S3): a wrong secret, a missing bucket and an untrusted certificate fail at once
 //!   with their own message and exit code; a backup while another holds the stanza's lock
 //!   (a conditional create on S3) fails naming the holder, and succeeds once it lets go.
@@ -736,4 +739,106 @@ fn s3_incremental_chain() {
             false,
         );
     }
+}
+
+/// A full on S3 interrupted twice (kill -9, then the repository down) and resumed: the
+/// third attempt keeps what the others stored, and the backup restores to its rows.
+#[test]
+fn s3_resume_after_kill_and_repository_down() {
+    let mut s3 = StoreServer::start(StoreKind::S3, "s3-resume");
+    let cluster = Cluster::new(&Pg::v15(), "s3-resume");
+    load_dataset(&cluster, DatasetSpec::SMALL);
+    load_random(&cluster.server, "postgres", "more_rand", 24 << 20);
+    let conf = s3.config_file("pgjet.conf", "/repo", &[]);
+    let base = store_args(&conf, &cluster);
+    pgjet_ok(&cmd("stanza-create", &base, &[]));
+    let slow = [
+        "--type",
+        "full",
+        "--start-fast",
+        "--jobs",
+        "1",
+        "--compress-type",
+        "gzip",
+        "--compress-level",
+        "9",
+        "--manifest-save-threshold",
+        "2MiB",
+        "--output",
+        "json",
+    ];
+    let backups = s3.object_file("/repo", "main/backup");
+    let spawn = |n: u32| {
+        Background::spawn(
+            &pgjet_bin(),
+            &cmd("backup", &base, &slow),
+            &cluster.root.join(&format!("s3-attempt{n}.pid")),
+        )
+    };
+    // Attempt 1: killed after two saves.
+    let (b, label) = wait_for_journal_save(spawn(1), &backups, 1, 2);
+    b.signal(libc::SIGKILL);
+    let r = b.wait();
+    assert!(!r.success(), "{r}");
+    step!("S3: {label} killed after two journal saves");
+    cluster.psql(
+        "postgres",
+        "UPDATE more_rand SET b = decode(repeat('ab', 1000), 'hex') WHERE id % 10 = 0;\n\
+         CREATE TABLE after_kill AS SELECT i FROM generate_series(1, 5000) i;",
+    );
+    // Attempt 2: the repository goes down under it; it fails, with the store's error.
+    let (b, again) = wait_for_journal_save(spawn(2), &backups, 2, 1);
+    assert_eq!(
+        again, label,
+        "attempt 2 must resume the killed backup's label"
+    );
+    s3.stop();
+    let t = std::time::Instant::now();
+    let r = b.wait();
+    assert!(
+        !r.success(),
+        "a backup whose repository went down succeeded?\n{r}"
+    );
+    step!(
+        "S3: attempt 2 failed {} after the server went down",
+        secs(t)
+    );
+    s3.resume();
+    cluster.psql("postgres", "DELETE FROM after_kill WHERE i % 2 = 0;");
+    // Attempt 3 to the end.
+    let r = pgjet_ok(&cmd("backup", &base, &slow));
+    let v: serde_json::Value = serde_json::from_str(r.stdout.trim()).unwrap();
+    assert_eq!(v["label"], label.as_str(), "{r}");
+    assert!(
+        v["resumed"] == true && v["reused"].as_u64().unwrap() > 0,
+        "attempt 3 kept nothing:\n{r}"
+    );
+    step!(
+        "S3: {label} resumed in {:.1}s, {} bytes kept",
+        r.elapsed.as_secs_f64(),
+        v["reused"]
+    );
+    let fp = fingerprint(&cluster.server);
+    assert!(
+        !s3.objects("/repo")
+            .iter()
+            .any(|o| o.contains(&format!("{label}/resume/"))),
+        "the resume journal must be gone once the backup is complete"
+    );
+    pgjet_ok(&cmd("verify", &base, &[]));
+    let (a, restored, ts_dir) = restore_cmd(&conf, &cluster, &["--jobs", "2"]);
+    pgjet_ok(&a);
+    let v = pg_verifybackup(cluster.pg(), &restored);
+    assert!(
+        v.success(),
+        "pg_verifybackup of the resumed backup failed:\n{v}"
+    );
+    start_and_compare(
+        &cluster,
+        "restore of a resumed backup from S3",
+        &restored,
+        &ts_dir,
+        &fp,
+        false,
+    );
 }

@@ -45,32 +45,9 @@ fn kill_after_save(c: &Cluster, kind: &str, extra: &[&str], attempt: u32, save: 
     a.extend(c.stanza_args(&c.repo));
     a.extend(SLOW.iter().chain(extra).map(|s| s.to_string()));
     let tag = format!("{kind}-attempt{attempt}");
-    let mut b = Background::spawn(&pgjet_bin(), &a, &c.root.join(&format!("{tag}.pid")));
-    let want = format!("{attempt:04}-{save:06}.jsonl.zst");
-    let root = c.repo.join("main").join("backup");
+    let b = Background::spawn(&pgjet_bin(), &a, &c.root.join(&format!("{tag}.pid")));
     let t = Instant::now();
-    let label = loop {
-        if b.try_wait().is_some() {
-            panic!(
-                "{tag}: the backup ended before its journal save {want}; make it slower\n{}",
-                b.wait()
-            );
-        }
-        let found = fs::read_dir(&root).ok().and_then(|rd| {
-            rd.flatten()
-                .find(|e| e.path().join("resume").join(&want).exists())
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-        });
-        if let Some(l) = found {
-            break l;
-        }
-        assert!(
-            t.elapsed() < Duration::from_secs(180),
-            "{tag}: no journal save {want} under {} within 180 s",
-            root.display()
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    };
+    let (b, label) = wait_for_journal_save(b, &c.repo.join("main").join("backup"), attempt, save);
     b.signal(libc::SIGKILL);
     let r = b.wait();
     assert!(
@@ -84,7 +61,7 @@ fn kill_after_save(c: &Cluster, kind: &str, extra: &[&str], attempt: u32, save: 
         "{tag}: {label} completed before the kill; make it slower"
     );
     step!(
-        "{tag}: {label} killed after journal save {want} ({})",
+        "{tag}: {label} killed after journal save {save} ({})",
         secs(t)
     );
     label
@@ -142,10 +119,10 @@ fn resume_after_kill_pg15_local() {
     );
     c.pgjet_cmd("stanza-create", &c.repo, &[]).ok();
 
-    // Attempt 1 of a full, under pgbench, killed after two saves.
+    // Attempt 1 of a full, under pgbench, killed after ten saves (about 40 MiB).
     let (bin, a) = pgbench_args(s, &args!["-n", "-c", 2, "-T", 600]);
     let bench = Background::spawn(&bin, &a, &c.root.join("bench.pid"));
-    let label = kill_after_save(&c, "full", &[], 1, 2);
+    let label = kill_after_save(&c, "full", &[], 1, 10);
     bench.signal(libc::SIGINT);
     let _ = bench.wait();
     assert!(
@@ -161,7 +138,7 @@ fn resume_after_kill_pg15_local() {
          TRUNCATE trunc_t;\n\
          INSERT INTO trunc_t SELECT i, 'after truncate ' || i FROM generate_series(1, 100) i;",
     );
-    let again = kill_after_save(&c, "full", &[], 2, 1);
+    let again = kill_after_save(&c, "full", &[], 2, 4);
     assert_eq!(
         again, label,
         "the second attempt must resume the first one's label"
@@ -201,7 +178,7 @@ fn resume_after_kill_pg15_local() {
         "postgres",
         "UPDATE rand_t SET b = decode(repeat('ef', 1000), 'hex') WHERE id % 25 = 0;",
     );
-    let incr = kill_after_save(&c, "incr", &[], 1, 1);
+    let incr = kill_after_save(&c, "incr", &[], 1, 2);
     bench.signal(libc::SIGINT);
     let _ = bench.wait();
     c.psql(

@@ -134,6 +134,7 @@ pub fn run(s: &Settings, args: &BackupOptions, progress: &dyn Progress) -> Resul
     let mut journal = JournalStart {
         attempt: 1,
         timeline,
+        started: server_clock(sess)?,
         threshold: s.manifest_save_threshold,
         first_new_object: 1,
     };
@@ -147,7 +148,12 @@ pub fn run(s: &Settings, args: &BackupOptions, progress: &dyn Progress) -> Resul
             journal.first_new_object = next;
             let (start_lsn, same) = (it.start_lsn(), it.same_databases(&databases));
             Some(Reference::resumed(
-                reference, &label, it.files, start_lsn, timeline, &same,
+                reference,
+                &label,
+                it.files.into_values(),
+                start_lsn,
+                timeline,
+                &same,
             ))
         }
     };
@@ -285,6 +291,22 @@ fn checkpoint_timeline(sess: &crate::pg::session::Session) -> Result<u32> {
         .ok_or_else(|| {
             crate::error::Error::Other("pg_control_checkpoint() gave no timeline".into())
         })
+}
+
+/// The server's clock, Unix seconds (`clock_timestamp()`): the files' modification times
+/// are of that clock.
+///
+/// Errors: the server's.
+fn server_clock(sess: &crate::pg::session::Session) -> Result<i64> {
+    let row = sess.query_row(
+        "the server's clock",
+        "SELECT floor(extract(epoch FROM clock_timestamp()))::bigint::text",
+    )?;
+    row.first()
+        .cloned()
+        .flatten()
+        .and_then(|t| t.parse().ok())
+        .ok_or_else(|| crate::error::Error::Other("clock_timestamp() gave no time".into()))
 }
 
 /// The reference of a diff (`diff`) or incr backup of the cluster on `timeline`, loaded;

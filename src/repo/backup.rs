@@ -10,8 +10,8 @@ use crate::pg::datadir::Listing;
 use crate::pg::lsn::Lsn;
 use crate::transfer::stream::{StreamCollector, StreamStart};
 use crate::transfer::{
-    copy_units_into, BackupTarget, CopyOutcome, FileAssembler, PieceSpec, Progress, ReadOptions,
-    ReadPiece, Source, SourceFile, UnitSink, CHUNK_SIZE,
+    copy_units_into, BackupTarget, CopyOutcome, FileAssembler, PieceOffset, PieceSpec, Progress,
+    ReadOptions, ReadPiece, Source, SourceFile, UnitSink, CHUNK_SIZE,
 };
 
 /// The repository as a [`BackupTarget`]: every unit becomes an object of the backup, and
@@ -144,10 +144,18 @@ impl BackupTarget for RepoTarget<'_> {
         );
         let sink = self.sink;
         let manifest = self.manifest.as_mut().ok_or_else(manifest_not_started)?;
-        let mut emit = |i: usize, pieces: Vec<Vec<Piece>>, errs: Vec<u32>| {
-            manifest.file(&super::manifest::file_entry(&files[i], pieces, errs))
+        let mut emit = |i: usize, pieces: Vec<Vec<Piece>>, errs: Vec<u32>, whole: bool| {
+            let covered = pieces.last().map_or(0, |p| p.logical_end());
+            let entry = super::manifest::file_entry(&files[i], pieces, errs);
+            if whole {
+                manifest.file(&entry)
+            } else {
+                manifest.partial(entry, covered)
+            }
         };
         let mut asm = FileAssembler::with_seeds(files, &units, seeds, &mut emit)?;
+        // A resume journal saves large files in part too.
+        asm.prefixes = sink.journal.is_some();
         copy_units_into(source, files, &units, opts, sink, &mut asm, progress)?;
         tracing::debug!("units copied; memory: {}", crate::io::mem::memory_note());
         let mut out = CopyOutcome {

@@ -54,6 +54,11 @@ pub struct Reference {
     /// The databases whose blocks may come from the reference: same OID and same xmin of
     /// the pg_database row in the reference and now (see [`super::ManifestHeader::databases`]).
     same_databases: std::collections::HashSet<u32>,
+    /// Files an interrupted attempt of a resumed backup stored that were not written since
+    /// well before it started (see [`super::resume::Kept::trusted`]): (size, modification
+    /// time) as listed then, by path. Such a file listed now with the same size and time is
+    /// not read again where the attempt stored it.
+    unchanged: HashMap<String, (u64, i64)>,
 }
 
 /// How one range read by the copy is stored ([`Reference::plan`]).
@@ -103,20 +108,21 @@ impl Reference {
             timeline,
             files,
             same_databases,
+            unchanged: HashMap::new(),
         })
     }
 
     /// The reference of a resumed backup ([`super::resume`]): the files its interrupted
     /// attempts stored (`kept`: their pieces without a backup name are the resumed backup's
-    /// own frames) over those of `base` (a diff's or incr's reference). `start_lsn`: the
-    /// oldest attempt's; the older of it and the base's is the rule's (a page older than
-    /// both is unchanged since either copy). `databases`: those (OID, xmin) every attempt
-    /// recorded and the cluster has now. `label`: the resumed backup's, named when there is
-    /// no base.
+    /// own frames; a file stored in part covers only its first bytes) over those of `base`
+    /// (a diff's or incr's reference). `start_lsn`: the oldest attempt's; the older of it and
+    /// the base's is the rule's (a page older than both is unchanged since either copy).
+    /// `databases`: those (OID, xmin) every attempt recorded and the cluster has now.
+    /// `label`: the resumed backup's, named when there is no base.
     pub fn resumed(
         base: Option<Reference>,
         label: &str,
-        kept: HashMap<String, FileEntry>,
+        kept: impl IntoIterator<Item = super::resume::Kept>,
         start_lsn: Lsn,
         timeline: u32,
         databases: &[(u32, u32)],
@@ -131,8 +137,13 @@ impl Reference {
             ),
             None => (label.to_string(), start_lsn, HashMap::new(), oids),
         };
-        for (path, f) in kept {
-            files.insert(path, (f.size, f.pieces));
+        let mut unchanged = HashMap::new();
+        for k in kept {
+            let f = k.entry;
+            if k.trusted {
+                unchanged.insert(f.path.clone(), (f.size, f.mtime));
+            }
+            files.insert(f.path, (k.covered, f.pieces));
         }
         Reference {
             label,
@@ -140,7 +151,19 @@ impl Reference {
             timeline,
             files,
             same_databases,
+            unchanged,
         }
+    }
+
+    /// For a file an interrupted attempt stored and that is listed now with the size and
+    /// modification time it had then, long before that attempt ([`Reference::resumed`]):
+    /// the bytes stored from its start, which need not be read again.
+    pub fn unchanged_prefix(&self, f: &crate::transfer::SourceFile) -> Option<u64> {
+        if f.path.as_ref() == "global/pg_control" {
+            return None;
+        }
+        let listed = self.unchanged.get(&*f.path)?;
+        (*listed == (f.size, f.mtime)).then(|| self.files.get(&*f.path).map_or(0, |x| x.0))
     }
 
     /// Number of files the reference holds.
@@ -238,8 +261,31 @@ impl Reference {
         lookup: &BlockLookup,
     ) -> Result<Option<ReadPlan>> {
         let bl = BLCKSZ as u64;
+        let mut plan = ReadPlan {
+            ranges: vec![None; files.len()],
+            seeds: Vec::new(),
+            skipped: 0,
+            blocks: (0, 0),
+        };
+        let mut planned = false;
         let mut asked: Vec<(usize, u64)> = Vec::new();
         for (i, f) in files.iter().enumerate() {
+            // Stored by an interrupted attempt and not written since: only the rest is read.
+            if let Some(c) = self.unchanged_prefix(f) {
+                let c = c.min(f.size);
+                if c > 0 {
+                    plan.seeds
+                        .push((i, covering_pieces(self.pieces(&f.path), 0, c, &f.path)?));
+                    plan.skipped += c;
+                }
+                plan.ranges[i] = Some(if f.size > c {
+                    vec![(c, f.size - c)]
+                } else {
+                    Vec::new()
+                });
+                planned = true;
+                continue;
+            }
             let Some((ref_size, _)) = self.files.get(&*f.path) else {
                 continue;
             };
@@ -255,21 +301,17 @@ impl Reference {
                 asked.push((i, blocks));
             }
         }
-        if asked.is_empty() {
-            return Ok(None);
-        }
-        let query: Vec<(String, u64)> = asked
-            .iter()
-            .map(|&(i, n)| (files[i].path.to_string(), n))
-            .collect();
-        let Some(changed) = lookup(&query)? else {
-            return Ok(None);
+        let changed = if asked.is_empty() {
+            None
+        } else {
+            let query: Vec<(String, u64)> = asked
+                .iter()
+                .map(|&(i, n)| (files[i].path.to_string(), n))
+                .collect();
+            lookup(&query)?
         };
-        let mut plan = ReadPlan {
-            ranges: vec![None; files.len()],
-            seeds: Vec::new(),
-            skipped: 0,
-            blocks: (0, 0),
+        let Some(changed) = changed else {
+            return Ok(planned.then_some(plan));
         };
         for (&(i, n), mut c) in asked.iter().zip(changed) {
             c.sort_unstable();
@@ -522,6 +564,7 @@ mod tests {
             })
             .collect(),
             same_databases: [5].into_iter().collect(),
+            unchanged: HashMap::new(),
         };
         let mut data = page(0x0_9000_0000, 1);
         data.extend(page(0x0_9000_0000, 2));

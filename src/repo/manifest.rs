@@ -99,6 +99,9 @@ impl crate::transfer::PieceOffset for Piece {
     fn logical_offset(&self) -> u64 {
         self.logical_offset
     }
+    fn logical_end(&self) -> u64 {
+        self.logical_offset + self.logical_size
+    }
 }
 
 /// A regular file of the backup.
@@ -428,6 +431,9 @@ pub fn file_entry(
 impl crate::transfer::PieceOffset for Vec<Piece> {
     fn logical_offset(&self) -> u64 {
         self.first().map_or(0, |p| p.logical_offset)
+    }
+    fn logical_end(&self) -> u64 {
+        self.last().map_or(0, |p| p.logical_offset + p.logical_size)
     }
 }
 

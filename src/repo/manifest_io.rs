@@ -213,6 +213,18 @@ impl ManifestWriter {
         self.journal.as_ref().map_or(0, |j| j.reused())
     }
 
+    /// Saves the first `covered` bytes of a file still being stored, `f` naming the pieces
+    /// that hold them, to the resume journal (nothing without one): the manifest gets the
+    /// file once it is whole ([`ManifestWriter::file`]).
+    ///
+    /// Errors: the journal's last save.
+    pub fn partial(&mut self, f: FileEntry, covered: u64) -> Result<()> {
+        match &mut self.journal {
+            Some(j) => j.partial(f, covered),
+            None => Ok(()),
+        }
+    }
+
     /// Adds a file.
     pub fn file(&mut self, f: &FileEntry) -> Result<()> {
         if let Some(j) = &mut self.journal {

@@ -54,8 +54,22 @@ pub struct AttemptHeader {
     pub attempt: u32,
     /// The cluster's timeline when the attempt started (pg_control_checkpoint()).
     pub timeline: u32,
+    /// The server's clock when the attempt started, before it listed the files (Unix
+    /// seconds); 0 when unknown.
+    #[serde(default)]
+    pub started: i64,
     /// The backup's manifest header, start LSN included.
     pub header: ManifestHeader,
+}
+
+/// One line of a save: a file stored whole (as in the manifest), or the stored prefix of a
+/// file still in progress (its first `covered` bytes; `partial` has the file's size and
+/// modification time as listed and the pieces of the prefix).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(untagged)]
+enum JournalLine {
+    Partial { partial: FileEntry, covered: u64 },
+    File(FileEntry),
 }
 
 /// How the journal of a backup being written is started ([`Journal::start`]).
@@ -65,6 +79,8 @@ pub struct JournalStart {
     pub attempt: u32,
     /// The cluster's timeline now.
     pub timeline: u32,
+    /// The server's clock now, Unix seconds ([`AttemptHeader::started`]).
+    pub started: i64,
     /// Logical bytes of files stored between saves.
     pub threshold: u64,
     /// Objects numbered below this one were stored by an earlier attempt.
@@ -81,6 +97,8 @@ pub struct Journal {
     saves: u32,
     pending: Vec<u8>,
     pending_bytes: u64,
+    /// Files in progress: the latest stored prefix of each, by path.
+    partials: HashMap<String, (FileEntry, u64)>,
     last_save: Instant,
     saving: Option<std::thread::JoinHandle<Result<()>>>,
     /// Logical bytes of the pieces whose frames an earlier attempt stored.
@@ -98,6 +116,7 @@ impl Journal {
             format: JOURNAL_FORMAT,
             attempt: start.attempt,
             timeline: start.timeline,
+            started: start.started,
             header: header.clone(),
         };
         let json = serde_json::to_vec(&h)
@@ -110,6 +129,7 @@ impl Journal {
             saves: 0,
             pending: Vec::new(),
             pending_bytes: 0,
+            partials: HashMap::new(),
             last_save: Instant::now(),
             saving: None,
             reused: 0,
@@ -120,10 +140,11 @@ impl Journal {
     ///
     /// Errors: the previous save's.
     pub fn add(&mut self, f: &FileEntry) -> Result<()> {
+        let before = self.partials.remove(&f.path).map_or(0, |p| p.1);
         serde_json::to_writer(&mut self.pending, f)
             .map_err(|e| Error::Other(format!("cannot encode a resume journal line: {e}")))?;
         self.pending.push(b'\n');
-        self.pending_bytes += f.size;
+        self.pending_bytes += f.size.saturating_sub(before);
         let first_new = self.start.first_new_object;
         self.reused += f
             .pieces
@@ -133,7 +154,24 @@ impl Journal {
             })
             .map(|p| p.logical_size)
             .sum::<u64>();
-        if self.pending_bytes >= self.start.threshold || self.last_save.elapsed() > SAVE_INTERVAL {
+        self.maybe_save()
+    }
+
+    /// Notes the stored prefix (the first `covered` bytes) of a file still in progress;
+    /// saves when enough waits.
+    ///
+    /// Errors: the previous save's.
+    pub fn partial(&mut self, f: FileEntry, covered: u64) -> Result<()> {
+        let before = self.partials.get(&f.path).map_or(0, |p| p.1);
+        self.pending_bytes += covered.saturating_sub(before);
+        self.partials.insert(f.path.clone(), (f, covered));
+        self.maybe_save()
+    }
+
+    fn maybe_save(&mut self) -> Result<()> {
+        if self.pending_bytes >= self.start.threshold
+            || (self.pending_bytes > 0 && self.last_save.elapsed() > SAVE_INTERVAL)
+        {
             self.save()?;
         }
         Ok(())
@@ -163,7 +201,16 @@ impl Journal {
             "{}/{:04}-{:06}.jsonl.zst",
             self.dir, self.start.attempt, self.saves
         );
-        let lines = std::mem::take(&mut self.pending);
+        let mut lines = std::mem::take(&mut self.pending);
+        for (f, covered) in self.partials.values() {
+            let line = JournalLine::Partial {
+                partial: f.clone(),
+                covered: *covered,
+            };
+            serde_json::to_writer(&mut lines, &line)
+                .map_err(|e| Error::Other(format!("cannot encode a resume journal line: {e}")))?;
+            lines.push(b'\n');
+        }
         self.pending_bytes = 0;
         self.last_save = Instant::now();
         let store = self.store.clone();
@@ -199,14 +246,30 @@ impl Drop for Journal {
     }
 }
 
+/// A file an interrupted backup stored, whole or in part.
+#[derive(Debug, Clone)]
+pub struct Kept {
+    /// The file as listed (size, modification time) with the pieces of its stored part.
+    pub entry: FileEntry,
+    /// Bytes stored from its start: `entry.size` for a whole file.
+    pub covered: u64,
+    /// Not written since well before its attempt started: its modification time is at
+    /// least two seconds older than the attempt's start by the server's clock. Such a file
+    /// whose size and modification time are still the same was not written since the
+    /// attempt copied it (a write sets the time to the clock, which is past the attempt's
+    /// start), so its stored part need not be read again.
+    pub trusted: bool,
+}
+
 /// What an interrupted backup's journal holds ([`Interrupted::load`]).
 pub struct Interrupted {
     /// The interrupted backup's label.
     pub label: String,
     /// Every attempt's header, oldest first.
     pub attempts: Vec<AttemptHeader>,
-    /// The file lines, by path (a later attempt's replacing an earlier one's).
-    pub files: HashMap<String, FileEntry>,
+    /// The files stored, by path (a later line replacing an earlier one, except a part of a
+    /// file shorter than what an earlier line had).
+    pub files: HashMap<String, Kept>,
 }
 
 /// Attempt number and save number of a journal object's name, or None for another name.
@@ -255,12 +318,38 @@ impl Interrupted {
                     if attempts.last().map(|h| h.attempt) != Some(attempt) {
                         return Err(bad(&n, "no header for its attempt".into()));
                     }
+                    let started = attempts.last().map_or(0, |h| h.started);
                     let text =
                         zstd::stream::decode_all(&bytes[..]).map_err(|e| bad(&n, e.to_string()))?;
                     for line in text.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
-                        let f: FileEntry =
+                        let line: JournalLine =
                             serde_json::from_slice(line).map_err(|e| bad(&n, e.to_string()))?;
-                        files.insert(f.path.clone(), f);
+                        let (entry, covered) = match line {
+                            JournalLine::File(f) => {
+                                let size = f.size;
+                                (f, size)
+                            }
+                            JournalLine::Partial { partial, covered } => (partial, covered),
+                        };
+                        let trusted = started > 0 && entry.mtime < started - 1;
+                        // A whole file replaces what an earlier line had of it; a part only
+                        // a shorter part (a later attempt that has not got as far yet).
+                        let whole = covered >= entry.size;
+                        if !whole
+                            && files
+                                .get(&entry.path)
+                                .is_some_and(|k: &Kept| k.covered > covered)
+                        {
+                            continue;
+                        }
+                        files.insert(
+                            entry.path.clone(),
+                            Kept {
+                                entry,
+                                covered,
+                                trusted,
+                            },
+                        );
                     }
                 }
             }
@@ -356,7 +445,7 @@ impl Interrupted {
     pub fn verify(&mut self, backup: &Backup, jobs: usize) -> Result<u64> {
         let mut frames: HashMap<&str, HashSet<(u64, u64, &str)>> = HashMap::new();
         for f in self.files.values() {
-            for p in f.pieces.iter().filter(|p| p.backup.is_none()) {
+            for p in f.entry.pieces.iter().filter(|p| p.backup.is_none()) {
                 frames.entry(&p.object).or_default().insert((
                     p.offset,
                     p.stored_size,
@@ -413,7 +502,8 @@ impl Interrupted {
         let bad = bad.into_inner().unwrap_or_else(|p| p.into_inner());
         if !bad.is_empty() {
             self.files.retain(|_, f| {
-                !f.pieces
+                !f.entry
+                    .pieces
                     .iter()
                     .any(|p| p.backup.is_none() && bad.contains(&p.object))
             });
@@ -430,7 +520,7 @@ impl Interrupted {
         let kept: HashSet<&str> = self
             .files
             .values()
-            .flat_map(|f| f.pieces.iter())
+            .flat_map(|f| f.entry.pieces.iter())
             .filter(|p| p.backup.is_none())
             .map(|p| p.object.as_str())
             .collect();
@@ -453,9 +543,9 @@ impl Interrupted {
         Ok(next)
     }
 
-    /// Logical bytes of the kept files.
+    /// Logical bytes of the kept files' stored parts.
     pub fn bytes(&self) -> u64 {
-        self.files.values().map(|f| f.size).sum()
+        self.files.values().map(|f| f.covered).sum()
     }
 
     /// The next attempt's number.
@@ -520,5 +610,33 @@ mod tests {
         assert_eq!(parse_name("0002-000013.jsonl.zst"), Some((2, Some(13))));
         assert_eq!(parse_name("0002-000013.jsonl.zst.tmp"), None);
         assert_eq!(parse_name("x.json"), None);
+    }
+}
+
+#[cfg(test)]
+mod line_tests {
+    use super::*;
+
+    /// A part and a whole file, as a save writes them, read back as such.
+    #[test]
+    fn journal_lines_round_trip() {
+        let f: FileEntry = serde_json::from_value(serde_json::json!({
+            "path": "base/5/16384", "size": 16384, "mtime": 1, "mode": 384, "pieces": []
+        }))
+        .unwrap();
+        let part = serde_json::to_string(&JournalLine::Partial {
+            partial: f.clone(),
+            covered: 8192,
+        })
+        .unwrap();
+        let whole = serde_json::to_string(&f).unwrap();
+        match serde_json::from_str::<JournalLine>(&part).unwrap() {
+            JournalLine::Partial { covered, .. } => assert_eq!(covered, 8192),
+            l => panic!("{part} read as {l:?}"),
+        }
+        match serde_json::from_str::<JournalLine>(&whole).unwrap() {
+            JournalLine::File(g) => assert_eq!(g, f),
+            l => panic!("{whole} read as {l:?}"),
+        }
     }
 }

@@ -303,7 +303,10 @@ impl<P> Collector<P> for CopyOutcome {
 /// Puts files together from units as they complete, and hands each whole file to `emit`
 /// once (pieces in logical order, page errors sorted): a backup writes its manifest while it
 /// copies, and keeps only the files still in progress. Files that vanished during the copy
-/// are not emitted; their indexes are in [`FileAssembler::vanished`].
+/// are not emitted; their indexes are in [`FileAssembler::vanished`]. With
+/// [`FileAssembler::prefixes`] set, a file in progress is also handed over each time the
+/// pieces stored from its start grow (its contiguous prefix: a backup's resume journal saves
+/// large files in part).
 ///
 /// Memory: 4 bytes per file, plus the pieces of the files in progress (units are claimed in
 /// order and a large file's chunks are consecutive units, so few are).
@@ -312,27 +315,38 @@ pub struct FileAssembler<'a, P: PieceOffset> {
     remaining: Vec<u32>,
     /// Files in progress: pieces so far, page errors, vanished.
     open: std::collections::HashMap<usize, (Vec<P>, Vec<u32>, bool)>,
-    emit: &'a mut (dyn FnMut(usize, Vec<P>, Vec<u32>) -> Result<()> + Send),
+    emit: &'a mut FileEmit<'a, P>,
+    /// Hand over the growing prefixes of files in progress too.
+    pub prefixes: bool,
+    /// The end of the prefix last handed over, per file in progress.
+    reported: std::collections::HashMap<usize, u64>,
     /// Files that vanished during the copy.
     pub vanished: Vec<usize>,
     /// Blocks with a failed page checksum, all files together.
     pub page_error_count: usize,
 }
 
+/// What a [`FileAssembler`] hands its files to: (file index, pieces in logical order, page
+/// errors sorted, whole). `whole` false: the pieces are the file's stored prefix so far
+/// (from offset 0, contiguous), no page errors; the file comes again, whole, later.
+pub type FileEmit<'a, P> = dyn FnMut(usize, Vec<P>, Vec<u32>, bool) -> Result<()> + Send + 'a;
+
 /// A stored piece that knows where it lies in its file, so an assembler can order a file's
 /// pieces.
 pub trait PieceOffset: Send {
     /// Offset of the piece in its file, bytes.
     fn logical_offset(&self) -> u64;
+    /// Offset just past the piece's end in its file, bytes.
+    fn logical_end(&self) -> u64;
 }
 
-impl<'a, P: PieceOffset> FileAssembler<'a, P> {
+impl<'a, P: PieceOffset + Clone> FileAssembler<'a, P> {
     /// An assembler for `files` copied as `units`; files no unit covers (empty ones) are
     /// emitted at once.
     pub fn new(
         files: &[SourceFile],
         units: &[Unit],
-        emit: &'a mut (dyn FnMut(usize, Vec<P>, Vec<u32>) -> Result<()> + Send),
+        emit: &'a mut FileEmit<'a, P>,
     ) -> Result<FileAssembler<'a, P>> {
         Self::with_seeds(files, units, Vec::new(), emit)
     }
@@ -344,7 +358,7 @@ impl<'a, P: PieceOffset> FileAssembler<'a, P> {
         files: &[SourceFile],
         units: &[Unit],
         seeds: Vec<(usize, P)>,
-        emit: &'a mut (dyn FnMut(usize, Vec<P>, Vec<u32>) -> Result<()> + Send),
+        emit: &'a mut FileEmit<'a, P>,
     ) -> Result<FileAssembler<'a, P>> {
         let mut remaining = vec![0u32; files.len()];
         for u in units {
@@ -361,13 +375,15 @@ impl<'a, P: PieceOffset> FileAssembler<'a, P> {
             if *n == 0 {
                 let mut pieces = open.remove(&i).map(|o| o.0).unwrap_or_default();
                 pieces.sort_by_key(|p| p.logical_offset());
-                emit(i, pieces, Vec::new())?;
+                emit(i, pieces, Vec::new(), true)?;
             }
         }
         Ok(FileAssembler {
             remaining,
             open,
             emit,
+            prefixes: false,
+            reported: Default::default(),
             vanished: Vec::new(),
             page_error_count: 0,
         })
@@ -376,21 +392,48 @@ impl<'a, P: PieceOffset> FileAssembler<'a, P> {
     fn piece_done(&mut self, file: usize) -> Result<()> {
         self.remaining[file] -= 1;
         if self.remaining[file] == 0 {
+            self.reported.remove(&file);
             if let Some((mut pieces, mut errs, gone)) = self.open.remove(&file) {
                 if gone {
                     self.vanished.push(file);
                 } else {
                     pieces.sort_by_key(|p| p.logical_offset());
                     errs.sort_unstable();
-                    (self.emit)(file, pieces, errs)?;
+                    (self.emit)(file, pieces, errs, true)?;
                 }
             }
+        } else if self.prefixes {
+            self.prefix(file)?;
+        }
+        Ok(())
+    }
+
+    /// Hands over the stored prefix of `file`, in progress, when it grew.
+    fn prefix(&mut self, file: usize) -> Result<()> {
+        let Some((pieces, _, false)) = self.open.get_mut(&file) else {
+            return Ok(());
+        };
+        pieces.sort_by_key(|p| p.logical_offset());
+        let mut end = 0;
+        let mut n = 0;
+        for p in pieces.iter() {
+            if p.logical_offset() != end {
+                break;
+            }
+            end = p.logical_end();
+            n += 1;
+        }
+        let before = self.reported.get(&file).copied().unwrap_or(0);
+        if end > before {
+            self.reported.insert(file, end);
+            let prefix = pieces[..n].to_vec();
+            (self.emit)(file, prefix, Vec::new(), false)?;
         }
         Ok(())
     }
 }
 
-impl<P: PieceOffset> Collector<P> for FileAssembler<'_, P> {
+impl<P: PieceOffset + Clone> Collector<P> for FileAssembler<'_, P> {
     fn unit_done(&mut self, done: UnitDone<P>) -> Result<()> {
         self.page_error_count += done.page_errors.len();
         for (file, blk) in done.page_errors {

@@ -1867,3 +1867,38 @@ pub fn log_line<'r>(r: &'r Run, needle: &str, missing: &str) -> &'r str {
         .find(|l| l.contains(needle))
         .unwrap_or_else(|| panic!("{missing}:\n{r}"))
 }
+
+/// Waits until the backup `b` runs, its resume journal under `backups` (a stanza's
+/// `backup/` directory, or the files behind it) holding save `save` of attempt `attempt`;
+/// returns it and the backup's label. Panics when `b` ends first or after 180 s.
+pub fn wait_for_journal_save(
+    mut b: Background,
+    backups: &Path,
+    attempt: u32,
+    save: u32,
+) -> (Background, String) {
+    let want = format!("{attempt:04}-{save:06}.jsonl.zst");
+    let t = Instant::now();
+    loop {
+        if b.try_wait().is_some() {
+            panic!(
+                "the backup ended before its journal save {want}; make it slower\n{}",
+                b.wait()
+            );
+        }
+        let found = fs::read_dir(backups).ok().and_then(|rd| {
+            rd.flatten()
+                .find(|e| e.path().join("resume").join(&want).exists())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+        });
+        if let Some(l) = found {
+            return (b, l);
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(180),
+            "no journal save {want} under {} within 180 s",
+            backups.display()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
