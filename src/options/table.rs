@@ -1089,10 +1089,10 @@ pub const OPTIONS: &[OptionDef] = &[
         "manifest-save-threshold",
         Kind::Text,
         "BYTES",
-        Some("256MiB"),
+        Some("64MiB"),
         H_REPO,
         BACKUP,
-        "How many bytes of files a backup stores between saves of its resume journal (suffixes k, M, G); an interrupted backup is resumed from its last save",
+        "How many bytes a backup stores between saves of its resume journal, at least (suffixes k, M, G; 1% of the backup's size when that is more, as pgBackRest's option of that name); an interrupted backup is resumed from its last save",
     ),
     // restore.
     cmd_opt(

@@ -113,11 +113,17 @@ impl BackupTarget for RepoTarget<'_> {
         let (units, seeds) = match plan {
             Some(p) => {
                 let total: u64 = files.iter().map(|f| f.size).sum();
+                let blocks = if p.blocks.0 > 0 {
+                    format!(
+                        "{} of {} blocks of relation files changed since the reference; ",
+                        p.blocks.1, p.blocks.0
+                    )
+                } else {
+                    String::new()
+                };
                 tracing::info!(
-                    "{}: {} of {} blocks of relation files changed since the reference; {} of {} bytes to read",
+                    "{}: {blocks}{} of {} bytes to read",
                     source.describe(),
-                    p.blocks.1,
-                    p.blocks.0,
                     total - p.skipped,
                     total
                 );
@@ -144,6 +150,7 @@ impl BackupTarget for RepoTarget<'_> {
         );
         let sink = self.sink;
         let manifest = self.manifest.as_mut().ok_or_else(manifest_not_started)?;
+        manifest.journal_total(files.iter().map(|f| f.size).sum());
         let mut emit = |i: usize, pieces: Vec<Vec<Piece>>, errs: Vec<u32>, whole: bool| {
             let covered = pieces.last().map_or(0, |p| p.logical_end());
             let entry = super::manifest::file_entry(&files[i], pieces, errs);

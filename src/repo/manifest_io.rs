@@ -207,6 +207,14 @@ impl ManifestWriter {
         self
     }
 
+    /// Tells the resume journal how many logical bytes the backup copies
+    /// ([`super::resume::Journal::scale_to`]).
+    pub fn journal_total(&mut self, total: u64) {
+        if let Some(j) = &mut self.journal {
+            j.scale_to(total);
+        }
+    }
+
     /// Logical bytes of the files added so far whose frames an earlier attempt of this
     /// backup stored (0 without a journal).
     pub fn reused(&self) -> u64 {

@@ -41,9 +41,6 @@ pub const RESUME_DIR: &str = "resume";
 const JOURNAL_FORMAT: u32 = 1;
 /// A save is also made when this long passed since the last one and a file line waits.
 const SAVE_INTERVAL: Duration = Duration::from_secs(60);
-/// pgBackRest's `manifest-save-threshold` default is 1 GiB; pgjet saves more often (a
-/// save costs a sync of the repository and one small object).
-pub const DEFAULT_SAVE_THRESHOLD: u64 = 256 << 20;
 
 /// What an attempt of a backup recorded when its copy started.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -175,6 +172,13 @@ impl Journal {
             self.save()?;
         }
         Ok(())
+    }
+
+    /// Raises the save threshold to 1% of `total`, the logical bytes the backup copies
+    /// (pgBackRest's rule for `manifest-save-threshold`): a large backup saves about a
+    /// hundred times, whatever its size.
+    pub fn scale_to(&mut self, total: u64) {
+        self.start.threshold = self.start.threshold.max(total / 100);
     }
 
     /// Logical bytes of the files added so far whose frames an earlier attempt stored.
