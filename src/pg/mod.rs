@@ -10,4 +10,5 @@ pub mod lsn;
 pub mod pg_manifest;
 pub mod privileges;
 pub mod session;
+pub mod walscan;
 pub mod walsummary;

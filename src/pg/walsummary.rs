@@ -32,6 +32,9 @@ pub struct SummarizedChanges {
     /// number in the whole relation from which on blocks may hold anything WAL did not
     /// describe (the fork was created, or truncated and extended again).
     limits: HashMap<String, u64>,
+    /// (tablespace, database) pairs created or dropped in the range: every relation there
+    /// has limit block 0.
+    databases: std::collections::HashSet<(u32, u32)>,
     /// Changed blocks listed in all.
     pub blocks: u64,
 }
@@ -41,6 +44,9 @@ impl SummarizedChanges {
     /// taken at the summaries' start: the changed ones and every one from the limit on.
     pub fn blocks_of(&self, path: &str, nblocks: u64) -> Vec<u32> {
         let n = u32::try_from(nblocks).unwrap_or(u32::MAX);
+        if database_of_path(path).is_some_and(|d| self.databases.contains(&d)) {
+            return (0..n).collect();
+        }
         let mut v: Vec<u32> = self
             .segments
             .get(path)
@@ -61,6 +67,43 @@ impl SummarizedChanges {
         v.sort_unstable();
         v.dedup();
         v
+    }
+}
+
+impl SummarizedChanges {
+    /// Block `block` of the main fork of `rel` (tablespace, database, relfilenumber) changed.
+    pub fn add_block(&mut self, rel: (u32, u32, u32), block: u32, tablespace_dir: &str) {
+        let (path, within) = segment_of(rel.0, rel.1, rel.2, u64::from(block), tablespace_dir);
+        self.segments.entry(path).or_default().push(within);
+        self.blocks += 1;
+    }
+
+    /// The main fork of `rel` was created (`limit` 0) or truncated to `limit` blocks: from
+    /// there on its blocks may hold anything.
+    pub fn add_limit(&mut self, rel: (u32, u32, u32), limit: u32, tablespace_dir: &str) {
+        let (first, _) = segment_of(rel.0, rel.1, rel.2, 0, tablespace_dir);
+        let l = self.limits.entry(first).or_insert(u64::from(limit));
+        *l = (*l).min(u64::from(limit));
+    }
+
+    /// The database `db` in tablespace `spc` was created or dropped: all of it may differ.
+    pub fn add_database(&mut self, spc: u32, db: u32) {
+        self.databases.insert((spc, db));
+    }
+}
+
+/// (tablespace, database) of a relation file's path as the manifest names it.
+fn database_of_path(path: &str) -> Option<(u32, u32)> {
+    let mut parts = path.split('/');
+    match parts.next()? {
+        "global" => Some((GLOBALTABLESPACE_OID, 0)),
+        "base" => Some((DEFAULTTABLESPACE_OID, parts.next()?.parse().ok()?)),
+        "pg_tblspc" => {
+            let spc = parts.next()?.parse().ok()?;
+            let _version_dir = parts.next()?;
+            Some((spc, parts.next()?.parse().ok()?))
+        }
+        _ => None,
     }
 }
 
@@ -181,15 +224,12 @@ pub fn summarized_changes(
                 continue;
             };
             let is_limit = r.get(4).cloned().flatten().as_deref() == Some("true");
+            let r = (spc as u32, db as u32, rel as u32);
+            let block = u32::try_from(block).unwrap_or(u32::MAX);
             if is_limit {
-                let (first, _) = segment_of(spc as u32, db as u32, rel as u32, 0, tablespace_dir);
-                let l = out.limits.entry(first).or_insert(block);
-                *l = (*l).min(block);
+                out.add_limit(r, block, tablespace_dir);
             } else {
-                let (path, within) =
-                    segment_of(spc as u32, db as u32, rel as u32, block, tablespace_dir);
-                out.segments.entry(path).or_default().push(within);
-                out.blocks += 1;
+                out.add_block(r, block, tablespace_dir);
             }
         }
     }

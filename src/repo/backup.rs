@@ -82,9 +82,7 @@ impl BackupTarget for RepoTarget<'_> {
                     );
                     self.summaries = Some(c);
                 }
-                Err(why) => tracing::info!(
-                    "WAL summaries not used ({why}): the changed blocks are found by page LSN"
-                ),
+                Err(why) => tracing::info!("WAL summaries not used ({why})"),
             }
         }
         Ok(())
@@ -101,6 +99,11 @@ impl BackupTarget for RepoTarget<'_> {
         let (bundle_bytes, bundle_files) = crate::transfer::bundle_limits();
         // A diff or incr whose source finds changed blocks where the bytes are reads only
         // those; the rest of such a file comes from the reference as it is (seeds).
+        // Without WAL summaries, the WAL itself (pg_wal here, or the archive) may list the
+        // changed blocks; else the source compares page LSNs.
+        if let (Some(r), None) = (self.sink.reference, &self.summaries) {
+            self.summaries = self.scan_wal(source, r);
+        }
         let plan = match (self.sink.reference, &self.summaries) {
             (Some(r), Some(c)) => r.read_plan(files, &|q: &[(String, u64)]| {
                 Ok(Some(q.iter().map(|(p, n)| c.blocks_of(p, *n)).collect()))
@@ -178,6 +181,70 @@ impl BackupTarget for RepoTarget<'_> {
             out.vanished[i] = true;
         }
         Ok(out)
+    }
+}
+
+impl RepoTarget<'_> {
+    /// The blocks WAL changed between the reference's start and this backup's, read from
+    /// the WAL segments ([`crate::pg::walscan`]): the source's `pg_wal` first (this host's
+    /// files), then the stanza's archive. None, with the reason logged, when they cannot
+    /// tell (a segment missing or recycled, no server facts).
+    fn scan_wal(
+        &self,
+        source: &dyn Source,
+        r: &super::incremental::Reference,
+    ) -> Option<crate::pg::walsummary::SummarizedChanges> {
+        let (_, info) = self.summaries_from?;
+        let (from, to) = (r.start_lsn, self.header.start_lsn);
+        let seg_size = info.wal_segment_size;
+        // The WAL up to this backup's start is in pg_wal only (not archived yet): a source
+        // that does not read pg_wal cannot scan it.
+        let last = crate::pg::lsn::wal_segment_name(r.timeline, to.0 / seg_size, seg_size);
+        let mut last_bytes = match source.wal_segment(&last) {
+            Ok(Some(b)) => Some(b),
+            Ok(None) => {
+                tracing::debug!("{}: no pg_wal/{last} to scan", source.describe());
+                return None;
+            }
+            Err(e) => {
+                tracing::info!("pg_wal/{last} cannot be read ({e}): the changed blocks are found by page LSN");
+                return None;
+            }
+        };
+        let last_segno = to.0 / seg_size;
+        let stanza = self.sink.backup.stanza();
+        let fetch = |segno: u64| -> Result<Option<Vec<u8>>> {
+            if segno == last_segno {
+                if let Some(b) = last_bytes.take() {
+                    return Ok(Some(b));
+                }
+            }
+            let name = crate::pg::lsn::wal_segment_name(r.timeline, segno, seg_size);
+            if let Some(b) = source.wal_segment(&name)? {
+                return Ok(Some(b));
+            }
+            let file = super::wal::WalFile::parse(&name)?;
+            Ok(super::wal::fetch(stanza, &file)?.map(|(_, b)| b))
+        };
+        let clock = std::time::Instant::now();
+        let (scanned, segments) =
+            crate::pg::walscan::scan(fetch, seg_size, from, to, &info.tablespace_dir());
+        match scanned {
+            Ok(c) => {
+                tracing::info!(
+                    "WAL from {from} to {to} ({segments} segments, {:.1} s): {} changed blocks; only they are read",
+                    clock.elapsed().as_secs_f64(),
+                    c.blocks
+                );
+                Some(c)
+            }
+            Err(why) => {
+                tracing::info!(
+                    "the WAL from {from} to {to} cannot list the changed blocks ({why}): they are found by page LSN"
+                );
+                None
+            }
+        }
     }
 }
 

@@ -43,6 +43,14 @@ pub trait Source: Sync {
     fn changed_blocks(&self, _files: &[(String, u64)], _lsn: Lsn) -> Result<Option<Vec<Vec<u32>>>> {
         Ok(None)
     }
+
+    /// The WAL segment `name` in the cluster's `pg_wal`, whole, when the source reads it
+    /// cheaply (this host's files); None when it does not have it or does not read WAL.
+    ///
+    /// Errors: a read that fails for another reason than a missing file.
+    fn wal_segment(&self, _name: &str) -> Result<Option<Vec<u8>>> {
+        Ok(None)
+    }
 }
 
 /// Reads byte ranges for one engine thread.
@@ -265,6 +273,15 @@ impl Source for LocalSource {
                 }
             })
             .collect()
+    }
+
+    fn wal_segment(&self, name: &str) -> Result<Option<Vec<u8>>> {
+        let p = self.pgdata.join("pg_wal").join(name);
+        match std::fs::read(&p) {
+            Ok(b) => Ok(Some(b)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(Error::io("read", &p, e)),
+        }
     }
 }
 
