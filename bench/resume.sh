@@ -16,8 +16,10 @@
 #   pgjet_resumed     after a pgjet full killed at KILL_AT% of pgjet_fresh and 500 pgbench
 #                     transactions: the next backup (it resumes)
 #   pgbackrest_fresh, pgbackrest_resumed: the same with pgBackRest (stanza zst)
-# Both tools: zstd, JOBS workers, --start-fast, WAL archiving off (pgBackRest with
-# --no-archive-check; pgjet's backup holds its WAL), so neither waits for an archive.
+# Both tools: zstd, JOBS workers, --start-fast; the cluster archives WAL into both tools'
+# archives (archive_all, as incr.sh), and each backup waits for its WAL there (archive-check,
+# both tools' default). pgjet's resume reads the blocks changed since the killed attempt
+# from that WAL (pg_wal, then its archive).
 #
 # Settings, besides those of bench/run.sh (SCALE, RANDOM_MB, RUNS, JOBS, PG_VERSION,
 # BENCH_DIR, KEEP, SKIP_PGBACKREST, CHECK_RESTORE, COLD, PGJET):
@@ -71,6 +73,7 @@ pgbench_some() {
 last_seconds() { awk -F'\t' -v n="$1" -v r="$2" '$1==n && $2==r && $5=="ok" {s=$3} END {print s}' "$TIMES"; }
 
 pgbr_fresh_repo() {
+    archiver_idle "$PGDATA" || return 1
     rm -rf "$PGBR_REPO"
     mkdir -p "$PGBR_REPO"
     chown postgres: "$PGBR_REPO"
@@ -117,7 +120,7 @@ resume_round() {
         rm -rf "$o"
     fi
     if [ "$PGBR_OK" = 1 ]; then
-        cmd=$(pgbr --stanza=zst --no-archive-check --type=full backup)
+        cmd=$(pgbr --stanza=zst --type=full backup)
         pgbr_fresh_repo
         timed pgbackrest_fresh "$r" "$cmd" || true
         record_size pgbackrest_fresh "$PGBR_REPO/backup"
@@ -177,6 +180,14 @@ resume_main() {
     setup_pgjet
     build_cluster
     [ "$PGBR_OK" = 1 ] && setup_pgbackrest
+    pj_empty
+    local cmds=("$PGJET_BIN --stanza=$PGJET_STANZA --repo-path=$PJREPO archive-push %p")
+    [ "$PGBR_OK" = 1 ] && cmds+=("pgbackrest --config=$PGBR_CONF --stanza=zst archive-push %p")
+    psql_src >/dev/null <<SQL
+ALTER SYSTEM SET archive_mode = on;
+ALTER SYSTEM SET archive_command = '$(archive_all "${cmds[@]}")';
+SQL
+    as_pg "$PGBIN/pg_ctl" -D "$PGDATA" -m fast -w restart -l "$PG/log" >/dev/null
     psql_src -c "CHECKPOINT" >/dev/null
     record_size cluster "$PGDATA"
     local r

@@ -4,7 +4,7 @@
 //!
 //! - PostgreSQL 15, local files: full, incr, incr (under pgbench), diff, incr; between them
 //!   relations updated, truncated, dropped, created and extended, a database created and
-//!   dropped, a tablespace added.
+//!   dropped, a tablespace added; the changed blocks read from the WAL in pg_wal.
 //! - PostgreSQL 15 over libpq (pg_read_binary_file): the same chain, the changed blocks
 //!   found on the server.
 //! - PostgreSQL 15 over the BASE_BACKUP stream: the same chain (everything crosses, only
@@ -122,6 +122,13 @@ fn take(
         // With WAL summaries only the blocks they list are read.
         let why = format!("{label}: WAL summaries not used");
         step!("{label}: {}", log_line(&r, "WAL summaries from", &why));
+    } else if transport == "local" && kind != "full" {
+        // Without summaries, locally the WAL kept in pg_wal lists the changed blocks.
+        let why = format!("{label}: the WAL did not list the changed blocks");
+        step!(
+            "{label}: {}",
+            log_line(&r, "changed blocks; only they are read", &why)
+        );
     } else if transport == "libpq" && kind != "full" {
         // Over libpq the server finds the changed blocks: only they cross the wire.
         let why = format!("{label}: no changed-block lookup on the server");
@@ -149,6 +156,11 @@ fn chain_scenario(pg: Pg, tag: &str, transport: &str, summarize_wal: bool) {
     let s = &c.server;
     if summarize_wal {
         c.psql("postgres", "ALTER SYSTEM SET summarize_wal = on");
+        c.psql("postgres", "SELECT pg_reload_conf()");
+    } else if transport == "local" {
+        // The WAL since each reference stays in pg_wal, for the backup to read the changed
+        // blocks from (a stanza that archives WAL has it in the archive).
+        c.psql("postgres", "ALTER SYSTEM SET wal_keep_size = '2GB'");
         c.psql("postgres", "SELECT pg_reload_conf()");
     }
     pgbench_init(s, 5);

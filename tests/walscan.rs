@@ -126,7 +126,10 @@ fn scenario(pg: Pg, tag: &str) {
             .parse::<u32>()
             .unwrap()
             / 10000,
-        c.psql("postgres", "SELECT catalog_version_no FROM pg_control_system()")
+        c.psql(
+            "postgres",
+            "SELECT catalog_version_no FROM pg_control_system()"
+        )
     );
     let pg_wal = c.data().join("pg_wal");
     let fetch = |segno: u64| -> pgjet::error::Result<Option<Vec<u8>>> {
@@ -165,7 +168,11 @@ fn scenario(pg: Pg, tag: &str) {
             .into_iter()
             .collect();
         let missing: Vec<&u32> = blocks.difference(&got).collect();
-        assert!(missing.is_empty(), "{}: blocks {missing:?} not found by the scan", path(r));
+        assert!(
+            missing.is_empty(),
+            "{}: blocks {missing:?} not found by the scan",
+            path(r)
+        );
     }
     // The truncated relation: everything from its new length on counts as changed.
     let tail = changes.blocks_of(&path(&trunc_before), 300);
@@ -179,13 +186,14 @@ fn scenario(pg: Pg, tag: &str) {
     assert_eq!(changes.blocks_of(&path(&new_t), 40).len(), 40);
     // A database created in the range: every block of every relation in it.
     let db_wal: u32 = c
-        .psql("postgres", "SELECT oid FROM pg_database WHERE datname = 'db_wal'")
+        .psql(
+            "postgres",
+            "SELECT oid FROM pg_database WHERE datname = 'db_wal'",
+        )
         .parse()
         .unwrap();
     assert_eq!(
-        changes
-            .blocks_of(&format!("base/{db_wal}/999999"), 7)
-            .len(),
+        changes.blocks_of(&format!("base/{db_wal}/999999"), 7).len(),
         7
     );
     // A relation WAL never named is not listed.

@@ -93,7 +93,9 @@ impl<F: FnMut(u64) -> Result<Option<Vec<u8>>>> WalStream<F> {
         if self.segno != Some(segno) {
             let bytes = (self.fetch)(segno)
                 .map_err(|e| format!("WAL segment {segno:X} cannot be read: {e}"))?
-                .ok_or_else(|| format!("WAL segment number {segno:X} is neither in pg_wal nor in the archive"))?;
+                .ok_or_else(|| {
+                    format!("WAL segment number {segno:X} is neither in pg_wal nor in the archive")
+                })?;
             if bytes.len() as u64 != self.seg_size {
                 return Err(format!(
                     "WAL segment {segno:X} has {} bytes, not {}",
@@ -124,7 +126,10 @@ impl<F: FnMut(u64) -> Result<Option<Vec<u8>>>> WalStream<F> {
             ));
         }
         if info & XLP_FIRST_IS_OVERWRITE_CONTRECORD != 0 {
-            return Err(format!("the WAL page at {} follows an overwritten record", Lsn(page)));
+            return Err(format!(
+                "the WAL page at {} follows an overwritten record",
+                Lsn(page)
+            ));
         }
         if info & XLP_LONG_HEADER != 0 {
             let blcksz = u32::from_le_bytes(seg[at + 36..at + 40].try_into().unwrap_or_default());
@@ -139,7 +144,12 @@ impl<F: FnMut(u64) -> Result<Option<Vec<u8>>>> WalStream<F> {
 
     /// Appends `n` bytes of records from `pos` to `out`, skipping page headers; returns the
     /// position after them.
-    fn read(&mut self, mut pos: u64, mut n: usize, out: &mut Vec<u8>) -> std::result::Result<u64, Why> {
+    fn read(
+        &mut self,
+        mut pos: u64,
+        mut n: usize,
+        out: &mut Vec<u8>,
+    ) -> std::result::Result<u64, Why> {
         while n > 0 {
             if pos % XLOG_BLCKSZ == 0 {
                 pos += self.page_header(pos)?;
@@ -355,7 +365,10 @@ fn decode(
             let x = info & XLOG_XACT_OPMASK;
             if matches!(
                 x,
-                XLOG_XACT_COMMIT | XLOG_XACT_ABORT | XLOG_XACT_COMMIT_PREPARED | XLOG_XACT_ABORT_PREPARED
+                XLOG_XACT_COMMIT
+                    | XLOG_XACT_ABORT
+                    | XLOG_XACT_COMMIT_PREPARED
+                    | XLOG_XACT_ABORT_PREPARED
             ) {
                 for r in dropped_relations(main, info).ok_or_else(short)? {
                     out.add_limit(r, 0, tsdir);

@@ -207,7 +207,9 @@ impl RepoTarget<'_> {
                 return None;
             }
             Err(e) => {
-                tracing::info!("pg_wal/{last} cannot be read ({e}): the changed blocks are found by page LSN");
+                tracing::info!(
+                    "pg_wal/{last} cannot be read ({e}): the changed blocks are found by page LSN"
+                );
                 return None;
             }
         };
