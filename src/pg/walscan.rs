@@ -209,7 +209,9 @@ fn scan_stream<F: FnMut(u64) -> Result<Option<Vec<u8>>>>(
         rec.clear();
         let after_header = w.read(pos, RECORD_HEADER, &mut rec)?;
         let tot_len = u32::from_le_bytes(rec[0..4].try_into().unwrap_or_default()) as usize;
-        if tot_len < RECORD_HEADER {
+        // A record that starts before `to` ends before it (`to` is a record's start); a
+        // length far past it is not a record.
+        if tot_len < RECORD_HEADER || tot_len as u64 > to.0.saturating_sub(start) + (64 << 20) {
             return Err(format!(
                 "no valid WAL record at {} (the WAL ends before {to})",
                 Lsn(start)

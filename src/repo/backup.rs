@@ -102,7 +102,7 @@ impl BackupTarget for RepoTarget<'_> {
         // Without WAL summaries, the WAL itself (pg_wal here, or the archive) may list the
         // changed blocks; else the source compares page LSNs.
         if let (Some(r), None) = (self.sink.reference, &self.summaries) {
-            self.summaries = self.scan_wal(source, r);
+            self.summaries = self.scan_wal(source, r, files.iter().map(|f| f.size).sum());
         }
         let plan = match (self.sink.reference, &self.summaries) {
             (Some(r), Some(c)) => r.read_plan(files, &|q: &[(String, u64)]| {
@@ -188,15 +188,23 @@ impl RepoTarget<'_> {
     /// The blocks WAL changed between the reference's start and this backup's, read from
     /// the WAL segments ([`crate::pg::walscan`]): the source's `pg_wal` first (this host's
     /// files), then the stanza's archive. None, with the reason logged, when they cannot
-    /// tell (a segment missing or recycled, no server facts).
+    /// tell (a segment missing or recycled, no server facts), or when there is more WAL than
+    /// `total`, the bytes of the files (reading the pages is cheaper then).
     fn scan_wal(
         &self,
         source: &dyn Source,
         r: &super::incremental::Reference,
+        total: u64,
     ) -> Option<crate::pg::walsummary::SummarizedChanges> {
         let (_, info) = self.summaries_from?;
         let (from, to) = (r.start_lsn, self.header.start_lsn);
         let seg_size = info.wal_segment_size;
+        if to.0.saturating_sub(from.0) > total {
+            tracing::info!(
+                "the WAL from {from} to {to} is larger than the data: the changed blocks are found by page LSN"
+            );
+            return None;
+        }
         // The WAL up to this backup's start is in pg_wal only (not archived yet): a source
         // that does not read pg_wal cannot scan it.
         let last = crate::pg::lsn::wal_segment_name(r.timeline, to.0 / seg_size, seg_size);
