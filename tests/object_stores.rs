@@ -148,10 +148,11 @@ fn store_scenario(kind: StoreKind) {
     if kind == StoreKind::Sftp {
         // OpenDAL's ssh session starts a control master with ControlPersist=yes: pgjet must
         // close it before it exits (io::runtime::drain), or every command leaves one behind.
-        // The master exits on its own once told to: allow it a few seconds.
+        // The master exits on its own once told to: allow it a few seconds (more on a
+        // loaded machine).
         let key = s3.dir.join("client_key").display().to_string();
         let mut left = String::new();
-        let gone = wait_for(Duration::from_secs(5), || {
+        let gone = wait_for(Duration::from_secs(10), || {
             let out = std::process::Command::new("pgrep")
                 .args(["-f", &key])
                 .output()
