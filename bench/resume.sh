@@ -13,6 +13,8 @@
 #   read_pgdata       every byte of PGDATA read once (the limit for a resume that reads
 #                     every page to compare page LSNs)
 #   pgjet_fresh       pgjet backup --type full into an empty repository
+#   pgjet_fresh_nosave  the same saving no resume journal (--manifest-save-threshold 1TB): the
+#                     cost of the saves
 #   pgjet_resumed     after a pgjet full killed at KILL_AT% of pgjet_fresh and 500 pgbench
 #                     transactions: the next backup (it resumes)
 #   pgbackrest_fresh, pgbackrest_resumed: the same with pgBackRest (stanza zst)
@@ -111,6 +113,9 @@ resume_round() {
     pj_empty
     timed pgjet_fresh "$r" "$cmd" || true
     record_size pgjet_fresh "$PJREPO/$PGJET_STANZA/backup"
+    # the cost of the journal's saves: the same backup saving none (the threshold past its size)
+    pj_empty
+    timed pgjet_fresh_nosave "$r" "$cmd --manifest-save-threshold 1TB" || true
     resume_pair pgjet "$r" "$(last_seconds pgjet_fresh "$r")" "$cmd" pj_empty
     if [ "$CHECK_RESTORE" = 1 ] && [ "$r" = "$RUNS" ]; then
         fresh_dir "$o"
@@ -147,10 +152,10 @@ write_resume_report() {
         echo "| command | median s | min-max s | vs fresh | peak RSS MiB |"
         echo "|---|---:|---:|---:|---:|"
         local n
-        for n in read_pgdata pgjet_fresh pgjet_resumed pgjet_resumed_idle pgbackrest_fresh pgbackrest_resumed pgbackrest_resumed_idle; do
+        for n in read_pgdata pgjet_fresh pgjet_fresh_nosave pgjet_resumed pgjet_resumed_idle pgbackrest_fresh pgbackrest_resumed pgbackrest_resumed_idle; do
             [ -n "$(median "$n")" ] || continue
             local base=""
-            case $n in pgjet_resumed*) base=$pf ;; pgbackrest_resumed*) base=$bf ;; esac
+            case $n in pgjet_resumed* | pgjet_fresh_nosave) base=$pf ;; pgbackrest_resumed*) base=$bf ;; esac
             echo "| $n | $(median "$n") | $(minmax "$n") | $( [ -n "$base" ] && div "$(median "$n")" "$base") | $(( $(median "$n" 4) / 1024 )) |"
         done
         echo

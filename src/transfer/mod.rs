@@ -38,6 +38,9 @@ use std::sync::Mutex;
 pub const CHUNK_SIZE: u64 = 8 << 20;
 /// Most files in one bundle (bounds the manifest work per object).
 pub const BUNDLE_MAX_FILES: usize = 4096;
+/// Most parts of files (ranges of a diff's or incr's changed blocks) in one bundle
+/// ([`plan_ranges_bundled`]).
+pub const SCATTERED_PER_UNIT: usize = 64;
 
 /// A range of one file inside a unit: 16 bytes, as a backup of a million files plans a
 /// million of them.
@@ -129,7 +132,10 @@ pub fn plan_units_bundled(
 
 /// [`plan_units_bundled`] reading only some ranges of some files: `ranges(i)` gives the
 /// (offset, length) ranges of file `i` to read, in order and apart (None: the whole file).
-/// A range is cut and bundled as a file of its length would be.
+/// A range is cut and bundled as a file of its length would be, but a bundle holds at most
+/// [`SCATTERED_PER_UNIT`] parts of files: scattered blocks are read one request each, and
+/// many small units keep every reader thread busy (a diff's 1317 changed blocks in 2 units
+/// of 4096 took 0.44 s to read from a cold cache, in 21 units 0.18 s).
 pub fn plan_ranges_bundled(
     files: &[SourceFile],
     ranges: &dyn Fn(usize) -> Option<Vec<(u64, u64)>>,
@@ -156,6 +162,8 @@ pub fn plan_ranges_bundled(
     });
     let mut units = Vec::new();
     let mut bundle = Unit::default();
+    // Parts of files (not whole ones) in the bundle.
+    let mut parts = 0usize;
     for (i, start, size) in items {
         if size >= chunk {
             let mut off = 0;
@@ -168,12 +176,17 @@ pub fn plan_ranges_bundled(
                 off += len;
             }
         } else {
-            let full = bundle.bytes + size > bundle_bytes || bundle.pieces.len() >= bundle_files;
+            let part = (start, size) != (0, files[i].size);
+            let full = bundle.bytes + size > bundle_bytes
+                || bundle.pieces.len() >= bundle_files
+                || (part && parts >= SCATTERED_PER_UNIT);
             if full && !bundle.pieces.is_empty() {
                 units.push(std::mem::take(&mut bundle));
+                parts = 0;
             }
             bundle.pieces.push(PieceSpec::new(i, start, size)?);
             bundle.bytes += size;
+            parts += usize::from(part);
         }
     }
     if !bundle.pieces.is_empty() {
