@@ -713,7 +713,7 @@ write_incr_report() {
         if [ "$PGV" -ge 17 ]; then
             echo "pgjet incr / reading PGDATA once: ${v:-n/a}× (with WAL summaries pgjet reads only the blocks they list)."
         else
-            echo "pgjet incr / reading PGDATA once: ${v:-n/a}× (without WAL summaries pgjet reads every page of a local cluster)."
+            echo "pgjet incr / reading PGDATA once: ${v:-n/a}× (pgjet reads the blocks its WAL summaries, or the WAL itself, name; every page only when neither can tell)."
         fi
         echo
         if [ -s "$RES/checks.txt" ]; then

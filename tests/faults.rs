@@ -502,17 +502,8 @@ fn g_kill9_during_backup() {
     let pidfile = c.root.join("pgjet.pid");
     let mut a = vec!["backup".to_string()];
     a.extend(c.stanza_args(&repo));
-    a.extend(args![
-        "--type",
-        "full",
-        "--start-fast",
-        "--jobs",
-        "1",
-        "--compress-type",
-        "gzip",
-        "--compress-level",
-        "9"
-    ]);
+    a.extend(args!["--type", "full"]);
+    a.extend(SLOW_BACKUP.iter().map(|s| s.to_string()));
     let mut backup = Background::spawn(&pgjet_bin(), &a, &pidfile);
     let backup_root = repo.join("main").join("backup");
     let started = Instant::now();

@@ -753,21 +753,9 @@ fn s3_resume_after_kill_and_repository_down() {
     let conf = s3.config_file("pgjet.conf", "/repo", &[]);
     let base = store_args(&conf, &cluster);
     pgjet_ok(&cmd("stanza-create", &base, &[]));
-    let slow = [
-        "--type",
-        "full",
-        "--start-fast",
-        "--jobs",
-        "1",
-        "--compress-type",
-        "gzip",
-        "--compress-level",
-        "9",
-        "--manifest-save-threshold",
-        "2MiB",
-        "--output",
-        "json",
-    ];
+    let mut slow = vec!["--type", "full", "--manifest-save-threshold", "2MiB"];
+    slow.extend_from_slice(SLOW_BACKUP);
+    slow.extend_from_slice(&["--output", "json"]);
     let backups = s3.object_file("/repo", "main/backup");
     let spawn = |n: u32| {
         Background::spawn(

@@ -19,31 +19,26 @@ use std::fs;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-/// The backup options of every attempt: slow enough to be killed halfway (one job, gzip at
-/// level 9), a save of the resume journal every 4 MiB of files.
-const SLOW: &[&str] = &[
-    "--start-fast",
-    "--jobs",
-    "1",
-    "--compress-type",
-    "gzip",
-    "--compress-level",
-    "9",
-    "--manifest-save-threshold",
-    "4MiB",
-];
+/// The save threshold of every attempt: a save of the resume journal every 4 MiB.
+const SAVES: &[&str] = &["--manifest-save-threshold", "4MiB"];
 
 fn resume_dir(c: &Cluster, label: &str) -> PathBuf {
     backup_dir(&c.repo, "main", label).join("resume")
 }
 
-/// Starts `backup --type kind` (with [`SLOW`] and `extra`) in the background and kills it
+/// Starts `backup --type kind` (slow: [`SLOW_BACKUP`], [`SAVES`], and `extra`) in the background and kills it
 /// with SIGKILL once its resume journal holds save `save` of attempt `attempt`; returns the
 /// backup's label.
 fn kill_after_save(c: &Cluster, kind: &str, extra: &[&str], attempt: u32, save: u32) -> String {
     let mut a = vec!["backup".to_string(), "--type".into(), kind.into()];
     a.extend(c.stanza_args(&c.repo));
-    a.extend(SLOW.iter().chain(extra).map(|s| s.to_string()));
+    a.extend(
+        SLOW_BACKUP
+            .iter()
+            .chain(SAVES)
+            .chain(extra)
+            .map(|s| s.to_string()),
+    );
     let tag = format!("{kind}-attempt{attempt}");
     let b = Background::spawn(&pgjet_bin(), &a, &c.root.join(&format!("{tag}.pid")));
     let t = Instant::now();
@@ -67,10 +62,11 @@ fn kill_after_save(c: &Cluster, kind: &str, extra: &[&str], attempt: u32, save: 
     label
 }
 
-/// `backup --type kind` with [`SLOW`] and `extra` to the end: (label, resumed, bytes kept, run).
+/// `backup --type kind` (slow, [`SAVES`]) and `extra` to the end: (label, resumed, bytes kept, run).
 fn backup_to_end(c: &Cluster, kind: &str, extra: &[&str]) -> (String, bool, u64, Run) {
     let mut a = vec!["--type", kind, "--output", "json"];
-    a.extend_from_slice(SLOW);
+    a.extend_from_slice(SLOW_BACKUP);
+    a.extend_from_slice(SAVES);
     a.extend_from_slice(extra);
     let r = c.pgjet_cmd("backup", &c.repo, &a).ok();
     let v: serde_json::Value = serde_json::from_str(r.stdout.trim())

@@ -276,21 +276,31 @@ pub fn run(s: &Settings, args: &BackupOptions, progress: &dyn Progress) -> Resul
     })
 }
 
-/// The timeline of the cluster's latest checkpoint (pg_control_checkpoint()).
+/// The one value `sql` returns (as text), parsed; `what` names it in errors.
 ///
-/// Errors: the server's.
-fn checkpoint_timeline(sess: &crate::pg::session::Session) -> Result<u32> {
-    let row = sess.query_row(
-        "the timeline",
-        "SELECT timeline_id::text FROM pg_control_checkpoint()",
-    )?;
+/// Errors: the server's; no value, or one that does not parse.
+fn query_value<T: std::str::FromStr>(
+    sess: &crate::pg::session::Session,
+    what: &str,
+    sql: &str,
+) -> Result<T> {
+    let row = sess.query_row(what, sql)?;
     row.first()
         .cloned()
         .flatten()
         .and_then(|t| t.parse().ok())
-        .ok_or_else(|| {
-            crate::error::Error::Other("pg_control_checkpoint() gave no timeline".into())
-        })
+        .ok_or_else(|| crate::error::Error::Other(format!("{sql} gave no {what}")))
+}
+
+/// The timeline of the cluster's latest checkpoint (pg_control_checkpoint()).
+///
+/// Errors: the server's.
+fn checkpoint_timeline(sess: &crate::pg::session::Session) -> Result<u32> {
+    query_value(
+        sess,
+        "timeline",
+        "SELECT timeline_id::text FROM pg_control_checkpoint()",
+    )
 }
 
 /// The server's clock, Unix seconds (`clock_timestamp()`): the files' modification times
@@ -298,15 +308,11 @@ fn checkpoint_timeline(sess: &crate::pg::session::Session) -> Result<u32> {
 ///
 /// Errors: the server's.
 fn server_clock(sess: &crate::pg::session::Session) -> Result<i64> {
-    let row = sess.query_row(
-        "the server's clock",
+    query_value(
+        sess,
+        "time",
         "SELECT floor(extract(epoch FROM clock_timestamp()))::bigint::text",
-    )?;
-    row.first()
-        .cloned()
-        .flatten()
-        .and_then(|t| t.parse().ok())
-        .ok_or_else(|| crate::error::Error::Other("clock_timestamp() gave no time".into()))
+    )
 }
 
 /// The reference of a diff (`diff`) or incr backup of the cluster on `timeline`, loaded;

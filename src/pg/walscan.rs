@@ -151,7 +151,7 @@ impl<F: FnMut(u64) -> Result<Option<Vec<u8>>>> WalStream<F> {
         out: &mut Vec<u8>,
     ) -> std::result::Result<u64, Why> {
         while n > 0 {
-            if pos % XLOG_BLCKSZ == 0 {
+            if pos.is_multiple_of(XLOG_BLCKSZ) {
                 pos += self.page_header(pos)?;
             }
             let page_end = (pos / XLOG_BLCKSZ + 1) * XLOG_BLCKSZ;
@@ -202,7 +202,7 @@ fn scan_stream<F: FnMut(u64) -> Result<Option<Vec<u8>>>>(
     let mut pos = from.0;
     let mut rec = Vec::with_capacity(64 << 10);
     while pos < to.0 {
-        if pos % XLOG_BLCKSZ == 0 {
+        if pos.is_multiple_of(XLOG_BLCKSZ) {
             pos += w.page_header(pos)?;
         }
         let start = pos;
@@ -324,13 +324,12 @@ fn decode(
     }
     let main = &rec[rec.len() - main_len..];
     let op = info & 0xF0;
+    // xl_parameter_change: five ints, then wal_level (0: minimal).
+    if rmid == RM_XLOG_ID && op == XLOG_PARAMETER_CHANGE && u32_at(main, 20).ok_or_else(short)? == 0
+    {
+        return Err("wal_level was set to minimal".into());
+    }
     match rmid {
-        RM_XLOG_ID if op == XLOG_PARAMETER_CHANGE => {
-            // xl_parameter_change: five ints, then wal_level.
-            if u32_at(main, 20).ok_or_else(short)? == 0 {
-                return Err("wal_level was set to minimal".into());
-            }
-        }
         RM_SMGR_ID if op == XLOG_SMGR_CREATE => {
             // xl_smgr_create: the relation, then the fork.
             let r = locator_at(main, 0).ok_or_else(short)?;

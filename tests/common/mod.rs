@@ -1902,3 +1902,15 @@ pub fn wait_for_journal_save(
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+/// Backup options that make a backup slow enough to be interrupted halfway: one job and
+/// gzip at level 9, an immediate checkpoint.
+pub const SLOW_BACKUP: &[&str] = &[
+    "--start-fast",
+    "--jobs",
+    "1",
+    "--compress-type",
+    "gzip",
+    "--compress-level",
+    "9",
+];
