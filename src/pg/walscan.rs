@@ -51,7 +51,6 @@ const BKPIMAGE_HAS_HOLE: u8 = 0x01;
 /// `BKPIMAGE_COMPRESS_PGLZ | _LZ4 | _ZSTD` (PostgreSQL 15+).
 const BKPIMAGE_COMPRESSED: u8 = 0x04 | 0x08 | 0x10;
 const MAIN_FORKNUM: u8 = 0;
-const FSM_FORKNUM: u8 = 1;
 const RM_XLOG_ID: u8 = 0;
 const RM_XACT_ID: u8 = 1;
 const RM_SMGR_ID: u8 = 2;
@@ -337,7 +336,6 @@ fn decode(
             if fork == u32::from(MAIN_FORKNUM) {
                 out.add_limit(r, 0, tsdir);
             }
-            let _ = FSM_FORKNUM;
         }
         RM_SMGR_ID if op == XLOG_SMGR_TRUNCATE => {
             // xl_smgr_truncate: block number, relation, flags.
