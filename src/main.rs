@@ -164,9 +164,14 @@ fn abort_recovery() -> ! {
 
 /// Ends the process with `code`, once the async runtime's tasks have closed their
 /// connections (at most 10 s, usually none: see `io::runtime::drain`; an SFTP store's
-/// `ssh -O exit` took over 2 s on a loaded 2-core machine and left its control master).
+/// `ssh -O exit` took over 2 s on a loaded 2-core machine and left its control master),
+/// then ends the SFTP store's ssh masters still running (see `storage::ssh`).
 fn exit(code: i32) -> ! {
     pgjet::io::runtime::drain(std::time::Duration::from_secs(10));
+    let stopped = pgjet::storage::ssh::stop_masters();
+    if stopped > 0 {
+        tracing::debug!("ended {stopped} ssh control master(s) left by the SFTP store");
+    }
     std::process::exit(code);
 }
 
@@ -204,6 +209,15 @@ fn main() {
             exit(error.exit_code());
         }
     };
+    if inv
+        .settings
+        .repos
+        .iter()
+        .any(|(_, r)| matches!(r, pgjet::options::RepoConfig::Sftp { .. }))
+    {
+        // Before any thread starts: it sets XDG_STATE_HOME (see storage::ssh).
+        pgjet::storage::ssh::own_control_dir();
+    }
     let archive_get = matches!(inv.command, Command::ArchiveGet { .. });
     if let Err(e) = run(inv) {
         print_error(&e);

@@ -13,6 +13,7 @@
 pub mod object;
 use crate::io::direct;
 pub mod posix;
+pub mod ssh;
 
 use crate::error::Result;
 use crate::options::RepoConfig;
