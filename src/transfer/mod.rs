@@ -333,11 +333,21 @@ pub struct FileAssembler<'a, P: PieceOffset> {
     pub prefixes: bool,
     /// The end of the prefix last handed over, per file in progress.
     reported: std::collections::HashMap<usize, u64>,
+    /// Bytes of pieces added since the prefix was last looked at, per file in progress:
+    /// the prefix is looked at again after [`PREFIX_STEP`] more, so that a file of many
+    /// small pieces (an incremental's changed blocks among its references) costs linear
+    /// time, not a copy of its pieces per piece.
+    since: std::collections::HashMap<usize, u64>,
     /// Files that vanished during the copy.
     pub vanished: Vec<usize>,
     /// Blocks with a failed page checksum, all files together.
     pub page_error_count: usize,
 }
+
+/// Bytes of pieces stored for a file between two looks at its prefix
+/// ([`FileAssembler::prefixes`]): 8 MiB, a few chunks; a resume journal saves every 64 MiB
+/// or more, so it never waits for a prefix longer than this.
+pub const PREFIX_STEP: u64 = 8 << 20;
 
 /// What a [`FileAssembler`] hands its files to: (file index, pieces in logical order, page
 /// errors sorted, whole). `whole` false: the pieces are the file's stored prefix so far
@@ -397,6 +407,7 @@ impl<'a, P: PieceOffset + Clone> FileAssembler<'a, P> {
             emit,
             prefixes: false,
             reported: Default::default(),
+            since: Default::default(),
             vanished: Vec::new(),
             page_error_count: 0,
         })
@@ -406,6 +417,7 @@ impl<'a, P: PieceOffset + Clone> FileAssembler<'a, P> {
         self.remaining[file] -= 1;
         if self.remaining[file] == 0 {
             self.reported.remove(&file);
+            self.since.remove(&file);
             if let Some((mut pieces, mut errs, gone)) = self.open.remove(&file) {
                 if gone {
                     self.vanished.push(file);
@@ -415,7 +427,8 @@ impl<'a, P: PieceOffset + Clone> FileAssembler<'a, P> {
                     (self.emit)(file, pieces, errs, true)?;
                 }
             }
-        } else if self.prefixes {
+        } else if self.prefixes && self.since.get(&file).is_some_and(|b| *b >= PREFIX_STEP) {
+            self.since.insert(file, 0);
             self.prefix(file)?;
         }
         Ok(())
@@ -457,6 +470,10 @@ impl<P: PieceOffset + Clone> Collector<P> for FileAssembler<'_, P> {
             self.piece_done(file)?;
         }
         for (file, piece) in done.pieces {
+            if self.prefixes {
+                *self.since.entry(file).or_default() +=
+                    piece.logical_end() - piece.logical_offset();
+            }
             self.open.entry(file).or_default().0.push(piece);
             self.piece_done(file)?;
         }
@@ -797,6 +814,64 @@ mod tests {
 
     fn f(path: &str, size: u64) -> SourceFile {
         SourceFile::plain(path, size)
+    }
+
+    /// A piece as (offset, length), for the assembler's tests.
+    #[derive(Clone, Debug, PartialEq)]
+    struct Span(u64, u64);
+
+    impl PieceOffset for Span {
+        fn logical_offset(&self) -> u64 {
+            self.0
+        }
+        fn logical_end(&self) -> u64 {
+            self.0 + self.1
+        }
+    }
+
+    #[test]
+    fn prefixes_come_every_step_and_the_whole_file_once() {
+        // One file of 4096 pieces of 8 KiB (32 MiB), stored in order, one unit each.
+        let blk = 8192u64;
+        let n = 4096u64;
+        let files = vec![f("rel", n * blk)];
+        let units: Vec<Unit> = (0..n)
+            .map(|k| Unit {
+                pieces: vec![PieceSpec::new(0, k * blk, blk).unwrap()],
+                bytes: blk,
+            })
+            .collect();
+        let mut got: Vec<(u64, usize, bool)> = Vec::new();
+        let mut emit = |_i: usize, pieces: Vec<Span>, _e: Vec<u32>, whole: bool| {
+            got.push((
+                pieces.last().map_or(0, |p| p.logical_end()),
+                pieces.len(),
+                whole,
+            ));
+            Ok(())
+        };
+        let mut asm = FileAssembler::new(&files, &units, &mut emit).unwrap();
+        asm.prefixes = true;
+        for k in 0..n {
+            asm.unit_done(UnitDone {
+                pieces: vec![(0, Span(k * blk, blk))],
+                page_errors: Vec::new(),
+                vanished: Vec::new(),
+            })
+            .unwrap();
+        }
+        drop(asm);
+        // A prefix after every PREFIX_STEP bytes (3 of them: 8, 16, 24 MiB), then the whole.
+        let step = (PREFIX_STEP / blk) as usize;
+        assert_eq!(
+            got,
+            vec![
+                (PREFIX_STEP, step, false),
+                (2 * PREFIX_STEP, 2 * step, false),
+                (3 * PREFIX_STEP, 3 * step, false),
+                (n * blk, n as usize, true),
+            ]
+        );
     }
 
     #[test]
