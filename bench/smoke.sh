@@ -111,9 +111,10 @@ for b in $SMOKE; do
                 DURATION=2 FLOOD_SEGS=1 FLOOD_UPDATE_SEGS=1 SKIP_S5CMD=1 RTT_MS=1 -- bash bench/archive.sh ;;
         remote)
             one remote "$d.md" BENCH_DIR="$d" REPORT="$d.md" LAB_PREFIX=smkrm LAB_ID=183 SCALE=1 RANDOM_MB=8 \
-                SMALL_TABLES=100 RUNS=1 LINKS=1gbit/1 SMALL_LINKS=unshaped SWEEP_LINKS=200mbit/1 SWEEP_JOBS="1 2" \
+                SMALL_TABLES=100 RUNS=1 LINKS=1gbit/1 SMALL_LINKS=unshaped SWEEP_LINKS=200mbit/1 SWEEP_JOBS=2 \
                 JOBS_LIST=2 DELTA_LINK=1gbit/1 DELTA_RANGES=64 QUIET_WAIT=0 IPERF_S=2 \
-                STREAM_SCALE=2 STREAM_LINKS="100mbit/5 unshaped" STREAM_JOBS=2 STREAM_SLOW_MBIT=100 \
+                STREAM_SCALE=2 STREAM_LINKS="100mbit/5 unshaped" STREAM_DATASETS=main STREAM_JOBS=2 \
+                STREAM_SLOW_MBIT=100 \
                 -- bash bench/remote.sh ;;
         rates)
             one rates "$d.md" RATES_DIR="$d" REPORT="$d.md" MB=16 -- bash bench/rates.sh ;;
