@@ -10,7 +10,7 @@
 //! - PostgreSQL 15 over the BASE_BACKUP stream: the same chain (everything crosses, only
 //!   the changes are stored).
 //! - PostgreSQL 18, local files, `summarize_wal = on`: the same chain, the changed blocks
-//!   found in the WAL summaries.
+//!   found in the WAL summaries; and with `summarize_wal = off`: found in the WAL in pg_wal.
 //! - PostgreSQL 15, a standby with its primary stopped: a full and an incr of the standby,
 //!   and a full over its BASE_BACKUP stream, each restored (the first full ends on a segment
 //!   boundary: the last record a switch).
@@ -462,6 +462,11 @@ fn chain_pg15_libpq() {
 #[test]
 fn chain_pg18_local() {
     chain_scenario(Pg::v18(), "incr18-local", "local", true);
+}
+
+#[test]
+fn chain_pg18_local_without_summaries() {
+    chain_scenario(Pg::v18(), "incr18-nosum", "local", false);
 }
 
 /// Backups of a standby with its primary stopped (never contacted): a full, then, after
