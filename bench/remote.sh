@@ -36,7 +36,7 @@ SWEEP_RUNS=${SWEEP_RUNS:-1}
 DELTA_LINK=${DELTA_LINK:-1gbit/20}
 DELTA_RANGES=${DELTA_RANGES:-"64 256 1024"}
 export DELTA_PCT=${DELTA_PCT:-1}         # % of pgbench_accounts pages changed before each delta
-PARTS=${PARTS:-"main small sweep delta stream"}
+PARTS=${PARTS:-"main small sweep delta incr stream"}
 # The stream part (issue 18): compression at the source. Datasets: pgb (pgbench only, like the
 # published slow-VPN case) and main (the mixed one); the transports and peers below.
 STREAM_SCALE=${STREAM_SCALE:-100}   # pgbench scale of the pgb dataset
@@ -672,6 +672,44 @@ SELECT count(*) FROM pgbench_accounts WHERE false;
 SQL
 }
 
+# change_pages PAGES: one row updated on DELTA_PCT % of pgbench_accounts' PAGES heap pages
+# (random pages, by ctid), then CHECKPOINT; prints the rows updated
+change_pages() {
+    psql_as "$PGV" "$BENCH/a/pg-main" "$PORT" -At <<SQL
+WITH t AS (SELECT format('(%s,%s)', k, 1 + floor(random() * 61)::int)::tid AS t
+           FROM generate_series(0, $1 - 1) k WHERE random() < $DELTA_PCT / 100.0),
+     u AS (UPDATE pgbench_accounts SET abalance = abalance + 1
+           WHERE ctid = ANY (ARRAY(SELECT t FROM t)) RETURNING 1)
+SELECT count(*) FROM u;
+SQL
+    psql_as "$PGV" "$BENCH/a/pg-main" "$PORT" -c CHECKPOINT >/dev/null
+}
+
+# part_incr: on DELTA_LINK, a full backup over libpq into a fresh stanza, then SWEEP_RUNS
+# times: DELTA_PCT % of the pages changed and an incremental backup over libpq (each against
+# the one before): the bytes on the wire of an incr against a full's.
+part_incr() {
+    local link=$DELTA_LINK pages n r
+    CUR_LINK_TAG=${link//\//_}
+    lab_up "$link" main
+    phase_begin "incr @ $(link_label "$link")"
+    pages=$(psql_as "$PGV" "$BENCH/a/pg-main" "$PORT" -Atc "SELECT pg_relation_size('pgbench_accounts') / 8192")
+    archiver_idle "$BENCH/a/pg-$CUR_DS/data" && rm -rf "${PGJET_REPO:?}/$CUR_DS" && pgjet_stanza \
+        || { say "  incr: no fresh stanza"; phase_end "incr @ $(link_label "$link")"; return 0; }
+    local args=(--stanza "$CUR_DS" --repo-path "$PGJET_REPO" --source "$(conninfo)" --transport libpq
+        --jobs "$REPLICA_JOBS" --compress-type zstd --output json)
+    timed incr_base_full 1 "$(in_b "$PGJET_BIN" "${args[@]}" backup --type full --start-fast)" || true
+    : >"$RES/incr-changes.tsv"
+    for r in $(seq 1 "$SWEEP_RUNS"); do
+        n=$(change_pages "$pages")
+        printf '%s\t%s\t%s\n' "$r" "$n" "$pages" >>"$RES/incr-changes.tsv"
+        say "  changed $n of $pages pgbench_accounts pages (one row each), checkpoint"
+        timed incr_libpq "$r" "$(in_b "$PGJET_BIN" "${args[@]}" backup --type incr --start-fast)" || true
+        cp "$LOGS/incr_libpq.$CUR_LINK_TAG.run$r.log" "$RES/incr_libpq.run$r.json" 2>/dev/null || true
+    done
+    phase_end "incr @ $(link_label "$link")"
+}
+
 part_delta() {
     local link=$DELTA_LINK d=$BENCH/b/delta kib n r
     CUR_LINK_TAG=${link//\//_}
@@ -682,15 +720,7 @@ part_delta() {
     bench_pgjet_replica delta_base_full 1 "$REPLICA_JOBS" "$d"
     for r in $(seq 1 "$SWEEP_RUNS"); do
         for kib in $DELTA_RANGES; do
-            n=$(psql_as "$PGV" "$BENCH/a/pg-main" "$PORT" -At <<SQL
-WITH t AS (SELECT format('(%s,%s)', k, 1 + floor(random() * 61)::int)::tid AS t
-           FROM generate_series(0, $pages - 1) k WHERE random() < $DELTA_PCT / 100.0),
-     u AS (UPDATE pgbench_accounts SET abalance = abalance + 1
-           WHERE ctid = ANY (ARRAY(SELECT t FROM t)) RETURNING 1)
-SELECT count(*) FROM u;
-SQL
-)
-            psql_as "$PGV" "$BENCH/a/pg-main" "$PORT" -c CHECKPOINT >/dev/null
+            n=$(change_pages "$pages")
             printf '%s\t%s\t%s\t%s\n' "$kib" "$r" "$n" "$pages" >>"$RES/delta-changes.tsv"
             say "  changed $n of $pages pgbench_accounts pages (one row each), checkpoint"
             timed "delta_r${kib}k" "$r" "$(in_b env PGJET_DELTA_RANGE_KIB="$kib" "$PGJET_BIN" --source "$(conninfo)" \
@@ -832,7 +862,7 @@ main() {
     else
         make_pki
         write_pgbr_conf
-        case " $PARTS " in *" main "*|*" sweep "*|*" delta "*) build_cluster main ;;
+        case " $PARTS " in *" main "*|*" sweep "*|*" delta "*|*" incr "*) build_cluster main ;;
             *) case " $STREAM_DATASETS " in *" main "*) build_cluster main ;; esac ;; esac
         case " $PARTS " in *" small "*) [ "$SMALL_TABLES" -gt 0 ] && build_cluster small ;; esac
         case " $PARTS " in *" stream "*) case " $STREAM_DATASETS " in *" pgb "*) build_cluster pgb ;; esac ;; esac
@@ -859,6 +889,7 @@ main() {
 
     case " $PARTS " in *" main "*) part_main main "$LINKS" "$RUNS" ;; esac
     case " $PARTS " in *" delta "*) part_delta ;; esac
+    case " $PARTS " in *" incr "*) part_incr ;; esac
     case " $PARTS " in *" sweep "*) part_sweep ;; esac
     case " $PARTS " in *" stream "*) part_stream ;; esac
     if [ -f "$BENCH/a/pg-small/data/PG_VERSION" ]; then
@@ -976,7 +1007,7 @@ P(f"- load average (1/5/15 min) at start → end of the whole run: {load_all}")
 P("- both \"hosts\" are network namespaces of one VM: they share its 2 cores, its disk and its page cache.")
 P("")
 def main_table(ds, title, stream=False):
-    keep = (lambda n: n.startswith("s_")) if stream else (lambda n: not n.startswith(("sweep_", "delta", "s_")))
+    keep = (lambda n: n.startswith("s_")) if stream else (lambda n: not n.startswith(("sweep_", "delta", "s_", "incr_")))
     links = []
     for x in rows:
         if x["ds"] == ds and keep(x["name"]) and x["link"] not in links: links.append(x["link"])
@@ -1053,7 +1084,7 @@ def tgt(link, text, val, thr, fmt="{:.2f}×", ge=True, ds="main"):
     P(f"| {label_short(link)} | {text} | {fmt.format(val)} | {'yes' if ok else '**no**'} |")
 links_main = []
 for x in rows:
-    if x["ds"] == "main" and not x["name"].startswith(("sweep_", "delta", "s_")) and x["link"] not in links_main: links_main.append(x["link"])
+    if x["ds"] == "main" and not x["name"].startswith(("sweep_", "delta", "s_", "incr_")) and x["link"] not in links_main: links_main.append(x["link"])
 rep = [n for n in dict.fromkeys(x["name"] for x in rows if x["name"].startswith("pgjet_replica_j"))]
 repn = rep[0] if rep else "pgjet_replica_j4"
 jobs = sorted({n.split("_p")[-1] for n in (x["name"] for x in rows) if n.startswith("pgbackrest_")}, key=int)
@@ -1071,8 +1102,8 @@ for link in dict.fromkeys(x["link"] for x in rows if x["ds"] == "small"):
     for j in jobs:
         tgt(link, f"20k small tables: backup none ≥ 3× pgBackRest none, {j} workers", ratio("small", link, f"pgbackrest_none_p{j}", f"pgjet_backup_none_j{j}"), 3.0)
     tgt(link, "20k small tables: replica-create vs pg_basebackup -R", ratio("small", link, "pg_basebackup_R", repn), 1.0)
-pg_rss = [x["rss"] for x in rows if x["ok"] and x["name"].startswith(("pgjet_", "sweep_", "delta"))]
-a_hwm = [x["hwm"] for x in rows if x["ok"] and x["name"].startswith(("pgjet_", "sweep_", "delta"))]
+pg_rss = [x["rss"] for x in rows if x["ok"] and x["name"].startswith(("pgjet_", "sweep_", "delta", "incr_"))]
+a_hwm = [x["hwm"] for x in rows if x["ok"] and x["name"].startswith(("pgjet_", "sweep_", "delta", "incr_"))]
 if pg_rss: tgt("all", "pgjet peak RSS on B < 200 MiB", max(pg_rss) / 1024, 200, "{:.0f} MiB", ge=False)
 if a_hwm: tgt("all", "peak VmHWM of a backend on A serving pgjet < 200 MiB", max(a_hwm) / 1024, 200, "{:.0f} MiB", ge=False)
 P("")
@@ -1108,6 +1139,41 @@ if dl:
         if not x["ok"]:
             P(f"| {kib} | {n} | FAILED | | | | | | | |"); continue
         P(f"| {kib} | {n} | {x['sec']:.2f} | {x['rx']/MiB:.1f} | {100*x['rx']/frx:.1f} % | {fs/x['sec']:.2f}× | {summ} | {x['bcpu']:.1f} | {x['acpu']:.1f} | {x['rss']/1024:.0f} |")
+    P("")
+# incremental backups over libpq
+il = [x for x in rows if x["name"].startswith("incr_")]
+if il:
+    link = il[0]["link"]
+    P(f"## Incremental backup over libpq on {label(link)}")
+    P("")
+    full = [x for x in il if x["name"] == "incr_base_full" and x["ok"]]
+    frx = med([x["rx"] for x in full]) if full else 0
+    try:
+        ch = list(csv.reader(open(os.path.join(res, "incr-changes.tsv")), delimiter="\t"))
+    except OSError:
+        ch = []
+    P("A full backup over libpq (`--transport libpq --compress-type zstd`) into a fresh stanza, then, "
+      f"before each incremental, one row updated on {os.environ.get('DELTA_PCT', '1')} % of `pgbench_accounts`' "
+      "heap pages (random pages), CHECKPOINT; each `backup --type incr` against the backup before it. "
+      "rx: bytes received on B (the pgjet host) during the command.")
+    P("")
+    P("| backup | rows (pages) updated | wall s | rx MiB | rx / full | B CPU s | A CPU s | RSS B MiB |")
+    P("|---|---:|---:|---:|---:|---:|---:|---:|")
+    worst = None
+    for x in il:
+        n = "" if x["name"] == "incr_base_full" else next((c[1] for c in ch if c[0] == str(x["run"])), "?")
+        if not x["ok"]:
+            P(f"| {x['name']} run {x['run']} | {n} | FAILED | | | | | |"); continue
+        share = f"{100 * x['rx'] / frx:.1f} %" if frx else ""
+        if x["name"] == "incr_libpq" and frx:
+            worst = max(worst or 0, x["rx"] / frx)
+        P(f"| {x['name']} run {x['run']} | {n} | {x['sec']:.2f} | {x['rx']/MiB:.1f} | {share} | {x['bcpu']:.1f} | {x['acpu']:.1f} | {x['rss']/1024:.0f} |")
+    P("")
+    if worst is not None:
+        P(f"Target (issue 19): an incr over libpq at 1 Gbit/s, 20 ms moves at most 5 % of the full's bytes: "
+          f"{100 * worst:.1f} % at most: {'MET' if worst <= 0.05 else 'NOT MET'}.")
+    else:
+        P("Target (issue 19): an incr over libpq moves at most 5 % of the full's bytes: FAILED (no incr measured).")
     P("")
 # sweep
 sw = [x for x in rows if x["name"].startswith("sweep_")]

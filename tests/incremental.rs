@@ -12,8 +12,8 @@
 //! - PostgreSQL 18, local files, `summarize_wal = on`: the same chain, the changed blocks
 //!   found in the WAL summaries; and with `summarize_wal = off`: found in the WAL in pg_wal.
 //! - PostgreSQL 15, a standby with its primary stopped: a full and an incr of the standby,
-//!   and a full over its BASE_BACKUP stream, each restored (the first full ends on a segment
-//!   boundary: the last record a switch).
+//!   a full over its BASE_BACKUP stream and an incr over libpq, each restored (the first
+//!   full ends on a segment boundary: the last record a switch).
 mod common;
 
 use common::*;
@@ -470,7 +470,8 @@ fn chain_pg18_local_without_summaries() {
 }
 
 /// Backups of a standby with its primary stopped (never contacted): a full, then, after
-/// changes made on the primary and replayed, an incr; each restored holds the standby's rows.
+/// changes made on the primary and replayed, an incr, a full over the standby's BASE_BACKUP
+/// stream, and after more changes an incr over libpq; each restored holds the standby's rows.
 #[test]
 fn standby_backups_without_the_primary() {
     let t0 = Instant::now();
@@ -570,11 +571,49 @@ fn standby_backups_without_the_primary() {
     let v: serde_json::Value = serde_json::from_str(stream.stdout.trim()).unwrap();
     let stream_label = v["label"].as_str().unwrap().to_string();
 
+    // More changes on A, replayed; A stopped; an incr of the standby over libpq (the standby
+    // serves the files and finds the changed blocks), against the stream full.
+    let again = Server::start(&pg, &a_data, a_port, &a_sock, &a_log);
+    std::mem::forget(std::mem::replace(&mut c.server, again));
+    c.psql(
+        "postgres",
+        "UPDATE t SET v = 'again' WHERE i % 70 = 0;\n\
+         DROP TABLE t2;",
+    );
+    pgbench_tx(&c.server, 100);
+    caught_up_then_stop_a(&mut c);
+    let libpq = on_b(
+        "backup",
+        &[
+            "--type",
+            "incr",
+            "--transport",
+            "libpq",
+            "--start-fast",
+            "--output",
+            "json",
+        ],
+    )
+    .ok();
+    let v: serde_json::Value = serde_json::from_str(libpq.stdout.trim()).unwrap();
+    let libpq_label = v["label"].as_str().unwrap().to_string();
+    assert!(
+        libpq_label.ends_with('I'),
+        "an incr of the standby over libpq: {libpq_label}"
+    );
+    let why = format!("{libpq_label}: no changed-block lookup on the standby");
+    step!(
+        "{libpq_label}: {}",
+        log_line(&libpq, "changed since the reference", &why)
+    );
+    let fp_libpq = fingerprint(&b);
+
     let full_label = label.split('_').next().unwrap().to_string();
     for (set, fp) in [
         (full_label, &fp_full),
         (label, &fp_incr),
         (stream_label, &fp_incr),
+        (libpq_label, &fp_libpq),
     ] {
         let dir = c.new_dir(&format!("restore-{set}"));
         pgjet_ok(&restore_args_no_ts(&c.repo, &dir, &set));

@@ -484,13 +484,16 @@ pub fn gaps(st: &Stanza) -> Result<Vec<Gap>> {
 }
 
 /// Waits until WAL file `name` (a segment, or a history file) is in the archive of `store`,
-/// checking every 100 ms for up to `timeout` seconds. Returns the seconds waited.
+/// checking after 5 ms, then at doubling intervals up to every 100 ms, for up to `timeout`
+/// seconds (the archiver usually has it within milliseconds of the switch). Returns the
+/// seconds waited.
 ///
 /// Errors: [`Error::Unsafe`] naming the file, the repository and what to check when it does
 /// not arrive in time; the store's errors.
 pub fn wait_archived(st: &Stanza, name: &str, timeout: f64) -> Result<f64> {
     let file = WalFile::parse(name)?;
     let t = std::time::Instant::now();
+    let mut pause = std::time::Duration::from_millis(5);
     loop {
         if contains(st, &file)? {
             return Ok(t.elapsed().as_secs_f64());
@@ -503,7 +506,8 @@ pub fn wait_archived(st: &Stanza, name: &str, timeout: f64) -> Result<f64> {
                 st.name()
             )));
         }
-        std::thread::sleep(std::time::Duration::from_millis(100));
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(std::time::Duration::from_millis(100));
     }
 }
 
