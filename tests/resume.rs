@@ -11,6 +11,9 @@
 //! - `--no-resume` removes an interrupted backup and starts over; an interrupted backup of
 //!   another type is removed, not resumed.
 //!
+//! PostgreSQL 15 over libpq: a full whose link goes down (every connection cut) resumed once
+//! it is up again.
+//!
 //! The S3 case is in tests/object_stores.rs.
 mod common;
 
@@ -217,4 +220,101 @@ fn resume_after_kill_pg15_local() {
     assert!(!backup_dir(&c.repo, "main", &stale).exists());
     pgjet_ok(&verify_args(&c.repo, &fresh));
     step!("resume scenario done in {}", secs(t0));
+}
+
+/// A full backup over libpq, through a TCP proxy on 127.0.0.1, whose link goes down after
+/// five journal saves (every connection cut, new ones refused): the backup fails, and says
+/// so, within two minutes, leaving nothing listed; with the link up again the next backup
+/// resumes it into the same label, keeping what was saved, and restores to the cluster's
+/// rows.
+#[test]
+fn resume_after_link_cut_pg15_libpq() {
+    let t0 = Instant::now();
+    let c = Cluster::new(&Pg::v15(), "resume-libpq");
+    let s = &c.server;
+    pgbench_init(s, 5);
+    load_random(s, "postgres", "rand_t", 48 << 20);
+    c.psql(
+        "postgres",
+        "ALTER SYSTEM SET listen_addresses = '127.0.0.1'",
+    );
+    let (data, log) = (
+        c.data().display().to_string(),
+        c.server.log.display().to_string(),
+    );
+    let r = run_as_postgres(
+        &c.pg().tool("pg_ctl"),
+        &[
+            "restart", "-w", "-m", "fast", "-t", "120", "-D", &data, "-l", &log,
+        ],
+        None,
+    );
+    assert!(r.success(), "restart on 127.0.0.1:\n{r}");
+    c.pgjet_cmd("stanza-create", &c.repo, &[]).ok();
+    let proxy = common::faultproxy::FaultProxy::start(c.port());
+    let source = format!(
+        "host=127.0.0.1 port={} user=postgres dbname=postgres",
+        proxy.port
+    );
+    let mut a = args![
+        "backup",
+        "--type",
+        "full",
+        "--transport",
+        "libpq",
+        "--source",
+        source,
+        "--output",
+        "json"
+    ];
+    a.extend(c.repo_args(&c.repo));
+    a.extend(SLOW_BACKUP.iter().chain(SAVES).map(|s| s.to_string()));
+
+    let b = Background::spawn(&pgjet_bin(), &a, &c.root.join("cut.pid"));
+    let (mut b, label) = wait_for_journal_save(b, &c.repo.join("main").join("backup"), 1, 5);
+    proxy.link_down();
+    let ended = wait_for(Duration::from_secs(120), || b.try_wait());
+    assert!(
+        ended.is_some(),
+        "the backup did not end within 120 s of the link going down"
+    );
+    let r = b.wait();
+    assert!(!r.success(), "a backup whose link was cut succeeded?\n{r}");
+    assert!(
+        !backup_dir(&c.repo, "main", &label)
+            .join("summary.json")
+            .exists(),
+        "{label} has a summary after the cut"
+    );
+    assert!(
+        info_backups(&c.repo, "main").is_empty(),
+        "an interrupted backup is not listed"
+    );
+    let err = r
+        .stderr
+        .lines()
+        .find(|l| l.contains("ERROR"))
+        .unwrap_or("(no ERROR line)");
+    step!("{label}: link down after save 5: failed: {err}");
+
+    proxy.link_up();
+    let r = pgjet(&a).ok();
+    let v: serde_json::Value = serde_json::from_str(r.stdout.trim())
+        .unwrap_or_else(|e| panic!("backup --output json is not JSON ({e}):\n{r}"));
+    assert_eq!(
+        v["label"].as_str(),
+        Some(label.as_str()),
+        "resumed into its label"
+    );
+    assert_eq!(v["resumed"].as_bool(), Some(true), "resumed:\n{r}");
+    let reused = v["reused"].as_u64().unwrap_or(0);
+    assert!(reused > 0, "kept nothing of the first attempt:\n{r}");
+    step!(
+        "{label}: resumed over the link in {:.1}s, {} MiB kept",
+        r.elapsed.as_secs_f64(),
+        reused >> 20
+    );
+    let fp = fingerprint(&c.server);
+    restore_and_check(&c, &label, &fp);
+    step!("link cut and resume done in {}", secs(t0));
 }

@@ -1,7 +1,8 @@
 //! A TCP proxy on 127.0.0.1 in front of a test server, for fault tests: it counts the bytes
 //! clients send, and in storm mode it injects faults into new connections: a reset before
 //! anything is read, an HTTP `503 Slow Down` answer to the first request (plain HTTP only),
-//! or a cut after some bytes. Threads only; stopped when dropped.
+//! or a cut after some bytes. The link can also be taken down and up again (every open
+//! connection cut, new ones reset). Threads only; stopped when dropped.
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -29,6 +30,10 @@ struct State {
     resets: AtomicU64,
     answers_503: AtomicU64,
     cuts: AtomicU64,
+    /// The link is down: new connections are reset at once.
+    down: AtomicBool,
+    /// Both ends of every open connection, for [`FaultProxy::link_down`] to cut.
+    conns: Mutex<Vec<TcpStream>>,
 }
 
 impl State {
@@ -89,6 +94,21 @@ impl FaultProxy {
         self.state.throttle_ms.store(ms, Ordering::SeqCst);
     }
 
+    /// Takes the link down: every open connection is cut (both ends shut down, as when a
+    /// router between two hosts drops them) and new ones are reset, until
+    /// [`FaultProxy::link_up`].
+    pub fn link_down(&self) {
+        self.state.down.store(true, Ordering::SeqCst);
+        for c in self.state.conns.lock().unwrap().drain(..) {
+            let _ = c.shutdown(Shutdown::Both);
+        }
+    }
+
+    /// Brings the link up again after [`FaultProxy::link_down`].
+    pub fn link_up(&self) {
+        self.state.down.store(false, Ordering::SeqCst);
+    }
+
     /// Faults injected so far: (resets, 503 answers, cuts).
     pub fn faults(&self) -> (u64, u64, u64) {
         (
@@ -106,6 +126,10 @@ impl Drop for FaultProxy {
 }
 
 fn serve(client: TcpStream, upstream: u16, st: &Arc<State>) {
+    if st.down.load(Ordering::SeqCst) {
+        let _ = socket2_linger_zero(&client);
+        return;
+    }
     let storm = *st.storm.lock().unwrap();
     let mut cut_after = u64::MAX;
     if let Some(s) = storm {
@@ -129,6 +153,11 @@ fn serve(client: TcpStream, upstream: u16, st: &Arc<State>) {
         return;
     };
     let (c2, s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+    {
+        let mut conns = st.conns.lock().unwrap();
+        conns.push(client.try_clone().unwrap());
+        conns.push(server.try_clone().unwrap());
+    }
     let st_up = st.clone();
     let up = std::thread::spawn(move || pump(client, server, Some(&st_up), cut_after));
     pump(s2, c2, None, u64::MAX);
