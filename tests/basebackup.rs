@@ -17,38 +17,12 @@ use pgjet::remote::replication::ReplConn;
 use std::fs;
 use std::time::Duration;
 
-/// Restarts `cluster` listening on 127.0.0.1 too (the server's output to its log, so no
-/// pipe stays open).
-fn listen_on_loopback(cluster: &Cluster) {
-    cluster.psql(
-        "postgres",
-        "ALTER SYSTEM SET listen_addresses = '127.0.0.1'",
-    );
-    restart(cluster);
-}
-
-/// `pg_ctl restart -m fast` of `cluster` (its output to its log, so no pipe stays open).
-fn restart(cluster: &Cluster) {
-    let (data, log) = (
-        cluster.data().display().to_string(),
-        cluster.server.log.display().to_string(),
-    );
-    run_as_postgres(
-        &cluster.pg().tool("pg_ctl"),
-        &[
-            "restart", "-w", "-m", "fast", "-t", "120", "-D", &data, "-l", &log,
-        ],
-        None,
-    )
-    .ok();
-}
-
 /// A PostgreSQL 15 cluster that also listens on 127.0.0.1 (initdb -A trust allows
 /// replication connections from there), with a second tablespace and a table whose name is
 /// not ASCII.
 fn loopback_cluster(tag: &str) -> Cluster {
     let cluster = Cluster::new(&Pg::v15(), tag);
-    listen_on_loopback(&cluster);
+    cluster.listen_on_loopback();
     mkdir_pg(&cluster.ts1, 0o700);
     cluster.psql(
         "postgres",
@@ -239,7 +213,7 @@ fn pg15_replica_create_basebackup_lz4() {
 #[test]
 fn pg15_basebackup_refusals() {
     let cluster = Cluster::new(&Pg::v15(), "bb-refuse");
-    listen_on_loopback(&cluster);
+    cluster.listen_on_loopback();
     cluster.psql(
         "postgres",
         "CREATE ROLE plain LOGIN; GRANT pg_read_all_settings TO plain; GRANT EXECUTE ON FUNCTION pg_control_system() TO plain;",
@@ -327,7 +301,7 @@ fn pg15_replica_create_basebackup_tls_scram_zstd() {
         "local all all trust\nhostssl replication rep 127.0.0.1/32 scram-sha-256\nhostssl all rep 127.0.0.1/32 scram-sha-256\n",
     )
     .unwrap();
-    listen_on_loopback(&cluster);
+    cluster.listen_on_loopback();
     cluster.psql(
         "postgres",
         "CREATE TABLE t AS SELECT i, md5(i::text) AS v FROM generate_series(1, 50000) i",
@@ -385,7 +359,7 @@ fn pg15_replica_create_basebackup_tls_scram_zstd() {
 fn pg18_replica_create_basebackup_auto_is_gzip() {
     let pg = Pg::v18();
     let cluster = Cluster::new(&pg, "bb-pg18");
-    listen_on_loopback(&cluster);
+    cluster.listen_on_loopback();
     cluster.psql(
         "postgres",
         "CREATE TABLE t AS SELECT i, md5(i::text) AS v FROM generate_series(1, 50000) i; CHECKPOINT;",
@@ -697,7 +671,7 @@ fn pg15_stream_faults() {
     no_complete_backup("link cut under backup");
 
     // 2. The primary restarted under a backup.
-    let r = cut_mid_stream(&cluster, with(slow), || restart(&cluster));
+    let r = cut_mid_stream(&cluster, with(slow), || cluster.restart());
     assert!(
         !r.success(),
         "a restart under the stream must fail the backup:\n{r}"

@@ -518,21 +518,32 @@ fn standby_backups_without_the_primary() {
         c.server.stop();
     };
 
+    // `backup --type kind [--transport t]` of B: its label and run.
+    let backup_b = |kind: &str, transport: Option<&str>| -> (String, Run) {
+        let mut a = vec!["--type", kind, "--start-fast", "--output", "json"];
+        if let Some(t) = transport {
+            a.extend(["--transport", t]);
+        }
+        let r = on_b("backup", &a).ok();
+        let v: serde_json::Value = serde_json::from_str(r.stdout.trim())
+            .unwrap_or_else(|e| panic!("backup --output json is not JSON ({e}):\n{r}"));
+        (v["label"].as_str().unwrap().to_string(), r)
+    };
+    // Starts A again. The stopped server's handle would stop the new one when dropped (by
+    // the data directory's PID): it is forgotten instead.
+    let start_a = |c: &mut Cluster| {
+        let again = Server::start(&pg, &a_data, a_port, &a_sock, &a_log);
+        std::mem::forget(std::mem::replace(&mut c.server, again));
+    };
+
     caught_up_then_stop_a(&mut c);
     on_b("stanza-create", &[]).ok();
-    let full = on_b(
-        "backup",
-        &["--type", "full", "--start-fast", "--output", "json"],
-    )
-    .ok();
+    let (_, full) = backup_b("full", None);
     let fp_full = fingerprint(&b);
     step!("full of the standby in {:.1}s", full.elapsed.as_secs_f64());
 
     // Changes on A, replayed on B; A stopped again before the incr.
-    // The stopped server's handle would stop the new one when dropped (by the data
-    // directory's PID): it is forgotten instead.
-    let again = Server::start(&pg, &a_data, a_port, &a_sock, &a_log);
-    std::mem::forget(std::mem::replace(&mut c.server, again));
+    start_a(&mut c);
     c.psql(
         "postgres",
         "UPDATE t SET v = 'changed' WHERE i % 50 = 0;\n\
@@ -540,13 +551,7 @@ fn standby_backups_without_the_primary() {
     );
     pgbench_tx(&c.server, 200);
     caught_up_then_stop_a(&mut c);
-    let incr = on_b(
-        "backup",
-        &["--type", "incr", "--start-fast", "--output", "json"],
-    )
-    .ok();
-    let v: serde_json::Value = serde_json::from_str(incr.stdout.trim()).unwrap();
-    let label = v["label"].as_str().unwrap().to_string();
+    let (label, _) = backup_b("incr", None);
     assert!(label.ends_with('I'), "an incr of the standby: {label}");
     let fp_incr = fingerprint(&b);
     assert_ne!(
@@ -555,26 +560,11 @@ fn standby_backups_without_the_primary() {
     );
 
     // A full of the standby over its BASE_BACKUP stream too.
-    let stream = on_b(
-        "backup",
-        &[
-            "--type",
-            "full",
-            "--transport",
-            "basebackup",
-            "--start-fast",
-            "--output",
-            "json",
-        ],
-    )
-    .ok();
-    let v: serde_json::Value = serde_json::from_str(stream.stdout.trim()).unwrap();
-    let stream_label = v["label"].as_str().unwrap().to_string();
+    let (stream_label, _) = backup_b("full", Some("basebackup"));
 
     // More changes on A, replayed; A stopped; an incr of the standby over libpq (the standby
     // serves the files and finds the changed blocks), against the stream full.
-    let again = Server::start(&pg, &a_data, a_port, &a_sock, &a_log);
-    std::mem::forget(std::mem::replace(&mut c.server, again));
+    start_a(&mut c);
     c.psql(
         "postgres",
         "UPDATE t SET v = 'again' WHERE i % 70 = 0;\n\
@@ -582,21 +572,7 @@ fn standby_backups_without_the_primary() {
     );
     pgbench_tx(&c.server, 100);
     caught_up_then_stop_a(&mut c);
-    let libpq = on_b(
-        "backup",
-        &[
-            "--type",
-            "incr",
-            "--transport",
-            "libpq",
-            "--start-fast",
-            "--output",
-            "json",
-        ],
-    )
-    .ok();
-    let v: serde_json::Value = serde_json::from_str(libpq.stdout.trim()).unwrap();
-    let libpq_label = v["label"].as_str().unwrap().to_string();
+    let (libpq_label, libpq) = backup_b("incr", Some("libpq"));
     assert!(
         libpq_label.ends_with('I'),
         "an incr of the standby over libpq: {libpq_label}"

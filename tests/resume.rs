@@ -234,22 +234,7 @@ fn resume_after_link_cut_pg15_libpq() {
     let s = &c.server;
     pgbench_init(s, 5);
     load_random(s, "postgres", "rand_t", 48 << 20);
-    c.psql(
-        "postgres",
-        "ALTER SYSTEM SET listen_addresses = '127.0.0.1'",
-    );
-    let (data, log) = (
-        c.data().display().to_string(),
-        c.server.log.display().to_string(),
-    );
-    let r = run_as_postgres(
-        &c.pg().tool("pg_ctl"),
-        &[
-            "restart", "-w", "-m", "fast", "-t", "120", "-D", &data, "-l", &log,
-        ],
-        None,
-    );
-    assert!(r.success(), "restart on 127.0.0.1:\n{r}");
+    c.listen_on_loopback();
     c.pgjet_cmd("stanza-create", &c.repo, &[]).ok();
     let proxy = common::faultproxy::FaultProxy::start(c.port());
     let source = format!(

@@ -780,6 +780,33 @@ pub struct Cluster {
 }
 
 impl Cluster {
+    /// Restarts the cluster listening on 127.0.0.1 too (the server's output to its log, so
+    /// no pipe stays open).
+    pub fn listen_on_loopback(&self) {
+        self.psql(
+            "postgres",
+            "ALTER SYSTEM SET listen_addresses = '127.0.0.1'",
+        );
+        self.restart();
+    }
+
+    /// `pg_ctl restart -m fast` of the cluster (its output to its log, so no pipe stays
+    /// open); panics when it fails.
+    pub fn restart(&self) {
+        let (data, log) = (
+            self.data().display().to_string(),
+            self.server.log.display().to_string(),
+        );
+        run_as_postgres(
+            &self.pg().tool("pg_ctl"),
+            &[
+                "restart", "-w", "-m", "fast", "-t", "120", "-D", &data, "-l", &log,
+            ],
+            None,
+        )
+        .ok();
+    }
+
     pub fn new(pg: &Pg, tag: &str) -> Cluster {
         Cluster::with_initdb_args(pg, tag, &[])
     }
