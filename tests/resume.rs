@@ -103,13 +103,19 @@ fn restore_and_check(c: &Cluster, label: &str, fp: &std::collections::BTreeMap<S
     let _ = fs::remove_dir_all(&dir);
 }
 
+/// A PostgreSQL 15 cluster for these tests: pgbench scale 5 and 48 MiB of random rows.
+fn resume_cluster(tag: &str) -> Cluster {
+    let c = Cluster::new(&Pg::v15(), tag);
+    pgbench_init(&c.server, 5);
+    load_random(&c.server, "postgres", "rand_t", 48 << 20);
+    c
+}
+
 #[test]
 fn resume_after_kill_pg15_local() {
     let t0 = Instant::now();
-    let c = Cluster::new(&Pg::v15(), "resume");
+    let c = resume_cluster("resume");
     let s = &c.server;
-    pgbench_init(s, 5);
-    load_random(s, "postgres", "rand_t", 48 << 20);
     c.psql(
         "postgres",
         "CREATE TABLE trunc_t AS SELECT i, md5(i::text) v FROM generate_series(1, 50000) i;\n\
@@ -230,10 +236,7 @@ fn resume_after_kill_pg15_local() {
 #[test]
 fn resume_after_link_cut_pg15_libpq() {
     let t0 = Instant::now();
-    let c = Cluster::new(&Pg::v15(), "resume-libpq");
-    let s = &c.server;
-    pgbench_init(s, 5);
-    load_random(s, "postgres", "rand_t", 48 << 20);
+    let c = resume_cluster("resume-libpq");
     c.listen_on_loopback();
     c.pgjet_cmd("stanza-create", &c.repo, &[]).ok();
     let proxy = common::faultproxy::FaultProxy::start(c.port());
