@@ -9,7 +9,9 @@
 //!   to the end; restored and checked;
 //! - an incr on it killed and resumed (its kept pieces name its own frames and the full's);
 //! - `--no-resume` removes an interrupted backup and starts over; an interrupted backup of
-//!   another type is removed, not resumed.
+//!   another type is removed, not resumed;
+//! - a byte flipped in a saved object: its files copied again; a journal part that is not
+//!   zstd: the backup is not resumed and a new one starts over.
 //!
 //! PostgreSQL 15 over libpq: a full whose link goes down (every connection cut) resumed once
 //! it is up again.
@@ -305,4 +307,64 @@ fn resume_after_link_cut_pg15_libpq() {
     let fp = fingerprint(&c.server);
     restore_and_check(&c, &label, &fp);
     step!("link cut and resume done in {}", secs(t0));
+}
+
+/// What a resume does with damage: a byte flipped in an object the journal names (its
+/// files are copied again, with a warning naming the object, and the result restores to the
+/// cluster's rows), and a journal part that is not zstd (the interrupted backup is not
+/// resumed, with the reason, and a new backup starts over under a new label).
+#[test]
+fn resume_copies_damaged_frames_again_and_refuses_a_bad_journal() {
+    let t0 = Instant::now();
+    let c = resume_cluster("resume-damage");
+    c.pgjet_cmd("stanza-create", &c.repo, &[]).ok();
+
+    // A byte flipped in the middle of the first object the killed attempt stored.
+    let label = kill_after_save(&c, "full", &[], 1, 3);
+    let first = backup_dir(&c.repo, "main", &label)
+        .join("data")
+        .join("000001");
+    let mut bytes = fs::read(&first).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x5a;
+    fs::write(&first, &bytes).unwrap();
+    let (resumed, was_resumed, reused, r) = backup_to_end(&c, "full", &[]);
+    assert_eq!(resumed, label, "resumed into its label");
+    assert!(was_resumed, "resumed:\n{r}");
+    step!("{label}: resumed, {} KiB kept", reused >> 10);
+    let why = format!("{label}: no warning about the damaged object");
+    step!(
+        "{label}: {}",
+        log_line(
+            &r,
+            "does not match its XXH3; the files it holds are copied again",
+            &why
+        )
+    );
+    let fp = fingerprint(&c.server);
+    restore_and_check(&c, &label, &fp);
+
+    // A journal part replaced by bytes that are not zstd: not resumed, started over.
+    let label2 = kill_after_save(&c, "full", &[], 1, 2);
+    let part = fs::read_dir(resume_dir(&c, &label2))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().ends_with(".jsonl.zst"))
+        .max()
+        .expect("a saved journal part");
+    fs::write(&part, b"this is not a zstd frame").unwrap();
+    let (fresh, was_resumed, _, r) = backup_to_end(&c, "full", &[]);
+    assert!(
+        !was_resumed,
+        "a backup with a bad journal was resumed:\n{r}"
+    );
+    assert_ne!(fresh, label2, "started over under a new label");
+    let why = format!("{label2}: no reason given for not resuming");
+    step!("{label2}: {}", log_line(&r, "is not resumed", &why));
+    assert!(
+        !backup_dir(&c.repo, "main", &label2).exists(),
+        "the interrupted backup {label2} was not removed"
+    );
+    restore_and_check(&c, &fresh, &fp);
+    step!("damage cases done in {}", secs(t0));
 }
