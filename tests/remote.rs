@@ -11,7 +11,8 @@
 //!   file; replica-create, a backup from the remote primary restored and checked, `check`
 //!   naming a missing right, a wrong password, delta onto a stale standby, onto an
 //!   interrupted replica-create, after a cut link, after a primary restart, and onto a former
-//!   primary that diverged after its standby was promoted (it then follows the new primary).
+//!   primary that diverged after its standby was promoted (it then follows the new primary);
+//!   a backup of the standby while the wire drops every packet between the hosts.
 //! - PostgreSQL 18 (the wheel has no TLS): SCRAM over plain TCP, password from PGPASSWORD;
 //!   md5 authentication (right and wrong password); replica-create, backup and restore,
 //!   delta onto a stale standby.
@@ -407,6 +408,67 @@ fn replica_across_the_link(r: &Remote, dir: &Path) -> Server {
     standby
 }
 
+/// A backup of the standby in `dir` (namespace `b`) while the wire drops every packet
+/// between the hosts, so the primary is unreachable: pgjet, run in `b` against the
+/// standby's files, never needs it. The backup is restored (in the root namespace) and
+/// holds the standby's rows. The link is mended afterwards.
+fn standby_backup_with_the_primary_firewalled(r: &Remote, dir: &Path, standby: &Server) {
+    let b = r.lab.ns_b.clone();
+    let repo = r.dest.join("standby-repo");
+    mkdir_pg(&repo, 0o750);
+    let base = args![
+        "--stanza",
+        "standby",
+        "--repo-path",
+        repo.display(),
+        "--pg-path",
+        dir.display(),
+        "--pg-port",
+        standby.port,
+        "--pg-socket-path",
+        standby.sock.display()
+    ];
+    let cut_rule = ["rule", "add", "priority", "1", "blackhole"];
+    assert!(r.lab.exec(&r.lab.ns_wire, "ip", &cut_rule).status.success());
+    let mut a = base.clone();
+    a.push("stanza-create".into());
+    let created = r.pgjet_in(&b, &r.hidden(), &a, None);
+    let mut a = base.clone();
+    a.extend(args!["--output", "json", "backup", "--start-fast"]);
+    let run = r.pgjet_in(&b, &r.hidden(), &a, None);
+    let fp = fingerprint(standby);
+    let mend = ["rule", "del", "priority", "1"];
+    assert!(r.lab.exec(&r.lab.ns_wire, "ip", &mend).status.success());
+    let run = (created.ok(), run.ok()).1;
+    let label = summary(&run)["label"].as_str().unwrap().to_string();
+    step!(
+        "backup {label} of the standby with the primary firewalled off: {:.1} s",
+        run.elapsed.as_secs_f64()
+    );
+    let restored = r.dest.join("standby-restored");
+    pgjet_ok(&args![
+        "restore",
+        "--stanza",
+        "standby",
+        "--repo-path",
+        repo.display(),
+        "--pg-path",
+        restored.display(),
+        "--set",
+        label,
+        "--type",
+        "immediate",
+        "--target-action",
+        "promote",
+        "--tablespace-map",
+        format!("ts1={}", r.ts_dir(&restored).display())
+    ]);
+    let server = start_restored(&r.cluster, "standby backup", &restored);
+    assert_same_fingerprint(&label, &fp, &fingerprint(&server));
+    drop(server);
+    let _ = fs::remove_dir_all(&restored);
+}
+
 fn pgjet_marker() -> &'static str {
     "pgjet.incomplete"
 }
@@ -594,6 +656,7 @@ fn remote_pg15_tls_replica_backup_delta_and_faults() {
         full_bytes = r.lab.iface_bytes(&b).0 - rx0;
         s
     };
+    standby_backup_with_the_primary_firewalled(&r, &standby_dir, &standby);
     backup_across_the_link(&r);
     let standby = delta_onto_stale_standby(&r, standby, full_bytes);
 

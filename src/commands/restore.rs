@@ -103,12 +103,10 @@ pub fn run(s: &Settings, args: &RestoreOptions, progress: &dyn Progress) -> Resu
                 ))
             })?;
     }
-    if matches!(target, recovery::Target::Immediate)
-        && recovery::standby_backup_ends_at_segment(&scan.summary)
-    {
+    if matches!(target, recovery::Target::Immediate) && recovery::is_standby_backup(&scan.summary) {
         recovery.replay_own_wal_only();
         tracing::info!(
-            "backup {label} of a standby ends at a WAL segment boundary ({}): recovery replays the backup's own WAL to its end instead of recovery_target = 'immediate' (PostgreSQL would stop there short of the target)",
+            "backup {label} was taken on a standby (stop LSN {}): recovery replays the backup's own WAL to its end instead of recovery_target = 'immediate', which PostgreSQL cannot reach when the standby's WAL ends at the backup's end (a segment boundary, or a primary that stopped sending)",
             scan.summary.end.stop.stop_lsn
         );
     }

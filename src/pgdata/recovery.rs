@@ -351,26 +351,27 @@ pub struct RecoveryPlan {
     pub signal: Option<&'static str>,
 }
 
-/// True for a backup taken on a standby (backup_label's `BACKUP FROM: standby`) whose stop
-/// LSN is the first byte of a WAL segment. Its end is the copied pg_control's minimum
-/// recovery point, which recovery sees as reached only when it tries to read past the
-/// backup's last segment; with `recovery_target = 'immediate'` PostgreSQL then ends with
-/// "recovery ended before configured recovery target was reached" (PostgreSQL
-/// src/backend/access/transam/xlogrecovery.c).
-pub fn standby_backup_ends_at_segment(b: &crate::repo::BackupSummary) -> bool {
-    let stop = &b.end.stop;
-    stop.backup_label
+/// True for a backup taken on a standby (backup_label's `BACKUP FROM: standby`). Its end is
+/// the copied pg_control's minimum recovery point, and recovery sees it reached only when it
+/// reads a record past it: where the standby's WAL ends right there (its stop LSN the first
+/// byte of a segment, or a primary that stopped sending: shut down, or cut off) there is
+/// none, and with `recovery_target = 'immediate'` PostgreSQL ends with "recovery ended before
+/// configured recovery target was reached" (PostgreSQL src/backend/access/transam/
+/// xlogrecovery.c). Seen in tests with the primary stopped and with it firewalled off.
+pub fn is_standby_backup(b: &crate::repo::BackupSummary) -> bool {
+    b.end
+        .stop
+        .backup_label
         .lines()
         .any(|l| l.trim() == "BACKUP FROM: standby")
-        && b.header.wal_segment_size > 0
-        && stop.stop_lsn.0.is_multiple_of(b.header.wal_segment_size)
 }
 
 impl RecoveryPlan {
     /// Recovery to the end of the backup's own WAL and no further: no target, and a
     /// restore_command that finds nothing (`false`), so recovery ends, consistent, where
     /// the backup's WAL ends and the cluster is promoted. For an `immediate` restore of a
-    /// backup [`standby_backup_ends_at_segment`] (its WAL ends exactly at its stop LSN).
+    /// backup of a standby ([`is_standby_backup`]): at most the rest of its last WAL segment
+    /// past the consistent point is replayed.
     pub fn replay_own_wal_only(&mut self) {
         self.lines
             .retain(|l| !(l.starts_with("recovery_target") || l.starts_with("restore_command")));
@@ -458,7 +459,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_standby_backup_on_a_segment_boundary_replays_its_own_wal() {
+    fn a_standby_backup_replays_its_own_wal() {
         let mut b: crate::repo::BackupSummary = serde_json::from_value(serde_json::json!({
             "format": 2, "label": "L", "type": "full", "stanza": "s",
             "system_identifier": "1", "pg_version": "15", "pg_version_num": 150000,
@@ -472,12 +473,11 @@ mod tests {
             "manifest": {"object": "m", "stored_size": 0, "xxh3": "x"}
         }))
         .unwrap();
-        assert!(standby_backup_ends_at_segment(&b));
+        assert!(is_standby_backup(&b));
         b.end.stop.stop_lsn = Lsn(0x5000060);
-        assert!(!standby_backup_ends_at_segment(&b));
-        b.end.stop.stop_lsn = Lsn(0x5000000);
+        assert!(is_standby_backup(&b));
         b.end.stop.backup_label = "BACKUP FROM: primary\n".into();
-        assert!(!standby_backup_ends_at_segment(&b));
+        assert!(!is_standby_backup(&b));
         let mut plan = RecoveryPlan {
             lines: vec![
                 "restore_command = 'pgjet archive-get %f %p'".into(),

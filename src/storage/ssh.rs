@@ -103,11 +103,14 @@ mod tests {
     fn finds_a_process_naming_the_directory_and_no_other() {
         let dir = tempfile::tempdir().unwrap();
         let inside = dir.path().join(".ssh-connectionX/master");
-        // `sh -c 'sleep 30; :' sh ARG`: a process whose command line holds ARG.
+        // `sleep 30` named ARG (argv[0]): a process whose command line holds ARG, that
+        // starts no other (a shell's forked child holds its parent's command line until it
+        // execs, and was found too under load).
         let holding = |arg: &std::ffi::OsStr| {
-            std::process::Command::new("sh")
-                .args(["-c", "sleep 30; :", "sh"])
-                .arg(arg)
+            use std::os::unix::process::CommandExt;
+            std::process::Command::new("sleep")
+                .arg0(arg)
+                .arg("30")
                 .spawn()
                 .unwrap()
         };
