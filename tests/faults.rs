@@ -1256,7 +1256,8 @@ fn o_lock_not_renewable_during_backup() {
 /// p. A pgBackRest config carried over as a new user would: pgBackRest's spellings of the
 /// options pgjet has are read, but cipher options stop stanza-create and backup before
 /// anything is written (pgjet has no encryption: the repository would be stored
-/// unencrypted), and an unknown key is a warning naming it and the file.
+/// unencrypted), and an unknown key is a warning naming it and the file; `resume` and
+/// `manifest-save-threshold` are read.
 #[test]
 fn p_a_pgbackrest_config_carried_over() {
     let c = &fx().cluster;
@@ -1316,8 +1317,10 @@ fn p_a_pgbackrest_config_carried_over() {
         );
     }
 
-    // Without the cipher options the same file works, and still names the unknown key.
-    let plain = write_conf("plain.conf", "");
+    // Without the cipher options the same file works, and still names the unknown key; the
+    // resume options pgBackRest users set (resume, manifest-save-threshold in bytes) are
+    // read, not warned about.
+    let plain = write_conf("plain.conf", "resume=n\nmanifest-save-threshold=1073741824");
     let base = args!["--config", plain.display(), "--stanza", "main"];
     let r = pgjet_ok(&cmd("stanza-create", base.clone(), &[]));
     assert!(
@@ -1327,6 +1330,12 @@ fn p_a_pgbackrest_config_carried_over() {
         )),
         "no warning naming bogus-option, the file and its section:\n{r}"
     );
+    for key in ["resume", "manifest-save-threshold"] {
+        assert!(
+            !r.stderr.contains(&format!("unknown option {key}")),
+            "{key} is pgBackRest's and pgjet's, yet warned about:\n{r}"
+        );
+    }
     pgjet_ok(&cmd("backup", base, &["--type", "full", "--start-fast"]));
     assert_eq!(complete_backups(&repo).len(), 1);
 
