@@ -418,7 +418,7 @@ fn standby_backup_with_the_primary_firewalled(r: &Remote, dir: &Path, standby: &
     mkdir_pg(&repo, 0o750);
     let base = args![
         "--stanza",
-        "standby",
+        "main",
         "--repo-path",
         repo.display(),
         "--pg-path",
@@ -446,23 +446,8 @@ fn standby_backup_with_the_primary_firewalled(r: &Remote, dir: &Path, standby: &
         run.elapsed.as_secs_f64()
     );
     let restored = r.dest.join("standby-restored");
-    pgjet_ok(&args![
-        "restore",
-        "--stanza",
-        "standby",
-        "--repo-path",
-        repo.display(),
-        "--pg-path",
-        restored.display(),
-        "--set",
-        label,
-        "--type",
-        "immediate",
-        "--target-action",
-        "promote",
-        "--tablespace-map",
-        format!("ts1={}", r.ts_dir(&restored).display())
-    ]);
+    let ts = format!("ts1={}", r.ts_dir(&restored).display());
+    pgjet_ok(&restore_args(&repo, &restored, &label, &ts));
     let server = start_restored(&r.cluster, "standby backup", &restored);
     assert_same_fingerprint(&label, &fp, &fingerprint(&server));
     drop(server);
