@@ -158,7 +158,7 @@ pub fn summarized_changes(
     // It is usually a few milliseconds behind the checkpoint that started the backup: look
     // again after 5 ms, doubling up to 200 ms (a fixed 200 ms cost every incremental a
     // fifth of its time).
-    let mut pause = std::time::Duration::from_millis(5);
+    let mut pause = crate::io::pace::Backoff::new(std::time::Duration::from_millis(200));
     loop {
         let r = sess.query_row(
             "read the WAL summarizer's state",
@@ -176,8 +176,7 @@ pub fn summarized_changes(
                     .unwrap_or_else(|| "nothing".into())
             )));
         }
-        std::thread::sleep(pause);
-        pause = (pause * 2).min(std::time::Duration::from_millis(200));
+        pause.sleep();
     }
     // Summary files of the timeline that together cover [from, to).
     let rows = sess.query_strings(

@@ -493,7 +493,7 @@ pub fn gaps(st: &Stanza) -> Result<Vec<Gap>> {
 pub fn wait_archived(st: &Stanza, name: &str, timeout: f64) -> Result<f64> {
     let file = WalFile::parse(name)?;
     let t = std::time::Instant::now();
-    let mut pause = std::time::Duration::from_millis(5);
+    let mut pause = crate::io::pace::Backoff::new(std::time::Duration::from_millis(100));
     loop {
         if contains(st, &file)? {
             return Ok(t.elapsed().as_secs_f64());
@@ -506,8 +506,7 @@ pub fn wait_archived(st: &Stanza, name: &str, timeout: f64) -> Result<f64> {
                 st.name()
             )));
         }
-        std::thread::sleep(pause);
-        pause = (pause * 2).min(std::time::Duration::from_millis(100));
+        pause.sleep();
     }
 }
 
