@@ -290,3 +290,23 @@ pub(crate) fn modes_below(root: &Path) -> Vec<(PathBuf, bool, u32)> {
     out.sort();
     out
 }
+
+/// Asks the kernel to start writing back the dirty pages of `path` in `len` bytes from
+/// `offset` (`sync_file_range(2)` with `SYNC_FILE_RANGE_WRITE`: it does not wait for the
+/// disk and promises nothing about durability; the caller's final sync does). Best effort:
+/// an error (the file gone, a filesystem without it) is ignored.
+pub fn start_writeback(path: &Path, offset: u64, len: u64) {
+    use std::os::unix::io::AsRawFd;
+    let Ok(f) = std::fs::File::open(path) else {
+        return;
+    };
+    // SAFETY: plain syscall on an open descriptor.
+    unsafe {
+        libc::sync_file_range(
+            f.as_raw_fd(),
+            offset as libc::off64_t,
+            len as libc::off64_t,
+            libc::SYNC_FILE_RANGE_WRITE,
+        );
+    }
+}

@@ -11,7 +11,7 @@ use crate::transfer::sink::{punch_zero_pages, write_runs};
 use crate::transfer::{Progress, CHUNK_SIZE};
 use crossbeam_channel::{Receiver, Sender};
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::sync::Mutex;
 
@@ -167,6 +167,35 @@ struct FileJob {
     /// For a file whose CRC32C the manifest lacks (restore writes every piece of it):
     /// (offset, length, CRC32C) of the pieces written so far.
     crcs: Option<Mutex<Vec<(u64, u64, u32)>>>,
+    /// Wanted pieces not yet written in each [`WRITEBACK_WINDOW`] of the file (empty for a
+    /// file its writer creates): the writer of a window's last piece starts the window's
+    /// writeback.
+    windows: Vec<AtomicU32>,
+}
+
+/// The span, in bytes, whose dirty pages a restore hands to the disk as soon as every
+/// piece in it is written. A chain's file is written in runs between the blocks its
+/// incrementals changed, most shorter than [`DIRECT_MIN_WRITE`] and so through the page
+/// cache; left to the kernel, they would be written back only by the final syncfs (the
+/// background threshold is a share of memory), with the disk idle until then.
+pub const WRITEBACK_WINDOW: u64 = 8 << 20;
+
+/// Per [`WRITEBACK_WINDOW`] of a file of `size` bytes, the number of `wanted` `pieces`
+/// that lie in it (a piece across a boundary counts in each window it touches).
+fn window_counts(size: u64, pieces: &[Piece], wanted: &[bool]) -> Vec<AtomicU32> {
+    let n = size.div_ceil(WRITEBACK_WINDOW) as usize;
+    let mut counts = vec![0u32; n];
+    for (p, _) in pieces.iter().zip(wanted).filter(|(_, w)| **w) {
+        if p.logical_size == 0 {
+            continue;
+        }
+        let first = (p.logical_offset / WRITEBACK_WINDOW) as usize;
+        let last = ((p.logical_offset + p.logical_size - 1) / WRITEBACK_WINDOW) as usize;
+        for c in counts.iter_mut().take(last + 1).skip(first) {
+            *c += 1;
+        }
+    }
+    counts.into_iter().map(AtomicU32::new).collect()
 }
 
 /// The frames of one stored object that are wanted, and the object's expected size.
@@ -651,6 +680,10 @@ impl ReadBack<'_> {
                     Want::Create(mode) => Some(mode),
                     _ => None,
                 },
+                windows: match (&want, self.target) {
+                    (Want::Create(_), _) | (_, None) => Vec::new(),
+                    _ => window_counts(f.size, &f.pieces, &wanted),
+                },
                 entry: f,
                 remaining: AtomicUsize::new(count),
                 crcs,
@@ -713,6 +746,17 @@ impl ReadBack<'_> {
         write_runs(&path, piece.offset, &piece.logical, &piece.zero_pages)?;
         if self.overwrite && !piece.zero_pages.is_empty() {
             punch_zero_pages(&path, piece.offset, &piece.zero_pages)?;
+        }
+        let len = piece.logical.len() as u64;
+        if len > 0 && !piece.file.windows.is_empty() {
+            let first = piece.offset / WRITEBACK_WINDOW;
+            let last = (piece.offset + len - 1) / WRITEBACK_WINDOW;
+            for w in first..=last {
+                let left = piece.file.windows.get(w as usize);
+                if left.is_some_and(|c| c.fetch_sub(1, Ordering::AcqRel) == 1) {
+                    crate::io::fs::start_writeback(&path, w * WRITEBACK_WINDOW, WRITEBACK_WINDOW);
+                }
+            }
         }
         if piece.file.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
             st.file_done(&piece.file)?;
@@ -1042,5 +1086,45 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Each window counts the wanted pieces that touch it; one across a boundary counts in
+    /// both, an unwanted or empty one in none.
+    #[test]
+    fn window_counts_count_wanted_pieces_per_window() {
+        let w = WRITEBACK_WINDOW;
+        let piece = |at: u64, len: u64| Piece {
+            backup: None,
+            frame: None,
+            object: "000001".into(),
+            offset: 0,
+            stored_size: 0,
+            stored_xxh3: String::new(),
+            logical_offset: at,
+            logical_size: len,
+            zero_pages: Vec::new(),
+            xxh3: None,
+            crc32c: None,
+        };
+        let pieces = [
+            piece(0, 8192),
+            piece(8192, w - 8192),
+            piece(w, w),
+            piece(2 * w - 8192, 16384),
+            piece(2 * w + 8192, 0),
+            piece(3 * w, 8192),
+        ];
+        let counts = |wanted: &[bool]| -> Vec<u32> {
+            window_counts(3 * w + 8192, &pieces, wanted)
+                .iter()
+                .map(|c| c.load(Ordering::Relaxed))
+                .collect()
+        };
+        assert_eq!(counts(&[true; 6]), vec![2, 2, 1, 1]);
+        assert_eq!(
+            counts(&[false, true, true, false, true, false]),
+            vec![1, 1, 0, 0]
+        );
+        assert!(window_counts(0, &[], &[]).is_empty());
     }
 }
