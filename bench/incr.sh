@@ -24,7 +24,10 @@
 #      pg_basebackup_incr and pg_combinebackup; seconds, peak RSS, stored bytes, bytes read
 #      from the disk (/proc/diskstats)
 #   4. a pgjet chain: full + CHAIN incr, another change before each; a full right after; timed
-#      restore of the last incr against restore of that full
+#      restore of the last incr against restore of that full, and this machine's write limit
+#      for the same bytes (dd_direct: `dd oflag=direct` of as many incompressible bytes as
+#      the backup's files hold, from /dev/shm, then sync) and for the restore's I/O
+#      (dd_read_write: the same while the full's stored objects are read)
 #   5. the report (IREPORT), with the issue's targets MET / NOT MET
 #
 # Settings, besides those of bench/run.sh (SCALE, RANDOM_MB, RUNS, JOBS, PG_VERSION,
@@ -48,6 +51,7 @@ CHAIN=${CHAIN:-6}
 CHANGE_EVERY=${CHANGE_EVERY:-100}
 BUILD_PGBR=${BUILD_PGBR:-0}
 PGBR_NEW=${PGBR_NEW:-}
+SHM_IN=${SHM_DIR:-/dev/shm/pgjet-incr-bench}   # dd_direct's input (removed at exit)
 PGBR_RELEASE=${PGBR_RELEASE:-latest}
 PGBR_SRC=${PGBR_SRC:-}
 
@@ -73,6 +77,7 @@ incr_cleanup() {
     local rc=$?
     set +e
     [ "$KEEP" = 1 ] || rm -rf "$PGBB_FULL" "$PGBRN_REPO" "$BENCH/lock-new" "$BENCH/spool-new" "$BENCH/pgbr-build"
+    rm -rf "$SHM_IN"
     (exit $rc)
     cleanup
 }
@@ -541,6 +546,12 @@ build_chain() {
     # archives first.
     archiver_idle "$PGDATA" || true
     pg_stop_cluster "$PG"
+    # the write limit's input: as many incompressible bytes as the backup's files hold
+    local size
+    size=$(pj_info "$PJ_FULL2" size)
+    rm -rf "$SHM_IN"; mkdir -p "$SHM_IN"
+    head -c "$(( (size + 4095) / 4096 * 4096 ))" /dev/urandom >"$SHM_IN/rand"
+    record_bytes dd_direct_bytes "$size"
 }
 
 restore_round() {
@@ -556,6 +567,12 @@ restore_round() {
         [ "$CHECK_RESTORE" = 1 ] && [ "$r" = "$RUNS" ] && check_restored "pgjet_restore_$which" "$o"
         rm -rf "$o"
     done
+    o=$OUT/dd.out
+    rm -f "$o"
+    itimed dd_direct "$r" "dd if=$(q "$SHM_IN/rand") of=$(q "$o") bs=8M oflag=direct status=none" || true
+    rm -f "$o"
+    itimed dd_read_write "$r" "$(dd_read_write_cmd "$PJREPO/$PGJET_STANZA/backup/$PJ_FULL2" "$SHM_IN/rand" "$o")" || true
+    rm -f "$o"
 }
 
 # ------------------------------------------------------------------ 5. report
@@ -587,6 +604,8 @@ IDESCR[pg_basebackup_incr]='`pg_basebackup -D OUT -Fp -Xstream -c fast --increme
 IDESCR[pg_combinebackup]='`pg_combinebackup FULL INCR -o OUT`: what a restore of that incremental needs first'
 IDESCR[pgjet_restore_chain]="\`pgjet restore --set <incr $CHAIN of the chain> --jobs $JOBS\` (full + $CHAIN incr)"
 IDESCR[pgjet_restore_full]="\`pgjet restore --set <full of the same data> --jobs $JOBS\`"
+IDESCR[dd_read_write]="dd_direct while the full's stored objects are read (\`dd iflag=direct\`, 4 at once): a restore's reads and writes at once, by plain tools (not a tight limit: they overlap less than pgjet)"
+IDESCR[dd_direct]="\`dd if=<incompressible bytes in /dev/shm> of=OUT bs=8M oflag=direct\`, as many bytes as the full's files hold: this machine's write limit"
 }
 
 # irow NAME: one line of a results table (ratio against pgjet's NAME in $2)
@@ -679,7 +698,7 @@ write_incr_report() {
         echo
         echo "| name | command | median s | min–max s | time / full's | peak RSS MiB | stored MiB | restored MiB | MiB read: command | MiB read: whole disk |"
         echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
-        for n in pgjet_restore_full pgjet_restore_chain; do
+        for n in dd_direct dd_read_write pgjet_restore_full pgjet_restore_chain; do
             irow "$n" pgjet_restore_full
         done
         echo
@@ -708,6 +727,15 @@ write_incr_report() {
         fi
         v=$(div "$chain" "$full")
         echo "| restore of full + $CHAIN incr ≤ 1.2× the restore of a full | ${v:-n/a}× | $(verdict "$v" le 1.2) |"
+        # at least 0.9x the write limit: time at most 1/0.9 of dd_direct's
+        v=$(div "$(median dd_direct)" "$full")
+        echo "| restore of a full ≥ 0.9× the write limit (dd_direct time / restore time) | ${v:-n/a}× | $(verdict "$v" ge 0.9) |"
+        v=$(div "$(median dd_direct)" "$chain")
+        echo "| restore of full + $CHAIN incr ≥ 0.9× the write limit (dd_direct time / restore time) | ${v:-n/a}× | $(verdict "$v" ge 0.9) |"
+        v=$(div "$(median dd_read_write)" "$full")
+        echo "| (for reference) restore of a full against its reads and writes done by dd at once (dd_read_write time / restore time) | ${v:-n/a}× | |"
+        v=$(div "$(median dd_read_write)" "$chain")
+        echo "| (for reference) restore of full + $CHAIN incr against the same | ${v:-n/a}× | |"
         v=$(div "$pj" "$(median read_pgdata)")
         echo
         if [ "$PGV" -ge 17 ]; then

@@ -12,6 +12,9 @@
 #                limit for the logical bytes of the restore, one request in flight
 #   dd_direct_x4 the same bytes by 4 dd's at once (DD_STREAMS), a quarter each, each into
 #                a file of its own: the write limit with several requests in flight
+#   dd_read_write  dd_direct while every stored object of the pgjet backup is read with direct
+#                I/O, four at once: a restore's reads and writes by plain tools (they share
+#                the disk; dd_direct leaves the reads out; not a tight limit)
 #   tar_x        `tar -xf <tar of a restored directory, in /dev/shm>; sync`: the same files,
 #                holes included (tar -S), written by tar through the page cache
 #   pgjet_restore        `pgjet restore --jobs $JOBS` of a zstd backup
@@ -26,6 +29,10 @@
 #   SHM_DIR     where the in-memory inputs go (default /dev/shm/pgjet-bench)
 #   PGJET_ENV   extra environment for the timed pgjet restore (e.g. "RUST_LOG=...")
 #   DD_STREAMS  parallel dd's of the second write reference (default 4)
+#   REPOS_IN_MEMORY=1  move both repositories to tmpfs (SHM_DIR-repos, symbolic links in
+#               their place) for the timed rounds: the restores then read nothing from the disk
+#               they write to, as with a repository on another device, and the write limit
+#               (dd_direct) is the whole reference; moved back at exit
 #   PGJET_BASE  another pgjet binary to time in the same rounds (pgjet_base), e.g. the
 #               commit before a change
 set -euo pipefail
@@ -39,6 +46,8 @@ RREPORT=${RREPORT:-$RES/restore.md}
 SHM=${SHM_DIR:-/dev/shm/pgjet-bench}
 PGJET_ENV=${PGJET_ENV:-}
 DD_STREAMS=${DD_STREAMS:-4}
+REPOS_IN_MEMORY=${REPOS_IN_MEMORY:-0}
+SHM_REPOS=$SHM-repos
 PGJET_BASE=${PGJET_BASE:-}          # a second pgjet binary (e.g. an older commit), timed as pgjet_base
 STATE=$BENCH/restore-state.sh
 LOADS=$RES/loads.tsv                # name, run, 1-minute load average before the run
@@ -50,10 +59,33 @@ restore_cleanup() {
     # cleanup (which stops the cluster) would never run
     set +e
     rm -rf "$SHM"
+    repos_back
     (exit $rc)
     cleanup
 }
 trap restore_cleanup EXIT
+
+# REPOS_IN_MEMORY=1: each repository moved to tmpfs, a symbolic link left in its place
+repos_to_memory() {
+    local d
+    mkdir -p "$SHM_REPOS"
+    for d in "$PGJET_REPO" "$PGBR_REPO"; do
+        [ -d "$d" ] && [ ! -L "$d" ] || continue
+        mv "$d" "$SHM_REPOS/$(basename "$d")"
+        ln -s "$SHM_REPOS/$(basename "$d")" "$d"
+    done
+    say "repositories in memory: $(du -sh "$SHM_REPOS" | cut -f1) under $SHM_REPOS"
+}
+repos_back() {
+    local d
+    for d in "$PGJET_REPO" "$PGBR_REPO"; do
+        if [ -L "$d" ] && [ -d "$SHM_REPOS/$(basename "$d")" ]; then
+            rm -f "$d"
+            mv "$SHM_REPOS/$(basename "$d")" "$d"
+        fi
+    done
+    rm -rf "$SHM_REPOS"
+}
 
 # rtimed NAME ROUND CMD: timed, with the load average noted first
 rtimed() {
@@ -130,6 +162,10 @@ one_round() {
     done
     rtimed dd_direct_x$DD_STREAMS "$r" "${cmd}wait" || true
     rm -f "$OUT"/dd.[0-9]*
+    o=$OUT/dd.out
+    # with the repositories in memory the restores read nothing from the disk
+    [ "$REPOS_IN_MEMORY" = 1 ] || rtimed dd_read_write "$r" "$(dd_read_write_cmd "$PGJET_REPO/$PGJET_STANZA/backup/$(pgjet_latest "$PGJET_REPO")" "$SHM/rand" "$o")" || true
+    rm -f "$o"
     o=$OUT/tarx
     rm -rf "$o"; mkdir -p "$o"
     rtimed tar_x "$r" "tar -C $(q "$o") -xf $(q "$SHM/ref.tar")" || true
@@ -176,12 +212,13 @@ write_restore_report() {
         echo "Written by \`bench/restore.sh\` on $(date -u '+%Y-%m-%d %H:%M UTC'). Medians of $RUNS cold-cache run(s)"
         echo "(page cache dropped: $DROP_CACHES), every command followed by \`sync\` inside the timing."
         echo "$( [ -n "${PGJET_VERSION:-}" ] && echo "$PGJET_VERSION, ")commit $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null)$( [ -n "$(git -C "$ROOT" status --porcelain -- src 2>/dev/null)" ] && echo ' (modified)')."
+        [ "$REPOS_IN_MEMORY" = 1 ] && echo "Repositories in memory (tmpfs): the restores read nothing from the disk they write to."
         echo "Cluster: SCALE=$SCALE RANDOM_MB=$RANDOM_MB; restored directory $NFILES files,"
         echo "$(mib "$LOGICAL") MiB apparent ($(mib "$ALLOCATED") MiB allocated; zero pages are holes). JOBS=$JOBS. $(nproc) CPUs."
         echo
         echo "| command | median s | min–max s | MiB/s (apparent) | peak RSS MiB | load avg before each run |"
         echo "|---|---:|---:|---:|---:|---|"
-        for n in dd_direct "dd_direct_x$DD_STREAMS" tar_x pgjet_restore pgjet_base pgbackrest_restore; do
+        for n in dd_direct "dd_direct_x$DD_STREAMS" dd_read_write tar_x pgjet_restore pgjet_base pgbackrest_restore; do
             med=$(median "$n"); rss=$(median "$n" 4)
             [ -z "$med" ] && [ "$(nfail "$n")" = 0 ] && continue
             printf '| %s | %s | %s | %s | %s | %s |\n' "$n" "$( [ -n "$med" ] && printf '%.2f' "$med" || echo FAILED)" \
@@ -193,6 +230,7 @@ write_restore_report() {
         echo "|---|---:|---:|"
         echo "| pgjet restore / dd_direct (goal ≤ 1.11) | $(awk -v a="$(median pgjet_restore)" -v b="$(median dd_direct)" 'BEGIN {if (a && b) printf "%.2f", a / b; else print "n/a"}') | $(per_round_ratio pgjet_restore dd_direct) |"
         echo "| pgjet restore / dd_direct_x$DD_STREAMS | $(awk -v a="$(median pgjet_restore)" -v b="$(median "dd_direct_x$DD_STREAMS")" 'BEGIN {if (a && b) printf "%.2f", a / b; else print "n/a"}') | $(per_round_ratio pgjet_restore "dd_direct_x$DD_STREAMS") |"
+        [ "$REPOS_IN_MEMORY" = 1 ] || echo "| pgjet restore / dd_read_write | $(awk -v a="$(median pgjet_restore)" -v b="$(median dd_read_write)" 'BEGIN {if (a && b) printf "%.2f", a / b; else print "n/a"}') | $(per_round_ratio pgjet_restore dd_read_write) |"
         echo "| pgjet restore / tar_x | $(awk -v a="$(median pgjet_restore)" -v b="$(median tar_x)" 'BEGIN {if (a && b) printf "%.2f", a / b; else print "n/a"}') | $(per_round_ratio pgjet_restore tar_x) |"
         [ -z "$PGJET_BASE" ] || echo "| pgjet_base / pgjet restore (above 1 = this pgjet faster) | $(ratio pgjet_base pgjet_restore | tr -d '×') | $(per_round_ratio pgjet_base pgjet_restore) |"
         echo "| pgBackRest restore / pgjet restore (above 1 = pgjet faster) | $(ratio pgbackrest_restore pgjet_restore | tr -d '×') | $(per_round_ratio pgbackrest_restore pgjet_restore) |"
@@ -220,6 +258,7 @@ restore_main() {
     [ -z "$PGJET_BASE" ] || install -m 755 "$PGJET_BASE" "$BENCH/bin/pgjet-base"
     prepare
     make_references
+    [ "$REPOS_IN_MEMORY" = 1 ] && repos_to_memory
     local r
     for r in $(seq 1 "$RUNS"); do
         header "Run $r of $RUNS (load $(cut -d' ' -f1-3 /proc/loadavg))"

@@ -250,6 +250,15 @@ pgjet_fresh_repo() {
 
 pgjet_latest() { (cd "$1/$PGJET_STANZA/backup" && ls -d */ 2>/dev/null | tr -d / | sort | tail -n 1); }
 
+# dd_read_write_cmd BACKUP_DIR INPUT OUT -> a command line: every file under BACKUP_DIR read
+# with direct I/O (four at once) while `dd oflag=direct` writes INPUT to OUT: a restore's reads and
+# writes at once, by plain tools, on the one disk (a write-only reference leaves the reads
+# out). Not a tight limit: the dd's overlap their reads and writes less well than pgjet.
+dd_read_write_cmd() {
+    printf '{ find %s -type f -print0 | xargs -0 -P4 -I{} dd if={} of=/dev/null bs=8M iflag=direct status=none & dd if=%s of=%s bs=8M oflag=direct status=none; wait; }' \
+        "$(q "$1")" "$(q "$2")" "$(q "$3")"
+}
+
 # The references copy what the backups copy: not the WAL segments already in pg_wal (with
 # max_wal_size = 2GB they are about as large as the data), nor postmaster.pid.
 TAR_EXCLUDE="--exclude='./pg_wal/0*' --exclude=./postmaster.pid"
