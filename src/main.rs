@@ -10,13 +10,18 @@ use pgjet::options::{Command, Invocation, Output};
 fn init_logging(level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_new(format!("pgjet={level}"))
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("pgjet=info"));
-    let _ = tracing_subscriber::fmt()
+    let fmt = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_target(false)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .without_time()
-        .try_init();
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+    // At debug level each line carries the seconds since the start: a timeline of the run.
+    let _ = if level == "debug" || level == "trace" {
+        fmt.with_timer(tracing_subscriber::fmt::time::uptime())
+            .try_init()
+    } else {
+        fmt.without_time().try_init()
+    };
 }
 
 fn print_json<T: serde::Serialize>(v: &T) -> Result<(), Error> {

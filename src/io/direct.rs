@@ -66,6 +66,32 @@ impl Reader {
         })
     }
 
+    /// Opens `path` for reads through the page cache only: for scattered small reads that
+    /// [`Reader::will_need`] announced first. Errors as `File::open`.
+    pub fn open_cached(path: &Path) -> io::Result<Reader> {
+        Ok(Reader {
+            buffered: File::open(path)?,
+            direct: None,
+        })
+    }
+
+    /// Tells the kernel that `len` bytes at `offset` will be read soon
+    /// (`posix_fadvise(POSIX_FADV_WILLNEED)`): it starts reading them into the page cache
+    /// and returns, so many announced ranges are in flight at once. Advisory: an error is
+    /// ignored, and the read that follows is correct either way.
+    pub fn will_need(&self, offset: u64, len: u64) {
+        use std::os::unix::io::AsRawFd;
+        // SAFETY: plain syscall on an open descriptor; nothing is read or written here.
+        unsafe {
+            libc::posix_fadvise(
+                self.buffered.as_raw_fd(),
+                offset as libc::off_t,
+                len as libc::off_t,
+                libc::POSIX_FADV_WILLNEED,
+            );
+        }
+    }
+
     /// Fills `buf` from `offset`; bytes past the end of the file are zero.
     pub fn read_padded(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         let mut done = 0usize;

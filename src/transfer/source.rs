@@ -5,7 +5,7 @@
 //! files by name (WAL segments). Two implementations exist: [`LocalSource`] reads this
 //! host's filesystem with direct I/O; `crate::remote::libpq::LibpqSource` reads through
 //! ordinary connections to the server with `pg_read_binary_file`.
-use super::{PieceSpec, SourceFile};
+use super::{PieceSpec, SourceFile, SCATTERED_PER_UNIT};
 use crate::error::{Error, Result};
 use crate::io::direct::Reader;
 use crate::pg::datadir::{self, Listing};
@@ -289,6 +289,62 @@ struct LocalReader<'a> {
     src: &'a LocalSource,
 }
 
+/// A unit of 2 to [`SCATTERED_PER_UNIT`] pieces of at most this many bytes each (an
+/// incremental's changed blocks, or a few small files) is read by
+/// [`LocalReader::read_scattered`].
+const SCATTERED_MAX: u32 = 64 << 10;
+
+impl LocalReader<'_> {
+    /// [`SourceReader::read`] for small scattered pieces: each announced to the kernel first
+    /// ([`Reader::will_need`]), then read through the page cache. A direct read of each keeps
+    /// one request in flight per thread, and the changed blocks of an incremental, spread
+    /// over the files, are bound by the disk's latency, not its rate. Measured on a
+    /// PostgreSQL 18 cluster of bench/incr.sh's size (pgbench scale 100, about 4 800 changed
+    /// blocks, WAL summaries, cold cache, 5 alternating runs): the copy of the changed blocks
+    /// took 0.22-0.31 s against 0.41-0.76 s with direct reads, the incr 0.45-0.60 s against
+    /// 0.68-1.03 s.
+    fn read_scattered(
+        &mut self,
+        files: &[SourceFile],
+        pieces: &[PieceSpec],
+        buf: &mut [u8],
+    ) -> Result<Vec<bool>> {
+        // (file, handle; None when the file is gone), at most SCATTERED_PER_UNIT of them.
+        let mut handles: Vec<(usize, Option<Reader>)> = Vec::new();
+        for spec in pieces {
+            let i = spec.index();
+            if !handles.iter().any(|(j, _)| *j == i) {
+                let abs = self.src.pgdata.join(&*files[i].path);
+                let h = match Reader::open_cached(&abs) {
+                    Ok(h) => Some(h),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+                    Err(e) => return Err(Error::io("open", &abs, e)),
+                };
+                handles.push((i, h));
+            }
+            if let Some((_, Some(h))) = handles.iter().find(|(j, _)| *j == i) {
+                h.will_need(spec.offset, spec.len as u64);
+            }
+        }
+        let mut found = Vec::with_capacity(pieces.len());
+        let mut pos = 0usize;
+        for spec in pieces {
+            let range = pos..pos + spec.len as usize;
+            pos += spec.len as usize;
+            let i = spec.index();
+            match handles.iter().find(|(j, _)| *j == i) {
+                Some((_, Some(h))) => {
+                    h.read_padded(&mut buf[range], spec.offset)
+                        .map_err(|e| Error::io("read", self.src.pgdata.join(&*files[i].path), e))?;
+                    found.push(true);
+                }
+                _ => found.push(false),
+            }
+        }
+        Ok(found)
+    }
+}
+
 impl SourceReader for LocalReader<'_> {
     fn read(
         &mut self,
@@ -296,6 +352,11 @@ impl SourceReader for LocalReader<'_> {
         pieces: &[PieceSpec],
         buf: &mut [u8],
     ) -> Result<Vec<bool>> {
+        if (2..=SCATTERED_PER_UNIT).contains(&pieces.len())
+            && pieces.iter().all(|p| p.len <= SCATTERED_MAX)
+        {
+            return self.read_scattered(files, pieces, buf);
+        }
         let mut found = Vec::with_capacity(pieces.len());
         let mut pos = 0usize;
         let mut open: Option<(usize, Option<Reader>)> = None;
@@ -321,5 +382,50 @@ impl SourceReader for LocalReader<'_> {
             }
         }
         Ok(found)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Scattered pieces (announced, then read through the page cache) and one large piece
+    /// (direct) read the same bytes; past a file's end reads zeros, a missing file is
+    /// reported as gone.
+    #[test]
+    fn scattered_and_direct_reads_agree() {
+        let dir = tempfile::tempdir().unwrap();
+        let a: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+        let b: Vec<u8> = (0..20_000u32).map(|i| (i % 13) as u8 + 1).collect();
+        std::fs::write(dir.path().join("a"), &a).unwrap();
+        std::fs::write(dir.path().join("b"), &b).unwrap();
+        let files = vec![
+            SourceFile::plain("a", a.len() as u64),
+            SourceFile::plain("b", b.len() as u64),
+            SourceFile::plain("gone", 8192),
+        ];
+        let src = LocalSource::new(dir.path());
+        let mut r = src.reader().unwrap();
+        let spec = |f: usize, at: u64, n: u64| PieceSpec::new(f, at, n).unwrap();
+        let scattered = [
+            spec(0, 8192, 8192),
+            spec(1, 16384, 8192),
+            spec(0, 65536, 16384),
+            spec(2, 0, 8192),
+        ];
+        let total: usize = scattered.iter().map(|p| p.len as usize).sum();
+        let mut buf = vec![0xAAu8; total];
+        let found = r.read(&files, &scattered, &mut buf).unwrap();
+        assert_eq!(found, vec![true, true, true, false]);
+        assert_eq!(&buf[..8192], &a[8192..16384]);
+        // b has 20 000 bytes: 3 616 of the piece, then zeros
+        assert_eq!(&buf[8192..8192 + 3616], &b[16384..]);
+        assert!(buf[8192 + 3616..16384].iter().all(|&x| x == 0));
+        assert_eq!(&buf[16384..32768], &a[65536..81920]);
+        // one large piece takes the direct path
+        let large = [spec(0, 0, 262_144)];
+        let mut buf = vec![0u8; 262_144];
+        assert_eq!(r.read(&files, &large, &mut buf).unwrap(), vec![true]);
+        assert_eq!(&buf[..], &a[..262_144]);
     }
 }
