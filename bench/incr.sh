@@ -556,6 +556,13 @@ build_chain() {
 
 restore_round() {
     local r=$1 which set o
+    # the write limit first in each round, as bench/restore.sh times it
+    o=$OUT/dd.out
+    rm -f "$o"
+    itimed dd_direct "$r" "dd if=$(q "$SHM_IN/rand") of=$(q "$o") bs=8M oflag=direct status=none" || true
+    rm -f "$o"
+    itimed dd_read_write "$r" "$(dd_read_write_cmd "$PJREPO/$PGJET_STANZA/backup/$PJ_FULL2" "$SHM_IN/rand" "$o")" || true
+    rm -f "$o"
     # odd runs the chain first, even runs the full first
     for which in $( [ $((r % 2)) = 1 ] && echo "chain full" || echo "full chain"); do
         if [ "$which" = chain ]; then set=$CHAIN_LAST; else set=$PJ_FULL2; fi
@@ -567,12 +574,6 @@ restore_round() {
         [ "$CHECK_RESTORE" = 1 ] && [ "$r" = "$RUNS" ] && check_restored "pgjet_restore_$which" "$o"
         rm -rf "$o"
     done
-    o=$OUT/dd.out
-    rm -f "$o"
-    itimed dd_direct "$r" "dd if=$(q "$SHM_IN/rand") of=$(q "$o") bs=8M oflag=direct status=none" || true
-    rm -f "$o"
-    itimed dd_read_write "$r" "$(dd_read_write_cmd "$PJREPO/$PGJET_STANZA/backup/$PJ_FULL2" "$SHM_IN/rand" "$o")" || true
-    rm -f "$o"
 }
 
 # ------------------------------------------------------------------ 5. report
