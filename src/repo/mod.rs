@@ -13,6 +13,7 @@
 //! ```
 pub mod backup;
 pub mod chain;
+pub mod cipher;
 pub mod delta;
 pub mod handle;
 pub mod incremental;
