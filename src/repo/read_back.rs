@@ -717,6 +717,10 @@ impl ReadBack<'_> {
                 }
             }
         }
+        tracing::debug!(
+            "restore: every file line planned; {} objects of older backups still to read",
+            open.iter().filter(|w| w.backup.is_some()).count()
+        );
         for w in open {
             if !send(w) {
                 break;
