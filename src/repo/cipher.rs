@@ -464,6 +464,11 @@ impl Sealer {
 mod tests {
     use super::*;
 
+    /// A random data key and repository id.
+    fn fresh() -> (DataKey, [u8; REPO_ID_LEN]) {
+        (DataKey::random().unwrap(), new_repository_id().unwrap())
+    }
+
     fn quick_kdf() -> Kdf {
         // The tests' parameters: cheap (the defaults take 64 MiB and about 0.1 s).
         Kdf {
@@ -502,8 +507,7 @@ mod tests {
 
     #[test]
     fn objects_seal_and_open_in_one_piece_or_in_parts() {
-        let key = DataKey::random().unwrap();
-        let repo = new_repository_id().unwrap();
+        let (key, repo) = fresh();
         let c = ObjectCipher {
             key: &key,
             repo_id: &repo,
@@ -531,8 +535,7 @@ mod tests {
 
     #[test]
     fn damage_truncation_reordering_and_swaps_are_refused() {
-        let key = DataKey::random().unwrap();
-        let repo = new_repository_id().unwrap();
+        let (key, repo) = fresh();
         let c = ObjectCipher {
             key: &key,
             repo_id: &repo,
@@ -586,8 +589,7 @@ mod tests {
 
     #[test]
     fn ranges_open_only_their_segments() {
-        let key = DataKey::random().unwrap();
-        let repo = new_repository_id().unwrap();
+        let (key, repo) = fresh();
         let c = ObjectCipher {
             key: &key,
             repo_id: &repo,
