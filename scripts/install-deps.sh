@@ -35,7 +35,8 @@ fi
 # ---------------------------------------------------------------- Debian packages
 APT_PKGS=(postgresql-15 postgresql-client-15 postgresql-contrib pgbackrest zstd time procps
           util-linux coreutils findutils iproute2 python3 ca-certificates
-          iputils-ping iperf3 openssl curl openssh-server openssh-client)
+          iputils-ping iperf3 openssl curl openssh-server openssh-client
+          groff-base)
 missing=()
 for p in "${APT_PKGS[@]}"; do
     if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then

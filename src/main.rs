@@ -195,6 +195,19 @@ fn print_error(e: &Error) {
 }
 
 fn main() {
+    if let Some(doc) = pgjet::options::cli::document(std::env::args_os()) {
+        match doc {
+            Ok(bytes) => {
+                use std::io::Write;
+                let mut out = std::io::stdout().lock();
+                if out.write_all(&bytes).and_then(|_| out.flush()).is_err() {
+                    exit(1);
+                }
+                exit(0);
+            }
+            Err(e) => e.exit(),
+        }
+    }
     let inv = match pgjet::options::resolve::parse(std::env::args_os()) {
         Ok(inv) => inv,
         Err(ParseError::Clap(e)) => e.exit(),

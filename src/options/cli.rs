@@ -31,7 +31,89 @@ pub fn command() -> clap::Command {
     for c in COMMANDS {
         root = root.subcommand(subcommand(c));
     }
-    root
+    root.subcommand(
+        clap::Command::new(COMPLETION)
+            .about(
+                "Print a shell completion script on stdout (bash, zsh, fish, elvish, powershell)",
+            )
+            .arg(
+                Arg::new("shell")
+                    .value_name("SHELL")
+                    .required(true)
+                    .value_parser(value_parser!(clap_complete::Shell)),
+            ),
+    )
+    .subcommand(
+        clap::Command::new(MAN)
+            .about("Print the manual page (roff) of pgjet, or of one command, on stdout")
+            .arg(Arg::new("command").value_name("COMMAND")),
+    )
+}
+
+/// The command that prints a completion script, and the one that prints a manual page:
+/// documents generated from [`command`], not commands of the option table (they take no
+/// options and need no configuration).
+pub const COMPLETION: &str = "completion";
+pub const MAN: &str = "man";
+
+/// For `pgjet completion SHELL` and `pgjet man [COMMAND]` (`args` as the process got them,
+/// the program's name first): the document to print. None for any other command line.
+///
+/// Errors: clap's, for a shell it does not know; an unknown or hidden command for `man`.
+pub fn document<I, T>(args: I) -> Option<std::result::Result<Vec<u8>, clap::Error>>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
+    let first = args.get(1)?.to_str()?;
+    if first != COMPLETION && first != MAN {
+        return None;
+    }
+    Some(render_document(&args))
+}
+
+fn render_document(args: &[std::ffi::OsString]) -> std::result::Result<Vec<u8>, clap::Error> {
+    let m = command().try_get_matches_from(args)?;
+    let mut out = Vec::new();
+    match m.subcommand() {
+        Some((COMPLETION, sm)) => {
+            let shell = *sm
+                .get_one::<clap_complete::Shell>("shell")
+                .expect("SHELL is required");
+            let mut root = command();
+            clap_complete::generate(shell, &mut root, "pgjet", &mut out);
+        }
+        Some((MAN, sm)) => {
+            let mut root = command();
+            root.build();
+            let page = match sm.get_one::<String>("command") {
+                None => root,
+                Some(name) => match root
+                    .get_subcommands()
+                    .find(|c| c.get_name() == name && !c.is_hide_set())
+                {
+                    Some(c) => c.clone().name(format!("pgjet-{name}")),
+                    None => {
+                        return Err(clap::Error::raw(
+                            clap::error::ErrorKind::InvalidValue,
+                            format!("pgjet has no command '{name}' (pgjet --help lists them)\n"),
+                        ))
+                    }
+                },
+            };
+            clap_mangen::Man::new(page)
+                .render(&mut out)
+                .map_err(|e| clap::Error::raw(clap::error::ErrorKind::Io, e))?;
+        }
+        _ => {
+            return Err(clap::Error::raw(
+                clap::error::ErrorKind::InvalidSubcommand,
+                "expected `completion SHELL` or `man [COMMAND]`\n",
+            ))
+        }
+    }
+    Ok(out)
 }
 
 /// True for an option every command could share (not one command's own, not a tuning

@@ -627,3 +627,69 @@ fn network_compress_workers_as_given_or_refused() {
         "{e}"
     );
 }
+
+/// Runs `prog args` with `input` on its stdin; (exit code, stderr).
+fn run_with_input(prog: &str, args: &[&str], input: &[u8]) -> (Option<i32>, String) {
+    use std::io::Write;
+    let mut child = std::process::Command::new(prog)
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{prog}: {e} (scripts/install-deps.sh installs it)"));
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `pgjet completion bash` is a script bash accepts, naming every visible command; `pgjet
+/// man` and `pgjet man backup` are pages groff renders without a warning; other command
+/// lines are not documents.
+#[test]
+fn completion_and_man_pages() {
+    let doc = |argv: &[&str]| cli::document(argv.iter().copied());
+    assert!(doc(&["pgjet", "backup"]).is_none());
+    assert!(doc(&["pgjet"]).is_none());
+    let bash = doc(&["pgjet", "completion", "bash"]).unwrap().unwrap();
+    let text = String::from_utf8(bash.clone()).unwrap();
+    for c in COMMANDS.iter().filter(|c| !c.hidden) {
+        assert!(
+            text.contains(c.name),
+            "{} not in the bash completion",
+            c.name
+        );
+    }
+    assert!(text.contains("--repo-path"));
+    assert_eq!(
+        run_with_input("bash", &["-n"], &bash),
+        (Some(0), String::new())
+    );
+    for shell in ["zsh", "fish", "elvish", "powershell"] {
+        assert!(!doc(&["pgjet", "completion", shell])
+            .unwrap()
+            .unwrap()
+            .is_empty());
+    }
+    assert!(doc(&["pgjet", "completion", "tcsh"]).unwrap().is_err());
+    for (argv, title) in [
+        (&["pgjet", "man"][..], ".TH pgjet 1"),
+        (&["pgjet", "man", "backup"][..], ".TH pgjet-backup 1"),
+    ] {
+        let page = doc(argv).unwrap().unwrap();
+        assert!(String::from_utf8_lossy(&page).contains(title), "{argv:?}");
+        let (code, warnings) = run_with_input("groff", &["-man", "-Tutf8", "-ww", "-z"], &page);
+        assert_eq!((code, warnings.as_str()), (Some(0), ""), "{argv:?}");
+    }
+    assert!(doc(&["pgjet", "man", "backup"])
+        .unwrap()
+        .map(|p| String::from_utf8_lossy(&p).contains("repo\\-path"))
+        .unwrap());
+    assert!(doc(&["pgjet", "man", "nosuch"]).unwrap().is_err());
+    assert!(doc(&["pgjet", "man", "archive-push-async"])
+        .unwrap()
+        .is_err());
+}
