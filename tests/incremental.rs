@@ -433,6 +433,30 @@ fn chain_scenario(pg: Pg, tag: &str, transport: &str, summarize_wal: bool) {
     );
     pgjet_ok(&verify_args(&c.repo, &chain[4].label));
 
+    // The chain as metrics: one full, one diff, three incr; promtool accepts them.
+    let m = checked_metrics(&c.repo, &c.stanza, c.server.data.as_path());
+    for (t, n) in [("full", 1.0), ("diff", 1.0), ("incr", 3.0)] {
+        let sample = format!(
+            "pgjet_backups{{stanza=\"{}\",repo=\"1\",type=\"{t}\"}}",
+            c.stanza
+        );
+        assert_eq!(metric(&m, &sample), Some(n), "{sample} in\n{m}");
+    }
+    let stored = format!(
+        "pgjet_backup_last_stored_bytes{{stanza=\"{}\",repo=\"1\",type=\"incr\"}}",
+        c.stanza
+    );
+    assert_eq!(
+        metric(&m, &stored),
+        Some(
+            info_of(&c, &chain[4].label)["stored_size"]
+                .as_f64()
+                .unwrap()
+        ),
+        "{m}"
+    );
+    assert!(m.contains("pgjet_archive_push_queue_segments{"), "{m}");
+
     // A second full, then retention-full 1: the first full goes with its whole chain.
     let (f2, _) = backup(&c, "full", &["--transport", transport, "--no-expire"]);
     c.pgjet_cmd("expire", &c.repo, &["--retention-full", "1"])

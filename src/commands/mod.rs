@@ -6,6 +6,7 @@ pub mod backup;
 pub mod check;
 pub mod expire;
 pub mod info;
+pub mod metrics;
 pub mod replica;
 pub mod replica_stream;
 pub mod restore;

@@ -64,6 +64,8 @@ pub const DEFAULT_ARCHIVE_GET_QUEUE_MAX: u64 = 128 << 20;
 pub enum Output {
     Text,
     Json,
+    /// Prometheus' text exposition format (`info` only).
+    Prometheus,
 }
 
 /// Validated settings of one invocation: what every command may read, plain.

@@ -576,8 +576,9 @@ fn output(src: &Sources) -> Result<Output> {
     match src.get_or_default("output")?.as_deref() {
         None | Some("text") => Ok(Output::Text),
         Some("json") => Ok(Output::Json),
+        Some("prometheus") => Ok(Output::Prometheus),
         Some(o) => Err(Error::Config(format!(
-            "output must be text or json, not '{o}'"
+            "output must be text, json or prometheus (info only), not '{o}'"
         ))),
     }
 }

@@ -568,7 +568,7 @@ pub const OPTIONS: &[OptionDef] = &[
         Some("text"),
         H_GENERAL,
         OUTPUT_CMDS,
-        "Output of commands that print data: text (default) or json",
+        "Output of commands that print data: text (default) or json; for info also prometheus (metrics for node_exporter's textfile collector)",
     ),
     OptionDef {
         visible_aliases: &["process-max"],

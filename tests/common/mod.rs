@@ -1209,6 +1209,53 @@ pub fn assert_dataset_present(fp: &BTreeMap<String, String>, spec: DatasetSpec) 
 // ------------------------------------------------------------------------------------------
 // Repository helpers.
 
+/// `pgjet info --output prometheus` for `stanza` (with `pg_path`: this host's archive-push
+/// queue too), checked by `promtool check metrics` (scripts/install-deps.sh installs it);
+/// returns the metrics text.
+pub fn checked_metrics(repo: &Path, stanza: &str, pg_path: &Path) -> String {
+    let r = pgjet_ok(&args![
+        "info",
+        "--stanza",
+        stanza,
+        "--repo-path",
+        repo.display(),
+        "--pg-path",
+        pg_path.display(),
+        "--output",
+        "prometheus"
+    ]);
+    use std::io::Write;
+    let mut child = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("promtool: {e} (scripts/install-deps.sh installs it)"));
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(r.stdout.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success() && out.stdout.is_empty() && out.stderr.is_empty(),
+        "promtool check metrics refused the metrics:\n{}{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        r.stdout
+    );
+    r.stdout
+}
+
+/// The value of the sample `name{labels}` in Prometheus text `metrics` (labels as printed).
+pub fn metric(metrics: &str, sample: &str) -> Option<f64> {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(sample)?.strip_prefix(' ')?.parse().ok())
+}
+
 /// `pgjet info --output json` for `stanza`; returns the backups array (panics on failure).
 pub fn info_backups(repo: &Path, stanza: &str) -> Vec<serde_json::Value> {
     let r = pgjet(&args![
