@@ -231,14 +231,25 @@ const OPTIONS: &[&str] = &[
     "repo-s3-port",
 ];
 
+/// pgBackRest options about its log file, which pgjet does not have (it logs to stderr,
+/// `log-level`, which reads pgBackRest's `log-level-console` too): a carried-over config
+/// that sets them is read with a warning naming each, since nothing but the log depends on
+/// them.
+const IGNORED: &[&str] = &[
+    "log-level-file",
+    "log-path",
+    "log-subprocess",
+    "log-timestamp",
+];
+
+/// True when the pgBackRest option `key` is read with a warning and otherwise ignored
+/// ([`IGNORED`]).
+pub fn ignored(key: &str) -> bool {
+    IGNORED.contains(&unindexed(key).as_str())
+}
+
 /// What pgjet has near a pgBackRest option it does not implement, for the error's hint.
 const HINTS: &[(&str, &str)] = &[
-    ("log-level-console", "pgjet's log-level sets what it prints on stderr"),
-    ("log-level-stderr", "pgjet's log-level sets what it prints on stderr"),
-    ("log-level-file", "pgjet logs to stderr only"),
-    ("log-path", "pgjet logs to stderr only"),
-    ("log-subprocess", "pgjet logs to stderr only"),
-    ("log-timestamp", "pgjet logs to stderr only"),
     (
         "repo-retention-full",
         "pgjet's retention-full applies to every repository",

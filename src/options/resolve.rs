@@ -564,9 +564,16 @@ fn compression(src: &Sources) -> Result<Compression> {
 
 fn log_level(src: &Sources) -> Result<String> {
     let level = src.get_or_default("log-level")?.unwrap_or_default();
+    // pgBackRest's levels (log-level-console): off prints nothing, but pgjet always prints
+    // its errors; detail lies between info and debug.
+    let level = match level.as_str() {
+        "off" => "error".to_string(),
+        "detail" => "info".to_string(),
+        _ => level,
+    };
     if !["error", "warn", "info", "debug", "trace"].contains(&level.as_str()) {
         return Err(Error::Config(format!(
-            "log-level must be error, warn, info or debug, not '{level}'"
+            "log-level must be error, warn, info, debug or trace (or pgBackRest's off and detail), not '{level}'"
         )));
     }
     Ok(level)
@@ -735,6 +742,9 @@ fn check_environment(
                     refused.cipher.push((var.clone(), "environment".into()));
                 }
             }
+            Key::PgBackRest(_) if super::pgbackrest::ignored(&key) => warnings.push(format!(
+                "environment: {var} is ignored: pgjet logs to stderr only (log-level)"
+            )),
             Key::PgBackRest(hint) => {
                 refused
                     .unsupported
@@ -797,6 +807,13 @@ fn check_file(src: &Sources, warnings: &mut Vec<String>, refused: &mut Refused) 
                 Key::Cipher => {
                     if applies_here && !cipher_none(key, value) {
                         refused.cipher.push((key.to_string(), place.clone()));
+                    }
+                }
+                Key::PgBackRest(_) if super::pgbackrest::ignored(key) => {
+                    if applies_here {
+                        warnings.push(format!(
+                            "{place}: {key} is ignored: pgjet logs to stderr only (log-level)"
+                        ));
                     }
                 }
                 Key::PgBackRest(hint) => {

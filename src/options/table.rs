@@ -552,15 +552,19 @@ pub const OPTIONS: &[OptionDef] = &[
         REPO_CMDS,
         "Stanza: the name of the cluster's configuration in the repository",
     ),
-    opt(
-        "log-level",
-        Kind::Text,
-        "LEVEL",
-        Some("info"),
-        H_GENERAL,
-        ALL,
-        "error, warn, info (default), debug or trace (as debug: nothing finer is logged yet)",
-    ),
+    OptionDef {
+        // pgBackRest's names for what it prints (pgjet logs to stderr only).
+        aliases: &["log-level-console", "log-level-stderr"],
+        ..opt(
+            "log-level",
+            Kind::Text,
+            "LEVEL",
+            Some("info"),
+            H_GENERAL,
+            ALL,
+            "error, warn, info (default), debug or trace (as debug: nothing finer is logged yet); pgBackRest's off and detail read as error and info",
+        )
+    },
     opt(
         "output",
         Kind::Text,

@@ -402,28 +402,78 @@ fn a_pgbackrest_option_pgjet_lacks_is_an_error() {
     let dir = tempfile::tempdir().unwrap();
     let f = conf(
         &dir,
-        "[global]\nrepo1-path=/r\nrepo1-retention-full=2\nlog-level-console=info\n[main]\npg1-database=app\n[other]\nrepo1-bundle=y\n",
+        "[global]\nrepo1-path=/r\nrepo1-retention-full=2\nrepo1-bundle=y\n[main]\npg1-database=app\n[other]\nrepo1-block=y\n",
     );
     let (e, _) = config_error(parse(&["--config", &f, "--stanza", "main", "backup"], &[]));
     assert!(
         e.contains("pgBackRest options pgjet does not implement yet; remove them: ")
             && e.contains(&format!("repo1-retention-full (config file {f}, section [global]; pgjet's retention-full applies to every repository)"))
-            && e.contains(&format!("log-level-console (config file {f}, section [global]; pgjet's log-level"))
+            && e.contains(&format!("repo1-bundle (config file {f}, section [global]"))
             && e.contains(&format!("pg1-database (config file {f}, section [main]; pgjet connects over libpq")),
         "{e}"
     );
     // Another stanza's section is checked when that stanza is used.
-    assert!(!e.contains("repo1-bundle"), "{e}");
-    let (e, _) = config_error(parse(&["info"], &[("PGJET_LOG_PATH", "/var/log")]));
+    assert!(!e.contains("repo1-block"), "{e}");
+    let (e, _) = config_error(parse(&["info"], &[("PGJET_ARCHIVE_MODE_CHECK", "n")]));
     assert!(
         e.contains(
-            "PGJET_LOG_PATH (environment) is a pgBackRest option pgjet does not implement yet"
+            "PGJET_ARCHIVE_MODE_CHECK (environment) is a pgBackRest option pgjet does not implement yet"
         ),
         "{e}"
     );
     assert_eq!(
         classify("repo5-path"),
         Key::PgBackRest(Some("pgjet configures repositories 1 to 4"))
+    );
+}
+
+/// pgBackRest's logging options, as carried-over configs set them: log-level-console (and
+/// log-level-stderr) is pgjet's log-level, with pgBackRest's levels; the log file's options
+/// are read with a warning each, since pgjet logs to stderr only.
+#[test]
+fn pgbackrest_logging_options_are_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = conf(
+        &dir,
+        "[global]\nrepo1-path=/r\nlog-level-console=detail\nlog-level-file=debug\nlog-path=/var/log/pgbackrest\n",
+    );
+    let inv = parse(&["--config", &f, "--stanza", "main", "info"], &[])
+        .unwrap_or_else(|e| panic!("{e:?}"));
+    assert_eq!(inv.settings.log_level, "info");
+    for key in ["log-level-file", "log-path"] {
+        assert!(
+            inv.warnings
+                .iter()
+                .any(|w| w.contains(&format!("{key} is ignored: pgjet logs to stderr only"))),
+            "{key}: {:?}",
+            inv.warnings
+        );
+    }
+    let inv = parse(
+        &["--log-level-console", "off", "--repo-path", "/r", "info"],
+        &[],
+    )
+    .unwrap_or_else(|e| panic!("{e:?}"));
+    assert_eq!(inv.settings.log_level, "error");
+    let inv = parse(
+        &["--repo-path", "/r", "info"],
+        &[("PGJET_LOG_PATH", "/var/log")],
+    )
+    .unwrap_or_else(|e| panic!("{e:?}"));
+    assert!(
+        inv.warnings
+            .iter()
+            .any(|w| w.contains("PGJET_LOG_PATH is ignored")),
+        "{:?}",
+        inv.warnings
+    );
+    let (e, _) = config_error(parse(
+        &["--log-level-console", "loud", "--repo-path", "/r", "info"],
+        &[],
+    ));
+    assert!(
+        e.contains("log-level must be error, warn, info, debug or trace"),
+        "{e}"
     );
 }
 
