@@ -1319,8 +1319,13 @@ fn p_a_pgbackrest_config_carried_over() {
 
     // Without the cipher options the same file works, and still names the unknown key; the
     // resume options pgBackRest users set (resume, manifest-save-threshold in bytes) are
-    // read, not warned about.
-    let plain = write_conf("plain.conf", "resume=n\nmanifest-save-threshold=1073741824");
+    // read, not warned about; so are the logging lines of pgBackRest's user guide
+    // (log-level-console is pgjet's log-level; the log file's level is ignored, with a
+    // warning).
+    let plain = write_conf(
+        "plain.conf",
+        "resume=n\nmanifest-save-threshold=1073741824\nlog-level-console=info\nlog-level-file=detail",
+    );
     let base = args!["--config", plain.display(), "--stanza", "main"];
     let r = pgjet_ok(&cmd("stanza-create", base.clone(), &[]));
     assert!(
@@ -1330,12 +1335,18 @@ fn p_a_pgbackrest_config_carried_over() {
         )),
         "no warning naming bogus-option, the file and its section:\n{r}"
     );
-    for key in ["resume", "manifest-save-threshold"] {
+    for key in ["resume", "manifest-save-threshold", "log-level-console"] {
         assert!(
-            !r.stderr.contains(&format!("unknown option {key}")),
+            !r.stderr.contains(&format!("unknown option {key}"))
+                && !r.stderr.contains(&format!("{key} is ignored")),
             "{key} is pgBackRest's and pgjet's, yet warned about:\n{r}"
         );
     }
+    assert!(
+        r.stderr
+            .contains("log-level-file is ignored: pgjet logs to stderr only"),
+        "no warning for log-level-file:\n{r}"
+    );
     pgjet_ok(&cmd("backup", base, &["--type", "full", "--start-fast"]));
     assert_eq!(complete_backups(&repo).len(), 1);
 
