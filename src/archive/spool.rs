@@ -54,11 +54,16 @@ impl Spool {
     /// Errors: [`Error::Io`] when the spool path cannot be created (it must belong to the
     /// cluster's OS user).
     pub fn open(s: &Settings, stanza: &str) -> Result<Spool> {
-        let dir = s.archive.spool_path.join("archive").join(stanza);
+        let dir = Spool::dir_of(s, stanza);
         for d in [dir.join("out"), dir.join("gap")] {
             crate::io::fs::create_dir_all(&d, DIR_MODE)?;
         }
         Ok(Spool { dir })
+    }
+
+    /// `<spool-path>/archive/<stanza>`, the stanza's spool directory (nothing is created).
+    pub fn dir_of(s: &Settings, stanza: &str) -> PathBuf {
+        s.archive.spool_path.join("archive").join(stanza)
     }
 
     /// `out/<name>.<ext>`.

@@ -10,6 +10,7 @@
 //! marked `.ready` and the age of the oldest) and the asynchronous pusher's errors in the
 //! spool.
 use super::info::{BackupInfo, StanzaView};
+use crate::archive::spool::Spool;
 use crate::options::Settings;
 use std::fmt::Write;
 use std::path::Path;
@@ -95,35 +96,36 @@ pub struct QueueView {
 }
 
 /// The queue of `pg_wal/archive_status` under `pg_path` and the error files of the
-/// asynchronous pusher under `spool` (`<spool-path>/archive/<stanza>/out`); missing
-/// directories count as empty. Errors: none (unreadable entries are skipped).
+/// asynchronous pusher in `spool_out` (`<spool-path>/archive/<stanza>/out`); a missing
+/// directory counts as empty. Errors: none (unreadable entries are skipped).
 pub fn queue_view(pg_path: &Path, spool_out: &Path, now: std::time::SystemTime) -> QueueView {
-    let mut q = QueueView::default();
-    let mtimes = |dir: &Path, ext: &str| -> Vec<std::time::SystemTime> {
-        std::fs::read_dir(dir)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter(|e| e.file_name().to_string_lossy().ends_with(ext))
-            .filter_map(|e| e.metadata().ok()?.modified().ok())
-            .collect()
-    };
-    let ready = mtimes(&pg_path.join("pg_wal").join("archive_status"), ".ready");
-    q.ready = ready.len() as u64;
-    if let Some(oldest) = ready.iter().min() {
-        q.oldest_age = now
-            .duration_since(*oldest)
-            .map(|d| d.as_secs_f64().round())
-            .unwrap_or(0.0);
+    let modified = |p: std::path::PathBuf| std::fs::metadata(p).ok()?.modified().ok();
+    let wal = pg_path.join("pg_wal");
+    let ready = crate::archive::queue::ready_files(&wal).unwrap_or_default();
+    let status = wal.join("archive_status");
+    let oldest = ready
+        .iter()
+        .filter_map(|n| modified(status.join(format!("{n}.ready"))))
+        .min();
+    let errors: Vec<std::time::SystemTime> = std::fs::read_dir(spool_out)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".error"))
+        .filter_map(|e| modified(e.path()))
+        .collect();
+    QueueView {
+        ready: ready.len() as u64,
+        oldest_age: oldest
+            .and_then(|t| now.duration_since(t).ok())
+            .map_or(0.0, |d| d.as_secs_f64().round()),
+        errors: errors.len() as u64,
+        last_error: errors.iter().max().and_then(|t| {
+            t.duration_since(std::time::UNIX_EPOCH)
+                .ok()
+                .map(|d| d.as_secs() as f64)
+        }),
     }
-    let errors = mtimes(spool_out, ".error");
-    q.errors = errors.len() as u64;
-    q.last_error = errors.iter().max().and_then(|t| {
-        t.duration_since(std::time::UNIX_EPOCH)
-            .ok()
-            .map(|d| d.as_secs() as f64)
-    });
-    q
 }
 
 /// The queue of this host for each stanza of `v` when `pg-path` is set (the database
@@ -134,12 +136,7 @@ pub fn queues(s: &Settings, v: &[StanzaView]) -> Vec<(String, QueueView)> {
     };
     v.iter()
         .map(|st| {
-            let out = s
-                .archive
-                .spool_path
-                .join("archive")
-                .join(&st.stanza)
-                .join("out");
+            let out = Spool::dir_of(s, &st.stanza).join("out");
             (
                 st.stanza.clone(),
                 queue_view(pg, &out, std::time::SystemTime::now()),

@@ -48,6 +48,30 @@ impl Pacer {
     }
 }
 
+/// Pauses between two looks at something that usually comes within milliseconds (the WAL
+/// summarizer's progress, a segment reaching the archive): 5 ms first, doubling up to `max`.
+#[derive(Debug)]
+pub struct Backoff {
+    pause: Duration,
+    max: Duration,
+}
+
+impl Backoff {
+    /// Starts at 5 ms (or `max` when that is less).
+    pub fn new(max: Duration) -> Backoff {
+        Backoff {
+            pause: Duration::from_millis(5).min(max),
+            max,
+        }
+    }
+
+    /// Sleeps for the current pause, then doubles it (at most `max`).
+    pub fn sleep(&mut self) {
+        std::thread::sleep(self.pause);
+        self.pause = (self.pause * 2).min(self.max);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -88,29 +112,5 @@ mod tests {
         // 16 requests of 256 KiB at 4 MiB/s: the last waits for all 4 MiB, 1 s.
         let e = t.elapsed().as_secs_f64();
         assert!((0.95..1.3).contains(&e), "{e}");
-    }
-}
-
-/// Pauses between two looks at something that usually comes within milliseconds (the WAL
-/// summarizer's progress, a segment reaching the archive): 5 ms first, doubling up to `max`.
-#[derive(Debug)]
-pub struct Backoff {
-    pause: Duration,
-    max: Duration,
-}
-
-impl Backoff {
-    /// Starts at 5 ms (or `max` when that is less).
-    pub fn new(max: Duration) -> Backoff {
-        Backoff {
-            pause: Duration::from_millis(5).min(max),
-            max,
-        }
-    }
-
-    /// Sleeps for the current pause, then doubles it (at most `max`).
-    pub fn sleep(&mut self) {
-        std::thread::sleep(self.pause);
-        self.pause = (self.pause * 2).min(self.max);
     }
 }

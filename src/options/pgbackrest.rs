@@ -242,10 +242,12 @@ const IGNORED: &[&str] = &[
     "log-timestamp",
 ];
 
-/// True when the pgBackRest option `key` is read with a warning and otherwise ignored
-/// ([`IGNORED`]).
-pub fn ignored(key: &str) -> bool {
-    IGNORED.contains(&unindexed(key).as_str())
+/// Some(why) when the pgBackRest option `key` is read with a warning and otherwise ignored
+/// ([`IGNORED`]): the warning's reason.
+pub fn ignored(key: &str) -> Option<&'static str> {
+    IGNORED
+        .contains(&unindexed(key).as_str())
+        .then_some("pgjet logs to stderr only (log-level)")
 }
 
 /// What pgjet has near a pgBackRest option it does not implement, for the error's hint.

@@ -742,14 +742,12 @@ fn check_environment(
                     refused.cipher.push((var.clone(), "environment".into()));
                 }
             }
-            Key::PgBackRest(_) if super::pgbackrest::ignored(&key) => warnings.push(format!(
-                "environment: {var} is ignored: pgjet logs to stderr only (log-level)"
-            )),
-            Key::PgBackRest(hint) => {
-                refused
+            Key::PgBackRest(hint) => match super::pgbackrest::ignored(&key) {
+                Some(why) => warnings.push(format!("environment: {var} is ignored: {why}")),
+                None => refused
                     .unsupported
-                    .push((var.clone(), "environment".into(), hint))
-            }
+                    .push((var.clone(), "environment".into(), hint)),
+            },
             Key::Unknown => warnings.push(format!("environment: unknown variable {var}, ignored")),
         }
     }
@@ -809,20 +807,13 @@ fn check_file(src: &Sources, warnings: &mut Vec<String>, refused: &mut Refused) 
                         refused.cipher.push((key.to_string(), place.clone()));
                     }
                 }
-                Key::PgBackRest(_) if super::pgbackrest::ignored(key) => {
-                    if applies_here {
-                        warnings.push(format!(
-                            "{place}: {key} is ignored: pgjet logs to stderr only (log-level)"
-                        ));
-                    }
-                }
-                Key::PgBackRest(hint) => {
-                    if applies_here {
-                        refused
-                            .unsupported
-                            .push((key.to_string(), place.clone(), hint));
-                    }
-                }
+                Key::PgBackRest(hint) if applies_here => match super::pgbackrest::ignored(key) {
+                    Some(why) => warnings.push(format!("{place}: {key} is ignored: {why}")),
+                    None => refused
+                        .unsupported
+                        .push((key.to_string(), place.clone(), hint)),
+                },
+                Key::PgBackRest(_) => {}
                 Key::Unknown => warnings.push(format!("{place}: unknown option {key}, ignored")),
             }
         }

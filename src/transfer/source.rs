@@ -290,40 +290,57 @@ struct LocalReader<'a> {
 }
 
 /// A unit of 2 to [`SCATTERED_PER_UNIT`] pieces of at most this many bytes each (an
-/// incremental's changed blocks, or a few small files) is read by
-/// [`LocalReader::read_scattered`].
+/// incremental's changed blocks, or a few small files) is read scattered: see
+/// [`LocalReader`]'s `read`.
 const SCATTERED_MAX: u32 = 64 << 10;
 
 impl LocalReader<'_> {
-    /// [`SourceReader::read`] for small scattered pieces: each announced to the kernel first
-    /// ([`Reader::will_need`]), then read through the page cache. A direct read of each keeps
-    /// one request in flight per thread, and the changed blocks of an incremental, spread
-    /// over the files, are bound by the disk's latency, not its rate. Measured on a
-    /// PostgreSQL 18 cluster of bench/incr.sh's size (pgbench scale 100, about 4 800 changed
-    /// blocks, WAL summaries, cold cache, 5 alternating runs): the copy of the changed blocks
-    /// took 0.22-0.31 s against 0.41-0.76 s with direct reads, the incr 0.45-0.60 s against
-    /// 0.68-1.03 s.
-    fn read_scattered(
+    /// `files[i]` opened (through the page cache only when `cached`); None when it no longer
+    /// exists. Errors: any other open failure, naming the file.
+    fn open(&self, files: &[SourceFile], i: usize, cached: bool) -> Result<Option<Reader>> {
+        let abs = self.src.pgdata.join(&*files[i].path);
+        let opened = if cached {
+            Reader::open_cached(&abs)
+        } else {
+            Reader::open(&abs)
+        };
+        match opened {
+            Ok(h) => Ok(Some(h)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(Error::io("open", &abs, e)),
+        }
+    }
+}
+
+impl SourceReader for LocalReader<'_> {
+    /// Reads each piece with direct I/O, one file open at a time (a bundle names thousands
+    /// of small files). Small scattered pieces ([`SCATTERED_MAX`]) are instead announced to
+    /// the kernel first ([`Reader::will_need`]), every file of the unit open, and read
+    /// through the page cache: a direct read of each keeps one request in flight per
+    /// thread, and the changed blocks of an incremental, spread over the files, are bound by
+    /// the disk's latency, not its rate. Measured on a PostgreSQL 18 cluster of
+    /// bench/incr.sh's size (pgbench scale 100, about 4 800 changed blocks, WAL summaries,
+    /// cold cache, 5 alternating runs): the copy of the changed blocks took 0.22-0.31 s
+    /// against 0.41-0.76 s with direct reads, the incr 0.45-0.60 s against 0.68-1.03 s.
+    fn read(
         &mut self,
         files: &[SourceFile],
         pieces: &[PieceSpec],
         buf: &mut [u8],
     ) -> Result<Vec<bool>> {
-        // (file, handle; None when the file is gone), at most SCATTERED_PER_UNIT of them.
+        // (file, handle; None when the file is gone)
         let mut handles: Vec<(usize, Option<Reader>)> = Vec::new();
-        for spec in pieces {
-            let i = spec.index();
-            if !handles.iter().any(|(j, _)| *j == i) {
-                let abs = self.src.pgdata.join(&*files[i].path);
-                let h = match Reader::open_cached(&abs) {
-                    Ok(h) => Some(h),
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-                    Err(e) => return Err(Error::io("open", &abs, e)),
-                };
-                handles.push((i, h));
-            }
-            if let Some((_, Some(h))) = handles.iter().find(|(j, _)| *j == i) {
-                h.will_need(spec.offset, spec.len as u64);
+        if (2..=SCATTERED_PER_UNIT).contains(&pieces.len())
+            && pieces.iter().all(|p| p.len <= SCATTERED_MAX)
+        {
+            for spec in pieces {
+                let i = spec.index();
+                if !handles.iter().any(|(j, _)| *j == i) {
+                    handles.push((i, self.open(files, i, true)?));
+                }
+                if let Some((_, Some(h))) = handles.iter().find(|(j, _)| *j == i) {
+                    h.will_need(spec.offset, spec.len as u64);
+                }
             }
         }
         let mut found = Vec::with_capacity(pieces.len());
@@ -332,6 +349,11 @@ impl LocalReader<'_> {
             let range = pos..pos + spec.len as usize;
             pos += spec.len as usize;
             let i = spec.index();
+            if !handles.iter().any(|(j, _)| *j == i) {
+                // not announced: this file only, the one before closed
+                handles.clear();
+                handles.push((i, self.open(files, i, false)?));
+            }
             match handles.iter().find(|(j, _)| *j == i) {
                 Some((_, Some(h))) => {
                     h.read_padded(&mut buf[range], spec.offset)
@@ -339,46 +361,6 @@ impl LocalReader<'_> {
                     found.push(true);
                 }
                 _ => found.push(false),
-            }
-        }
-        Ok(found)
-    }
-}
-
-impl SourceReader for LocalReader<'_> {
-    fn read(
-        &mut self,
-        files: &[SourceFile],
-        pieces: &[PieceSpec],
-        buf: &mut [u8],
-    ) -> Result<Vec<bool>> {
-        if (2..=SCATTERED_PER_UNIT).contains(&pieces.len())
-            && pieces.iter().all(|p| p.len <= SCATTERED_MAX)
-        {
-            return self.read_scattered(files, pieces, buf);
-        }
-        let mut found = Vec::with_capacity(pieces.len());
-        let mut pos = 0usize;
-        let mut open: Option<(usize, Option<Reader>)> = None;
-        for spec in pieces {
-            let range = pos..pos + spec.len as usize;
-            pos += spec.len as usize;
-            let abs = self.src.pgdata.join(&*files[spec.index()].path);
-            if open.as_ref().map(|(i, _)| *i) != Some(spec.index()) {
-                let h = match Reader::open(&abs) {
-                    Ok(h) => Some(h),
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-                    Err(e) => return Err(Error::io("open", &abs, e)),
-                };
-                open = Some((spec.index(), h));
-            }
-            match open.as_ref().and_then(|(_, h)| h.as_ref()) {
-                Some(h) => {
-                    h.read_padded(&mut buf[range], spec.offset)
-                        .map_err(|e| Error::io("read", &abs, e))?;
-                    found.push(true);
-                }
-                None => found.push(false),
             }
         }
         Ok(found)
