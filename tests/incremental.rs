@@ -456,6 +456,13 @@ fn chain_scenario(pg: Pg, tag: &str, transport: &str, summarize_wal: bool) {
         "{m}"
     );
     assert!(m.contains("pgjet_archive_push_queue_segments{"), "{m}");
+    pgjet(
+        &verify_args(&c.repo, &chain[4].label)
+            .into_iter()
+            .chain(args!["--output", "prometheus"])
+            .collect::<Vec<_>>(),
+    )
+    .fails_with("--output prometheus applies to info only");
 
     // A second full, then retention-full 1: the first full goes with its whole chain.
     let (f2, _) = backup(&c, "full", &["--transport", transport, "--no-expire"]);
