@@ -12,7 +12,8 @@
 //! ("Creating Certificates": `openssl req -new -x509 ...`, so `CA:TRUE`) given as its own
 //! trust root (accepted); a CA and a leaf it signed (accepted); the right certificate with
 //! another host name (refused: the name); an expired self-signed certificate as its own root
-//! (refused: the date); another CA, and another self-signed certificate (refused: the issuer).
+//! (refused: the date); another CA, and another self-signed certificate (refused: the issuer);
+//! client certificates for a `cert` line in pg_hba.conf, and a key file others may read.
 //! Each refusal names its cause in the message, and the hint is about TLS and the option to
 //! check, not about a stopped cluster.
 mod common;
@@ -292,6 +293,75 @@ fn tls_libpq_trust_follows_openssl() {
         &srv.conninfo("127.0.0.1", &p("expired.crt")),
         "certificate expired",
         "expired on 2020-02-01",
+    );
+}
+
+/// Client certificates, PostgreSQL's recipe ("Creating Certificates", "Certificate
+/// Authentication"): the server trusts a CA (`ssl_ca_file`) and pg_hba.conf says `cert`, so
+/// the client's certificate, signed by that CA, must carry the user's name as its CN. With
+/// `sslcert`/`sslkey` pgjet connects as psql does; without them the server refuses both; a
+/// key file others may read is refused by both before the server is asked (libpq's rule).
+#[test]
+fn tls_libpq_client_certificate() {
+    let pki = Pki::new("tls-client-pki");
+    pki.ca_and_leaf("root", "server", "127.0.0.1", "basicConstraints=CA:FALSE\n");
+    // The client's leaf, signed by the same CA, named for the database user.
+    fs::write(pki.path("client.ext"), "basicConstraints=CA:FALSE\n").unwrap();
+    pki.sh("openssl req -new -nodes -text -out client.csr -keyout client.key -subj /CN=postgres");
+    pki.sh(
+        "openssl x509 -req -in client.csr -text -days 365 -CA root.crt -CAkey root.key \
+         -CAcreateserial -extfile client.ext -out client.crt",
+    );
+    pki.sh("cp client.key open.key && chmod 0644 open.key && chmod 0600 client.key");
+    pki.share();
+    let srv = TlsServer::new();
+    let data = srv.cluster.data();
+    fs::copy(pki.path("root.crt"), data.join("root.crt")).unwrap();
+    chown_pg_recursive(&data.join("root.crt"));
+    fs::write(
+        data.join("pg_hba.conf"),
+        "local all all trust\nhostssl all all 127.0.0.1/32 cert\n",
+    )
+    .unwrap();
+    let mut f = fs::OpenOptions::new()
+        .append(true)
+        .open(data.join("postgresql.conf"))
+        .unwrap();
+    std::io::Write::write_all(&mut f, b"ssl_ca_file = 'root.crt'\n").unwrap();
+    srv.serve(&pki.path("server.crt"), &pki.path("server.key"));
+    let p = |n: &str| pki.path(n).display().to_string();
+    let base = srv.conninfo("127.0.0.1", &pki.path("root.crt"));
+    let with = |key: &str| format!("{base} sslcert={} sslkey={}", p("client.crt"), p(key));
+
+    srv.accepted("client certificate and key", &with("client.key"));
+    let (r, psql) = srv.try_both(&base);
+    assert!(!psql, "no client certificate: psql must be refused");
+    assert!(
+        !r.success(),
+        "no client certificate: pgjet must be refused:\n{r}"
+    );
+    let (msg, hint) = split_hint(&r);
+    assert!(
+        msg.contains("requires a valid client certificate"),
+        "no client certificate: the server's reason must be shown:\n{r}"
+    );
+    assert!(
+        hint.contains("sslcert") && !hint.contains(NOT_RUNNING_HINT),
+        "no client certificate: the hint must name sslcert, not a stopped cluster:\n{r}"
+    );
+    step!(
+        "no client certificate: refused by the server, as psql is: {}",
+        r.stderr.trim()
+    );
+    let (r, psql) = srv.try_both(&with("open.key"));
+    assert!(!psql, "a key file others may read: psql must refuse it");
+    assert!(
+        !r.success() && r.stderr.contains("group or world access"),
+        "a key file others may read: pgjet must refuse it as libpq does:\n{r}"
+    );
+    step!(
+        "a key file others may read: refused, as by psql: {}",
+        r.stderr.trim()
     );
 }
 

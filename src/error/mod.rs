@@ -194,7 +194,10 @@ impl Error {
                     crate::error::tls::reason(tls),
                     libpq_tls_advice(crate::error::tls::TlsFailure::of(tls))
                 ),
-                None => "HINT: is the cluster running? Check --pg-port, --pg-socket-path, --pg-user (or --source) and pg_hba.conf.".into(),
+                None => match source.as_db_error() {
+                    Some(d) => connect_refused_hint(d.code().code(), d.message()),
+                    None => "HINT: is the cluster running? Check --pg-port, --pg-socket-path, --pg-user (or --source) and pg_hba.conf.".into(),
+                },
             },
             Error::Query { source, .. } if connection_lost(source) => "HINT: the connection to the server was lost (network, server restart or timeout); run the command again (replica-create: with --delta, to copy only what is missing).".into(),
             Error::Lost { .. } => "HINT: the connection to the server was lost (network, server restart or timeout); run the command again (replica-create: with --delta, to copy only what is missing).".into(),
@@ -279,6 +282,20 @@ fn replication_hint(user: &str, e: &ServerError) -> String {
         "HINT: check the user and password (password=, PGPASSWORD or ~/.pgpass) and pg_hba.conf's replication lines".into()
     } else {
         "HINT: the server refused the replication command; its message above says why.".into()
+    }
+}
+
+/// What to do when the server answered a connection with an error: it runs, and refused
+/// this user (SQLSTATE 28000 and 28P01: pg_hba.conf, a client certificate, a password;
+/// src/backend/libpq/auth.c), or said why (a database that does not exist, too many
+/// connections, a server starting or shutting down).
+fn connect_refused_hint(code: &str, message: &str) -> String {
+    if message.contains("client certificate") || message.contains("certificate authentication") {
+        "HINT: the server's pg_hba.conf asks for a client certificate: give sslcert and sslkey (default ~/.postgresql/postgresql.crt and .key), a certificate signed by a CA in the server's ssl_ca_file whose CN is the user's name (or one its pg_ident.conf maps).".into()
+    } else if code == "28P01" || code == "28000" {
+        "HINT: the server refused this user from this host: check the user and password (password=, PGPASSWORD or ~/.pgpass) and the server's pg_hba.conf.".into()
+    } else {
+        "HINT: the server is up and refused the connection; its message above says why.".into()
     }
 }
 

@@ -719,6 +719,35 @@ pub fn pgpass_find(text: &str, host: &str, port: &str, db: &str, user: &str) -> 
     }
     None
 }
+/// Refuses a client key file others may read, as libpq does (src/interfaces/libpq/
+/// fe-secure-openssl.c, initialize_SSL): a regular file owned by the user running pgjet may
+/// have no group or world bits (0600 or less); one owned by root may be group-readable
+/// (0640 or less). Errors: [`Error::Config`] naming the file and its mode.
+fn check_key_mode(key: &Path) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(meta) = std::fs::metadata(key) else {
+        return Ok(()); // a missing key file is reported when it is read
+    };
+    if !meta.is_file() {
+        return Ok(());
+    }
+    let mode = meta.mode() & 0o777;
+    let (bad, allowed) = if meta.uid() == 0 {
+        (
+            mode & 0o037 != 0,
+            "u=rw,g=r (0640) or less when owned by root",
+        )
+    } else {
+        (mode & 0o077 != 0, "u=rw (0600) or less")
+    };
+    if bad {
+        return Err(Error::Config(format!(
+            "private key file {} has group or world access (mode {mode:04o}); its permissions must be {allowed}, as libpq requires",
+            key.display()
+        )));
+    }
+    Ok(())
+}
 
 /// The TLS configuration for `mode` (not Disable), from libpq's keywords: the trusted
 /// certificates from sslrootcert (default ~/.postgresql/root.crt), the chain checked for
@@ -782,7 +811,10 @@ fn tls_config(
         .map(PathBuf::from)
         .or_else(|| pg_dir.as_ref().map(|d| d.join("postgresql.key")));
     let identity = match (cert.filter(|c| c.exists()), key) {
-        (Some(cert), Some(key)) => Some(ClientIdentity { cert, key }),
+        (Some(cert), Some(key)) => {
+            check_key_mode(&key)?;
+            Some(ClientIdentity { cert, key })
+        }
         _ => None,
     };
     crate::io::tls::client_config(&trust, identity.as_ref())
@@ -794,6 +826,32 @@ mod tests {
 
     fn no_env(_: &str) -> Option<String> {
         None
+    }
+
+    #[test]
+    fn client_key_files_others_may_read_are_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("pgjet-keymode-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let key = dir.join("client.key");
+        std::fs::write(&key, "not a key").unwrap();
+        // The test may run as root (0640 allowed) or as another user (0600 only).
+        let root = unsafe { libc::geteuid() } == 0;
+        for (mode, ok) in [
+            (0o600, true),
+            (0o400, true),
+            (0o640, root),
+            (0o644, false),
+            (0o660, false),
+        ] {
+            std::fs::set_permissions(&key, std::fs::Permissions::from_mode(mode)).unwrap();
+            let r = check_key_mode(&key);
+            assert_eq!(r.is_ok(), ok, "mode {mode:o}: {r:?}");
+            if let Err(e) = r {
+                assert!(e.to_string().contains("group or world access"), "{e}");
+            }
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
