@@ -768,6 +768,7 @@ fn check_file(src: &Sources, warnings: &mut Vec<String>, refused: &mut Refused) 
         return;
     };
     let path = f.path.display();
+    warn_readable_secrets(f, warnings);
     for (section, props) in f.ini.iter() {
         let Some(section) = section else {
             for (key, _) in props.iter() {
@@ -817,6 +818,39 @@ fn check_file(src: &Sources, warnings: &mut Vec<String>, refused: &mut Refused) 
                 Key::Unknown => warnings.push(format!("{place}: unknown option {key}, ignored")),
             }
         }
+    }
+}
+
+/// Warns when the config file holds a secret (an S3, GCS, Azure or SFTP key, a cipher
+/// passphrase) and any user of the host may read it (a world bit in its mode): the warning
+/// names the options, never their values.
+fn warn_readable_secrets(f: &ConfigFile, warnings: &mut Vec<String>) {
+    use std::os::unix::fs::PermissionsExt;
+    let Ok(meta) = std::fs::metadata(&f.path) else {
+        return;
+    };
+    let mode = meta.permissions().mode() & 0o777;
+    if mode & 0o007 == 0 {
+        return;
+    }
+    let mut secrets: Vec<&str> = f
+        .ini
+        .iter()
+        .flat_map(|(_, props)| props.iter().map(|(k, _)| k))
+        .filter(|k| match table::classify(k) {
+            Key::Option { def, .. } => def.secret,
+            Key::Cipher => k.ends_with("cipher-pass"),
+            _ => false,
+        })
+        .collect();
+    secrets.sort_unstable();
+    secrets.dedup();
+    if !secrets.is_empty() {
+        warnings.push(format!(
+            "config file {} holds {} and any user of this host may read it (mode {mode:04o}): chmod 0600 it (or 0640, with a group of backup users only)",
+            f.path.display(),
+            secrets.join(", ")
+        ));
     }
 }
 

@@ -743,3 +743,37 @@ fn completion_and_man_pages() {
         .unwrap()
         .is_err());
 }
+
+#[test]
+fn a_config_file_others_may_read_with_a_secret_is_warned_about() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let f = conf(
+        &dir,
+        "[global]\nrepo1-path=/var/lib/pgjet\nrepo1-s3-key-secret=TopSecret42\n",
+    );
+    let warned = |mode: u32| {
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(mode)).unwrap();
+        let i = parse(&["--config", &f, "--stanza", "main", "info"], &[]).unwrap();
+        assert!(
+            i.warnings.iter().all(|w| !w.contains("TopSecret42")),
+            "{:?}",
+            i.warnings
+        );
+        i.warnings
+            .iter()
+            .any(|w| w.contains("repo1-s3-key-secret") && w.contains("may read it"))
+    };
+    assert!(warned(0o644), "a world-readable file with a secret");
+    assert!(!warned(0o640), "group-readable only");
+    assert!(!warned(0o600), "owner only");
+    // No secret, no warning.
+    let f = conf(&dir, "[global]\nrepo1-path=/var/lib/pgjet\n");
+    std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let i = parse(&["--config", &f, "--stanza", "main", "info"], &[]).unwrap();
+    assert!(
+        i.warnings.iter().all(|w| !w.contains("may read it")),
+        "{:?}",
+        i.warnings
+    );
+}
