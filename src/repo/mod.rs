@@ -14,6 +14,7 @@
 pub mod backup;
 pub mod chain;
 pub mod cipher;
+pub mod cipher_store;
 pub mod delta;
 pub mod handle;
 pub mod incremental;

@@ -277,6 +277,11 @@ impl Storage for PosixStorage {
 
     fn remove_all(&self, dir: &str) -> Result<()> {
         let p = self.path(dir);
+        // Directories made below it are gone: a later write there makes them again.
+        self.made_dirs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|d| !d.starts_with(&p));
         match fs::remove_dir_all(&p) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),

@@ -1,0 +1,733 @@
+//! An encrypted repository: a [`Storage`] that seals every object it writes and opens every
+//! object it reads, over any store (posix, S3, GCS, Azure, SFTP), as docs/encryption.md
+//! specifies (the primitives are [`super::cipher`]'s).
+//!
+//! Which key seals an object follows from its name below the repository root:
+//!
+//! ```text
+//! <stanza>/cipher.json              plain: the KDF, the repository id, the wrapped keys
+//! <stanza>/backup/<label>/key       plain: the backup's wrapped key
+//! <stanza>/backup/<label>/...       the backup's key (made when its first object is written)
+//! <stanza>/archive/...              the archive key
+//! <stanza>/...                      the stanza key (stanza.json, the lock, check probes)
+//! ```
+//!
+//! The first object written to a stanza that has no `cipher.json` creates it (a new salt,
+//! repository id, stanza and archive keys); a stanza that holds plain objects is refused.
+//! Keys are derived and unwrapped once per stanza per process and kept in memory.
+use super::cipher::{
+    self, CipherError, DataKey, Kdf, Kek, ObjectCipher, HEADER_LEN, REPO_ID_LEN, SALT_LEN, SEGMENT,
+    TAG_LEN,
+};
+use crate::error::{Error, Result};
+use crate::io::direct::{self, AlignedBuf};
+use crate::storage::{Names, ObjectWriter, Storage};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
+use std::io::Read;
+use std::sync::{Arc, Mutex};
+
+/// `cipher.json`'s name below a stanza.
+pub const CIPHER_FILE: &str = "cipher.json";
+/// A backup's wrapped key, below its directory.
+pub const KEY_FILE: &str = "key";
+/// The one cipher pgjet writes (`repo-cipher-type`).
+pub const CIPHER_TYPE: &str = "aes-256-gcm";
+
+/// `cipher.json`.
+#[derive(Debug, Serialize, Deserialize)]
+struct CipherFile {
+    format: u32,
+    cipher: String,
+    kdf: KdfFile,
+    /// Hex of [`REPO_ID_LEN`] random bytes.
+    repository_id: String,
+    /// `stanza` and `archive`: hex of the wrapped key (nonce, ciphertext, tag).
+    keys: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct KdfFile {
+    algorithm: String,
+    memory_kib: u32,
+    passes: u32,
+    lanes: u32,
+    /// Hex of [`SALT_LEN`] bytes.
+    salt: String,
+}
+
+/// A backup's `key` file.
+#[derive(Debug, Serialize, Deserialize)]
+struct KeyFile {
+    format: u32,
+    /// Hex of the wrapped key.
+    key: String,
+}
+
+/// The keys of one stanza, once its passphrase opened them.
+struct StanzaKeys {
+    repo_id: [u8; REPO_ID_LEN],
+    kek: Kek,
+    stanza: Arc<DataKey>,
+    archive: Arc<DataKey>,
+    backups: Mutex<HashMap<String, Arc<DataKey>>>,
+}
+
+/// What an object's name says about its encryption.
+#[derive(Debug, PartialEq, Eq)]
+enum Class<'a> {
+    /// Stored as it is: `cipher.json`, a backup's `key`.
+    Plain,
+    Stanza(&'a str),
+    Archive(&'a str),
+    /// (stanza, label).
+    Backup(&'a str, &'a str),
+    /// Not below a stanza: pgjet writes nothing there.
+    Outside,
+}
+
+fn classify(name: &str) -> Class<'_> {
+    let Some((stanza, rest)) = name.split_once('/') else {
+        return Class::Outside;
+    };
+    if rest == CIPHER_FILE {
+        return Class::Plain;
+    }
+    if let Some((label, object)) = rest.strip_prefix("backup/").and_then(|r| r.split_once('/')) {
+        return if object == KEY_FILE {
+            Class::Plain
+        } else {
+            Class::Backup(stanza, label)
+        };
+    }
+    if rest.starts_with("archive/") {
+        return Class::Archive(stanza);
+    }
+    Class::Stanza(stanza)
+}
+
+/// An object's data key and its stanza's repository id.
+struct Sealing {
+    keys: Arc<StanzaKeys>,
+    key: Arc<DataKey>,
+}
+
+impl Sealing {
+    fn cipher(&self) -> ObjectCipher<'_> {
+        ObjectCipher {
+            key: &self.key,
+            repo_id: &self.keys.repo_id,
+        }
+    }
+}
+
+fn hex_array<const N: usize>(what: &str, s: &str) -> Result<[u8; N]> {
+    let v = hex::decode(s).map_err(|_| Error::Repo(format!("{what}: not hex")))?;
+    v.try_into()
+        .map_err(|_| Error::Repo(format!("{what}: not {N} bytes")))
+}
+
+/// A store whose objects are encrypted with the passphrase of repository `repo`.
+pub struct CipherStorage {
+    inner: Arc<dyn Storage>,
+    repo: u8,
+    pass: zeroize::Zeroizing<Vec<u8>>,
+    stanzas: Mutex<HashMap<String, Arc<StanzaKeys>>>,
+}
+
+impl CipherStorage {
+    /// `inner` encrypted with `passphrase` (repository number `repo`, for messages).
+    pub fn new(inner: Arc<dyn Storage>, repo: u8, passphrase: &str) -> CipherStorage {
+        CipherStorage {
+            inner,
+            repo,
+            pass: zeroize::Zeroizing::new(passphrase.as_bytes().to_vec()),
+            stanzas: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn wrong_passphrase(&self) -> Error {
+        let n = self.repo;
+        Error::Repo(format!(
+            "repository repo{n}: the passphrase (repo{n}-cipher-pass) does not open its keys"
+        ))
+    }
+
+    fn plain_stanza(&self, stanza: &str) -> Error {
+        let n = self.repo;
+        Error::Repo(format!(
+            "stanza '{stanza}' of repo{n} was created without encryption, but repo{n}-cipher-type={CIPHER_TYPE} is set: \
+             remove repo{n}'s cipher options to use it, or create the stanza in an empty repository"
+        ))
+    }
+
+    /// Opens `cipher.json`'s keys with the passphrase. Errors: a wrong passphrase; a file
+    /// that is not one pgjet wrote.
+    fn open_keys(&self, name: &str, bytes: &[u8]) -> Result<StanzaKeys> {
+        let f: CipherFile = serde_json::from_slice(bytes)
+            .map_err(|e| Error::Repo(format!("{name}: not a cipher file pgjet can read: {e}")))?;
+        if f.format != 1 || f.cipher != CIPHER_TYPE || f.kdf.algorithm != "argon2id" {
+            return Err(Error::Repo(format!(
+                "{name}: format {} cipher {} kdf {} is not one this pgjet reads (1, {CIPHER_TYPE}, argon2id)",
+                f.format, f.cipher, f.kdf.algorithm
+            )));
+        }
+        let kdf = Kdf {
+            memory_kib: f.kdf.memory_kib,
+            passes: f.kdf.passes,
+            lanes: f.kdf.lanes,
+            salt: hex_array::<SALT_LEN>(name, &f.kdf.salt)?,
+        };
+        let repo_id = hex_array::<REPO_ID_LEN>(name, &f.repository_id)?;
+        let kek = kdf.derive(&self.pass)?;
+        let unwrap = |which: &str| -> Result<Arc<DataKey>> {
+            let wrapped = f
+                .keys
+                .get(which)
+                .and_then(|h| hex::decode(h).ok())
+                .ok_or_else(|| Error::Repo(format!("{name}: no {which} key")))?;
+            match kek.unwrap(&repo_id, which, &wrapped) {
+                Ok(k) => Ok(Arc::new(k)),
+                Err(CipherError::WrongPassphrase(_)) => Err(self.wrong_passphrase()),
+                Err(e) => Err(e.into()),
+            }
+        };
+        let (stanza, archive) = (unwrap("stanza")?, unwrap("archive")?);
+        Ok(StanzaKeys {
+            repo_id,
+            kek,
+            stanza,
+            archive,
+            backups: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// A new `cipher.json`: a fresh salt, repository id, stanza and archive keys.
+    fn new_cipher_file(&self) -> Result<Vec<u8>> {
+        let kdf = Kdf::new()?;
+        let repo_id = cipher::new_repository_id()?;
+        let kek = kdf.derive(&self.pass)?;
+        let mut keys = BTreeMap::new();
+        for which in ["stanza", "archive"] {
+            let wrapped = kek.wrap(&repo_id, which, &DataKey::random()?)?;
+            keys.insert(which.to_string(), hex::encode(wrapped));
+        }
+        let f = CipherFile {
+            format: 1,
+            cipher: CIPHER_TYPE.into(),
+            kdf: KdfFile {
+                algorithm: "argon2id".into(),
+                memory_kib: kdf.memory_kib,
+                passes: kdf.passes,
+                lanes: kdf.lanes,
+                salt: hex::encode(kdf.salt),
+            },
+            repository_id: hex::encode(repo_id),
+            keys,
+        };
+        serde_json::to_vec_pretty(&f).map_err(|e| Error::Other(e.to_string()))
+    }
+
+    /// The keys of `stanza`, opened once. Without a `cipher.json`: made when `write`
+    /// (unless the stanza holds plain objects: refused), else None.
+    fn stanza_keys(&self, stanza: &str, write: bool) -> Result<Option<Arc<StanzaKeys>>> {
+        let mut cache = self.stanzas.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(k) = cache.get(stanza) {
+            return Ok(Some(k.clone()));
+        }
+        let name = format!("{stanza}/{CIPHER_FILE}");
+        for _ in 0..2 {
+            match self.inner.get(&name) {
+                Ok(bytes) => {
+                    let keys = Arc::new(self.open_keys(&name, &bytes)?);
+                    cache.insert(stanza.to_string(), keys.clone());
+                    return Ok(Some(keys));
+                }
+                Err(e) if !e.is_not_found() => return Err(e),
+                Err(_) if !write => return Ok(None),
+                Err(_) => {
+                    if self.inner.exists(&format!("{stanza}/stanza.json"))? {
+                        return Err(self.plain_stanza(stanza));
+                    }
+                    // Lost a race with another process: read the one it made.
+                    self.inner.create_new(&name, &self.new_cipher_file()?)?;
+                }
+            }
+        }
+        Err(Error::Repo(format!("{name}: could not be created or read")))
+    }
+
+    /// The key of backup `label`: from its `key` file, or (when `write`) a new one whose
+    /// file is written first. None when it has none and `!write`.
+    fn backup_key(
+        &self,
+        keys: &StanzaKeys,
+        stanza: &str,
+        label: &str,
+        write: bool,
+    ) -> Result<Option<Arc<DataKey>>> {
+        let mut cache = keys.backups.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(k) = cache.get(label) {
+            return Ok(Some(k.clone()));
+        }
+        let name = format!("{stanza}/backup/{label}/{KEY_FILE}");
+        let which = format!("backup/{label}");
+        for _ in 0..2 {
+            match self.inner.get(&name) {
+                Ok(bytes) => {
+                    let f: KeyFile = serde_json::from_slice(&bytes)
+                        .map_err(|e| Error::Repo(format!("{name}: not a key file: {e}")))?;
+                    let wrapped =
+                        hex::decode(&f.key).map_err(|_| Error::Repo(format!("{name}: not hex")))?;
+                    let key = match keys.kek.unwrap(&keys.repo_id, &which, &wrapped) {
+                        Ok(k) => Arc::new(k),
+                        Err(CipherError::WrongPassphrase(_)) => {
+                            return Err(Error::Repo(format!(
+                                "{name}: does not open with this repository's passphrase (damaged, or another backup's key)"
+                            )))
+                        }
+                        Err(e) => return Err(e.into()),
+                    };
+                    cache.insert(label.to_string(), key.clone());
+                    return Ok(Some(key));
+                }
+                Err(e) if !e.is_not_found() => return Err(e),
+                Err(_) if !write => return Ok(None),
+                Err(_) => {
+                    let wrapped = keys.kek.wrap(&keys.repo_id, &which, &DataKey::random()?)?;
+                    let f = KeyFile {
+                        format: 1,
+                        key: hex::encode(wrapped),
+                    };
+                    let bytes = serde_json::to_vec(&f).map_err(|e| Error::Other(e.to_string()))?;
+                    self.inner.create_new(&name, &bytes)?;
+                }
+            }
+        }
+        Err(Error::Repo(format!("{name}: could not be created or read")))
+    }
+
+    /// How object `name` is sealed: None for a plain one. On a read (`!write`) of an object
+    /// whose key does not exist: the store's not-found error when the object does not
+    /// exist either, else a clear refusal.
+    fn sealing(&self, name: &str, write: bool) -> Result<Option<Sealing>> {
+        let stanza = match classify(name) {
+            Class::Plain => return Ok(None),
+            Class::Outside => {
+                return Err(Error::Repo(format!(
+                    "{name}: an object outside any stanza in an encrypted repository"
+                )))
+            }
+            Class::Stanza(s) | Class::Archive(s) | Class::Backup(s, _) => s,
+        };
+        let Some(keys) = self.stanza_keys(stanza, write)? else {
+            // No cipher.json: the object is missing (the stanza is not created), or plain.
+            self.inner.get(name)?;
+            return Err(self.plain_stanza(stanza));
+        };
+        let key = match classify(name) {
+            Class::Archive(_) => keys.archive.clone(),
+            Class::Backup(_, label) => match self.backup_key(&keys, stanza, label, write)? {
+                Some(k) => k,
+                None => {
+                    self.inner.get(name)?;
+                    return Err(Error::Repo(format!(
+                        "backup {label}: its key ({stanza}/backup/{label}/{KEY_FILE}) is missing, so its objects cannot be opened"
+                    )));
+                }
+            },
+            _ => keys.stanza.clone(),
+        };
+        Ok(Some(Sealing { keys, key }))
+    }
+
+    /// Forgets the cached keys of the backups below `dir` (their key files may be gone).
+    fn forget(&self, dir: &str) {
+        let stanzas = self.stanzas.lock().unwrap_or_else(|p| p.into_inner());
+        for (stanza, keys) in stanzas.iter() {
+            let mine = dir == stanza.as_str() || dir.starts_with(&format!("{stanza}/"));
+            if mine || dir.is_empty() {
+                keys.backups
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .retain(|label, _| {
+                        let d = format!("{stanza}/backup/{label}");
+                        !(d.starts_with(dir) || dir.starts_with(&d))
+                    });
+            }
+        }
+    }
+}
+
+thread_local! {
+    /// A sealed object's buffer for [`CipherStorage::get_into`], reused by each thread.
+    static SEALED: std::cell::RefCell<Option<AlignedBuf>> = const { std::cell::RefCell::new(None) };
+}
+
+impl Storage for CipherStorage {
+    fn describe(&self) -> String {
+        format!("{} (encrypted, {CIPHER_TYPE})", self.inner.describe())
+    }
+
+    fn put(&self, name: &str, data: &[u8]) -> Result<()> {
+        match self.sealing(name, true)? {
+            None => self.inner.put(name, data),
+            Some(s) => self.inner.put(name, &s.cipher().seal(name, data)?),
+        }
+    }
+
+    fn read_ahead(&self) -> usize {
+        self.inner.read_ahead()
+    }
+
+    fn put_durable(&self, name: &str, data: &[u8]) -> Result<()> {
+        match self.sealing(name, true)? {
+            None => self.inner.put_durable(name, data),
+            Some(s) => self.inner.put_durable(name, &s.cipher().seal(name, data)?),
+        }
+    }
+
+    fn create_new(&self, name: &str, data: &[u8]) -> Result<bool> {
+        match self.sealing(name, true)? {
+            None => self.inner.create_new(name, data),
+            Some(s) => self.inner.create_new(name, &s.cipher().seal(name, data)?),
+        }
+    }
+
+    fn get_range(&self, name: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
+        let Some(s) = self.sealing(name, false)? else {
+            return self.inner.get_range(name, offset, len);
+        };
+        let Some(sealed) = self.inner.size(name)? else {
+            return self.inner.get_range(name, offset, len);
+        };
+        let plain = cipher::plain_size(name, sealed)?;
+        if offset.saturating_add(len) > plain {
+            return Err(Error::Repo(format!(
+                "{name}: {len} bytes at {offset} asked of an object of {plain}"
+            )));
+        }
+        if len == 0 {
+            return Ok(Vec::new());
+        }
+        let (first, at, n) = ObjectCipher::range(offset, len, plain);
+        let header = self.inner.get_range(name, 0, HEADER_LEN as u64)?;
+        let body = self.inner.get_range(name, at, n)?;
+        let start = first as u64 * SEGMENT as u64;
+        let end = (start + n - n.div_ceil((SEGMENT + TAG_LEN) as u64) * TAG_LEN as u64).min(plain);
+        let mut out = vec![0u8; (end - start) as usize];
+        s.cipher()
+            .open_segments(name, &header, first, plain, &body, &mut out)?;
+        let from = (offset - start) as usize;
+        Ok(out[from..from + len as usize].to_vec())
+    }
+
+    fn get(&self, name: &str) -> Result<Vec<u8>> {
+        match self.sealing(name, false)? {
+            None => self.inner.get(name),
+            Some(s) => Ok(s.cipher().open(name, &self.inner.get(name)?)?),
+        }
+    }
+
+    fn get_into(&self, name: &str, size: Option<u64>, buf: &mut AlignedBuf) -> Result<()> {
+        let Some(s) = self.sealing(name, false)? else {
+            return self.inner.get_into(name, size, buf);
+        };
+        SEALED.with(|cell| {
+            let mut slot = cell.borrow_mut();
+            let sealed = slot.get_or_insert_with(|| direct::aligned_buf(0));
+            self.inner
+                .get_into(name, size.map(cipher::sealed_size), sealed)?;
+            let plain = cipher::plain_size(name, sealed.len() as u64)?;
+            buf.clear();
+            buf.resize(plain as usize, 0);
+            s.cipher().open_segments(
+                name,
+                &sealed[..HEADER_LEN],
+                0,
+                plain,
+                &sealed[HEADER_LEN..],
+                buf,
+            )?;
+            Ok(())
+        })
+    }
+
+    fn reader(&self, name: &str) -> Result<Box<dyn Read + Send>> {
+        let Some(s) = self.sealing(name, false)? else {
+            return self.inner.reader(name);
+        };
+        let Some(sealed) = self.inner.size(name)? else {
+            return self.inner.reader(name);
+        };
+        Ok(Box::new(OpenReader {
+            plain: cipher::plain_size(name, sealed)?,
+            inner: self.inner.reader(name)?,
+            sealing: s,
+            name: name.to_string(),
+            header: None,
+            index: 0,
+            seg: Vec::new(),
+            out: Vec::new(),
+            pos: 0,
+        }))
+    }
+
+    fn writer(&self, name: &str) -> Result<Box<dyn ObjectWriter>> {
+        let Some(s) = self.sealing(name, true)? else {
+            return self.inner.writer(name);
+        };
+        Ok(Box::new(SealWriter {
+            sealer: Some(s.cipher().sealer(name)?),
+            inner: self.inner.writer(name)?,
+            out: Vec::new(),
+        }))
+    }
+
+    fn exists(&self, name: &str) -> Result<bool> {
+        self.inner.exists(name)
+    }
+
+    fn size(&self, name: &str) -> Result<Option<u64>> {
+        let Some(sealed) = self.inner.size(name)? else {
+            return Ok(None);
+        };
+        match classify(name) {
+            Class::Plain | Class::Outside => Ok(Some(sealed)),
+            _ => Ok(Some(cipher::plain_size(name, sealed)?)),
+        }
+    }
+
+    fn list(&self, dir: &str) -> Result<Names<'_>> {
+        self.inner.list(dir)
+    }
+
+    fn delete(&self, name: &str) -> Result<()> {
+        self.forget(name);
+        self.inner.delete(name)
+    }
+
+    fn remove_all(&self, dir: &str) -> Result<()> {
+        self.forget(dir);
+        self.inner.remove_all(dir)
+    }
+
+    fn sync(&self) -> Result<()> {
+        self.inner.sync()
+    }
+
+    fn cancel(&self) {
+        self.inner.cancel()
+    }
+}
+
+/// Reads an encrypted object segment by segment, each authenticated before a byte of it is
+/// returned.
+struct OpenReader {
+    inner: Box<dyn Read + Send>,
+    sealing: Sealing,
+    name: String,
+    plain: u64,
+    header: Option<[u8; HEADER_LEN]>,
+    index: u64,
+    seg: Vec<u8>,
+    out: Vec<u8>,
+    pos: usize,
+}
+
+impl Read for OpenReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let bad = |e: CipherError| std::io::Error::new(std::io::ErrorKind::InvalidData, e);
+        if self.pos == self.out.len() {
+            let start = self.index * SEGMENT as u64;
+            if start >= self.plain && !(self.plain == 0 && self.index == 0) {
+                return Ok(0);
+            }
+            let header = match self.header {
+                Some(h) => h,
+                None => {
+                    let mut h = [0u8; HEADER_LEN];
+                    self.inner.read_exact(&mut h)?;
+                    self.header = Some(h);
+                    h
+                }
+            };
+            let m = (self.plain - start).min(SEGMENT as u64) as usize;
+            self.seg.resize(m + TAG_LEN, 0);
+            self.inner.read_exact(&mut self.seg)?;
+            self.out.resize(m, 0);
+            self.sealing
+                .cipher()
+                .open_segments(
+                    &self.name,
+                    &header,
+                    self.index as u32,
+                    self.plain,
+                    &self.seg,
+                    &mut self.out,
+                )
+                .map_err(bad)?;
+            self.index += 1;
+            self.pos = 0;
+            if m == 0 {
+                return Ok(0);
+            }
+        }
+        let n = buf.len().min(self.out.len() - self.pos);
+        buf[..n].copy_from_slice(&self.out[self.pos..self.pos + n]);
+        self.pos += n;
+        Ok(n)
+    }
+}
+
+/// Seals an object written in parts.
+struct SealWriter {
+    sealer: Option<cipher::Sealer>,
+    inner: Box<dyn ObjectWriter>,
+    out: Vec<u8>,
+}
+
+impl ObjectWriter for SealWriter {
+    fn write(&mut self, data: &[u8]) -> Result<()> {
+        let Some(s) = self.sealer.as_mut() else {
+            return Err(Error::Other("write after finish".into()));
+        };
+        s.push(data, &mut self.out)?;
+        if !self.out.is_empty() {
+            self.inner.write(&self.out)?;
+            self.out.clear();
+        }
+        Ok(())
+    }
+
+    fn finish(mut self: Box<Self>) -> Result<()> {
+        if let Some(s) = self.sealer.take() {
+            s.finish(&mut self.out)?;
+        }
+        self.inner.write(&self.out)?;
+        self.inner.finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::posix::PosixStorage;
+
+    fn stores(dir: &std::path::Path) -> (Arc<dyn Storage>, CipherStorage) {
+        let plain: Arc<dyn Storage> = Arc::new(PosixStorage::open(dir).unwrap());
+        let enc = CipherStorage::new(plain.clone(), 1, "correct horse battery staple");
+        (plain, enc)
+    }
+
+    #[test]
+    fn names_choose_their_key() {
+        assert_eq!(classify("main/cipher.json"), Class::Plain);
+        assert_eq!(classify("main/backup/L/key"), Class::Plain);
+        assert_eq!(
+            classify("main/backup/L/data/000001"),
+            Class::Backup("main", "L")
+        );
+        assert_eq!(classify("main/archive/00000001/x"), Class::Archive("main"));
+        assert_eq!(classify("main/stanza.json"), Class::Stanza("main"));
+        assert_eq!(classify("main/lock/backup.json"), Class::Stanza("main"));
+        assert_eq!(classify("stray"), Class::Outside);
+    }
+
+    #[test]
+    fn every_way_in_and_out_round_trips_and_nothing_is_stored_plain() {
+        let dir = tempfile::tempdir().unwrap();
+        let (plain, enc) = stores(dir.path());
+        let data: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+        let marker = b"a row of the cluster";
+        let mut with_marker = data.clone();
+        with_marker.extend_from_slice(marker);
+        enc.put("main/stanza.json", b"{\"stanza\":\"main\"}")
+            .unwrap();
+        enc.put("main/backup/L1/data/000001", &with_marker).unwrap();
+        enc.put_durable("main/archive/00000001/seg", &data[..1000])
+            .unwrap();
+        assert!(enc.create_new("main/lock/backup.json", b"lock").unwrap());
+        assert!(!enc.create_new("main/lock/backup.json", b"lock").unwrap());
+        let mut w = enc.writer("main/backup/L1/manifest").unwrap();
+        for part in with_marker.chunks(7000) {
+            w.write(part).unwrap();
+        }
+        w.finish().unwrap();
+
+        for name in ["main/backup/L1/data/000001", "main/backup/L1/manifest"] {
+            assert_eq!(enc.get(name).unwrap(), with_marker, "{name}");
+            assert_eq!(enc.size(name).unwrap(), Some(with_marker.len() as u64));
+            let stored = plain.get(name).unwrap();
+            assert!(!stored.windows(marker.len()).any(|w| w == marker));
+            let mut back = Vec::new();
+            enc.reader(name).unwrap().read_to_end(&mut back).unwrap();
+            assert_eq!(back, with_marker, "{name} through the reader");
+            let mut buf = direct::aligned_buf(0);
+            enc.get_into(name, Some(with_marker.len() as u64), &mut buf)
+                .unwrap();
+            assert_eq!(&buf[..], &with_marker[..]);
+            for (off, len) in [(0u64, 10u64), (65530, 20), (131072, 65536), (299_990, 30)] {
+                let r = enc.get_range(name, off, len).unwrap();
+                assert_eq!(r, &with_marker[off as usize..(off + len) as usize]);
+            }
+            assert!(enc.get_range(name, 299_990, 100).is_err());
+        }
+        assert_eq!(enc.get("main/lock/backup.json").unwrap(), b"lock");
+        assert_eq!(enc.get("main/archive/00000001/seg").unwrap(), &data[..1000]);
+        // The key files are the only plain objects, and hold no key in the clear.
+        assert!(plain.exists("main/cipher.json").unwrap());
+        assert!(plain.exists("main/backup/L1/key").unwrap());
+        // A missing object is still missing.
+        assert!(enc
+            .get("main/backup/L1/data/000002")
+            .unwrap_err()
+            .is_not_found());
+        assert!(enc.get("other/stanza.json").unwrap_err().is_not_found());
+    }
+
+    #[test]
+    fn wrong_passphrase_flipped_byte_swapped_object_and_plain_stanza_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let (plain, enc) = stores(dir.path());
+        enc.put("main/backup/L1/data/000001", b"one").unwrap();
+        enc.put("main/backup/L2/data/000001", b"two").unwrap();
+        let wrong = CipherStorage::new(plain.clone(), 1, "Tr0ub4dor&3");
+        let e = wrong.get("main/backup/L1/data/000001").unwrap_err();
+        assert!(e.to_string().contains("does not open its keys"), "{e}");
+        assert!(!e.to_string().contains("Tr0ub4dor"), "{e}");
+        // A flipped byte.
+        let name = "main/backup/L1/data/000001";
+        let mut stored = plain.get(name).unwrap();
+        let last = stored.len() - 1;
+        stored[last] ^= 1;
+        plain.put(name, &stored).unwrap();
+        let e = enc.get(name).unwrap_err();
+        assert!(e.to_string().contains("does not authenticate"), "{e}");
+        // Another backup's object under this name: another key, another name.
+        let other = plain.get("main/backup/L2/data/000001").unwrap();
+        plain.put(name, &other).unwrap();
+        assert!(enc
+            .get(name)
+            .unwrap_err()
+            .to_string()
+            .contains("does not authenticate"));
+        // A backup's key file swapped for another backup's.
+        let k2 = plain.get("main/backup/L2/key").unwrap();
+        plain.put("main/backup/L1/key", &k2).unwrap();
+        let fresh = CipherStorage::new(plain.clone(), 1, "correct horse battery staple");
+        let e = fresh.get(name).unwrap_err();
+        assert!(e.to_string().contains("key"), "{e}");
+        // A stanza made without encryption is not encrypted by accident.
+        plain.put("plain/stanza.json", b"{}").unwrap();
+        let e = enc.put("plain/backup/L/data/000001", b"x").unwrap_err();
+        assert!(e.to_string().contains("created without encryption"), "{e}");
+        let e = enc.get("plain/stanza.json").unwrap_err();
+        assert!(e.to_string().contains("created without encryption"), "{e}");
+        // A removed backup's key is not reused by a new backup of the same label.
+        enc.put("main/backup/L3/data/000001", b"three").unwrap();
+        enc.remove_all("main/backup/L3").unwrap();
+        enc.put("main/backup/L3/data/000001", b"again").unwrap();
+        assert_eq!(fresh.get("main/backup/L3/data/000001").unwrap(), b"again");
+    }
+}
