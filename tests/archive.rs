@@ -1326,3 +1326,176 @@ fn pg15_posix_retention_full_time() {
     // The window's first moments: recovered to from the backup before the window.
     restore_lsn(&cluster, &repo, "window-start", &target, &all[1], "1,2,3");
 }
+
+/// Every file below `dir`, recursively.
+fn files_below(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(files_below(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// An encrypted posix repository (`repo1-cipher-type=aes-256-gcm`, the passphrase in the
+/// config file, mode 0600): stanza-create, archiving by PostgreSQL's archive_command, a
+/// backup, verify, and a point-in-time recovery whose restore_command decrypts the WAL; no
+/// stored object but the key files holds a plain byte, and the passphrase appears in no
+/// output and no file pgjet writes. Refused, each with its own message: a wrong passphrase,
+/// the repository read without one (commands and archive-get), a flipped byte in a backup's
+/// object (verify, restore) and in an archived segment (archive-get), and an object of another
+/// backup in its place.
+#[test]
+fn pg15_posix_encrypted_backup_archive_pitr_and_refusals() {
+    const PASS: &str = "Correct-Horse-Battery-Staple-4a7f";
+    let cluster = Cluster::new(&Pg::v15(), "enc15");
+    let conf = cluster.root.join("pgjet.conf");
+    let write_conf = |path: &Path, extra: &str| {
+        fs::write(
+            path,
+            format!("[global]\nrepo1-path={}\n{extra}", cluster.repo.display()),
+        )
+        .unwrap();
+        fs::set_permissions(path, fs::Permissions::from_mode(0o600)).unwrap();
+        chown_pg_recursive(path);
+    };
+    write_conf(
+        &conf,
+        &format!("repo1-cipher-type=aes-256-gcm\nrepo1-cipher-pass={PASS}\n"),
+    );
+    let repo = Repo {
+        args: args!["--config", conf.display()],
+        server: None,
+    };
+    pgbench_init(&cluster.server, 1);
+    cluster.psql("postgres", "CREATE TABLE marks (i int)");
+    let mut outputs = Vec::new();
+    outputs.push(pj(&cluster, &repo, "stanza-create", &[]).ok());
+    enable_archiving(&cluster, &repo, &[]);
+    outputs.push(pj(&cluster, &repo, "backup", &["--start-fast", "--jobs", "2"]).ok());
+    let b = newest_backup(&cluster, &repo);
+    let label = b["label"].as_str().unwrap().to_string();
+    let archive_start = b["archive_start"].as_str().unwrap().to_string();
+    let targets = write_marks(&cluster);
+    let last = archive_all(&cluster, &repo, &[], &archive_start, "encrypted archive");
+    let r = pj(&cluster, &repo, "verify", &[]).ok();
+    assert!(r.stdout.contains("WAL archive: ok"), "{r}");
+    outputs.push(r);
+
+    // Nothing stored in the clear but the key files; the passphrase nowhere.
+    let files = files_below(&cluster.repo);
+    let mut sealed = 0;
+    for f in &files {
+        let name = f.file_name().unwrap().to_string_lossy().to_string();
+        let bytes = fs::read(f).unwrap();
+        assert!(
+            !bytes.windows(PASS.len()).any(|w| w == PASS.as_bytes()),
+            "{} holds the passphrase",
+            f.display()
+        );
+        if name == "cipher.json" || name == "key" {
+            continue;
+        }
+        assert!(
+            bytes.starts_with(b"PGJAE1\0\0"),
+            "{} is not encrypted",
+            f.display()
+        );
+        sealed += 1;
+    }
+    step!("{sealed} stored objects, every one encrypted; the key files are the only plain ones");
+    assert!(files
+        .iter()
+        .any(|f| f.ends_with(format!("backup/{label}/key"))));
+
+    // Point-in-time recovery: restore_command runs archive-get with the config file.
+    pitr(
+        &cluster,
+        &repo,
+        "pitr-enc",
+        &["--type", "time", "--target", &targets.time],
+        "1,2,3,4,5",
+        "time target, encrypted repository",
+    );
+    let auto = fs::read_to_string(cluster.root.join("pitr-enc/postgresql.auto.conf")).unwrap();
+    assert!(
+        auto.contains("archive-get") && !auto.contains(PASS),
+        "{auto}"
+    );
+    for r in &outputs {
+        assert!(
+            !format!("{r}").contains(PASS),
+            "the passphrase in an output:\n{r}"
+        );
+    }
+
+    // A wrong passphrase: refused, not named.
+    let wrong = cluster.root.join("wrong.conf");
+    write_conf(
+        &wrong,
+        "repo1-cipher-type=aes-256-gcm\nrepo1-cipher-pass=Tr0ub4dor&3\n",
+    );
+    let w = Repo {
+        args: args!["--config", wrong.display()],
+        server: None,
+    };
+    let r = pj(&cluster, &w, "info", &[]).fails_with("does not open its keys");
+    assert!(!format!("{r}").contains("Tr0ub4dor"), "{r}");
+    // Without the passphrase: the stanza says it is encrypted, archive-get too.
+    let plain = posix_repo(&cluster);
+    pj(&cluster, &plain, "info", &[]).fails_with("is encrypted: set repo1-cipher-type");
+    let dest = cluster.new_dir("get");
+    let mut a = args!["archive-get", "--stanza", "main"];
+    a.extend(plain.args.iter().cloned());
+    a.extend(args![&last, dest.join("x").display()]);
+    let r = pgjet(&a).fails_with("is encrypted");
+    assert_ne!(
+        r.status.code(),
+        Some(1),
+        "an encrypted segment is not missing:\n{r}"
+    );
+
+    // A flipped byte in an archived segment: archive-get refuses it.
+    let victim = cluster
+        .repo
+        .join(format!("main/archive/00000001/{}/{last}", &last[8..16]));
+    flip_byte(&victim);
+    let mut a = args!["archive-get", "--stanza", "main"];
+    a.extend(repo.args.iter().cloned());
+    a.extend(args![&last, dest.join("y").display()]);
+    let r = pgjet(&a).fails_with("does not authenticate");
+    assert_ne!(r.status.code(), Some(1), "{r}");
+
+    // A second backup; then its first object put in the place of the first backup's:
+    // verify names it, and restore of the first refuses.
+    pj(&cluster, &repo, "backup", &["--start-fast", "--jobs", "2"]).ok();
+    let second = newest_backup(&cluster, &repo)["label"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let obj = |l: &str| cluster.repo.join(format!("main/backup/{l}/data/000001"));
+    fs::copy(obj(&second), obj(&label)).unwrap();
+    let r = pj(&cluster, &repo, "verify", &["--set", &label]);
+    assert!(!r.success(), "verify must find the swapped object:\n{r}");
+    assert!(format!("{r}").contains("000001"), "{r}");
+    let dir = cluster.new_dir("swapped");
+    let mut a = args!["restore", "--stanza", "main", "--set", &label];
+    a.extend(repo.args.iter().cloned());
+    a.extend(args!["--pg-path", dir.display()]);
+    pgjet(&a).fails_with("000001");
+    // A flipped byte in the second backup's manifest: its restore refuses.
+    flip_byte(
+        &cluster
+            .repo
+            .join(format!("main/backup/{second}/manifest.jsonl.zst")),
+    );
+    let dir = cluster.new_dir("flipped");
+    let mut a = args!["restore", "--stanza", "main", "--set", &second];
+    a.extend(repo.args.iter().cloned());
+    a.extend(args!["--pg-path", dir.display()]);
+    pgjet(&a).fails_with("does not authenticate");
+}

@@ -31,7 +31,7 @@ pub fn fetch_direct(s: &Settings, file: &WalFile, dest: &Path) -> Result<GetOutc
     let dest = resolve_path(dest);
     let mut failed = None;
     for (n, cfg) in crate::repo::open::repos_in_scope(s)? {
-        let got = crate::storage::open(cfg).and_then(|store| {
+        let got = crate::repo::open::open_store(s, n, cfg).and_then(|store| {
             let st = Stanza::new(n, store, stanza);
             let got = wal::fetch(&st, file)?;
             // "Not archived" counts only from a repository that holds the stanza: a wrong

@@ -80,6 +80,8 @@ pub struct Settings {
     pub stanza: Option<String>,
     /// The configured repositories, by number (1..=[`MAX_REPOS`]), in order.
     pub repos: Vec<(u8, RepoConfig)>,
+    /// The passphrases of the repositories with `repoN-cipher-type=aes-256-gcm`, by number.
+    pub ciphers: Vec<(u8, CipherPass)>,
     /// `--repo N`: the repository a command uses (default: the first configured).
     pub repo: Option<u8>,
     pub pg_path: Option<PathBuf>,
@@ -283,3 +285,24 @@ impl Settings {
 
 #[cfg(test)]
 mod tests;
+
+/// A repository's passphrase (`repoN-cipher-pass`): never printed, wiped when dropped.
+#[derive(Clone, PartialEq, Eq)]
+pub struct CipherPass(zeroize::Zeroizing<String>);
+
+impl CipherPass {
+    pub fn new(pass: String) -> CipherPass {
+        CipherPass(zeroize::Zeroizing::new(pass))
+    }
+
+    /// The passphrase itself, for the key derivation only.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for CipherPass {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CipherPass(..)")
+    }
+}

@@ -389,6 +389,7 @@ pub fn resolve_settings(
         given: given(&src)?,
         stanza: src.stanza.clone(),
         repos: repos(&src)?,
+        ciphers: ciphers(&src)?,
         repo: repo_number(&src)?,
         pg_path: src.get("pg-path")?.map(|f| PathBuf::from(f.value)),
         pg_port: src.parsed("pg-port")?.unwrap_or(DEFAULT_PG_PORT),
@@ -491,6 +492,55 @@ fn repos(src: &Sources) -> Result<Vec<(u8, RepoConfig)>> {
         }
         if let Some(c) = cfg? {
             out.push((n, c));
+        }
+    }
+    Ok(out)
+}
+
+/// The passphrases of the repositories whose `repoN-cipher-type` is `aes-256-gcm`.
+///
+/// Errors: another cipher type (pgBackRest's aes-256-cbc has no authentication); a cipher
+/// type without a passphrase, or a passphrase without the type.
+fn ciphers(src: &Sources) -> Result<Vec<(u8, super::CipherPass)>> {
+    let mut out = Vec::new();
+    for n in 1..=MAX_REPOS {
+        let get = |name: &str| -> Result<Option<String>> {
+            let key = format!("repo{n}-{name}");
+            match table::classify(&key) {
+                Key::Option {
+                    def, repo: Some(k), ..
+                } => Ok(src.lookup(def, Some(k))?.map(|f| f.value)),
+                _ => Ok(None),
+            }
+        };
+        let kind = get("cipher-type")?;
+        let pass = get("cipher-pass")?;
+        let kind = kind.as_deref().map(str::trim).map(str::to_ascii_lowercase);
+        match (kind.as_deref(), pass) {
+            (None | Some("none"), None) => {}
+            (Some(crate::repo::cipher_store::CIPHER_TYPE), Some(p)) if !p.is_empty() => {
+                out.push((n, super::CipherPass::new(p)))
+            }
+            (Some(crate::repo::cipher_store::CIPHER_TYPE), _) => {
+                return Err(Error::Config(format!(
+                    "repo{n}-cipher-type=aes-256-gcm needs repo{n}-cipher-pass (config file or PGJET_REPO{n}_CIPHER_PASS)"
+                )))
+            }
+            (None | Some("none"), Some(_)) => {
+                return Err(Error::Config(format!(
+                    "repo{n}-cipher-pass is set but repo{n}-cipher-type is not aes-256-gcm: set both to encrypt repo{n}, or neither"
+                )))
+            }
+            (Some("aes-256-cbc"), _) => {
+                return Err(Error::Config(format!(
+                    "repo{n}-cipher-type=aes-256-cbc (pgBackRest's) is not offered: CBC does not authenticate, and pgjet refuses data it cannot authenticate; use aes-256-gcm (in a new repository)"
+                )))
+            }
+            (Some(other), _) => {
+                return Err(Error::Config(format!(
+                    "repo{n}-cipher-type '{other}' is not one of none, aes-256-gcm"
+                )))
+            }
         }
     }
     Ok(out)
@@ -671,9 +721,10 @@ impl Refused {
                 .map(|(place, keys)| format!("{} ({place})", keys.join(", ")))
                 .collect();
             parts.push(format!(
-                "{} {} an encrypted repository, but pgjet has no encryption yet: the repository would be stored unencrypted. Remove the cipher options to store it unencrypted knowingly",
+                "{} {} not {} of pgjet's: encryption is set per repository with repoN-cipher-type=aes-256-gcm and repoN-cipher-pass; without them the repository would be stored unencrypted",
                 named.join(", "),
-                if self.cipher.len() == 1 { "asks for" } else { "ask for" }
+                if self.cipher.len() == 1 { "is" } else { "are" },
+                if self.cipher.len() == 1 { "an option" } else { "options" }
             ));
         }
         match self.unsupported.as_slice() {

@@ -665,6 +665,22 @@ pub const OPTIONS: &[OptionDef] = &[
         "S3 region of repository 1",
     ),
     repo_opt(
+        "repo-cipher-type",
+        Kind::Text,
+        "TYPE",
+        Some("none"),
+        false,
+        "none (default) or aes-256-gcm: every object the repository holds is encrypted (chosen when the stanza is created; docs/encryption.md)",
+    ),
+    repo_opt(
+        "repo-cipher-pass",
+        Kind::Text,
+        "PASSPHRASE",
+        None,
+        true,
+        "passphrase of an encrypted repository (environment or config file only)",
+    ),
+    repo_opt(
         "repo-s3-uri-style",
         Kind::Text,
         "STYLE",

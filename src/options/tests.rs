@@ -478,30 +478,64 @@ fn pgbackrest_logging_options_are_read() {
 }
 
 #[test]
-fn any_cipher_option_is_an_error() {
+fn cipher_options_choose_an_encrypted_repository_or_are_refused() {
     let dir = tempfile::tempdir().unwrap();
-    for (text, key) in [
-        ("repo1-cipher-type=aes-256-cbc\n", "repo1-cipher-type"),
-        ("repo-cipher-pass=secret\n", "repo-cipher-pass"),
-        ("repo2-cipher-type=aes-256-cbc\n", "repo2-cipher-type"),
+    // Both, from the file or the environment: repository 1 or 2 is encrypted.
+    let f = conf(
+        &dir,
+        "[global]\nrepo1-path=/r\nrepo1-cipher-type=aes-256-gcm\nrepo1-cipher-pass=a long secret\n",
+    );
+    let i = parse(&["--config", &f, "stanza-create"], &[]).unwrap();
+    assert_eq!(i.settings.ciphers.len(), 1);
+    assert_eq!(i.settings.ciphers[0].0, 1);
+    assert_eq!(i.settings.ciphers[0].1.expose(), "a long secret");
+    assert!(!format!("{:?}", i.settings).contains("a long secret"));
+    let i = parse(
+        &["--repo-path", "/r", "backup"],
+        &[
+            ("PGJET_REPO2_PATH", "/two"),
+            ("PGJET_REPO2_CIPHER_TYPE", "aes-256-gcm"),
+            ("PGJET_REPO2_CIPHER_PASS", "env secret"),
+        ],
+    )
+    .unwrap();
+    assert_eq!(i.settings.ciphers[0].0, 2);
+    // Half a setting, another cipher, or a flag for the passphrase: refused, the value
+    // never repeated.
+    for (text, said) in [
+        ("repo1-cipher-type=aes-256-gcm\n", "needs repo1-cipher-pass"),
+        (
+            "repo1-cipher-pass=secret\n",
+            "repo1-cipher-type is not aes-256-gcm",
+        ),
+        (
+            "repo1-cipher-type=aes-256-cbc\nrepo1-cipher-pass=secret\n",
+            "CBC does not authenticate",
+        ),
+        (
+            "repo1-cipher-type=rot13\nrepo1-cipher-pass=secret\n",
+            "is not one of none, aes-256-gcm",
+        ),
+        ("cipher-pass=secret\n", "encryption is set per repository"),
     ] {
         let f = conf(&dir, &format!("[global]\nrepo1-path=/r\n{text}"));
         let (e, _) = config_error(parse(&["--config", &f, "stanza-create"], &[]));
-        assert!(
-            e.contains(&format!("{key} (config file {f}, section [global]) asks for an encrypted repository, but pgjet has no encryption yet: the repository would be stored unencrypted")),
-            "{e}"
-        );
-        assert!(!e.contains("secret"), "the value is not repeated: {e}");
+        assert!(e.contains(said), "{text}: {e}");
+        assert!(!e.contains("=secret"), "the value is not repeated: {e}");
     }
-    let (e, _) = config_error(parse(&["backup"], &[("PGJET_REPO1_CIPHER_PASS", "x")]));
+    let r = parse(
+        &["--repo-cipher-pass", "x", "--repo-path", "/r", "info"],
+        &[],
+    );
     assert!(
-        e.contains("PGJET_REPO1_CIPHER_PASS (environment) asks for an encrypted repository"),
-        "{e}"
+        r.is_err(),
+        "the passphrase is not taken on the command line"
     );
     assert_eq!(classify("cipher-pass"), Key::Cipher);
     // Asking for no encryption is not an error.
     let f = conf(&dir, "[global]\nrepo1-path=/r\nrepo1-cipher-type=none\n");
-    assert!(parse(&["--config", &f, "backup"], &[]).is_ok());
+    let i = parse(&["--config", &f, "backup"], &[]).unwrap();
+    assert!(i.settings.ciphers.is_empty());
 }
 
 #[test]

@@ -1,5 +1,6 @@
 //! Opening the configured repositories: the one a command uses, every one in scope, or the
 //! first that holds a given backup.
+use super::cipher_store::CipherStorage;
 use super::Stanza;
 use crate::error::{Error, Result};
 use crate::options::{RepoConfig, Settings};
@@ -14,7 +15,19 @@ use std::sync::Arc;
 pub fn open_stanza(s: &Settings) -> Result<Stanza> {
     let stanza = s.stanza()?;
     let (n, cfg) = s.repo()?;
-    Ok(Stanza::new(n, crate::storage::open(cfg)?, stanza))
+    Ok(Stanza::new(n, open_store(s, n, cfg)?, stanza))
+}
+
+/// Opens repository `n` (`cfg`): encrypted with its passphrase when
+/// `repoN-cipher-type=aes-256-gcm` ([`CipherStorage`]), else as it is.
+///
+/// Errors: as [`crate::storage::open`].
+pub fn open_store(s: &Settings, n: u8, cfg: &RepoConfig) -> Result<Arc<dyn Storage>> {
+    let store = crate::storage::open(cfg)?;
+    Ok(match s.ciphers.iter().find(|(k, _)| *k == n) {
+        Some((_, pass)) => Arc::new(CipherStorage::new(store, n, pass.expose())),
+        None => store,
+    })
 }
 
 /// The command's stanza in every configured repository but number `except`; a repository
@@ -27,7 +40,7 @@ pub fn open_other_stanzas(s: &Settings, except: u8) -> Result<Vec<Stanza>> {
     Ok(s.repos
         .iter()
         .filter(|(n, _)| *n != except)
-        .filter_map(|(n, cfg)| match crate::storage::open(cfg) {
+        .filter_map(|(n, cfg)| match open_store(s, *n, cfg) {
             Ok(st) => Some(Stanza::new(*n, st, stanza)),
             Err(e) => {
                 tracing::warn!("repo{n}: cannot be opened: {e}");
@@ -55,7 +68,7 @@ pub fn repos_in_scope(s: &Settings) -> Result<Vec<(u8, &RepoConfig)>> {
 pub fn open_repos(s: &Settings) -> Result<Vec<(u8, Arc<dyn Storage>)>> {
     repos_in_scope(s)?
         .into_iter()
-        .map(|(n, cfg)| Ok((n, crate::storage::open(cfg)?)))
+        .map(|(n, cfg)| Ok((n, open_store(s, n, cfg)?)))
         .collect()
 }
 
@@ -85,7 +98,7 @@ pub fn open_stanza_with_set(s: &Settings, set: &str) -> Result<(Stanza, String)>
     let single = scope.len() == 1;
     let mut why = Vec::new();
     for (n, cfg) in scope {
-        let found = crate::storage::open(cfg).and_then(|store| {
+        let found = open_store(s, n, cfg).and_then(|store| {
             let st = Stanza::new(n, store, stanza);
             st.info()?;
             let label = st.resolve_set(set)?.label().to_string();

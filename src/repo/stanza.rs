@@ -33,6 +33,13 @@ impl Stanza {
             }
             Err(e) => return Err(e),
         };
+        if bytes.starts_with(super::cipher::MAGIC) {
+            let n = self.repo();
+            return Err(Error::Repo(format!(
+                "stanza '{}' of repo{n} is encrypted: set repo{n}-cipher-type=aes-256-gcm and repo{n}-cipher-pass (config file or PGJET_REPO{n}_CIPHER_PASS)",
+                self.name()
+            )));
+        }
         let info: StanzaInfo = serde_json::from_slice(&bytes)
             .map_err(|e| Error::Repo(format!("{name} is not valid: {e}")))?;
         if info.format != REPO_FORMAT {
