@@ -54,6 +54,7 @@ fn run(inv: Invocation) -> Result<(), Error> {
     let progress = term::TermProgress::for_stderr(json);
     match inv.command {
         Command::StanzaCreate => println!("{}", commands::stanza_create::run(&s)?),
+        Command::CipherPassChange => println!("{}", commands::cipher_pass::run(&s)?),
         Command::Backup(a) => {
             let r = commands::backup::run(&s, &a, &progress)?;
             if json {

@@ -1433,6 +1433,58 @@ fn pg15_posix_encrypted_backup_archive_pitr_and_refusals() {
         );
     }
 
+    // A new passphrase: only the keys' wrapping changes; the old one no longer opens the
+    // stanza, the new one opens every backup and the archive.
+    const NEW: &str = "Another-Long-Passphrase-9c2e";
+    let change = cluster.root.join("change.conf");
+    write_conf(
+        &change,
+        &format!(
+            "repo1-cipher-type=aes-256-gcm\nrepo1-cipher-pass={PASS}\nrepo1-cipher-pass-new={NEW}\n"
+        ),
+    );
+    let c = Repo {
+        args: args!["--config", change.display()],
+        server: None,
+    };
+    let data_before = fs::read(
+        cluster
+            .repo
+            .join(format!("main/backup/{label}/data/000001")),
+    )
+    .unwrap();
+    let r = pj(&cluster, &c, "cipher-pass-change", &[]).ok();
+    assert!(
+        r.stdout.contains("rewrapped") && !format!("{r}").contains(NEW),
+        "{r}"
+    );
+    step!("{}", r.stdout.trim());
+    assert_eq!(
+        fs::read(
+            cluster
+                .repo
+                .join(format!("main/backup/{label}/data/000001"))
+        )
+        .unwrap(),
+        data_before,
+        "a passphrase change rewrites no data"
+    );
+    pj(&cluster, &repo, "info", &[]).fails_with("does not open its keys");
+    write_conf(
+        &conf,
+        &format!("repo1-cipher-type=aes-256-gcm\nrepo1-cipher-pass={NEW}\n"),
+    );
+    let r = pj(&cluster, &repo, "verify", &[]).ok();
+    assert!(r.stdout.contains("WAL archive: ok"), "{r}");
+    assert!(
+        cluster
+            .repo
+            .join("main/lock")
+            .read_dir()
+            .map_or(true, |mut d| d.next().is_none()),
+        "cipher-pass-change left its lock behind"
+    );
+
     // A wrong passphrase: refused, not named.
     let wrong = cluster.root.join("wrong.conf");
     write_conf(

@@ -126,7 +126,10 @@ fn store_scenario(kind: StoreKind, encrypted: bool) {
         "the backup lock must be gone after the backup: {objects:?}"
     );
     if encrypted {
-        for want in ["main/cipher.json".to_string(), format!("main/backup/{label}/key")] {
+        for want in [
+            "main/cipher.json".to_string(),
+            format!("main/backup/{label}/key"),
+        ] {
             assert!(objects.contains(&want), "{want} is missing: {objects:?}");
         }
         // Read back raw through the library, without the passphrase: sealed.
@@ -138,7 +141,10 @@ fn store_scenario(kind: StoreKind, encrypted: bool) {
             let bytes = raw.get(o).unwrap();
             assert!(bytes.starts_with(b"PGJAE1\0\0"), "{o} is stored plain");
         }
-        step!("{kind:?}: {} objects, all sealed but the key files", objects.len());
+        step!(
+            "{kind:?}: {} objects, all sealed but the key files",
+            objects.len()
+        );
         // Without the passphrase the stanza says it is encrypted.
         let plain = s3.config_file("plain.conf", "/repo", &[]);
         pgjet(&cmd("info", &store_args(&plain, &cluster), &[])).fails_with("is encrypted");

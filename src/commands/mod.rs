@@ -4,6 +4,7 @@ pub mod archive_get;
 pub mod archive_push;
 pub mod backup;
 pub mod check;
+pub mod cipher_pass;
 pub mod expire;
 pub mod info;
 pub mod metrics;

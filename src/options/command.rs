@@ -281,6 +281,8 @@ pub enum Command {
     Check,
     ReplicaCreate(ReplicaOptions),
     Expire(ExpireOptions),
+    /// `cipher-pass-change`.
+    CipherPassChange,
     /// `archive-push WAL_PATH`.
     ArchivePush {
         wal_path: PathBuf,

@@ -82,6 +82,8 @@ pub struct Settings {
     pub repos: Vec<(u8, RepoConfig)>,
     /// The passphrases of the repositories with `repoN-cipher-type=aes-256-gcm`, by number.
     pub ciphers: Vec<(u8, CipherPass)>,
+    /// `repoN-cipher-pass-new`: the passphrases `cipher-pass-change` sets, by number.
+    pub ciphers_new: Vec<(u8, CipherPass)>,
     /// `--repo N`: the repository a command uses (default: the first configured).
     pub repo: Option<u8>,
     pub pg_path: Option<PathBuf>,

@@ -389,7 +389,8 @@ pub fn resolve_settings(
         given: given(&src)?,
         stanza: src.stanza.clone(),
         repos: repos(&src)?,
-        ciphers: ciphers(&src)?,
+        ciphers: ciphers(&src, "cipher-pass")?,
+        ciphers_new: ciphers(&src, "cipher-pass-new")?,
         repo: repo_number(&src)?,
         pg_path: src.get("pg-path")?.map(|f| PathBuf::from(f.value)),
         pg_port: src.parsed("pg-port")?.unwrap_or(DEFAULT_PG_PORT),
@@ -501,7 +502,9 @@ fn repos(src: &Sources) -> Result<Vec<(u8, RepoConfig)>> {
 ///
 /// Errors: another cipher type (pgBackRest's aes-256-cbc has no authentication); a cipher
 /// type without a passphrase, or a passphrase without the type.
-fn ciphers(src: &Sources) -> Result<Vec<(u8, super::CipherPass)>> {
+///
+/// `which`: `cipher-pass`, or `cipher-pass-new` (the passphrases cipher-pass-change sets).
+fn ciphers(src: &Sources, which: &str) -> Result<Vec<(u8, super::CipherPass)>> {
     let mut out = Vec::new();
     for n in 1..=MAX_REPOS {
         let get = |name: &str| -> Result<Option<String>> {
@@ -514,13 +517,14 @@ fn ciphers(src: &Sources) -> Result<Vec<(u8, super::CipherPass)>> {
             }
         };
         let kind = get("cipher-type")?;
-        let pass = get("cipher-pass")?;
+        let pass = get(which)?;
         let kind = kind.as_deref().map(str::trim).map(str::to_ascii_lowercase);
         match (kind.as_deref(), pass) {
             (None | Some("none"), None) => {}
             (Some(crate::repo::cipher_store::CIPHER_TYPE), Some(p)) if !p.is_empty() => {
                 out.push((n, super::CipherPass::new(p)))
             }
+            (Some(crate::repo::cipher_store::CIPHER_TYPE), None) if which != "cipher-pass" => {}
             (Some(crate::repo::cipher_store::CIPHER_TYPE), _) => {
                 return Err(Error::Config(format!(
                     "repo{n}-cipher-type=aes-256-gcm needs repo{n}-cipher-pass (config file or PGJET_REPO{n}_CIPHER_PASS)"
@@ -528,7 +532,7 @@ fn ciphers(src: &Sources) -> Result<Vec<(u8, super::CipherPass)>> {
             }
             (None | Some("none"), Some(_)) => {
                 return Err(Error::Config(format!(
-                    "repo{n}-cipher-pass is set but repo{n}-cipher-type is not aes-256-gcm: set both to encrypt repo{n}, or neither"
+                    "repo{n}-{which} is set but repo{n}-cipher-type is not aes-256-gcm: set both to encrypt repo{n}, or neither"
                 )))
             }
             (Some("aes-256-cbc"), _) => {
@@ -943,6 +947,7 @@ pub fn build_command(cmd: Cmd, cli: &CliValues, args: &[String]) -> Result<Comma
     let arg = |i: usize| args.get(i).cloned().unwrap_or_default();
     Ok(match cmd {
         Cmd::StanzaCreate => Command::StanzaCreate,
+        Cmd::CipherPassChange => Command::CipherPassChange,
         Cmd::Info => Command::Info,
         Cmd::Check => Command::Check,
         Cmd::Backup => Command::Backup(BackupOptions {

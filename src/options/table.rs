@@ -23,6 +23,7 @@ pub enum Cmd {
     Expire,
     ArchivePush,
     ArchiveGet,
+    CipherPassChange,
     /// The background pusher (hidden); takes archive-push's options.
     ArchivePushAsync,
     /// The background prefetcher (hidden); takes archive-get's options.
@@ -128,6 +129,14 @@ pub const COMMANDS: &[CommandDef] = &[
         hidden: false,
         args: &[],
         options_of: Cmd::ReplicaCreate,
+    },
+    CommandDef {
+        cmd: Cmd::CipherPassChange,
+        name: "cipher-pass-change",
+        about: "Change an encrypted repository's passphrase (repoN-cipher-pass to repoN-cipher-pass-new); only the wrapped keys are rewritten",
+        hidden: false,
+        args: &[],
+        options_of: Cmd::CipherPassChange,
     },
     CommandDef {
         cmd: Cmd::Expire,
@@ -335,6 +344,7 @@ const REPO_CMDS: Cmds = Cmds::of(&[
     Cmd::Expire,
     Cmd::ArchivePush,
     Cmd::ArchiveGet,
+    Cmd::CipherPassChange,
 ]);
 /// Commands that work on a cluster or its stanza: the options that say which cluster it is
 /// (pg-path, pg-port, pg-socket-path, pg-user, source, transport) are taken by every one of
@@ -351,6 +361,7 @@ const CLUSTER_CMDS: Cmds = Cmds::of(&[
     Cmd::Expire,
     Cmd::ArchivePush,
     Cmd::ArchiveGet,
+    Cmd::CipherPassChange,
 ]);
 /// Commands that print data or progress (not the archive commands PostgreSQL runs).
 const OUTPUT_CMDS: Cmds = Cmds::of(&[
@@ -362,6 +373,7 @@ const OUTPUT_CMDS: Cmds = Cmds::of(&[
     Cmd::Check,
     Cmd::ReplicaCreate,
     Cmd::Expire,
+    Cmd::CipherPassChange,
 ]);
 
 const H_GENERAL: &str = "General";
@@ -679,6 +691,14 @@ pub const OPTIONS: &[OptionDef] = &[
         None,
         true,
         "passphrase of an encrypted repository (environment or config file only)",
+    ),
+    repo_opt(
+        "repo-cipher-pass-new",
+        Kind::Text,
+        "PASSPHRASE",
+        None,
+        true,
+        "the new passphrase for cipher-pass-change (environment or config file only)",
     ),
     repo_opt(
         "repo-s3-uri-style",

@@ -62,12 +62,41 @@ struct KeyFile {
     format: u32,
     /// Hex of the wrapped key.
     key: String,
+    /// Which key-encrypting key wrapped it: the hex of its KDF salt (absent: the current).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    kek: Option<String>,
+    /// While the passphrase changes ([`CipherStorage::change_passphrase`]): the same key
+    /// wrapped by the next key-encrypting key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    next: Option<NextKey>,
+}
+
+/// [`KeyFile::next`].
+#[derive(Debug, Serialize, Deserialize)]
+struct NextKey {
+    kek: String,
+    key: String,
+}
+
+impl KeyFile {
+    /// The wrapped key for the key-encrypting key whose salt is `tag` (hex).
+    fn wrapped_for(&self, tag: &str) -> Option<&str> {
+        if self.kek.as_deref().is_none_or(|k| k == tag) {
+            return Some(&self.key);
+        }
+        self.next
+            .as_ref()
+            .filter(|n| n.kek == tag)
+            .map(|n| n.key.as_str())
+    }
 }
 
 /// The keys of one stanza, once its passphrase opened them.
 struct StanzaKeys {
     repo_id: [u8; REPO_ID_LEN],
     kek: Kek,
+    /// Hex of the KDF salt: names the key-encrypting key in key files.
+    kek_tag: String,
     stanza: Arc<DataKey>,
     archive: Arc<DataKey>,
     backups: Mutex<HashMap<String, Arc<DataKey>>>,
@@ -119,6 +148,10 @@ impl Sealing {
             repo_id: &self.keys.repo_id,
         }
     }
+}
+
+fn to_json<T: Serialize>(v: &T) -> Result<Vec<u8>> {
+    serde_json::to_vec_pretty(v).map_err(|e| Error::Other(e.to_string()))
 }
 
 fn hex_array<const N: usize>(what: &str, s: &str) -> Result<[u8; N]> {
@@ -196,6 +229,7 @@ impl CipherStorage {
         Ok(StanzaKeys {
             repo_id,
             kek,
+            kek_tag: f.kdf.salt.clone(),
             stanza,
             archive,
             backups: Mutex::new(HashMap::new()),
@@ -277,8 +311,14 @@ impl CipherStorage {
                 Ok(bytes) => {
                     let f: KeyFile = serde_json::from_slice(&bytes)
                         .map_err(|e| Error::Repo(format!("{name}: not a key file: {e}")))?;
-                    let wrapped =
-                        hex::decode(&f.key).map_err(|_| Error::Repo(format!("{name}: not hex")))?;
+                    let wrapped = f
+                        .wrapped_for(&keys.kek_tag)
+                        .and_then(|h| hex::decode(h).ok())
+                        .ok_or_else(|| {
+                            Error::Repo(format!(
+                                "{name}: holds no key wrapped by this stanza's current passphrase (damaged, or copied from another repository)"
+                            ))
+                        })?;
                     let key = match keys.kek.unwrap(&keys.repo_id, &which, &wrapped) {
                         Ok(k) => Arc::new(k),
                         Err(CipherError::WrongPassphrase(_)) => {
@@ -298,6 +338,8 @@ impl CipherStorage {
                     let f = KeyFile {
                         format: 1,
                         key: hex::encode(wrapped),
+                        kek: Some(keys.kek_tag.clone()),
+                        next: None,
                     };
                     let bytes = serde_json::to_vec(&f).map_err(|e| Error::Other(e.to_string()))?;
                     self.inner.create_new(&name, &bytes)?;
@@ -339,6 +381,100 @@ impl CipherStorage {
             _ => keys.stanza.clone(),
         };
         Ok(Some(Sealing { keys, key }))
+    }
+
+    /// Changes the passphrase of `stanza` to `new`: a new salt and key-encrypting key wrap
+    /// the same stanza, archive and backup keys; no object but the key files is rewritten.
+    /// Returns the number of backup keys rewrapped.
+    ///
+    /// Safe to interrupt at any point: each backup's key file first gets the key wrapped
+    /// both ways, then `cipher.json` is replaced (durably, in one write: the switch), then
+    /// the key files drop the old wrapping. Before the switch the old passphrase opens
+    /// everything, after it the new one. The caller holds the stanza's lock, so no backup
+    /// makes a key meanwhile.
+    ///
+    /// Errors: the stanza has no `cipher.json`; the current passphrase does not open it; a
+    /// key file that does not open; the store's.
+    pub fn change_passphrase(&self, stanza: &str, new: &str) -> Result<usize> {
+        let keys = self.stanza_keys(stanza, false)?.ok_or_else(|| {
+            Error::Repo(format!(
+                "stanza '{stanza}' has no {CIPHER_FILE}: it is not encrypted"
+            ))
+        })?;
+        let name = format!("{stanza}/{CIPHER_FILE}");
+        let old: CipherFile = serde_json::from_slice(&self.inner.get(&name)?)
+            .map_err(|e| Error::Repo(format!("{name}: {e}")))?;
+        let kdf = Kdf::new()?;
+        let kek = kdf.derive(new.as_bytes())?;
+        let tag = hex::encode(kdf.salt);
+        // 1. Every backup's key wrapped both ways.
+        let mut files = Vec::new();
+        for label in crate::storage::list_sorted(self.inner.as_ref(), &format!("{stanza}/backup"))?
+        {
+            let key_name = format!("{stanza}/backup/{label}/{KEY_FILE}");
+            let mut f: KeyFile = match self.inner.get(&key_name) {
+                Ok(b) => serde_json::from_slice(&b)
+                    .map_err(|e| Error::Repo(format!("{key_name}: not a key file: {e}")))?,
+                Err(e) if e.is_not_found() => continue,
+                Err(e) => return Err(e),
+            };
+            let key = self
+                .backup_key(&keys, stanza, &label, false)?
+                .ok_or_else(|| Error::Repo(format!("{key_name}: vanished")))?;
+            let wrapped = hex::encode(kek.wrap(&keys.repo_id, &format!("backup/{label}"), &key)?);
+            f.next = Some(NextKey {
+                kek: tag.clone(),
+                key: wrapped.clone(),
+            });
+            f.kek.get_or_insert_with(|| keys.kek_tag.clone());
+            self.inner.put_durable(&key_name, &to_json(&f)?)?;
+            files.push((key_name, wrapped));
+        }
+        // 2. The switch.
+        let mut wrapped = BTreeMap::new();
+        for (which, key) in [("stanza", &keys.stanza), ("archive", &keys.archive)] {
+            wrapped.insert(
+                which.to_string(),
+                hex::encode(kek.wrap(&keys.repo_id, which, key)?),
+            );
+        }
+        let f = CipherFile {
+            kdf: KdfFile {
+                algorithm: "argon2id".into(),
+                memory_kib: kdf.memory_kib,
+                passes: kdf.passes,
+                lanes: kdf.lanes,
+                salt: tag.clone(),
+            },
+            keys: wrapped,
+            ..old
+        };
+        self.inner.put_durable(&name, &to_json(&f)?)?;
+        // 3. The old wrapping goes.
+        for (key_name, key) in &files {
+            let f = KeyFile {
+                format: 1,
+                key: key.clone(),
+                kek: Some(tag.clone()),
+                next: None,
+            };
+            self.inner.put_durable(key_name, &to_json(&f)?)?;
+        }
+        // This process goes on with the same keys under the new passphrase (its lock, say).
+        let backups = std::mem::take(&mut *keys.backups.lock().unwrap_or_else(|p| p.into_inner()));
+        let next = StanzaKeys {
+            repo_id: keys.repo_id,
+            kek,
+            kek_tag: tag,
+            stanza: keys.stanza.clone(),
+            archive: keys.archive.clone(),
+            backups: Mutex::new(backups),
+        };
+        self.stanzas
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(stanza.to_string(), Arc::new(next));
+        Ok(files.len())
     }
 
     /// Forgets the cached keys of the backups below `dir` (their key files may be gone).
@@ -729,5 +865,66 @@ mod tests {
         enc.remove_all("main/backup/L3").unwrap();
         enc.put("main/backup/L3/data/000001", b"again").unwrap();
         assert_eq!(fresh.get("main/backup/L3/data/000001").unwrap(), b"again");
+    }
+
+    #[test]
+    fn a_passphrase_change_rewraps_keys_only_and_survives_an_interruption() {
+        let dir = tempfile::tempdir().unwrap();
+        let (plain, enc) = stores(dir.path());
+        let objects = [
+            ("main/stanza.json", b"stanza".as_slice()),
+            ("main/archive/00000001/seg", b"wal"),
+            ("main/backup/L1/data/000001", b"one"),
+            ("main/backup/L2/data/000001", b"two"),
+        ];
+        for (n, b) in objects {
+            enc.put(n, b).unwrap();
+        }
+        let stored: Vec<Vec<u8>> = objects.iter().map(|(n, _)| plain.get(n).unwrap()).collect();
+        let old_cipher = plain.get("main/cipher.json").unwrap();
+        let old_key: KeyFile =
+            serde_json::from_slice(&plain.get("main/backup/L1/key").unwrap()).unwrap();
+        assert_eq!(enc.change_passphrase("main", "the new one").unwrap(), 2);
+        // Only the key files and cipher.json changed.
+        for ((n, _), before) in objects.iter().zip(&stored) {
+            assert_eq!(&plain.get(n).unwrap(), before, "{n} was rewritten");
+        }
+        let with = |pass: &str| CipherStorage::new(plain.clone(), 1, pass);
+        let e = with("correct horse battery staple")
+            .get("main/stanza.json")
+            .unwrap_err();
+        assert!(e.to_string().contains("does not open its keys"), "{e}");
+        let new = with("the new one");
+        for (n, b) in objects {
+            assert_eq!(new.get(n).unwrap(), b, "{n} under the new passphrase");
+        }
+        // Interrupted between the key files and the switch (old cipher.json, key files
+        // holding both wrappings): the old passphrase opens everything; after the switch
+        // (new cipher.json) the new one does.
+        let new_cipher = plain.get("main/cipher.json").unwrap();
+        let new_key: KeyFile =
+            serde_json::from_slice(&plain.get("main/backup/L1/key").unwrap()).unwrap();
+        let both = KeyFile {
+            format: 1,
+            key: old_key.key.clone(),
+            kek: old_key.kek.clone(),
+            next: Some(NextKey {
+                kek: new_key.kek.clone().unwrap(),
+                key: new_key.key.clone(),
+            }),
+        };
+        plain
+            .put("main/backup/L1/key", &to_json(&both).unwrap())
+            .unwrap();
+        plain.put("main/cipher.json", &old_cipher).unwrap();
+        let old = with("correct horse battery staple");
+        assert_eq!(old.get("main/backup/L1/data/000001").unwrap(), b"one");
+        plain.put("main/cipher.json", &new_cipher).unwrap();
+        assert_eq!(
+            with("the new one")
+                .get("main/backup/L1/data/000001")
+                .unwrap(),
+            b"one"
+        );
     }
 }
