@@ -104,17 +104,20 @@ impl Kdf {
     /// The key-encrypting key of `passphrase` (Argon2id, RFC 9106, version 0x13).
     /// Errors: parameters Argon2 refuses (a repository's `cipher.json` is input).
     pub fn derive(&self, passphrase: &[u8]) -> CResult<Kek> {
+        Ok(Kek::from_raw(&*self.derive_raw(passphrase)?))
+    }
+
+    /// The key-encrypting key of `passphrase` as bytes (for [`super::kek_cache`]).
+    pub fn derive_raw(&self, passphrase: &[u8]) -> CResult<zeroize::Zeroizing<[u8; KEY_LEN]>> {
         let params = argon2::Params::new(self.memory_kib, self.passes, self.lanes, Some(KEY_LEN))
             .map_err(|e| CipherError::Kdf(e.to_string()))?;
         let argon =
             argon2::Argon2::new(argon2::Algorithm::Argon2id, argon2::Version::V0x13, params);
-        let mut out = [0u8; KEY_LEN];
+        let mut out = zeroize::Zeroizing::new([0u8; KEY_LEN]);
         argon
-            .hash_password_into(passphrase, &self.salt, &mut out)
+            .hash_password_into(passphrase, &self.salt, &mut *out)
             .map_err(|e| CipherError::Kdf(e.to_string()))?;
-        let key = aes_key(&out);
-        out.zeroize();
-        Ok(Kek(key))
+        Ok(out)
     }
 }
 
@@ -135,6 +138,11 @@ fn wrap_aad(repo_id: &[u8; REPO_ID_LEN], name: &str) -> Vec<u8> {
 }
 
 impl Kek {
+    /// The key-encrypting key whose bytes are `raw` ([`Kdf::derive_raw`]).
+    pub fn from_raw(raw: &[u8; KEY_LEN]) -> Kek {
+        Kek(aes_key(raw))
+    }
+
     /// `key` wrapped for `name` (`stanza`, `archive`, `backup/<label>`): a random nonce, the
     /// ciphertext and the tag, `NONCE_LEN + KEY_LEN + TAG_LEN` bytes.
     pub fn wrap(&self, repo_id: &[u8; REPO_ID_LEN], name: &str, key: &DataKey) -> CResult<Vec<u8>> {
@@ -286,6 +294,46 @@ impl ObjectCipher<'_> {
         Ok(out)
     }
 
+    /// Seals `buf` (the plaintext of the object `name`) where it lies: it grows to
+    /// [`sealed_size`] bytes, each segment moved up past the header and the tags before it
+    /// (last first) and sealed in place. No other buffer is used.
+    pub fn seal_in_place(
+        &self,
+        name: &str,
+        buf: &mut crate::io::direct::AlignedBuf,
+    ) -> CResult<()> {
+        let plain = buf.len() as u64;
+        let n = segments(plain);
+        let salt: [u8; SALT_LEN] = random()?;
+        let prefix: [u8; PREFIX_LEN] = random()?;
+        let key = self.key.object_key(&salt, self.repo_id, name);
+        buf.resize(sealed_size(plain) as usize, 0);
+        let seg = |i: u64| {
+            let from = (i * SEGMENT as u64) as usize;
+            let m = (plain - from as u64).min(SEGMENT as u64) as usize;
+            (from, m, HEADER_LEN + i as usize * SEALED_SEGMENT)
+        };
+        for i in (0..n).rev() {
+            let (from, m, to) = seg(i);
+            buf.copy_within(from..from + m, to);
+        }
+        buf[..MAGIC.len()].copy_from_slice(MAGIC);
+        buf[MAGIC.len()..MAGIC.len() + SALT_LEN].copy_from_slice(&salt);
+        buf[MAGIC.len() + SALT_LEN..HEADER_LEN].copy_from_slice(&prefix);
+        for i in 0..n {
+            let (_, m, to) = seg(i);
+            let tag = key
+                .seal_in_place_separate_tag(
+                    segment_nonce(&prefix, i as u32, i == n - 1),
+                    Aad::empty(),
+                    &mut buf[to..to + m],
+                )
+                .map_err(|_| CipherError::Malformed(name.to_string(), "cannot seal"))?;
+            buf[to + m..to + m + TAG_LEN].copy_from_slice(tag.as_ref());
+        }
+        Ok(())
+    }
+
     /// A sealer for the object `name`, for bytes that arrive in parts. Its header is the
     /// first thing [`Sealer::push`] or [`Sealer::finish`] writes.
     pub fn sealer(&self, name: &str) -> CResult<Sealer> {
@@ -316,6 +364,40 @@ impl ObjectCipher<'_> {
             &mut out,
         )?;
         Ok(out)
+    }
+
+    /// Opens the whole stored object `name` where it lies: `buf` holds its sealed bytes, and
+    /// when this returns `Ok(n)` its first `n` bytes are the plaintext (each segment opened
+    /// and moved down over the header and the tags before it; nothing is copied elsewhere).
+    /// Errors: a segment does not authenticate; not of this format.
+    pub fn open_in_place(&self, name: &str, buf: &mut [u8]) -> CResult<usize> {
+        let plain = plain_size(name, buf.len() as u64)?;
+        if &buf[..MAGIC.len()] != MAGIC {
+            return Err(CipherError::Malformed(
+                name.to_string(),
+                "no pgjet encryption header",
+            ));
+        }
+        let mut salt = [0u8; SALT_LEN];
+        salt.copy_from_slice(&buf[MAGIC.len()..MAGIC.len() + SALT_LEN]);
+        let mut prefix = [0u8; PREFIX_LEN];
+        prefix.copy_from_slice(&buf[MAGIC.len() + SALT_LEN..HEADER_LEN]);
+        let key = self.key.object_key(&salt, self.repo_id, name);
+        let n = segments(plain);
+        for i in 0..n {
+            let dst = (i * SEGMENT as u64) as usize;
+            let m = (plain - dst as u64).min(SEGMENT as u64) as usize;
+            let src = HEADER_LEN + i as usize * SEALED_SEGMENT;
+            let nonce = segment_nonce(&prefix, i as u32, i == n - 1);
+            key.open_within(
+                nonce,
+                Aad::empty(),
+                &mut buf[dst..src + m + TAG_LEN],
+                src - dst..,
+            )
+            .map_err(|_| CipherError::Unauthentic(name.to_string()))?;
+        }
+        Ok(plain as usize)
     }
 
     /// Where the plaintext range `offset`, `len` of an object of `plain` bytes lies in the

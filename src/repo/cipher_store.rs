@@ -19,8 +19,9 @@ use super::cipher::{
     self, CipherError, DataKey, Kdf, Kek, ObjectCipher, HEADER_LEN, REPO_ID_LEN, SALT_LEN, SEGMENT,
     TAG_LEN,
 };
+use super::kek_cache;
 use crate::error::{Error, Result};
-use crate::io::direct::{self, AlignedBuf};
+use crate::io::direct::AlignedBuf;
 use crate::storage::{Names, ObjectWriter, Storage};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
@@ -212,7 +213,36 @@ impl CipherStorage {
             salt: hex_array::<SALT_LEN>(name, &f.kdf.salt)?,
         };
         let repo_id = hex_array::<REPO_ID_LEN>(name, &f.repository_id)?;
-        let kek = kdf.derive(&self.pass)?;
+        // A process PostgreSQL starts per segment finds the key derived by an earlier one.
+        let cached = kek_cache::lookup(&kdf.salt, &repo_id, &self.pass);
+        let kek = match &cached {
+            Some(raw) => Kek::from_raw(raw),
+            None => self.derive(&kdf, &repo_id, &self.pass)?,
+        };
+        match self.unwrap_keys(name, &f, &repo_id, kek) {
+            Err(_) if cached.is_some() => {
+                self.unwrap_keys(name, &f, &repo_id, self.derive(&kdf, &repo_id, &self.pass)?)
+            }
+            r => r,
+        }
+    }
+
+    /// Derives the key-encrypting key of `pass` and caches it ([`kek_cache`]).
+    fn derive(&self, kdf: &Kdf, repo_id: &[u8; REPO_ID_LEN], pass: &[u8]) -> Result<Kek> {
+        let raw = kdf.derive_raw(pass)?;
+        kek_cache::store(&kdf.salt, repo_id, pass, &raw);
+        Ok(Kek::from_raw(&raw))
+    }
+
+    /// The stanza's keys, unwrapped from `cipher.json` (`f`, named `name`) with `kek`.
+    fn unwrap_keys(
+        &self,
+        name: &str,
+        f: &CipherFile,
+        repo_id: &[u8; REPO_ID_LEN],
+        kek: Kek,
+    ) -> Result<StanzaKeys> {
+        let repo_id = *repo_id;
         let unwrap = |which: &str| -> Result<Arc<DataKey>> {
             let wrapped = f
                 .keys
@@ -240,7 +270,7 @@ impl CipherStorage {
     fn new_cipher_file(&self) -> Result<Vec<u8>> {
         let kdf = Kdf::new()?;
         let repo_id = cipher::new_repository_id()?;
-        let kek = kdf.derive(&self.pass)?;
+        let kek = self.derive(&kdf, &repo_id, &self.pass)?;
         let mut keys = BTreeMap::new();
         for which in ["stanza", "archive"] {
             let wrapped = kek.wrap(&repo_id, which, &DataKey::random()?)?;
@@ -405,7 +435,7 @@ impl CipherStorage {
         let old: CipherFile = serde_json::from_slice(&self.inner.get(&name)?)
             .map_err(|e| Error::Repo(format!("{name}: {e}")))?;
         let kdf = Kdf::new()?;
-        let kek = kdf.derive(new.as_bytes())?;
+        let kek = self.derive(&kdf, &keys.repo_id, new.as_bytes())?;
         let tag = hex::encode(kdf.salt);
         // 1. Every backup's key wrapped both ways.
         let mut files = Vec::new();
@@ -495,11 +525,6 @@ impl CipherStorage {
     }
 }
 
-thread_local! {
-    /// A sealed object's buffer for [`CipherStorage::get_into`], reused by each thread.
-    static SEALED: std::cell::RefCell<Option<AlignedBuf>> = const { std::cell::RefCell::new(None) };
-}
-
 impl Storage for CipherStorage {
     fn describe(&self) -> String {
         format!("{} (encrypted, {CIPHER_TYPE})", self.inner.describe())
@@ -514,6 +539,15 @@ impl Storage for CipherStorage {
 
     fn read_ahead(&self) -> usize {
         self.inner.read_ahead()
+    }
+
+    fn put_owned(&self, name: &str, mut data: AlignedBuf) -> Result<Option<AlignedBuf>> {
+        // Sealed in the caller's (aligned) buffer: a posix store writes it directly, an
+        // object store uploads it without a copy.
+        if let Some(s) = self.sealing(name, true)? {
+            s.cipher().seal_in_place(name, &mut data)?;
+        }
+        self.inner.put_owned(name, data)
     }
 
     fn put_durable(&self, name: &str, data: &[u8]) -> Result<()> {
@@ -559,34 +593,25 @@ impl Storage for CipherStorage {
     }
 
     fn get(&self, name: &str) -> Result<Vec<u8>> {
-        match self.sealing(name, false)? {
-            None => self.inner.get(name),
-            Some(s) => Ok(s.cipher().open(name, &self.inner.get(name)?)?),
+        let s = self.sealing(name, false)?;
+        let mut v = self.inner.get(name)?;
+        if let Some(s) = s {
+            let n = s.cipher().open_in_place(name, &mut v)?;
+            v.truncate(n);
         }
+        Ok(v)
     }
 
     fn get_into(&self, name: &str, size: Option<u64>, buf: &mut AlignedBuf) -> Result<()> {
         let Some(s) = self.sealing(name, false)? else {
             return self.inner.get_into(name, size, buf);
         };
-        SEALED.with(|cell| {
-            let mut slot = cell.borrow_mut();
-            let sealed = slot.get_or_insert_with(|| direct::aligned_buf(0));
-            self.inner
-                .get_into(name, size.map(cipher::sealed_size), sealed)?;
-            let plain = cipher::plain_size(name, sealed.len() as u64)?;
-            buf.clear();
-            buf.resize(plain as usize, 0);
-            s.cipher().open_segments(
-                name,
-                &sealed[..HEADER_LEN],
-                0,
-                plain,
-                &sealed[HEADER_LEN..],
-                buf,
-            )?;
-            Ok(())
-        })
+        // Read sealed into the caller's buffer and opened there: no copy of the data.
+        self.inner
+            .get_into(name, size.map(cipher::sealed_size), buf)?;
+        let n = s.cipher().open_in_place(name, buf)?;
+        buf.truncate(n);
+        Ok(())
     }
 
     fn reader(&self, name: &str) -> Result<Box<dyn Read + Send>> {
@@ -778,6 +803,14 @@ mod tests {
         let marker = b"a row of the cluster";
         let mut with_marker = data.clone();
         with_marker.extend_from_slice(marker);
+        // Sealed in place, in an aligned buffer (a backup's objects), at several sizes.
+        for n in [0usize, 1, 65535, 65536, 65537, 200_000] {
+            let mut buf = crate::io::direct::aligned_buf(n);
+            buf.extend_from_slice(&with_marker[..n]);
+            let name = format!("main/backup/L0/data/{n:06}");
+            assert!(enc.put_owned(&name, buf).unwrap().is_some());
+            assert_eq!(enc.get(&name).unwrap(), &with_marker[..n], "{n} bytes");
+        }
         enc.put("main/stanza.json", b"{\"stanza\":\"main\"}")
             .unwrap();
         enc.put("main/backup/L1/data/000001", &with_marker).unwrap();
@@ -799,7 +832,7 @@ mod tests {
             let mut back = Vec::new();
             enc.reader(name).unwrap().read_to_end(&mut back).unwrap();
             assert_eq!(back, with_marker, "{name} through the reader");
-            let mut buf = direct::aligned_buf(0);
+            let mut buf = crate::io::direct::aligned_buf(0);
             enc.get_into(name, Some(with_marker.len() as u64), &mut buf)
                 .unwrap();
             assert_eq!(&buf[..], &with_marker[..]);

@@ -18,6 +18,7 @@ pub mod cipher_store;
 pub mod delta;
 pub mod handle;
 pub mod incremental;
+pub mod kek_cache;
 pub mod label;
 pub mod lock;
 pub mod manifest;
