@@ -278,6 +278,14 @@ pub fn plain_size(name: &str, sealed: u64) -> CResult<u64> {
     }
 }
 
+/// Segment `i` of an object of `plain` bytes: (its plaintext offset, its length, where its
+/// sealed form starts in the stored object).
+fn placed_segment(plain: u64, i: u64) -> (usize, usize, usize) {
+    let from = (i * SEGMENT as u64) as usize;
+    let m = (plain.saturating_sub(from as u64)).min(SEGMENT as u64) as usize;
+    (from, m, HEADER_LEN + i as usize * SEALED_SEGMENT)
+}
+
 /// Seals objects under one data key for one repository.
 pub struct ObjectCipher<'a> {
     pub key: &'a DataKey,
@@ -285,43 +293,45 @@ pub struct ObjectCipher<'a> {
 }
 
 impl ObjectCipher<'_> {
-    /// `plain` sealed as the object `name`: [`sealed_size`] bytes.
+    /// `plain` sealed as the object `name`: [`sealed_size`] bytes (one copy of the data,
+    /// each segment sealed where it lands).
     pub fn seal(&self, name: &str, plain: &[u8]) -> CResult<Vec<u8>> {
-        let mut s = self.sealer(name)?;
-        let mut out = Vec::with_capacity(sealed_size(plain.len() as u64) as usize);
-        s.push(plain, &mut out)?;
-        s.finish(&mut out)?;
+        let len = plain.len() as u64;
+        let mut out = vec![0u8; sealed_size(len) as usize];
+        for i in 0..segments(len) {
+            let (from, m, to) = placed_segment(len, i);
+            out[to..to + m].copy_from_slice(&plain[from..from + m]);
+        }
+        self.seal_placed(name, &mut out, len)?;
         Ok(out)
     }
 
     /// Seals `buf` (the plaintext of the object `name`) where it lies: it grows to
     /// [`sealed_size`] bytes, each segment moved up past the header and the tags before it
     /// (last first) and sealed in place. No other buffer is used.
-    pub fn seal_in_place(
-        &self,
-        name: &str,
-        buf: &mut crate::io::direct::AlignedBuf,
-    ) -> CResult<()> {
+    pub fn seal_in_place(&self, name: &str, buf: &mut crate::io::direct::AlignedBuf) -> CResult<()> {
         let plain = buf.len() as u64;
+        buf.resize(sealed_size(plain) as usize, 0);
+        for i in (0..segments(plain)).rev() {
+            let (from, m, to) = placed_segment(plain, i);
+            buf.copy_within(from..from + m, to);
+        }
+        self.seal_placed(name, buf, plain)
+    }
+
+    /// Writes the header into `buf` (a sealed object's room, each plaintext segment of an
+    /// object of `plain` bytes already where its sealed form goes) and seals every segment
+    /// in place, its tag after it.
+    fn seal_placed(&self, name: &str, buf: &mut [u8], plain: u64) -> CResult<()> {
         let n = segments(plain);
         let salt: [u8; SALT_LEN] = random()?;
         let prefix: [u8; PREFIX_LEN] = random()?;
         let key = self.key.object_key(&salt, self.repo_id, name);
-        buf.resize(sealed_size(plain) as usize, 0);
-        let seg = |i: u64| {
-            let from = (i * SEGMENT as u64) as usize;
-            let m = (plain - from as u64).min(SEGMENT as u64) as usize;
-            (from, m, HEADER_LEN + i as usize * SEALED_SEGMENT)
-        };
-        for i in (0..n).rev() {
-            let (from, m, to) = seg(i);
-            buf.copy_within(from..from + m, to);
-        }
         buf[..MAGIC.len()].copy_from_slice(MAGIC);
         buf[MAGIC.len()..MAGIC.len() + SALT_LEN].copy_from_slice(&salt);
         buf[MAGIC.len() + SALT_LEN..HEADER_LEN].copy_from_slice(&prefix);
         for i in 0..n {
-            let (_, m, to) = seg(i);
+            let (_, m, to) = placed_segment(plain, i);
             let tag = key
                 .seal_in_place_separate_tag(
                     segment_nonce(&prefix, i as u32, i == n - 1),
