@@ -1345,7 +1345,9 @@ fn files_below(dir: &Path) -> Vec<PathBuf> {
 /// config file, mode 0600): stanza-create, archiving by PostgreSQL's archive_command, a
 /// backup, verify, and a point-in-time recovery whose restore_command decrypts the WAL; no
 /// stored object but the key files holds a plain byte, and the passphrase appears in no
-/// output and no file pgjet writes. Refused, each with its own message: a wrong passphrase,
+/// output and no file pgjet writes. The passphrase changed (no data rewritten, the old one
+/// refused, the new one verifies everything); an incremental backup restored with its rows;
+/// a backup killed after its first journal save, resumed by the next. Refused, each with its own message: a wrong passphrase,
 /// the repository read without one (commands and archive-get), a flipped byte in a backup's
 /// object (verify, restore) and in an archived segment (archive-get), and an object of another
 /// backup in its place.
@@ -1484,6 +1486,64 @@ fn pg15_posix_encrypted_backup_archive_pitr_and_refusals() {
             .map_or(true, |mut d| d.next().is_none()),
         "cipher-pass-change left its lock behind"
     );
+
+    // An incremental backup (its key, its reference's objects under the full's key),
+    // restored with its rows; then a backup killed after its first journal save, resumed by
+    // the next one (its key file made by the first attempt).
+    load_random(&cluster.server, "postgres", "rand_t", 48 << 20);
+    mark(&cluster, 7);
+    pj(
+        &cluster,
+        &repo,
+        "backup",
+        &["--type", "incr", "--start-fast", "--jobs", "2"],
+    )
+    .ok();
+    let incr = newest_backup(&cluster, &repo);
+    assert_eq!(incr["type"], "incr", "{incr}");
+    let incr = incr["label"].as_str().unwrap().to_string();
+    pitr(
+        &cluster,
+        &repo,
+        "incr-enc",
+        &["--set", &incr, "--type", "immediate"],
+        "1,2,3,4,5,6,7",
+        "the encrypted incr",
+    );
+    let mut a = args!["backup", "--stanza", "main"];
+    a.extend(repo.args.iter().cloned());
+    a.extend(args![
+        "--pg-path",
+        cluster.data().display(),
+        "--pg-port",
+        cluster.port(),
+        "--pg-socket-path",
+        cluster.sock().display(),
+        "--type",
+        "full"
+    ]);
+    a.extend(SLOW_BACKUP.iter().map(|s| s.to_string()));
+    a.extend(args!["--manifest-save-threshold", "4MiB"]);
+    let b = Background::spawn(&pgjet_bin(), &a, &cluster.root.join("killed.pid"));
+    let (b, killed) = wait_for_journal_save(b, &cluster.repo.join("main/backup"), 1, 1);
+    b.signal(libc::SIGKILL);
+    assert!(!b.wait().success());
+    // The same settings (a resumed backup keeps its compression).
+    let mut again = vec!["--type", "full", "--output", "json"];
+    again.extend_from_slice(SLOW_BACKUP);
+    let r = pj(&cluster, &repo, "backup", &again).ok();
+    let v: serde_json::Value = serde_json::from_str(r.stdout.trim()).unwrap();
+    assert_eq!(
+        v["label"],
+        killed.as_str(),
+        "the killed backup is resumed:\n{r}"
+    );
+    assert_eq!(v["resumed"], true, "{r}");
+    step!(
+        "{killed}: killed after its first journal save, resumed ({} bytes kept)",
+        v["reused"]
+    );
+    pj(&cluster, &repo, "verify", &["--set", &killed]).ok();
 
     // A wrong passphrase: refused, not named.
     let wrong = cluster.root.join("wrong.conf");

@@ -309,7 +309,11 @@ impl ObjectCipher<'_> {
     /// Seals `buf` (the plaintext of the object `name`) where it lies: it grows to
     /// [`sealed_size`] bytes, each segment moved up past the header and the tags before it
     /// (last first) and sealed in place. No other buffer is used.
-    pub fn seal_in_place(&self, name: &str, buf: &mut crate::io::direct::AlignedBuf) -> CResult<()> {
+    pub fn seal_in_place(
+        &self,
+        name: &str,
+        buf: &mut crate::io::direct::AlignedBuf,
+    ) -> CResult<()> {
         let plain = buf.len() as u64;
         buf.resize(sealed_size(plain) as usize, 0);
         for i in (0..segments(plain)).rev() {
