@@ -1,0 +1,461 @@
+//! The kill -9 storm (issue 20): while a writer commits numbered rows into a PostgreSQL 15
+//! cluster that archives with `pgjet archive-push` (PostgreSQL's archive_command), pgjet
+//! commands are killed with SIGKILL at random moments, and after each kill the same command
+//! is run again and must complete:
+//!
+//! - `backup` (full, incr and diff in turn): the next run resumes or starts over;
+//! - `restore` into a new directory: the next run is `restore --delta` into the same one;
+//! - `replica-create` from the live cluster: the next run is `--delta` into the same one;
+//! - `expire` (retention-full 2): the next run finishes the removal;
+//! - `archive-push`: the running ones killed in the middle of a push; PostgreSQL retries;
+//! - `archive-get` of an archived segment: the next run writes the same bytes as an
+//!   uninterrupted one. (Killing PostgreSQL's own restore_command ends its recovery with
+//!   FATAL, by PostgreSQL's design; a restart goes on, so it is not stormed here.)
+//!
+//! At the end: `verify` passes on every backup `info` lists as complete (a failure counts as
+//! broken), and the newest backup restored with recovery to the end of the archive holds
+//! every row committed before the final WAL switch (a missing one counts as lost). The
+//! report: kills per command, broken, lost; both must be 0.
+//!
+//! CI runs a short storm: `STORM_KILLS` kills per command (default 3) on a posix
+//! repository, and on an encrypted one (`STORM_ENCRYPTED=1` adds aes-256-gcm). The long one:
+//! `STORM_KILLS=100 cargo test --release --test storm -- --nocapture`.
+mod common;
+
+use common::*;
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A small deterministic random generator (the seed is printed, so a run can be repeated).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        // xorshift64*
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+/// What the storm counted.
+#[derive(Default, Debug)]
+struct Report {
+    kills: std::collections::BTreeMap<&'static str, u32>,
+    /// Kills that came after the command had ended by itself (nothing to kill).
+    too_late: u32,
+    broken: u32,
+    lost: u64,
+    committed: u64,
+}
+
+/// The repository flags (a config file) and the commands' cluster flags.
+struct Env<'a> {
+    cluster: &'a Cluster,
+    conf: PathBuf,
+}
+
+impl Env<'_> {
+    fn args(&self, cmd: &str, extra: &[String]) -> Vec<String> {
+        let c = self.cluster;
+        let mut a = args![
+            cmd,
+            "--config",
+            self.conf.display(),
+            "--stanza",
+            "main",
+            "--pg-path",
+            c.data().display(),
+            "--pg-port",
+            c.port(),
+            "--pg-socket-path",
+            c.sock().display()
+        ];
+        a.extend(extra.iter().cloned());
+        a
+    }
+
+    /// `restore`-style arguments: the target directory instead of the cluster's.
+    fn target_args(&self, cmd: &str, dir: &Path, extra: &[String]) -> Vec<String> {
+        let mut a = args![
+            cmd,
+            "--config",
+            self.conf.display(),
+            "--stanza",
+            "main",
+            "--pg-path",
+            dir.display()
+        ];
+        a.extend(extra.iter().cloned());
+        a
+    }
+}
+
+/// Runs `args` in the background, kills it with SIGKILL after `delay`, and returns whether
+/// it was still running (a kill that hit something).
+fn kill_after(args: &[String], delay: Duration, pidfile: &Path) -> bool {
+    let mut b = Background::spawn(&pgjet_bin(), args, pidfile);
+    let t = Instant::now();
+    while t.elapsed() < delay {
+        if b.try_wait().is_some() {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    if b.try_wait().is_some() {
+        return false;
+    }
+    // It may end between the check and the kill (ESRCH): then the kill hit nothing.
+    // SAFETY: kill(2) on the PID the program's shell wrote before exec.
+    let hit = unsafe { libc::kill(b.pid(), libc::SIGKILL) } == 0;
+    let r = b.wait();
+    hit && !r.success()
+}
+
+/// A moment to kill command `name` at: within the time its last uninterrupted run took
+/// (`took`; the first guess: half a second).
+fn delay(
+    rng: &mut Rng,
+    took: &std::collections::BTreeMap<&'static str, Duration>,
+    name: &str,
+) -> Duration {
+    let d = took
+        .get(name)
+        .copied()
+        .unwrap_or(Duration::from_millis(500));
+    Duration::from_micros(rng.below(d.as_micros() as u64))
+}
+
+/// The PIDs of the running `pgjet ... <word> ...` processes.
+fn running(word: &str) -> Vec<i32> {
+    let out = std::process::Command::new("pgrep")
+        .args(["-f", &format!("pgjet.* {word} ")])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect()
+}
+
+/// Kills every running `pgjet ... archive-push` (PostgreSQL's children).
+fn kill_children(word: &str) -> u32 {
+    let mut n = 0;
+    for p in running(word) {
+        {
+            // SAFETY: kill(2) on a PID pgrep just listed; a process gone since is ESRCH.
+            if unsafe { libc::kill(p, libc::SIGKILL) } == 0 {
+                n += 1;
+            }
+        }
+    }
+    n
+}
+
+fn storm(tag: &str, encrypted: bool) {
+    let kills: u32 = std::env::var("STORM_KILLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3);
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+        | 1;
+    step!("storm {tag}: {kills} kills per command, seed {seed}");
+    let mut rng = Rng(seed);
+    let cluster = Cluster::new(&Pg::v15(), tag);
+    pgbench_init(&cluster.server, 2);
+    cluster.psql("postgres", "CREATE TABLE counter (i bigint PRIMARY KEY)");
+    let conf = cluster.root.join("pgjet.conf");
+    let cipher = if encrypted {
+        "repo1-cipher-type=aes-256-gcm\nrepo1-cipher-pass=storm-passphrase-8d1e\n"
+    } else {
+        ""
+    };
+    fs::write(
+        &conf,
+        format!(
+            "[global]\nrepo1-path={}\nretention-full=2\n{cipher}",
+            cluster.repo.display()
+        ),
+    )
+    .unwrap();
+    fs::set_permissions(&conf, fs::Permissions::from_mode(0o600)).unwrap();
+    chown_pg_recursive(&conf);
+    let env = Env {
+        cluster: &cluster,
+        conf: conf.clone(),
+    };
+    pgjet_ok(&env.args("stanza-create", &[]));
+    // archive_command: pgjet archive-push (synchronous); archive_mode needs a restart.
+    let push = format!(
+        "{} --config={} --stanza=main archive-push %p",
+        pgjet_bin().display(),
+        conf.display()
+    );
+    cluster.psql("postgres", "ALTER SYSTEM SET archive_mode = 'on'");
+    cluster.psql(
+        "postgres",
+        &format!("ALTER SYSTEM SET archive_command = '{push}'"),
+    );
+    cluster.restart();
+    pgjet_ok(&env.args("backup", &args!["--type", "full", "--start-fast"]));
+
+    // The writer: numbered rows, each its own transaction; `committed` is the highest
+    // number whose INSERT returned (rows are written in order).
+    let committed = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (committed, stop) = (committed.clone(), stop.clone());
+        let sock = cluster.sock().to_path_buf();
+        let port = cluster.port();
+        let psql = cluster.pg().tool("psql");
+        std::thread::spawn(move || {
+            let mut i = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                i += 1;
+                let mut sql = format!("INSERT INTO counter VALUES ({i});");
+                if i % 25 == 0 {
+                    // A segment every 25 rows: archive-push always has work.
+                    sql.push_str(" SELECT pg_switch_wal();");
+                }
+                let r = run_as_postgres(
+                    &psql,
+                    &args![
+                        "-X",
+                        "-q",
+                        "-h",
+                        sock.display(),
+                        "-p",
+                        port,
+                        "-d",
+                        "postgres",
+                        "-c",
+                        sql
+                    ],
+                    None,
+                );
+                assert!(r.success(), "the writer's INSERT {i} failed:\n{r}");
+                committed.store(i, Ordering::Relaxed);
+            }
+        })
+    };
+
+    let mut report = Report::default();
+    // A kill lands at a random moment of the command's run ([`delay`]).
+    let mut took: std::collections::BTreeMap<&'static str, Duration> = Default::default();
+
+    let pid = cluster.root.join("storm.pid");
+    let types = ["full", "incr", "diff"];
+    for k in 0..kills {
+        // backup
+        let kind = types[k as usize % 3];
+        let a = env.args(
+            "backup",
+            &args!["--type", kind, "--start-fast", "--jobs", "2"],
+        );
+        if kill_after(&a, delay(&mut rng, &took, "backup"), &pid) {
+            *report.kills.entry("backup").or_default() += 1;
+        } else {
+            report.too_late += 1;
+        }
+        took.insert("backup", pgjet_ok(&a).elapsed);
+        // expire
+        let a = env.args("expire", &[]);
+        if kill_after(&a, delay(&mut rng, &took, "expire"), &pid) {
+            *report.kills.entry("expire").or_default() += 1;
+        } else {
+            report.too_late += 1;
+        }
+        took.insert("expire", pgjet_ok(&a).elapsed);
+        // restore, then restore --delta into the same directory
+        let dir = cluster.new_dir(&format!("restore-{k}"));
+        let a = env.target_args("restore", &dir, &args!["--jobs", "2"]);
+        if kill_after(&a, delay(&mut rng, &took, "restore"), &pid) {
+            *report.kills.entry("restore").or_default() += 1;
+        } else {
+            report.too_late += 1;
+        }
+        let mut again = a.clone();
+        again.push("--delta".into());
+        took.insert("restore", pgjet_ok(&again).elapsed);
+        let v = pg_verifybackup(cluster.pg(), &dir);
+        assert!(
+            v.success(),
+            "restore {k} after a kill: pg_verifybackup:\n{v}"
+        );
+        let _ = fs::remove_dir_all(&dir);
+        // replica-create, then --delta into the same directory
+        let dir = cluster.new_dir(&format!("replica-{k}"));
+        let source = format!(
+            "host={} port={} user=postgres dbname=postgres",
+            cluster.sock().display(),
+            cluster.port()
+        );
+        let a = args![
+            "replica-create",
+            "--source",
+            source,
+            "--pg-path",
+            dir.display(),
+            "--jobs",
+            "2",
+            "--start-fast"
+        ];
+        if kill_after(&a, delay(&mut rng, &took, "replica-create"), &pid) {
+            *report.kills.entry("replica-create").or_default() += 1;
+        } else {
+            report.too_late += 1;
+        }
+        let mut again = a.clone();
+        again.push("--delta".into());
+        took.insert("replica-create", pgjet_ok(&again).elapsed);
+        let _ = fs::remove_dir_all(&dir);
+        // archive-push: the next one PostgreSQL runs, a few milliseconds into its push
+        let t = Instant::now();
+        while running("archive-push").is_empty() && t.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        std::thread::sleep(Duration::from_micros(rng.below(8_000)));
+        let n = kill_children("archive-push");
+        *report.kills.entry("archive-push").or_default() += n;
+        // archive-get of an archived segment, killed, then run again: the same bytes as an
+        // uninterrupted get.
+        let segs = archived_segments(&cluster.repo);
+        if let Some(seg) = segs.get(rng.below(segs.len() as u64) as usize) {
+            let dest = cluster.new_dir(&format!("get-{k}"));
+            let get = |to: &str| {
+                let mut a = args![
+                    "archive-get",
+                    "--config",
+                    conf.display(),
+                    "--stanza",
+                    "main"
+                ];
+                a.extend(args![seg, dest.join(to).display()]);
+                a
+            };
+            if kill_after(&get("x"), delay(&mut rng, &took, "archive-get"), &pid) {
+                *report.kills.entry("archive-get").or_default() += 1;
+            } else {
+                report.too_late += 1;
+            }
+            took.insert("archive-get", pgjet_ok(&get("x")).elapsed);
+            pgjet_ok(&get("y"));
+            let (x, y) = (
+                fs::read(dest.join("x")).unwrap(),
+                fs::read(dest.join("y")).unwrap(),
+            );
+            assert!(
+                x == y && x.len() == 16 << 20,
+                "archive-get of {seg} after a kill"
+            );
+            let _ = fs::remove_dir_all(&dest);
+        }
+    }
+
+    // The end: the writer stops; every committed row must come back.
+    stop.store(true, Ordering::Relaxed);
+    writer.join().unwrap();
+    let m = committed.load(Ordering::Relaxed);
+    report.committed = m;
+    let r = pgjet_ok(&env.args("check", &args!["--archive-timeout", "120"]));
+    step!(
+        "check after the storm: {}",
+        r.stdout.lines().last().unwrap_or("")
+    );
+    for b in info_labels(&env) {
+        let v = pgjet(&env.args("verify", &args!["--set", b]));
+        if !v.success() {
+            report.broken += 1;
+            eprintln!("BROKEN: verify of {b} after the storm:\n{v}");
+        }
+    }
+    // The newest backup, recovered to the end of the archive.
+    let dir = cluster.new_dir("final");
+    pgjet_ok(&env.target_args(
+        "restore",
+        &dir,
+        &args!["--jobs", "2", "--target-action", "promote"],
+    ));
+    let server = cluster.start_other(&dir, free_port());
+    server.wait_promoted(Duration::from_secs(300));
+    let have: u64 = server
+        .psql(
+            "postgres",
+            &format!("SELECT count(*) FROM counter WHERE i <= {m}"),
+        )
+        .parse()
+        .unwrap();
+    report.lost = m - have.min(m);
+    step!(
+        "storm {tag}: kills {:?} ({} came after the command had ended), {} rows committed, broken {}, lost {}",
+        report.kills,
+        report.too_late,
+        report.committed,
+        report.broken,
+        report.lost
+    );
+    assert_eq!(
+        report.broken, 0,
+        "broken backups after the storm: {report:?}"
+    );
+    assert_eq!(
+        report.lost, 0,
+        "committed rows lost after the storm: {report:?}"
+    );
+    assert!(
+        report.kills.values().sum::<u32>() >= kills,
+        "too few kills hit a running command to prove anything: {report:?}"
+    );
+}
+
+/// The names of the WAL segments in the archive of timeline 1.
+fn archived_segments(repo: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let tl = repo.join("main/archive/00000001");
+    for d in fs::read_dir(&tl).into_iter().flatten().flatten() {
+        for f in fs::read_dir(d.path()).into_iter().flatten().flatten() {
+            let n = f.file_name().to_string_lossy().to_string();
+            if n.len() == 24 && n.bytes().all(|b| b.is_ascii_hexdigit()) {
+                out.push(n);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The labels of the complete backups `info` lists.
+fn info_labels(env: &Env) -> Vec<String> {
+    let r = pgjet_ok(&env.args("info", &args!["--output", "json"]));
+    let v: serde_json::Value = serde_json::from_str(r.stdout.trim()).unwrap();
+    v[0]["backups"]
+        .as_array()
+        .map(|b| {
+            b.iter()
+                .filter_map(|x| x["label"].as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn storm_posix() {
+    storm("storm-posix", false);
+}
+
+#[test]
+fn storm_posix_encrypted() {
+    storm("storm-enc", true);
+}
