@@ -86,6 +86,14 @@ fn archive_command(repo: &Repo, extra: &[&str]) -> String {
     a.join(" ")
 }
 
+/// `archive-get WAL DEST` on `repo`.
+fn get_args(repo: &Repo, wal: impl std::fmt::Display, dest: &dyn std::fmt::Display) -> Vec<String> {
+    let mut a = args!["archive-get", "--stanza", "main"];
+    a.extend(repo.args.iter().cloned());
+    a.extend(args![wal, dest]);
+    a
+}
+
 /// Sets archive_command (a reload is enough).
 fn set_archive_command(server: &Server, repo: &Repo, extra: &[&str]) {
     let cmd = archive_command(repo, extra).replace('\'', "''");
@@ -566,9 +574,7 @@ fn pg15_posix_sync_archiving_pitr_timelines_and_faults() {
     // and the archived copy stays.
     let dup = cluster.new_dir("dup");
     let seg = dup.join(&archive_start);
-    let mut a = args!["archive-get", "--stanza", "main"];
-    a.extend(repo.args.iter().cloned());
-    a.extend(args![&archive_start, seg.display()]);
+    let a = get_args(&repo, &archive_start, &seg.display());
     pgjet_ok(&a);
     let original = fs::read(&seg).unwrap();
     let r = pj(
@@ -707,9 +713,7 @@ fn pg15_posix_sync_archiving_pitr_timelines_and_faults() {
         ))
         .exists());
     let back = dup.join("partial-back");
-    let mut a = args!["archive-get", "--stanza", "main"];
-    a.extend(repo.args.iter().cloned());
-    a.extend(args![format!("{archive_start}.partial"), back.display()]);
+    let a = get_args(&repo, format!("{archive_start}.partial"), &back.display());
     pgjet_ok(&a);
     assert!(
         fs::read(&back).unwrap() == original,
@@ -723,18 +727,14 @@ fn pg15_posix_sync_archiving_pitr_timelines_and_faults() {
         .join(format!("main/archive/00000001/{}/{last}", &last[8..16]));
     flip_byte(&victim);
     pj(&cluster, &repo, "verify", &[]).fails_with(&last);
-    let mut a = args!["archive-get", "--stanza", "main"];
-    a.extend(repo.args.iter().cloned());
-    a.extend(args![&last, dup.join("x").display()]);
+    let a = get_args(&repo, &last, &dup.join("x").display());
     let r = pgjet(&a).fails_with("corrupt");
     assert_ne!(
         r.status.code(),
         Some(1),
         "a corrupt segment must not look missing:\n{r}"
     );
-    let mut a = args!["archive-get", "--stanza", "main"];
-    a.extend(repo.args.iter().cloned());
-    a.extend(args!["0000000100000000000000FF", dup.join("y").display()]);
+    let a = get_args(&repo, "0000000100000000000000FF", &dup.join("y").display());
     assert_eq!(
         pgjet(&a).status.code(),
         Some(1),
@@ -1561,9 +1561,7 @@ fn pg15_posix_encrypted_backup_archive_pitr_and_refusals() {
     let plain = posix_repo(&cluster);
     pj(&cluster, &plain, "info", &[]).fails_with("is encrypted: set repo1-cipher-type");
     let dest = cluster.new_dir("get");
-    let mut a = args!["archive-get", "--stanza", "main"];
-    a.extend(plain.args.iter().cloned());
-    a.extend(args![&last, dest.join("x").display()]);
+    let a = get_args(&plain, &last, &dest.join("x").display());
     let r = pgjet(&a).fails_with("is encrypted");
     assert_ne!(
         r.status.code(),
@@ -1576,9 +1574,7 @@ fn pg15_posix_encrypted_backup_archive_pitr_and_refusals() {
         .repo
         .join(format!("main/archive/00000001/{}/{last}", &last[8..16]));
     flip_byte(&victim);
-    let mut a = args!["archive-get", "--stanza", "main"];
-    a.extend(repo.args.iter().cloned());
-    a.extend(args![&last, dest.join("y").display()]);
+    let a = get_args(&repo, &last, &dest.join("y").display());
     let r = pgjet(&a).fails_with("does not authenticate");
     assert_ne!(r.status.code(), Some(1), "{r}");
 

@@ -121,18 +121,33 @@ fn kill_after(args: &[String], delay: Duration, pidfile: &Path) -> bool {
     hit && !r.success()
 }
 
-/// A moment to kill command `name` at: within the time its last uninterrupted run took
-/// (`took`; the first guess: half a second).
-fn delay(
-    rng: &mut Rng,
-    took: &std::collections::BTreeMap<&'static str, Duration>,
-    name: &str,
-) -> Duration {
-    let d = took
-        .get(name)
-        .copied()
-        .unwrap_or(Duration::from_millis(500));
-    Duration::from_micros(rng.below(d.as_micros() as u64))
+/// The storm's state: its random generator, how long each command's last uninterrupted run
+/// took, the counts.
+struct Storm {
+    rng: Rng,
+    took: std::collections::BTreeMap<&'static str, Duration>,
+    report: Report,
+    pid: PathBuf,
+}
+
+impl Storm {
+    /// Runs `args` and kills it at a random moment of its run (within the time the last
+    /// uninterrupted run of `name` took; the first guess: half a second), then runs `again`
+    /// to the end, which must succeed.
+    fn hit(&mut self, name: &'static str, args: &[String], again: &[String]) {
+        let d = self
+            .took
+            .get(name)
+            .copied()
+            .unwrap_or(Duration::from_millis(500));
+        let at = Duration::from_micros(self.rng.below(d.as_micros() as u64));
+        if kill_after(args, at, &self.pid) {
+            *self.report.kills.entry(name).or_default() += 1;
+        } else {
+            self.report.too_late += 1;
+        }
+        self.took.insert(name, pgjet_ok(again).elapsed);
+    }
 }
 
 /// The PIDs of the running `pgjet ... <word> ...` processes.
@@ -172,7 +187,6 @@ fn storm(tag: &str, encrypted: bool) {
         .as_nanos() as u64
         | 1;
     step!("storm {tag}: {kills} kills per command, seed {seed}");
-    let mut rng = Rng(seed);
     let cluster = Cluster::new(&Pg::v15(), tag);
     pgbench_init(&cluster.server, 2);
     cluster.psql("postgres", "CREATE TABLE counter (i bigint PRIMARY KEY)");
@@ -251,11 +265,12 @@ fn storm(tag: &str, encrypted: bool) {
         })
     };
 
-    let mut report = Report::default();
-    // A kill lands at a random moment of the command's run ([`delay`]).
-    let mut took: std::collections::BTreeMap<&'static str, Duration> = Default::default();
-
-    let pid = cluster.root.join("storm.pid");
+    let mut st = Storm {
+        rng: Rng(seed),
+        took: Default::default(),
+        report: Report::default(),
+        pid: cluster.root.join("storm.pid"),
+    };
     let types = ["full", "incr", "diff"];
     for k in 0..kills {
         // backup
@@ -264,31 +279,13 @@ fn storm(tag: &str, encrypted: bool) {
             "backup",
             &args!["--type", kind, "--start-fast", "--jobs", "2"],
         );
-        if kill_after(&a, delay(&mut rng, &took, "backup"), &pid) {
-            *report.kills.entry("backup").or_default() += 1;
-        } else {
-            report.too_late += 1;
-        }
-        took.insert("backup", pgjet_ok(&a).elapsed);
-        // expire
+        st.hit("backup", &a, &a);
         let a = env.args("expire", &[]);
-        if kill_after(&a, delay(&mut rng, &took, "expire"), &pid) {
-            *report.kills.entry("expire").or_default() += 1;
-        } else {
-            report.too_late += 1;
-        }
-        took.insert("expire", pgjet_ok(&a).elapsed);
+        st.hit("expire", &a, &a);
         // restore, then restore --delta into the same directory
         let dir = cluster.new_dir(&format!("restore-{k}"));
         let a = env.target_args("restore", &dir, &args!["--jobs", "2"]);
-        if kill_after(&a, delay(&mut rng, &took, "restore"), &pid) {
-            *report.kills.entry("restore").or_default() += 1;
-        } else {
-            report.too_late += 1;
-        }
-        let mut again = a.clone();
-        again.push("--delta".into());
-        took.insert("restore", pgjet_ok(&again).elapsed);
+        st.hit("restore", &a, &[&a[..], &args!["--delta"]].concat());
         let v = pg_verifybackup(cluster.pg(), &dir);
         assert!(
             v.success(),
@@ -312,27 +309,20 @@ fn storm(tag: &str, encrypted: bool) {
             "2",
             "--start-fast"
         ];
-        if kill_after(&a, delay(&mut rng, &took, "replica-create"), &pid) {
-            *report.kills.entry("replica-create").or_default() += 1;
-        } else {
-            report.too_late += 1;
-        }
-        let mut again = a.clone();
-        again.push("--delta".into());
-        took.insert("replica-create", pgjet_ok(&again).elapsed);
+        st.hit("replica-create", &a, &[&a[..], &args!["--delta"]].concat());
         let _ = fs::remove_dir_all(&dir);
         // archive-push: the next one PostgreSQL runs, a few milliseconds into its push
         let t = Instant::now();
         while running("archive-push").is_empty() && t.elapsed() < Duration::from_secs(5) {
             std::thread::sleep(Duration::from_millis(2));
         }
-        std::thread::sleep(Duration::from_micros(rng.below(8_000)));
+        std::thread::sleep(Duration::from_micros(st.rng.below(8_000)));
         let n = kill_children("archive-push");
-        *report.kills.entry("archive-push").or_default() += n;
+        *st.report.kills.entry("archive-push").or_default() += n;
         // archive-get of an archived segment, killed, then run again: the same bytes as an
         // uninterrupted get.
         let segs = archived_segments(&cluster.repo);
-        if let Some(seg) = segs.get(rng.below(segs.len() as u64) as usize) {
+        if let Some(seg) = segs.get(st.rng.below(segs.len() as u64) as usize) {
             let dest = cluster.new_dir(&format!("get-{k}"));
             let get = |to: &str| {
                 let mut a = args![
@@ -345,12 +335,7 @@ fn storm(tag: &str, encrypted: bool) {
                 a.extend(args![seg, dest.join(to).display()]);
                 a
             };
-            if kill_after(&get("x"), delay(&mut rng, &took, "archive-get"), &pid) {
-                *report.kills.entry("archive-get").or_default() += 1;
-            } else {
-                report.too_late += 1;
-            }
-            took.insert("archive-get", pgjet_ok(&get("x")).elapsed);
+            st.hit("archive-get", &get("x"), &get("x"));
             pgjet_ok(&get("y"));
             let (x, y) = (
                 fs::read(dest.join("x")).unwrap(),
@@ -368,7 +353,7 @@ fn storm(tag: &str, encrypted: bool) {
     stop.store(true, Ordering::Relaxed);
     writer.join().unwrap();
     let m = committed.load(Ordering::Relaxed);
-    report.committed = m;
+    st.report.committed = m;
     let r = pgjet_ok(&env.args("check", &args!["--archive-timeout", "120"]));
     step!(
         "check after the storm: {}",
@@ -377,7 +362,7 @@ fn storm(tag: &str, encrypted: bool) {
     for b in info_labels(&env) {
         let v = pgjet(&env.args("verify", &args!["--set", b]));
         if !v.success() {
-            report.broken += 1;
+            st.report.broken += 1;
             eprintln!("BROKEN: verify of {b} after the storm:\n{v}");
         }
     }
@@ -397,7 +382,8 @@ fn storm(tag: &str, encrypted: bool) {
         )
         .parse()
         .unwrap();
-    report.lost = m - have.min(m);
+    st.report.lost = m - have.min(m);
+    let report = st.report;
     step!(
         "storm {tag}: kills {:?} ({} came after the command had ended), {} rows committed, broken {}, lost {}",
         report.kills,

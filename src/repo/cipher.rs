@@ -380,23 +380,29 @@ impl ObjectCipher<'_> {
         Ok(out)
     }
 
-    /// Opens the whole stored object `name` where it lies: `buf` holds its sealed bytes, and
-    /// when this returns `Ok(n)` its first `n` bytes are the plaintext (each segment opened
-    /// and moved down over the header and the tags before it; nothing is copied elsewhere).
-    /// Errors: a segment does not authenticate; not of this format.
-    pub fn open_in_place(&self, name: &str, buf: &mut [u8]) -> CResult<usize> {
-        let plain = plain_size(name, buf.len() as u64)?;
-        if &buf[..MAGIC.len()] != MAGIC {
+    /// The key of the object `name` and its nonce prefix, from the header at the start of
+    /// `header`. Errors: not a pgjet encryption header.
+    fn header_key(&self, name: &str, header: &[u8]) -> CResult<(LessSafeKey, [u8; PREFIX_LEN])> {
+        if header.len() < HEADER_LEN || &header[..MAGIC.len()] != MAGIC {
             return Err(CipherError::Malformed(
                 name.to_string(),
                 "no pgjet encryption header",
             ));
         }
         let mut salt = [0u8; SALT_LEN];
-        salt.copy_from_slice(&buf[MAGIC.len()..MAGIC.len() + SALT_LEN]);
+        salt.copy_from_slice(&header[MAGIC.len()..MAGIC.len() + SALT_LEN]);
         let mut prefix = [0u8; PREFIX_LEN];
-        prefix.copy_from_slice(&buf[MAGIC.len() + SALT_LEN..HEADER_LEN]);
-        let key = self.key.object_key(&salt, self.repo_id, name);
+        prefix.copy_from_slice(&header[MAGIC.len() + SALT_LEN..HEADER_LEN]);
+        Ok((self.key.object_key(&salt, self.repo_id, name), prefix))
+    }
+
+    /// Opens the whole stored object `name` where it lies: `buf` holds its sealed bytes, and
+    /// when this returns `Ok(n)` its first `n` bytes are the plaintext (each segment opened
+    /// and moved down over the header and the tags before it; nothing is copied elsewhere).
+    /// Errors: a segment does not authenticate; not of this format.
+    pub fn open_in_place(&self, name: &str, buf: &mut [u8]) -> CResult<usize> {
+        let plain = plain_size(name, buf.len() as u64)?;
+        let (key, prefix) = self.header_key(name, buf)?;
         let n = segments(plain);
         for i in 0..n {
             let dst = (i * SEGMENT as u64) as usize;
@@ -444,17 +450,7 @@ impl ObjectCipher<'_> {
         body: &[u8],
         out: &mut [u8],
     ) -> CResult<()> {
-        if header.len() < HEADER_LEN || &header[..MAGIC.len()] != MAGIC {
-            return Err(CipherError::Malformed(
-                name.to_string(),
-                "no pgjet encryption header",
-            ));
-        }
-        let mut salt = [0u8; SALT_LEN];
-        salt.copy_from_slice(&header[MAGIC.len()..MAGIC.len() + SALT_LEN]);
-        let mut prefix = [0u8; PREFIX_LEN];
-        prefix.copy_from_slice(&header[MAGIC.len() + SALT_LEN..HEADER_LEN]);
-        let key = self.key.object_key(&salt, self.repo_id, name);
+        let (key, prefix) = self.header_key(name, header)?;
         let last_index = segments(plain) - 1;
         let mut seg = vec![0u8; SEALED_SEGMENT];
         let (mut at, mut wrote) = (0usize, 0usize);
