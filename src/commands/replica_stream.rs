@@ -11,7 +11,7 @@ use crate::pgdata::standby::{
     ReplicaSummary,
 };
 use crate::pgdata::stream::StreamDir;
-use crate::pgdata::{delta, parse_tablespace_map, plan_locations, prepare_target};
+use crate::pgdata::{parse_tablespace_map, plan_locations, prepare_target};
 use crate::pgdata::{DataDirModes, TargetSync};
 use crate::primary::choose::Reached;
 use crate::primary::stream::{run_stream_backup, StreamOptions};
@@ -81,9 +81,13 @@ pub fn run(
         workers: s.network_workers,
     };
     let res = (|| -> Result<(u64, u64, String)> {
-        let locations =
-            prepare_target(&target, &tablespaces, &map, &[("global".into(), dir_mode)])?;
-        delta::write_marker(&target, info.system_identifier)?;
+        let locations = prepare_target(
+            &target,
+            info.system_identifier,
+            &tablespaces,
+            &map,
+            &[("global".into(), dir_mode)],
+        )?;
         let sync = TargetSync::open(&target, &locations)?;
         let modes = DataDirModes::of_mode(dir_mode);
         let mut sink = StreamDir::new(&target, locations, modes.dir, s.jobs, Some(progress));

@@ -139,8 +139,7 @@ pub fn run(s: &Settings, args: &RestoreOptions, progress: &dyn Progress) -> Resu
         );
         (locations, Files::InMemory(m.files, needed))
     } else {
-        let locations = prepare_target(&pg_path, &tablespaces, &map, &dirs)?;
-        delta::write_marker(&pg_path, h.system_identifier)?;
+        let locations = prepare_target(&pg_path, h.system_identifier, &tablespaces, &map, &dirs)?;
         (locations, Files::Streamed)
     };
     let mut auto_conf = Vec::new();

@@ -49,9 +49,13 @@ impl BackupTarget for DirTarget<'_> {
                 "delta: removed {removed} file(s) or directories the primary does not have"
             );
         } else {
-            self.locations =
-                prepare_target(self.pg_path, self.tablespaces, self.map, &listing.dirs)?;
-            delta::write_marker(self.pg_path, self.system_identifier)?;
+            self.locations = prepare_target(
+                self.pg_path,
+                self.system_identifier,
+                self.tablespaces,
+                self.map,
+                &listing.dirs,
+            )?;
         }
         self.sync = Some(TargetSync::open(self.pg_path, &self.locations)?);
         Ok(())

@@ -202,10 +202,13 @@ fn normalize(p: &Path) -> Result<PathBuf> {
 /// (pg_tblspc/<oid> -> location) and every directory of `dirs` (relative path, recorded
 /// mode). The data directory and the tablespace directories get the cluster's directory
 /// mode ([`DataDirModes::of_listing`]), every directory of `dirs` exactly its recorded mode
-/// (0: the cluster's). `tablespaces`: (oid, name, original location). Returns (oid, chosen
-/// location).
+/// (0: the cluster's). `tablespaces`: (oid, name, original location). Right after the data
+/// directory, before anything is made in it, comes the marker of an unfinished copy of the
+/// cluster `system_identifier` ([`delta::write_marker`]): a copy killed at any moment after
+/// this returns or fails is one `--delta` takes up. Returns (oid, chosen location).
 pub fn prepare_target(
     pg_path: &Path,
+    system_identifier: u64,
     tablespaces: &[(u32, String, String)],
     map: &[(String, PathBuf)],
     dirs: &[(String, u32)],
@@ -213,6 +216,8 @@ pub fn prepare_target(
     let locations = plan_locations(pg_path, tablespaces, map)?;
     let modes = DataDirModes::of_listing(dirs);
     create_cluster_dir(pg_path, modes.dir)?;
+    // The marker first: a copy killed at any later moment is one `--delta` may take up.
+    delta::write_marker(pg_path, system_identifier)?;
     for (oid, dir) in &locations {
         create_cluster_dir(dir, modes.dir)?;
         let tblspc = pg_path.join("pg_tblspc");
@@ -385,7 +390,10 @@ mod tests {
                     .map(|(p, m)| (p.to_string(), *m))
                     .collect();
                     let tablespaces = [(16500, "ts1".to_string(), ts.display().to_string())];
-                    prepare_target(&pg, &tablespaces, &[], &dirs).unwrap();
+                    prepare_target(&pg, 1, &tablespaces, &[], &dirs).unwrap();
+                    // The unfinished copy's marker, removed once a copy ends.
+                    assert!(pg.join(delta::MARKER).exists());
+                    delta::remove_marker(&pg).unwrap();
                     create_files(
                         &pg,
                         &[
