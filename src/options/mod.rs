@@ -288,6 +288,9 @@ impl Settings {
 #[cfg(test)]
 mod tests;
 
+/// The one cipher of an encrypted repository (`repoN-cipher-type`; docs/encryption.md).
+pub const CIPHER_TYPE: &str = "aes-256-gcm";
+
 /// A repository's passphrase (`repoN-cipher-pass`): never printed, wiped when dropped.
 #[derive(Clone, PartialEq, Eq)]
 pub struct CipherPass(zeroize::Zeroizing<String>);

@@ -521,11 +521,11 @@ fn ciphers(src: &Sources, which: &str) -> Result<Vec<(u8, super::CipherPass)>> {
         let kind = kind.as_deref().map(str::trim).map(str::to_ascii_lowercase);
         match (kind.as_deref(), pass) {
             (None | Some("none"), None) => {}
-            (Some(crate::repo::cipher_store::CIPHER_TYPE), Some(p)) if !p.is_empty() => {
+            (Some(super::CIPHER_TYPE), Some(p)) if !p.is_empty() => {
                 out.push((n, super::CipherPass::new(p)))
             }
-            (Some(crate::repo::cipher_store::CIPHER_TYPE), None) if which != "cipher-pass" => {}
-            (Some(crate::repo::cipher_store::CIPHER_TYPE), _) => {
+            (Some(super::CIPHER_TYPE), None) if which != "cipher-pass" => {}
+            (Some(super::CIPHER_TYPE), _) => {
                 return Err(Error::Config(format!(
                     "repo{n}-cipher-type=aes-256-gcm needs repo{n}-cipher-pass (config file or PGJET_REPO{n}_CIPHER_PASS)"
                 )))

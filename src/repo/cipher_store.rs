@@ -33,7 +33,7 @@ pub const CIPHER_FILE: &str = "cipher.json";
 /// A backup's wrapped key, below its directory.
 pub const KEY_FILE: &str = "key";
 /// The one cipher pgjet writes (`repo-cipher-type`).
-pub const CIPHER_TYPE: &str = "aes-256-gcm";
+pub use crate::options::CIPHER_TYPE;
 
 /// `cipher.json`.
 #[derive(Debug, Serialize, Deserialize)]
