@@ -60,6 +60,11 @@ fn s3_repo(tag: &str) -> Repo {
 
 /// `pgjet <cmd> --stanza main <repo> --pg-path ... <extra>` for `cluster`.
 fn pj(cluster: &Cluster, repo: &Repo, cmd: &str, extra: &[&str]) -> Run {
+    pgjet(&pj_args(cluster, repo, cmd, extra))
+}
+
+/// The arguments [`pj`] runs.
+fn pj_args(cluster: &Cluster, repo: &Repo, cmd: &str, extra: &[&str]) -> Vec<String> {
     let mut a = args![cmd, "--stanza", "main"];
     a.extend(repo.args.iter().cloned());
     a.extend(args![
@@ -71,7 +76,7 @@ fn pj(cluster: &Cluster, repo: &Repo, cmd: &str, extra: &[&str]) -> Run {
         cluster.sock().display()
     ]);
     a.extend(extra.iter().map(|s| s.to_string()));
-    pgjet(&a)
+    a
 }
 
 /// The archive_command running this pgjet on `repo` with `extra` flags.
@@ -1510,18 +1515,7 @@ fn pg15_posix_encrypted_backup_archive_pitr_and_refusals() {
         "1,2,3,4,5,6,7",
         "the encrypted incr",
     );
-    let mut a = args!["backup", "--stanza", "main"];
-    a.extend(repo.args.iter().cloned());
-    a.extend(args![
-        "--pg-path",
-        cluster.data().display(),
-        "--pg-port",
-        cluster.port(),
-        "--pg-socket-path",
-        cluster.sock().display(),
-        "--type",
-        "full"
-    ]);
+    let mut a = pj_args(&cluster, &repo, "backup", &["--type", "full"]);
     a.extend(SLOW_BACKUP.iter().map(|s| s.to_string()));
     a.extend(args!["--manifest-save-threshold", "4MiB"]);
     let b = Background::spawn(&pgjet_bin(), &a, &cluster.root.join("killed.pid"));

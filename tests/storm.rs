@@ -65,21 +65,16 @@ struct Env<'a> {
 }
 
 impl Env<'_> {
+    /// `cmd` on the cluster: its data directory, port and socket, then `extra`.
     fn args(&self, cmd: &str, extra: &[String]) -> Vec<String> {
         let c = self.cluster;
-        let mut a = args![
-            cmd,
-            "--config",
-            self.conf.display(),
-            "--stanza",
-            "main",
-            "--pg-path",
-            c.data().display(),
+        let mut a = self.target_args(cmd, c.data(), &[]);
+        a.extend(args![
             "--pg-port",
             c.port(),
             "--pg-socket-path",
             c.sock().display()
-        ];
+        ]);
         a.extend(extra.iter().cloned());
         a
     }
