@@ -25,9 +25,8 @@
 //!   (one config file serves every command);
 //! - an unknown key in the file, or an unknown `PGJET_*` variable, is a warning naming it
 //!   and where it was;
-//! - a pgBackRest option pgjet does not implement is an error naming it, and any cipher
-//!   option is an error: pgjet has no encryption yet, the repository would be stored
-//!   unencrypted.
+//! - a pgBackRest option pgjet does not implement is an error naming it; so is a cipher
+//!   type other than `none` and `aes-256-gcm`, and a cipher key that is not pgjet's.
 pub mod cli;
 pub mod command;
 pub mod pgbackrest;

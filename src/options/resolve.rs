@@ -11,7 +11,7 @@
 //! - an unknown key (any section) or `PGJET_*` variable: a warning naming it and where;
 //! - a pgBackRest option pgjet does not implement, in a section that applies to this
 //!   stanza (`[global]`, `[global:*]`, `[<stanza>]`, `[<stanza>:*]`) or the environment:
-//!   an error; any cipher option there: an error (pgjet has no encryption yet).
+//!   an error; a cipher key that is not `repoN-cipher-type`/`-pass`/`-pass-new`: an error.
 use super::command::*;
 use super::table::{self, Cmd, Key, OptionDef, OPTIONS};
 use super::*;
