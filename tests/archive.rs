@@ -1442,6 +1442,28 @@ fn pg15_posix_encrypted_backup_archive_pitr_and_refusals() {
 
     // A new passphrase: only the keys' wrapping changes; the old one no longer opens the
     // stanza, the new one opens every backup and the archive.
+    // Refused before anything changes: no new passphrase, the same one, a plain repository.
+    let cipher_json = fs::read(cluster.repo.join("main/cipher.json")).unwrap();
+    pj(&cluster, &repo, "cipher-pass-change", &[]).fails_with("repo1-cipher-pass-new");
+    let same = cluster.root.join("same.conf");
+    write_conf(
+        &same,
+        &format!(
+            "repo1-cipher-type=aes-256-gcm\nrepo1-cipher-pass={PASS}\nrepo1-cipher-pass-new={PASS}\n"
+        ),
+    );
+    let s = Repo {
+        args: args!["--config", same.display()],
+        server: None,
+    };
+    pj(&cluster, &s, "cipher-pass-change", &[]).fails_with("is the current passphrase");
+    pj(&cluster, &posix_repo(&cluster), "cipher-pass-change", &[])
+        .fails_with("not configured as encrypted");
+    assert_eq!(
+        fs::read(cluster.repo.join("main/cipher.json")).unwrap(),
+        cipher_json,
+        "a refused passphrase change changed cipher.json"
+    );
     const NEW: &str = "Another-Long-Passphrase-9c2e";
     let change = cluster.root.join("change.conf");
     write_conf(

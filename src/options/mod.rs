@@ -295,6 +295,7 @@ pub const CIPHER_TYPE: &str = "aes-256-gcm";
 pub struct CipherPass(zeroize::Zeroizing<String>);
 
 impl CipherPass {
+    /// The passphrase `pass`, as read from the config file or the environment.
     pub fn new(pass: String) -> CipherPass {
         CipherPass(zeroize::Zeroizing::new(pass))
     }

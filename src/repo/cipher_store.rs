@@ -57,6 +57,18 @@ struct KdfFile {
     salt: String,
 }
 
+impl KdfFile {
+    fn of(kdf: &Kdf) -> KdfFile {
+        KdfFile {
+            algorithm: "argon2id".into(),
+            memory_kib: kdf.memory_kib,
+            passes: kdf.passes,
+            lanes: kdf.lanes,
+            salt: hex::encode(kdf.salt),
+        }
+    }
+}
+
 /// A backup's `key` file.
 #[derive(Debug, Serialize, Deserialize)]
 struct KeyFile {
@@ -279,17 +291,11 @@ impl CipherStorage {
         let f = CipherFile {
             format: 1,
             cipher: CIPHER_TYPE.into(),
-            kdf: KdfFile {
-                algorithm: "argon2id".into(),
-                memory_kib: kdf.memory_kib,
-                passes: kdf.passes,
-                lanes: kdf.lanes,
-                salt: hex::encode(kdf.salt),
-            },
+            kdf: KdfFile::of(&kdf),
             repository_id: hex::encode(repo_id),
             keys,
         };
-        serde_json::to_vec_pretty(&f).map_err(|e| Error::Other(e.to_string()))
+        to_json(&f)
     }
 
     /// The keys of `stanza`, opened once. Without a `cipher.json`: made when `write`
@@ -371,8 +377,7 @@ impl CipherStorage {
                         kek: Some(keys.kek_tag.clone()),
                         next: None,
                     };
-                    let bytes = serde_json::to_vec(&f).map_err(|e| Error::Other(e.to_string()))?;
-                    self.inner.create_new(&name, &bytes)?;
+                    self.inner.create_new(&name, &to_json(&f)?)?;
                 }
             }
         }
@@ -469,13 +474,7 @@ impl CipherStorage {
             );
         }
         let f = CipherFile {
-            kdf: KdfFile {
-                algorithm: "argon2id".into(),
-                memory_kib: kdf.memory_kib,
-                passes: kdf.passes,
-                lanes: kdf.lanes,
-                salt: tag.clone(),
-            },
+            kdf: KdfFile::of(&kdf),
             keys: wrapped,
             ..old
         };
@@ -507,19 +506,28 @@ impl CipherStorage {
         Ok(files.len())
     }
 
-    /// Forgets the cached keys of the backups below `dir` (their key files may be gone).
-    fn forget(&self, dir: &str) {
+    /// Forgets the cached backup keys whose key file removing `path` (an object or a
+    /// directory) takes away: a backup's `key`, its directory, the stanza's `backup/`, the
+    /// stanza, the root. Other removals (WAL, data objects) touch no key.
+    fn forget(&self, path: &str) {
+        let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
+        let (stanza, label) = match parts.as_slice() {
+            [] => (None, None),
+            [s] | [s, "backup"] => (Some(*s), None),
+            [s, "backup", l] | [s, "backup", l, KEY_FILE] => (Some(*s), Some(*l)),
+            _ => return,
+        };
         let stanzas = self.stanzas.lock().unwrap_or_else(|p| p.into_inner());
-        for (stanza, keys) in stanzas.iter() {
-            let mine = dir == stanza.as_str() || dir.starts_with(&format!("{stanza}/"));
-            if mine || dir.is_empty() {
-                keys.backups
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .retain(|label, _| {
-                        let d = format!("{stanza}/backup/{label}");
-                        !(d.starts_with(dir) || dir.starts_with(&d))
-                    });
+        for (name, keys) in stanzas.iter() {
+            if stanza.is_some_and(|s| s != name) {
+                continue;
+            }
+            let mut backups = keys.backups.lock().unwrap_or_else(|p| p.into_inner());
+            match label {
+                Some(l) => {
+                    backups.remove(l);
+                }
+                None => backups.clear(),
             }
         }
     }
