@@ -419,9 +419,51 @@ impl StoreServer {
             .join(name)
     }
 
+    /// The stored bytes of object `name` of the repository at `prefix`, read without
+    /// pgjet's cipher (SFTP from the served directory, for the reason given at
+    /// [`StoreServer::objects`]).
+    pub fn object_bytes(&self, prefix: &str, name: &str) -> Vec<u8> {
+        if self.kind == StoreKind::Sftp {
+            let p = self
+                .dir
+                .join(&format!("{BUCKET}/{}", prefix.trim_matches('/')))
+                .join(name);
+            return fs::read(&p).unwrap_or_else(|e| panic!("read {}: {e}", p.display()));
+        }
+        let store = pgjet::storage::open(&self.repo_config(prefix))
+            .unwrap_or_else(|e| panic!("open the {:?} repository: {e}", self.kind));
+        store.get(name).unwrap().to_vec()
+    }
+
     /// Every object name below the repository at `prefix`, sorted (read through the store's
     /// own API, as pgjet sees it).
+    ///
+    /// SFTP is read from the served directory instead: OpenDAL's SFTP store starts an ssh
+    /// control master (`ControlPersist=yes`) that only pgjet's own exit path ends
+    /// (`storage::ssh::stop_masters`), so opening it here would leave one behind and trip
+    /// the scenario's check that no ssh process outlives pgjet. The server is sshd's
+    /// internal-sftp without a chroot, so the directory holds exactly what the store lists.
     pub fn objects(&self, prefix: &str) -> Vec<String> {
+        if self.kind == StoreKind::Sftp {
+            let root = self
+                .dir
+                .join(&format!("{BUCKET}/{}", prefix.trim_matches('/')));
+            let mut out = Vec::new();
+            let mut dirs = vec![root.clone()];
+            while let Some(d) = dirs.pop() {
+                for e in fs::read_dir(&d).unwrap() {
+                    let e = e.unwrap();
+                    if e.file_type().unwrap().is_dir() {
+                        dirs.push(e.path());
+                    } else {
+                        let rel = e.path().strip_prefix(&root).unwrap().to_owned();
+                        out.push(rel.display().to_string());
+                    }
+                }
+            }
+            out.sort();
+            return out;
+        }
         let store = pgjet::storage::open(&self.repo_config(prefix))
             .unwrap_or_else(|e| panic!("open the {:?} repository: {e}", self.kind));
         let mut out = Vec::new();
