@@ -3,12 +3,17 @@
 //! every [`RENEW_EVERY`]. A holder that crashed loses the lock when its lease runs out
 //! ([`LEASE`]), or at once when it ran on this host and its process is gone.
 //!
-//! Two takers of a stale lock: each deletes it and creates it again; only one create wins.
-//! A holder re-reads the record before each renewal and stops the backup (see
-//! [`StanzaLock::check`]) when the record is no longer its own. Hosts' clocks must agree to
-//! well within [`LEASE`].
+//! Every change of an existing record is conditional on the version last read
+//! ([`Storage::replace_if`], [`Storage::delete_if`]: `If-Match` on S3 and Azure, an flock of
+//! the lock's directory on posix, compare-then-write on GCS and SFTP): a renewal never
+//! writes over a record another process put there after the holder read its own, and a
+//! taker removes a stale record only if it is still the one it judged stale. Two takers of
+//! a stale lock: only one removal and one create win. A holder whose renewal finds the
+//! record changed stops the backup (see [`StanzaLock::check`]). Hosts' clocks must agree to
+//! well within [`LEASE`] (a lease is a wall-clock time written by the holder and judged by
+//! the taker).
 use crate::error::{Error, Result};
-use crate::storage::Storage;
+use crate::storage::{Storage, Version};
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -61,22 +66,86 @@ fn now_unix() -> i64 {
 
 /// The record of lock `name`, or None when it is absent, unreadable or not a record.
 fn read_record(store: &dyn Storage, name: &str) -> Option<LockRecord> {
-    store
-        .get(name)
+    read_versioned(store, name).map(|(r, _)| r)
+}
+
+/// The record of lock `name` with the version it was read at, or None when it is absent,
+/// unreadable or not a record.
+fn read_versioned(store: &dyn Storage, name: &str) -> Option<(LockRecord, Version)> {
+    let (b, v) = store.get_versioned(name).ok()??;
+    serde_json::from_slice::<LockRecord>(&b)
         .ok()
-        .and_then(|b| serde_json::from_slice::<LockRecord>(&b).ok())
+        .map(|r| (r, v))
+}
+
+/// Why a record no longer holds.
+enum Stale {
+    /// Its holder ran on this host and its process is gone: stale for certain.
+    Gone(String),
+    /// Its lease ran out by this host's clock: stale unless the clocks disagree.
+    LeaseRanOut(String),
 }
 
 /// Why a record no longer holds, or None while it does.
-fn stale_reason(rec: &LockRecord, host: &str) -> Option<String> {
+fn stale_reason(rec: &LockRecord, host: &str) -> Option<Stale> {
     if rec.host == host && rec.pid != std::process::id() && !pid_alive(rec.pid) {
-        return Some(format!("process {} on this host is gone", rec.pid));
+        return Some(Stale::Gone(format!(
+            "process {} on this host is gone",
+            rec.pid
+        )));
     }
     let late = now_unix() - rec.lease_until;
     if late > 0 {
-        return Some(format!("its lease ran out {late} s ago"));
+        return Some(Stale::LeaseRanOut(format!(
+            "its lease ran out {late} s ago"
+        )));
     }
     None
+}
+
+/// Before a lease that ran out by this host's clock is taken for stale: watches the record
+/// for one renewal period (`renew_every` and a third more). A holder that renews it meanwhile
+/// is alive, so the clocks disagree: the error says by about how much (the holder wrote its
+/// own clock's time plus `lease` into `lease_until`). Ok(true) when the record stayed as it
+/// was (stale), Ok(false) when it went away or another taker replaced it (look again).
+fn confirm_stale(
+    store: &dyn Storage,
+    name: &str,
+    held: &LockRecord,
+    version: &Version,
+    lease: Duration,
+    renew_every: Duration,
+) -> Result<bool> {
+    let wait = renew_every + renew_every / 3;
+    tracing::info!(
+        "the lock of pgjet {} (pid {} on host {}) is past its lease by this host's clock; watching it for {} s before taking it over",
+        held.command,
+        held.pid,
+        held.host,
+        wait.as_secs()
+    );
+    std::thread::sleep(wait);
+    let Some((b, v)) = store.get_versioned(name)? else {
+        return Ok(false);
+    };
+    if v == *version {
+        return Ok(true);
+    }
+    match serde_json::from_slice::<LockRecord>(&b) {
+        Ok(now) if now.token == held.token => {
+            let skew = now_unix() - (now.lease_until - lease.as_secs() as i64);
+            Err(Error::Unsafe(format!(
+                "the lock {name} of pgjet {} (pid {} on host {}) looks expired by this host's clock, but its holder renewed it within the last {} s: the hosts' clocks disagree (this one is about {skew} s ahead of {}); pgjet needs them within {} s of each other (NTP)",
+                now.command,
+                now.pid,
+                now.host,
+                wait.as_secs().max(1),
+                now.host,
+                lease.as_secs()
+            )))
+        }
+        _ => Ok(false),
+    }
 }
 
 struct Renewal {
@@ -152,11 +221,10 @@ impl StanzaLock {
                     thread: Some(thread),
                 });
             }
-            let held = match store.get(&name) {
-                Ok(b) => b,
+            let (held, version) = match store.get_versioned(&name)? {
+                Some(h) => h,
                 // Deleted between our create and our read: try again.
-                Err(_) if !store.exists(&name)? => continue,
-                Err(e) => return Err(e),
+                None => continue,
             };
             let held: LockRecord = match serde_json::from_slice(&held) {
                 Ok(r) => r,
@@ -174,7 +242,12 @@ impl StanzaLock {
                 }
             };
             match stale_reason(&held, &host) {
-                Some(why) => {
+                Some(Stale::LeaseRanOut(_))
+                    if !confirm_stale(&*store, &name, &held, &version, lease, renew_every)? =>
+                {
+                    continue
+                }
+                Some(Stale::Gone(why) | Stale::LeaseRanOut(why)) => {
                     tracing::warn!(
                         "removing the stale lock of {} (pid {} on {}, taken {}): {why}",
                         held.command,
@@ -182,7 +255,8 @@ impl StanzaLock {
                         held.host,
                         held.acquired
                     );
-                    store.delete(&name)?;
+                    // Only that record: one renewed or taken since stays.
+                    store.delete_if(&name, &version)?;
                 }
                 None => {
                     return Err(Error::Unsafe(format!(
@@ -208,10 +282,9 @@ impl StanzaLock {
     /// Errors when the lock was lost (the lease could not be renewed, or another process
     /// took it) or its last lease has run out (the process was paused past it, so another
     /// may take it for stale at any moment): the backup must not be declared complete then.
-    /// Reads the record too, so a takeover since the last renewal is seen at once. (A renewal that read the record just
-    /// before another process took the lock over may write over that process's record;
-    /// the other process then finds its lock lost at its own next renewal or check, so the
-    /// two never both complete.)
+    /// Reads the record too, so a takeover since the last renewal is seen at once (a
+    /// renewal never writes over another process's record: it is conditional on the
+    /// holder's own, see the module's documentation).
     pub fn check(&self) -> Result<()> {
         let taken = read_record(&*self.store, &self.name).is_some_and(|h| h.token != self.token);
         let expired = now_unix() > self.renewal.lease_until.load(Ordering::SeqCst);
@@ -247,29 +320,38 @@ fn renew(
         if *stop {
             return;
         }
-        let ours = read_record(store, name).map(|h| h.token == rec.token);
-        match ours {
-            Some(false) => {
+        let version = match read_versioned(store, name) {
+            Some((h, _)) if h.token != rec.token => {
                 tracing::error!("the lock {name} was taken by another process");
                 r.lost.store(true, Ordering::SeqCst);
                 return;
             }
+            Some((_, v)) => Some(v),
             None if now_unix() > rec.lease_until => {
                 tracing::error!("the lock {name} could not be read before its lease ran out");
                 r.lost.store(true, Ordering::SeqCst);
                 return;
             }
-            _ => {}
-        }
+            None => None,
+        };
         let next = LockRecord {
             lease_until: now_unix() + lease.as_secs() as i64,
             ..rec.clone()
         };
-        let written = serde_json::to_vec(&next)
-            .map_err(|e| Error::Other(e.to_string()))
-            .and_then(|j| store.put_durable(name, &j));
+        // Written only over the record just read as ours: a takeover in between fails it.
+        let written = match &version {
+            None => Err(Error::Other("the lock could not be read".into())),
+            Some(v) => serde_json::to_vec(&next)
+                .map_err(|e| Error::Other(e.to_string()))
+                .and_then(|j| store.replace_if(name, &j, v)),
+        };
         match written {
-            Ok(()) => {
+            Ok(false) => {
+                tracing::error!("the lock {name} was taken by another process during its renewal");
+                r.lost.store(true, Ordering::SeqCst);
+                return;
+            }
+            Ok(true) => {
                 r.lease_until.store(next.lease_until, Ordering::SeqCst);
                 rec = next;
             }
@@ -294,12 +376,11 @@ impl Drop for StanzaLock {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
-        let ours = read_record(&*self.store, &self.name)
-            .map(|h| h.token == self.token)
-            .unwrap_or(false);
-        if ours {
-            if let Err(e) = self.store.delete(&self.name) {
-                tracing::warn!("could not release the lock {}: {e}", self.name);
+        if let Some((h, v)) = read_versioned(&*self.store, &self.name) {
+            if h.token == self.token {
+                if let Err(e) = self.store.delete_if(&self.name, &v) {
+                    tracing::warn!("could not release the lock {}: {e}", self.name);
+                }
             }
         }
     }
@@ -366,7 +447,63 @@ mod tests {
         store
             .put_durable(&lock_name("main"), &serde_json::to_vec(&expired).unwrap())
             .unwrap();
-        StanzaLock::acquire(store, "main", "backup").unwrap();
+        let (lease, every) = (Duration::from_secs(2), Duration::from_millis(300));
+        let t = std::time::Instant::now();
+        StanzaLock::acquire_timed(store, "main", "backup", lease, every).unwrap();
+        // Taken only after watching it for a renewal period.
+        assert!(t.elapsed() >= every, "{:?}", t.elapsed());
+    }
+
+    /// A holder on another host whose clock is behind: its lease looks expired here, but it
+    /// keeps renewing it, so the taker refuses, naming the clocks, and the holder keeps it.
+    #[test]
+    fn a_live_holder_behind_this_clock_is_not_taken_over() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Storage> = Arc::new(PosixStorage::open(dir.path()).unwrap());
+        let name = lock_name("main");
+        let behind = 300;
+        let record = move |t: i64| LockRecord {
+            host: "elsewhere".into(),
+            pid: 4242,
+            command: "backup".into(),
+            token: "theirs".into(),
+            acquired: "2026-01-01T00:00:00Z".into(),
+            lease_until: t - behind + 2,
+        };
+        store
+            .put_durable(&name, &serde_json::to_vec(&record(now_unix())).unwrap())
+            .unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let holder = {
+            let (store, stop, name) = (store.clone(), stop.clone(), name.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::SeqCst) {
+                    std::thread::sleep(Duration::from_millis(100));
+                    let j = serde_json::to_vec(&record(now_unix())).unwrap();
+                    store.put_durable(&name, &j).unwrap();
+                }
+            })
+        };
+        // The taker watches for 1.33 s: the holder's lease_until (whole seconds) changes.
+        let e = StanzaLock::acquire_timed(
+            store.clone(),
+            "main",
+            "backup",
+            Duration::from_secs(2),
+            Duration::from_secs(1),
+        )
+        .err()
+        .unwrap()
+        .to_string();
+        stop.store(true, Ordering::SeqCst);
+        holder.join().unwrap();
+        assert!(
+            e.contains("clocks disagree") && e.contains("elsewhere"),
+            "{e}"
+        );
+        assert!(e.contains("about 30"), "the skew is named: {e}");
+        let left: LockRecord = serde_json::from_slice(&store.get(&name).unwrap()).unwrap();
+        assert_eq!(left.token, "theirs");
     }
 
     /// Waits up to 10 s for `l` to notice it lost its lock.
@@ -404,18 +541,15 @@ mod tests {
         store
             .put_durable(&lock_name("main"), &serde_json::to_vec(&other).unwrap())
             .unwrap();
-        // Seen by the renewal, which stops renewing. (A renewal that read our record just
-        // before the takeover may write it back once: the other holder writes again, as
-        // its own renewal would.)
+        // Seen by the renewal, which stops renewing, and never written over: each renewal
+        // is conditional on the record it read (written once here, while renewals run
+        // every 100 ms).
         let t = std::time::Instant::now();
         while !l.renewal.lost.load(Ordering::SeqCst) {
             assert!(
                 t.elapsed() < Duration::from_secs(10),
                 "the renewal never found the lock lost"
             );
-            store
-                .put_durable(&lock_name("main"), &serde_json::to_vec(&other).unwrap())
-                .unwrap();
             std::thread::sleep(Duration::from_millis(50));
         }
         let e = lost_within_10s(&l);

@@ -76,6 +76,30 @@ pub trait Storage: Send + Sync {
     /// call created it, Ok(false) when it was already there (nothing written). Atomic against
     /// other writers (posix: link(2) of a synced temporary file; S3: `If-None-Match: *`).
     fn create_new(&self, name: &str, data: &[u8]) -> Result<bool>;
+    /// Reads all of `name` with its [`Version`], for a later [`Storage::replace_if`] or
+    /// [`Storage::delete_if`]; None when it does not exist.
+    ///
+    /// The default reads the object and keeps its bytes as the version.
+    fn get_versioned(&self, name: &str) -> Result<Option<(Vec<u8>, Version)>> {
+        get_with_bytes(self, name)
+    }
+    /// Replaces `name` with `data` (complete and durable, as [`Storage::put_durable`]) only
+    /// while it is still at `version`: Ok(true) when replaced, Ok(false) when it changed or
+    /// went away since (nothing written).
+    ///
+    /// Atomic against other writers where the store has conditional writes: S3 and Azure
+    /// (`If-Match` on the ETag), posix (compared and renamed under an flock(2) of the
+    /// object's directory, which [`Storage::delete_if`] takes too). The default (GCS and
+    /// SFTP, whose OpenDAL services have no conditional replace) compares then writes: a
+    /// writer in between, one round trip wide, is not seen.
+    fn replace_if(&self, name: &str, data: &[u8], version: &Version) -> Result<bool> {
+        replace_by_compare(self, name, data, version)
+    }
+    /// Removes `name` only while it is at `version`: Ok(true) when removed, Ok(false) when
+    /// it changed since (kept) or is already gone. Atomic as [`Storage::replace_if`] is.
+    fn delete_if(&self, name: &str, version: &Version) -> Result<bool> {
+        delete_by_compare(self, name, version)
+    }
     /// Reads `len` bytes at `offset` of `name`; errors if the object is shorter.
     fn get_range(&self, name: &str, offset: u64, len: u64) -> Result<Vec<u8>>;
     /// Reads all of `name`.
@@ -108,6 +132,67 @@ pub trait Storage: Send + Sync {
     /// Makes every call in flight and every later one fail at once (a command that already
     /// failed stops waiting on its other requests). Posix calls are short: a no-op.
     fn cancel(&self) {}
+}
+
+/// Which version of an object [`Storage::get_versioned`] read: the store's ETag where the
+/// store writes conditionally on it, else the object's stored bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Version {
+    /// An HTTP entity tag (S3, Azure), as the store sent it.
+    Etag(String),
+    /// The whole stored object.
+    Bytes(Vec<u8>),
+}
+
+/// [`Storage::get_versioned`] with the object's bytes as its version.
+///
+/// Errors: the store's (a missing object is None).
+pub fn get_with_bytes<S: Storage + ?Sized>(
+    store: &S,
+    name: &str,
+) -> Result<Option<(Vec<u8>, Version)>> {
+    match store.get(name) {
+        Ok(b) => Ok(Some((b.clone(), Version::Bytes(b)))),
+        Err(_) if !store.exists(name)? => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// [`Storage::replace_if`] by reading the object again and comparing its version before
+/// [`Storage::put_durable`] (not atomic: see there).
+///
+/// Errors: the store's.
+pub fn replace_by_compare<S: Storage + ?Sized>(
+    store: &S,
+    name: &str,
+    data: &[u8],
+    version: &Version,
+) -> Result<bool> {
+    match store.get_versioned(name)? {
+        Some((_, v)) if v == *version => {
+            store.put_durable(name, data)?;
+            Ok(true)
+        }
+        _ => Ok(false),
+    }
+}
+
+/// [`Storage::delete_if`] by reading the object again and comparing its version before
+/// [`Storage::delete`] (not atomic: see [`Storage::replace_if`]).
+///
+/// Errors: the store's.
+pub fn delete_by_compare<S: Storage + ?Sized>(
+    store: &S,
+    name: &str,
+    version: &Version,
+) -> Result<bool> {
+    match store.get_versioned(name)? {
+        Some((_, v)) if v == *version => {
+            store.delete(name)?;
+            Ok(true)
+        }
+        _ => Ok(false),
+    }
 }
 
 /// The names of a listing ([`Storage::list`]), each an error when the store failed while
