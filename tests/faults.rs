@@ -1,5 +1,5 @@
 //! Fault tests against PostgreSQL 15: each makes something go wrong and asserts what a user
-//! would see (a non-zero exit with a fragment of the message, see README.md, "Commands": what
+//! would see (a non-zero exit with a fragment of the message, see docs/commands.md: what
 //! failed, where, and a HINT; or, for a corrupt source page, a warning naming file and block),
 //! and that nothing was lost or left looking complete.
 //!
@@ -8,7 +8,11 @@
 //! Tests g (kill -9 during a backup) and h (a corrupt page in the source), and the second
 //! cluster of test c, have their own clusters; so do n and o (the stanza's lock lost during
 //! a backup: taken over by another pgjet, or not renewable until its lease ran out), whose
-//! clusters archive WAL through a gate that holds the backup at its end.
+//! clusters archive WAL through a gate that holds the backup at its end; and t (a second
+//! host's clock 5 minutes ahead does not take a live lock), which runs on such a cluster too.
+//! q (the repository's disk full during a backup), r (the spool's disk full under
+//! asynchronous archive-push) and s (a read-only repository) use the shared cluster with
+//! their own repositories.
 mod common;
 
 use common::*;
@@ -1176,28 +1180,36 @@ fn n_lock_taken_over_during_backup() {
     };
     assert_ne!(ours.token, theirs.token);
     let store = pgjet::storage::posix::PosixStorage::open(&c.repo).unwrap();
-    // Written as the other pgjet would write it: as the cluster's OS user (the repository's
-    // files are 0640, so one written by root could not be read by the backup).
+    // Taken as another pgjet takes a lock it judged stale: the record it read removed only
+    // if unchanged, then its own created; owned by the cluster's OS user (the repository's
+    // files are 0640, so one left to root could not be read by the backup).
     let take = || {
         use pgjet::storage::Storage;
         let name = pgjet::repo::lock::lock_name("main");
-        store
-            .put_durable(&name, &serde_json::to_vec(&theirs).unwrap())
-            .unwrap();
+        loop {
+            let (_, v) = store.get_versioned(&name).unwrap().unwrap();
+            if store.delete_if(&name, &v).unwrap() {
+                break;
+            }
+        }
+        assert!(store
+            .create_new(&name, &serde_json::to_vec(&theirs).unwrap())
+            .unwrap());
         chown_pg_recursive(&c.repo.join(&name));
     };
     take();
-    // A renewal that read the record just before the takeover may write its own back once;
-    // the other holder writes again, as its own renewal would.
+    // Never written over: each renewal is conditional on the record it read as its own.
     wait_log(
         &mut backup,
         &log,
         "was taken by another process",
         Duration::from_secs(60),
         || {
-            if g.lock().map(|r| r.token) != Some(theirs.token.clone()) {
-                take();
-            }
+            assert_eq!(
+                g.lock().map(|r| r.token),
+                Some(theirs.token.clone()),
+                "n: a renewal wrote over the other holder's record"
+            );
         },
     );
     g.open();
@@ -1362,4 +1374,232 @@ fn p_a_pgbackrest_config_carried_over() {
     ];
     let r = pgjet(&a).fails_with("option retention-archive does not apply to archive-get");
     assert_eq!(r.status.code(), Some(2), "{r}");
+}
+
+impl Mount {
+    /// `dir` bound onto itself read-only (a repository on a read-only snapshot or mount).
+    fn read_only(dir: &Path) -> Mount {
+        for a in [
+            vec![
+                "--bind".to_string(),
+                dir.display().to_string(),
+                dir.display().to_string(),
+            ],
+            vec![
+                "-o".into(),
+                "remount,bind,ro".into(),
+                dir.display().to_string(),
+            ],
+        ] {
+            let r = Command::new("mount").args(&a).output().unwrap();
+            assert!(
+                r.status.success(),
+                "mount {a:?}: {}",
+                String::from_utf8_lossy(&r.stderr)
+            );
+        }
+        Mount {
+            dir: dir.to_path_buf(),
+        }
+    }
+
+    /// Grows or shrinks this tmpfs to `size`.
+    fn resize(&self, size: &str) {
+        let r = Command::new("mount")
+            .args(["-o", &format!("remount,size={size}")])
+            .arg(&self.dir)
+            .output()
+            .unwrap();
+        assert!(
+            r.status.success(),
+            "remount: {}",
+            String::from_utf8_lossy(&r.stderr)
+        );
+    }
+}
+
+/// Fills the filesystem of `dir` to the last byte with the file `<dir>/filler` (as root,
+/// which a tmpfs does not reserve blocks for); returns the file.
+fn fill(dir: &Path) -> PathBuf {
+    use std::io::Write;
+    let p = dir.join("filler");
+    let mut f = fs::File::create(&p).unwrap();
+    let block = vec![0x5au8; 64 << 10];
+    while f.write_all(&block).is_ok() {}
+    let small = [0u8; 512];
+    while f.write_all(&small).is_ok() {}
+    while f.write_all(&small[..1]).is_ok() {}
+    p
+}
+
+/// A complete WAL segment of the fixture cluster: the one current before a switch.
+fn complete_segment(c: &Cluster) -> PathBuf {
+    let name = c.psql("postgres", "SELECT pg_walfile_name(pg_current_wal_lsn())");
+    c.psql("postgres", "SELECT pg_switch_wal()");
+    c.data().join("pg_wal").join(name)
+}
+
+/// q. The repository's disk fills during a backup (a tmpfs of half the backup's stored
+/// size): the backup fails naming "no space left", nothing looks complete (info lists no
+/// backup); once there is room the next backup completes and verifies.
+#[test]
+fn q_disk_full_on_the_repository() {
+    let c = &fx().cluster;
+    let stored: u64 = info_backups(&c.repo, "main")[0]["stored_size"]
+        .as_u64()
+        .unwrap();
+    let mnt = c.root.join("tmpfs-q");
+    let m = Mount::tmpfs(&mnt, &format!("{}k", stored / 2 / 1024));
+    let repo = mnt.join("repo");
+    mkdir_pg(&repo, 0o750);
+    c.pgjet_cmd("stanza-create", &repo, &[]).ok();
+    let r = c
+        .pgjet_cmd("backup", &repo, &["--start-fast", "--jobs", "2"])
+        .fails_with("no space left");
+    step!(
+        "q: {}",
+        r.stderr.lines().find(|l| l.contains("ERROR")).unwrap_or("")
+    );
+    assert_no_backups(&repo, "q");
+    m.resize(&format!("{}k", stored * 3 / 1024));
+    let r = c
+        .pgjet_cmd("backup", &repo, &["--start-fast", "--jobs", "2"])
+        .ok();
+    let listed = info_backups(&repo, "main");
+    assert_eq!(listed.len(), 1, "q: {listed:?}\n{r}");
+    pgjet_ok(&verify_args(&repo, listed[0]["label"].as_str().unwrap()));
+}
+
+/// r. The spool's disk is full under asynchronous archive-push: the push fails naming "no
+/// space left" (PostgreSQL keeps the segment and retries); with room again the same push
+/// succeeds and archive-get serves the segment back byte for byte.
+#[test]
+fn r_disk_full_on_the_spool() {
+    let c = &fx().cluster;
+    let repo = copy_repo(c, "repo-r");
+    let mnt = c.root.join("tmpfs-r");
+    let _m = Mount::tmpfs(&mnt, "2m");
+    let spool = mnt.join("spool");
+    mkdir_pg(&spool, 0o750);
+    let filler = fill(&mnt);
+    // The segment in a pg_wal of its own, marked ready as PostgreSQL marks it before it runs
+    // archive_command (the background pusher takes what archive_status lists).
+    let wal = c.new_dir("r-wal").join("pg_wal");
+    mkdir_pg(&wal.join("archive_status"), 0o700);
+    let from = complete_segment(c);
+    let name = from.file_name().unwrap().to_string_lossy().to_string();
+    let seg = wal.join(&name);
+    fs::copy(&from, &seg).unwrap();
+    fs::write(wal.join("archive_status").join(format!("{name}.ready")), "").unwrap();
+    chown_pg_recursive(&wal);
+    let push = |timeout: &str| {
+        let mut a = args!["archive-push"];
+        a.extend(c.stanza_args(&repo));
+        a.extend(args![
+            "--archive-async=y",
+            "--spool-path",
+            spool.display(),
+            "--archive-timeout",
+            timeout,
+            seg.display()
+        ]);
+        pgjet(&a)
+    };
+    let r = push("20").fails_with("no space left");
+    step!(
+        "r: {}",
+        r.stderr.lines().find(|l| l.contains("ERROR")).unwrap_or("")
+    );
+    fs::remove_file(&filler).unwrap();
+    push("60").ok();
+    let back = c.new_dir("r-get").join("segment");
+    let mut a = args!["archive-get"];
+    a.extend(c.stanza_args(&repo));
+    a.extend(args![
+        seg.file_name().unwrap().to_string_lossy(),
+        back.display()
+    ]);
+    pgjet_ok(&a);
+    assert!(
+        fs::read(&back).unwrap() == fs::read(&seg).unwrap(),
+        "r: archive-get returned other bytes"
+    );
+}
+
+/// s. A read-only repository (a snapshot mounted read-only): info, verify and restore work
+/// (nothing is written into the repository to read it); backup, expire and archive-push
+/// each fail naming the read-only file system, and nothing in it changes.
+#[test]
+fn s_read_only_repository() {
+    let fx = fx();
+    let c = &fx.cluster;
+    let repo = copy_repo(c, "repo-s");
+    let before = snapshot_tree(&repo);
+    let _m = Mount::read_only(&repo);
+    assert_eq!(info_backups(&repo, "main").len(), 1);
+    pgjet_ok(&verify_args(&repo, &fx.label));
+    let target = c.new_dir("s-restore");
+    let ts = c.new_dir("s-ts1");
+    pgjet_ok(&restore_args(
+        &repo,
+        &target,
+        &fx.label,
+        &format!("ts1={}", ts.display()),
+    ));
+    assert!(target.join("global/pg_control").exists());
+    let r = c
+        .pgjet_cmd("backup", &repo, &["--start-fast"])
+        .fails_with("read-only file system");
+    step!(
+        "s: backup: {}",
+        r.stderr.lines().find(|l| l.contains("ERROR")).unwrap_or("")
+    );
+    c.pgjet_cmd("expire", &repo, &["--retention-full", "1"])
+        .fails_with("read-only file system");
+    let mut a = args!["archive-push"];
+    a.extend(c.stanza_args(&repo));
+    a.push(complete_segment(c).display().to_string());
+    pgjet(&a).fails_with("read-only file system");
+    drop(_m);
+    assert!(
+        snapshot_tree(&repo) == before,
+        "s: the read-only repository changed"
+    );
+}
+
+/// t. A second host whose clock runs 5 minutes ahead (libfaketime) starts a backup while
+/// the first one runs: the first's lease looks expired by its clock, but it watches the
+/// record for a renewal period, sees it renewed, and refuses naming the clocks instead of
+/// taking the lock over; the first backup keeps its lock and completes.
+#[test]
+fn t_clock_skew_does_not_take_a_live_lock() {
+    let g = GatedCluster::new("faults-t");
+    let c = &g.c;
+    g.close();
+    let log = c.root.join("t-backup.log");
+    let (backup, ours) = g.spawn_backup(&log);
+    let mut a = args!["-f", "+300s", pgjet_bin().display(), "backup"];
+    a.extend(c.stanza_args(&c.repo));
+    a.extend(args!["--start-fast"]);
+    let t = Instant::now();
+    let r = run_as_postgres(Path::new("/usr/bin/faketime"), &a, None).fails_with("clocks disagree");
+    step!(
+        "t: refused after {}: {}",
+        secs(t),
+        r.stderr.lines().find(|l| l.contains("ERROR")).unwrap_or("")
+    );
+    assert!(r.stderr.contains("ahead"), "t: {r}");
+    assert_eq!(
+        g.lock().map(|l| l.token),
+        Some(ours.token),
+        "t: the lock changed hands"
+    );
+    g.open();
+    let done = backup.wait();
+    assert!(
+        done.success(),
+        "t: the first backup failed:\n{done}\n{}",
+        fs::read_to_string(&log).unwrap_or_default()
+    );
+    assert_eq!(info_backups(&c.repo, "main").len(), 1);
 }

@@ -52,6 +52,7 @@ pub fn push_foreground(s: &Settings, wal_path: &Path) -> Result<()> {
         .to_string();
     WalFile::parse(&name)?;
     let spool = Spool::open(s, stanza)?;
+    spool.check_space()?;
     let (ok, err, global) = (
         spool.ack(&name, "ok"),
         spool.ack(&name, "error"),
@@ -97,6 +98,7 @@ pub fn push_foreground(s: &Settings, wal_path: &Path) -> Result<()> {
             next_check = Instant::now() + Duration::from_secs(1);
         }
         if t.elapsed().as_secs_f64() > s.archive.timeout {
+            spool.check_space()?;
             return Err(Error::Unsafe(format!(
                 "{name} was not acknowledged by the background pusher within {} s (archive-timeout); see {}",
                 s.archive.timeout,

@@ -43,6 +43,10 @@ pub(super) const SCAN_EVERY: Duration = Duration::from_millis(5);
 
 pub(super) const ACK_POLL: Duration = Duration::from_millis(2);
 
+/// The free space under which the spool counts as full: a few acknowledgement and lock
+/// files and a log line need far less; this is margin.
+pub const SPOOL_MIN_FREE: u64 = 64 << 10;
+
 /// The spool directory of one stanza.
 pub struct Spool {
     pub(super) dir: PathBuf,
@@ -64,6 +68,23 @@ impl Spool {
     /// `<spool-path>/archive/<stanza>`, the stanza's spool directory (nothing is created).
     pub fn dir_of(s: &Settings, stanza: &str) -> PathBuf {
         s.archive.spool_path.join("archive").join(stanza)
+    }
+
+    /// Errors with [`Error::Unsafe`] naming the spool when its filesystem has less than
+    /// [`SPOOL_MIN_FREE`] bytes left for unprivileged writers (statvfs(2) `f_bavail`): the
+    /// background processes could not record their acknowledgements there, so a foreground
+    /// would only wait out archive-timeout. Ok when the space cannot be read.
+    pub fn check_space(&self) -> Result<()> {
+        let Some(free) = crate::io::fs::free_bytes(&self.dir) else {
+            return Ok(());
+        };
+        if free < SPOOL_MIN_FREE {
+            return Err(Error::Unsafe(format!(
+                "the spool {} is full (no space left on device: {free} bytes free): the background process cannot record what it archived or fetched; free space there or set spool-path to another filesystem",
+                self.dir.display()
+            )));
+        }
+        Ok(())
     }
 
     /// `out/<name>.<ext>`.

@@ -199,6 +199,21 @@ pub fn create_new_file(path: &Path, mode: u32) -> Result<std::fs::File> {
     Ok(f)
 }
 
+/// Bytes an unprivileged writer may still use on the filesystem holding `path`
+/// (statvfs(2): `f_bavail` × `f_frsize`), or None when it cannot be read.
+pub fn free_bytes(path: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: statvfs writes one struct into `st` and reads the NUL-terminated path `c`.
+    if unsafe { libc::statvfs(c.as_ptr(), st.as_mut_ptr()) } != 0 {
+        return None;
+    }
+    // SAFETY: statvfs returned 0, so it filled the struct.
+    let st = unsafe { st.assume_init() };
+    Some(st.f_bavail * st.f_frsize)
+}
+
 /// Sets the modification time of `path` to `mtime` (Unix seconds; negative as 0), without
 /// opening it.
 pub fn set_mtime(path: &Path, mtime: i64) -> Result<()> {
