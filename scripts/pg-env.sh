@@ -23,6 +23,7 @@ PG18_DIR=${PG18_DIR:-/opt/pgjet/pg18}
 pg_bindir() {
     case "$1" in
         18) echo "$PG18_DIR/bin" ;;
+        16|17) echo "/opt/pgjet/pg$1/bin" ;;
         *)  echo "/usr/lib/postgresql/$1/bin" ;;
     esac
 }

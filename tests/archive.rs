@@ -1,4 +1,4 @@
-//! WAL archiving, point-in-time recovery and retention, against real PostgreSQL 15 and 18
+//! WAL archiving, point-in-time recovery and retention, against real PostgreSQL 15 to 18
 //! with posix and S3 (versitygw) repositories. PostgreSQL itself runs `pgjet archive-push`
 //! as its archive_command and `pgjet archive-get` as the restored clusters' restore_command.
 //!
@@ -19,6 +19,9 @@
 //!   removes the old backup, its WAL and the gap record.
 //! - PostgreSQL 15, S3, asynchronous: pgbench, the S3 server stopped then started again,
 //!   nothing lost; a restore replays the archive with the asynchronous archive-get prefetch.
+//! - PostgreSQL 16, 17 and 18, S3, asynchronous: a full backup taken under pgbench and
+//!   restored (pgbench's invariant, pg_amcheck, pg_verifybackup where the major has one),
+//!   PITR to a time and to the archive's end through the asynchronous archive-get.
 //! - PostgreSQL 18, S3, synchronous: PITR to a time between two backups (the first is
 //!   chosen by itself), to the end of the archive (from the second), and to an LSN.
 //! - PostgreSQL 15, posix, retention: retention-archive=2 alone over four backups (run by
@@ -990,6 +993,126 @@ fn pg15_s3_async_archiving_outage_and_prefetch() {
         get_log.contains("prefetcher started"),
         "the prefetcher did not run: {get_log}"
     );
+}
+
+/// The scenario each major runs against S3 with asynchronous archiving: a full backup
+/// taken while pgbench writes (its writes overlap the backup), restored to its end and
+/// checked (pgbench's invariant, every account, pg_amcheck); marks written after it, then
+/// a point-in-time recovery to a time between them and a recovery to the archive's end,
+/// both replaying through the asynchronous archive-get from S3.
+fn s3_async_archiving_backup_under_load_pitr(pg: Pg, tag: &str) {
+    let t0 = std::time::Instant::now();
+    let cluster = Cluster::new(&pg, tag);
+    let repo = s3_repo(tag);
+    let spool = cluster.new_dir("spool");
+    let spool_flag = format!("--spool-path={}", spool.display());
+    let async_flags = ["--archive-async=y", spool_flag.as_str(), "--jobs=4"];
+    pgbench_init(&cluster.server, 4);
+    cluster.psql("postgres", "CREATE TABLE marks (i int)");
+    pj(&cluster, &repo, "stanza-create", &[]).ok();
+    enable_archiving(&cluster, &repo, &async_flags);
+
+    // A backup under load: pgbench commits before, during and after it.
+    let history = |s: &Server| -> u64 {
+        s.psql("postgres", "SELECT count(*) FROM pgbench_history")
+            .parse()
+            .unwrap()
+    };
+    let (bin, a) = pgbench_args(&cluster.server, &args!["-n", "-c", 4, "-T", 600]);
+    let mut bench = Background::spawn(&bin, &a, &cluster.root.join("pgbench.pid"));
+    let writing = wait_for(Duration::from_secs(60), || {
+        (history(&cluster.server) > 0).then_some(())
+    });
+    assert!(writing.is_some(), "pgbench wrote nothing within 60 s");
+    let before = history(&cluster.server);
+    let r = pj(&cluster, &repo, "backup", &["--start-fast", "--jobs", "2"]).ok();
+    let after = history(&cluster.server);
+    assert!(
+        bench.try_wait().is_none(),
+        "pgbench ended before the backup did:\n{}",
+        bench.wait()
+    );
+    bench.signal(libc::SIGTERM);
+    bench.wait();
+    assert!(after > before, "no transaction committed during the backup");
+    step!(
+        "{tag}: backup under pgbench in {:.1}s, history {before} -> {after} rows meanwhile",
+        r.elapsed.as_secs_f64()
+    );
+    let backup = newest_backup(&cluster, &repo);
+    let archive_start = backup["archive_start"].as_str().unwrap().to_string();
+
+    let targets = write_marks(&cluster);
+    let last = archive_all(&cluster, &repo, &[], &archive_start, "after the marks");
+    let v = pj(&cluster, &repo, "verify", &[]).ok();
+    assert!(v.stdout.contains("WAL archive: ok"), "{v}");
+    step!("{tag}: archived through {last}, verify ok");
+
+    // The backup's own end, checked as pg_verifybackup, pgbench and amcheck see it.
+    let dir = restore(
+        &cluster,
+        &repo,
+        "end-of-backup",
+        &[
+            "--type",
+            "immediate",
+            "--target-action",
+            "promote",
+            "--archive-mode",
+            "off",
+        ],
+    );
+    let s = start_restored(&cluster, &format!("{tag}: restore of the backup"), &dir);
+    assert_pgbench_invariant(tag, &s);
+    assert!(
+        history(&s) >= before,
+        "rows committed before the backup are missing"
+    );
+    assert_eq!(
+        s.psql("postgres", "SELECT count(*) FROM pgbench_accounts"),
+        "400000"
+    );
+    let check = s.amcheck();
+    assert!(
+        check.success(),
+        "pg_amcheck on the restored cluster:\n{check}"
+    );
+    drop(s);
+
+    // Point in time, and the archive's end, through the asynchronous archive-get.
+    let mut time = vec!["--type", "time", "--target", targets.time.as_str()];
+    time.extend(async_flags);
+    pitr(&cluster, &repo, "pitr-time", &time, "1,2,3,4,5", "time");
+    let want = cluster.psql(
+        "postgres",
+        "SELECT count(*), sum(delta) FROM pgbench_history",
+    );
+    let s = restore_promoted(&cluster, &repo, "end", &async_flags);
+    assert_eq!(marks(&s), "1,2,3,4,5,6", "end of the archive");
+    assert_eq!(
+        s.psql(
+            "postgres",
+            "SELECT count(*), sum(delta) FROM pgbench_history"
+        ),
+        want
+    );
+    assert_pgbench_invariant(tag, &s);
+    step!("{tag}: S3 async archiving scenario done in {}", secs(t0));
+}
+
+#[test]
+fn pg16_s3_async_archiving_backup_under_load_pitr() {
+    s3_async_archiving_backup_under_load_pitr(Pg::v16(), "arch16s3");
+}
+
+#[test]
+fn pg17_s3_async_archiving_backup_under_load_pitr() {
+    s3_async_archiving_backup_under_load_pitr(Pg::v17(), "arch17s3");
+}
+
+#[test]
+fn pg18_s3_async_archiving_backup_under_load_pitr() {
+    s3_async_archiving_backup_under_load_pitr(Pg::v18(), "arch18s3async");
 }
 
 #[test]

@@ -11,6 +11,8 @@
 //!   the changes are stored).
 //! - PostgreSQL 18, local files, `summarize_wal = on`: the same chain, the changed blocks
 //!   found in the WAL summaries; and with `summarize_wal = off`: found in the WAL in pg_wal.
+//! - PostgreSQL 17, local files, `summarize_wal = on` (17 is the first with WAL
+//!   summaries); PostgreSQL 16 over libpq.
 //! - PostgreSQL 15, a standby with its primary stopped: a full and an incr of the standby,
 //!   a full over its BASE_BACKUP stream and an incr over libpq, each restored (the first
 //!   full ends on a segment boundary: the last record a switch).
@@ -493,6 +495,16 @@ fn chain_pg15_libpq() {
 #[test]
 fn chain_pg18_local() {
     chain_scenario(Pg::v18(), "incr18-local", "local", true);
+}
+
+#[test]
+fn chain_pg17_local() {
+    chain_scenario(Pg::v17(), "incr17-local", "local", true);
+}
+
+#[test]
+fn chain_pg16_libpq() {
+    chain_scenario(Pg::v16(), "incr16-libpq", "libpq", false);
 }
 
 #[test]
