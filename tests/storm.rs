@@ -17,11 +17,17 @@
 //! every row committed before the final WAL switch (a missing one counts as lost). The
 //! report: kills per command, broken, lost; both must be 0.
 //!
-//! CI runs a short storm: `STORM_KILLS` kills per command (default 3) on a posix
-//! repository, and on an encrypted one (`STORM_ENCRYPTED=1` adds aes-256-gcm). The long one:
+//! Three storms: a posix repository with synchronous archive-push; the same encrypted
+//! (aes-256-gcm); and S3 (versitygw) behind the fault proxy (connection resets, `503 Slow
+//! Down` answers and cut requests while the kills go on) with asynchronous archive-push,
+//! whose background pusher is killed too.
+//!
+//! CI runs a short storm: `STORM_KILLS` kills per command (default 3). The long one:
 //! `STORM_KILLS=100 cargo test --release --test storm -- --nocapture`.
 mod common;
 
+use common::faultproxy::FaultProxy;
+use common::stores::*;
 use common::*;
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
@@ -145,10 +151,11 @@ impl Storm {
     }
 }
 
-/// The PIDs of the running `pgjet ... <word> ...` processes.
-fn running(word: &str) -> Vec<i32> {
+/// The PIDs of the running `pgjet ... <conf> ... <word> ...` processes (this storm's:
+/// the other storm of the test binary runs beside it).
+fn running(conf: &Path, word: &str) -> Vec<i32> {
     let out = std::process::Command::new("pgrep")
-        .args(["-f", &format!("pgjet.* {word} ")])
+        .args(["-f", &format!("pgjet .*{}.* {word}( |$)", conf.display())])
         .output()
         .unwrap();
     String::from_utf8_lossy(&out.stdout)
@@ -157,10 +164,11 @@ fn running(word: &str) -> Vec<i32> {
         .collect()
 }
 
-/// Kills every running `pgjet ... archive-push` (PostgreSQL's children).
-fn kill_children(word: &str) -> u32 {
+/// Kills every running `pgjet ... <word>` of this storm (PostgreSQL's children, or the
+/// background pusher).
+fn kill_children(conf: &Path, word: &str) -> u32 {
     let mut n = 0;
-    for p in running(word) {
+    for p in running(conf, word) {
         {
             // SAFETY: kill(2) on a PID pgrep just listed; a process gone since is ESRCH.
             if unsafe { libc::kill(p, libc::SIGKILL) } == 0 {
@@ -171,7 +179,19 @@ fn kill_children(word: &str) -> u32 {
     n
 }
 
-fn storm(tag: &str, encrypted: bool) {
+/// Where a storm keeps its repository.
+#[derive(Clone, Copy, PartialEq)]
+enum Store {
+    /// A directory; archive-push synchronous.
+    Posix,
+    /// versitygw behind the fault proxy, which resets 5% of new connections, answers 5%
+    /// with `503 Slow Down` and cuts 2% mid-request while commands are killed (off for the
+    /// final checks); archive-push asynchronous through a spool, whose background pusher is
+    /// killed too.
+    S3Faults,
+}
+
+fn storm(tag: &str, encrypted: bool, store: Store) {
     let kills: u32 = std::env::var("STORM_KILLS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -191,12 +211,29 @@ fn storm(tag: &str, encrypted: bool) {
     } else {
         ""
     };
+    // S3: plain HTTP, so that the proxy can answer requests itself.
+    let s3 = (store == Store::S3Faults).then(|| StoreServer::start_with(StoreKind::S3, tag, false));
+    let proxy = s3.as_ref().map(|s| FaultProxy::start(s.port));
+    let (repo_conf, archive_root) = match (&s3, &proxy) {
+        (Some(s3), Some(proxy)) => {
+            let text: String = s3
+                .options("/repo")
+                .into_iter()
+                .map(|(k, v)| match k.as_str() {
+                    "repo1-storage-port" => format!("{k}={}\n", proxy.port),
+                    _ => format!("{k}={v}\n"),
+                })
+                .collect();
+            (text, s3.object_file("/repo", "main/archive/00000001"))
+        }
+        _ => (
+            format!("repo1-path={}\n", cluster.repo.display()),
+            cluster.repo.join("main/archive/00000001"),
+        ),
+    };
     fs::write(
         &conf,
-        format!(
-            "[global]\nrepo1-path={}\nretention-full=2\n{cipher}",
-            cluster.repo.display()
-        ),
+        format!("[global]\n{repo_conf}retention-full=2\n{cipher}"),
     )
     .unwrap();
     fs::set_permissions(&conf, fs::Permissions::from_mode(0o600)).unwrap();
@@ -206,9 +243,17 @@ fn storm(tag: &str, encrypted: bool) {
         conf: conf.clone(),
     };
     pgjet_ok(&env.args("stanza-create", &[]));
-    // archive_command: pgjet archive-push (synchronous); archive_mode needs a restart.
+    // archive_command: pgjet archive-push (S3: asynchronous); archive_mode needs a restart.
+    let spool = cluster.new_dir("spool");
+    let async_flags = match store {
+        Store::Posix => String::new(),
+        Store::S3Faults => format!(
+            " --archive-async=y --spool-path={} --jobs=2",
+            spool.display()
+        ),
+    };
     let push = format!(
-        "{} --config={} --stanza=main archive-push %p",
+        "{} --config={} --stanza=main{async_flags} archive-push %p",
         pgjet_bin().display(),
         conf.display()
     );
@@ -219,6 +264,13 @@ fn storm(tag: &str, encrypted: bool) {
     );
     cluster.restart();
     pgjet_ok(&env.args("backup", &args!["--type", "full", "--start-fast"]));
+    if let Some(p) = &proxy {
+        p.set_storm(Some(common::faultproxy::Storm {
+            reset_pct: 5,
+            http503_pct: 5,
+            cut_pct: 2,
+        }));
+    }
 
     // The writer: numbered rows, each its own transaction; `committed` is the highest
     // number whose INSERT returned (rows are written in order).
@@ -308,15 +360,20 @@ fn storm(tag: &str, encrypted: bool) {
         let _ = fs::remove_dir_all(&dir);
         // archive-push: the next one PostgreSQL runs, a few milliseconds into its push
         let t = Instant::now();
-        while running("archive-push").is_empty() && t.elapsed() < Duration::from_secs(5) {
+        while running(&conf, "archive-push").is_empty() && t.elapsed() < Duration::from_secs(5) {
             std::thread::sleep(Duration::from_millis(2));
         }
         std::thread::sleep(Duration::from_micros(st.rng.below(8_000)));
-        let n = kill_children("archive-push");
+        let n = kill_children(&conf, "archive-push");
         *st.report.kills.entry("archive-push").or_default() += n;
+        if store == Store::S3Faults && st.rng.below(2) == 0 {
+            // The background pusher, mid-batch: the next archive-push starts another.
+            let n = kill_children(&conf, "archive-push-async");
+            *st.report.kills.entry("archive-push-async").or_default() += n;
+        }
         // archive-get of an archived segment, killed, then run again: the same bytes as an
         // uninterrupted get.
-        let segs = archived_segments(&cluster.repo);
+        let segs = archived_segments(&archive_root);
         if let Some(seg) = segs.get(st.rng.below(segs.len() as u64) as usize) {
             let dest = cluster.new_dir(&format!("get-{k}"));
             let get = |to: &str| {
@@ -347,6 +404,14 @@ fn storm(tag: &str, encrypted: bool) {
     // The end: the writer stops; every committed row must come back.
     stop.store(true, Ordering::Relaxed);
     writer.join().unwrap();
+    if let Some(p) = &proxy {
+        let (resets, answers, cuts) = p.faults();
+        step!(
+            "storm {tag}: the proxy injected {resets} resets, {answers} 503 answers, {cuts} cuts"
+        );
+        assert!(resets + answers + cuts > 0, "no fault was injected");
+        p.set_storm(None);
+    }
     let m = committed.load(Ordering::Relaxed);
     st.report.committed = m;
     let r = pgjet_ok(&env.args("check", &args!["--archive-timeout", "120"]));
@@ -401,11 +466,11 @@ fn storm(tag: &str, encrypted: bool) {
     );
 }
 
-/// The names of the WAL segments in the archive of timeline 1.
-fn archived_segments(repo: &Path) -> Vec<String> {
+/// The names of the WAL segments in `tl`, the archive of timeline 1 as files (posix: the
+/// repository; S3: versitygw's directory of the bucket).
+fn archived_segments(tl: &Path) -> Vec<String> {
     let mut out = Vec::new();
-    let tl = repo.join("main/archive/00000001");
-    for d in fs::read_dir(&tl).into_iter().flatten().flatten() {
+    for d in fs::read_dir(tl).into_iter().flatten().flatten() {
         for f in fs::read_dir(d.path()).into_iter().flatten().flatten() {
             let n = f.file_name().to_string_lossy().to_string();
             if n.len() == 24 && n.bytes().all(|b| b.is_ascii_hexdigit()) {
@@ -433,10 +498,15 @@ fn info_labels(env: &Env) -> Vec<String> {
 
 #[test]
 fn storm_posix() {
-    storm("storm-posix", false);
+    storm("storm-posix", false, Store::Posix);
 }
 
 #[test]
 fn storm_posix_encrypted() {
-    storm("storm-enc", true);
+    storm("storm-enc", true, Store::Posix);
+}
+
+#[test]
+fn storm_s3_faults_async() {
+    storm("storm-s3", false, Store::S3Faults);
 }
