@@ -430,9 +430,9 @@ mod tests {
         fs::create_dir_all(dir.join("repo")).unwrap();
         let repo = crate::storage::posix::PosixStorage::open(&dir.join("repo")).unwrap();
         let c = Compression::new(CompressType::Zstd, None).unwrap();
-        let enc = wal::encode(name, data, c, &mut Compressor::new(c).unwrap(), 1).unwrap();
+        let mut enc = wal::encode(name, data, c, &mut Compressor::new(c).unwrap(), 1).unwrap();
         let st = Stanza::new(1, std::sync::Arc::new(repo), "main");
-        wal::store(&st, &WalFile::parse(name).unwrap(), data, &enc).unwrap();
+        wal::store(&st, &WalFile::parse(name).unwrap(), data, &mut enc, true).unwrap();
     }
 
     #[test]

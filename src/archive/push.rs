@@ -135,9 +135,9 @@ impl Archiver {
         // What was hashed and compressed is what the file still holds.
         bytes.check_unchanged()?;
         let mut first_err = None;
-        for (st, _) in &self.repos {
+        for (i, (st, _)) in self.repos.iter().enumerate() {
             let n = st.repo();
-            match wal::store(st, &file, data, out) {
+            match wal::store(st, &file, data, out, i + 1 == self.repos.len()) {
                 Ok(PushOutcome::AlreadyArchived) => tracing::warn!(
                     "WAL file {} is already in repo{n} with the same content; nothing written",
                     file.name

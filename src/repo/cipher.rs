@@ -316,6 +316,19 @@ impl ObjectCipher<'_> {
     ) -> CResult<()> {
         let plain = buf.len() as u64;
         buf.resize(sealed_size(plain) as usize, 0);
+        self.seal_spread(name, buf, plain)
+    }
+
+    /// [`ObjectCipher::seal_in_place`] of a `Vec` (an archived WAL segment's encoded bytes).
+    pub fn seal_vec_in_place(&self, name: &str, buf: &mut Vec<u8>) -> CResult<()> {
+        let plain = buf.len() as u64;
+        buf.resize(sealed_size(plain) as usize, 0);
+        self.seal_spread(name, buf, plain)
+    }
+
+    /// Seals `buf`, grown to [`sealed_size`] of its first `plain` bytes: moves each segment
+    /// up past the header and the tags before it (last first), then seals it there.
+    fn seal_spread(&self, name: &str, buf: &mut [u8], plain: u64) -> CResult<()> {
         for i in (0..segments(plain)).rev() {
             let (from, m, to) = placed_segment(plain, i);
             buf.copy_within(from..from + m, to);

@@ -599,6 +599,13 @@ impl Storage for CipherStorage {
         self.inner.delete_if(name, version)
     }
 
+    fn create_new_owned(&self, name: &str, mut data: Vec<u8>) -> Result<(bool, Vec<u8>)> {
+        if let Some(s) = self.sealing(name, true)? {
+            s.cipher().seal_vec_in_place(name, &mut data)?;
+        }
+        self.inner.create_new_owned(name, data)
+    }
+
     fn get_range(&self, name: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
         let Some(s) = self.sealing(name, false)? else {
             return self.inner.get_range(name, offset, len);

@@ -285,12 +285,32 @@ pub enum PushOutcome {
 /// a conditional create, durable when it returns. When the name is taken, the archived copy
 /// is read and compared by size and XXH3-128 of the logical bytes.
 ///
+/// `encoded` is handed to the store when `last` (no other repository needs it after this
+/// one: an encrypting store seals it in place, without a second buffer) and holds
+/// unspecified bytes afterwards, its allocation kept for the next segment; it is left as it
+/// was otherwise.
+///
 /// Errors: [`Error::Repo`] when the archived copy differs (it is never replaced);
 /// [`Error::CorruptWal`] when the archived copy cannot be read as an archive object; the
 /// store's errors.
-pub fn store(st: &Stanza, file: &WalFile, data: &[u8], encoded: &[u8]) -> Result<PushOutcome> {
+pub fn store(
+    st: &Stanza,
+    file: &WalFile,
+    data: &[u8],
+    encoded: &mut Vec<u8>,
+    last: bool,
+) -> Result<PushOutcome> {
     let name = file.object_name(st.name());
-    if st.store().create_new(&name, encoded)? {
+    let created = if last {
+        let (created, buf) = st
+            .store()
+            .create_new_owned(&name, std::mem::take(encoded))?;
+        *encoded = buf;
+        created
+    } else {
+        st.store().create_new(&name, encoded)?
+    };
+    if created {
         return Ok(PushOutcome::Stored);
     }
     let existing = st.store().get(&name)?;
@@ -632,16 +652,20 @@ mod tests {
         let mut comp = Compressor::new(c).unwrap();
         let f = WalFile::parse("000000010000000000000007").unwrap();
         let a = vec![7u8; 1 << 20];
-        let ea = encode(&f.name, &a, c, &mut comp, 1).unwrap();
-        assert_eq!(store(&st, &f, &a, &ea).unwrap(), PushOutcome::Stored);
+        let mut ea = encode(&f.name, &a, c, &mut comp, 1).unwrap();
+        // Not the last repository: the encoded bytes are left as they were, for the next.
         assert_eq!(
-            store(&st, &f, &a, &ea).unwrap(),
+            store(&st, &f, &a, &mut ea, false).unwrap(),
+            PushOutcome::Stored
+        );
+        assert_eq!(
+            store(&st, &f, &a, &mut ea, true).unwrap(),
             PushOutcome::AlreadyArchived
         );
         let mut b = a.clone();
         b[5] = 0;
-        let eb = encode(&f.name, &b, c, &mut comp, 1).unwrap();
-        let e = store(&st, &f, &b, &eb).unwrap_err().to_string();
+        let mut eb = encode(&f.name, &b, c, &mut comp, 1).unwrap();
+        let e = store(&st, &f, &b, &mut eb, true).unwrap_err().to_string();
         assert!(e.contains("different content"), "{e}");
         assert_eq!(fetch(&st, &f).unwrap().unwrap().1, a);
         let missing = WalFile::parse("000000010000000000000008").unwrap();

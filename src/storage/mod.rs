@@ -76,6 +76,12 @@ pub trait Storage: Send + Sync {
     /// call created it, Ok(false) when it was already there (nothing written). Atomic against
     /// other writers (posix: link(2) of a synced temporary file; S3: `If-None-Match: *`).
     fn create_new(&self, name: &str, data: &[u8]) -> Result<bool>;
+    /// [`Storage::create_new`] of a buffer the store may change (an encrypting store seals
+    /// it in place instead of into a new buffer); returns the buffer for reuse, its
+    /// contents unspecified.
+    fn create_new_owned(&self, name: &str, data: Vec<u8>) -> Result<(bool, Vec<u8>)> {
+        Ok((self.create_new(name, &data)?, data))
+    }
     /// Reads all of `name` with its [`Version`], for a later [`Storage::replace_if`] or
     /// [`Storage::delete_if`]; None when it does not exist.
     ///
