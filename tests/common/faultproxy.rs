@@ -32,8 +32,12 @@ struct State {
     cuts: AtomicU64,
     /// The link is down: new connections are reset at once.
     down: AtomicBool,
-    /// Both ends of every open connection, for [`FaultProxy::link_down`] to cut.
-    conns: Mutex<Vec<TcpStream>>,
+    /// Both ends of every open connection, by connection number, for
+    /// [`FaultProxy::link_down`] to cut; a connection removes its own when it ends (a long
+    /// storm makes tens of thousands: kept, their descriptors ran out).
+    conns: Mutex<std::collections::HashMap<u64, [TcpStream; 2]>>,
+    /// Numbers the connections.
+    next_conn: AtomicU64,
 }
 
 impl State {
@@ -99,8 +103,10 @@ impl FaultProxy {
     /// [`FaultProxy::link_up`].
     pub fn link_down(&self) {
         self.state.down.store(true, Ordering::SeqCst);
-        for c in self.state.conns.lock().unwrap().drain(..) {
-            let _ = c.shutdown(Shutdown::Both);
+        for (_, ends) in self.state.conns.lock().unwrap().drain() {
+            for c in ends {
+                let _ = c.shutdown(Shutdown::Both);
+            }
         }
     }
 
@@ -152,16 +158,21 @@ fn serve(client: TcpStream, upstream: u16, st: &Arc<State>) {
     let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)) else {
         return;
     };
-    let (c2, s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
-    {
-        let mut conns = st.conns.lock().unwrap();
-        conns.push(client.try_clone().unwrap());
-        conns.push(server.try_clone().unwrap());
-    }
+    let (Ok(c2), Ok(s2), Ok(c3), Ok(s3)) = (
+        client.try_clone(),
+        server.try_clone(),
+        client.try_clone(),
+        server.try_clone(),
+    ) else {
+        return;
+    };
+    let id = st.next_conn.fetch_add(1, Ordering::SeqCst);
+    st.conns.lock().unwrap().insert(id, [c3, s3]);
     let st_up = st.clone();
     let up = std::thread::spawn(move || pump(client, server, Some(&st_up), cut_after));
     pump(s2, c2, None, u64::MAX);
     let _ = up.join();
+    st.conns.lock().unwrap().remove(&id);
 }
 
 /// Copies `from` -> `to` until either ends (or `cut_after` bytes, then both are shut down).
