@@ -12,7 +12,8 @@
 #   restore_plain / restore_enc  `pgjet restore --jobs $JOBS` of that backup
 #   push_sync_plain / _enc       WAL_SEGS real 16 MiB segments of this cluster pushed one
 #                `archive-push` process at a time, as PostgreSQL's archive_command would
-#                (each process derives the key-encrypting key once: Argon2id, 64 MiB)
+#                (the first process derives the key-encrypting key with Argon2id; the
+#                others take it from the kernel keyring: docs/encryption.md, "The key cache")
 #   push_async_plain / _enc      the same segments with --archive-async (the background
 #                pusher, --jobs $JOBS): a fake pg_wal with archive_status/*.ready, each
 #                segment's foreground archive-push called in order
