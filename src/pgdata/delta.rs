@@ -28,7 +28,8 @@ pub enum DeltaTarget {
 
 /// Checks that `dir` may be overwritten with a copy of the cluster whose system identifier
 /// is `system_identifier`: no postmaster.pid (a server may run there), and its pg_control,
-/// or pgjet's marker when pg_control is missing, names the same cluster.
+/// or pgjet's marker when pg_control is missing or damaged (a copy killed while writing it),
+/// names the same cluster.
 ///
 /// Errors: [`Error::Unsafe`] naming the reason.
 pub fn check_delta_target(dir: &Path, system_identifier: u64) -> Result<DeltaTarget> {
@@ -48,8 +49,24 @@ pub fn check_delta_target(dir: &Path, system_identifier: u64) -> Result<DeltaTar
         )));
     }
     let control = dir.join("global/pg_control");
-    if control.exists() {
-        let id = crate::pg::control::read_system_identifier(dir)?;
+    let readable = match control.exists() {
+        false => None,
+        // With pgjet's marker the directory is its own unfinished copy, whose pg_control
+        // (the last file written) a copy killed while writing it left half written: the
+        // marker then names the cluster.
+        true => match crate::pg::control::read_system_identifier(dir) {
+            Ok(id) => Some(id),
+            Err(e) if dir.join(MARKER).exists() => {
+                tracing::info!(
+                    "{}: {e}; pgjet's {MARKER} names the cluster of this unfinished copy",
+                    dir.display()
+                );
+                None
+            }
+            Err(e) => return Err(e),
+        },
+    };
+    if let Some(id) = readable {
         if id != system_identifier {
             return Err(Error::Unsafe(format!(
                 "{} belongs to another cluster (system identifier {id}, the source's is {system_identifier}); --delta only re-syncs a copy of the same cluster",
@@ -362,8 +379,17 @@ mod tests {
         let mut control = vec![0u8; 8192];
         control[..8].copy_from_slice(&7u64.to_le_bytes());
         fs::write(d.path().join("global/pg_control"), &control).unwrap();
+        // Damaged: with the marker (a copy killed while writing pg_control) the marker
+        // names the cluster; without it, refused.
+        assert!(check_delta_target(d.path(), 7).is_err());
+        assert_eq!(
+            check_delta_target(d.path(), 42).unwrap(),
+            DeltaTarget::SameCluster
+        );
+        fs::rename(d.path().join(MARKER), d.path().join("marker.aside")).unwrap();
         let e = check_delta_target(d.path(), 7).unwrap_err().to_string();
         assert!(e.contains("CRC"), "{e}");
+        fs::rename(d.path().join("marker.aside"), d.path().join(MARKER)).unwrap();
         let crc = crc32c::crc32c(&control[..296]);
         control[296..300].copy_from_slice(&crc.to_le_bytes());
         fs::write(d.path().join("global/pg_control"), &control).unwrap();
