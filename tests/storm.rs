@@ -19,8 +19,8 @@
 //!
 //! Three storms: a posix repository with synchronous archive-push; the same encrypted
 //! (aes-256-gcm); and S3 (versitygw) behind the fault proxy (connection resets, `503 Slow
-//! Down` answers and cut requests while the kills go on) with asynchronous archive-push,
-//! whose background pusher is killed too.
+//! Down` answers and cut requests while the kills go on) with asynchronous archive-push
+//! and archive-get, whose background pusher and prefetcher are killed too.
 //!
 //! CI runs a short storm: `STORM_KILLS` kills per command (default 3). The long one:
 //! `STORM_KILLS=100 cargo test --release --test storm -- --nocapture`.
@@ -186,8 +186,8 @@ enum Store {
     Posix,
     /// versitygw behind the fault proxy, which resets 5% of new connections, answers 5%
     /// with `503 Slow Down` and cuts 2% mid-request while commands are killed (off for the
-    /// final checks); archive-push asynchronous through a spool, whose background pusher is
-    /// killed too.
+    /// final checks); archive-push and archive-get asynchronous through a spool, whose
+    /// background pusher and prefetcher are killed too.
     S3Faults,
 }
 
@@ -376,6 +376,15 @@ fn storm(tag: &str, encrypted: bool, store: Store) {
         let segs = archived_segments(&archive_root);
         if let Some(seg) = segs.get(st.rng.below(segs.len() as u64) as usize) {
             let dest = cluster.new_dir(&format!("get-{k}"));
+            // S3: the asynchronous archive-get (a background prefetcher fills the spool).
+            let get_async: Vec<String> = match store {
+                Store::Posix => Vec::new(),
+                Store::S3Faults => args![
+                    "--archive-async=y",
+                    format!("--spool-path={}", spool.display()),
+                    "--jobs=2"
+                ],
+            };
             let get = |to: &str| {
                 let mut a = args![
                     "archive-get",
@@ -384,10 +393,15 @@ fn storm(tag: &str, encrypted: bool, store: Store) {
                     "--stanza",
                     "main"
                 ];
+                a.extend(get_async.iter().cloned());
                 a.extend(args![seg, dest.join(to).display()]);
                 a
             };
             st.hit("archive-get", &get("x"), &get("x"));
+            if store == Store::S3Faults && st.rng.below(2) == 0 {
+                let n = kill_children(&conf, "archive-get-async");
+                *st.report.kills.entry("archive-get-async").or_default() += n;
+            }
             pgjet_ok(&get("y"));
             let (x, y) = (
                 fs::read(dest.join("x")).unwrap(),
