@@ -7,8 +7,10 @@
 //! Targets: WAL archive objects (header line and frame), stored frames and slices of a
 //! backup (`decode_piece`), encrypted objects (whole, in place, sizes), WAL file names,
 //! backup labels, timeline history files, the server's backup_manifest, replication
-//! protocol messages (ErrorResponse fields, DataRow), conninfo strings and URIs, and the
-//! config file (INI) through the whole option resolution.
+//! protocol messages (ErrorResponse fields, DataRow), conninfo strings and URIs, the
+//! config file (INI) through the whole option resolution, pgjet's own manifest lines,
+//! summaries and gap records (read back from a repository), and the BASE_BACKUP stream's tar
+//! archives.
 use pgjet::codec::{CompressType, Compression, Compressor};
 use pgjet::repo::cipher::{self, DataKey, ObjectCipher};
 use pgjet::repo::{FrameSlice, Piece};
@@ -223,6 +225,181 @@ proptest! {
                 prop_assert!(!error.to_string().is_empty());
             }
             Err(pgjet::options::resolve::ParseError::Clap(_)) => {}
+        }
+    }
+}
+
+/// A posix repository in a temporary directory with stanza "s" and backup "L" (the
+/// manifest of a small backup and its summary, written by pgjet's own writer).
+fn repository_with_a_backup() -> (tempfile::TempDir, pgjet::repo::Stanza) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = pgjet::storage::posix::PosixStorage::open(dir.path()).unwrap();
+    let st = pgjet::repo::Stanza::new(1, std::sync::Arc::new(store), "s");
+    let piece = |off: u64, size: u64| {
+        serde_json::json!({"object": "000001", "offset": 0, "stored_size": 10, "stored_xxh3": "x",
+            "logical_offset": off, "logical_size": size, "xxh3": "y", "crc32c": 0})
+    };
+    let m: pgjet::repo::manifest::BackupManifest = serde_json::from_value(serde_json::json!({
+        "format": pgjet::repo::REPO_FORMAT, "label": "L", "type": "full", "stanza": "s",
+        "system_identifier": "1", "pg_version": "15", "pg_version_num": 150000,
+        "catalog_version": 1, "start_time": "", "stop_time": "", "start_lsn": "0/1",
+        "stop_lsn": "0/2", "timeline": 1, "wal_segment_size": 16777216, "block_size": 8192,
+        "data_checksums": true, "compression": {"type": "zstd", "level": 1},
+        "backup_label": "", "tablespace_map": null, "tablespaces": [],
+        "wal_segments": ["000000010000000000000001"], "size": 0, "stored_size": 0,
+        "directories": [{"path": "base", "mode": 448}],
+        "files": [
+            {"path": "global/pg_control", "size": 8192, "mtime": 0, "mode": 384, "crc32c": 0, "pieces": [piece(0, 8192)]},
+            {"path": "base/1/2", "size": 9437184, "mtime": 0, "mode": 384, "crc32c": 0,
+             "pieces": [piece(0, 8388608), piece(8388608, 1048576)]},
+        ]
+    }))
+    .unwrap();
+    st.backup("L").write_manifest(&m).unwrap();
+    (dir, st)
+}
+
+/// The path of object `name` of backup L in `dir`.
+fn backup_object(dir: &tempfile::TempDir, name: &str) -> std::path::PathBuf {
+    dir.path().join("s/backup/L").join(name)
+}
+
+/// A ustar entry: a 512-byte header (name, mode, size, type `kind`, checksum) and `data`
+/// padded to whole blocks.
+fn tar_entry(name: &str, kind: u8, data: &[u8]) -> Vec<u8> {
+    let mut h = [0u8; 512];
+    h[..name.len()].copy_from_slice(name.as_bytes());
+    h[100..108].copy_from_slice(b"0000600\0");
+    h[108..116].copy_from_slice(b"0000000\0");
+    h[116..124].copy_from_slice(b"0000000\0");
+    h[124..136].copy_from_slice(format!("{:011o}\0", data.len()).as_bytes());
+    h[136..148].copy_from_slice(b"00000000000\0");
+    h[148..156].copy_from_slice(b"        ");
+    h[156] = kind;
+    h[257..263].copy_from_slice(b"ustar\0");
+    h[263..265].copy_from_slice(b"00");
+    let sum: u32 = h.iter().map(|&b| b as u32).sum();
+    h[148..156].copy_from_slice(format!("{sum:06o}\0 ").as_bytes());
+    let mut out = h.to_vec();
+    out.extend_from_slice(data);
+    out.resize(out.len().div_ceil(512) * 512, 0);
+    out
+}
+
+/// A sink that takes whatever the stream decoder hands it.
+#[derive(Default)]
+struct CountingSink {
+    files: u64,
+    bytes: u64,
+}
+
+impl pgjet::transfer::stream::StreamSink for CountingSink {
+    fn begin_archive(&mut self, _: &str, _: Option<u32>) -> pgjet::error::Result<()> {
+        Ok(())
+    }
+    fn directory(&mut self, _: &str, _: u32) -> pgjet::error::Result<()> {
+        Ok(())
+    }
+    fn symlink(&mut self, _: &str, _: &str) -> pgjet::error::Result<()> {
+        Ok(())
+    }
+    fn file_begin(&mut self, _: &str, _: u64, _: u32, _: i64) -> pgjet::error::Result<()> {
+        self.files += 1;
+        Ok(())
+    }
+    fn file_data(&mut self, data: &[u8]) -> pgjet::error::Result<()> {
+        self.bytes += data.len() as u64;
+        Ok(())
+    }
+    fn file_end(&mut self) -> pgjet::error::Result<()> {
+        Ok(())
+    }
+}
+
+proptest! {
+    #![proptest_config(config(300))]
+
+    /// pgjet's own manifest (zstd JSON lines, its text mutated and compressed again) and
+    /// summary.json, read through the backup's reader; gap records through the archive's.
+    #[test]
+    fn manifest_lines_summaries_and_gap_records(
+        edits in prop::collection::vec((any::<usize>(), any::<u8>()), 0..6),
+        cut in prop::option::of(0usize..3000),
+        noise in prop::collection::vec(any::<u8>(), 0..400),
+    ) {
+        let (dir, st) = repository_with_a_backup();
+        let b = st.backup("L");
+        let manifest = backup_object(&dir, "manifest.jsonl.zst");
+        let text = zstd::decode_all(&std::fs::read(&manifest).unwrap()[..]).unwrap();
+        std::fs::write(&manifest, zstd::encode_all(&mutate(text, &edits, cut)[..], 1).unwrap()).unwrap();
+        if let Err(e) = b.manifest() {
+            prop_assert!(!e.to_string().is_empty());
+        }
+        std::fs::write(&manifest, &noise).unwrap();
+        if let Err(e) = b.manifest() {
+            prop_assert!(!e.to_string().is_empty());
+        }
+        let summary = backup_object(&dir, "summary.json");
+        let good = std::fs::read(&summary).unwrap();
+        for bytes in [mutate(good, &edits, cut), noise.clone()] {
+            std::fs::write(&summary, &bytes).unwrap();
+            if let Err(e) = b.summary() {
+                prop_assert!(!e.to_string().is_empty());
+            }
+        }
+        let gap = pgjet::repo::wal::Gap {
+            first: "000000010000000000000002".into(),
+            last: "000000010000000000000004".into(),
+            segments: 3,
+            recorded: "2026-11-26T00:00:00Z".into(),
+            reason: "archive-push-queue-max exceeded".into(),
+        };
+        pgjet::repo::wal::record_gap(&st, &gap).unwrap();
+        let gaps = dir.path().join("s/archive/gap");
+        let record = std::fs::read_dir(&gaps).unwrap().next().unwrap().unwrap().path();
+        let good = std::fs::read(&record).unwrap();
+        for bytes in [mutate(good, &edits, cut), noise] {
+            std::fs::write(&record, &bytes).unwrap();
+            if let Err(e) = pgjet::repo::wal::gaps(&st) {
+                prop_assert!(!e.to_string().is_empty());
+            }
+        }
+    }
+
+    /// The BASE_BACKUP stream: a tar archive (a directory, a file, the end blocks) cut into
+    /// CopyData messages, mutated, or random; the decoder must not panic, nor hand the sink
+    /// more file bytes than the stream carried.
+    #[test]
+    fn tar_streams(
+        data in prop::collection::vec(any::<u8>(), 0..3000),
+        edits in prop::collection::vec((any::<usize>(), any::<u8>()), 0..6),
+        cut in prop::option::of(0usize..5000),
+        split in 1usize..2000,
+        noise in prop::collection::vec(any::<u8>(), 0..1500),
+    ) {
+        use pgjet::remote::basebackup::{decode_copy_stream, WireCodec};
+        let mut tar = tar_entry("base", b'5', &[]);
+        tar.extend(tar_entry("base/PG_VERSION", b'0', &data));
+        tar.extend([0u8; 1024]);
+        for (i, body) in [tar.clone(), mutate(tar, &edits, cut), noise].into_iter().enumerate() {
+            let mut msgs = vec![b"nbase.tar\0\0".to_vec()];
+            for part in body.chunks(split) {
+                let mut m = vec![b'd'];
+                m.extend_from_slice(part);
+                msgs.push(m);
+            }
+            let wire: usize = msgs.iter().map(|m| m.len()).sum();
+            let mut sink = CountingSink::default();
+            let r = decode_copy_stream(&mut msgs.into_iter(), WireCodec::None, &[], &mut sink);
+            if i == 0 {
+                // The archive as built decodes to its one file.
+                prop_assert!(r.is_ok(), "{:?}", r.err());
+                prop_assert_eq!((sink.files, sink.bytes), (1, data.len() as u64));
+            }
+            match r {
+                Ok(_) => prop_assert!(sink.bytes <= wire as u64),
+                Err(e) => prop_assert!(!e.to_string().is_empty()),
+            }
         }
     }
 }
