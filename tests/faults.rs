@@ -1331,10 +1331,12 @@ fn p_a_pgbackrest_config_carried_over() {
     // resume options pgBackRest users set (resume, manifest-save-threshold in bytes) are
     // read, not warned about; so are the logging lines of pgBackRest's user guide
     // (log-level-console is pgjet's log-level; the log file's level is ignored, with a
-    // warning).
+    // warning); and retention as pgBackRest spells it, per repository
+    // (repo1-retention-full), applied after every backup.
     let plain = write_conf(
         "plain.conf",
-        "resume=n\nmanifest-save-threshold=1073741824\nlog-level-console=info\nlog-level-file=detail",
+        "resume=n\nmanifest-save-threshold=1073741824\nlog-level-console=info\nlog-level-file=detail\n\
+         repo1-retention-full=1\nrepo1-retention-full-type=count",
     );
     let base = args!["--config", plain.display(), "--stanza", "main"];
     let r = pgjet_ok(&cmd("stanza-create", base.clone(), &[]));
@@ -1345,7 +1347,12 @@ fn p_a_pgbackrest_config_carried_over() {
         )),
         "no warning naming bogus-option, the file and its section:\n{r}"
     );
-    for key in ["resume", "manifest-save-threshold", "log-level-console"] {
+    for key in [
+        "resume",
+        "manifest-save-threshold",
+        "log-level-console",
+        "repo1-retention-full",
+    ] {
         assert!(
             !r.stderr.contains(&format!("unknown option {key}"))
                 && !r.stderr.contains(&format!("{key} is ignored")),
@@ -1357,8 +1364,20 @@ fn p_a_pgbackrest_config_carried_over() {
             .contains("log-level-file is ignored: pgjet logs to stderr only"),
         "no warning for log-level-file:\n{r}"
     );
-    pgjet_ok(&cmd("backup", base, &["--type", "full", "--start-fast"]));
+    pgjet_ok(&cmd(
+        "backup",
+        base.clone(),
+        &["--type", "full", "--start-fast"],
+    ));
     assert_eq!(complete_backups(&repo).len(), 1);
+    let first = complete_backups(&repo);
+    std::thread::sleep(Duration::from_millis(1100));
+    pgjet_ok(&cmd("backup", base, &["--type", "full", "--start-fast"]));
+    let kept = complete_backups(&repo);
+    assert!(
+        kept.len() == 1 && kept != first,
+        "repo1-retention-full=1: the second backup must expire the first: {first:?} -> {kept:?}"
+    );
 
     // An option of another command is refused on the command line, before anything runs.
     let a = args![

@@ -254,19 +254,19 @@ pub fn ignored(key: &str) -> Option<&'static str> {
 const HINTS: &[(&str, &str)] = &[
     (
         "repo-retention-full",
-        "pgjet's retention-full applies to every repository",
+        "pgjet reads repo1-retention-full (or retention-full) and applies it to every repository",
     ),
     (
         "repo-retention-full-type",
-        "pgjet's retention-full-type applies to every repository",
+        "pgjet reads repo1-retention-full-type (or retention-full-type) and applies it to every repository",
     ),
     (
         "repo-retention-diff",
-        "pgjet's retention-diff applies to every repository",
+        "pgjet reads repo1-retention-diff (or retention-diff) and applies it to every repository",
     ),
     (
         "repo-retention-archive",
-        "pgjet's retention-archive applies to every repository",
+        "pgjet reads repo1-retention-archive (or retention-archive) and applies it to every repository",
     ),
     (
         "expire-auto",
@@ -331,9 +331,16 @@ mod tests {
         assert!(lookup("pg2-database").is_some());
         assert!(lookup("repo1-cipher-type").is_some());
         assert_eq!(
-            lookup("repo1-retention-full"),
-            Some(Some("pgjet's retention-full applies to every repository"))
+            lookup("repo2-retention-full"),
+            Some(Some(
+                "pgjet reads repo1-retention-full (or retention-full) and applies it to every repository"
+            ))
         );
+        // repo1's is an alias of pgjet's own option, found before this list.
+        assert!(matches!(
+            super::super::table::classify("repo1-retention-full"),
+            super::super::table::Key::Option { alias: true, .. }
+        ));
         assert_eq!(lookup("bogus-option"), None);
         assert_eq!(lookup("pgx-path"), None);
     }

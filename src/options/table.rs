@@ -1047,42 +1047,62 @@ pub const OPTIONS: &[OptionDef] = &[
         "y (default) or n: a backup of a cluster that archives WAL waits until its last segment is in the archive and records its WAL range there",
     ),
     // Retention.
-    opt(
-        "retention-full",
-        Kind::U32,
-        "N",
-        None,
-        H_RETENTION,
-        Cmds::of(&[Cmd::Backup, Cmd::Expire]),
-        "Full backups to keep (retention-full-type=count), or days to keep them (time). `expire` and every `backup` remove older ones; unset: backups are never expired",
-    ),
-    opt(
-        "retention-full-type",
-        Kind::Text,
-        "TYPE",
-        Some("count"),
-        H_RETENTION,
-        Cmds::of(&[Cmd::Backup, Cmd::Expire]),
-        "count (default) or time (retention-full is then in days)",
-    ),
-    opt(
-        "retention-diff",
-        Kind::U32,
-        "N",
-        None,
-        H_RETENTION,
-        Cmds::of(&[Cmd::Backup, Cmd::Expire]),
-        "Differential backups to keep; an expired diff takes the incrs that depend on it along. Unset: every diff of a kept full stays",
-    ),
-    opt(
-        "retention-archive",
-        Kind::U32,
-        "N",
-        None,
-        H_RETENTION,
-        Cmds::of(&[Cmd::Backup, Cmd::Expire]),
-        "How many of the newest backups keep a continuous WAL archive for point-in-time recovery (default: all that are kept); older backups keep only the WAL they need to be consistent",
-    ),
+    // pgBackRest's repo1-retention-full (its only spelling: retention is per repository
+    // there); pgjet applies one retention to every repository.
+    OptionDef {
+        aliases: &["repo1-retention-full"],
+        ..opt(
+            "retention-full",
+            Kind::U32,
+            "N",
+            None,
+            H_RETENTION,
+            Cmds::of(&[Cmd::Backup, Cmd::Expire]),
+            "Full backups to keep (retention-full-type=count), or days to keep them (time). `expire` and every `backup` remove older ones; unset: backups are never expired",
+        )
+    },
+    // pgBackRest's repo1-retention-full-type (its only spelling: retention is per repository
+    // there); pgjet applies one retention to every repository.
+    OptionDef {
+        aliases: &["repo1-retention-full-type"],
+        ..opt(
+            "retention-full-type",
+            Kind::Text,
+            "TYPE",
+            Some("count"),
+            H_RETENTION,
+            Cmds::of(&[Cmd::Backup, Cmd::Expire]),
+            "count (default) or time (retention-full is then in days)",
+        )
+    },
+    // pgBackRest's repo1-retention-diff (its only spelling: retention is per repository
+    // there); pgjet applies one retention to every repository.
+    OptionDef {
+        aliases: &["repo1-retention-diff"],
+        ..opt(
+            "retention-diff",
+            Kind::U32,
+            "N",
+            None,
+            H_RETENTION,
+            Cmds::of(&[Cmd::Backup, Cmd::Expire]),
+            "Differential backups to keep; an expired diff takes the incrs that depend on it along. Unset: every diff of a kept full stays",
+        )
+    },
+    // pgBackRest's repo1-retention-archive (its only spelling: retention is per repository
+    // there); pgjet applies one retention to every repository.
+    OptionDef {
+        aliases: &["repo1-retention-archive"],
+        ..opt(
+            "retention-archive",
+            Kind::U32,
+            "N",
+            None,
+            H_RETENTION,
+            Cmds::of(&[Cmd::Backup, Cmd::Expire]),
+            "How many of the newest backups keep a continuous WAL archive for point-in-time recovery (default: all that are kept); older backups keep only the WAL they need to be consistent",
+        )
+    },
     // backup.
     cmd_opt(
         "type",

@@ -402,12 +402,12 @@ fn a_pgbackrest_option_pgjet_lacks_is_an_error() {
     let dir = tempfile::tempdir().unwrap();
     let f = conf(
         &dir,
-        "[global]\nrepo1-path=/r\nrepo1-retention-full=2\nrepo1-bundle=y\n[main]\npg1-database=app\n[other]\nrepo1-block=y\n",
+        "[global]\nrepo1-path=/r\nrepo2-retention-full=2\nrepo1-bundle=y\n[main]\npg1-database=app\n[other]\nrepo1-block=y\n",
     );
     let (e, _) = config_error(parse(&["--config", &f, "--stanza", "main", "backup"], &[]));
     assert!(
         e.contains("pgBackRest options pgjet does not implement yet; remove them: ")
-            && e.contains(&format!("repo1-retention-full (config file {f}, section [global]; pgjet's retention-full applies to every repository)"))
+            && e.contains(&format!("repo2-retention-full (config file {f}, section [global]; pgjet reads repo1-retention-full (or retention-full) and applies it to every repository)"))
             && e.contains(&format!("repo1-bundle (config file {f}, section [global]"))
             && e.contains(&format!("pg1-database (config file {f}, section [main]; pgjet connects over libpq")),
         "{e}"
@@ -810,4 +810,20 @@ fn a_config_file_others_may_read_with_a_secret_is_warned_about() {
         "{:?}",
         i.warnings
     );
+}
+
+/// pgBackRest spells retention per repository (`repo1-retention-full`, ...); pgjet reads
+/// repo1's as its own retention, which applies to every repository.
+#[test]
+fn pgbackrests_repo1_retention_is_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = conf(
+        &dir,
+        "[global]\nrepo1-path=/r\nrepo1-retention-full=2\nrepo1-retention-full-type=time\nrepo1-retention-diff=3\nrepo1-retention-archive=1\n",
+    );
+    let i = parse(&["--config", &f, "--stanza", "main", "expire"], &[]).unwrap();
+    let r = &i.settings.retention;
+    assert_eq!((r.full, r.diff, r.archive), (Some(2), Some(3), Some(1)));
+    assert_eq!(r.full_type, RetentionFullType::Time);
+    assert!(i.warnings.is_empty(), "{:?}", i.warnings);
 }
