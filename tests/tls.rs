@@ -193,6 +193,17 @@ impl TlsServer {
             r.success() && r.stdout.contains("connected to"),
             "{what}: pgjet must connect as psql does:\n{r}"
         );
+        // check says what the connection is, as the server sees it.
+        if let Some(mode) = conninfo
+            .split_whitespace()
+            .find_map(|kv| kv.strip_prefix("sslmode="))
+            .filter(|m| *m != "disable")
+        {
+            assert!(
+                r.stdout.contains(&format!(", sslmode={mode})")) && r.stdout.contains("(TLS TLSv1."),
+                "{what}: check must say the session is TLS with sslmode={mode}:\n{r}"
+            );
+        }
         step!("{what}: accepted, as by psql");
     }
 

@@ -64,13 +64,25 @@ pub struct Report {
 pub fn run(s: &Settings) -> Result<Report> {
     let target = primary_target(s)?;
     let sess = Session::connect(&target)?;
+    // What the connection is, from the server's own view of it (pg_stat_ssl: a role sees
+    // its own session's row).
+    let tls = sess
+        .query_row(
+            "TLS",
+            "SELECT CASE WHEN ssl THEN version END FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
+        )
+        .ok()
+        .and_then(|r| r.into_iter().next().flatten());
+    let mode = target.ssl_mode.name();
     let mut lines = vec![format!(
-        "connected to {}{}",
+        "connected to {} ({})",
         sess.target(),
-        if target.tls.is_some() {
-            " (TLS allowed by sslmode)"
-        } else {
-            ""
+        match tls {
+            Some(v) => format!("TLS {v}, sslmode={mode}"),
+            None if target.tls.is_some() => {
+                format!("no TLS: the server did not offer it, and sslmode={mode} allows that")
+            }
+            None => "no TLS".into(),
         }
     )];
     // Rights first: without pg_read_all_settings even the server's facts cannot be read.

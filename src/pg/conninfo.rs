@@ -105,6 +105,18 @@ pub enum SslMode {
 }
 
 impl SslMode {
+    /// libpq's name of the mode (`verify-full`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            SslMode::Disable => "disable",
+            SslMode::Allow => "allow",
+            SslMode::Prefer => "prefer",
+            SslMode::Require => "require",
+            SslMode::VerifyCa => "verify-ca",
+            SslMode::VerifyFull => "verify-full",
+        }
+    }
+
     fn parse(s: &str) -> Result<SslMode> {
         Ok(match s {
             "disable" => SslMode::Disable,
