@@ -10,9 +10,7 @@
 mod common;
 
 use common::*;
-use pgjet::remote::basebackup::{
-    check_manifest, run_stream, BaseBackupCommand, StreamSink, WireCodec,
-};
+use pgjet::remote::basebackup::{check_manifest, run_stream, BaseBackupCommand, WireCodec};
 use pgjet::remote::replication::ReplConn;
 use std::fs;
 use std::time::Duration;
@@ -46,37 +44,6 @@ fn tcp_conninfo(cluster: &Cluster, user: &str) -> String {
     )
 }
 
-#[derive(Default)]
-struct Count {
-    files: u64,
-    bytes: u64,
-    archives: Vec<(String, Option<u32>)>,
-}
-
-impl StreamSink for Count {
-    fn begin_archive(&mut self, name: &str, ts: Option<u32>) -> pgjet::error::Result<()> {
-        self.archives.push((name.to_string(), ts));
-        Ok(())
-    }
-    fn directory(&mut self, _: &str, _: u32) -> pgjet::error::Result<()> {
-        Ok(())
-    }
-    fn symlink(&mut self, _: &str, _: &str) -> pgjet::error::Result<()> {
-        Ok(())
-    }
-    fn file_begin(&mut self, _: &str, _: u64, _: u32, _: i64) -> pgjet::error::Result<()> {
-        self.files += 1;
-        Ok(())
-    }
-    fn file_data(&mut self, d: &[u8]) -> pgjet::error::Result<()> {
-        self.bytes += d.len() as u64;
-        Ok(())
-    }
-    fn file_end(&mut self) -> pgjet::error::Result<()> {
-        Ok(())
-    }
-}
-
 /// The connection and the decoder alone, in this process: IDENTIFY_SYSTEM gives the
 /// cluster's system identifier; BASE_BACKUP with gzip arrives as two archives (the
 /// tablespace's, then base.tar) and every file matches the server's manifest.
@@ -98,7 +65,7 @@ fn pg15_stream_decodes_against_manifest() {
         workers: None,
         tablespace_map: true,
     };
-    let mut sink = Count::default();
+    let mut sink = CountingSink::default();
     let out = run_stream(&mut conn, &cmd, &mut sink).expect("BASE_BACKUP stream");
     conn.close();
     let d = &out.decoded;

@@ -11,6 +11,9 @@
 //! config file (INI) through the whole option resolution, pgjet's own manifest lines,
 //! summaries and gap records (read back from a repository), and the BASE_BACKUP stream's tar
 //! archives.
+mod common;
+
+use common::CountingSink;
 use pgjet::codec::{CompressType, Compression, Compressor};
 use pgjet::repo::cipher::{self, DataKey, ObjectCipher};
 use pgjet::repo::{FrameSlice, Piece};
@@ -284,36 +287,6 @@ fn tar_entry(name: &str, kind: u8, data: &[u8]) -> Vec<u8> {
     out.extend_from_slice(data);
     out.resize(out.len().div_ceil(512) * 512, 0);
     out
-}
-
-/// A sink that takes whatever the stream decoder hands it.
-#[derive(Default)]
-struct CountingSink {
-    files: u64,
-    bytes: u64,
-}
-
-impl pgjet::transfer::stream::StreamSink for CountingSink {
-    fn begin_archive(&mut self, _: &str, _: Option<u32>) -> pgjet::error::Result<()> {
-        Ok(())
-    }
-    fn directory(&mut self, _: &str, _: u32) -> pgjet::error::Result<()> {
-        Ok(())
-    }
-    fn symlink(&mut self, _: &str, _: &str) -> pgjet::error::Result<()> {
-        Ok(())
-    }
-    fn file_begin(&mut self, _: &str, _: u64, _: u32, _: i64) -> pgjet::error::Result<()> {
-        self.files += 1;
-        Ok(())
-    }
-    fn file_data(&mut self, data: &[u8]) -> pgjet::error::Result<()> {
-        self.bytes += data.len() as u64;
-        Ok(())
-    }
-    fn file_end(&mut self) -> pgjet::error::Result<()> {
-        Ok(())
-    }
 }
 
 proptest! {

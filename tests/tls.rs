@@ -200,7 +200,8 @@ impl TlsServer {
             .filter(|m| *m != "disable")
         {
             assert!(
-                r.stdout.contains(&format!(", sslmode={mode})")) && r.stdout.contains("(TLS TLSv1."),
+                r.stdout.contains(&format!(", sslmode={mode})"))
+                    && r.stdout.contains("(TLS TLSv1."),
                 "{what}: check must say the session is TLS with sslmode={mode}:\n{r}"
             );
         }

@@ -2035,3 +2035,36 @@ pub const SLOW_BACKUP: &[&str] = &[
     "--compress-level",
     "9",
 ];
+
+/// A stream sink that counts what the BASE_BACKUP decoder hands it: files, file bytes, and
+/// the archives begun (name, tablespace OID).
+#[derive(Default)]
+pub struct CountingSink {
+    pub files: u64,
+    pub bytes: u64,
+    pub archives: Vec<(String, Option<u32>)>,
+}
+
+impl pgjet::transfer::stream::StreamSink for CountingSink {
+    fn begin_archive(&mut self, name: &str, ts: Option<u32>) -> pgjet::error::Result<()> {
+        self.archives.push((name.to_string(), ts));
+        Ok(())
+    }
+    fn directory(&mut self, _: &str, _: u32) -> pgjet::error::Result<()> {
+        Ok(())
+    }
+    fn symlink(&mut self, _: &str, _: &str) -> pgjet::error::Result<()> {
+        Ok(())
+    }
+    fn file_begin(&mut self, _: &str, _: u64, _: u32, _: i64) -> pgjet::error::Result<()> {
+        self.files += 1;
+        Ok(())
+    }
+    fn file_data(&mut self, d: &[u8]) -> pgjet::error::Result<()> {
+        self.bytes += d.len() as u64;
+        Ok(())
+    }
+    fn file_end(&mut self) -> pgjet::error::Result<()> {
+        Ok(())
+    }
+}
