@@ -71,18 +71,18 @@ pub fn run(s: &Settings) -> Result<Report> {
             "TLS",
             "SELECT CASE WHEN ssl THEN version END FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
         )
-        .ok()
-        .and_then(|r| r.into_iter().next().flatten());
+        .map(|r| r.into_iter().next().flatten());
     let mode = target.ssl_mode.name();
     let mut lines = vec![format!(
         "connected to {} ({})",
         sess.target(),
         match tls {
-            Some(v) => format!("TLS {v}, sslmode={mode}"),
-            None if target.tls.is_some() => {
+            Ok(Some(v)) => format!("TLS {v}, sslmode={mode}"),
+            Ok(None) if target.tls.is_some() => {
                 format!("no TLS: the server did not offer it, and sslmode={mode} allows that")
             }
-            None => "no TLS".into(),
+            Ok(None) => "no TLS".into(),
+            Err(e) => format!("sslmode={mode}; pg_stat_ssl could not be read: {e}"),
         }
     )];
     // Rights first: without pg_read_all_settings even the server's facts cannot be read.

@@ -66,7 +66,12 @@ fn now_unix() -> i64 {
 
 /// The record of lock `name`, or None when it is absent, unreadable or not a record.
 fn read_record(store: &dyn Storage, name: &str) -> Option<LockRecord> {
-    read_versioned(store, name).map(|(r, _)| r)
+    // A plain read: no version is needed, and an object store's versioned read is two
+    // requests.
+    store
+        .get(name)
+        .ok()
+        .and_then(|b| serde_json::from_slice::<LockRecord>(&b).ok())
 }
 
 /// The record of lock `name` with the version it was read at, or None when it is absent,

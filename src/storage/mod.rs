@@ -99,12 +99,12 @@ pub trait Storage: Send + Sync {
     /// SFTP, whose OpenDAL services have no conditional replace) compares then writes: a
     /// writer in between, one round trip wide, is not seen.
     fn replace_if(&self, name: &str, data: &[u8], version: &Version) -> Result<bool> {
-        replace_by_compare(self, name, data, version)
+        if_unchanged(self, name, version, || self.put_durable(name, data))
     }
     /// Removes `name` only while it is at `version`: Ok(true) when removed, Ok(false) when
     /// it changed since (kept) or is already gone. Atomic as [`Storage::replace_if`] is.
     fn delete_if(&self, name: &str, version: &Version) -> Result<bool> {
-        delete_by_compare(self, name, version)
+        if_unchanged(self, name, version, || self.delete(name))
     }
     /// Reads `len` bytes at `offset` of `name`; errors if the object is shorter.
     fn get_range(&self, name: &str, offset: u64, len: u64) -> Result<Vec<u8>>;
@@ -164,39 +164,19 @@ pub fn get_with_bytes<S: Storage + ?Sized>(
     }
 }
 
-/// [`Storage::replace_if`] by reading the object again and comparing its version before
-/// [`Storage::put_durable`] (not atomic: see there).
+/// Runs `act` (a write or a removal of `name`) only when `name` is still at `version`, read
+/// again and compared first: Ok(true) when it ran, Ok(false) when the object changed or is
+/// gone. Not atomic by itself (see [`Storage::replace_if`]): posix runs it under an flock.
 ///
-/// Errors: the store's.
-pub fn replace_by_compare<S: Storage + ?Sized>(
-    store: &S,
-    name: &str,
-    data: &[u8],
-    version: &Version,
-) -> Result<bool> {
-    match store.get_versioned(name)? {
-        Some((_, v)) if v == *version => {
-            store.put_durable(name, data)?;
-            Ok(true)
-        }
-        _ => Ok(false),
-    }
-}
-
-/// [`Storage::delete_if`] by reading the object again and comparing its version before
-/// [`Storage::delete`] (not atomic: see [`Storage::replace_if`]).
-///
-/// Errors: the store's.
-pub fn delete_by_compare<S: Storage + ?Sized>(
+/// Errors: the store's, and `act`'s.
+pub fn if_unchanged<S: Storage + ?Sized>(
     store: &S,
     name: &str,
     version: &Version,
+    act: impl FnOnce() -> Result<()>,
 ) -> Result<bool> {
     match store.get_versioned(name)? {
-        Some((_, v)) if v == *version => {
-            store.delete(name)?;
-            Ok(true)
-        }
+        Some((_, v)) if v == *version => act().map(|()| true),
         _ => Ok(false),
     }
 }

@@ -767,7 +767,7 @@ impl Storage for ObjectStorage {
 
     fn replace_if(&self, name: &str, data: &[u8], version: &Version) -> Result<bool> {
         let Version::Etag(etag) = version else {
-            return super::replace_by_compare(self, name, data, version);
+            return super::if_unchanged(self, name, version, || self.put_durable(name, data));
         };
         let buf = bytes::Bytes::copy_from_slice(data);
         let r = self.run("write", name, async {
@@ -782,7 +782,7 @@ impl Storage for ObjectStorage {
 
     fn delete_if(&self, name: &str, version: &Version) -> Result<bool> {
         let Version::Etag(etag) = version else {
-            return super::delete_by_compare(self, name, version);
+            return super::if_unchanged(self, name, version, || self.delete(name));
         };
         let r = self.run("delete", name, async {
             self.op.delete_with(name).if_match(etag).await

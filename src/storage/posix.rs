@@ -215,24 +215,14 @@ impl Storage for PosixStorage {
     }
 
     fn replace_if(&self, name: &str, data: &[u8], version: &Version) -> Result<bool> {
-        let p = self.path(name);
-        self.with_dir_lock(&p, || {
-            if Self::read_if_exists(&p)?.map(Version::Bytes).as_ref() != Some(version) {
-                return Ok(false);
-            }
-            self.put_durable(name, data)?;
-            Ok(true)
+        self.with_dir_lock(&self.path(name), || {
+            super::if_unchanged(self, name, version, || self.put_durable(name, data))
         })
     }
 
     fn delete_if(&self, name: &str, version: &Version) -> Result<bool> {
-        let p = self.path(name);
-        self.with_dir_lock(&p, || {
-            if Self::read_if_exists(&p)?.map(Version::Bytes).as_ref() != Some(version) {
-                return Ok(false);
-            }
-            self.delete(name)?;
-            Ok(true)
+        self.with_dir_lock(&self.path(name), || {
+            super::if_unchanged(self, name, version, || self.delete(name))
         })
     }
 
