@@ -1038,14 +1038,19 @@ impl GatedCluster {
         fs::write(&self.gate, "").unwrap();
     }
 
-    /// The stanza's lock object.
-    fn lock_path(&self) -> PathBuf {
-        self.c.repo.join(pgjet::repo::lock::lock_name("main"))
+    /// The stanza's current lock record (of the highest epoch) with its epoch, when there
+    /// is a readable one.
+    fn current_lock(&self) -> Option<(u64, pgjet::repo::lock::LockRecord)> {
+        let store = pgjet::storage::posix::PosixStorage::open(&self.c.repo).ok()?;
+        match pgjet::repo::lock::current(&store, "main").ok()?? {
+            (epoch, Some(rec)) => Some((epoch, rec)),
+            _ => None,
+        }
     }
 
-    /// The lock's record, when there is a readable one.
+    /// The stanza's current lock record, when there is a readable one.
     fn lock(&self) -> Option<pgjet::repo::lock::LockRecord> {
-        serde_json::from_slice(&fs::read(self.lock_path()).ok()?).ok()
+        self.current_lock().map(|(_, r)| r)
     }
 
     /// Starts `pgjet backup` in the background, its stderr (the log) into `log`; returns it
@@ -1128,7 +1133,7 @@ fn assert_lost_lock(what: &str, backup: Background, log: &Path) {
     );
     assert_eq!(r.status.code(), Some(6), "{what}: {r}\n--- log ---\n{text}");
     assert!(
-        text.contains("lost the lock main/lock/backup.json") && text.contains("not complete"),
+        text.contains("lost the lock main/lock/backup-") && text.contains("not complete"),
         "{what}: the error does not name the lost lock:\n{text}"
     );
     step!(
@@ -1160,8 +1165,8 @@ fn assert_next_backup_succeeds(what: &str, c: &Cluster) {
 
 /// n. Another pgjet (on another host) takes the stanza's lock over while a backup runs: the
 /// backup's lease renewal finds the other record, and the backup then fails naming the lost
-/// lock instead of writing its summary; the other holder's lock is left alone; once that one
-/// is released, the next backup succeeds. (About 20 s: the renewal runs every 15 s.)
+/// lock instead of writing its summary; the other holder's record is left alone; once that
+/// one is released, the next backup succeeds. (About 20 s: the renewal runs every 15 s.)
 #[test]
 fn n_lock_taken_over_during_backup() {
     let g = GatedCluster::new("faults-n");
@@ -1177,28 +1182,23 @@ fn n_lock_taken_over_during_backup() {
         token: "taken-over-by-the-test".into(),
         acquired: pgjet::repo::rfc3339(now),
         lease_until: now.timestamp() + 3600,
+        released: false,
     };
     assert_ne!(ours.token, theirs.token);
     let store = pgjet::storage::posix::PosixStorage::open(&c.repo).unwrap();
-    // Taken as another pgjet takes a lock it judged stale: the record it read removed only
-    // if unchanged, then its own created; owned by the cluster's OS user (the repository's
-    // files are 0640, so one left to root could not be read by the backup).
-    let take = || {
+    // Taken as another pgjet takes a lock it judged stale: it creates the next epoch's
+    // record; owned by the cluster's OS user (the repository's files are 0640, so one left
+    // to root could not be read by the backup).
+    let (epoch, _) = g.current_lock().unwrap();
+    let theirs_name = pgjet::repo::lock::record_name("main", epoch + 1);
+    let theirs_json = serde_json::to_vec(&theirs).unwrap();
+    {
         use pgjet::storage::Storage;
-        let name = pgjet::repo::lock::lock_name("main");
-        loop {
-            let (_, v) = store.get_versioned(&name).unwrap().unwrap();
-            if store.delete_if(&name, &v).unwrap() {
-                break;
-            }
-        }
-        assert!(store
-            .create_new(&name, &serde_json::to_vec(&theirs).unwrap())
-            .unwrap());
-        chown_pg_recursive(&c.repo.join(&name));
-    };
-    take();
-    // Never written over: each renewal is conditional on the record it read as its own.
+        assert!(store.create_new(&theirs_name, &theirs_json).unwrap());
+    }
+    chown_pg_recursive(&c.repo.join(&theirs_name));
+    // Never written over, and the backup's own record is not renewed again.
+    let ours_path = c.repo.join(pgjet::repo::lock::record_name("main", epoch));
     wait_log(
         &mut backup,
         &log,
@@ -1208,26 +1208,36 @@ fn n_lock_taken_over_during_backup() {
             assert_eq!(
                 g.lock().map(|r| r.token),
                 Some(theirs.token.clone()),
-                "n: a renewal wrote over the other holder's record"
+                "n: the other holder's record is no longer the lock"
             );
         },
     );
+    let ours_after = fs::read(&ours_path).unwrap();
     g.open();
     assert_lost_lock("n", backup, &log);
     assert_eq!(
-        g.lock().map(|r| r.token),
-        Some(theirs.token.clone()),
+        fs::read(c.repo.join(&theirs_name)).unwrap(),
+        theirs_json,
         "n: the other holder's lock must be left alone"
     );
+    assert_eq!(
+        fs::read(&ours_path).unwrap(),
+        ours_after,
+        "n: the lost holder wrote its record again (renewed or released it)"
+    );
     // The other holder ends and releases its lock.
-    fs::remove_file(g.lock_path()).unwrap();
+    let released = pgjet::repo::lock::LockRecord {
+        released: true,
+        ..theirs
+    };
+    fs::write(c.repo.join(&theirs_name), serde_json::to_vec(&released).unwrap()).unwrap();
     assert_next_backup_succeeds("n", c);
 }
 
 /// o. The lock cannot be renewed during a backup (its directory in the repository turned
 /// read-only): once the lease runs out the lock is lost, and even with the repository
 /// writable again the backup fails naming the lost lock instead of writing its summary; it
-/// removes its own lock record; the next backup succeeds. About 80 s: the lease (60 s) must
+/// marks its lock record released; the next backup succeeds. About 80 s: the lease (60 s) must
 /// run out, and nothing shorter is honest without a test-only way to shorten it.
 #[test]
 fn o_lock_not_renewable_during_backup() {
@@ -1236,7 +1246,7 @@ fn o_lock_not_renewable_during_backup() {
     g.close();
     let log = c.root.join("o-backup.log");
     let (mut backup, _) = g.spawn_backup(&log);
-    let lock_dir = g.lock_path().parent().unwrap().to_path_buf();
+    let lock_dir = c.repo.join("main/lock");
     let mode = fs::metadata(&lock_dir).unwrap().permissions().mode();
     // pgjet runs as postgres: with the directory read-only it can read the record but not
     // write the renewed one (a new file renamed over it).
@@ -1259,8 +1269,8 @@ fn o_lock_not_renewable_during_backup() {
     g.open();
     assert_lost_lock("o", backup, &log);
     assert!(
-        !g.lock_path().exists(),
-        "o: the backup left its lock record behind"
+        g.lock().is_some_and(|r| r.released),
+        "o: the backup did not let its lock go"
     );
     assert_next_backup_succeeds("o", c);
 }

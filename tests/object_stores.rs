@@ -291,7 +291,7 @@ fn s3_refusals_name_their_cause() {
     assert!(s3
         .objects("/r")
         .iter()
-        .any(|o| o == "main/lock/backup.json"));
+        .any(|o| o == "main/lock/backup-0000000001.json"));
     let r = pgjet(&cmd("backup", &base, &["--type", "full", "--start-fast"]));
     assert_eq!(r.status.code(), Some(6), "backup under a held lock:\n{r}");
     assert!(
@@ -307,7 +307,8 @@ fn s3_refusals_name_their_cause() {
         s3.objects("/r")
     );
     drop(lock);
-    assert!(!s3.objects("/r").iter().any(|o| o.contains("lock/")));
+    let (_, released) = pgjet::repo::lock::current(&*store, "main").unwrap().unwrap();
+    assert!(released.unwrap().released, "the lock was let go");
     pgjet_ok(&cmd(
         "backup",
         &base,
@@ -569,7 +570,7 @@ fn s3_concurrent_backups_one_fails_naming_the_other() {
     let held = wait_for(Duration::from_secs(60), || {
         s3.objects("/r")
             .iter()
-            .any(|o| o == "main/lock/backup.json")
+            .any(|o| o.starts_with("main/lock/backup-"))
             .then_some(())
     });
     assert!(held.is_some(), "the first backup never took the lock");
@@ -713,49 +714,96 @@ fn s3_split_reads_return_whole_objects_and_notice_wrong_sizes() {
     assert!(e.is_not_found(), "a missing object is not found: {e}");
 }
 
-/// The lock's conditional writes on each object store: a replace or a delete acts only on
-/// the version read. S3 (versitygw) and Azure (Azurite) carry an ETag and the server
-/// refuses a stale one (412), so another writer between the read and the write is never
-/// overwritten; GCS compares the bytes before writing (OpenDAL's GCS service has no
-/// conditional replace; see `Storage::replace_if`).
+/// The stanza's lock on each object store and SFTP, through the library as two processes
+/// would use it: a second taker is refused naming the holder; the holder's renewals keep it
+/// past its first lease; a takeover (the next epoch's record, created only if absent: a
+/// second create of it is refused) is seen by the holder, which then never writes over it;
+/// of eight takers of an expired lock exactly one wins, after watching it for a renewal
+/// period; a released lock is taken at once.
 #[test]
-fn conditional_replace_and_delete_on_object_stores() {
-    use pgjet::storage::Version;
-    for kind in [StoreKind::S3, StoreKind::Azure, StoreKind::Gcs] {
-        let server = StoreServer::start(kind, &format!("cond-{kind:?}").to_lowercase());
-        let store = pgjet::storage::open(&server.repo_config("/cond")).unwrap();
-        let n = "main/lock/backup.json";
-        assert!(store.get_versioned(n).unwrap().is_none(), "{kind:?}");
-        assert!(store.create_new(n, b"one").unwrap(), "{kind:?}");
-        let (b, v1) = store.get_versioned(n).unwrap().unwrap();
-        assert_eq!(b, b"one");
-        let etag = matches!(v1, Version::Etag(_));
-        assert_eq!(etag, kind != StoreKind::Gcs, "{kind:?}: version {v1:?}");
-        assert!(store.replace_if(n, b"two", &v1).unwrap(), "{kind:?}");
-        // Another writer in between: the version read before it no longer matches.
-        let (_, v2) = store.get_versioned(n).unwrap().unwrap();
-        store.put(n, b"theirs").unwrap();
-        assert!(
-            !store.replace_if(n, b"mine", &v2).unwrap(),
-            "{kind:?}: replaced a changed object"
-        );
-        assert!(
-            !store.delete_if(n, &v2).unwrap(),
-            "{kind:?}: deleted a changed object"
-        );
-        assert_eq!(store.get(n).unwrap(), b"theirs", "{kind:?}");
-        let (_, v3) = store.get_versioned(n).unwrap().unwrap();
-        assert!(store.delete_if(n, &v3).unwrap(), "{kind:?}");
-        assert!(!store.exists(n).unwrap(), "{kind:?}");
-        assert!(
-            !store.replace_if(n, b"x", &v3).unwrap(),
-            "{kind:?}: replaced a deleted object"
-        );
-        assert!(
-            !store.exists(n).unwrap(),
-            "{kind:?}: a conditional replace created it"
-        );
-        step!("{kind:?}: conditional replace and delete hold (ETag: {etag})");
+fn the_lock_on_every_store() {
+    use pgjet::repo::lock::{self, LockRecord, StanzaLock};
+    for kind in [StoreKind::S3, StoreKind::Azure, StoreKind::Gcs, StoreKind::Sftp] {
+        let server = StoreServer::start(kind, &format!("lock-{kind:?}").to_lowercase());
+        let store = pgjet::storage::open(&server.repo_config("/lk")).unwrap();
+        let (lease, every) = (Duration::from_secs(3), Duration::from_millis(500));
+        let take = || StanzaLock::acquire_timed(store.clone(), "main", "backup", lease, every);
+        let a = take().unwrap();
+        let e = take().err().unwrap().to_string();
+        assert!(e.contains("another pgjet backup"), "{kind:?}: {e}");
+        // Renewed: still held past its first lease.
+        std::thread::sleep(lease + Duration::from_secs(1));
+        a.check().unwrap();
+        let (top, ours) = lock::current(&*store, "main").unwrap().unwrap();
+        let ours = ours.unwrap();
+        assert!(ours.lease_until > chrono::Utc::now().timestamp(), "{kind:?}");
+        // Another process takes it over.
+        let theirs = LockRecord {
+            host: "elsewhere".into(),
+            pid: 4242,
+            command: "backup".into(),
+            token: "theirs".into(),
+            acquired: "2026-01-01T00:00:00Z".into(),
+            lease_until: chrono::Utc::now().timestamp() + 3600,
+            released: false,
+        };
+        let json = serde_json::to_vec(&theirs).unwrap();
+        let next = lock::record_name("main", top + 1);
+        assert!(store.create_new(&next, &json).unwrap(), "{kind:?}");
+        assert!(!store.create_new(&next, b"{}").unwrap(), "{kind:?}: created twice");
+        let e = a.check().unwrap_err().to_string();
+        assert!(e.contains("lost the lock"), "{kind:?}: {e}");
+        std::thread::sleep(every * 2);
+        drop(a);
+        assert_eq!(store.get(&next).unwrap(), json, "{kind:?}: written over");
+        // Its lease runs out (its holder died elsewhere): eight takers, one winner.
+        let expired = LockRecord {
+            lease_until: chrono::Utc::now().timestamp() - 10,
+            ..theirs
+        };
+        store
+            .put_durable(&next, &serde_json::to_vec(&expired).unwrap())
+            .unwrap();
+        let go = std::sync::Arc::new(std::sync::Barrier::new(8));
+        let results: Vec<_> = (0..8)
+            .map(|_| {
+                let (store, go) = (store.clone(), go.clone());
+                std::thread::spawn(move || {
+                    go.wait();
+                    StanzaLock::acquire_timed(store, "main", "backup", lease, every)
+                })
+            })
+            .collect::<Vec<_>>()
+            .into_iter()
+            .map(|t| t.join().unwrap())
+            .collect();
+        let won: Vec<_> = results.iter().filter_map(|r| r.as_ref().ok()).collect();
+        assert_eq!(won.len(), 1, "{kind:?}: {} takers won", won.len());
+        for r in &results {
+            if let Err(e) = r {
+                assert!(e.to_string().contains("another pgjet backup"), "{kind:?}: {e}");
+            }
+        }
+        won[0].check().unwrap();
+        drop(results);
+        // Released: taken at once, and the earlier records are removed.
+        let t = std::time::Instant::now();
+        let b = take().unwrap();
+        assert!(t.elapsed() < every, "{kind:?}: {:?}", t.elapsed());
+        let records: Vec<String> = server
+            .objects("/lk")
+            .into_iter()
+            .filter(|o| o.starts_with("main/lock/"))
+            .collect();
+        assert_eq!(records, vec![lock::record_name("main", top + 3)], "{kind:?}");
+        drop(b);
+        drop(store);
+        if kind == StoreKind::Sftp {
+            // The test process's own ssh masters (pgjet ends its own when it exits).
+            let key = server.dir.join("client_key").display().to_string();
+            let _ = std::process::Command::new("pkill").args(["-f", &key]).status();
+        }
+        step!("{kind:?}: the lock holds");
     }
 }
 

@@ -22,7 +22,7 @@ use super::cipher::{
 use super::kek_cache;
 use crate::error::{Error, Result};
 use crate::io::direct::AlignedBuf;
-use crate::storage::{Names, ObjectWriter, Storage, Version};
+use crate::storage::{Names, ObjectWriter, Storage};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::io::Read;
@@ -570,33 +570,6 @@ impl Storage for CipherStorage {
             None => self.inner.create_new(name, data),
             Some(s) => self.inner.create_new(name, &s.cipher().seal(name, data)?),
         }
-    }
-
-    fn get_versioned(&self, name: &str) -> Result<Option<(Vec<u8>, Version)>> {
-        // The version is the stored (sealed) object's: a condition is on what is stored.
-        let s = self.sealing(name, false)?;
-        let Some((mut v, version)) = self.inner.get_versioned(name)? else {
-            return Ok(None);
-        };
-        if let Some(s) = s {
-            let n = s.cipher().open_in_place(name, &mut v)?;
-            v.truncate(n);
-        }
-        Ok(Some((v, version)))
-    }
-
-    fn replace_if(&self, name: &str, data: &[u8], version: &Version) -> Result<bool> {
-        match self.sealing(name, true)? {
-            None => self.inner.replace_if(name, data, version),
-            Some(s) => self
-                .inner
-                .replace_if(name, &s.cipher().seal(name, data)?, version),
-        }
-    }
-
-    fn delete_if(&self, name: &str, version: &Version) -> Result<bool> {
-        self.forget(name);
-        self.inner.delete_if(name, version)
     }
 
     fn create_new_owned(&self, name: &str, mut data: Vec<u8>) -> Result<(bool, Vec<u8>)> {

@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! <stanza>/stanza.json                 StanzaInfo
-//! <stanza>/lock/backup.json           the backup lock (see [`lock`])
+//! <stanza>/lock/backup-<epoch>.json   the backup lock's records (see [`lock`])
 //! <stanza>/backup/<label>/manifest.jsonl.zst  the manifest, a stream of JSON lines
 //! <stanza>/backup/<label>/summary.json  written last (its presence = complete)
 //! <stanza>/backup/<label>/data/<object>  stored frames

@@ -82,30 +82,6 @@ pub trait Storage: Send + Sync {
     fn create_new_owned(&self, name: &str, data: Vec<u8>) -> Result<(bool, Vec<u8>)> {
         Ok((self.create_new(name, &data)?, data))
     }
-    /// Reads all of `name` with its [`Version`], for a later [`Storage::replace_if`] or
-    /// [`Storage::delete_if`]; None when it does not exist.
-    ///
-    /// The default reads the object and keeps its bytes as the version.
-    fn get_versioned(&self, name: &str) -> Result<Option<(Vec<u8>, Version)>> {
-        get_with_bytes(self, name)
-    }
-    /// Replaces `name` with `data` (complete and durable, as [`Storage::put_durable`]) only
-    /// while it is still at `version`: Ok(true) when replaced, Ok(false) when it changed or
-    /// went away since (nothing written).
-    ///
-    /// Atomic against other writers where the store has conditional writes: S3 and Azure
-    /// (`If-Match` on the ETag), posix (compared and renamed under an flock(2) of the
-    /// object's directory, which [`Storage::delete_if`] takes too). The default (GCS and
-    /// SFTP, whose OpenDAL services have no conditional replace) compares then writes: a
-    /// writer in between, one round trip wide, is not seen.
-    fn replace_if(&self, name: &str, data: &[u8], version: &Version) -> Result<bool> {
-        if_unchanged(self, name, version, || self.put_durable(name, data))
-    }
-    /// Removes `name` only while it is at `version`: Ok(true) when removed, Ok(false) when
-    /// it changed since (kept) or is already gone. Atomic as [`Storage::replace_if`] is.
-    fn delete_if(&self, name: &str, version: &Version) -> Result<bool> {
-        if_unchanged(self, name, version, || self.delete(name))
-    }
     /// Reads `len` bytes at `offset` of `name`; errors if the object is shorter.
     fn get_range(&self, name: &str, offset: u64, len: u64) -> Result<Vec<u8>>;
     /// Reads all of `name`.
@@ -138,47 +114,6 @@ pub trait Storage: Send + Sync {
     /// Makes every call in flight and every later one fail at once (a command that already
     /// failed stops waiting on its other requests). Posix calls are short: a no-op.
     fn cancel(&self) {}
-}
-
-/// Which version of an object [`Storage::get_versioned`] read: the store's ETag where the
-/// store writes conditionally on it, else the object's stored bytes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Version {
-    /// An HTTP entity tag (S3, Azure), as the store sent it.
-    Etag(String),
-    /// The whole stored object.
-    Bytes(Vec<u8>),
-}
-
-/// [`Storage::get_versioned`] with the object's bytes as its version.
-///
-/// Errors: the store's (a missing object is None).
-pub fn get_with_bytes<S: Storage + ?Sized>(
-    store: &S,
-    name: &str,
-) -> Result<Option<(Vec<u8>, Version)>> {
-    match store.get(name) {
-        Ok(b) => Ok(Some((b.clone(), Version::Bytes(b)))),
-        Err(_) if !store.exists(name)? => Ok(None),
-        Err(e) => Err(e),
-    }
-}
-
-/// Runs `act` (a write or a removal of `name`) only when `name` is still at `version`, read
-/// again and compared first: Ok(true) when it ran, Ok(false) when the object changed or is
-/// gone. Not atomic by itself (see [`Storage::replace_if`]): posix runs it under an flock.
-///
-/// Errors: the store's, and `act`'s.
-pub fn if_unchanged<S: Storage + ?Sized>(
-    store: &S,
-    name: &str,
-    version: &Version,
-    act: impl FnOnce() -> Result<()>,
-) -> Result<bool> {
-    match store.get_versioned(name)? {
-        Some((_, v)) if v == *version => act().map(|()| true),
-        _ => Ok(false),
-    }
 }
 
 /// The names of a listing ([`Storage::list`]), each an error when the store failed while

@@ -10,7 +10,7 @@
 //! HTTP goes through our own reqwest client over rustls, set up by [`crate::io::tls`] like the
 //! libpq TLS, so `repo-storage-ca-file` and `repo-storage-verify-tls` apply, and a store's
 //! self-signed certificate given as `repo-storage-ca-file` is accepted as OpenSSL does.
-use super::{Names, ObjectWriter, Storage, Version};
+use super::{Names, ObjectWriter, Storage};
 use crate::error::{Error, Result, StorageFault};
 use crate::io::direct::AlignedBuf;
 use crate::options::{RepoConfig, StorageTls, UriStyle};
@@ -438,13 +438,6 @@ impl ObjectStorage {
         })
     }
 
-    /// Whether the store replaces and deletes on a condition (S3 and Azure: `If-Match`
-    /// on writes and deletes); GCS and SFTP through OpenDAL do not.
-    fn conditional(&self) -> bool {
-        let c = self.op.info().capability();
-        c.write_with_if_match && c.delete_with_if_match && c.read_with_if_match
-    }
-
     /// Reads all of `name` into `buf`, as one request.
     fn get_whole_into(&self, name: &str, buf: &mut AlignedBuf) -> Result<()> {
         // The body is copied into the buffer as it arrives, so only the buffer holds the
@@ -478,19 +471,6 @@ impl ObjectStorage {
                 }),
             }
         })
-    }
-}
-
-/// The outcome of a conditional write or delete: Ok(true) done, Ok(false) when the
-/// condition failed (the object changed or is gone: 412, or 404 for a delete).
-fn conditional_outcome(r: Result<()>) -> Result<bool> {
-    match r {
-        Ok(()) => Ok(true),
-        Err(Error::Storage {
-            fault: StorageFault::Conflict | StorageFault::NotFound,
-            ..
-        }) => Ok(false),
-        Err(e) => Err(e),
     }
 }
 
@@ -726,68 +706,6 @@ impl Storage for ObjectStorage {
             }) => Ok(false),
             Err(e) => Err(e),
         }
-    }
-
-    fn get_versioned(&self, name: &str) -> Result<Option<(Vec<u8>, Version)>> {
-        if !self.conditional() {
-            return super::get_with_bytes(self, name);
-        }
-        // The ETag from a stat, then the body of exactly that version: a write in between
-        // fails the read (412), and the pair is read again.
-        for _ in 0..3 {
-            let meta = match self.run("stat", name, async { self.op.stat(name).await }) {
-                Ok(m) => m,
-                Err(Error::Storage {
-                    fault: StorageFault::NotFound,
-                    ..
-                }) => return Ok(None),
-                Err(e) => return Err(e),
-            };
-            let Some(etag) = meta.etag().map(str::to_string) else {
-                return super::get_with_bytes(self, name);
-            };
-            match self.run("read", name, async {
-                self.op.read_with(name).if_match(&etag).await
-            }) {
-                Ok(b) => return Ok(Some((b.to_vec(), Version::Etag(etag)))),
-                Err(Error::Storage {
-                    fault: StorageFault::Conflict | StorageFault::NotFound,
-                    ..
-                }) => continue,
-                Err(e) => return Err(e),
-            }
-        }
-        Err(Error::Storage {
-            op: "read",
-            target: self.target(name),
-            fault: StorageFault::Transient,
-            detail: "the object changed under three reads in a row".into(),
-        })
-    }
-
-    fn replace_if(&self, name: &str, data: &[u8], version: &Version) -> Result<bool> {
-        let Version::Etag(etag) = version else {
-            return super::if_unchanged(self, name, version, || self.put_durable(name, data));
-        };
-        let buf = bytes::Bytes::copy_from_slice(data);
-        let r = self.run("write", name, async {
-            self.op
-                .write_with(name, buf)
-                .if_match(etag)
-                .await
-                .map(|_| ())
-        });
-        conditional_outcome(r)
-    }
-
-    fn delete_if(&self, name: &str, version: &Version) -> Result<bool> {
-        let Version::Etag(etag) = version else {
-            return super::if_unchanged(self, name, version, || self.delete(name));
-        };
-        let r = self.run("delete", name, async {
-            self.op.delete_with(name).if_match(etag).await
-        });
-        conditional_outcome(r)
     }
 
     fn get_range(&self, name: &str, offset: u64, len: u64) -> Result<Vec<u8>> {

@@ -9,7 +9,7 @@
 //! [`DIR_MODE`] (0750), as pgBackRest's repositories are: other local users get no access to
 //! the backups. The umask can only remove bits (see `crate::io::fs`). The root directory
 //! is the user's; its mode is left as it is.
-use super::{Names, ObjectWriter, Storage, Version};
+use super::{Names, ObjectWriter, Storage};
 use crate::error::{Error, Result};
 use crate::io::direct::{self, AlignedBuf, Writer};
 use crate::io::fs::{fsync_dir, SyncHandle, DIR_MODE, FILE_MODE};
@@ -73,28 +73,6 @@ impl PosixStorage {
             let _ = fs::remove_file(&tmp);
         }
         r.map(|_| tmp)
-    }
-
-    /// Runs `f` holding an exclusive flock(2) of `p`'s directory, the mutual exclusion of
-    /// [`Storage::replace_if`] and [`Storage::delete_if`] (released when the descriptor
-    /// closes, also when the process dies).
-    fn with_dir_lock<T>(&self, p: &Path, f: impl FnOnce() -> Result<T>) -> Result<T> {
-        let dir = p.parent().unwrap_or(&self.root);
-        let d = File::open(dir).map_err(|e| Error::io("open", dir, e))?;
-        // SAFETY: flock on a descriptor this function owns; no memory is passed.
-        if unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&d), libc::LOCK_EX) } != 0 {
-            return Err(Error::io("flock", dir, std::io::Error::last_os_error()));
-        }
-        f()
-    }
-
-    /// The bytes of `p`, or None when it does not exist.
-    fn read_if_exists(p: &Path) -> Result<Option<Vec<u8>>> {
-        match fs::read(p) {
-            Ok(b) => Ok(Some(b)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(Error::io("read", p, e)),
-        }
     }
 
     fn ensure_parent(&self, p: &Path) -> Result<()> {
@@ -208,22 +186,6 @@ impl Storage for PosixStorage {
             }
             Err(e) => Err(Error::io("link", &p, e)),
         }
-    }
-
-    fn get_versioned(&self, name: &str) -> Result<Option<(Vec<u8>, Version)>> {
-        Ok(Self::read_if_exists(&self.path(name))?.map(|b| (b.clone(), Version::Bytes(b))))
-    }
-
-    fn replace_if(&self, name: &str, data: &[u8], version: &Version) -> Result<bool> {
-        self.with_dir_lock(&self.path(name), || {
-            super::if_unchanged(self, name, version, || self.put_durable(name, data))
-        })
-    }
-
-    fn delete_if(&self, name: &str, version: &Version) -> Result<bool> {
-        self.with_dir_lock(&self.path(name), || {
-            super::if_unchanged(self, name, version, || self.delete(name))
-        })
     }
 
     fn reader(&self, name: &str) -> Result<Box<dyn Read + Send>> {
@@ -372,48 +334,6 @@ mod tests {
                 p.display()
             );
         }
-    }
-
-    /// replace_if and delete_if act only on the version read; a racing writer that holds
-    /// the directory's flock is waited for, not overwritten.
-    #[test]
-    fn conditional_replace_and_delete() {
-        let d = tempfile::tempdir().unwrap();
-        let st = std::sync::Arc::new(PosixStorage::open(d.path()).unwrap());
-        let n = "main/lock/backup.json";
-        assert!(st.get_versioned(n).unwrap().is_none());
-        assert!(st.create_new(n, b"one").unwrap());
-        let (b, v1) = st.get_versioned(n).unwrap().unwrap();
-        assert_eq!(b, b"one");
-        assert!(st.replace_if(n, b"two", &v1).unwrap());
-        // The old version no longer matches: neither a replace nor a delete acts on it.
-        assert!(!st.replace_if(n, b"three", &v1).unwrap());
-        assert!(!st.delete_if(n, &v1).unwrap());
-        assert_eq!(st.get(n).unwrap(), b"two");
-        let (_, v2) = st.get_versioned(n).unwrap().unwrap();
-        // Another writer holds the flock and changes the object meanwhile: the replace,
-        // which waits for the flock, then sees the change and writes nothing.
-        let (tx, rx) = std::sync::mpsc::channel();
-        let other = {
-            let st = st.clone();
-            std::thread::spawn(move || {
-                st.with_dir_lock(&st.path(n), || {
-                    tx.send(()).unwrap();
-                    std::thread::sleep(std::time::Duration::from_millis(200));
-                    st.put_durable(n, b"theirs")
-                })
-                .unwrap()
-            })
-        };
-        rx.recv().unwrap();
-        assert!(!st.replace_if(n, b"mine", &v2).unwrap());
-        other.join().unwrap();
-        assert_eq!(st.get(n).unwrap(), b"theirs");
-        let (_, v3) = st.get_versioned(n).unwrap().unwrap();
-        assert!(st.delete_if(n, &v3).unwrap());
-        assert!(!st.exists(n).unwrap());
-        assert!(!st.delete_if(n, &v3).unwrap());
-        assert!(!st.replace_if(n, b"x", &v3).unwrap());
     }
 
     #[test]
