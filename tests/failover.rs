@@ -178,6 +178,13 @@ fn failover_then_resync(pg: Pg, tag: &str, slot: Option<&str>) {
     let cluster = Cluster::new(&pg, tag);
     let a_data = cluster.data().to_path_buf();
     let a_port = cluster.port();
+    // 18 summarizes WAL (B inherits the setting): A, stopped on timeline 1, must not take
+    // its changed blocks from B's summaries after B's promotion to timeline 2.
+    let summaries = pg.major == "18";
+    if summaries {
+        cluster.psql("postgres", "ALTER SYSTEM SET summarize_wal = on");
+        cluster.psql("postgres", "SELECT pg_reload_conf()");
+    }
     cluster.psql(
         "postgres",
         "CREATE TABLE events (id int PRIMARY KEY, origin text);\n\
@@ -241,6 +248,14 @@ fn failover_then_resync(pg: Pg, tag: &str, slot: Option<&str>) {
         summary["delta_same"].as_u64().is_some() && summary["delta_copied"].as_u64().is_some(),
         "the re-sync must have run as a delta (A's files compared):\n{r}"
     );
+    if summaries {
+        assert!(
+            r.stderr.contains(
+                "WAL summaries not used (the target's latest checkpoint is on timeline 1, the primary is on 2)"
+            ),
+            "A's blocks must be compared, not taken from B's summaries:\n{r}"
+        );
+    }
     step!(
         "A re-synced from B in {:.1}s ({} bytes found unchanged, {} copied)",
         r.elapsed.as_secs_f64(),

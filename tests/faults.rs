@@ -1230,7 +1230,11 @@ fn n_lock_taken_over_during_backup() {
         released: true,
         ..theirs
     };
-    fs::write(c.repo.join(&theirs_name), serde_json::to_vec(&released).unwrap()).unwrap();
+    fs::write(
+        c.repo.join(&theirs_name),
+        serde_json::to_vec(&released).unwrap(),
+    )
+    .unwrap();
     assert_next_backup_succeeds("n", c);
 }
 

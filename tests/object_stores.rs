@@ -307,7 +307,9 @@ fn s3_refusals_name_their_cause() {
         s3.objects("/r")
     );
     drop(lock);
-    let (_, released) = pgjet::repo::lock::current(&*store, "main").unwrap().unwrap();
+    let (_, released) = pgjet::repo::lock::current(&*store, "main")
+        .unwrap()
+        .unwrap();
     assert!(released.unwrap().released, "the lock was let go");
     pgjet_ok(&cmd(
         "backup",
@@ -723,7 +725,12 @@ fn s3_split_reads_return_whole_objects_and_notice_wrong_sizes() {
 #[test]
 fn the_lock_on_every_store() {
     use pgjet::repo::lock::{self, LockRecord, StanzaLock};
-    for kind in [StoreKind::S3, StoreKind::Azure, StoreKind::Gcs, StoreKind::Sftp] {
+    for kind in [
+        StoreKind::S3,
+        StoreKind::Azure,
+        StoreKind::Gcs,
+        StoreKind::Sftp,
+    ] {
         let server = StoreServer::start(kind, &format!("lock-{kind:?}").to_lowercase());
         let store = pgjet::storage::open(&server.repo_config("/lk")).unwrap();
         let (lease, every) = (Duration::from_secs(3), Duration::from_millis(500));
@@ -736,7 +743,10 @@ fn the_lock_on_every_store() {
         a.check().unwrap();
         let (top, ours) = lock::current(&*store, "main").unwrap().unwrap();
         let ours = ours.unwrap();
-        assert!(ours.lease_until > chrono::Utc::now().timestamp(), "{kind:?}");
+        assert!(
+            ours.lease_until > chrono::Utc::now().timestamp(),
+            "{kind:?}"
+        );
         // Another process takes it over.
         let theirs = LockRecord {
             host: "elsewhere".into(),
@@ -750,7 +760,10 @@ fn the_lock_on_every_store() {
         let json = serde_json::to_vec(&theirs).unwrap();
         let next = lock::record_name("main", top + 1);
         assert!(store.create_new(&next, &json).unwrap(), "{kind:?}");
-        assert!(!store.create_new(&next, b"{}").unwrap(), "{kind:?}: created twice");
+        assert!(
+            !store.create_new(&next, b"{}").unwrap(),
+            "{kind:?}: created twice"
+        );
         let e = a.check().unwrap_err().to_string();
         assert!(e.contains("lost the lock"), "{kind:?}: {e}");
         std::thread::sleep(every * 2);
@@ -781,7 +794,10 @@ fn the_lock_on_every_store() {
         assert_eq!(won.len(), 1, "{kind:?}: {} takers won", won.len());
         for r in &results {
             if let Err(e) = r {
-                assert!(e.to_string().contains("another pgjet backup"), "{kind:?}: {e}");
+                assert!(
+                    e.to_string().contains("another pgjet backup"),
+                    "{kind:?}: {e}"
+                );
             }
         }
         won[0].check().unwrap();
@@ -795,13 +811,19 @@ fn the_lock_on_every_store() {
             .into_iter()
             .filter(|o| o.starts_with("main/lock/"))
             .collect();
-        assert_eq!(records, vec![lock::record_name("main", top + 3)], "{kind:?}");
+        assert_eq!(
+            records,
+            vec![lock::record_name("main", top + 3)],
+            "{kind:?}"
+        );
         drop(b);
         drop(store);
         if kind == StoreKind::Sftp {
             // The test process's own ssh masters (pgjet ends its own when it exits).
             let key = server.dir.join("client_key").display().to_string();
-            let _ = std::process::Command::new("pkill").args(["-f", &key]).status();
+            let _ = std::process::Command::new("pkill")
+                .args(["-f", &key])
+                .status();
         }
         step!("{kind:?}: the lock holds");
     }

@@ -536,12 +536,43 @@ fn backup_across_the_link(r: &Remote) {
 }
 
 /// Stops `standby`, writes on the primary, and re-syncs it with --delta: fewer bytes cross
-/// than a full copy, and it then streams and holds the primary's rows.
-fn delta_onto_stale_standby(r: &Remote, mut standby: Server, full_bytes: u64) -> Server {
+/// than a full copy, and it then streams and holds the primary's rows. With `summaries`
+/// (the primary summarizes WAL): the changed blocks come from the WAL summaries, so
+/// relation files are neither read nor compared, and the writes include what the
+/// summaries' rules cover beyond changed blocks (a relation truncated, rewritten, dropped
+/// and created, a database created).
+fn delta_onto_stale_standby(
+    r: &Remote,
+    mut standby: Server,
+    full_bytes: u64,
+    summaries: bool,
+) -> Server {
     let dir = standby.data.clone();
     standby.stop();
+    assert_control_reads_as_pg_controldata(r.cluster.pg(), &dir);
     let (bin, a) = pgbench_args(&r.cluster.server, &args!["-n", "-t", "200", "-c", "2"]);
     run_as_postgres(&bin, &a, None).ok();
+    if summaries {
+        r.cluster.psql(
+            "postgres",
+            "CREATE TABLE t_trunc AS SELECT i, md5(i::text) v FROM generate_series(1, 20000) i;\n\
+             CREATE TABLE t_drop AS SELECT i FROM generate_series(1, 5000) i;",
+        );
+        r.cluster.psql("postgres", "CHECKPOINT");
+        r.cluster.psql(
+            "postgres",
+            "DELETE FROM t_trunc WHERE i > 100; VACUUM t_trunc;\n\
+             INSERT INTO t_trunc SELECT i, 'again' FROM generate_series(101, 300) i;\n\
+             DROP TABLE t_drop;\n\
+             CREATE TABLE t_new AS SELECT i FROM generate_series(1, 7000) i;\n\
+             VACUUM FULL pgbench_branches;",
+        );
+        r.cluster.psql("postgres", "CREATE DATABASE after_stop");
+        r.cluster.psql(
+            "after_stop",
+            "CREATE TABLE t AS SELECT i FROM generate_series(1, 1000) i",
+        );
+    }
     r.cluster.psql("postgres", "CHECKPOINT");
     let (rx0, _) = r.lab.iface_bytes(&r.lab.ns_b);
     let run = r.replica_create(&dir, &["--delta"]).ok();
@@ -554,6 +585,17 @@ fn delta_onto_stale_standby(r: &Remote, mut standby: Server, full_bytes: u64) ->
         same >> 20,
         copied >> 20,
         (rx1 - rx0) >> 20
+    );
+    let listed = run
+        .stderr
+        .lines()
+        .find(|l| l.contains("WAL summaries"))
+        .unwrap_or("");
+    step!("{listed}");
+    assert_eq!(
+        listed.contains("list") && listed.contains("changed blocks"),
+        summaries,
+        "WAL summaries used: expected {summaries}:\n{run}"
     );
     assert!(same > 0 && copied > 0, "{run}");
     assert!(
@@ -571,6 +613,14 @@ fn delta_onto_stale_standby(r: &Remote, mut standby: Server, full_bytes: u64) ->
         &fingerprint(&r.cluster.server),
         &fingerprint(&standby),
     );
+    if summaries {
+        assert_eq!(standby.psql("after_stop", "SELECT count(*) FROM t"), "1000");
+        assert_eq!(
+            standby.psql("postgres", "SELECT count(*), sum(i) FROM t_trunc"),
+            r.cluster
+                .psql("postgres", "SELECT count(*), sum(i) FROM t_trunc")
+        );
+    }
     standby
 }
 
@@ -643,7 +693,7 @@ fn remote_pg15_tls_replica_backup_delta_and_faults() {
     };
     standby_backup_with_the_primary_firewalled(&r, &standby_dir, &standby);
     backup_across_the_link(&r);
-    let standby = delta_onto_stale_standby(&r, standby, full_bytes);
+    let standby = delta_onto_stale_standby(&r, standby, full_bytes, false);
 
     // An interrupted replica-create: killed mid-copy, it leaves no pg_control and no slot;
     // --delta then finishes the job.
@@ -927,6 +977,13 @@ fn remote_pg16_scram_replica_backup_delta() {
 /// stale standby.
 fn scram_replica_backup_delta(pg: Pg, tag: &str) {
     let r = Remote::new(pg, tag, false);
+    // 17 and 18 summarize WAL: the delta takes its changed blocks from the summaries.
+    let summaries = matches!(r.cluster.pg().major, "17" | "18");
+    if summaries {
+        r.cluster
+            .psql("postgres", "ALTER SYSTEM SET summarize_wal = on");
+        r.cluster.psql("postgres", "SELECT pg_reload_conf()");
+    }
     dataset(&r);
     let b = r.lab.ns_b.clone();
     // md5 authentication: a role whose password is stored as md5, allowed by an md5 line.
@@ -975,7 +1032,7 @@ fn scram_replica_backup_delta(pg: Pg, tag: &str) {
     let standby = replica_across_the_link(&r, &standby_dir);
     let full_bytes = r.lab.iface_bytes(&b).0 - rx0;
     backup_across_the_link(&r);
-    drop(delta_onto_stale_standby(&r, standby, full_bytes));
+    drop(delta_onto_stale_standby(&r, standby, full_bytes, summaries));
 }
 
 /// `--transport auto` from `b`, replica-create into `<dest>/<name>`: returns the run (the

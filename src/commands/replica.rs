@@ -12,7 +12,7 @@
 use crate::error::{Error, Result};
 use crate::options::ReplicaOptions;
 use crate::options::Settings;
-use crate::pgdata::copy::DirTarget;
+use crate::pgdata::copy::{DeltaSince, DirTarget};
 use crate::pgdata::finish::{finish, Finish};
 use crate::pgdata::standby::{
     finish_replica, source_as_given, standby_app_name, standby_lines, undo_failed_replica, Copied,
@@ -137,6 +137,17 @@ fn copy_and_configure(
         delta,
         same: 0,
         copied: 0,
+        since: if delta {
+            delta::summaries_since(target).map(|(timeline, redo)| DeltaSince {
+                sess: &primary.sess,
+                info: &primary.info,
+                timeline,
+                redo,
+            })
+        } else {
+            None
+        },
+        changes: None,
     };
     let bb: BaseBackup = run_base_backup(
         &primary.sess,

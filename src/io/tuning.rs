@@ -41,6 +41,10 @@ pub const VARIABLES: &[(&str, &str)] = &[
         "PGJET_DELTA_RANGE_KIB",
         "size of a range compared by hash, KiB (multiple of 8, 8 to 65536)",
     ),
+    (
+        "PGJET_DELTA_SUMMARIES",
+        "0 makes a delta compare by hash instead of reading the primary's WAL summaries",
+    ),
 ];
 
 /// Overrides of built-in defaults; None (or `true` for a switch) leaves the default.
@@ -60,6 +64,10 @@ pub struct Tuning {
     pub libpq_prefetch: bool,
     /// `PGJET_DELTA_RANGE_KIB`, in bytes: size of a range compared by hash.
     pub delta_range: Option<u64>,
+    /// `PGJET_DELTA_SUMMARIES` (any value but `0` keeps it on): a delta takes changed
+    /// blocks from the primary's WAL summaries where it can (the benchmark turns it off to
+    /// time the comparison by hash on the same cluster).
+    pub delta_summaries: bool,
 }
 
 impl Default for Tuning {
@@ -72,6 +80,7 @@ impl Default for Tuning {
             libpq_row: None,
             libpq_prefetch: true,
             delta_range: None,
+            delta_summaries: true,
         }
     }
 }
@@ -118,6 +127,7 @@ impl Tuning {
             libpq_row: kib("PGJET_LIBPQ_ROW_KIB")?,
             libpq_prefetch: var("PGJET_LIBPQ_PREFETCH").is_none_or(|v| v.trim() != "0"),
             delta_range: kib("PGJET_DELTA_RANGE_KIB")?,
+            delta_summaries: var("PGJET_DELTA_SUMMARIES").is_none_or(|v| v.trim() != "0"),
         })
     }
 }

@@ -24,20 +24,86 @@ pub fn crc_is_valid(bytes: &[u8]) -> bool {
         .any(|n| crc32c::crc32c(&bytes[..n]).to_le_bytes() == bytes[n..n + 4])
 }
 
-/// Reads the system identifier from `<pgdata>/global/pg_control` (the first 8 bytes of
-/// ControlFileData, src/include/catalog/pg_control.h), after checking the file's CRC; a read
-/// that races with the server's rewrite is tried again, up to [`READ_ATTEMPTS`] times.
+/// A cluster's state as pg_control records it (`DBState`, src/include/catalog/pg_control.h).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DbState {
+    Startup,
+    /// Shut down cleanly (a primary).
+    ShutDown,
+    /// Shut down cleanly while in recovery (a standby).
+    ShutDownInRecovery,
+    ShuttingDown,
+    InCrashRecovery,
+    InArchiveRecovery,
+    /// Running, or crashed while running.
+    InProduction,
+    /// A value this version of pgjet does not know.
+    Other(u32),
+}
+
+impl DbState {
+    fn from_raw(v: u32) -> DbState {
+        match v {
+            0 => DbState::Startup,
+            1 => DbState::ShutDown,
+            2 => DbState::ShutDownInRecovery,
+            3 => DbState::ShuttingDown,
+            4 => DbState::InCrashRecovery,
+            5 => DbState::InArchiveRecovery,
+            6 => DbState::InProduction,
+            o => DbState::Other(o),
+        }
+    }
+}
+
+/// What pgjet reads from a control file: the cluster and its latest checkpoint.
+///
+/// The offsets are those of `ControlFileData` in PostgreSQL 11 to 18 (pg_control.h; 11
+/// removed `prevCheckPoint`): `system_identifier` u64 at 0, `state` (an enum, 4 bytes) at
+/// 16, `checkPoint` at 32, and `checkPointCopy` at 40, whose `redo` is at 40 and
+/// `ThisTimeLineID` at 48. All little-endian here (x86-64). The test suite compares them
+/// with pg_controldata's output on every major it runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ControlFacts {
+    pub system_identifier: u64,
+    pub state: DbState,
+    /// The latest checkpoint record's location.
+    pub checkpoint: crate::pg::lsn::Lsn,
+    /// The latest checkpoint's redo point: WAL replay of this directory would start here,
+    /// and every page it holds was written by WAL before this point or is changed again
+    /// after it.
+    pub redo: crate::pg::lsn::Lsn,
+    /// The latest checkpoint's timeline.
+    pub timeline: u32,
+}
+
+/// The [`ControlFacts`] of the bytes of a control file, when its CRC matches.
+pub fn parse_control(bytes: &[u8]) -> Option<ControlFacts> {
+    if !crc_is_valid(bytes) {
+        return None;
+    }
+    let u64_at = |o: usize| Some(u64::from_le_bytes(bytes.get(o..o + 8)?.try_into().ok()?));
+    let u32_at = |o: usize| Some(u32::from_le_bytes(bytes.get(o..o + 4)?.try_into().ok()?));
+    Some(ControlFacts {
+        system_identifier: u64_at(0)?,
+        state: DbState::from_raw(u32_at(16)?),
+        checkpoint: crate::pg::lsn::Lsn(u64_at(32)?),
+        redo: crate::pg::lsn::Lsn(u64_at(40)?),
+        timeline: u32_at(48)?,
+    })
+}
+
+/// Reads `<pgdata>/global/pg_control` and checks its CRC; a read that races with the
+/// server's rewrite is tried again, up to [`READ_ATTEMPTS`] times.
 ///
 /// Errors: the file cannot be read ([`Error::Io`]), or its CRC never matches
 /// ([`Error::Unsafe`]: a damaged control file proves nothing about the directory).
-pub fn read_system_identifier(pgdata: &Path) -> Result<u64> {
+pub fn read_control(pgdata: &Path) -> Result<ControlFacts> {
     let p = pgdata.join("global/pg_control");
     for attempt in 0..READ_ATTEMPTS {
         let bytes = std::fs::read(&p).map_err(|e| Error::io("read", &p, e))?;
-        if crc_is_valid(&bytes) {
-            if let Some(first) = bytes.get(..8).and_then(|b| <[u8; 8]>::try_from(b).ok()) {
-                return Ok(u64::from_le_bytes(first));
-            }
+        if let Some(facts) = parse_control(&bytes) {
+            return Ok(facts);
         }
         if attempt + 1 < READ_ATTEMPTS {
             std::thread::sleep(std::time::Duration::from_millis(20));
@@ -47,6 +113,13 @@ pub fn read_system_identifier(pgdata: &Path) -> Result<u64> {
         "{}: the control file's CRC does not match after {READ_ATTEMPTS} reads; the file is damaged",
         p.display()
     )))
+}
+
+/// Reads the system identifier from `<pgdata>/global/pg_control` (see [`read_control`]).
+///
+/// Errors: as [`read_control`].
+pub fn read_system_identifier(pgdata: &Path) -> Result<u64> {
+    read_control(pgdata).map(|c| c.system_identifier)
 }
 
 #[cfg(test)]

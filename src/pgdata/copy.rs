@@ -5,9 +5,13 @@
 use super::delta;
 use super::{create_files, prepare_target, TargetSync};
 use crate::error::Result;
+use crate::pg::checksum::BLCKSZ;
 use crate::pg::datadir::Listing;
+use crate::pg::exclude::is_main_fork_file;
 use crate::pg::lsn::Lsn;
-use crate::transfer::delta::{plan_delta, range_units};
+use crate::pg::session::{ServerInfo, Session};
+use crate::pg::walsummary::SummarizedChanges;
+use crate::transfer::delta::{plan_delta, range_units, ListedBlocks};
 use crate::transfer::sink::DirSink;
 use crate::transfer::{
     copy_files, copy_units, BackupTarget, CopyOutcome, Progress, ReadOptions, Source, SourceFile,
@@ -34,11 +38,91 @@ pub struct DirTarget<'a> {
     /// Delta totals: bytes equal, bytes copied.
     pub same: u64,
     pub copied: u64,
+    /// For a delta: where the primary's WAL summaries could list the changed blocks (read
+    /// by `prepare`, once the start LSN is known).
+    pub since: Option<DeltaSince<'a>>,
+    /// The changes the WAL summaries list since the target's latest checkpoint, when they
+    /// cover it: relation files are then neither read nor compared, only their listed
+    /// blocks copied.
+    pub changes: Option<SummarizedChanges>,
+}
+
+/// The primary's session and facts, and the target's latest checkpoint (timeline, redo
+/// point, from [`delta::summaries_since`]): what a delta needs to read the changed blocks
+/// from the primary's WAL summaries.
+pub struct DeltaSince<'a> {
+    pub sess: &'a Session,
+    pub info: &'a ServerInfo,
+    pub timeline: u32,
+    pub redo: Lsn,
+}
+
+impl DeltaSince<'_> {
+    /// The blocks WAL changed from the target's redo point to `start_lsn` (this copy's
+    /// start), from the primary's WAL summaries; None, with the reason in the log, when
+    /// they cannot tell (PostgreSQL before 17, `summarize_wal` off, summaries no longer
+    /// kept from that far back) or must not be used (the target's timeline is not the
+    /// primary's, or its checkpoint is past the start): the delta then compares by hash.
+    ///
+    /// Errors: a query that fails.
+    fn changes(&self, start_lsn: Lsn) -> Result<Option<SummarizedChanges>> {
+        let not_used = |why: String| {
+            tracing::info!("delta: WAL summaries not used ({why}); comparing by hash");
+            Ok(None)
+        };
+        if self.info.version_num < 170000 {
+            return not_used("they need PostgreSQL 17 or later".into());
+        }
+        if !crate::io::tuning::get().delta_summaries {
+            return not_used("PGJET_DELTA_SUMMARIES=0".into());
+        }
+        let row = self.sess.query_row(
+            "read the primary's timeline",
+            "SELECT timeline_id::text FROM pg_control_checkpoint()",
+        )?;
+        let primary_tli: Option<u32> = row.first().cloned().flatten().and_then(|t| t.parse().ok());
+        if primary_tli != Some(self.timeline) {
+            return not_used(format!(
+                "the target's latest checkpoint is on timeline {}, the primary is on {}",
+                self.timeline,
+                primary_tli
+                    .map(|t| t.to_string())
+                    .unwrap_or_else(|| "?".into())
+            ));
+        }
+        if self.redo > start_lsn {
+            return not_used(format!(
+                "the target's latest checkpoint (redo {}) is past this copy's start {start_lsn}",
+                self.redo
+            ));
+        }
+        match crate::pg::walsummary::summarized_changes(
+            self.sess,
+            self.info.version_num,
+            self.timeline,
+            self.redo,
+            start_lsn,
+            &self.info.tablespace_dir(),
+        )? {
+            Ok(c) => {
+                tracing::info!(
+                    "delta: WAL summaries from the target's latest checkpoint (redo {}) to {start_lsn} list {} changed blocks; the rest of the relation files is neither read nor compared",
+                    self.redo,
+                    c.blocks
+                );
+                Ok(Some(c))
+            }
+            Err(why) => not_used(why),
+        }
+    }
 }
 
 impl BackupTarget for DirTarget<'_> {
-    fn prepare(&mut self, listing: &Listing, _start_lsn: Lsn) -> Result<()> {
+    fn prepare(&mut self, listing: &Listing, start_lsn: Lsn) -> Result<()> {
         if self.delta {
+            if let Some(since) = &self.since {
+                self.changes = since.changes(start_lsn)?;
+            }
             let removed = delta::begin_delta(
                 self.pg_path,
                 self.system_identifier,
@@ -72,7 +156,22 @@ impl BackupTarget for DirTarget<'_> {
             files.iter().map(|f| (&*f.path, f.size, f.mode)).collect();
         let (targets, out) = if self.delta {
             let (targets, before) = delta::size_files(self.pg_path, &specs)?;
-            let plan = plan_delta(source, files, &targets, &before, opts.jobs, progress)?;
+            let listed = self.changes.as_ref().map(|c| {
+                move |f: &SourceFile, target_size: u64| -> Option<Vec<u32>> {
+                    let bl = BLCKSZ as u64;
+                    (is_main_fork_file(&f.path) && f.size % bl == 0 && target_size % bl == 0)
+                        .then(|| c.blocks_of(&f.path, f.size.min(target_size) / bl))
+                }
+            });
+            let plan = plan_delta(
+                source,
+                files,
+                &targets,
+                &before,
+                listed.as_ref().map(|l| l as &ListedBlocks<'_>),
+                opts.jobs,
+                progress,
+            )?;
             self.same += plan.same_bytes;
             self.copied += plan.copy_bytes;
             let units = range_units(&plan.copy);

@@ -88,6 +88,34 @@ pub fn check_delta_target(dir: &Path, system_identifier: u64) -> Result<DeltaTar
     }
 }
 
+/// The point from which WAL summaries list every block that may differ between the data
+/// directory `dir` and its source: the timeline and redo point where WAL replay of `dir`
+/// would start. That is its latest checkpoint's (pg_control), or, while `dir` holds a
+/// `backup_label` (a copy not yet started), the label's start (`START WAL LOCATION`,
+/// `START TIMELINE`): the pages of a copy were read after that point, its pg_control
+/// later still. None when nothing proves it: pg_control missing or damaged, a
+/// backup_label that does not parse, or pgjet's marker present (an unfinished copy holds
+/// blocks from a later point than its pg_control says).
+///
+/// Why the redo point: every page on disk was either written before that checkpoint
+/// completed, or changed by WAL after its redo point (a page dirtied again is in the WAL
+/// from there on, a page torn by a crash too); PostgreSQL's own incremental backup takes
+/// the blocks changed since its reference's start, which is such a redo point.
+pub fn summaries_since(dir: &Path) -> Option<(u32, crate::pg::lsn::Lsn)> {
+    if dir.join(MARKER).exists() {
+        return None;
+    }
+    let c = crate::pg::control::read_control(dir).ok()?;
+    match fs::read_to_string(dir.join("backup_label")) {
+        Ok(text) => {
+            let l = crate::pg::lsn::parse_backup_label(&text).ok()?;
+            Some((l.start_timeline, l.start_lsn.min(c.redo)))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some((c.timeline, c.redo)),
+        Err(_) => None,
+    }
+}
+
 fn read_marker(dir: &Path) -> Option<u64> {
     let text = fs::read_to_string(dir.join(MARKER)).ok()?;
     let v: serde_json::Value = serde_json::from_str(&text).ok()?;
@@ -404,5 +432,45 @@ mod tests {
         fs::write(d.path().join("postmaster.pid"), b"1\n").unwrap();
         let e = check_delta_target(d.path(), 7).unwrap_err().to_string();
         assert!(e.contains("postmaster.pid"), "{e}");
+    }
+
+    /// Where WAL summaries would start for a target: its checkpoint's redo point and
+    /// timeline, or a backup_label's start while one is there; nothing for an unfinished
+    /// copy or a damaged control file.
+    #[test]
+    fn summaries_start_at_the_targets_redo_point() {
+        use crate::pg::lsn::Lsn;
+        let d = tempfile::tempdir().unwrap();
+        fs::create_dir_all(d.path().join("global")).unwrap();
+        let mut control = vec![0u8; 8192];
+        control[..8].copy_from_slice(&7u64.to_le_bytes());
+        control[16..20].copy_from_slice(&2u32.to_le_bytes());
+        control[32..40].copy_from_slice(&0x3000_0060u64.to_le_bytes());
+        control[40..48].copy_from_slice(&0x3000_0028u64.to_le_bytes());
+        control[48..52].copy_from_slice(&3u32.to_le_bytes());
+        let crc = crc32c::crc32c(&control[..296]);
+        control[296..300].copy_from_slice(&crc.to_le_bytes());
+        fs::write(d.path().join("global/pg_control"), &control).unwrap();
+        let c = crate::pg::control::read_control(d.path()).unwrap();
+        assert_eq!(c.state, crate::pg::control::DbState::ShutDownInRecovery);
+        assert_eq!((c.checkpoint, c.system_identifier), (Lsn(0x3000_0060), 7));
+        assert_eq!(summaries_since(d.path()), Some((3, Lsn(0x3000_0028))));
+        fs::write(
+            d.path().join("backup_label"),
+            "START WAL LOCATION: 0/2000028 (file 000000030000000000000002)\n\
+             CHECKPOINT LOCATION: 0/2000060\nBACKUP METHOD: streamed\nBACKUP FROM: primary\n\
+             START TIME: 2026-11-26 10:00:00 UTC\nLABEL: x\nSTART TIMELINE: 3\n",
+        )
+        .unwrap();
+        assert_eq!(summaries_since(d.path()), Some((3, Lsn(0x200_0028))));
+        fs::write(d.path().join("backup_label"), "garbage").unwrap();
+        assert_eq!(summaries_since(d.path()), None);
+        fs::remove_file(d.path().join("backup_label")).unwrap();
+        write_marker(d.path(), 7).unwrap();
+        assert_eq!(summaries_since(d.path()), None);
+        fs::remove_file(d.path().join(MARKER)).unwrap();
+        control[45] ^= 1;
+        fs::write(d.path().join("global/pg_control"), &control).unwrap();
+        assert_eq!(summaries_since(d.path()), None);
     }
 }

@@ -326,13 +326,15 @@ impl StanzaLock {
                 lease_until: AtomicI64::new(rec.lease_until),
             });
             let thread = {
-                let (store, stanza, renewal, rec) =
-                    (store.clone(), stanza.to_string(), renewal.clone(), rec.clone());
+                let (store, stanza, renewal, rec) = (
+                    store.clone(),
+                    stanza.to_string(),
+                    renewal.clone(),
+                    rec.clone(),
+                );
                 std::thread::Builder::new()
                     .name("pgjet-lock".into())
-                    .spawn(move || {
-                        renew(&*store, &stanza, next, rec, &renewal, lease, renew_every)
-                    })
+                    .spawn(move || renew(&*store, &stanza, next, rec, &renewal, lease, renew_every))
                     .map_err(|e| Error::Other(format!("cannot start the lock renewal: {e}")))?
             };
             return Ok(StanzaLock {
@@ -378,9 +380,16 @@ fn remove_earlier(store: &dyn Storage, stanza: &str, epoch: u64) {
             return;
         }
     };
-    for e in names.iter().filter_map(|n| parse_epoch(n)).filter(|&e| e < epoch) {
+    for e in names
+        .iter()
+        .filter_map(|n| parse_epoch(n))
+        .filter(|&e| e < epoch)
+    {
         if let Err(err) = store.delete(&record_name(stanza, e)) {
-            tracing::warn!("could not remove the earlier lock record {}: {err}", record_name(stanza, e));
+            tracing::warn!(
+                "could not remove the earlier lock record {}: {err}",
+                record_name(stanza, e)
+            );
         }
     }
 }
@@ -414,7 +423,8 @@ fn renew(
             Ok(top) if top != Some(epoch) => {
                 tracing::error!(
                     "the lock {name} was taken by another process (the current record is {})",
-                    top.map(|t| record_name(stanza, t)).unwrap_or_else(|| "gone".into())
+                    top.map(|t| record_name(stanza, t))
+                        .unwrap_or_else(|| "gone".into())
                 );
                 r.lost.store(true, Ordering::SeqCst);
                 return;
@@ -517,7 +527,10 @@ mod tests {
 
     fn put(store: &dyn Storage, epoch: u64, rec: &LockRecord) {
         store
-            .put_durable(&record_name("main", epoch), &serde_json::to_vec(rec).unwrap())
+            .put_durable(
+                &record_name("main", epoch),
+                &serde_json::to_vec(rec).unwrap(),
+            )
             .unwrap();
     }
 
@@ -537,7 +550,13 @@ mod tests {
         assert_eq!(record_name("main", 7), "main/lock/backup-0000000007.json");
         assert_eq!(parse_epoch("backup-0000000007.json"), Some(7));
         assert_eq!(parse_epoch("backup-12345678901.json"), Some(12_345_678_901));
-        for other in ["backup.json", "backup-.json", "backup-+1.json", "backup-0001.json.tmp", ".backup-0001.json.x"] {
+        for other in [
+            "backup.json",
+            "backup-.json",
+            "backup-+1.json",
+            "backup-0001.json.tmp",
+            ".backup-0001.json.x",
+        ] {
             assert_eq!(parse_epoch(other), None, "{other}");
         }
     }
@@ -568,7 +587,11 @@ mod tests {
         assert_eq!(epochs(&*store), vec![2]);
         drop(l);
         // A record left by a process that is gone (pid beyond pid_max) is stale at once.
-        put(&*store, 3, &record(&host_name(), 4_194_305, "x", now_unix() + 3600));
+        put(
+            &*store,
+            3,
+            &record(&host_name(), 4_194_305, "x", now_unix() + 3600),
+        );
         let l = StanzaLock::acquire(store.clone(), "main", "backup").unwrap();
         assert_eq!(epochs(&*store), vec![4]);
         drop(l);
@@ -679,7 +702,9 @@ mod tests {
         l.check().unwrap();
         let other = record("elsewhere", 1, "theirs", now_unix() + 3600);
         let json = serde_json::to_vec(&other).unwrap();
-        assert!(store.create_new(&record_name("main", l.epoch + 1), &json).unwrap());
+        assert!(store
+            .create_new(&record_name("main", l.epoch + 1), &json)
+            .unwrap());
         // Seen by the renewal, which stops renewing.
         let t = std::time::Instant::now();
         while !l.renewal.lost.load(Ordering::SeqCst) {
@@ -691,7 +716,8 @@ mod tests {
         }
         let e = lost_within_10s(&l);
         assert!(
-            e.contains("lost the lock main/lock/backup-0000000001.json") && e.contains("not complete"),
+            e.contains("lost the lock main/lock/backup-0000000001.json")
+                && e.contains("not complete"),
             "{e}"
         );
         drop(l);
@@ -704,7 +730,14 @@ mod tests {
         assert!(!ours.released && left.unwrap().token == "theirs");
 
         // With no renewal due, check() sees a takeover at once: it lists the records.
-        put(&*store, 2, &LockRecord { released: true, ..other.clone() });
+        put(
+            &*store,
+            2,
+            &LockRecord {
+                released: true,
+                ..other.clone()
+            },
+        );
         let hour = Duration::from_secs(3600);
         let l = StanzaLock::acquire_timed(store.clone(), "main", "backup", hour, hour).unwrap();
         assert_eq!(l.epoch, 3);
@@ -715,7 +748,14 @@ mod tests {
         drop(l);
 
         // Its record can be listed but not rewritten until its lease runs out: lost too.
-        put(&*store, 4, &LockRecord { released: true, ..other.clone() });
+        put(
+            &*store,
+            4,
+            &LockRecord {
+                released: true,
+                ..other.clone()
+            },
+        );
         let l = StanzaLock::acquire_timed(store.clone(), "main", "backup", lease, every).unwrap();
         let path = dir.path().join(record_name("main", l.epoch));
         std::fs::remove_file(&path).unwrap();

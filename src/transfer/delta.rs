@@ -42,6 +42,11 @@ pub fn delta_range() -> u64 {
 /// server work per round trip and several connections hash at once.
 const HASH_BATCH_BYTES: u64 = 64 << 20;
 
+/// For a source file and the size its target had: the numbers of the [`DELTA_BLOCK`] blocks
+/// of their common part that may differ, when something other than a comparison knows them
+/// (the primary's WAL summaries); None to compare that file by hash.
+pub type ListedBlocks<'a> = dyn Fn(&SourceFile, u64) -> Option<Vec<u32>> + 'a;
+
 /// What a delta comparison found.
 #[derive(Debug, Default)]
 pub struct DeltaPlan {
@@ -53,11 +58,15 @@ pub struct DeltaPlan {
     pub copy_bytes: u64,
     /// Bytes of ranges that differed, compared again block by block (the second level).
     pub reblocked_bytes: u64,
+    /// Bytes whose changed blocks were listed ([`ListedBlocks`]): neither side read them.
+    pub listed_bytes: u64,
 }
 
 /// Compares `files` of `source` with the existing target files `targets` (same index;
 /// a target that does not exist is copied whole). `target_sizes[i]` is the size the target
-/// file had before it was resized to the source size (None: it did not exist).
+/// file had before it was resized to the source size (None: it did not exist). Where
+/// `listed` knows a file's changed blocks, only those are copied and nothing of the file
+/// is read on either side.
 ///
 /// Errors: a target range cannot be read, a source error.
 pub fn plan_delta(
@@ -65,6 +74,7 @@ pub fn plan_delta(
     files: &[SourceFile],
     targets: &[PathBuf],
     target_sizes: &[Option<u64>],
+    listed: Option<&ListedBlocks<'_>>,
     jobs: usize,
     progress: &dyn Progress,
 ) -> Result<DeltaPlan> {
@@ -73,11 +83,31 @@ pub fn plan_delta(
     let mut plan = DeltaPlan::default();
     for (i, f) in files.iter().enumerate() {
         let common = target_sizes[i].unwrap_or(0).min(f.size);
-        let mut off = 0;
-        while off < common {
-            let len = range.min(common - off);
-            compare.push(PieceSpec::new(i, off, len)?);
-            off += len;
+        let known = match (listed, target_sizes[i]) {
+            (Some(l), Some(t)) => l(f, t),
+            _ => None,
+        };
+        if let Some(mut blocks) = known {
+            blocks.sort_unstable();
+            blocks.dedup();
+            let mut changed = 0;
+            for b in blocks {
+                let off = u64::from(b) * DELTA_BLOCK;
+                if off < common {
+                    let len = DELTA_BLOCK.min(common - off);
+                    plan.copy.push(PieceSpec::new(i, off, len)?);
+                    changed += len;
+                }
+            }
+            plan.listed_bytes += common;
+            plan.same_bytes += common - changed;
+        } else {
+            let mut off = 0;
+            while off < common {
+                let len = range.min(common - off);
+                compare.push(PieceSpec::new(i, off, len)?);
+                off += len;
+            }
         }
         // The new tail, in pieces of at most MAX_PIECE bytes.
         let mut off = common;
@@ -168,7 +198,7 @@ pub fn plan_delta(
     plan.copy
         .extend(differ.into_inner().unwrap_or_else(|p| p.into_inner()));
     plan.copy = merge_adjacent(plan.copy);
-    plan.same_bytes = same.into_inner();
+    plan.same_bytes += same.into_inner();
     plan.reblocked_bytes = reblocked.into_inner();
     plan.copy_bytes = plan.copy.iter().map(PieceSpec::bytes).sum();
     Ok(plan)
@@ -285,6 +315,7 @@ mod tests {
             &files,
             &[t],
             &[Some(DELTA_RANGE * 2)],
+            None,
             2,
             &crate::transfer::NoProgress,
         )
@@ -323,6 +354,7 @@ mod tests {
             &files,
             &[t],
             &[Some(size as u64)],
+            None,
             1,
             &crate::transfer::NoProgress,
         )
@@ -338,5 +370,63 @@ mod tests {
         );
         assert_eq!(plan.copy_bytes, 2 * DELTA_BLOCK + 100);
         assert_eq!(plan.same_bytes + plan.copy_bytes, size as u64);
+    }
+
+    /// Blocks listed by something that knows them (WAL summaries): only those and the new
+    /// tail are copied, and the file is not read on either side (the target here differs
+    /// in an unlisted block too, which a listing is trusted to exclude, and is unreadable
+    /// to prove nothing reads it); a file the listing does not know is compared by hash.
+    #[test]
+    fn listed_blocks_are_copied_without_reading() {
+        use crate::transfer::source::LocalSource;
+        let d = tempfile::tempdir().unwrap();
+        let src = d.path().join("src");
+        std::fs::create_dir_all(&src).unwrap();
+        let blk = DELTA_BLOCK as usize;
+        std::fs::write(src.join("rel"), vec![1u8; blk * 6]).unwrap();
+        std::fs::write(src.join("other"), vec![2u8; blk * 2]).unwrap();
+        let rel_t = d.path().join("rel.t");
+        std::fs::create_dir(&rel_t).unwrap(); // not readable as a file
+        let other_t = d.path().join("other.t");
+        let mut o = vec![2u8; blk * 2];
+        o[blk + 1] = 9;
+        std::fs::write(&other_t, &o).unwrap();
+        let files = vec![
+            SourceFile::plain("rel", (blk * 6) as u64),
+            SourceFile::plain("other", (blk * 2) as u64),
+        ];
+        let listed = |f: &SourceFile, t: u64| -> Option<Vec<u32>> {
+            assert_eq!(t, (blk * 4) as u64);
+            (&*f.path == "rel").then(|| vec![3, 1, 3, 7])
+        };
+        let plan = plan_delta(
+            &LocalSource::new(&src),
+            &files,
+            &[rel_t, other_t],
+            &[Some((blk * 4) as u64), Some((blk * 2) as u64)],
+            Some(&|f: &SourceFile, t: u64| {
+                if &*f.path == "rel" {
+                    listed(f, t)
+                } else {
+                    None
+                }
+            }),
+            1,
+            &crate::transfer::NoProgress,
+        )
+        .unwrap();
+        let shape: Vec<(usize, u64, u64)> = plan
+            .copy
+            .iter()
+            .map(|p| (p.index(), p.offset, p.bytes()))
+            .collect();
+        let b = DELTA_BLOCK;
+        assert_eq!(
+            shape,
+            vec![(0, b, b), (0, 3 * b, 3 * b), (1, b, b)],
+            "block 1, block 3 with the new tail (blocks 4 and 5), and other's changed block"
+        );
+        assert_eq!(plan.listed_bytes, 4 * b);
+        assert_eq!(plan.same_bytes, 2 * b + b);
     }
 }

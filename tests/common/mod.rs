@@ -1368,6 +1368,52 @@ pub fn pg_verifybackup(pg: &Pg, dir: &Path) -> Run {
     run_as_postgres(&pg.tool("pg_verifybackup"), &args![dir.display()], None)
 }
 
+/// pgjet's reading of `dir`'s pg_control (`pgjet::pg::control::read_control`) must agree
+/// with `pg_controldata` of the same major: the system identifier, the cluster's state, the
+/// latest checkpoint, its redo point and its timeline. PostgreSQL 17 has no pg_controldata
+/// of its own here (its clients are 18's): said in the test's log instead.
+pub fn assert_control_reads_as_pg_controldata(pg: &Pg, dir: &Path) {
+    use pgjet::pg::control::DbState;
+    if pg.major == "17" {
+        step!(
+            "pg_control of {}: not compared: no pg_controldata 17 here",
+            dir.display()
+        );
+        return;
+    }
+    let out = run_as_postgres(&pg.tool("pg_controldata"), &args![dir.display()], None).ok();
+    let field = |name: &str| -> String {
+        out.stdout
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(|v| v.trim_start_matches(':').trim().to_string())
+            .unwrap_or_else(|| panic!("pg_controldata printed no {name:?}:\n{}", out.stdout))
+    };
+    let lsn = |name: &str| -> pgjet::pg::lsn::Lsn { field(name).parse().unwrap() };
+    let c = pgjet::pg::control::read_control(dir).unwrap();
+    assert_eq!(
+        field("Database system identifier"),
+        c.system_identifier.to_string()
+    );
+    assert_eq!(lsn("Latest checkpoint location"), c.checkpoint);
+    assert_eq!(lsn("Latest checkpoint's REDO location"), c.redo);
+    assert_eq!(
+        field("Latest checkpoint's TimeLineID"),
+        c.timeline.to_string()
+    );
+    let state = match c.state {
+        DbState::Startup => "starting up",
+        DbState::ShutDown => "shut down",
+        DbState::ShutDownInRecovery => "shut down in recovery",
+        DbState::ShuttingDown => "shutting down",
+        DbState::InCrashRecovery => "in crash recovery",
+        DbState::InArchiveRecovery => "in archive recovery",
+        DbState::InProduction => "in production",
+        DbState::Other(v) => panic!("pg_control of {}: unknown state {v}", dir.display()),
+    };
+    assert_eq!(field("Database cluster state"), state);
+}
+
 /// `pg_verifybackup` of `dir`, which must pass, where the major has one
 /// ([`Pg::verifybackup`]); otherwise says in the test's log that this check is missing for
 /// the major (the restore is then checked by pgjet's verify, the rows and pg_amcheck).

@@ -1,0 +1,208 @@
+#!/usr/bin/env bash
+# replica-create --delta benchmark (issue 19): a stale copy re-synced with the changed blocks
+# taken from the primary's WAL summaries, against the same delta comparing by hash (both
+# sides read and hash every byte), against a full copy by pgjet and by pg_basebackup, on
+# one PostgreSQL 17+ cluster with summarize_wal = on, in one run. pgjet reads the primary
+# over libpq (loopback), as it would across hosts. Cold cache before every timed command,
+# medians. Not a test: it only measures.
+#
+#   bash bench/delta.sh                                            # scale 100 + 500 MiB, PG 18
+#   SCALE=2 RANDOM_MB=16 RUNS=1 DREPORT=/tmp/delta.md bash bench/delta.sh   # smoke size
+#
+# Each round: DELTA_PCT % of pgbench_accounts' heap pages get one row updated (random pages,
+# by ctid), CHECKPOINT, then one delta onto the copy D; the two kinds of delta alternate
+# which goes first. Measured per command: wall seconds, peak RSS, bytes read from the disk
+# (/proc/diskstats, every process), and pgjet's own figures (bytes found unchanged, copied).
+# At the end the copy is started as a standby and its rows compared with the primary's.
+#
+# Settings, besides those of bench/run.sh (SCALE, RANDOM_MB, RUNS, PG_VERSION (default
+# 18 here), BENCH_DIR, KEEP, COLD, PGJET):
+#   DREPORT     markdown report (default $BENCH_DIR/results/delta.md)
+#   DELTA_PCT   % of pgbench_accounts' pages changed before each delta (default 1)
+#   DJOBS       pgjet --jobs (default 4, replica-create's own default over libpq)
+# Run as root (servers and tools run as the OS user postgres through runuser).
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+export PG_VERSION=${PG_VERSION:-18}
+export PG_LISTEN=127.0.0.1          # pgjet reaches the primary over TCP, as across hosts
+# shellcheck source=bench/run.sh
+source "$HERE/run.sh"
+
+DREPORT=${DREPORT:-$RES/delta.md}
+DELTA_PCT=${DELTA_PCT:-1}
+DJOBS=${DJOBS:-4}
+COPY=$BENCH/delta-copy              # the copy D the deltas re-sync
+READS=$RES/delta-reads.tsv          # name, run, bytes read from the disk
+FIG=$RES/delta-figures.tsv          # name, run, pages changed, delta_same, delta_copied
+DISK=""
+
+disk_of() {
+    local mm
+    mm=$(stat -c '%Hd %Ld' "$1")
+    awk -v a="${mm% *}" -v b="${mm#* }" '$1 == a && $2 == b {print $3}' /proc/diskstats
+}
+sectors_read() { awk -v d="$DISK" '$3 == d {print $6}' /proc/diskstats; }
+
+# dtimed NAME RUN CMD: timed, and the disk's bytes read meanwhile in $READS
+dtimed() {
+    local s0 s1 rc=0
+    s0=$(sectors_read)
+    timed "$1" "$2" "$3" || rc=$?
+    s1=$(sectors_read)
+    printf '%s\t%s\t%s\n' "$1" "$2" "$(((s1 - s0) * 512))" >>"$READS"
+    return $rc
+}
+
+conninfo() { printf 'host=127.0.0.1 port=%s user=postgres dbname=postgres' "$PORT"; }
+
+replica_cmd() {  # replica_cmd [--delta]: pgjet replica-create onto $COPY over libpq
+    pg_cmd "$PGJET_BIN" --source "$(conninfo)" --transport libpq --jobs "$DJOBS" \
+        --pg-path "$COPY" --output json replica-create --start-fast "$@"
+}
+
+# change_pages: one row updated on DELTA_PCT % of pgbench_accounts' heap pages, CHECKPOINT;
+# prints the rows updated
+change_pages() {
+    psql_as "$PGV" "$PG" "$PORT" -At <<SQL
+WITH t AS (SELECT format('(%s,%s)', k, 1 + floor(random() * 61)::int)::tid AS t
+           FROM generate_series(0, (pg_relation_size('pgbench_accounts') / 8192)::int - 1) k
+           WHERE random() < $DELTA_PCT / 100.0),
+     u AS (UPDATE pgbench_accounts SET abalance = abalance + 1
+           WHERE ctid = ANY (ARRAY(SELECT t FROM t)) RETURNING 1)
+SELECT count(*) FROM u;
+SQL
+    psql_as "$PGV" "$PG" "$PORT" -c CHECKPOINT >/dev/null
+}
+
+# one_delta NAME RUN ENV: a change, then the delta with ENV (PGJET_DELTA_SUMMARIES=0|1)
+one_delta() {
+    local name=$1 r=$2 env=$3 n log
+    n=$(change_pages)
+    say "  changed $n rows (one per page), checkpoint"
+    dtimed "$name" "$r" "env $env $(replica_cmd --delta)" || return 0
+    log=$LOGS/$name.run$r.log
+    grep -q "WAL summaries" "$log" && say "    $(grep -o 'WAL summaries.*' "$log" | head -n 1 | cut -c1-150)"
+    python3 - "$log" "$name" "$r" "$n" >>"$FIG" <<'PY'
+import json, sys
+log, name, run, n = sys.argv[1:]
+for line in open(log, errors="replace"):
+    line = line.strip()
+    if line.startswith("{"):
+        try:
+            s = json.loads(line)
+        except ValueError:
+            continue
+        print(f"{name}\t{run}\t{n}\t{s.get('delta_same', '')}\t{s.get('delta_copied', '')}")
+        break
+PY
+}
+
+check_copy() {
+    local port want got i
+    port=$(free_port)
+    chown -R postgres: "$COPY"
+    as_pg "$PGBIN/pg_ctl" -D "$COPY" -l "$BENCH/delta-copy.log" -o "-p $port -c unix_socket_directories=$PG/sock" -w -t 300 start >/dev/null
+    STARTED+=("$COPY")
+    want=$(psql_as "$PGV" "$PG" "$PORT" -Atc "SELECT count(*), sum(abalance) FROM pgbench_accounts")
+    got=""
+    for i in $(seq 1 120); do
+        got=$(as_pg "$PGBIN/psql" -h "$PG/sock" -p "$port" -U postgres -d postgres -Atc \
+            "SELECT count(*), sum(abalance) FROM pgbench_accounts" 2>/dev/null) || got=""
+        [ "$got" = "$want" ] && break
+        sleep 1
+    done
+    pg_stop_cluster "$COPY" || true
+    if [ "$got" = "$want" ]; then
+        say "copy started as a standby: pgbench_accounts count|sum $got, as on the primary"
+        CHECK="the copy, started as a standby after the last delta, holds the primary's pgbench_accounts (count and sum of abalance: $got)"
+    else
+        say "COPY DIFFERS: $got, primary $want"
+        CHECK="**the copy after the last delta differs from the primary**: $got against $want"
+    fi
+}
+
+med() { median "$1"; }
+med_read() { awk -F'\t' -v n="$1" '$1==n {print $3}' "$READS" | sort -n | awk '{a[NR]=$1} END {if (NR) print a[int((NR+1)/2)]}'; }
+med_fig() { awk -F'\t' -v n="$1" -v c="$2" '$1==n && $c != "" {print $c}' "$FIG" | sort -n | awk '{a[NR]=$1} END {if (NR) print a[int((NR+1)/2)]}'; }
+div() { awk -v a="$1" -v b="$2" 'BEGIN {if (a == "" || b == "" || b == 0) print "-"; else printf "%.2f", a / b}'; }
+
+write_delta_report() {
+    local full pgbb sum hash n
+    full=$(med replica_full); pgbb=$(med pg_basebackup_full)
+    sum=$(med delta_summaries); hash=$(med delta_hash)
+    n=$(awk -F'\t' '{print $3}' "$FIG" | sort -n | awk '{a[NR]=$1} END {if (NR) print a[int((NR+1)/2)]}')
+    {
+        echo "# replica-create --delta: WAL summaries against hashes"
+        echo
+        echo "Run $(date -u +%Y-%m-%dT%H:%MZ) on $(hostname) ($(nproc) cores), by bench/delta.sh."
+        echo "PostgreSQL $PGV, summarize_wal = on, pgbench scale $SCALE + $RANDOM_MB MiB random"
+        echo "($(mib "$(size_of cluster)") MiB data directory). pgjet over libpq on loopback, --jobs $DJOBS."
+        echo "$RUNS round(s); cache dropped before each command: $DROP_CACHES. Before each delta,"
+        echo "$DELTA_PCT % of pgbench_accounts' pages got one row updated (median $n rows), then CHECKPOINT."
+        echo "The disk's bytes read count every process (the server's and pgjet's)."
+        echo
+        echo "| command | median s | read from disk MiB | copied MiB | unchanged MiB | peak RSS MiB |"
+        echo "|---|---:|---:|---:|---:|---:|"
+        local c
+        for c in pg_basebackup_full replica_full delta_hash delta_summaries; do
+            printf '| %s | %s | %s | %s | %s | %s |\n' "$c" "$(med "$c")" "$(mib "$(med_read "$c")")" \
+                "$(mib "$(med_fig "$c" 5)")" "$(mib "$(med_fig "$c" 4)")" \
+                "$(awk -v k="$(median "$c" 4)" 'BEGIN {if (k != "") printf "%.0f", k / 1024}')"
+        done
+        echo
+        echo "- delta with summaries against delta by hash: $(div "$hash" "$sum")x faster, disk reads $(div "$(med_read delta_hash)" "$(med_read delta_summaries)")x fewer."
+        echo "- delta with summaries against pgjet's full copy: $(div "$full" "$sum")x; against pg_basebackup: $(div "$pgbb" "$sum")x."
+        echo "- ${CHECK:-the copy was not checked}."
+    } >"$DREPORT"
+}
+
+delta_cleanup() {
+    local rc=$?
+    [ "$KEEP" = 1 ] || rm -rf "$COPY"
+    (exit $rc)
+    cleanup  # reads the exit status as $?
+}
+
+delta_main() {
+    trap delta_cleanup EXIT
+    [ "$(id -u)" -eq 0 ] || die "run as root (drop_caches, runuser)"
+    [ "${PGV%%.*}" -ge 17 ] || die "WAL summaries need PostgreSQL 17+ (PG_VERSION=$PGV)"
+    mkdir -p "$BENCH" "$BENCH/bin" "$LOGS" "$RES" "$OUT"
+    chmod 755 "$BENCH" "$BENCH/bin"
+    chown postgres: "$OUT"
+    : >"$TIMES"; : >"$SIZES"; : >"$READS"; : >"$FIG"
+    DISK=$(disk_of "$BENCH")
+    [ -n "$DISK" ] || die "no block device under $BENCH for /proc/diskstats"
+    setup_pgjet
+    build_cluster
+    psql_as "$PGV" "$PG" "$PORT" -c "ALTER SYSTEM SET summarize_wal = on" -c "SELECT pg_reload_conf()" \
+        -c CHECKPOINT >/dev/null
+    record_size cluster "$PGDATA"
+
+    header "A full copy into $COPY (pgjet), and pg_basebackup for reference"
+    fresh_dir "$COPY"
+    dtimed replica_full 1 "$(replica_cmd)"
+    local r
+    for r in $(seq 1 "$RUNS"); do
+        header "Round $r of $RUNS"
+        rm -rf "$OUT/pgbb"
+        dtimed pg_basebackup_full "$r" "$(pg_cmd "$PGBIN/pg_basebackup" -h "$PG/sock" -p "$PORT" -U postgres -D "$OUT/pgbb" -c fast -X stream)" || true
+        rm -rf "$OUT/pgbb"
+        if [ $((r % 2)) = 1 ]; then
+            one_delta delta_summaries "$r" PGJET_DELTA_SUMMARIES=1
+            one_delta delta_hash "$r" PGJET_DELTA_SUMMARIES=0
+        else
+            one_delta delta_hash "$r" PGJET_DELTA_SUMMARIES=0
+            one_delta delta_summaries "$r" PGJET_DELTA_SUMMARIES=1
+        fi
+    done
+    header "Check the copy"
+    check_copy
+    header "Report"
+    write_delta_report
+    cat "$DREPORT"
+    say "report written to $DREPORT"
+}
+
+delta_main "$@"
