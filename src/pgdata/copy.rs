@@ -159,8 +159,10 @@ impl BackupTarget for DirTarget<'_> {
             let listed = self.changes.as_ref().map(|c| {
                 move |f: &SourceFile, target_size: u64| -> Option<Vec<u32>> {
                     let bl = BLCKSZ as u64;
-                    (is_main_fork_file(&f.path) && f.size % bl == 0 && target_size % bl == 0)
-                        .then(|| c.blocks_of(&f.path, f.size.min(target_size) / bl))
+                    (is_main_fork_file(&f.path)
+                        && f.size.is_multiple_of(bl)
+                        && target_size.is_multiple_of(bl))
+                    .then(|| c.blocks_of(&f.path, f.size.min(target_size) / bl))
                 }
             });
             let plan = plan_delta(
