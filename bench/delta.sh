@@ -56,8 +56,10 @@ dtimed() {
 
 conninfo() { printf 'host=127.0.0.1 port=%s user=postgres dbname=postgres' "$PORT"; }
 
-replica_cmd() {  # replica_cmd [--delta]: pgjet replica-create onto $COPY over libpq
-    pg_cmd "$PGJET_BIN" --source "$(conninfo)" --transport libpq --jobs "$DJOBS" \
+replica_cmd() {  # replica_cmd ENV [--delta]: pgjet replica-create onto $COPY over libpq
+    local env=$1
+    shift
+    pg_cmd env "$env" "$PGJET_BIN" --source "$(conninfo)" --transport libpq --jobs "$DJOBS" \
         --pg-path "$COPY" --output json replica-create --start-fast "$@"
 }
 
@@ -80,21 +82,21 @@ one_delta() {
     local name=$1 r=$2 env=$3 n log
     n=$(change_pages)
     say "  changed $n rows (one per page), checkpoint"
-    dtimed "$name" "$r" "env $env $(replica_cmd --delta)" || return 0
+    dtimed "$name" "$r" "$(replica_cmd "$env" --delta)" || return 0
     log=$LOGS/$name.run$r.log
     grep -q "WAL summaries" "$log" && say "    $(grep -o 'WAL summaries.*' "$log" | head -n 1 | cut -c1-150)"
     python3 - "$log" "$name" "$r" "$n" >>"$FIG" <<'PY'
 import json, sys
 log, name, run, n = sys.argv[1:]
-for line in open(log, errors="replace"):
-    line = line.strip()
-    if line.startswith("{"):
-        try:
-            s = json.loads(line)
-        except ValueError:
-            continue
-        print(f"{name}\t{run}\t{n}\t{s.get('delta_same', '')}\t{s.get('delta_copied', '')}")
-        break
+text = open(log, errors="replace").read()
+start = text.find("\n{")
+s = {}
+if start >= 0:
+    try:
+        s, _ = json.JSONDecoder().raw_decode(text[start + 1:])
+    except ValueError:
+        s = {}
+print(f"{name}\t{run}\t{n}\t{s.get('delta_same', '')}\t{s.get('delta_copied', '')}")
 PY
 }
 
@@ -102,7 +104,7 @@ check_copy() {
     local port want got i
     port=$(free_port)
     chown -R postgres: "$COPY"
-    as_pg "$PGBIN/pg_ctl" -D "$COPY" -l "$BENCH/delta-copy.log" -o "-p $port -c unix_socket_directories=$PG/sock" -w -t 300 start >/dev/null
+    as_pg "$PGBIN/pg_ctl" -D "$COPY" -l "$OUT/delta-copy.log" -o "-p $port -c unix_socket_directories=$PG/sock" -w -t 300 start >/dev/null
     STARTED+=("$COPY")
     want=$(psql_as "$PGV" "$PG" "$PORT" -Atc "SELECT count(*), sum(abalance) FROM pgbench_accounts")
     got=""
@@ -182,7 +184,7 @@ delta_main() {
 
     header "A full copy into $COPY (pgjet), and pg_basebackup for reference"
     fresh_dir "$COPY"
-    dtimed replica_full 1 "$(replica_cmd)"
+    dtimed replica_full 1 "$(replica_cmd PGJET_DELTA_SUMMARIES=1)"
     local r
     for r in $(seq 1 "$RUNS"); do
         header "Round $r of $RUNS"
