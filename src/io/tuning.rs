@@ -2,50 +2,14 @@
 //!
 //! Every default lives with the code it tunes (and says where its figure comes from); a
 //! variable here only overrides it, for a benchmark that compares values. They are not
-//! options users set: the option table knows them as environment-only tuning variables
-//! ([`VARIABLES`]) so they are not reported as unknown.
+//! options users set: the option table (`crate::options::table`, its tuning section) knows
+//! them as environment-only variables, so they are not reported as unknown.
 //!
 //! The environment is read on the first call of [`get`] (or [`init`], which the binary calls
 //! first so that a bad value is a configuration error before any work starts); later changes
 //! of the environment are not seen.
 use crate::error::{Error, Result};
 use std::sync::OnceLock;
-
-/// The tuning variables, as (name, what it sets).
-pub const VARIABLES: &[(&str, &str)] = &[
-    (
-        "PGJET_READ_AHEAD",
-        "whole-object reads a restore keeps in flight (1 to 64)",
-    ),
-    (
-        "PGJET_READ_PARTS",
-        "ranged requests per object-store read (1 to 16)",
-    ),
-    (
-        "PGJET_BUNDLE_KIB",
-        "most logical KiB in one bundle (multiple of 8, 8 to 65536)",
-    ),
-    (
-        "PGJET_BUNDLE_FILES",
-        "most files in one bundle (1 to 65536)",
-    ),
-    (
-        "PGJET_LIBPQ_ROW_KIB",
-        "bytes per result row of libpq reads, KiB (multiple of 8, 8 to 65536)",
-    ),
-    (
-        "PGJET_LIBPQ_PREFETCH",
-        "0 turns off announcing a libpq reader's next unit",
-    ),
-    (
-        "PGJET_DELTA_RANGE_KIB",
-        "size of a range compared by hash, KiB (multiple of 8, 8 to 65536)",
-    ),
-    (
-        "PGJET_DELTA_SUMMARIES",
-        "0 makes a delta compare by hash instead of reading the primary's WAL summaries",
-    ),
-];
 
 /// Overrides of built-in defaults; None (or `true` for a switch) leaves the default.
 #[derive(Debug, Clone, PartialEq, Eq)]

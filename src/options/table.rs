@@ -1328,6 +1328,10 @@ pub const OPTIONS: &[OptionDef] = &[
         "delta-range-kib",
         "KiB per compared range of a delta (a multiple of 8)",
     ),
+    tuning(
+        "delta-summaries",
+        "0 makes a delta compare by hash instead of reading WAL summaries",
+    ),
 ];
 
 /// Variables in pgjet's `PGJET_` namespace that are not options: the names the project's
