@@ -119,8 +119,8 @@ check_copy() {
         say "copy started as a standby: pgbench_accounts count|sum $got, as on the primary"
         CHECK="the copy, started as a standby after the last delta, holds the primary's pgbench_accounts (count and sum of abalance: $got)"
     else
-        say "COPY DIFFERS: $got, primary $want"
-        CHECK="**the copy after the last delta differs from the primary**: $got against $want"
+        say "MISMATCH: the copy holds $got, the primary $want"
+        CHECK="**MISMATCH: the copy after the last delta differs from the primary**: $got against $want"
     fi
 }
 

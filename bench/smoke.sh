@@ -8,8 +8,8 @@
 #   bash bench/smoke.sh                      # every benchmark, as root; a few minutes
 #   SMOKE="run s3" bash bench/smoke.sh       # some of them
 #
-# Names: run restore incr resume cipher million s3 archive remote netlab rates (bench/run.sh,
-# restore.sh, incr.sh, resume.sh, cipher.sh, million.sh, s3.sh, archive.sh, remote.sh, netlab-check.sh, rates.sh). Reports, logs and work dirs go under
+# Names: run restore incr resume delta cipher million s3 archive remote netlab rates (bench/run.sh,
+# restore.sh, incr.sh, resume.sh, delta.sh, cipher.sh, million.sh, s3.sh, archive.sh, remote.sh, netlab-check.sh, rates.sh). Reports, logs and work dirs go under
 # SMOKE_DIR (default /var/tmp/pgjet-smoke, emptied first): docs/ and bench/results/ are
 # not written. Labs and work dirs are the smoke's own (LAB_PREFIX smk*, LAB_ID 181-190), so
 # a full-size benchmark may run at the same time. Nothing is installed beyond what
@@ -18,7 +18,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-SMOKE=${SMOKE:-run restore incr resume cipher million s3 archive remote netlab rates}
+SMOKE=${SMOKE:-run restore incr resume delta cipher million s3 archive remote netlab rates}
 SMOKE_DIR=${SMOKE_DIR:-/var/tmp/pgjet-smoke}
 
 [ "$(id -u)" -eq 0 ] || { echo "smoke: run as root (namespaces, drop_caches, runuser)" >&2; exit 1; }
@@ -100,6 +100,8 @@ for b in $SMOKE; do
             one incr "$d.md" BENCH_DIR="$d" IREPORT="$d.md" SCALE=1 RANDOM_MB=8 RUNS=1 -- bash bench/incr.sh ;;
         resume)
             one resume "$d.md" BENCH_DIR="$d" RREPORT="$d.md" SCALE=1 RANDOM_MB=8 RUNS=1 -- bash bench/resume.sh ;;
+        delta)
+            one delta "$d.md" BENCH_DIR="$d" DREPORT="$d.md" SCALE=1 RANDOM_MB=8 RUNS=1 -- bash bench/delta.sh ;;
         cipher)
             one cipher "$d.md" BENCH_DIR="$d" CREPORT="$d.md" SCALE=1 RANDOM_MB=8 RUNS=1 WAL_SEGS=2 -- bash bench/cipher.sh ;;
         million)
@@ -123,7 +125,7 @@ for b in $SMOKE; do
         netlab)
             one netlab "$d.md" REPORT="$d.md" LAB_ID=184 PINGS=3 IPERF_S=3 IPERF_OMIT=1 SKIP_NO_OFFLOAD=1 \
                 QUIET_WAIT_S=0 -- bash bench/netlab-check.sh ;;
-        *) echo "smoke: unknown benchmark '$b' (run restore incr resume cipher million s3 archive remote netlab rates)" >&2; exit 2 ;;
+        *) echo "smoke: unknown benchmark '$b' (run restore incr resume delta cipher million s3 archive remote netlab rates)" >&2; exit 2 ;;
     esac
 done
 
