@@ -121,10 +121,17 @@ fn store_scenario(kind: StoreKind, encrypted: bool) {
             "{want} is not in the bucket; objects: {objects:?}"
         );
     }
-    assert!(
-        !objects.iter().any(|o| o.contains("lock/")),
-        "the backup lock must be gone after the backup: {objects:?}"
+    let locks: Vec<&String> = objects.iter().filter(|o| o.contains("lock/")).collect();
+    assert_eq!(
+        locks,
+        vec!["main/lock/backup-0000000001.json"],
+        "one lock record, the backup's: {objects:?}"
     );
+    if !encrypted {
+        let rec: pgjet::repo::lock::LockRecord =
+            serde_json::from_slice(&s3.object_bytes("/repo", locks[0])).unwrap();
+        assert!(rec.released, "the backup let its lock go: {rec:?}");
+    }
     if encrypted {
         for want in [
             "main/cipher.json".to_string(),
