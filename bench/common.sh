@@ -78,3 +78,26 @@ archiver_idle() {
         sleep 0.2
     done
 }
+
+# disk_of PATH -> the /proc/diskstats name of the block device holding PATH (empty if none:
+# an overlay or tmpfs has no device of its own)
+disk_of() {
+    local mm
+    mm=$(stat -c '%Hd %Ld' "$1")
+    awk -v a="${mm% *}" -v b="${mm#* }" '$1 == a && $2 == b {print $3}' /proc/diskstats
+}
+# sectors_read -> sectors read so far on the device $DISK (/proc/diskstats)
+sectors_read() { awk -v d="$DISK" '$3 == d {print $6}' /proc/diskstats; }
+
+# change_pages_sql PCT -> SQL that updates one row on PCT % of pgbench_accounts' heap pages
+# (chosen at random, by ctid) and prints the number of rows updated
+change_pages_sql() {
+    cat <<SQL
+WITH t AS (SELECT format('(%s,%s)', k, 1 + floor(random() * 61)::int)::tid AS t
+           FROM generate_series(0, (pg_relation_size('pgbench_accounts') / 8192)::int - 1) k
+           WHERE random() < $1 / 100.0),
+     u AS (UPDATE pgbench_accounts SET abalance = abalance + 1
+           WHERE ctid = ANY (ARRAY(SELECT t FROM t)) RETURNING 1)
+SELECT count(*) FROM u;
+SQL
+}

@@ -37,12 +37,6 @@ READS=$RES/delta-reads.tsv          # name, run, bytes read from the disk
 FIG=$RES/delta-figures.tsv          # name, run, pages changed, delta_same, delta_copied
 DISK=""
 
-disk_of() {
-    local mm
-    mm=$(stat -c '%Hd %Ld' "$1")
-    awk -v a="${mm% *}" -v b="${mm#* }" '$1 == a && $2 == b {print $3}' /proc/diskstats
-}
-sectors_read() { awk -v d="$DISK" '$3 == d {print $6}' /proc/diskstats; }
 
 # dtimed NAME RUN CMD: timed, and the disk's bytes read meanwhile in $READS
 dtimed() {
@@ -66,14 +60,7 @@ replica_cmd() {  # replica_cmd ENV [--delta]: pgjet replica-create onto $COPY ov
 # change_pages: one row updated on DELTA_PCT % of pgbench_accounts' heap pages, CHECKPOINT;
 # prints the rows updated
 change_pages() {
-    psql_as "$PGV" "$PG" "$PORT" -At <<SQL
-WITH t AS (SELECT format('(%s,%s)', k, 1 + floor(random() * 61)::int)::tid AS t
-           FROM generate_series(0, (pg_relation_size('pgbench_accounts') / 8192)::int - 1) k
-           WHERE random() < $DELTA_PCT / 100.0),
-     u AS (UPDATE pgbench_accounts SET abalance = abalance + 1
-           WHERE ctid = ANY (ARRAY(SELECT t FROM t)) RETURNING 1)
-SELECT count(*) FROM u;
-SQL
+    change_pages_sql "$DELTA_PCT" | psql_as "$PGV" "$PG" "$PORT" -At
     psql_as "$PGV" "$PG" "$PORT" -c CHECKPOINT >/dev/null
 }
 

@@ -84,14 +84,6 @@ incr_cleanup() {
 trap incr_cleanup EXIT
 
 # ------------------------------------------------------------------ measuring
-# disk_of PATH -> the /proc/diskstats name of the block device holding PATH (empty if none:
-# an overlay or tmpfs has no device of its own)
-disk_of() {
-    local mm
-    mm=$(stat -c '%Hd %Ld' "$1")
-    awk -v a="${mm% *}" -v b="${mm#* }" '$1 == a && $2 == b {print $3}' /proc/diskstats
-}
-sectors_read() { awk -v d="$DISK" '$3 == d {print $6}' /proc/diskstats; }
 
 # server_read_bytes -> read_bytes (/proc/PID/io: bytes the process had read from storage,
 # page-cache hits not counted) summed over the source cluster's postmaster and its children

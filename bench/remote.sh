@@ -656,32 +656,10 @@ part_sweep() {
     done
 }
 
-# change_pages: update one row on DELTA_PCT % of pgbench_accounts' heap pages (chosen at
-# random, by ctid), then CHECKPOINT. Prints the number of rows updated.
+# change_pages: one row updated on DELTA_PCT % of pgbench_accounts' heap pages (random
+# pages, by ctid), then CHECKPOINT; prints the rows updated
 change_pages() {
-    local d=$BENCH/a/pg-main
-    psql_as "$PGV" "$d" "$PORT" -At <<SQL | tail -n 1
-WITH t AS (SELECT format('(%s,%s)', k, 1 + floor(random() * 61)::int)::tid AS t
-           FROM generate_series(0, (pg_relation_size('pgbench_accounts') / 8192)::int - 1) k
-           WHERE random() < $DELTA_PCT / 100.0),
-     u AS (UPDATE pgbench_accounts SET abalance = abalance + 1
-           WHERE ctid = ANY (ARRAY(SELECT t FROM t)) RETURNING 1)
-SELECT count(*) FROM u;
-CHECKPOINT;
-SELECT count(*) FROM pgbench_accounts WHERE false;
-SQL
-}
-
-# change_pages PAGES: one row updated on DELTA_PCT % of pgbench_accounts' PAGES heap pages
-# (random pages, by ctid), then CHECKPOINT; prints the rows updated
-change_pages() {
-    psql_as "$PGV" "$BENCH/a/pg-main" "$PORT" -At <<SQL
-WITH t AS (SELECT format('(%s,%s)', k, 1 + floor(random() * 61)::int)::tid AS t
-           FROM generate_series(0, $1 - 1) k WHERE random() < $DELTA_PCT / 100.0),
-     u AS (UPDATE pgbench_accounts SET abalance = abalance + 1
-           WHERE ctid = ANY (ARRAY(SELECT t FROM t)) RETURNING 1)
-SELECT count(*) FROM u;
-SQL
+    change_pages_sql "$DELTA_PCT" | psql_as "$PGV" "$BENCH/a/pg-main" "$PORT" -At
     psql_as "$PGV" "$BENCH/a/pg-main" "$PORT" -c CHECKPOINT >/dev/null
 }
 
