@@ -138,11 +138,10 @@ fn copy_and_configure(
         same: 0,
         copied: 0,
         since: if delta {
-            delta::summaries_since(target).map(|(timeline, redo)| DeltaSince {
+            delta::summaries_since(target).map(|point| DeltaSince {
                 sess: &primary.sess,
                 info: &primary.info,
-                timeline,
-                redo,
+                point,
             })
         } else {
             None

@@ -139,9 +139,28 @@ pub fn summarized_changes(
     to: Lsn,
     tablespace_dir: &str,
 ) -> Result<std::result::Result<SummarizedChanges, String>> {
+    summarized_changes_along(sess, version_num, &[(tli, from, to)], tablespace_dir)
+}
+
+/// [`summarized_changes`] along a path of timelines: `path` holds (timeline, from, to)
+/// parts, oldest first, each ending where the next timeline branched off (a timeline's
+/// summaries end at its switch point, `pg_available_wal_summaries` lists each with its
+/// timeline); the summarizer must have reached the last part's end. `Ok(Err(reason))` as
+/// there, also when a part is not covered.
+///
+/// Errors: a query that fails for another reason.
+pub fn summarized_changes_along(
+    sess: &Session,
+    version_num: u32,
+    path: &[(u32, Lsn, Lsn)],
+    tablespace_dir: &str,
+) -> Result<std::result::Result<SummarizedChanges, String>> {
     if version_num < 170000 {
         return Ok(Err("WAL summaries need PostgreSQL 17 or later".into()));
     }
+    let Some(&(tli, _, to)) = path.last() else {
+        return Ok(Err("no WAL to summarize".into()));
+    };
     let row = sess.query_row(
         "read summarize_wal",
         "SELECT current_setting('summarize_wal'), current_setting('segment_size')",
@@ -178,6 +197,28 @@ pub fn summarized_changes(
         }
         pause.sleep();
     }
+    let mut out = SummarizedChanges::default();
+    for &(tli, from, to) in path {
+        if from >= to {
+            continue;
+        }
+        if let Err(why) = add_summaries(sess, tli, from, to, tablespace_dir, &mut out)? {
+            return Ok(Err(why));
+        }
+    }
+    Ok(Ok(out))
+}
+
+/// Adds to `out` what the summary files of timeline `tli` that together cover [from, to)
+/// list; `Ok(Err(reason))` when they do not cover it.
+fn add_summaries(
+    sess: &Session,
+    tli: u32,
+    from: Lsn,
+    to: Lsn,
+    tablespace_dir: &str,
+    out: &mut SummarizedChanges,
+) -> Result<std::result::Result<(), String>> {
     // Summary files of the timeline that together cover [from, to).
     let rows = sess.query_strings(
         "list the WAL summaries",
@@ -211,7 +252,6 @@ pub fn summarized_changes(
             "the WAL summaries of timeline {tli} do not cover {from} to {to} (they reach {at})"
         )));
     }
-    let mut out = SummarizedChanges::default();
     for (a, b) in used {
         let rows = sess.query_strings(
             "read a WAL summary",
@@ -237,7 +277,7 @@ pub fn summarized_changes(
             }
         }
     }
-    Ok(Ok(out))
+    Ok(Ok(()))
 }
 
 #[cfg(test)]

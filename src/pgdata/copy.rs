@@ -47,22 +47,22 @@ pub struct DirTarget<'a> {
     pub changes: Option<SummarizedChanges>,
 }
 
-/// The primary's session and facts, and the target's latest checkpoint (timeline, redo
-/// point, from [`delta::summaries_since`]): what a delta needs to read the changed blocks
-/// from the primary's WAL summaries.
+/// The primary's session and facts, and where WAL replay of the target would start
+/// ([`delta::summaries_since`]): what a delta needs to read the changed blocks from the
+/// primary's WAL summaries.
 pub struct DeltaSince<'a> {
     pub sess: &'a Session,
     pub info: &'a ServerInfo,
-    pub timeline: u32,
-    pub redo: Lsn,
+    pub point: delta::TargetPoint,
 }
 
 impl DeltaSince<'_> {
     /// The blocks WAL changed from the target's redo point to `start_lsn` (this copy's
-    /// start), from the primary's WAL summaries; None, with the reason in the log, when
-    /// they cannot tell (PostgreSQL before 17, `summarize_wal` off, summaries no longer
-    /// kept from that far back) or must not be used (the target's timeline is not the
-    /// primary's, or its checkpoint is past the start): the delta then compares by hash.
+    /// start), from the primary's WAL summaries, along its timeline history when the target
+    /// is on an ancestor timeline ([`delta::timeline_path`]); None, with the reason in the
+    /// log, when they cannot tell (PostgreSQL before 17, `summarize_wal` off, summaries no
+    /// longer kept from that far back) or must not be used (the target may hold WAL the
+    /// primary never had): the delta then compares by hash.
     ///
     /// Errors: a query that fails.
     fn changes(&self, start_lsn: Lsn) -> Result<Option<SummarizedChanges>> {
@@ -80,34 +80,48 @@ impl DeltaSince<'_> {
             "read the primary's timeline",
             "SELECT timeline_id::text FROM pg_control_checkpoint()",
         )?;
-        let primary_tli: Option<u32> = row.first().cloned().flatten().and_then(|t| t.parse().ok());
-        if primary_tli != Some(self.timeline) {
-            return not_used(format!(
-                "the target's latest checkpoint is on timeline {}, the primary is on {}",
-                self.timeline,
-                primary_tli
-                    .map(|t| t.to_string())
-                    .unwrap_or_else(|| "?".into())
-            ));
-        }
-        if self.redo > start_lsn {
-            return not_used(format!(
-                "the target's latest checkpoint (redo {}) is past this copy's start {start_lsn}",
-                self.redo
-            ));
-        }
-        match crate::pg::walsummary::summarized_changes(
+        let Some(tli) = row
+            .first()
+            .cloned()
+            .flatten()
+            .and_then(|t| t.parse::<u32>().ok())
+        else {
+            return not_used("the primary's timeline could not be read".into());
+        };
+        let history = if tli > 1 && tli != self.point.timeline {
+            let name = crate::pg::lsn::history_file_name(tli);
+            let r = self.sess.query_row(
+                "read the primary's timeline history",
+                &format!("SELECT convert_from(pg_read_binary_file('pg_wal/{name}'), 'UTF8')"),
+            )?;
+            super::pitr::parse_history(&r.first().cloned().flatten().unwrap_or_default())
+        } else {
+            Vec::new()
+        };
+        let path = match delta::timeline_path(&history, tli, &self.point, start_lsn) {
+            Ok(p) => p,
+            Err(why) => return not_used(why),
+        };
+        match crate::pg::walsummary::summarized_changes_along(
             self.sess,
             self.info.version_num,
-            self.timeline,
-            self.redo,
-            start_lsn,
+            &path,
             &self.info.tablespace_dir(),
         )? {
             Ok(c) => {
+                let along = match path.len() {
+                    1 => String::new(),
+                    _ => format!(
+                        " along timelines {}",
+                        path.iter()
+                            .map(|p| p.0.to_string())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                };
                 tracing::info!(
-                    "delta: WAL summaries from the target's latest checkpoint (redo {}) to {start_lsn} list {} changed blocks; the rest of the relation files is neither read nor compared",
-                    self.redo,
+                    "delta: WAL summaries from the target's redo point {} to {start_lsn}{along} list {} changed blocks; the rest of the relation files is neither read nor compared",
+                    self.point.redo,
                     c.blocks
                 );
                 Ok(Some(c))

@@ -8,6 +8,7 @@
 use super::{create_cluster_dir, DataDirModes};
 use crate::error::{Error, Result};
 use crate::pg::datadir::Listing;
+use crate::pg::lsn::Lsn;
 use std::collections::HashSet;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -88,9 +89,23 @@ pub fn check_delta_target(dir: &Path, system_identifier: u64) -> Result<DeltaTar
     }
 }
 
+/// Where WAL replay of a delta target would start, and what proves how far its WAL goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TargetPoint {
+    /// The timeline of `redo`.
+    pub timeline: u32,
+    /// Where replay would start: every block that may differ from the source was changed by
+    /// WAL from here on.
+    pub redo: Lsn,
+    /// The latest checkpoint record.
+    pub checkpoint: Lsn,
+    /// Shut down cleanly as a primary: it wrote no WAL after `checkpoint`.
+    pub shut_down_primary: bool,
+}
+
 /// The point from which WAL summaries list every block that may differ between the data
-/// directory `dir` and its source: the timeline and redo point where WAL replay of `dir`
-/// would start. That is its latest checkpoint's (pg_control), or, while `dir` holds a
+/// directory `dir` and its source ([`TargetPoint`]): where WAL replay of `dir` would start.
+/// That is its latest checkpoint's redo point (pg_control), or, while `dir` holds a
 /// `backup_label` (a copy not yet started), the label's start (`START WAL LOCATION`,
 /// `START TIMELINE`): the pages of a copy were read after that point, its pg_control
 /// later still. None when nothing proves it: pg_control missing or damaged, a
@@ -101,7 +116,7 @@ pub fn check_delta_target(dir: &Path, system_identifier: u64) -> Result<DeltaTar
 /// completed, or changed by WAL after its redo point (a page dirtied again is in the WAL
 /// from there on, a page torn by a crash too); PostgreSQL's own incremental backup takes
 /// the blocks changed since its reference's start, which is such a redo point.
-pub fn summaries_since(dir: &Path) -> Option<(u32, crate::pg::lsn::Lsn)> {
+pub fn summaries_since(dir: &Path) -> Option<TargetPoint> {
     if dir.join(MARKER).exists() {
         return None;
     }
@@ -109,11 +124,77 @@ pub fn summaries_since(dir: &Path) -> Option<(u32, crate::pg::lsn::Lsn)> {
     match fs::read_to_string(dir.join("backup_label")) {
         Ok(text) => {
             let l = crate::pg::lsn::parse_backup_label(&text).ok()?;
-            Some((l.start_timeline, l.start_lsn.min(c.redo)))
+            Some(TargetPoint {
+                timeline: l.start_timeline,
+                redo: l.start_lsn.min(c.redo),
+                checkpoint: l.checkpoint_lsn,
+                shut_down_primary: false,
+            })
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some((c.timeline, c.redo)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some(TargetPoint {
+            timeline: c.timeline,
+            redo: c.redo,
+            checkpoint: c.checkpoint,
+            shut_down_primary: c.state == crate::pg::control::DbState::ShutDown,
+        }),
         Err(_) => None,
     }
+}
+
+/// The WAL between `target`'s redo point and `start` (the copy's start on the source's
+/// timeline `source_tli`) as (timeline, from, to) parts, oldest first, following the
+/// source's timeline history `history` ((parent timeline, switch point) lines of its
+/// history file, oldest first; empty on timeline 1). Err says why the source's WAL
+/// summaries cannot stand for the target's changes:
+/// - the target's timeline is not in the source's history, or is newer;
+/// - the target is on an ancestor timeline but was not shut down cleanly as a primary, or
+///   its shutdown checkpoint is at or past the switch point: it may hold WAL the source
+///   never had (a former primary that kept writing after the failover).
+///
+/// A target cleanly shut down as a primary wrote nothing after its shutdown checkpoint; when
+/// that record lies before the switch point, every change it holds is in the source's
+/// history (PostgreSQL's own test for a rewind that is not needed, src/bin/pg_rewind).
+pub fn timeline_path(
+    history: &[(u32, Lsn)],
+    source_tli: u32,
+    target: &TargetPoint,
+    start: Lsn,
+) -> std::result::Result<Vec<(u32, Lsn, Lsn)>, String> {
+    if target.redo > start {
+        return Err(format!(
+            "the target's redo point {} is past this copy's start {start}",
+            target.redo
+        ));
+    }
+    if target.timeline == source_tli {
+        return Ok(vec![(source_tli, target.redo, start)]);
+    }
+    let Some(i) = history.iter().position(|(t, _)| *t == target.timeline) else {
+        return Err(format!(
+            "the target is on timeline {}, which is not in the history of the primary's timeline {source_tli}",
+            target.timeline
+        ));
+    };
+    let switch = history[i].1;
+    if !target.shut_down_primary {
+        return Err(format!(
+            "the target is on timeline {}, the primary on {source_tli}, and the target was not shut down cleanly as a primary: its WAL may go past the switch point {switch}",
+            target.timeline
+        ));
+    }
+    if target.checkpoint >= switch {
+        return Err(format!(
+            "the target's shutdown checkpoint {} on timeline {} is at or past the switch point {switch}: it wrote WAL the primary does not have",
+            target.checkpoint, target.timeline
+        ));
+    }
+    let mut path = vec![(target.timeline, target.redo, switch)];
+    for w in history[i..].windows(2) {
+        path.push((w[1].0, w[0].1, w[1].1));
+    }
+    let last = history.last().map(|h| h.1).unwrap_or(switch);
+    path.push((source_tli, last, start));
+    Ok(path)
 }
 
 fn read_marker(dir: &Path) -> Option<u64> {
@@ -454,7 +535,15 @@ mod tests {
         let c = crate::pg::control::read_control(d.path()).unwrap();
         assert_eq!(c.state, crate::pg::control::DbState::ShutDownInRecovery);
         assert_eq!((c.checkpoint, c.system_identifier), (Lsn(0x3000_0060), 7));
-        assert_eq!(summaries_since(d.path()), Some((3, Lsn(0x3000_0028))));
+        assert_eq!(
+            summaries_since(d.path()),
+            Some(TargetPoint {
+                timeline: 3,
+                redo: Lsn(0x3000_0028),
+                checkpoint: Lsn(0x3000_0060),
+                shut_down_primary: false
+            })
+        );
         fs::write(
             d.path().join("backup_label"),
             "START WAL LOCATION: 0/2000028 (file 000000030000000000000002)\n\
@@ -462,7 +551,10 @@ mod tests {
              START TIME: 2026-11-26 10:00:00 UTC\nLABEL: x\nSTART TIMELINE: 3\n",
         )
         .unwrap();
-        assert_eq!(summaries_since(d.path()), Some((3, Lsn(0x200_0028))));
+        assert_eq!(
+            summaries_since(d.path()).map(|p| (p.timeline, p.redo, p.checkpoint)),
+            Some((3, Lsn(0x200_0028), Lsn(0x200_0060)))
+        );
         fs::write(d.path().join("backup_label"), "garbage").unwrap();
         assert_eq!(summaries_since(d.path()), None);
         fs::remove_file(d.path().join("backup_label")).unwrap();
@@ -472,5 +564,46 @@ mod tests {
         control[45] ^= 1;
         fs::write(d.path().join("global/pg_control"), &control).unwrap();
         assert_eq!(summaries_since(d.path()), None);
+    }
+
+    /// The WAL a target's changes are in, along the source's timelines: the same timeline
+    /// as is; an ancestor only for a target shut down cleanly as a primary before the
+    /// switch point (a clean switchover); anything else refused with the reason.
+    #[test]
+    fn the_summaries_path_follows_the_sources_history() {
+        use crate::pg::lsn::Lsn;
+        let p = |timeline, redo, checkpoint, shut_down_primary| TargetPoint {
+            timeline,
+            redo: Lsn(redo),
+            checkpoint: Lsn(checkpoint),
+            shut_down_primary,
+        };
+        let start = Lsn(0x900);
+        assert_eq!(
+            timeline_path(&[], 1, &p(1, 0x100, 0x120, false), start),
+            Ok(vec![(1, Lsn(0x100), start)])
+        );
+        let history = [(1, Lsn(0x500)), (2, Lsn(0x700))];
+        // A clean switchover: the old primary's shutdown checkpoint before timeline 1's end.
+        assert_eq!(
+            timeline_path(&history, 3, &p(1, 0x400, 0x400, true), start),
+            Ok(vec![
+                (1, Lsn(0x400), Lsn(0x500)),
+                (2, Lsn(0x500), Lsn(0x700)),
+                (3, Lsn(0x700), start)
+            ])
+        );
+        assert_eq!(
+            timeline_path(&history, 3, &p(2, 0x600, 0x600, true), start),
+            Ok(vec![(2, Lsn(0x600), Lsn(0x700)), (3, Lsn(0x700), start)])
+        );
+        let refused = |t: &TargetPoint, tli: u32, what: &str| {
+            let e = timeline_path(&history, tli, t, start).unwrap_err();
+            assert!(e.contains(what), "{e}");
+        };
+        refused(&p(1, 0x400, 0x500, true), 3, "at or past the switch point");
+        refused(&p(1, 0x400, 0x400, false), 3, "not shut down cleanly");
+        refused(&p(4, 0x400, 0x400, true), 3, "not in the history");
+        refused(&p(3, 0xa00, 0xa00, true), 3, "past this copy's start");
     }
 }
