@@ -59,56 +59,13 @@ pub struct DeltaSince<'a> {
 impl DeltaSince<'_> {
     /// The blocks WAL changed from the target's redo point to `start_lsn` (this copy's
     /// start), from the primary's WAL summaries, along its timeline history when the target
-    /// is on an ancestor timeline ([`delta::timeline_path`]); None, with the reason in the
+    /// is on an ancestor timeline ([`delta::timeline_path`]). None, with the reason in the
     /// log, when they cannot tell (PostgreSQL before 17, `summarize_wal` off, summaries no
-    /// longer kept from that far back) or must not be used (the target may hold WAL the
-    /// primary never had): the delta then compares by hash.
-    ///
-    /// Errors: a query that fails.
-    fn changes(&self, start_lsn: Lsn) -> Result<Option<SummarizedChanges>> {
-        let not_used = |why: String| {
-            tracing::info!("delta: WAL summaries not used ({why}); comparing by hash");
-            Ok(None)
-        };
-        if self.info.version_num < 170000 {
-            return not_used("they need PostgreSQL 17 or later".into());
-        }
-        if !crate::io::tuning::get().delta_summaries {
-            return not_used("PGJET_DELTA_SUMMARIES=0".into());
-        }
-        let row = self.sess.query_row(
-            "read the primary's timeline",
-            "SELECT timeline_id::text FROM pg_control_checkpoint()",
-        )?;
-        let Some(tli) = row
-            .first()
-            .cloned()
-            .flatten()
-            .and_then(|t| t.parse::<u32>().ok())
-        else {
-            return not_used("the primary's timeline could not be read".into());
-        };
-        let history = if tli > 1 && tli != self.point.timeline {
-            let name = crate::pg::lsn::history_file_name(tli);
-            let r = self.sess.query_row(
-                "read the primary's timeline history",
-                &format!("SELECT convert_from(pg_read_binary_file('pg_wal/{name}'), 'UTF8')"),
-            )?;
-            super::pitr::parse_history(&r.first().cloned().flatten().unwrap_or_default())
-        } else {
-            Vec::new()
-        };
-        let path = match delta::timeline_path(&history, tli, &self.point, start_lsn) {
-            Ok(p) => p,
-            Err(why) => return not_used(why),
-        };
-        match crate::pg::walsummary::summarized_changes_along(
-            self.sess,
-            self.info.version_num,
-            &path,
-            &self.info.tablespace_dir(),
-        )? {
-            Ok(c) => {
+    /// longer kept from that far back, a query the role may not run) or must not be used
+    /// (the target may hold WAL the primary never had): the delta then compares by hash.
+    fn changes(&self, start_lsn: Lsn) -> Option<SummarizedChanges> {
+        let why = match self.summarized(start_lsn) {
+            Ok(Ok((c, path))) => {
                 let along = match path.len() {
                     1 => String::new(),
                     _ => format!(
@@ -124,10 +81,62 @@ impl DeltaSince<'_> {
                     self.point.redo,
                     c.blocks
                 );
-                Ok(Some(c))
+                return Some(c);
             }
-            Err(why) => not_used(why),
+            Ok(Err(why)) => why,
+            Err(e) => e.to_string(),
+        };
+        tracing::info!("delta: WAL summaries not used ({why}); comparing by hash");
+        None
+    }
+
+    /// [`DeltaSince::changes`] with the path of timelines read, or why not.
+    ///
+    /// Errors: a query that fails.
+    #[allow(clippy::type_complexity)]
+    fn summarized(
+        &self,
+        start_lsn: Lsn,
+    ) -> Result<std::result::Result<(SummarizedChanges, Vec<(u32, Lsn, Lsn)>), String>> {
+        if self.info.version_num < 170000 {
+            return Ok(Err("they need PostgreSQL 17 or later".into()));
         }
+        if !crate::io::tuning::get().delta_summaries {
+            return Ok(Err("PGJET_DELTA_SUMMARIES=0".into()));
+        }
+        let row = self.sess.query_row(
+            "read the primary's timeline",
+            "SELECT timeline_id::text FROM pg_control_checkpoint()",
+        )?;
+        let Some(tli) = row
+            .first()
+            .cloned()
+            .flatten()
+            .and_then(|t| t.parse::<u32>().ok())
+        else {
+            return Ok(Err("the primary's timeline could not be read".into()));
+        };
+        let history = if tli > 1 && tli != self.point.timeline {
+            let name = crate::pg::lsn::history_file_name(tli);
+            let r = self.sess.query_row(
+                "read the primary's timeline history",
+                &format!("SELECT convert_from(pg_read_binary_file('pg_wal/{name}'), 'UTF8')"),
+            )?;
+            super::pitr::parse_history(&r.first().cloned().flatten().unwrap_or_default())
+        } else {
+            Vec::new()
+        };
+        let path = match delta::timeline_path(&history, tli, &self.point, start_lsn) {
+            Ok(p) => p,
+            Err(why) => return Ok(Err(why)),
+        };
+        Ok(crate::pg::walsummary::summarized_changes_along(
+            self.sess,
+            self.info.version_num,
+            &path,
+            &self.info.tablespace_dir(),
+        )?
+        .map(|c| (c, path)))
     }
 }
 
@@ -135,7 +144,7 @@ impl BackupTarget for DirTarget<'_> {
     fn prepare(&mut self, listing: &Listing, start_lsn: Lsn) -> Result<()> {
         if self.delta {
             if let Some(since) = &self.since {
-                self.changes = since.changes(start_lsn)?;
+                self.changes = since.changes(start_lsn);
             }
             let removed = delta::begin_delta(
                 self.pg_path,
