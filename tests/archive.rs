@@ -1628,13 +1628,16 @@ fn pg15_posix_encrypted_backup_archive_pitr_and_refusals() {
     );
     let r = pj(&cluster, &repo, "verify", &[]).ok();
     assert!(r.stdout.contains("WAL archive: ok"), "{r}");
+    // The lock's record is sealed like everything else: read through the cipher store.
+    let sealed =
+        std::sync::Arc::new(pgjet::storage::posix::PosixStorage::open(&cluster.repo).unwrap());
+    let opened = pgjet::repo::cipher_store::CipherStorage::new(sealed, 1, NEW);
+    let (_, lock) = pgjet::repo::lock::current(&opened, "main")
+        .unwrap()
+        .unwrap();
     assert!(
-        cluster
-            .repo
-            .join("main/lock")
-            .read_dir()
-            .map_or(true, |mut d| d.next().is_none()),
-        "cipher-pass-change left its lock behind"
+        lock.is_some_and(|l| l.released),
+        "cipher-pass-change did not let its lock go"
     );
 
     // An incremental backup (its key, its reference's objects under the full's key),

@@ -183,8 +183,7 @@ fn failover_then_resync(pg: Pg, tag: &str, slot: Option<&str>) {
     // timelines 1 and 2 (a diverged A is compared by hash: the test below).
     let summaries = pg.major == "18";
     if summaries {
-        cluster.psql("postgres", "ALTER SYSTEM SET summarize_wal = on");
-        cluster.psql("postgres", "SELECT pg_reload_conf()");
+        cluster.summarize_wal();
     }
     cluster.psql(
         "postgres",
@@ -355,8 +354,7 @@ fn failover_then_resync(pg: Pg, tag: &str, slot: Option<&str>) {
 fn pg18_diverged_former_primary_is_compared_by_hash() {
     let pg = Pg::v18();
     let cluster = Cluster::new(&pg, "diverged18");
-    cluster.psql("postgres", "ALTER SYSTEM SET summarize_wal = on");
-    cluster.psql("postgres", "SELECT pg_reload_conf()");
+    cluster.summarize_wal();
     cluster.psql(
         "postgres",
         "CREATE TABLE events (id int PRIMARY KEY, origin text);\n\

@@ -160,8 +160,7 @@ fn chain_scenario(pg: Pg, tag: &str, transport: &str, summarize_wal: bool) {
     let c = Cluster::new(&pg, tag);
     let s = &c.server;
     if summarize_wal {
-        c.psql("postgres", "ALTER SYSTEM SET summarize_wal = on");
-        c.psql("postgres", "SELECT pg_reload_conf()");
+        c.summarize_wal();
     } else if transport == "local" {
         // The WAL since each reference stays in pg_wal, for the backup to read the changed
         // blocks from (a stanza that archives WAL has it in the archive).

@@ -980,9 +980,7 @@ fn scram_replica_backup_delta(pg: Pg, tag: &str) {
     // 17 and 18 summarize WAL: the delta takes its changed blocks from the summaries.
     let summaries = matches!(r.cluster.pg().major, "17" | "18");
     if summaries {
-        r.cluster
-            .psql("postgres", "ALTER SYSTEM SET summarize_wal = on");
-        r.cluster.psql("postgres", "SELECT pg_reload_conf()");
+        r.cluster.summarize_wal();
     }
     dataset(&r);
     let b = r.lab.ns_b.clone();

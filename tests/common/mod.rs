@@ -914,6 +914,11 @@ impl Cluster {
     pub fn psql(&self, db: &str, sql: &str) -> String {
         self.server.psql(db, sql)
     }
+    /// Turns WAL summarization on (PostgreSQL 17+; `summarize_wal` needs only a reload).
+    pub fn summarize_wal(&self) {
+        self.psql("postgres", "ALTER SYSTEM SET summarize_wal = on");
+        self.psql("postgres", "SELECT pg_reload_conf()");
+    }
     pub fn psql_run(&self, db: &str, sql: &str) -> Run {
         self.server.psql_run(db, sql)
     }
