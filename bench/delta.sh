@@ -111,16 +111,16 @@ check_copy() {
     fi
 }
 
-med() { median "$1"; }
-med_read() { awk -F'\t' -v n="$1" '$1==n {print $3}' "$READS" | sort -n | awk '{a[NR]=$1} END {if (NR) print a[int((NR+1)/2)]}'; }
-med_fig() { awk -F'\t' -v n="$1" -v c="$2" '$1==n && $c != "" {print $c}' "$FIG" | sort -n | awk '{a[NR]=$1} END {if (NR) print a[int((NR+1)/2)]}'; }
+mid() { sort -n | awk '{a[NR]=$1} END {if (NR) print a[int((NR+1)/2)]}'; }  # median of stdin (lower one of an even count)
+med_read() { awk -F'\t' -v n="$1" '$1==n {print $3}' "$READS" | mid; }
+med_fig() { awk -F'\t' -v n="$1" -v c="$2" '$1==n && $c != "" {print $c}' "$FIG" | mid; }
 div() { awk -v a="$1" -v b="$2" 'BEGIN {if (a == "" || b == "" || b == 0) print "-"; else printf "%.2f", a / b}'; }
 
 write_delta_report() {
     local full pgbb sum hash n
-    full=$(med replica_full); pgbb=$(med pg_basebackup_full)
-    sum=$(med delta_summaries); hash=$(med delta_hash)
-    n=$(awk -F'\t' '{print $3}' "$FIG" | sort -n | awk '{a[NR]=$1} END {if (NR) print a[int((NR+1)/2)]}')
+    full=$(median replica_full); pgbb=$(median pg_basebackup_full)
+    sum=$(median delta_summaries); hash=$(median delta_hash)
+    n=$(awk -F'\t' '{print $3}' "$FIG" | mid)
     {
         echo "# replica-create --delta: WAL summaries against hashes"
         echo
@@ -135,7 +135,7 @@ write_delta_report() {
         echo "|---|---:|---:|---:|---:|---:|"
         local c
         for c in pg_basebackup_full replica_full delta_hash delta_summaries; do
-            printf '| %s | %s | %s | %s | %s | %s |\n' "$c" "$(med "$c")" "$(mib "$(med_read "$c")")" \
+            printf '| %s | %s | %s | %s | %s | %s |\n' "$c" "$(median "$c")" "$(mib "$(med_read "$c")")" \
                 "$(mib "$(med_fig "$c" 5)")" "$(mib "$(med_fig "$c" 4)")" \
                 "$(awk -v k="$(median "$c" 4)" 'BEGIN {if (k != "") printf "%.0f", k / 1024}')"
         done

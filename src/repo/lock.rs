@@ -204,7 +204,6 @@ pub struct StanzaLock {
     store: Arc<dyn Storage>,
     stanza: String,
     epoch: u64,
-    name: String,
     record: LockRecord,
     renewal: Arc<Renewal>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -341,7 +340,6 @@ impl StanzaLock {
                 store,
                 stanza: stanza.to_string(),
                 epoch: next,
-                name,
                 record: rec,
                 renewal,
                 thread: Some(thread),
@@ -363,7 +361,7 @@ impl StanzaLock {
         if taken || expired || self.renewal.lost.load(Ordering::SeqCst) {
             return Err(Error::Unsafe(format!(
                 "lost the lock {} (its lease could not be renewed or another process took it); the backup is not complete",
-                self.name
+                record_name(&self.stanza, self.epoch)
             )));
         }
         Ok(())
@@ -476,11 +474,12 @@ impl Drop for StanzaLock {
                 lease_until: now_unix(),
                 ..self.record.clone()
             };
+            let name = record_name(&self.stanza, self.epoch);
             let written = serde_json::to_vec(&released)
                 .map_err(|e| Error::Other(e.to_string()))
-                .and_then(|j| self.store.put_durable(&self.name, &j));
+                .and_then(|j| self.store.put_durable(&name, &j));
             if let Err(e) = written {
-                tracing::warn!("could not release the lock {}: {e}", self.name);
+                tracing::warn!("could not release the lock {name}: {e}");
             }
         }
     }
