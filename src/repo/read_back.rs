@@ -39,8 +39,7 @@ fn decode_frame(
     // then move each run up to its offset, last run first. A run never moves down (its
     // offset is at least the length of the runs before it), so moving the last run first
     // overwrites no run still to be moved; the gaps left behind are zeroed.
-    out.clear();
-    out.resize(payload_len, 0);
+    direct::fit(out, payload_len);
     codec::decompress(kind, frame, out).map_err(|e| format!("cannot decompress: {e}"))?;
     if payload_len != size {
         out.resize(size, 0);
