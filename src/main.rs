@@ -191,16 +191,7 @@ fn exit(code: i32) -> ! {
 
 /// Prints `e` with its chain of causes and its hint, on stderr.
 fn print_error(e: &Error) {
-    let mut msg = format!("pgjet: ERROR: {e}");
-    let mut src = std::error::Error::source(e);
-    while let Some(s) = src {
-        let t = s.to_string();
-        if !msg.contains(&t) {
-            msg.push_str(&format!(": {t}"));
-        }
-        src = s.source();
-    }
-    eprintln!("{msg}\n{}", e.hint());
+    eprintln!("pgjet: ERROR: {}\n{}", e.with_causes(), e.hint());
 }
 
 fn main() {

@@ -543,10 +543,20 @@ fn backup_across_the_link(r: &Remote) {
 /// and created, a database created).
 fn delta_onto_stale_standby(
     r: &Remote,
-    mut standby: Server,
+    standby: Server,
     full_bytes: u64,
     summaries: bool,
 ) -> Server {
+    delta_onto_stale_standby_run(r, standby, full_bytes, summaries).0
+}
+
+/// [`delta_onto_stale_standby`], with the delta's run.
+fn delta_onto_stale_standby_run(
+    r: &Remote,
+    mut standby: Server,
+    full_bytes: u64,
+    summaries: bool,
+) -> (Server, Run) {
     let dir = standby.data.clone();
     standby.stop();
     assert_control_reads_as_pg_controldata(r.cluster.pg(), &dir);
@@ -604,8 +614,10 @@ fn delta_onto_stale_standby(
         rx1 - rx0
     );
     let standby = r.start_copy(&r.lab.ns_b.clone(), &dir);
-    r.cluster
-        .psql("postgres", "CREATE TABLE after_delta AS SELECT 7 AS v");
+    r.cluster.psql(
+        "postgres",
+        "DROP TABLE IF EXISTS after_delta; CREATE TABLE after_delta AS SELECT 7 AS v",
+    );
     r.wait_caught_up(&standby);
     assert_eq!(standby.psql("postgres", "SELECT v FROM after_delta"), "7");
     assert_same_fingerprint(
@@ -621,7 +633,7 @@ fn delta_onto_stale_standby(
                 .psql("postgres", "SELECT count(*), sum(i) FROM t_trunc")
         );
     }
-    standby
+    (standby, run)
 }
 
 fn dataset(r: &Remote) {
@@ -1030,7 +1042,58 @@ fn scram_replica_backup_delta(pg: Pg, tag: &str) {
     let standby = replica_across_the_link(&r, &standby_dir);
     let full_bytes = r.lab.iface_bytes(&b).0 - rx0;
     backup_across_the_link(&r);
-    drop(delta_onto_stale_standby(&r, standby, full_bytes, summaries));
+    let mut standby = delta_onto_stale_standby(&r, standby, full_bytes, summaries);
+    if r.cluster.pg().major == "17" {
+        // A DBA who revoked the summaries from PUBLIC: the query fails on the copy's own
+        // session, and the re-sync compares by hash instead, saying why.
+        r.cluster.psql(
+            "postgres",
+            "REVOKE EXECUTE ON FUNCTION pg_wal_summary_contents(bigint, pg_lsn, pg_lsn) FROM PUBLIC",
+        );
+        let (again, run) = delta_onto_stale_standby_run(&r, standby, full_bytes, false);
+        standby = again;
+        let why = run
+            .stderr
+            .lines()
+            .find(|l| l.contains("WAL summaries not used"))
+            .unwrap_or_else(|| panic!("no reason for the comparison by hash:\n{run}"));
+        assert!(why.contains("permission denied"), "{why}");
+        // An incremental backup by the same role: its changed blocks are found without the
+        // summaries (the WAL or page LSNs), and the backup holds its slot to the end.
+        let repo = r.dest.join("repo");
+        let base = args![
+            "--source",
+            r.source(""),
+            "--stanza",
+            "main",
+            "--repo-path",
+            repo.display()
+        ];
+        let mut a = base.clone();
+        a.extend(args![
+            "--transport",
+            "libpq",
+            "--output",
+            "json",
+            "backup",
+            "--type",
+            "incr",
+            "--start-fast"
+        ]);
+        let run = r.pgjet_in(&b, &r.hidden(), &a, None).ok();
+        assert!(
+            run.stderr
+                .lines()
+                .any(|l| l.contains("WAL summaries not used") && l.contains("permission denied")),
+            "{run}"
+        );
+        let label = summary(&run)["label"].as_str().unwrap().to_string();
+        assert!(label.ends_with('I'), "{label}");
+        let mut a = base;
+        a.extend(args!["verify", "--set", label]);
+        r.pgjet_in(&b, &r.hidden(), &a, None).ok();
+    }
+    drop(standby);
 }
 
 /// `--transport auto` from `b`, replica-create into `<dest>/<name>`: returns the run (the

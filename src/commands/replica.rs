@@ -139,7 +139,7 @@ fn copy_and_configure(
         copied: 0,
         since: if delta {
             delta::summaries_since(target).map(|point| DeltaSince {
-                sess: &primary.sess,
+                target: &primary.target,
                 info: &primary.info,
                 point,
             })

@@ -179,6 +179,22 @@ impl Error {
             if matches!(source.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT)))
     }
 
+    /// The message with its chain of causes, each once (a server's own message is the
+    /// cause of a query error): what `pgjet: ERROR:` prints, and what a log line that
+    /// explains a fallback should say.
+    pub fn with_causes(&self) -> String {
+        let mut msg = self.to_string();
+        let mut src = std::error::Error::source(self);
+        while let Some(s) = src {
+            let t = s.to_string();
+            if !msg.contains(&t) {
+                msg.push_str(&format!(": {t}"));
+            }
+            src = s.source();
+        }
+        msg
+    }
+
     /// One line telling the user what to do about it.
     ///
     /// A query error is told apart by its cause: a lost connection (no server error, or the

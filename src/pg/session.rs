@@ -146,6 +146,21 @@ impl Session {
         Ok(sess)
     }
 
+    /// Runs `f` on a session of its own to `target`, closed afterwards: for questions whose
+    /// failure is an answer (may the WAL summaries be read?). An ERROR on the backup's own
+    /// session would drop its temporary replication slot ("Temporary slots are also
+    /// released upon any error", PostgreSQL's docs of pg_create_physical_replication_slot;
+    /// `ReplicationSlotCleanup` in postgres.c's error recovery), and the backup would then
+    /// fail on a slot no longer holding its WAL.
+    ///
+    /// Errors: the connection's ([`Error::Connect`]) and `f`'s.
+    pub fn aside<T>(target: &ConnTarget, f: impl FnOnce(&Session) -> Result<T>) -> Result<T> {
+        let sess = Session::connect(target)?;
+        let out = f(&sess);
+        sess.close();
+        out
+    }
+
     /// Where this session is connected, for messages.
     pub fn target(&self) -> &str {
         &self.target

@@ -6,6 +6,7 @@ use super::delta;
 use super::{create_files, prepare_target, TargetSync};
 use crate::error::Result;
 use crate::pg::checksum::BLCKSZ;
+use crate::pg::conninfo::ConnTarget;
 use crate::pg::datadir::Listing;
 use crate::pg::exclude::is_main_fork_file;
 use crate::pg::lsn::Lsn;
@@ -51,7 +52,10 @@ pub struct DirTarget<'a> {
 /// ([`delta::summaries_since`]): what a delta needs to read the changed blocks from the
 /// primary's WAL summaries.
 pub struct DeltaSince<'a> {
-    pub sess: &'a Session,
+    /// How to reach the primary: the summaries are read on a session of their own
+    /// ([`Session::aside`]), so a query the role may not run leaves the copy's session and
+    /// its slot alone.
+    pub target: &'a ConnTarget,
     pub info: &'a ServerInfo,
     pub point: delta::TargetPoint,
 }
@@ -84,7 +88,7 @@ impl DeltaSince<'_> {
                 return Some(c);
             }
             Ok(Err(why)) => why,
-            Err(e) => e.to_string(),
+            Err(e) => e.with_causes(),
         };
         tracing::info!("delta: WAL summaries not used ({why}); comparing by hash");
         None
@@ -92,7 +96,7 @@ impl DeltaSince<'_> {
 
     /// [`DeltaSince::changes`] with the path of timelines read, or why not.
     ///
-    /// Errors: a query that fails.
+    /// Errors: the side session's connection, a query that fails.
     #[allow(clippy::type_complexity)]
     fn summarized(
         &self,
@@ -104,7 +108,17 @@ impl DeltaSince<'_> {
         if !crate::io::tuning::get().delta_summaries {
             return Ok(Err("PGJET_DELTA_SUMMARIES=0".into()));
         }
-        let row = self.sess.query_row(
+        Session::aside(self.target, |sess| self.summarized_on(sess, start_lsn))
+    }
+
+    /// [`DeltaSince::summarized`] on `sess`.
+    #[allow(clippy::type_complexity)]
+    fn summarized_on(
+        &self,
+        sess: &Session,
+        start_lsn: Lsn,
+    ) -> Result<std::result::Result<(SummarizedChanges, Vec<(u32, Lsn, Lsn)>), String>> {
+        let row = sess.query_row(
             "read the primary's timeline",
             "SELECT timeline_id::text FROM pg_control_checkpoint()",
         )?;
@@ -118,7 +132,7 @@ impl DeltaSince<'_> {
         };
         let history = if tli > 1 && tli != self.point.timeline {
             let name = crate::pg::lsn::history_file_name(tli);
-            let r = self.sess.query_row(
+            let r = sess.query_row(
                 "read the primary's timeline history",
                 &format!("SELECT convert_from(pg_read_binary_file('pg_wal/{name}'), 'UTF8')"),
             )?;
@@ -131,7 +145,7 @@ impl DeltaSince<'_> {
             Err(why) => return Ok(Err(why)),
         };
         Ok(crate::pg::walsummary::summarized_changes_along(
-            self.sess,
+            sess,
             self.info.version_num,
             &path,
             &self.info.tablespace_dir(),

@@ -52,7 +52,7 @@ pub fn copy_ranges(
         header,
         spcs,
         manifest: None,
-        summaries_from: Some((&primary.sess, &primary.info)),
+        summaries_from: Some((&primary.target, &primary.info)),
         summaries: None,
     };
     let bb = run_base_backup(

@@ -25,10 +25,12 @@ pub struct RepoTarget<'a> {
     pub spcs: &'a [(u32, String, String)],
     /// Started by `prepare`.
     pub manifest: Option<ManifestWriter>,
-    /// For a diff or incr: the session and server facts to read WAL summaries with
-    /// (PostgreSQL 17+); `prepare` reads them once the start LSN is known.
+    /// For a diff or incr: how to reach the server, and its facts, to read WAL summaries
+    /// (PostgreSQL 17+); `prepare` reads them once the start LSN is known, on a session of
+    /// their own ([`crate::pg::session::Session::aside`]: a failing query must not end the
+    /// backup's slot).
     pub summaries_from: Option<(
-        &'a crate::pg::session::Session,
+        &'a crate::pg::conninfo::ConnTarget,
         &'a crate::pg::session::ServerInfo,
     )>,
     /// The changes the WAL summaries list since the reference, when they cover it.
@@ -65,15 +67,20 @@ impl BackupTarget for RepoTarget<'_> {
             })?;
         }
         self.manifest = Some(w);
-        if let (Some(r), Some((sess, info))) = (self.sink.reference, self.summaries_from) {
-            match crate::pg::walsummary::summarized_changes(
-                sess,
-                info.version_num,
-                r.timeline,
-                r.start_lsn,
-                start_lsn,
-                &info.tablespace_dir(),
-            )? {
+        if let (Some(r), Some((target, info))) = (self.sink.reference, self.summaries_from) {
+            let read = crate::pg::session::Session::aside(target, |sess| {
+                crate::pg::walsummary::summarized_changes(
+                    sess,
+                    info.version_num,
+                    r.timeline,
+                    r.start_lsn,
+                    start_lsn,
+                    &info.tablespace_dir(),
+                )
+            });
+            // A query the role may not run: the changed blocks are found without them.
+            let read = read.unwrap_or_else(|e| Err(e.with_causes()));
+            match read {
                 Ok(c) => {
                     tracing::info!(
                         "WAL summaries from {} to {start_lsn}: {} changed blocks; only they are read",
