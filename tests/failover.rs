@@ -352,8 +352,25 @@ fn failover_then_resync(pg: Pg, tag: &str, slot: Option<&str>) {
 /// and none of its own diverged ones.
 #[test]
 fn pg18_diverged_former_primary_is_compared_by_hash() {
+    former_primary_compared_by_hash(false);
+}
+
+/// A crashed primary (stopped `-m immediate`, its last writes perhaps never streamed) and its
+/// standby promoted: `replica-create --delta` of the former primary cannot trust the WAL
+/// summaries (the crashed primary's WAL may go past the switch point) and compares by hash,
+/// saying why; A then holds exactly B's rows.
+#[test]
+fn pg18_crashed_former_primary_is_compared_by_hash() {
+    former_primary_compared_by_hash(true);
+}
+
+/// A, a PostgreSQL 18 primary summarizing WAL, and B, its standby, promoted. A either wrote
+/// on alone after the promotion and was shut down cleanly (`crashed` false: its shutdown
+/// checkpoint lies past the switch point), or crashed before it (`crashed` true). Either
+/// way the delta onto A compares by hash, the log naming the reason, and A ends with B's rows.
+fn former_primary_compared_by_hash(crashed: bool) {
     let pg = Pg::v18();
-    let cluster = Cluster::new(&pg, "diverged18");
+    let cluster = Cluster::new(&pg, if crashed { "crashed18" } else { "diverged18" });
     cluster.summarize_wal();
     cluster.psql(
         "postgres",
@@ -371,38 +388,52 @@ fn pg18_diverged_former_primary_is_compared_by_hash() {
         "5000",
         "A's rows reach B",
     );
+    if crashed {
+        // A's last writes, then a crash: some may never reach B.
+        cluster.psql(
+            "postgres",
+            "UPDATE events SET origin = 'A alone' WHERE id % 7 = 0;\n\
+             INSERT INTO events SELECT i, 'A alone' FROM generate_series(9001, 9500) i;",
+        );
+        pg_ctl(&pg, &a_data, &["stop", "-m", "immediate", "-w", "-t", "60"]);
+    }
     pg_ctl(&pg, &b_data, &["promote", "-w", "-t", "60"]);
     b.wait_promoted(Duration::from_secs(60));
     b.psql(
         "postgres",
         "INSERT INTO events SELECT i, 'B' FROM generate_series(5001, 5100) i",
     );
-    // A goes on alone: rows and pages B never had, past the switch point.
-    cluster.psql(
-        "postgres",
-        "UPDATE events SET origin = 'A alone' WHERE id % 7 = 0;\n\
-         INSERT INTO events SELECT i, 'A alone' FROM generate_series(9001, 9500) i;\n\
-         CHECKPOINT;",
-    );
-    pg_ctl(&pg, &a_data, &["stop", "-m", "fast", "-w", "-t", "60"]);
+    if !crashed {
+        // A goes on alone: rows and pages B never had, past the switch point.
+        cluster.psql(
+            "postgres",
+            "UPDATE events SET origin = 'A alone' WHERE id % 7 = 0;\n\
+             INSERT INTO events SELECT i, 'A alone' FROM generate_series(9001, 9500) i;\n\
+             CHECKPOINT;",
+        );
+        pg_ctl(&pg, &a_data, &["stop", "-m", "fast", "-w", "-t", "60"]);
+    }
     let (r, a) =
         replica_create_started(&pg, &b, &a_data, a_port, &["--delta"], "A re-synced from B");
+    let reason = if crashed {
+        "was not shut down cleanly as a primary"
+    } else {
+        "is at or past the switch point"
+    };
     assert!(
-        r.stderr.contains("WAL summaries not used")
-            && r.stderr.contains("is at or past the switch point"),
-        "a diverged A must be compared by hash, saying why:\n{r}"
+        r.stderr.contains("WAL summaries not used") && r.stderr.contains(reason),
+        "A must be compared by hash, saying why ({reason}):\n{r}"
     );
-    wait_answer(
-        &a,
-        "SELECT count(*) || ' ' || count(*) FILTER (WHERE origin = 'A alone') FROM events",
-        "5100 0",
-        "A holds B's rows and none of its diverged ones",
+    let rows = "SELECT count(*) || ' ' || sum(id) || ' ' || count(*) FILTER (WHERE origin = 'A alone') FROM events";
+    let want = b.psql("postgres", rows);
+    if !crashed {
+        assert!(want.starts_with("5100 ") && want.ends_with(" 0"), "{want}");
+    }
+    wait_answer(&a, rows, &want, "A holds exactly B's rows");
+    step!(
+        "a former primary ({}) was compared by hash and holds B's rows",
+        if crashed { "crashed" } else { "diverged" }
     );
-    assert_eq!(
-        a.psql("postgres", "SELECT sum(id) FROM events"),
-        b.psql("postgres", "SELECT sum(id) FROM events")
-    );
-    step!("a diverged former primary was compared by hash and holds B's rows");
 }
 
 /// The failover recipe, A re-synced without `--slot`: the inherited `primary_slot_name = 'r1'`
