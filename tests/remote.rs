@@ -63,6 +63,19 @@ impl Remote {
         r
     }
 
+    /// `--source <primary> --stanza main --repo-path <dest>/repo`: the repository the
+    /// backups across the link go to.
+    fn repo_args(&self) -> Vec<String> {
+        args![
+            "--source",
+            self.source(""),
+            "--stanza",
+            "main",
+            "--repo-path",
+            self.dest.join("repo").display()
+        ]
+    }
+
     fn addr_a(&self) -> String {
         self.lab.addr_a.to_string()
     }
@@ -461,16 +474,8 @@ fn pgjet_marker() -> &'static str {
 /// A backup of the remote primary from `b`, restored, verified by pg_verifybackup, started
 /// and compared with the primary.
 fn backup_across_the_link(r: &Remote) {
-    let repo = r.dest.join("repo");
-    mkdir_pg(&repo, 0o750);
-    let base = args![
-        "--source",
-        r.source(""),
-        "--stanza",
-        "main",
-        "--repo-path",
-        repo.display()
-    ];
+    mkdir_pg(&r.dest.join("repo"), 0o750);
+    let base = r.repo_args();
     let b = r.lab.ns_b.clone();
     let mut a = base.clone();
     a.push("stanza-create".into());
@@ -1060,15 +1065,7 @@ fn scram_replica_backup_delta(pg: Pg, tag: &str) {
         assert!(why.contains("permission denied"), "{why}");
         // An incremental backup by the same role: its changed blocks are found without the
         // summaries (the WAL or page LSNs), and the backup holds its slot to the end.
-        let repo = r.dest.join("repo");
-        let base = args![
-            "--source",
-            r.source(""),
-            "--stanza",
-            "main",
-            "--repo-path",
-            repo.display()
-        ];
+        let base = r.repo_args();
         let mut a = base.clone();
         a.extend(args![
             "--transport",
