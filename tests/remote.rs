@@ -1042,6 +1042,15 @@ fn scram_replica_backup_delta(pg: Pg, tag: &str) {
     r.pgjet_in(&b, &r.hidden(), &a, Some("wrong"))
         .fails_with("password authentication failed");
 
+    if summaries {
+        let a = args!["--source", r.source(""), "check"];
+        let run = r.pgjet_in(&b, &r.hidden(), &a, None).ok();
+        assert!(
+            run.stdout
+                .contains("WAL summaries: summarize_wal is on and the role may read them"),
+            "{run}"
+        );
+    }
     let standby_dir = r.dest.join("standby");
     let (rx0, _) = r.lab.iface_bytes(&b);
     let standby = replica_across_the_link(&r, &standby_dir);
@@ -1054,6 +1063,18 @@ fn scram_replica_backup_delta(pg: Pg, tag: &str) {
         r.cluster.psql(
             "postgres",
             "REVOKE EXECUTE ON FUNCTION pg_wal_summary_contents(bigint, pg_lsn, pg_lsn) FROM PUBLIC",
+        );
+        // check names it, with the grant, as a note (pgjet works without it).
+        let a = args!["--source", r.source(""), "check"];
+        let run = r.pgjet_in(&b, &r.hidden(), &a, None).ok();
+        let sig = "pg_wal_summary_contents(bigint, pg_lsn, pg_lsn)";
+        assert!(
+            run.stdout
+                .contains(&format!("note: the role may not run {sig}"))
+                && run
+                    .stdout
+                    .contains(&format!("GRANT EXECUTE ON FUNCTION {sig} TO {ROLE};")),
+            "{run}"
         );
         let (again, run) = delta_onto_stale_standby_run(&r, standby, full_bytes, false);
         standby = again;

@@ -134,6 +134,10 @@ pub fn run(s: &Settings) -> Result<Report> {
             ));
         }
     }
+    lines.extend(crate::pg::privileges::summary_notes(
+        &sess,
+        info.version_num,
+    )?);
     let stream_failure = if s.source.is_some() {
         stream_lines(s, &sess, &info, &target, &mut lines)?
     } else {

@@ -74,6 +74,58 @@ pub fn check(sess: &Session) -> Result<Vec<Missing>> {
     Ok(missing)
 }
 
+/// The WAL summary functions (PostgreSQL 17+) an incremental backup and `replica-create
+/// --delta` call. PUBLIC may run them unless a DBA revoked that (system_functions.sql
+/// revokes none of them); without them pgjet finds changed blocks the slower way.
+pub const SUMMARY_FUNCTIONS: &[&str] = &[
+    "pg_get_wal_summarizer_state()",
+    "pg_available_wal_summaries()",
+    "pg_wal_summary_contents(bigint, pg_lsn, pg_lsn)",
+];
+
+/// What `check` says about WAL summaries on a server of `version_num` (PostgreSQL 17+; none
+/// before): whether `summarize_wal` is on, and each summary function the session's role may
+/// not run, with the statement that fixes it. Notes, not failures: pgjet works without
+/// them, reading more.
+///
+/// Errors: the catalog queries fail.
+pub fn summary_notes(sess: &Session, version_num: u32) -> Result<Vec<String>> {
+    if version_num < 170000 {
+        return Ok(Vec::new());
+    }
+    let r = sess.query_row(
+        "read summarize_wal",
+        "SELECT current_setting('summarize_wal'), quote_ident(current_user)",
+    )?;
+    let role = r.get(1).cloned().flatten().unwrap_or_default();
+    let mut notes = Vec::new();
+    if r.first().cloned().flatten().as_deref() != Some("on") {
+        notes.push(
+            "note: summarize_wal is off: incremental backups find changed blocks in the WAL or by page LSN, and replica-create --delta compares by hash -- fix: ALTER SYSTEM SET summarize_wal = on; SELECT pg_reload_conf();".to_string(),
+        );
+    }
+    for sig in SUMMARY_FUNCTIONS {
+        let row = sess.query_row(
+            "check a function privilege",
+            &format!(
+                "SELECT has_function_privilege(current_user, {}, 'EXECUTE')",
+                crate::pg::session::quote_literal(sig)
+            ),
+        )?;
+        if row.first().cloned().flatten().as_deref() != Some("t") {
+            notes.push(format!(
+                "note: the role may not run {sig}: WAL summaries are not used -- fix: GRANT EXECUTE ON FUNCTION {sig} TO {role};"
+            ));
+        }
+    }
+    if notes.is_empty() {
+        notes.push(
+            "WAL summaries: summarize_wal is on and the role may read them (incremental backups and --delta read only the changed blocks)".into(),
+        );
+    }
+    Ok(notes)
+}
+
 /// The statements that give role `role` (an SQL identifier, quoted if needed) every right
 /// pgjet needs, for the README and `check`.
 pub fn grant_script(role: &str) -> String {

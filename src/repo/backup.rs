@@ -68,16 +68,21 @@ impl BackupTarget for RepoTarget<'_> {
         }
         self.manifest = Some(w);
         if let (Some(r), Some((target, info))) = (self.sink.reference, self.summaries_from) {
-            let read = crate::pg::session::Session::aside(target, |sess| {
-                crate::pg::walsummary::summarized_changes(
-                    sess,
-                    info.version_num,
-                    r.timeline,
-                    r.start_lsn,
-                    start_lsn,
-                    &info.tablespace_dir(),
-                )
-            });
+            // Before 17 there are none: no connection to be told so.
+            let read = if info.version_num < 170000 {
+                Ok(Err("WAL summaries need PostgreSQL 17 or later".to_string()))
+            } else {
+                crate::pg::session::Session::aside(target, |sess| {
+                    crate::pg::walsummary::summarized_changes(
+                        sess,
+                        info.version_num,
+                        r.timeline,
+                        r.start_lsn,
+                        start_lsn,
+                        &info.tablespace_dir(),
+                    )
+                })
+            };
             // A query the role may not run: the changed blocks are found without them.
             let read = read.unwrap_or_else(|e| Err(e.with_causes()));
             match read {
