@@ -57,14 +57,7 @@ pub fn check(sess: &Session) -> Result<Vec<Missing>> {
         });
     }
     for (sig, what) in FUNCTIONS {
-        let row = sess.query_row(
-            "check a function privilege",
-            &format!(
-                "SELECT has_function_privilege(current_user, {}, 'EXECUTE')",
-                crate::pg::session::quote_literal(sig)
-            ),
-        )?;
-        if row.first().cloned().flatten().as_deref() != Some("t") {
+        if !may_execute(sess, sig)? {
             missing.push(Missing {
                 what: format!("EXECUTE on {sig} ({what})"),
                 fix: format!("GRANT EXECUTE ON FUNCTION {sig} TO {role};"),
@@ -72,6 +65,19 @@ pub fn check(sess: &Session) -> Result<Vec<Missing>> {
         }
     }
     Ok(missing)
+}
+
+/// Whether the session's role may run the function of signature `sig`
+/// (`has_function_privilege`). Errors: the query fails.
+fn may_execute(sess: &Session, sig: &str) -> Result<bool> {
+    let row = sess.query_row(
+        "check a function privilege",
+        &format!(
+            "SELECT has_function_privilege(current_user, {}, 'EXECUTE')",
+            crate::pg::session::quote_literal(sig)
+        ),
+    )?;
+    Ok(row.first().cloned().flatten().as_deref() == Some("t"))
 }
 
 /// The WAL summary functions (PostgreSQL 17+) an incremental backup and `replica-create
@@ -105,14 +111,7 @@ pub fn summary_notes(sess: &Session, version_num: u32) -> Result<Vec<String>> {
         );
     }
     for sig in SUMMARY_FUNCTIONS {
-        let row = sess.query_row(
-            "check a function privilege",
-            &format!(
-                "SELECT has_function_privilege(current_user, {}, 'EXECUTE')",
-                crate::pg::session::quote_literal(sig)
-            ),
-        )?;
-        if row.first().cloned().flatten().as_deref() != Some("t") {
+        if !may_execute(sess, sig)? {
             notes.push(format!(
                 "note: the role may not run {sig}: WAL summaries are not used -- fix: GRANT EXECUTE ON FUNCTION {sig} TO {role};"
             ));
