@@ -101,3 +101,24 @@ WITH t AS (SELECT format('(%s,%s)', k, 1 + floor(random() * 61)::int)::tid AS t
 SELECT count(*) FROM u;
 SQL
 }
+
+# stdin_median: the median of the numbers on stdin, one a line (the mean of the middle two of
+# an even count); empty when there are none.
+stdin_median() {
+    sort -g | awk '{a[NR]=$1} END {if (NR==0) print ""; else if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'
+}
+
+# run_of NAME RUN -> the seconds of that run in $TIMES (empty when it failed)
+run_of() { awk -F'\t' -v n="$1" -v r="$2" '$1==n && $2==r && $5=="ok" {print $3}' "$TIMES"; }
+
+# per_round_ratio A B ROUNDS -> the median over rounds 1..ROUNDS of A's time / B's time in the
+# same round, two decimals ("n/a" when no round has both): pairs timed side by side cancel
+# the disk's drift between rounds
+per_round_ratio() {
+    local r a b m
+    m=$(for r in $(seq 1 "$3"); do
+        a=$(run_of "$1" "$r"); b=$(run_of "$2" "$r")
+        [ -n "$a" ] && [ -n "$b" ] && awk -v a="$a" -v b="$b" 'BEGIN {if (b > 0) print a / b}'
+    done | stdin_median)
+    if [ -n "$m" ]; then printf '%.2f' "$m"; else echo n/a; fi
+}

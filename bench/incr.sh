@@ -574,15 +574,7 @@ restore_round() {
 
 # ------------------------------------------------------------------ 5. report
 reads_med() {  # reads_med NAME COL: median of column COL (3: command + server, 4: disk) of $READS
-    awk -F'\t' -v n="$1" -v c="$2" '$1 == n && $c != "" {print $c}' "$READS" | sort -g |
-        awk '{a[NR]=$1} END {if (NR==0) print ""; else if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'
-}
-# paired NAME: the median over restore rounds of dd_direct's time / NAME's time in the same
-# round (each round times the write limit right before its restores)
-paired() {
-    awk -F'\t' -v n="$1" '$1 == "dd_direct" && $5 == "ok" {d[$2] = $3} $1 == n && $5 == "ok" {t[$2] = $3}
-        END {for (r in t) if ((r in d) && t[r] > 0) print d[r] / t[r]}' "$TIMES" | sort -g |
-        awk '{a[NR]=$1} END {if (NR==0) print ""; else if (NR%2) printf "%.2f", a[(NR+1)/2]; else printf "%.2f", (a[NR/2]+a[NR/2+1])/2}'
+    awk -F'\t' -v n="$1" -v c="$2" '$1 == n && $c != "" {print $c}' "$READS" | stdin_median
 }
 fmt_s() { [ -n "$1" ] && printf '%.2f' "$1"; }
 fmt_mib() { [ -n "$1" ] && awk -v b="$1" 'BEGIN {printf "%.1f", b / 1048576}'; }
@@ -737,7 +729,7 @@ write_incr_report() {
         echo "| restore of a full ≥ 0.9× the write limit (dd_direct time / restore time) | ${v:-n/a}× | $(verdict "$v" ge 0.9) |"
         v=$(div "$(median dd_direct)" "$chain")
         echo "| restore of full + $CHAIN incr ≥ 0.9× the write limit (dd_direct time / restore time) | ${v:-n/a}× | $(verdict "$v" ge 0.9) |"
-        echo "| (for reference) the same two, as the median of each round's ratio (dd_direct and the restore of one round) | full $(paired pgjet_restore_full)×, chain $(paired pgjet_restore_chain)× | |"
+        echo "| (for reference) the same two, as the median of each round's ratio (dd_direct and the restore of one round) | full $(per_round_ratio dd_direct pgjet_restore_full "$RESTORE_RUNS")×, chain $(per_round_ratio dd_direct pgjet_restore_chain "$RESTORE_RUNS")× | |"
         v=$(div "$(median dd_read_write)" "$full")
         echo "| (for reference) restore of a full against its reads and writes done by dd at once (dd_read_write time / restore time) | ${v:-n/a}× | |"
         v=$(div "$(median dd_read_write)" "$chain")

@@ -192,16 +192,6 @@ one_round() {
     fi
 }
 
-# run_of NAME RUN -> seconds of that run (empty when it failed)
-run_of() { awk -F'\t' -v n="$1" -v r="$2" '$1==n && $2==r && $5=="ok" {print $3}' "$TIMES"; }
-# per_round_ratio A B -> median over rounds of A/B (same-round pairs)
-per_round_ratio() {
-    local r a b
-    for r in $(seq 1 "$RUNS"); do
-        a=$(run_of "$1" "$r"); b=$(run_of "$2" "$r")
-        [ -n "$a" ] && [ -n "$b" ] && awk -v a="$a" -v b="$b" 'BEGIN {print a / b}'
-    done | sort -g | awk '{a[NR]=$1} END {if (NR==0) print "n/a"; else if (NR%2) printf "%.2f", a[(NR+1)/2]; else printf "%.2f", (a[NR/2]+a[NR/2+1])/2}'
-}
 loads_of() { awk -F'\t' -v n="$1" '$1==n {printf "%s%s", s, $3; s=" "}' "$LOADS"; }
 
 write_restore_report() {
@@ -228,12 +218,12 @@ write_restore_report() {
         echo
         echo "| ratio | of medians | median of same-round ratios |"
         echo "|---|---:|---:|"
-        echo "| pgjet restore / dd_direct (goal ≤ 1.11) | $(awk -v a="$(median pgjet_restore)" -v b="$(median dd_direct)" 'BEGIN {if (a && b) printf "%.2f", a / b; else print "n/a"}') | $(per_round_ratio pgjet_restore dd_direct) |"
-        echo "| pgjet restore / dd_direct_x$DD_STREAMS | $(awk -v a="$(median pgjet_restore)" -v b="$(median "dd_direct_x$DD_STREAMS")" 'BEGIN {if (a && b) printf "%.2f", a / b; else print "n/a"}') | $(per_round_ratio pgjet_restore "dd_direct_x$DD_STREAMS") |"
-        [ "$REPOS_IN_MEMORY" = 1 ] || echo "| pgjet restore / dd_read_write | $(awk -v a="$(median pgjet_restore)" -v b="$(median dd_read_write)" 'BEGIN {if (a && b) printf "%.2f", a / b; else print "n/a"}') | $(per_round_ratio pgjet_restore dd_read_write) |"
-        echo "| pgjet restore / tar_x | $(awk -v a="$(median pgjet_restore)" -v b="$(median tar_x)" 'BEGIN {if (a && b) printf "%.2f", a / b; else print "n/a"}') | $(per_round_ratio pgjet_restore tar_x) |"
-        [ -z "$PGJET_BASE" ] || echo "| pgjet_base / pgjet restore (above 1 = this pgjet faster) | $(ratio pgjet_base pgjet_restore | tr -d '×') | $(per_round_ratio pgjet_base pgjet_restore) |"
-        echo "| pgBackRest restore / pgjet restore (above 1 = pgjet faster) | $(ratio pgbackrest_restore pgjet_restore | tr -d '×') | $(per_round_ratio pgbackrest_restore pgjet_restore) |"
+        echo "| pgjet restore / dd_direct (goal ≤ 1.11) | $(awk -v a="$(median pgjet_restore)" -v b="$(median dd_direct)" 'BEGIN {if (a && b) printf "%.2f", a / b; else print "n/a"}') | $(per_round_ratio pgjet_restore dd_direct "$RUNS") |"
+        echo "| pgjet restore / dd_direct_x$DD_STREAMS | $(awk -v a="$(median pgjet_restore)" -v b="$(median "dd_direct_x$DD_STREAMS")" 'BEGIN {if (a && b) printf "%.2f", a / b; else print "n/a"}') | $(per_round_ratio pgjet_restore "dd_direct_x$DD_STREAMS" "$RUNS") |"
+        [ "$REPOS_IN_MEMORY" = 1 ] || echo "| pgjet restore / dd_read_write | $(awk -v a="$(median pgjet_restore)" -v b="$(median dd_read_write)" 'BEGIN {if (a && b) printf "%.2f", a / b; else print "n/a"}') | $(per_round_ratio pgjet_restore dd_read_write "$RUNS") |"
+        echo "| pgjet restore / tar_x | $(awk -v a="$(median pgjet_restore)" -v b="$(median tar_x)" 'BEGIN {if (a && b) printf "%.2f", a / b; else print "n/a"}') | $(per_round_ratio pgjet_restore tar_x "$RUNS") |"
+        [ -z "$PGJET_BASE" ] || echo "| pgjet_base / pgjet restore (above 1 = this pgjet faster) | $(ratio pgjet_base pgjet_restore | tr -d '×') | $(per_round_ratio pgjet_base pgjet_restore "$RUNS") |"
+        echo "| pgBackRest restore / pgjet restore (above 1 = pgjet faster) | $(ratio pgbackrest_restore pgjet_restore | tr -d '×') | $(per_round_ratio pgbackrest_restore pgjet_restore "$RUNS") |"
         echo
         if [ -s "$RES/checks.txt" ]; then
             echo "Restored clusters started once (untimed, last run), pgbench_accounts compared with the source:"

@@ -389,8 +389,7 @@ check_restored() {
 # ------------------------------------------------------------------ report
 median() {  # median of the ok seconds (or RSS with col=4) of NAME
     local name=$1 col=${2:-3}
-    awk -F'\t' -v n="$name" -v c="$col" '$1==n && $5=="ok" {print $c}' "$TIMES" | sort -g |
-        awk '{a[NR]=$1} END {if (NR==0) print ""; else if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'
+    awk -F'\t' -v n="$name" -v c="$col" '$1==n && $5=="ok" {print $c}' "$TIMES" | stdin_median
 }
 minmax() {
     awk -F'\t' -v n="$1" '$1==n && $5=="ok" {print $3}' "$TIMES" | sort -g |

@@ -96,7 +96,7 @@ pub const SUMMARY_FUNCTIONS: &[&str] = &[
 ///
 /// Errors: the catalog queries fail.
 pub fn summary_notes(sess: &Session, version_num: u32) -> Result<Vec<String>> {
-    if version_num < 170000 {
+    if crate::pg::walsummary::unavailable(version_num).is_some() {
         return Ok(Vec::new());
     }
     let r = sess.query_row(

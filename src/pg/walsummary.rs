@@ -124,6 +124,13 @@ fn segment_of(spc: u32, db: u32, rel: u32, block: u64, tablespace_dir: &str) -> 
     (path, within)
 }
 
+/// Why a server of `version_num` (server_version_num) has no WAL summaries: PostgreSQL
+/// before 17, which has no WAL summarizer (src/backend/postmaster/walsummarizer.c is new in
+/// 17). None from 17 on. Checked before a connection is opened only to ask for them.
+pub fn unavailable(version_num: u32) -> Option<String> {
+    (version_num < 170000).then(|| "WAL summaries need PostgreSQL 17 or later".to_string())
+}
+
 /// The main-fork changes WAL made on timeline `tli` from `from` (a reference backup's start
 /// LSN) to `to` (this backup's start), read from the server's WAL summaries after waiting
 /// (up to a minute) for the summarizer to reach `to`. `Ok(Err(reason))` when summaries
@@ -155,8 +162,8 @@ pub fn summarized_changes_along(
     path: &[(u32, Lsn, Lsn)],
     tablespace_dir: &str,
 ) -> Result<std::result::Result<SummarizedChanges, String>> {
-    if version_num < 170000 {
-        return Ok(Err("WAL summaries need PostgreSQL 17 or later".into()));
+    if let Some(why) = unavailable(version_num) {
+        return Ok(Err(why));
     }
     let Some(&(tli, _, to)) = path.last() else {
         return Ok(Err("no WAL to summarize".into()));

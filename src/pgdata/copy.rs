@@ -60,6 +60,10 @@ pub struct DeltaSince<'a> {
     pub point: delta::TargetPoint,
 }
 
+/// What the WAL summaries say for a delta: the changed blocks and the path of (timeline,
+/// from, to) read, or why they cannot be used.
+type Summarized = std::result::Result<(SummarizedChanges, Vec<(u32, Lsn, Lsn)>), String>;
+
 impl DeltaSince<'_> {
     /// The blocks WAL changed from the target's redo point to `start_lsn` (this copy's
     /// start), from the primary's WAL summaries, along its timeline history when the target
@@ -97,13 +101,9 @@ impl DeltaSince<'_> {
     /// [`DeltaSince::changes`] with the path of timelines read, or why not.
     ///
     /// Errors: the side session's connection, a query that fails.
-    #[allow(clippy::type_complexity)]
-    fn summarized(
-        &self,
-        start_lsn: Lsn,
-    ) -> Result<std::result::Result<(SummarizedChanges, Vec<(u32, Lsn, Lsn)>), String>> {
-        if self.info.version_num < 170000 {
-            return Ok(Err("they need PostgreSQL 17 or later".into()));
+    fn summarized(&self, start_lsn: Lsn) -> Result<Summarized> {
+        if let Some(why) = crate::pg::walsummary::unavailable(self.info.version_num) {
+            return Ok(Err(why));
         }
         if !crate::io::tuning::get().delta_summaries {
             return Ok(Err("PGJET_DELTA_SUMMARIES=0".into()));
@@ -112,12 +112,7 @@ impl DeltaSince<'_> {
     }
 
     /// [`DeltaSince::summarized`] on `sess`.
-    #[allow(clippy::type_complexity)]
-    fn summarized_on(
-        &self,
-        sess: &Session,
-        start_lsn: Lsn,
-    ) -> Result<std::result::Result<(SummarizedChanges, Vec<(u32, Lsn, Lsn)>), String>> {
+    fn summarized_on(&self, sess: &Session, start_lsn: Lsn) -> Result<Summarized> {
         let row = sess.query_row(
             "read the primary's timeline",
             "SELECT timeline_id::text FROM pg_control_checkpoint()",

@@ -69,8 +69,8 @@ impl BackupTarget for RepoTarget<'_> {
         self.manifest = Some(w);
         if let (Some(r), Some((target, info))) = (self.sink.reference, self.summaries_from) {
             // Before 17 there are none: no connection to be told so.
-            let read = if info.version_num < 170000 {
-                Ok(Err("WAL summaries need PostgreSQL 17 or later".to_string()))
+            let read = if let Some(why) = crate::pg::walsummary::unavailable(info.version_num) {
+                Ok(Err(why))
             } else {
                 crate::pg::session::Session::aside(target, |sess| {
                     crate::pg::walsummary::summarized_changes(
