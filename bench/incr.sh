@@ -23,8 +23,9 @@
 #      reads every page), pgjet_incr, pgbackrest_incr, pgbackrest_new_incr,
 #      pg_basebackup_incr and pg_combinebackup; seconds, peak RSS, stored bytes, bytes read
 #      from the disk (/proc/diskstats)
-#   4. a pgjet chain: full + CHAIN incr, another change before each; a full right after; timed
-#      restore of the last incr against restore of that full, and this machine's write limit
+#   4. a pgjet chain: full + CHAIN incr, another change before each; a full right after (and
+#      pgBackRest's own chain and full beside it, each member taken right after pgjet's); timed
+#      restore of the last incr against restore of that full, each tool's, and this machine's write limit
 #      for the same bytes (dd_direct: `dd oflag=direct` of as many incompressible bytes as
 #      the backup's files hold, from /dev/shm, then sync) and for the restore's I/O
 #      (dd_read_write: the same while the full's stored objects are read)
@@ -519,9 +520,54 @@ incr_round() {
 # ------------------------------------------------------------------ 4. a chain, restored
 CHAIN_LAST=""
 PJ_FULL2=""
+# The pgBackRest chains built beside pgjet's, the same members at the same moments (its full
+# of step 1, an incr after each change, a full of the same data at the end): tool -> label.
+# A tool is `pgbackrest` (2.45, Debian) or `pgbackrest_new` (the build from source).
+declare -A PEER_CHAIN_LAST PEER_FULL2
+
+# peer_tools -> the pgBackRest tools in this run, one per line
+peer_tools() {
+    [ "$PGBR_OLD" = 1 ] && echo pgbackrest
+    [ -n "$PGBRN_BIN" ] && echo pgbackrest_new
+    return 0
+}
+# peer_chain_tools -> the tools whose chain is complete (built without a failure)
+peer_chain_tools() {
+    local t
+    for t in $(peer_tools); do [ -n "${PEER_FULL2[$t]:-}" ] && echo "$t"; done
+    return 0
+}
+# peer_cmd TOOL ARGS... -> the command line (as postgres) of TOOL with its config
+peer_cmd() {
+    local t=$1
+    shift
+    if [ "$t" = pgbackrest ]; then pgbr "$@"; else pgbrn "$@"; fi
+}
+peer_repo() { if [ "$1" = pgbackrest ]; then echo "$PGBR_REPO"; else echo "$PGBRN_REPO"; fi; }
+# peer_backup TOOL TYPE LOG -> the new label (untimed; the log in LOG)
+peer_backup() {
+    bash -c "$(peer_cmd "$1" --stanza=zst --type="$2" backup)" >"$3" 2>&1 || { tail -n 5 "$3" | sed 's/^/      /' >&2; return 1; }
+    pgbr_newest "$(peer_repo "$1")"
+}
+
+# peer_chain_step TOOL TYPE I: one member of TOOL's chain (I: the incr's number, or "full");
+# a failure leaves TOOL's chain out of the restores, with a note
+PEER_DROPPED=()
+peer_chain_step() {
+    local t=$1 typ=$2 i=$3 label log=$LOGS/chain-$1-$3.log
+    [[ " ${PEER_DROPPED[*]} " == *" $t "* ]] && return 0
+    if label=$(peer_backup "$t" "$typ" "$log") && [ -n "$label" ]; then
+        if [ "$typ" = full ]; then PEER_FULL2[$t]=$label; else PEER_CHAIN_LAST[$t]=$label; fi
+        say "  $t $typ $i: $label"
+    else
+        note "$t's chain left out of the restores: its $typ $i did not succeed (log $log)"
+        PEER_DROPPED+=("$t")
+    fi
+}
+
 build_chain() {
-    local i label log
-    header "A pgjet chain: the full, then $CHAIN incr with a change before each (untimed)"
+    local i label log t
+    header "A pgjet chain: the full, then $CHAIN incr with a change before each (untimed)$( [ -n "$(peer_tools)" ] && echo "; pgBackRest's beside it")"
     : >"$CHAINF"
     printf '0\t%s\tfull\t%s\t%s\n' "$PJ_FULL" "$(size_of pgjet_full_stored)" "$(json_field "$LOGS/full-pgjet.log.json" seconds)" >>"$CHAINF"
     for i in $(seq 1 "$CHAIN"); do
@@ -533,11 +579,13 @@ build_chain() {
             "$(json_field "$log.json" seconds)" >>"$CHAINF"
         say "incr $i: $label, $(pj_info "$label" type), $(mib "$(pj_info "$label" stored_size)") MiB stored, depends on $(pj_info "$label" depends_on)"
         CHAIN_LAST=$label
+        for t in $(peer_tools); do peer_chain_step "$t" incr "$i"; done
     done
     log=$LOGS/chain-full.log
     PJ_FULL2=$(pj_backup full "$log") || die "pgjet full after the chain did not succeed (log $log)"
     record_bytes pgjet_full2_stored "$(pj_info "$PJ_FULL2" stored_size)"
     say "full of the same data: $PJ_FULL2, $(mib "$(size_of pgjet_full2_stored)") MiB stored"
+    for t in $(peer_tools); do peer_chain_step "$t" full full; done
     # Restores need no server; a stopped one adds no noise. Its last segments reach the
     # archives first.
     archiver_idle "$PGDATA" || true
@@ -551,7 +599,7 @@ build_chain() {
 }
 
 restore_round() {
-    local r=$1 which set o
+    local r=$1 which set o t
     # the write limit first in each round, as bench/restore.sh times it
     o=$OUT/dd.out
     rm -f "$o"
@@ -569,6 +617,19 @@ restore_round() {
         record_size "pgjet_restore_$which" "$o"
         [ "$CHECK_RESTORE" = 1 ] && [ "$r" = "$RESTORE_RUNS" ] && check_restored "pgjet_restore_$which" "$o"
         rm -rf "$o"
+    done
+    # pgBackRest's chain and full of the same data, in the same order (recovery settings as
+    # its restore writes them by default: to the end of the archived WAL, then promote)
+    for t in $(peer_chain_tools); do
+        for which in $( [ $((r % 2)) = 1 ] && echo "chain full" || echo "full chain"); do
+            if [ "$which" = chain ]; then set=${PEER_CHAIN_LAST[$t]}; else set=${PEER_FULL2[$t]}; fi
+            o=$OUT/restore-$t-$which
+            fresh_dir "$o"
+            itimed "${t}_restore_$which" "$r" "$(peer_cmd "$t" --stanza=zst --set="$set" --pg1-path="$o" restore)" || true
+            record_size "${t}_restore_$which" "$o"
+            [ "$CHECK_RESTORE" = 1 ] && [ "$r" = "$RESTORE_RUNS" ] && check_restored "${t}_restore_$which" "$o"
+            rm -rf "$o"
+        done
     done
 }
 
@@ -600,6 +661,10 @@ IDESCR[pg_basebackup_incr]='`pg_basebackup -D OUT -Fp -Xstream -c fast --increme
 IDESCR[pg_combinebackup]='`pg_combinebackup FULL INCR -o OUT`: what a restore of that incremental needs first'
 IDESCR[pgjet_restore_chain]="\`pgjet restore --set <incr $CHAIN of the chain> --jobs $JOBS\` (full + $CHAIN incr)"
 IDESCR[pgjet_restore_full]="\`pgjet restore --set <full of the same data> --jobs $JOBS\`"
+IDESCR[pgbackrest_restore_chain]="\`pgbackrest restore --set <incr $CHAIN of its chain>\`, 2.45 (Debian): its full + $CHAIN file-level incr, process-max=$JOBS"
+IDESCR[pgbackrest_restore_full]="\`pgbackrest restore --set <its full of the same data>\`, 2.45 (Debian), process-max=$JOBS"
+IDESCR[pgbackrest_new_restore_chain]="\`pgbackrest restore --set <incr $CHAIN of its chain>\`, ${PGBRN_VERSION#pgBackRest }: its full + $CHAIN block incr, process-max=$JOBS"
+IDESCR[pgbackrest_new_restore_full]="\`pgbackrest restore --set <its full of the same data>\`, ${PGBRN_VERSION#pgBackRest }, process-max=$JOBS"
 IDESCR[dd_read_write]="dd_direct while the full's stored objects are read (\`dd iflag=direct\`, 4 at once): a restore's reads and writes at once, by plain tools (not a tight limit: they overlap less than pgjet)"
 IDESCR[dd_direct]="\`dd if=<incompressible bytes in /dev/shm> of=OUT bs=8M oflag=direct\`, as many bytes as the full's files hold: this machine's write limit"
 }
@@ -685,7 +750,11 @@ write_incr_report() {
         echo "pgjet, one repository: the full, then $CHAIN incrementals with a change (as above, on other pages) before"
         echo "each; then a full of the same data. Timed: the restore of the last incremental and of that full, into"
         echo "empty directories, alternating which goes first; $RESTORE_RUNS rounds, each timing the write limit (dd_direct)"
-        echo "first."
+        echo "first.$( [ -n "$(peer_chain_tools)" ] && echo " pgBackRest kept a chain of its own beside it, a member taken right after each of pgjet's (its full of step 1, an incr after each change, a full of the same data at the end), timed the same way after pgjet's two restores in each round; its restores recover to the end of the archived WAL, which after its last full holds no change.")"
+        for t in $(peer_chain_tools); do
+            echo
+            echo "$t's chain: full ${PEER_CHAIN_LAST[$t]%%_*}, last incr ${PEER_CHAIN_LAST[$t]}, full of the same data ${PEER_FULL2[$t]}."
+        done
         echo
         echo "| member | label | type | stored MiB | seconds (pgjet's own, warm) |"
         echo "|---|---|---|---:|---:|"
@@ -695,7 +764,8 @@ write_incr_report() {
         echo
         echo "| name | command | median s | min–max s | time / full's | peak RSS MiB | stored MiB | restored MiB | MiB read: command | MiB read: whole disk |"
         echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
-        for n in dd_direct dd_read_write pgjet_restore_full pgjet_restore_chain; do
+        for n in dd_direct dd_read_write pgjet_restore_full pgjet_restore_chain pgbackrest_restore_full \
+            pgbackrest_restore_chain pgbackrest_new_restore_full pgbackrest_new_restore_chain; do
             irow "$n" pgjet_restore_full
         done
         echo
@@ -730,6 +800,14 @@ write_incr_report() {
         v=$(div "$(median dd_direct)" "$chain")
         echo "| restore of full + $CHAIN incr ≥ 0.9× the write limit (dd_direct time / restore time) | ${v:-n/a}× | $(verdict "$v" ge 0.9) |"
         echo "| (for reference) the same two, as the median of each round's ratio (dd_direct and the restore of one round) | full $(per_round_ratio dd_direct pgjet_restore_full "$RESTORE_RUNS")×, chain $(per_round_ratio dd_direct pgjet_restore_chain "$RESTORE_RUNS")× | |"
+        for t in pgbackrest pgbackrest_new; do
+            [ -n "$(median "${t}_restore_full")$(median "${t}_restore_chain")" ] || continue
+            if [ "$t" = pgbackrest ]; then n="pgBackRest 2.45 (file level)"; else n="${PGBRN_VERSION:-pgBackRest} (block incremental)"; fi
+            v=$(div "$(median "${t}_restore_full")" "$full")
+            echo "| restore of a full ≥ 1.0× $n (its time / pgjet's) | ${v:-n/a}× (per round $(per_round_ratio "${t}_restore_full" pgjet_restore_full "$RESTORE_RUNS")×) | $(verdict "$v" ge 1.0) |"
+            v=$(div "$(median "${t}_restore_chain")" "$chain")
+            echo "| restore of full + $CHAIN incr ≥ 1.0× $n's of its own chain (its time / pgjet's) | ${v:-n/a}× (per round $(per_round_ratio "${t}_restore_chain" pgjet_restore_chain "$RESTORE_RUNS")×) | $(verdict "$v" ge 1.0) |"
+        done
         v=$(div "$(median dd_read_write)" "$full")
         echo "| (for reference) restore of a full against its reads and writes done by dd at once (dd_read_write time / restore time) | ${v:-n/a}× | |"
         v=$(div "$(median dd_read_write)" "$chain")
