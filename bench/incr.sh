@@ -27,8 +27,9 @@
 #      pgBackRest's own chain and full beside it, each member taken right after pgjet's); timed
 #      restore of the last incr against restore of that full, each tool's, and this machine's write limit
 #      for the same bytes (dd_direct: `dd oflag=direct` of as many incompressible bytes as
-#      the backup's files hold, from /dev/shm, then sync) and for the restore's I/O
-#      (dd_read_write: the same while the full's stored objects are read)
+#      the backup's files hold, from /dev/shm, then sync), the restore's reads alone (dd_read)
+#      and its I/O at once (dd_read_write: the same while the full's stored objects are read);
+#      pgjet's two restores again from a copy of the repository in /dev/shm (*_mem)
 #   5. the report (IREPORT), with the issue's targets MET / NOT MET
 #
 # Settings, besides those of bench/run.sh (SCALE, RANDOM_MB, RUNS, JOBS, PG_VERSION,
@@ -596,10 +597,12 @@ build_chain() {
     rm -rf "$SHM_IN"; mkdir -p "$SHM_IN"
     head -c "$(( (size + 4095) / 4096 * 4096 ))" /dev/urandom >"$SHM_IN/rand"
     record_bytes dd_direct_bytes "$size"
+    # the same repository in memory: restores whose reads cost the disk nothing
+    cp -a "$PJREPO" "$SHM_IN/repo"
 }
 
 restore_round() {
-    local r=$1 which set o t
+    local r=$1 which set o t repo n
     # the write limit first in each round, as bench/restore.sh times it
     o=$OUT/dd.out
     rm -f "$o"
@@ -607,16 +610,21 @@ restore_round() {
     rm -f "$o"
     itimed dd_read_write "$r" "$(dd_read_write_cmd "$PJREPO/$PGJET_STANZA/backup/$PJ_FULL2" "$SHM_IN/rand" "$o")" || true
     rm -f "$o"
-    # odd runs the chain first, even runs the full first
-    for which in $( [ $((r % 2)) = 1 ] && echo "chain full" || echo "full chain"); do
-        if [ "$which" = chain ]; then set=$CHAIN_LAST; else set=$PJ_FULL2; fi
-        o=$OUT/restore-$which
-        fresh_dir "$o"
-        itimed "pgjet_restore_$which" "$r" "$(pg_cmd "$PGJET_BIN" restore --stanza "$PGJET_STANZA" --repo-path "$PJREPO" \
-            --set "$set" --pg-path "$o" --jobs "$JOBS")" || true
-        record_size "pgjet_restore_$which" "$o"
-        [ "$CHECK_RESTORE" = 1 ] && [ "$r" = "$RESTORE_RUNS" ] && check_restored "pgjet_restore_$which" "$o"
-        rm -rf "$o"
+    itimed dd_read "$r" "$(dd_read_cmd "$PJREPO/$PGJET_STANZA/backup/$PJ_FULL2")" || true
+    # odd runs the chain first, even runs the full first; then the same from the repository
+    # in memory (its name ends in _mem)
+    for repo in "$PJREPO" "$SHM_IN/repo"; do
+        for which in $( [ $((r % 2)) = 1 ] && echo "chain full" || echo "full chain"); do
+            if [ "$which" = chain ]; then set=$CHAIN_LAST; else set=$PJ_FULL2; fi
+            n=pgjet_restore_$which$( [ "$repo" = "$PJREPO" ] || echo _mem)
+            o=$OUT/restore-$which
+            fresh_dir "$o"
+            itimed "$n" "$r" "$(pg_cmd "$PGJET_BIN" restore --stanza "$PGJET_STANZA" --repo-path "$repo" \
+                --set "$set" --pg-path "$o" --jobs "$JOBS")" || true
+            record_size "$n" "$o"
+            [ "$CHECK_RESTORE" = 1 ] && [ "$r" = "$RESTORE_RUNS" ] && [ "$repo" = "$PJREPO" ] && check_restored "$n" "$o"
+            rm -rf "$o"
+        done
     done
     # pgBackRest's chain and full of the same data, in the same order (recovery settings as
     # its restore writes them by default: to the end of the archived WAL, then promote)
@@ -665,6 +673,9 @@ IDESCR[pgbackrest_restore_chain]="\`pgbackrest restore --set <incr $CHAIN of its
 IDESCR[pgbackrest_restore_full]="\`pgbackrest restore --set <its full of the same data>\`, 2.45 (Debian), process-max=$JOBS"
 IDESCR[pgbackrest_new_restore_chain]="\`pgbackrest restore --set <incr $CHAIN of its chain>\`, ${PGBRN_VERSION#pgBackRest }: its full + $CHAIN block incr, process-max=$JOBS"
 IDESCR[pgbackrest_new_restore_full]="\`pgbackrest restore --set <its full of the same data>\`, ${PGBRN_VERSION#pgBackRest }, process-max=$JOBS"
+IDESCR[pgjet_restore_chain_mem]="pgjet_restore_chain from a copy of the repository in /dev/shm: its reads cost the disk nothing"
+IDESCR[pgjet_restore_full_mem]="pgjet_restore_full from a copy of the repository in /dev/shm: its reads cost the disk nothing"
+IDESCR[dd_read]="the full's stored objects read alone (\`dd iflag=direct\`, 4 at once): a restore's reads, by plain tools"
 IDESCR[dd_read_write]="dd_direct while the full's stored objects are read (\`dd iflag=direct\`, 4 at once): a restore's reads and writes at once, by plain tools (not a tight limit: they overlap less than pgjet)"
 IDESCR[dd_direct]="\`dd if=<incompressible bytes in /dev/shm> of=OUT bs=8M oflag=direct\`, as many bytes as the full's files hold: this machine's write limit"
 }
@@ -764,7 +775,8 @@ write_incr_report() {
         echo
         echo "| name | command | median s | min–max s | time / full's | peak RSS MiB | stored MiB | restored MiB | MiB read: command | MiB read: whole disk |"
         echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
-        for n in dd_direct dd_read_write pgjet_restore_full pgjet_restore_chain pgbackrest_restore_full \
+        for n in dd_direct dd_read dd_read_write pgjet_restore_full pgjet_restore_chain pgjet_restore_full_mem \
+            pgjet_restore_chain_mem pgbackrest_restore_full \
             pgbackrest_restore_chain pgbackrest_new_restore_full pgbackrest_new_restore_chain; do
             irow "$n" pgjet_restore_full
         done
@@ -808,6 +820,9 @@ write_incr_report() {
             v=$(div "$(median "${t}_restore_chain")" "$chain")
             echo "| restore of full + $CHAIN incr ≥ 1.0× $n's of its own chain (its time / pgjet's) | ${v:-n/a}× (per round $(per_round_ratio "${t}_restore_chain" pgjet_restore_chain "$RESTORE_RUNS")×) | $(verdict "$v" ge 1.0) |"
         done
+        echo "| (for reference) the same two from the repository in memory (dd_direct time / restore time; the restore's reads cost the disk nothing) | full $(div "$(median dd_direct)" "$(median pgjet_restore_full_mem)")×, chain $(div "$(median dd_direct)" "$(median pgjet_restore_chain_mem)")× (per round $(per_round_ratio dd_direct pgjet_restore_full_mem "$RESTORE_RUNS")×, $(per_round_ratio dd_direct pgjet_restore_chain_mem "$RESTORE_RUNS")×) | |"
+        v=$(awk -v a="$(median dd_read)" -v b="$(median dd_direct)" 'BEGIN {if (a != "" && b != "") print a + b}')
+        echo "| (for reference) restore against the disk's read time plus its write time (dd_read + dd_direct medians, $(fmt_s "$v") s, / restore time) | full $(div "$v" "$full")×, chain $(div "$v" "$chain")× | |"
         v=$(div "$(median dd_read_write)" "$full")
         echo "| (for reference) restore of a full against its reads and writes done by dd at once (dd_read_write time / restore time) | ${v:-n/a}× | |"
         v=$(div "$(median dd_read_write)" "$chain")

@@ -255,8 +255,14 @@ pgjet_latest() { (cd "$1/$PGJET_STANZA/backup" && ls -d */ 2>/dev/null | tr -d /
 # writes at once, by plain tools, on the one disk (a write-only reference leaves the reads
 # out). Not a tight limit: the dd's overlap their reads and writes less well than pgjet.
 dd_read_write_cmd() {
-    printf '{ find %s -type f -print0 | xargs -0 -P4 -I{} dd if={} of=/dev/null bs=8M iflag=direct status=none & dd if=%s of=%s bs=8M oflag=direct status=none; wait; }' \
-        "$(q "$1")" "$(q "$2")" "$(q "$3")"
+    printf '{ %s & dd if=%s of=%s bs=8M oflag=direct status=none; wait; }' \
+        "$(dd_read_cmd "$1")" "$(q "$2")" "$(q "$3")"
+}
+
+# dd_read_cmd BACKUP_DIR -> a command line: every file under BACKUP_DIR read with direct I/O,
+# four at once: a restore's reads alone, by plain tools
+dd_read_cmd() {
+    printf 'find %s -type f -print0 | xargs -0 -P4 -I{} dd if={} of=/dev/null bs=8M iflag=direct status=none' "$(q "$1")"
 }
 
 # The references copy what the backups copy: not the WAL segments already in pg_wal (with
