@@ -364,6 +364,64 @@ fn pg18_crashed_former_primary_is_compared_by_hash() {
     former_primary_compared_by_hash(true);
 }
 
+/// A copy promoted away from its primary, then re-synced from it (a standby promoted for a
+/// test, or by mistake, and put back): the copy is on timeline 2, which is not in the
+/// history of the primary's timeline 1, so the primary's WAL summaries say nothing about
+/// what the copy wrote on its own. `replica-create --delta` must compare by hash, saying
+/// why, and the copy must end with exactly the primary's rows (PostgreSQL 18, summaries on).
+#[test]
+fn pg18_promoted_copy_resynced_from_its_primary_is_compared_by_hash() {
+    let pg = Pg::v18();
+    let cluster = Cluster::new(&pg, "promotedcopy18");
+    cluster.summarize_wal();
+    cluster.psql(
+        "postgres",
+        "CREATE TABLE events (id int PRIMARY KEY, origin text);\n\
+         INSERT INTO events SELECT i, 'A' FROM generate_series(1, 5000) i;",
+    );
+    let b_data = cluster.new_dir("b");
+    let b_port = free_port();
+    let (_, b) = replica_create_started(&pg, &cluster.server, &b_data, b_port, &[], "B from A");
+    wait_answer(
+        &b,
+        "SELECT count(*) FROM events",
+        "5000",
+        "A's rows reach B",
+    );
+    pg_ctl(&pg, &b_data, &["promote", "-w", "-t", "60"]);
+    b.wait_promoted(Duration::from_secs(60));
+    // B writes on its own timeline, then shuts down cleanly; A writes too.
+    b.psql(
+        "postgres",
+        "UPDATE events SET origin = 'B alone' WHERE id % 7 = 0;\n\
+         INSERT INTO events SELECT i, 'B alone' FROM generate_series(9001, 9500) i;\n\
+         CHECKPOINT;",
+    );
+    pg_ctl(&pg, &b_data, &["stop", "-m", "fast", "-w", "-t", "60"]);
+    drop(b);
+    cluster.psql(
+        "postgres",
+        "INSERT INTO events SELECT i, 'A' FROM generate_series(5001, 5100) i",
+    );
+    let (r, b) = replica_create_started(
+        &pg,
+        &cluster.server,
+        &b_data,
+        b_port,
+        &["--delta"],
+        "B re-synced from A",
+    );
+    assert!(
+        r.stderr.contains("WAL summaries not used") && r.stderr.contains("not in the history"),
+        "B must be compared by hash, saying its timeline is not in A's history:\n{r}"
+    );
+    let rows = "SELECT count(*) || ' ' || sum(id) || ' ' || count(*) FILTER (WHERE origin = 'B alone') FROM events";
+    let want = cluster.psql("postgres", rows);
+    assert!(want.starts_with("5100 ") && want.ends_with(" 0"), "{want}");
+    wait_answer(&b, rows, &want, "B holds exactly A's rows");
+    step!("a promoted copy was compared by hash and holds its primary's rows again");
+}
+
 /// A, a PostgreSQL 18 primary summarizing WAL, and B, its standby, promoted. A either wrote
 /// on alone after the promotion and was shut down cleanly (`crashed` false: its shutdown
 /// checkpoint lies past the switch point), or crashed before it (`crashed` true). Either
