@@ -1209,6 +1209,8 @@ fn remote_pg15_transport_auto_chooses_by_measurement() {
         .fails_with("replication slot taken already exists");
     for want in [
         "its replication connection failed",
+        // the server's own reason, not only "db error"
+        "no pg_hba.conf entry for replication connection",
         "pg_hba.conf",
         "ranges (libpq)",
     ] {

@@ -201,7 +201,10 @@ pub fn undo_failed_replica(sess: &Session, slot: Option<&str>, target: &Path) {
     if let Some(name) = slot {
         if sess.slot_wal_status(name).ok().flatten().is_some() {
             if let Err(d) = sess.drop_slot(name) {
-                tracing::warn!("could not drop slot {name} after the failure: {d}");
+                tracing::warn!(
+                    "could not drop slot {name} after the failure: {}",
+                    d.with_causes()
+                );
             }
         }
     }

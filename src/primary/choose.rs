@@ -422,7 +422,8 @@ pub fn choose_remote(
         // still work.
         Some(Ok(Err(e))) => {
             tracing::warn!(
-                "transport auto: the stream would be faster, but its replication connection failed: {e}; {}; ranges (libpq)",
+                "transport auto: the stream would be faster, but its replication connection failed: {}; {}; ranges (libpq)",
+                e.with_causes(),
                 e.hint().trim_start_matches("HINT: ")
             );
             Ok((Choice::Ranges, None))
