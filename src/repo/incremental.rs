@@ -623,7 +623,9 @@ mod tests {
             ..whole("000009", 0, 2 * b)
         };
         let p = block_pieces("base/5/1", &refs, 0, &data, &changed, &new).unwrap();
-        let layout: Vec<(Option<&str>, &str, u64, u64, Option<u64>)> = p
+        // (backup, object, logical offset, logical size, frame skip) of each piece
+        type Layout<'a> = (Option<&'a str>, &'a str, u64, u64, Option<u64>);
+        let layout: Vec<Layout> = p
             .iter()
             .map(|p| {
                 (

@@ -472,7 +472,8 @@ pub(crate) mod tests {
 
     #[test]
     fn damaged_manifests_are_refused() {
-        let cases: Vec<(&str, Box<dyn Fn(&mut BackupManifest)>)> = vec![
+        type Damage = Box<dyn Fn(&mut BackupManifest)>;
+        let cases: Vec<(&str, Damage)> = vec![
             (
                 "safe",
                 Box::new(|m| m.files[1].path = "../../etc/passwd".into()),
