@@ -14,7 +14,7 @@ mod common;
 
 use common::*;
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 // ------------------------------------------------------------------------------------------
@@ -364,15 +364,12 @@ fn pg18_crashed_former_primary_is_compared_by_hash() {
     former_primary_compared_by_hash(true);
 }
 
-/// A copy promoted away from its primary, then re-synced from it (a standby promoted for a
-/// test, or by mistake, and put back): the copy is on timeline 2, which is not in the
-/// history of the primary's timeline 1, so the primary's WAL summaries say nothing about
-/// what the copy wrote on its own. `replica-create --delta` must compare by hash, saying
-/// why, and the copy must end with exactly the primary's rows (PostgreSQL 18, summaries on).
-#[test]
-fn pg18_promoted_copy_resynced_from_its_primary_is_compared_by_hash() {
+/// A, a PostgreSQL 18 primary summarizing WAL with table `events` (5000 rows, origin 'A'),
+/// and B, its standby made by `replica-create` and started, holding those rows: (the
+/// installation, A, B's data directory, B's port, B). `tag` names A's directories.
+fn primary_and_standby_18(tag: &str) -> (Pg, Cluster, PathBuf, u16, Server) {
     let pg = Pg::v18();
-    let cluster = Cluster::new(&pg, "promotedcopy18");
+    let cluster = Cluster::new(&pg, tag);
     cluster.summarize_wal();
     cluster.psql(
         "postgres",
@@ -388,6 +385,17 @@ fn pg18_promoted_copy_resynced_from_its_primary_is_compared_by_hash() {
         "5000",
         "A's rows reach B",
     );
+    (pg, cluster, b_data, b_port, b)
+}
+
+/// A copy promoted away from its primary, then re-synced from it (a standby promoted for a
+/// test, or by mistake, and put back): the copy is on timeline 2, which is not in the
+/// history of the primary's timeline 1, so the primary's WAL summaries say nothing about
+/// what the copy wrote on its own. `replica-create --delta` must compare by hash, saying
+/// why, and the copy must end with exactly the primary's rows (PostgreSQL 18, summaries on).
+#[test]
+fn pg18_promoted_copy_resynced_from_its_primary_is_compared_by_hash() {
+    let (pg, cluster, b_data, b_port, b) = primary_and_standby_18("promotedcopy18");
     pg_ctl(&pg, &b_data, &["promote", "-w", "-t", "60"]);
     b.wait_promoted(Duration::from_secs(60));
     // B writes on its own timeline, then shuts down cleanly; A writes too.
@@ -427,25 +435,10 @@ fn pg18_promoted_copy_resynced_from_its_primary_is_compared_by_hash() {
 /// checkpoint lies past the switch point), or crashed before it (`crashed` true). Either
 /// way the delta onto A compares by hash, the log naming the reason, and A ends with B's rows.
 fn former_primary_compared_by_hash(crashed: bool) {
-    let pg = Pg::v18();
-    let cluster = Cluster::new(&pg, if crashed { "crashed18" } else { "diverged18" });
-    cluster.summarize_wal();
-    cluster.psql(
-        "postgres",
-        "CREATE TABLE events (id int PRIMARY KEY, origin text);\n\
-         INSERT INTO events SELECT i, 'A' FROM generate_series(1, 5000) i;",
-    );
+    let (pg, cluster, b_data, _, b) =
+        primary_and_standby_18(if crashed { "crashed18" } else { "diverged18" });
     let a_data = cluster.data().to_path_buf();
     let a_port = cluster.port();
-    let b_data = cluster.new_dir("b");
-    let (_, b) =
-        replica_create_started(&pg, &cluster.server, &b_data, free_port(), &[], "B from A");
-    wait_answer(
-        &b,
-        "SELECT count(*) FROM events",
-        "5000",
-        "A's rows reach B",
-    );
     if crashed {
         // A's last writes, then a crash: some may never reach B.
         cluster.psql(
