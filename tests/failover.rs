@@ -388,6 +388,19 @@ fn primary_and_standby_18(tag: &str) -> (Pg, Cluster, PathBuf, u16, Server) {
     (pg, cluster, b_data, b_port, b)
 }
 
+/// Rows and pages only `s` has, marked `origin`: every 7th row of `events` changed, 500 rows
+/// added (ids 9001-9500); then a CHECKPOINT when `checkpoint`.
+fn write_alone(s: &Server, origin: &str, checkpoint: bool) {
+    s.psql(
+        "postgres",
+        &format!(
+            "UPDATE events SET origin = '{origin}' WHERE id % 7 = 0;\n\
+             INSERT INTO events SELECT i, '{origin}' FROM generate_series(9001, 9500) i;{}",
+            if checkpoint { "\nCHECKPOINT;" } else { "" }
+        ),
+    );
+}
+
 /// A copy promoted away from its primary, then re-synced from it (a standby promoted for a
 /// test, or by mistake, and put back): the copy is on timeline 2, which is not in the
 /// history of the primary's timeline 1, so the primary's WAL summaries say nothing about
@@ -399,12 +412,7 @@ fn pg18_promoted_copy_resynced_from_its_primary_is_compared_by_hash() {
     pg_ctl(&pg, &b_data, &["promote", "-w", "-t", "60"]);
     b.wait_promoted(Duration::from_secs(60));
     // B writes on its own timeline, then shuts down cleanly; A writes too.
-    b.psql(
-        "postgres",
-        "UPDATE events SET origin = 'B alone' WHERE id % 7 = 0;\n\
-         INSERT INTO events SELECT i, 'B alone' FROM generate_series(9001, 9500) i;\n\
-         CHECKPOINT;",
-    );
+    write_alone(&b, "B alone", true);
     pg_ctl(&pg, &b_data, &["stop", "-m", "fast", "-w", "-t", "60"]);
     drop(b);
     cluster.psql(
@@ -441,11 +449,7 @@ fn former_primary_compared_by_hash(crashed: bool) {
     let a_port = cluster.port();
     if crashed {
         // A's last writes, then a crash: some may never reach B.
-        cluster.psql(
-            "postgres",
-            "UPDATE events SET origin = 'A alone' WHERE id % 7 = 0;\n\
-             INSERT INTO events SELECT i, 'A alone' FROM generate_series(9001, 9500) i;",
-        );
+        write_alone(&cluster.server, "A alone", false);
         pg_ctl(&pg, &a_data, &["stop", "-m", "immediate", "-w", "-t", "60"]);
     }
     pg_ctl(&pg, &b_data, &["promote", "-w", "-t", "60"]);
@@ -456,12 +460,7 @@ fn former_primary_compared_by_hash(crashed: bool) {
     );
     if !crashed {
         // A goes on alone: rows and pages B never had, past the switch point.
-        cluster.psql(
-            "postgres",
-            "UPDATE events SET origin = 'A alone' WHERE id % 7 = 0;\n\
-             INSERT INTO events SELECT i, 'A alone' FROM generate_series(9001, 9500) i;\n\
-             CHECKPOINT;",
-        );
+        write_alone(&cluster.server, "A alone", true);
         pg_ctl(&pg, &a_data, &["stop", "-m", "fast", "-w", "-t", "60"]);
     }
     let (r, a) =
