@@ -601,6 +601,10 @@ build_chain() {
     cp -a "$PJREPO" "$SHM_IN/repo"
 }
 
+# round_order R -> the order of a round's two restores: odd rounds the chain first, even
+# rounds the full first
+round_order() { if [ $(($1 % 2)) = 1 ]; then echo "chain full"; else echo "full chain"; fi; }
+
 restore_round() {
     local r=$1 which set o t repo n
     # the write limit first in each round, as bench/restore.sh times it
@@ -611,10 +615,10 @@ restore_round() {
     itimed dd_read_write "$r" "$(dd_read_write_cmd "$PJREPO/$PGJET_STANZA/backup/$PJ_FULL2" "$SHM_IN/rand" "$o")" || true
     rm -f "$o"
     itimed dd_read "$r" "$(dd_read_cmd "$PJREPO/$PGJET_STANZA/backup/$PJ_FULL2")" || true
-    # odd runs the chain first, even runs the full first; then the same from the repository
-    # in memory (its name ends in _mem)
+    # pgjet's two restores (round_order), then the same from the repository in memory (its
+    # name ends in _mem)
     for repo in "$PJREPO" "$SHM_IN/repo"; do
-        for which in $( [ $((r % 2)) = 1 ] && echo "chain full" || echo "full chain"); do
+        for which in $(round_order "$r"); do
             if [ "$which" = chain ]; then set=$CHAIN_LAST; else set=$PJ_FULL2; fi
             n=pgjet_restore_$which$( [ "$repo" = "$PJREPO" ] || echo _mem)
             o=$OUT/restore-$which
@@ -629,7 +633,7 @@ restore_round() {
     # pgBackRest's chain and full of the same data, in the same order (recovery settings as
     # its restore writes them by default: to the end of the archived WAL, then promote)
     for t in $(peer_chain_tools); do
-        for which in $( [ $((r % 2)) = 1 ] && echo "chain full" || echo "full chain"); do
+        for which in $(round_order "$r"); do
             if [ "$which" = chain ]; then set=${PEER_CHAIN_LAST[$t]}; else set=${PEER_FULL2[$t]}; fi
             o=$OUT/restore-$t-$which
             fresh_dir "$o"

@@ -218,10 +218,10 @@ write_restore_report() {
         echo
         echo "| ratio | of medians | median of same-round ratios |"
         echo "|---|---:|---:|"
-        echo "| pgjet restore / dd_direct (goal ≤ 1.11) | $(awk -v a="$(median pgjet_restore)" -v b="$(median dd_direct)" 'BEGIN {if (a && b) printf "%.2f", a / b; else print "n/a"}') | $(per_round_ratio pgjet_restore dd_direct "$RUNS") |"
-        echo "| pgjet restore / dd_direct_x$DD_STREAMS | $(awk -v a="$(median pgjet_restore)" -v b="$(median "dd_direct_x$DD_STREAMS")" 'BEGIN {if (a && b) printf "%.2f", a / b; else print "n/a"}') | $(per_round_ratio pgjet_restore "dd_direct_x$DD_STREAMS" "$RUNS") |"
-        [ "$REPOS_IN_MEMORY" = 1 ] || echo "| pgjet restore / dd_read_write | $(awk -v a="$(median pgjet_restore)" -v b="$(median dd_read_write)" 'BEGIN {if (a && b) printf "%.2f", a / b; else print "n/a"}') | $(per_round_ratio pgjet_restore dd_read_write "$RUNS") |"
-        echo "| pgjet restore / tar_x | $(awk -v a="$(median pgjet_restore)" -v b="$(median tar_x)" 'BEGIN {if (a && b) printf "%.2f", a / b; else print "n/a"}') | $(per_round_ratio pgjet_restore tar_x "$RUNS") |"
+        echo "| pgjet restore / dd_direct (goal ≤ 1.11) | $(ratio pgjet_restore dd_direct | tr -d '×') | $(per_round_ratio pgjet_restore dd_direct "$RUNS") |"
+        echo "| pgjet restore / dd_direct_x$DD_STREAMS | $(ratio pgjet_restore "dd_direct_x$DD_STREAMS" | tr -d '×') | $(per_round_ratio pgjet_restore "dd_direct_x$DD_STREAMS" "$RUNS") |"
+        [ "$REPOS_IN_MEMORY" = 1 ] || echo "| pgjet restore / dd_read_write | $(ratio pgjet_restore dd_read_write | tr -d '×') | $(per_round_ratio pgjet_restore dd_read_write "$RUNS") |"
+        echo "| pgjet restore / tar_x | $(ratio pgjet_restore tar_x | tr -d '×') | $(per_round_ratio pgjet_restore tar_x "$RUNS") |"
         [ -z "$PGJET_BASE" ] || echo "| pgjet_base / pgjet restore (above 1 = this pgjet faster) | $(ratio pgjet_base pgjet_restore | tr -d '×') | $(per_round_ratio pgjet_base pgjet_restore "$RUNS") |"
         echo "| pgBackRest restore / pgjet restore (above 1 = pgjet faster) | $(ratio pgbackrest_restore pgjet_restore | tr -d '×') | $(per_round_ratio pgbackrest_restore pgjet_restore "$RUNS") |"
         echo
