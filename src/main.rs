@@ -108,8 +108,10 @@ fn run(inv: Invocation) -> Result<(), Error> {
                 == pgjet::archive::get::GetOutcome::Missing
             {
                 // The normal end of recovery from the archive: PostgreSQL asks for the next
-                // file until one is missing. Status 1 and one quiet line.
-                tracing::info!("{wal_file} is not in the archive");
+                // file until one is missing, and a standby asks again every few seconds, so
+                // the line is for --log-level debug only (its stderr is the server's log;
+                // PostgreSQL itself logs a missing file at DEBUG2, xlogarchive.c).
+                tracing::debug!("{wal_file} is not in the archive");
                 exit(1);
             }
         }

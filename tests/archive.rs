@@ -173,36 +173,6 @@ fn archive_runs(cluster: &Cluster, repo: &Repo) -> Vec<(u64, String, String)> {
 }
 
 /// Names of the files PostgreSQL still has to archive (`archive_status/*.ready`).
-fn ready_files(data: &Path) -> Vec<String> {
-    let mut v: Vec<String> = fs::read_dir(data.join("pg_wal/archive_status"))
-        .map(|rd| {
-            rd.flatten()
-                .filter_map(|e| {
-                    e.file_name()
-                        .to_str()
-                        .and_then(|n| n.strip_suffix(".ready"))
-                        .map(str::to_owned)
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    v.sort();
-    v
-}
-
-/// Waits until PostgreSQL has nothing left to archive.
-fn wait_queue_empty(cluster: &Cluster, what: &str) {
-    let ok = wait_for(Duration::from_secs(120), || {
-        ready_files(cluster.data()).is_empty().then_some(())
-    });
-    assert!(
-        ok.is_some(),
-        "{what}: still waiting to be archived after 120 s: {:?}\n--- server log ---\n{}",
-        ready_files(cluster.data()),
-        cluster.server.log_tail()
-    );
-}
-
 /// The last segment of the archive's single run must be at least `segment`, and the run must
 /// start at or before `from`: every segment in between is archived.
 fn assert_continuous(cluster: &Cluster, repo: &Repo, tli: u64, from: &str, to: &str) {
@@ -291,6 +261,9 @@ fn start_until_it_stops(cluster: &Cluster, dir: &Path, name: &str, text: &str) -
 /// has nothing left to archive, and checks the archive of timeline 1 is continuous from `from`
 /// to the switched segment, which it returns.
 fn archive_all(cluster: &Cluster, repo: &Repo, extra: &[&str], from: &str, what: &str) -> String {
+    // After an outage PostgreSQL's archiver waits up to a minute before it tries again,
+    // and check fails at once on an archiver that is failing (it says so): the backlog first.
+    wait_queue_empty(cluster, what);
     let r = pj(cluster, repo, "check", &check_flags(extra)).ok();
     let last = r
         .stdout
@@ -321,15 +294,20 @@ fn check_flags<'a>(extra: &[&'a str]) -> Vec<&'a str> {
         .collect()
 }
 
-/// Waits (up to 60 s) until PostgreSQL has counted a failed archive_command; panics with
-/// `what` otherwise.
-fn wait_archiving_failed(cluster: &Cluster, what: &str) {
+/// PostgreSQL's count of failed archive_command runs (pg_stat_archiver).
+fn failed_archives(cluster: &Cluster) -> u64 {
+    cluster
+        .psql("postgres", "SELECT failed_count FROM pg_stat_archiver")
+        .parse()
+        .unwrap_or(0)
+}
+
+/// Waits (up to 60 s) until PostgreSQL has counted a failed archive_command more than
+/// `before`; panics with `what` otherwise.
+fn wait_archiving_failed(cluster: &Cluster, before: u64, what: &str) {
     let failed = wait_for(Duration::from_secs(60), || {
-        let n: u64 = cluster
-            .psql("postgres", "SELECT failed_count FROM pg_stat_archiver")
-            .parse()
-            .unwrap_or(0);
-        (n > 0).then_some(n)
+        let n = failed_archives(cluster);
+        (n > before).then_some(n)
     });
     assert!(failed.is_some(), "{what}");
 }
@@ -422,7 +400,49 @@ fn pg15_posix_sync_archiving_pitr_timelines_and_faults() {
     pgbench_init(&cluster.server, 1);
     cluster.psql("postgres", "CREATE TABLE marks (i int)");
     pj(&cluster, &repo, "stanza-create", &[]).ok();
+    // archive_mode on and no archive_command: PostgreSQL archives nothing and keeps every
+    // segment in pg_wal. backup refuses it (archive-check, as pgBackRest's) and check fails,
+    // each naming the fix; archive-check=n backs up with a warning.
+    // (A spread checkpoint of 3 s: the backup below runs without --start-fast.)
+    cluster.psql(
+        "postgres",
+        "ALTER SYSTEM SET archive_mode = 'on'; ALTER SYSTEM SET checkpoint_completion_target = 0.01",
+    );
+    cluster.restart();
+    let r = pj(&cluster, &repo, "backup", &["--start-fast"]).fails_with("archive_command is empty");
+    assert_eq!(r.status.code(), Some(6), "{r}");
+    assert!(r.stderr.contains("HINT: set archive_command"), "{r}");
+    let r = pj(&cluster, &repo, "check", &[]).fails_with("archive_command is empty");
+    assert!(r.stdout.contains("PROBLEM: archive_mode is on"), "{r}");
+    let r = pj(&cluster, &repo, "backup", &["--archive-check", "n"]).ok();
+    assert!(
+        r.stderr.contains("WARN") && r.stderr.contains("archive_command is empty"),
+        "{r}"
+    );
+    // Without --start-fast the backup says at once that it waits for a checkpoint.
+    log_line(
+        &r,
+        "waiting for the next checkpoint",
+        "backup did not say it waits for the checkpoint",
+    );
+    assert!(r.stderr.contains("--start-fast"), "{r}");
+    // An archive_command that fails: check stops once the archiver has failed on the
+    // segment, quoting pg_stat_archiver, instead of waiting out archive-timeout.
+    cluster.psql(
+        "postgres",
+        "ALTER SYSTEM SET archive_command = 'false'; SELECT pg_reload_conf()",
+    );
+    let r = pj(&cluster, &repo, "check", &["--archive-timeout", "600"])
+        .fails_with("archiver is failing");
+    assert!(
+        r.stderr.contains("archive_command failed for 0000000"),
+        "check must quote the archiver's last failure:\n{r}"
+    );
     enable_archiving(&cluster, &repo, &[]);
+    wait_queue_empty(
+        &cluster,
+        "the segments that failed, once archive_command works",
+    );
     let r = pj(&cluster, &repo, "check", &[]).ok();
     assert!(r.stdout.contains("reached the archive"), "{r}");
     pj(&cluster, &repo, "backup", &["--start-fast", "--jobs", "2"]).ok();
@@ -448,6 +468,7 @@ fn pg15_posix_sync_archiving_pitr_timelines_and_faults() {
 
     // The repository unwritable for a while: PostgreSQL keeps the WAL and retries.
     let archive_dir = cluster.repo.join("main/archive");
+    let before = failed_archives(&cluster);
     fs::set_permissions(&archive_dir, fs::Permissions::from_mode(0o000)).unwrap();
     for _ in 0..3 {
         cluster.psql(
@@ -457,6 +478,7 @@ fn pg15_posix_sync_archiving_pitr_timelines_and_faults() {
     }
     wait_archiving_failed(
         &cluster,
+        before,
         "archiving did not fail while the repository was unwritable",
     );
     assert!(!ready_files(cluster.data()).is_empty());
@@ -701,6 +723,43 @@ fn pg15_posix_sync_archiving_pitr_timelines_and_faults() {
         runs.iter().any(|r| r.0 == 2),
         "info shows no timeline 2: {runs:?}"
     );
+    // The timeline trap: a backup of production (timeline 1) taken after that test copy
+    // branched off. Restored to the end of the archive along the newest timeline (2),
+    // PostgreSQL would stop with "requested timeline 2 is not a child of this server's
+    // history"; restore says so and follows timeline 1, which has production's rows.
+    pj(&cluster, &repo, "backup", &["--start-fast"]).ok();
+    let trap = cluster.new_dir("trap");
+    let mut a = args![
+        "restore",
+        "--stanza",
+        "main",
+        "--pg-path",
+        trap.display(),
+        "--archive-mode",
+        "off"
+    ];
+    a.extend(repo.args.iter().cloned());
+    let r = pgjet_ok(&a);
+    assert!(
+        r.stderr.contains("is not a child of this server's history")
+            && r.stderr.contains("recovery_target_timeline = 'current'"),
+        "restore must see the timeline trap:\n{r}"
+    );
+    let s = cluster.start_other(&trap, free_port());
+    s.wait_promoted(Duration::from_secs(120));
+    assert_eq!(
+        marks(&s),
+        "1,2,3,4,5,6",
+        "the trap restore holds production's rows"
+    );
+    // Without an archive to read, the restored cluster's log has none of archive-get's
+    // "not in the archive" lines (the normal end of recovery).
+    assert!(
+        !s.log_tail().contains("is not in the archive"),
+        "{}",
+        s.log_tail()
+    );
+    drop(s);
     // A partial segment (what a promoted standby archives for its old timeline's last
     // segment) is archived next to its segment and served back.
     let partial = dup.join(format!("{archive_start}.partial"));
@@ -956,12 +1015,14 @@ fn pg15_s3_async_archiving_outage_and_prefetch() {
 
     // The S3 server stops: pushes fail, PostgreSQL keeps the WAL; it comes back and the
     // queue drains.
+    let before = failed_archives(&cluster);
     repo.server.as_mut().unwrap().stop();
     for _ in 0..3 {
         cluster.psql("postgres", "INSERT INTO pgbench_history SELECT 1, 1, 1, 0, now() FROM generate_series(1, 1000); SELECT pg_switch_wal()");
     }
     wait_archiving_failed(
         &cluster,
+        before,
         "archiving did not fail while the S3 server was down",
     );
     repo.server.as_mut().unwrap().resume();

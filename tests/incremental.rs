@@ -131,7 +131,7 @@ fn take(
         let line = if kind == "diff" && r.stderr.contains("is larger than the data") {
             log_line(&r, "is larger than the data", &why)
         } else {
-            log_line(&r, "changed blocks; only they are read", &why)
+            log_line(&r, "only the blocks changed are read", &why)
         };
         step!("{label}: {line}");
     } else if transport == "libpq" && kind != "full" {

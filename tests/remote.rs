@@ -396,6 +396,15 @@ fn replica_across_the_link(r: &Remote, dir: &Path) -> Server {
     );
     let conf = fs::read_to_string(dir.join("postgresql.auto.conf")).unwrap();
     assert!(conf.contains("primary_slot_name = 'standby1'"), "{conf}");
+    if r.tls {
+        // The password came from the password file: like pg_basebackup -R, the standby's
+        // settings name that file and never hold the password itself.
+        assert!(!conf.contains(PASSWORD), "password copied:\n{conf}");
+        assert!(
+            conf.contains(&format!("passfile={}", r.passfile.display())),
+            "{conf}"
+        );
+    }
     let standby = r.start_copy(&r.lab.ns_b.clone(), dir);
     let streaming = wait_for(Duration::from_secs(60), || {
         let st = r.cluster.psql(
@@ -608,7 +617,7 @@ fn delta_onto_stale_standby_run(
         .unwrap_or("");
     step!("{listed}");
     assert_eq!(
-        listed.contains("list") && listed.contains("changed blocks"),
+        listed.contains("list") && listed.contains("block changes"),
         summaries,
         "WAL summaries used: expected {summaries}:\n{run}"
     );
@@ -639,6 +648,57 @@ fn delta_onto_stale_standby_run(
         );
     }
     (standby, run)
+}
+
+/// The README's re-sync of a standby made with `--slot standby1` (`replica-create --delta`
+/// without `--slot`), just run: the standby keeps its slot, its application_name, its port
+/// and its own settings, streams from `standby1`, and no slot is left that nothing uses.
+/// Run again as a user would, with `--slot standby1`: the slot is reused, not refused.
+fn resync_keeps_the_standby_and_its_slot(r: &Remote, dir: &Path, standby: Server) -> Server {
+    use pgjet::pgdata::own_settings::OwnSettings;
+    let check = |standby: &Server, what: &str| {
+        let own = OwnSettings::read(dir).unwrap();
+        assert_eq!(own.slot().as_deref(), Some("standby1"), "{what}: slot");
+        assert_eq!(own.get("port").as_deref(), Some("5499"), "{what}: port");
+        assert_eq!(
+            own.get("hot_standby_feedback").as_deref(),
+            Some("on"),
+            "{what}"
+        );
+        let ci = own.conninfo().expect("primary_conninfo");
+        assert_eq!(ci.get("application_name"), Some("standby1"), "{what}");
+        let streaming = wait_for(Duration::from_secs(60), || {
+            let v = r.cluster.psql(
+                "postgres",
+                "SELECT string_agg(slot_name || ':' || active, ',' ORDER BY slot_name) FROM pg_replication_slots",
+            );
+            (v == "standby1:true").then_some(())
+        });
+        assert!(
+            streaming.is_some(),
+            "{what}: the standby must stream from standby1, the only slot: {}\n{}",
+            r.cluster.psql(
+                "postgres",
+                "SELECT string_agg(slot_name || ':' || active, ',') FROM pg_replication_slots"
+            ),
+            standby.log_tail()
+        );
+        step!("{what}: the standby kept its settings and streams from slot standby1");
+    };
+    check(&standby, "re-sync without --slot");
+    let mut standby = standby;
+    standby.stop();
+    let run = r
+        .replica_create(dir, &["--delta", "--slot", "standby1"])
+        .ok();
+    log_line(
+        &run,
+        "is reused",
+        "the existing, unused slot must be reused",
+    );
+    let standby = r.start_copy(&r.lab.ns_b.clone(), dir);
+    check(&standby, "re-sync with --slot standby1");
+    standby
 }
 
 fn dataset(r: &Remote) {
@@ -710,7 +770,17 @@ fn remote_pg15_tls_replica_backup_delta_and_faults() {
     };
     standby_backup_with_the_primary_firewalled(&r, &standby_dir, &standby);
     backup_across_the_link(&r);
+    // The standby's own settings, as a DBA adds them: the re-sync must keep them.
+    fs::write(
+        standby_dir.join("postgresql.auto.conf"),
+        format!(
+            "{}hot_standby_feedback = 'on'\nport = '5499'\n",
+            fs::read_to_string(standby_dir.join("postgresql.auto.conf")).unwrap()
+        ),
+    )
+    .unwrap();
     let standby = delta_onto_stale_standby(&r, standby, full_bytes, false);
+    let standby = resync_keeps_the_standby_and_its_slot(&r, &standby_dir, standby);
 
     // An interrupted replica-create: killed mid-copy, it leaves no pg_control and no slot;
     // --delta then finishes the job.

@@ -428,6 +428,9 @@ fn storm(tag: &str, encrypted: bool, store: Store) {
     }
     let m = committed.load(Ordering::Relaxed);
     st.report.committed = m;
+    // PostgreSQL's archiver may wait a minute after failures (killed pushes): check
+    // fails at once on an archiver that is failing, so the backlog is archived first.
+    wait_queue_empty(&cluster, "the archive backlog after the storm");
     let r = pgjet_ok(&env.args("check", &args!["--archive-timeout", "120"]));
     step!(
         "check after the storm: {}",

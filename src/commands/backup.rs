@@ -10,6 +10,7 @@ use crate::error::Result;
 use crate::options::Settings;
 use crate::options::{BackupOptions, BackupType};
 use crate::pg::lsn::{self, Lsn};
+use crate::primary::archiving::{archive_command_line, backup_waits_for_archive, wait_for_archive};
 use crate::primary::repo_copy::{copy_ranges, copy_stream};
 use crate::primary::Copier;
 use crate::repo;
@@ -17,7 +18,6 @@ use crate::repo::incremental::Reference;
 use crate::repo::open::{open_other_stanzas, open_stanza};
 use crate::repo::resume::{self, JournalStart};
 use crate::repo::sink::RepoSink;
-use crate::repo::wal::wait_archived;
 use crate::repo::{ManifestHeader, StopInfo};
 use crate::transfer::Progress;
 use serde::Serialize;
@@ -60,15 +60,12 @@ pub fn run(s: &Settings, args: &BackupOptions, progress: &dyn Progress) -> Resul
     repo::check_same_cluster(&stanza_info, info.system_identifier, &info.major())?;
     // When the cluster archives WAL, the backup's WAL must reach the archive too (a
     // point-in-time recovery starts from it); the backup still holds its own WAL.
-    let archiving = sess.archiving()?;
-    // A standby archives only with archive_mode=always, and its last segment only once the
-    // primary moves on: its backup does not wait for the archive (it holds its own WAL).
-    let archive_check = s.archive.check && archiving.active() && !info.in_recovery;
-    if archiving.active() && info.in_recovery {
-        tracing::info!("backup of a standby: not waiting for the backup's WAL in the archive (the backup holds its own WAL)");
-    } else if archiving.active() && !s.archive.check {
-        tracing::info!("archive-check=n: not waiting for the backup's WAL in the archive");
-    }
+    let archive_check = backup_waits_for_archive(
+        &sess.archiving()?,
+        info,
+        s.archive.check,
+        &archive_command_line(s.config_file.as_deref(), stanza.name()),
+    )?;
     let lock = stanza.lock("backup")?;
     // The databases now: a diff or incr takes a database's blocks from its reference only
     // while the database is the same one (checked again after the copy).
@@ -208,7 +205,19 @@ pub fn run(s: &Settings, args: &BackupOptions, progress: &dyn Progress) -> Resul
     let (archive_start, archive_stop) = if archive_check {
         let first = lsn::wal_segment_name(tli, lsn::segno_of(start_lsn, seg_size), seg_size);
         let last = lsn::wal_segment_name(tli, lsn::prev_segno_of(stop_lsn, seg_size), seg_size);
-        let waited = wait_archived(&stanza, &last, s.archive.timeout)?;
+        // The copy's session has ended: the archiver is read on one of its own, opened
+        // only if the segment is late.
+        let mut side: Option<crate::pg::session::Session> = None;
+        let mut archiver = || match &side {
+            Some(x) => x.archiver(),
+            None => {
+                let x = crate::pg::session::Session::connect(&crate::primary::primary_target(s)?)?;
+                let a = x.archiver();
+                side = Some(x);
+                a
+            }
+        };
+        let waited = wait_for_archive(&mut archiver, &stanza, &last, s.archive.timeout, true)?;
         tracing::info!(
             "WAL segment {last} is in the archive (waited {waited:.1} s); the backup needs {first} to {last}"
         );

@@ -2,47 +2,10 @@
 use crate::error::{Error, Result};
 use crate::options::Settings;
 use crate::pg::session::{ServerInfo, Session};
+use crate::primary::archiving::{archive_command_line, check_archiving};
 use crate::primary::{check_pg_path, libpq_connections, local_data_directory, primary_target};
 use crate::repo;
 use crate::repo::open::open_stanzas;
-use crate::repo::wal::wait_archived;
-use crate::repo::Stanza;
-
-/// When the cluster archives WAL: writes a restore point, forces a WAL switch and waits (up
-/// to archive-timeout) until the completed segment is in every repository's archive, as
-/// pgBackRest's check does. Returns its lines.
-fn check_archiving(
-    s: &Settings,
-    sess: &Session,
-    info: &ServerInfo,
-    stanza: &str,
-    repos: &[Stanza],
-) -> Result<Vec<String>> {
-    let archiving = sess.archiving()?;
-    if !archiving.active() {
-        return Ok(vec![format!(
-            "WAL is not archived (archive_mode = {}{}): backups hold their own WAL; point-in-time recovery needs archive_command = 'pgjet --stanza={stanza} archive-push %p'",
-            archiving.mode,
-            if archiving.command.is_empty() && archiving.library.is_empty() { ", no archive_command" } else { "" }
-        )]);
-    }
-    if info.in_recovery {
-        return Ok(vec![
-            "the cluster is a standby: the WAL switch check runs on the primary".into(),
-        ]);
-    }
-    sess.create_restore_point("pgjet archive check")?;
-    let segment = sess.switch_wal()?;
-    let mut lines = Vec::new();
-    for st in repos {
-        let n = st.repo();
-        let waited = wait_archived(st, &segment, s.archive.timeout)?;
-        lines.push(format!(
-            "repo{n}: WAL segment {segment} (after pg_switch_wal) reached the archive in {waited:.1} s"
-        ));
-    }
-    Ok(lines)
-}
 
 /// What `check` found: a line per check, and the failure that ends it when a check failed
 /// after some lines were written (the caller prints the lines, then reports the failure).
@@ -155,7 +118,21 @@ pub fn run(s: &Settings) -> Result<Report> {
             st.check_writable()?;
             lines.push(format!("repo{n}: {} is writable", st.store().describe()));
         }
-        lines.extend(check_archiving(s, &sess, &info, stanza, &repos)?);
+        let (archive_lines, problem) = check_archiving(
+            &sess,
+            &info,
+            &repos,
+            s.archive.timeout,
+            &archive_command_line(s.config_file.as_deref(), stanza),
+        )?;
+        lines.extend(archive_lines);
+        if let Some(p) = problem {
+            sess.close();
+            return Ok(Report {
+                lines,
+                failure: Some(p),
+            });
+        }
     } else if s.source.is_none() {
         // Without --source, check is about a stanza: both are needed.
         s.stanza()?;

@@ -137,9 +137,14 @@ pub fn collect(s: &Settings) -> Result<Vec<StanzaView>> {
     }
     if let Some(name) = &s.stanza {
         if out.is_empty() {
+            let hint = match crate::repo::open::open_repos(s)?.first() {
+                Some((_, store)) => crate::repo::stanza::missing_stanza_hint(name, store),
+                None => format!("create it with `pgjet --stanza {name} stanza-create`"),
+            };
             return Err(Error::Repo(format!(
-                "stanza '{name}' does not exist in any configured repository; run `pgjet stanza-create` first"
-            )));
+                "stanza '{name}' does not exist in any configured repository"
+            ))
+            .with_hint(hint));
         }
     }
     for v in &mut out {

@@ -14,10 +14,12 @@ use crate::options::ReplicaOptions;
 use crate::options::Settings;
 use crate::pgdata::copy::{DeltaSince, DirTarget};
 use crate::pgdata::finish::{finish, Finish};
+use crate::pgdata::own_settings::OwnSettings;
 use crate::pgdata::standby::{
     finish_replica, source_as_given, standby_app_name, standby_lines, undo_failed_replica, Copied,
     ReplicaSummary,
 };
+use crate::pgdata::standby_slot::{plan_slot, settle_slot, StandbySlot};
 use crate::pgdata::{
     delta, parse_tablespace_map, plan_locations, remap_tablespace_map, set_mtimes,
     tablespace_locations,
@@ -66,15 +68,17 @@ pub fn run(s: &Settings, args: &ReplicaOptions, progress: &dyn Progress) -> Resu
     } else {
         plan_locations(&target, &tablespaces, &map)?
     };
-    if let Some(name) = &args.slot {
-        if primary.sess.slot_wal_status(name)?.is_some() {
-            return Err(Error::Unsafe(format!(
-                "replication slot {name} already exists on the primary; choose another --slot or drop it"
-            )));
-        }
-    }
+    // A re-synced standby keeps its own settings and slot (pgdata::own_settings).
+    let own = if delta {
+        OwnSettings::read(&target)?
+    } else {
+        OwnSettings::default()
+    };
+    let slot = plan_slot(&primary.sess, args.slot.as_deref(), own.slot().as_deref())?;
     let clock = Instant::now();
-    let app = standby_app_name(&given, args.slot.as_deref(), s.pg_port);
+    let slot_name = slot.as_ref().map(|p| p.name.as_str());
+    let app = standby_app_name(&given, &own, slot_name, s.pg_port);
+    let mut made = false;
     let res = copy_and_configure(
         s,
         args,
@@ -83,12 +87,17 @@ pub fn run(s: &Settings, args: &ReplicaOptions, progress: &dyn Progress) -> Resu
         &tablespaces,
         &map,
         locations,
-        &app,
+        &Standby {
+            app: &app,
+            slot: slot.as_ref(),
+            own: &own,
+        },
+        &mut made,
         delta,
         progress,
     );
     if let Err(e) = res {
-        undo_failed_replica(&primary.sess, args.slot.as_deref(), &target);
+        undo_failed_replica(&primary.sess, slot_name.filter(|_| made), &target);
         return Err(e);
     }
     let (size, same, copied_bytes) = res.unwrap_or((0, 0, 0));
@@ -105,12 +114,20 @@ pub fn run(s: &Settings, args: &ReplicaOptions, progress: &dyn Progress) -> Resu
         jobs,
         major: &major,
         local_dir: local_dir.as_deref(),
+        slot: slot_name,
     };
     Ok(ReplicaSummary {
         delta_same: delta.then_some(same),
         delta_copied: delta.then_some(copied_bytes),
         ..finish_replica(s, args, &copied, &conn, &app)?
     })
+}
+
+/// What the standby is called and keeps: its application_name, its slot, its own settings.
+struct Standby<'a> {
+    app: &'a str,
+    slot: Option<&'a StandbySlot>,
+    own: &'a OwnSettings,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -122,7 +139,8 @@ fn copy_and_configure(
     tablespaces: &[(u32, String, String)],
     map: &[(String, PathBuf)],
     locations: Vec<(u32, PathBuf)>,
-    app: &str,
+    standby: &Standby,
+    made: &mut bool,
     delta: bool,
     progress: &dyn Progress,
 ) -> Result<(u64, u64, u64)> {
@@ -162,14 +180,22 @@ fn copy_and_configure(
         },
         progress,
     )?;
-    if let Some(name) = &args.slot {
-        primary.sess.copy_slot_permanent(&bb.slot, name)?;
+    if let Some(slot) = standby.slot {
+        *made = settle_slot(&primary.sess, slot, &bb.slot, bb.start_lsn)?;
     }
     let (paths, mtimes): (Vec<PathBuf>, Vec<i64>) =
         std::mem::take(&mut dir.written).into_iter().unzip();
     set_mtimes(&paths, &mtimes)?;
 
-    let lines = standby_lines(s, args, &primary.target, app);
+    let lines = standby_lines(
+        s,
+        args,
+        &primary.target,
+        standby.app,
+        standby.slot.map(|p| p.name.as_str()),
+        standby.own,
+        &OwnSettings::read(target)?,
+    );
     let sync = dir
         .sync
         .take()

@@ -6,10 +6,12 @@
 use crate::error::{Error, Result};
 use crate::options::{ReplicaOptions, Settings};
 use crate::pgdata::finish::{finish, Finish};
+use crate::pgdata::own_settings::OwnSettings;
 use crate::pgdata::standby::{
     finish_replica, source_as_given, standby_app_name, standby_lines, undo_failed_replica, Copied,
     ReplicaSummary,
 };
+use crate::pgdata::standby_slot::{plan_slot, settle_slot};
 use crate::pgdata::stream::StreamDir;
 use crate::pgdata::{parse_tablespace_map, plan_locations, prepare_target};
 use crate::pgdata::{DataDirModes, TargetSync};
@@ -53,13 +55,9 @@ pub fn run(
     }
     let tablespaces = sess.tablespaces()?;
     plan_locations(&target, &tablespaces, &map)?;
-    if let Some(name) = &args.slot {
-        if sess.slot_wal_status(name)?.is_some() {
-            return Err(Error::Unsafe(format!(
-                "replication slot {name} already exists on the primary; choose another --slot or drop it"
-            )));
-        }
-    }
+    let slot = plan_slot(&sess, args.slot.as_deref(), None)?;
+    let slot_name = slot.as_ref().map(|p| p.name.as_str());
+    let mut made = false;
     let r = sess.query_row("read data_directory_mode", "SHOW data_directory_mode")?;
     let dir_mode = r
         .first()
@@ -69,7 +67,8 @@ pub fn run(
         .unwrap_or(0o700)
         & 0o777;
     let clock = Instant::now();
-    let app = standby_app_name(&given, args.slot.as_deref(), s.pg_port);
+    let none = OwnSettings::default();
+    let app = standby_app_name(&given, &none, slot_name, s.pg_port);
     let opts = StreamOptions {
         label: format!("pgjet replica-create {}", target.display()),
         fast: args.start_fast,
@@ -96,8 +95,8 @@ pub fn run(
         progress.finish();
         let sb = streamed?;
         written?;
-        if let Some(name) = &args.slot {
-            sess.copy_slot_permanent(&sb.slot, name)?;
+        if let Some(slot) = &slot {
+            made = settle_slot(&sess, slot, &sb.slot, sb.outcome.start_lsn)?;
         }
         let d = &sb.outcome.decoded;
         let label = d
@@ -113,7 +112,7 @@ pub fn run(
                 backup_label: label,
                 tablespace_map: None,
                 replace_recovery_settings: Some("pgjet replica-create".into()),
-                auto_conf: standby_lines(s, args, &conn, &app),
+                auto_conf: standby_lines(s, args, &conn, &app, slot_name, &none, &none),
                 signal: Some("standby.signal"),
             },
             // The server's manifest, so pg_verifybackup checks the new directory.
@@ -138,7 +137,7 @@ pub fn run(
     let (size, wire, codec) = match res {
         Ok(v) => v,
         Err(e) => {
-            undo_failed_replica(&sess, args.slot.as_deref(), &target);
+            undo_failed_replica(&sess, slot_name.filter(|_| made), &target);
             return Err(e);
         }
     };
@@ -152,6 +151,7 @@ pub fn run(
         jobs: s.jobs,
         major: &major,
         local_dir: None,
+        slot: slot_name,
     };
     Ok(ReplicaSummary {
         wire_bytes: Some(wire),

@@ -84,25 +84,14 @@ pub fn run(s: &Settings, args: &RestoreOptions, progress: &dyn Progress) -> Resu
         }
     }
     recovery::check_gaps(args.restore_type, &target, &scan.summary, &gaps)?;
-    if matches!(
-        target,
-        recovery::Target::Time(..) | recovery::Target::Lsn(_) | recovery::Target::Xid(_)
-    ) {
-        let seg_size = scan.summary.header.wal_segment_size;
-        let view = crate::pgdata::pitr::ArchiveView::read(&open_stanzas(s)?, seg_size)?;
-        let from = crate::pgdata::pitr::FromBackup {
-            timeline: scan.summary.end.stop.timeline,
-            stop_lsn: scan.summary.end.stop.stop_lsn,
-            seg_size,
-        };
-        crate::pgdata::pitr::check(&from, &target, args.target_timeline.as_deref(), &view)
-            .map_err(|why| {
-                Error::Config(format!(
-                    "the recovery target {} cannot be reached from backup {label}: {why}",
-                    args.target.as_deref().unwrap_or("")
-                ))
-            })?;
-    }
+    crate::pgdata::pitr::check_timelines(
+        &open_stanzas(s)?,
+        &scan.summary,
+        &label,
+        &target,
+        args,
+        &mut recovery,
+    )?;
     if matches!(target, recovery::Target::Immediate) && recovery::is_standby_backup(&scan.summary) {
         recovery.replay_own_wal_only();
         tracing::info!(

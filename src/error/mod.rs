@@ -81,6 +81,10 @@ pub enum Error {
     /// Anything else, with its context.
     #[error("{0}")]
     Other(String),
+    /// An error whose raiser knows the fix better than its kind's hint: it prints, exits and
+    /// classifies as `error`, and [`Error::hint`] is `hint` (see [`Error::with_hint`]).
+    #[error("{error}")]
+    Hinted { error: Box<Error>, hint: String },
 }
 
 /// Why a storage request failed, in the terms that decide what the user does next.
@@ -145,6 +149,27 @@ fn shown_names(files: &[String]) -> String {
 }
 
 impl Error {
+    /// This error with `hint` (the fix, without "HINT: ") instead of its kind's.
+    pub fn with_hint(self, hint: impl Into<String>) -> Error {
+        let error = match self {
+            Error::Hinted { error, .. } => error,
+            e => Box::new(e),
+        };
+        Error::Hinted {
+            error,
+            hint: hint.into(),
+        }
+    }
+
+    /// The error under any hint given by [`Error::with_hint`]: what callers that act on
+    /// the kind look at.
+    pub fn kind(&self) -> &Error {
+        match self {
+            Error::Hinted { error, .. } => error.kind(),
+            e => e,
+        }
+    }
+
     /// Wraps an I/O error with the operation and path it concerns.
     pub fn io(op: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Error {
         Error::Io {
@@ -166,7 +191,7 @@ impl Error {
     /// True when a file or object that was asked for does not exist (posix ENOENT, an object
     /// store's 404).
     pub fn is_not_found(&self) -> bool {
-        match self {
+        match self.kind() {
             Error::Io { source, .. } => source.kind() == std::io::ErrorKind::NotFound,
             Error::Storage { fault, .. } => *fault == StorageFault::NotFound,
             _ => false,
@@ -175,7 +200,7 @@ impl Error {
 
     /// True when the error is the disk running out of space (ENOSPC or EDQUOT).
     pub fn is_disk_full(&self) -> bool {
-        matches!(self, Error::Io { source, .. }
+        matches!(self.kind(), Error::Io { source, .. }
             if matches!(source.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT)))
     }
 
@@ -183,8 +208,9 @@ impl Error {
     /// cause of a query error): what `pgjet: ERROR:` prints, and what a log line that
     /// explains a fallback should say.
     pub fn with_causes(&self) -> String {
-        let mut msg = self.to_string();
-        let mut src = std::error::Error::source(self);
+        let inner = self.kind();
+        let mut msg = inner.to_string();
+        let mut src = std::error::Error::source(inner);
         while let Some(s) = src {
             let t = s.to_string();
             if !msg.contains(&t) {
@@ -203,6 +229,7 @@ impl Error {
     /// ([`crate::error::tls::tls_error_in`]).
     pub fn hint(&self) -> String {
         match self {
+            Error::Hinted { hint, .. } => format!("HINT: {hint}"),
             Error::Config(_) => "HINT: check the flags, the PGJET_* environment and the config file (--config).".into(),
             Error::Connect { source, .. } => match crate::error::tls::tls_error_in(source) {
                 Some(tls) => format!(
@@ -212,6 +239,9 @@ impl Error {
                 ),
                 None => match source.as_db_error() {
                     Some(d) => connect_refused_hint(d.code().code(), d.message()),
+                    // tokio-postgres's own words when the server asks for a password and the
+                    // client has none (its Error::config("password missing")).
+                    None if source.to_string().contains("password missing") => "HINT: the server asks for a password and none was found: put it in the password file (~/.pgpass, or the file PGPASSFILE or passfile= names, mode 0600, a line host:port:database:user:password), in PGPASSWORD, or as password= in --source.".into(),
                     None => "HINT: is the cluster running? Check --pg-port, --pg-socket-path, --pg-user (or --source) and pg_hba.conf.".into(),
                 },
             },
@@ -243,6 +273,7 @@ impl Error {
     /// 1 anything else.
     pub fn exit_code(&self) -> i32 {
         match self {
+            Error::Hinted { error, .. } => error.exit_code(),
             Error::Config(_) => 2,
             Error::Connect { .. }
             | Error::Query { .. }

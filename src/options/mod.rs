@@ -225,7 +225,7 @@ impl Settings {
     pub fn stanza(&self) -> Result<&str> {
         self.stanza
             .as_deref()
-            .ok_or_else(|| Error::Config("--stanza is required".into()))
+            .ok_or_else(|| Error::Config(format!("--stanza is required; {}", self.config_note())))
     }
 
     /// The repository a command uses: `--repo N`, else the first configured one.
@@ -244,11 +244,26 @@ impl Settings {
                     ))
                 }),
             None => self.repos.first().map(|(k, c)| (*k, c)).ok_or_else(|| {
-                Error::Config(
-                    "no repository configured: --repo-path is required (or repo-type=s3|gcs|azure|sftp with its options)"
-                        .into(),
-                )
+                Error::Config(format!(
+                    "no repository configured: --repo-path is required (or repo-type=s3|gcs|azure|sftp with its options); {}",
+                    self.config_note()
+                ))
+                .with_hint(format!(
+                    "set repo1-path (or repo1-type and its options) in the config file; a command PostgreSQL runs (archive_command, restore_command) has none of your shell's PGJET_* variables, so give it the file: archive_command = 'pgjet --config {} --stanza=NAME archive-push %p'",
+                    self.config_file.as_deref().map(|p| p.display().to_string()).unwrap_or_else(|| "/path/to/pgjet.conf".into())
+                ))
             }),
+        }
+    }
+
+    /// Which config file was read, for messages: "config file F read", or that the
+    /// default one does not exist.
+    pub fn config_note(&self) -> String {
+        match &self.config_file {
+            Some(p) => format!("config file {} read", p.display()),
+            None => format!(
+                "no config file read ({DEFAULT_CONFIG} does not exist; --config FILE or PGJET_CONFIG names another)"
+            ),
         }
     }
 
@@ -256,7 +271,7 @@ impl Settings {
     pub fn pg_path(&self) -> Result<&Path> {
         self.pg_path
             .as_deref()
-            .ok_or_else(|| Error::Config("--pg-path is required".into()))
+            .ok_or_else(|| Error::Config(format!("--pg-path is required; {}", self.config_note())))
     }
 
     /// The repository options restore_command carries, as `--name=value` words: repository

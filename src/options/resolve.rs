@@ -7,7 +7,9 @@
 //!   error saying where it is read instead;
 //! - in the file or the environment, an option that does not apply to the command is
 //!   ignored without a word (one config file serves every command); one that applies but
-//!   is not read from there (a command-line-only option such as `start-fast`) is a warning;
+//!   is not read from there (a command-line-only option such as `--set`) is a warning; a
+//!   command's own option that pgBackRest users keep in the file (`start-fast`, `delta`,
+//!   `archive-mode`, ...) is read from it when the command line does not give it;
 //! - an unknown key (any section) or `PGJET_*` variable: a warning naming it and where;
 //! - a pgBackRest option pgjet does not implement, in a section that applies to this
 //!   stanza (`[global]`, `[global:*]`, `[<stanza>]`, `[<stanza>:*]`) or the environment:
@@ -311,10 +313,11 @@ where
         warnings: warnings.clone(),
         cmd: named,
     };
-    let parsed = cli::from_matches(&m).map_err(|e| fail(e, &warnings))?;
+    let mut parsed = cli::from_matches(&m).map_err(|e| fail(e, &warnings))?;
     let cmd = table::command_def(parsed.cmd).options_of;
     let settings = resolve_settings(Some(cmd), &parsed.values, env, &mut warnings)
         .map_err(|e| fail(e, &warnings))?;
+    command_values_from_file(cmd, &mut parsed.values, env).map_err(|e| fail(e, &warnings))?;
     let command =
         build_command(parsed.cmd, &parsed.values, &parsed.args).map_err(|e| fail(e, &warnings))?;
     Ok(Invocation {
@@ -430,6 +433,70 @@ pub fn resolve_settings(
         )?
         .max(1 << 20),
     })
+}
+
+/// Adds to `cli` the command options of `cmd` read from the command line, else the config
+/// file ([`table::CLI_FILE`]: `start-fast=y`, `delta=y`, ...) that the command line does
+/// not give, from the first section that has them (a list option takes every line of that
+/// section). A switch is added only when the file's value is true.
+///
+/// Errors: a switch whose value is not a boolean (y/n, true/false, on/off, 1/0), naming
+/// the file and section.
+fn command_values_from_file(cmd: Cmd, cli: &mut CliValues, env: &dyn Env) -> Result<()> {
+    let Some(file) = read_config_file(cli, env)? else {
+        return Ok(());
+    };
+    let mut src = Sources {
+        cmd: Some(cmd),
+        cli,
+        env,
+        file: Some(file),
+        stanza: None,
+    };
+    src.stanza = src.get("stanza")?.map(|f| f.value);
+    let mut add: Vec<(&'static str, Vec<String>)> = Vec::new();
+    for def in OPTIONS.iter().filter(|d| {
+        d.command_specific()
+            && d.places.file
+            && d.commands.contains(cmd)
+            && !src.cli.contains_key(d.name)
+    }) {
+        let Some(f) = &src.file else { break };
+        for section in src.sections() {
+            let Some(props) = f.ini.section(Some(section.as_str())) else {
+                continue;
+            };
+            let values: Vec<String> = def
+                .spellings()
+                .flat_map(|k| props.get_all(k))
+                .map(str::to_string)
+                .collect();
+            let Some(last) = values.last() else {
+                continue;
+            };
+            if def.kind == table::Kind::Switch {
+                let on = crate::options::parse_bool(def.name, last).map_err(|e| {
+                    Error::Config(format!(
+                        "config file {}, section [{section}]: {e}",
+                        f.path.display()
+                    ))
+                })?;
+                if on {
+                    add.push((def.name, vec![String::new()]));
+                }
+            } else if def.kind == table::Kind::List {
+                add.push((def.name, values));
+            } else {
+                add.push((def.name, vec![last.clone()]));
+            }
+            break;
+        }
+    }
+    drop(src);
+    for (name, v) in add {
+        cli.insert(name.to_string(), v);
+    }
+    Ok(())
 }
 
 /// The options given as flags or environment variables, secrets left out, in table order.

@@ -228,6 +228,14 @@ pub const CLI_ONLY: Places = Places {
     env: false,
     file: false,
 };
+/// The command line, else the config file: a command's own option that pgBackRest users
+/// keep in their file (`start-fast=y`, `delta=y`, `archive-mode=off`, `recovery-option`,
+/// `tablespace-map`; pgBackRest's config.yaml gives them `section: global`).
+pub const CLI_FILE: Places = Places {
+    cli: true,
+    env: false,
+    file: true,
+};
 /// The environment only: tuning variables for measurements, read where they are used.
 pub const ENV_ONLY: Places = Places {
     cli: false,
@@ -304,7 +312,7 @@ impl OptionDef {
     /// True when a command-specific option (read from the command line only, defined per
     /// command; several commands may have one of the same name).
     pub fn command_specific(&self) -> bool {
-        self.places == CLI_ONLY
+        self.heading == H_COMMAND && self.places.cli && !self.places.env
     }
 
     /// True when restore_command carries this option as a flag when it was given as a flag
@@ -432,6 +440,22 @@ const fn cmd_opt(
         places: CLI_ONLY,
         secret: false,
         repo: false,
+    }
+}
+
+/// An option of one or more commands, read from the command line, else the config file
+/// ([`CLI_FILE`]).
+const fn file_cmd_opt(
+    name: &'static str,
+    kind: Kind,
+    value_name: &'static str,
+    default: Option<&'static str>,
+    commands: Cmds,
+    help: &'static str,
+) -> OptionDef {
+    OptionDef {
+        places: CLI_FILE,
+        ..cmd_opt(name, kind, value_name, default, commands, help)
     }
 }
 
@@ -1112,7 +1136,7 @@ pub const OPTIONS: &[OptionDef] = &[
         BACKUP,
         "Backup type",
     ),
-    cmd_opt(
+    file_cmd_opt(
         "start-fast",
         Kind::Switch,
         "",
@@ -1203,7 +1227,7 @@ pub const OPTIONS: &[OptionDef] = &[
         RESTORE,
         "Timeline to recover along: current, latest (PostgreSQL's default) or a number",
     ),
-    cmd_opt(
+    file_cmd_opt(
         "recovery-option",
         Kind::List,
         "KEY=VALUE",
@@ -1211,7 +1235,7 @@ pub const OPTIONS: &[OptionDef] = &[
         RESTORE,
         "A recovery setting KEY=VALUE for postgresql.auto.conf (repeatable); replaces the one pgjet would write, e.g. restore_command=...",
     ),
-    cmd_opt(
+    file_cmd_opt(
         "tablespace-map",
         Kind::List,
         "ID=DIR",
@@ -1219,7 +1243,7 @@ pub const OPTIONS: &[OptionDef] = &[
         RESTORE,
         "Restore tablespace ID (OID or name) into DIR instead of its original location",
     ),
-    cmd_opt(
+    file_cmd_opt(
         "archive-mode",
         Kind::Choice(ARCHIVE_MODES),
         "ARCHIVE_MODE",
@@ -1227,7 +1251,7 @@ pub const OPTIONS: &[OptionDef] = &[
         RESTORE,
         "`off` sets archive_mode = off in the restored cluster, so a copy of production does not archive into production's WAL archive; `preserve` (default) keeps the setting",
     ),
-    cmd_opt(
+    file_cmd_opt(
         "delta",
         Kind::Switch,
         "",
@@ -1261,7 +1285,7 @@ pub const OPTIONS: &[OptionDef] = &[
         REPLICA,
         "Create this permanent physical replication slot on the primary and use it",
     ),
-    cmd_opt(
+    file_cmd_opt(
         "start-fast",
         Kind::Switch,
         "",

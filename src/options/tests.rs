@@ -343,12 +343,86 @@ fn an_option_that_does_not_apply_is_refused_on_the_command_line_only() {
     )
     .unwrap();
     assert!(i.warnings.is_empty(), "{:?}", i.warnings);
+    // A command option pgBackRest users keep in the file (start-fast=y) is read from it.
+    let i = parse(&["--config", &f, "backup"], &[]).unwrap();
+    assert!(i.warnings.is_empty(), "{:?}", i.warnings);
+    assert!(
+        matches!(&i.command, Command::Backup(b) if b.start_fast),
+        "{:?}",
+        i.command
+    );
     // A command-line-only option of this command found in the file is said to be ignored.
+    let f = conf(
+        &dir,
+        "[global]
+type=incr
+",
+    );
     let i = parse(&["--config", &f, "backup"], &[]).unwrap();
     assert_eq!(i.warnings.len(), 1, "{:?}", i.warnings);
     assert!(
-        i.warnings[0].contains("start-fast")
-            && i.warnings[0].contains("only from the command line")
+        i.warnings[0].contains("type") && i.warnings[0].contains("only from the command line"),
+        "{:?}",
+        i.warnings
+    );
+}
+
+#[test]
+fn command_options_pgbackrest_users_keep_in_the_file_are_read_from_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = conf(
+        &dir,
+        "[global]\nstart-fast=n\n[global:backup]\nstart-fast=y\n\
+         [main]\ndelta=y\narchive-mode=off\nrecovery-option=recovery_min_apply_delay=5min\n\
+         recovery-option=primary_conninfo=host=x\n",
+    );
+    // [global:backup] wins over [global].
+    let i = parse(&["--config", &f, "--stanza", "main", "backup"], &[]).unwrap();
+    assert!(
+        matches!(&i.command, Command::Backup(b) if b.start_fast),
+        "{:?}",
+        i.command
+    );
+    // replica-create reads [global]'s start-fast=n.
+    let i = parse(&["--config", &f, "replica-create"], &[]).unwrap();
+    assert!(
+        matches!(&i.command, Command::ReplicaCreate(r) if !r.start_fast),
+        "{:?}",
+        i.command
+    );
+    // restore: delta, archive-mode and every recovery-option line of the stanza's section.
+    let i = parse(&["--config", &f, "--stanza", "main", "restore"], &[]).unwrap();
+    assert!(i.warnings.is_empty(), "{:?}", i.warnings);
+    let Command::Restore(r) = &i.command else {
+        panic!("{:?}", i.command)
+    };
+    assert!(r.delta);
+    assert_eq!(r.archive_mode, ArchiveMode::Off);
+    assert_eq!(
+        r.recovery_option,
+        ["recovery_min_apply_delay=5min", "primary_conninfo=host=x"]
+    );
+    // The command line wins.
+    let i = parse(
+        &[
+            "--config",
+            &f,
+            "--stanza",
+            "main",
+            "restore",
+            "--archive-mode",
+            "preserve",
+        ],
+        &[],
+    )
+    .unwrap();
+    assert!(matches!(&i.command, Command::Restore(r) if r.archive_mode == ArchiveMode::Preserve));
+    // A value that is not a boolean names the file and section.
+    let f = conf(&dir, "[global]\nstart-fast=maybe\n");
+    let (e, _) = config_error(parse(&["--config", &f, "backup"], &[]));
+    assert!(
+        e.contains("section [global]") && e.contains("start-fast"),
+        "{e}"
     );
 }
 

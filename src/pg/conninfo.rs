@@ -141,8 +141,9 @@ pub struct ConnTarget {
     pub ssl_mode: SslMode,
     /// A rustls client configuration when TLS may be used (sslmode other than disable).
     pub tls: Option<Arc<rustls::ClientConfig>>,
-    /// The effective parameters (connection string, then environment, then defaults and
-    /// the password file), for primary_conninfo of a standby.
+    /// The effective parameters (connection string, then environment, then defaults), for
+    /// primary_conninfo of a standby. A password found in the password file is not one of
+    /// them (it is in `config` only), as libpq's PQconninfo, which pg_basebackup -R writes.
     pub effective: ConnInfo,
     /// `host=... port=... user=...`, for messages (never the password).
     pub describe: String,
@@ -222,11 +223,21 @@ impl ConnInfo {
         let user = p.get("user").cloned().unwrap_or_default();
         let dbname = p.get("dbname").cloned().unwrap_or_default();
         let home = env("HOME").map(PathBuf::from);
-        if !p.contains_key("password") {
-            if let Some(pw) = password_from_file(p, home.as_deref(), &host, &port, &dbname, &user) {
-                p.insert("password".into(), pw);
-            }
-        }
+        // A password from the password file authenticates this connection only: it is not
+        // an effective parameter, so primary_conninfo never carries it (libpq keeps it
+        // apart from conn->pgpass, and pg_basebackup -R writes PQconninfo's, see
+        // PostgreSQL src/interfaces/libpq/fe-connect.c and src/fe_utils/recovery_gen.c).
+        // The file it came from is named instead (`passfile`), as PQconninfo names it, so a
+        // standby reads the same file.
+        let password = match p.get("password") {
+            Some(pw) => Some(pw.clone()),
+            None => password_from_file(p, home.as_deref(), &host, &port, &dbname, &user).map(
+                |(file, pw)| {
+                    p.insert("passfile".into(), file.display().to_string());
+                    pw
+                },
+            ),
+        };
         let ssl_mode = match p.get("sslmode") {
             Some(m) => SslMode::parse(m)?,
             None if p.get("requiressl").map(String::as_str) == Some("1") => SslMode::Require,
@@ -236,7 +247,7 @@ impl ConnInfo {
         let mut c = tokio_postgres::Config::new();
         set_addresses(&mut c, p, &host, &port)?;
         c.user(&user).dbname(&dbname);
-        if let Some(pw) = p.get("password") {
+        if let Some(pw) = &password {
             c.password(pw.as_bytes());
         }
         if let Some(a) = p.get("application_name") {
@@ -287,9 +298,9 @@ fn fill_defaults(
     p.remove("fallback_application_name");
 }
 
-/// The password for (host, port, dbname, user) from the password file (`passfile`, else
-/// `~/.pgpass`); a socket directory or an empty host is looked up as `localhost`, as libpq
-/// does.
+/// The password file that holds a password for (host, port, dbname, user) (`passfile`,
+/// else `~/.pgpass`), and that password; a socket directory or an empty host is looked up
+/// as `localhost`, as libpq does.
 fn password_from_file(
     p: &BTreeMap<String, String>,
     home: Option<&Path>,
@@ -297,7 +308,7 @@ fn password_from_file(
     port: &str,
     dbname: &str,
     user: &str,
-) -> Option<String> {
+) -> Option<(PathBuf, String)> {
     let file = p
         .get("passfile")
         .map(PathBuf::from)
@@ -307,7 +318,9 @@ fn password_from_file(
     } else {
         host
     };
-    file.and_then(|f| pgpass_lookup(&f, lookup_host, port, dbname, user))
+    let file = file?;
+    let pw = pgpass_lookup(&file, lookup_host, port, dbname, user)?;
+    Some((file, pw))
 }
 
 /// Sets the hosts (socket directories or names), the hostaddr IP addresses and the ports,
@@ -953,7 +966,20 @@ mod tests {
         ))
         .unwrap();
         let t = ci.resolve(&no_env, "pgjet").unwrap();
-        assert_eq!(t.effective.get("password"), Some("pw"));
+        assert_eq!(t.config.get_password(), Some(&b"pw"[..]));
+        // ... but it is not an effective parameter: primary_conninfo never carries it, only
+        // the file's name.
+        assert_eq!(t.effective.get("password"), None);
+        assert_eq!(t.effective.get("passfile"), Some(f.to_str().unwrap()));
+        // A password in the connection string is one (pg_basebackup -R writes it).
+        let ci = ConnInfo::parse(&format!(
+            "host=h port=1 dbname=d user=u password=given passfile={}",
+            f.display()
+        ))
+        .unwrap();
+        let t = ci.resolve(&no_env, "pgjet").unwrap();
+        assert_eq!(t.config.get_password(), Some(&b"given"[..]));
+        assert_eq!(t.effective.get("password"), Some("given"));
     }
 
     #[test]

@@ -353,6 +353,29 @@ impl Session {
             .and_then(|r| r.into_iter().next().flatten()))
     }
 
+    /// Slot `name` as pg_replication_slots shows it (a view every role may read); None
+    /// when there is no such slot.
+    pub fn slot_state(&self, name: &str) -> Result<Option<SlotState>> {
+        let rows = self.query_strings(
+            "read slot state",
+            &format!(
+                "SELECT slot_type, active_pid, coalesce(wal_status, 'reserved'), restart_lsn \
+                 FROM pg_replication_slots WHERE slot_name = {}",
+                quote_literal(name)
+            ),
+        )?;
+        let Some(r) = rows.into_iter().next() else {
+            return Ok(None);
+        };
+        let col = |i: usize| r.get(i).cloned().flatten();
+        Ok(Some(SlotState {
+            physical: col(0).as_deref() == Some("physical"),
+            active_pid: col(1).and_then(|p| p.parse().ok()),
+            wal_status: col(2).unwrap_or_default(),
+            restart_lsn: col(3).and_then(|l| l.parse().ok()),
+        }))
+    }
+
     /// Makes permanent slot `dst` as a copy of `src`, keeping its restart LSN
     /// (pg_copy_physical_replication_slot, PostgreSQL 12+).
     pub fn copy_slot_permanent(&self, src: &str, dst: &str) -> Result<()> {
@@ -453,6 +476,26 @@ impl Session {
         })
     }
 
+    /// The archiver's statistics (pg_stat_archiver, readable by every role; PostgreSQL
+    /// src/backend/utils/activity/pgstat_archiver.c).
+    pub fn archiver(&self) -> Result<ArchiverStats> {
+        let r = self.query_row(
+            "read pg_stat_archiver",
+            "SELECT failed_count, coalesce(last_failed_wal, ''), \
+             coalesce(last_failed_time::text, ''), coalesce(last_archived_wal, ''), \
+             coalesce(last_failed_time > coalesce(last_archived_time, '-infinity'), false) \
+             FROM pg_stat_archiver",
+        )?;
+        let col = |i: usize| r.get(i).cloned().flatten().unwrap_or_default();
+        Ok(ArchiverStats {
+            failed_count: col(0).parse().unwrap_or(0),
+            last_failed_wal: col(1),
+            last_failed_time: col(2),
+            last_archived_wal: col(3),
+            failing: col(4) == "t",
+        })
+    }
+
     /// Writes a restore point (`pg_create_restore_point(name)`) and returns its LSN.
     pub fn create_restore_point(&self, name: &str) -> Result<Lsn> {
         let r = self.query_row(
@@ -514,6 +557,34 @@ pub async fn open_client(
             Ok((client, task))
         }
     }
+}
+
+/// What pg_stat_archiver says of the archiver.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ArchiverStats {
+    /// Failed archive_command runs since the statistics were reset.
+    pub failed_count: u64,
+    /// The WAL file of the last failure, and when (empty: none).
+    pub last_failed_wal: String,
+    pub last_failed_time: String,
+    /// The last WAL file archived (empty: none).
+    pub last_archived_wal: String,
+    /// The last failure is newer than the last success: the archiver is failing now.
+    pub failing: bool,
+}
+
+/// One replication slot's state (pg_replication_slots; PostgreSQL
+/// src/backend/catalog/system_views.sql).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlotState {
+    /// `slot_type` is `physical` (else logical).
+    pub physical: bool,
+    /// The PID of the process using it (a walsender), None when inactive.
+    pub active_pid: Option<i32>,
+    /// reserved, extended, unreserved or lost.
+    pub wal_status: String,
+    /// The oldest WAL it holds; None once invalidated.
+    pub restart_lsn: Option<Lsn>,
 }
 
 fn parse_lsn(s: Option<String>) -> Result<Lsn> {

@@ -85,7 +85,7 @@ impl DeltaSince<'_> {
                     ),
                 };
                 tracing::info!(
-                    "delta: WAL summaries from the target's redo point {} to {start_lsn}{along} list {} changed blocks; the rest of the relation files is neither read nor compared",
+                    "delta: WAL summaries from the target's redo point {} to {start_lsn}{along} list {} block changes (a block changed twice counts twice); the rest of the relation files is neither read nor compared",
                     self.point.redo,
                     c.blocks
                 );

@@ -104,7 +104,7 @@ pub fn finish(
 
 /// The setting a postgresql.auto.conf line sets, when it sets one: `name = value` or
 /// `name value` (PostgreSQL's configuration file syntax, guc-file.l), name lower-cased.
-fn setting_name(line: &str) -> Option<String> {
+pub(crate) fn setting_name(line: &str) -> Option<String> {
     let t = line.trim_start();
     if t.is_empty() || t.starts_with('#') {
         return None;

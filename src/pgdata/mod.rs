@@ -12,10 +12,12 @@
 pub mod copy;
 pub mod delta;
 pub mod finish;
+pub mod own_settings;
 pub mod pitr;
 pub mod recovery;
 pub mod restore;
 pub mod standby;
+pub mod standby_slot;
 pub mod stream;
 
 use crate::error::{Error, Result};
@@ -33,6 +35,10 @@ pub fn check_empty_target(dir: &Path, what: &str) -> Result<()> {
         return Err(Error::Unsafe(format!(
             "{what} {} holds a postmaster.pid: a cluster may be running there; pgjet will not write over it",
             dir.display()
+        ))
+        .with_hint(format!(
+            "stop that cluster first (pg_ctl stop -D {}); then --delta writes only what differs into it, if it is a copy of the same cluster",
+            dir.display()
         )));
     }
     match fs::read_dir(dir) {
@@ -41,7 +47,8 @@ pub fn check_empty_target(dir: &Path, what: &str) -> Result<()> {
                 return Err(Error::Unsafe(format!(
                     "{what} {} is not empty",
                     dir.display()
-                )));
+                ))
+                .with_hint("to bring an existing copy of the same cluster up to date, add --delta (only what differs is written); otherwise choose an empty directory, or empty this one"));
             }
             Ok(())
         }

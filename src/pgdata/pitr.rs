@@ -107,6 +107,52 @@ impl ArchiveView {
     }
 }
 
+/// The timeline checks of a restore of backup `label` (summary `summary`) from `stanzas`,
+/// before anything is copied: a time, LSN or transaction target must be reachable along
+/// the timeline recovery follows ([`check`], refused with the `--target-timeline` values
+/// that work); any other restore that recovers from the archive without a
+/// `--target-timeline` is kept out of the timeline trap ([`timeline_trap`]: the timeline
+/// that works is written into `plan`, with a warning).
+///
+/// Errors: [`Error::Config`] for an unreachable target; the stores'.
+pub fn check_timelines(
+    stanzas: &[crate::repo::Stanza],
+    summary: &crate::repo::BackupSummary,
+    label: &str,
+    target: &Target,
+    args: &crate::options::RestoreOptions,
+    plan: &mut super::recovery::RecoveryPlan,
+) -> crate::error::Result<()> {
+    let from = FromBackup {
+        timeline: summary.end.stop.timeline,
+        stop_lsn: summary.end.stop.stop_lsn,
+        seg_size: summary.header.wal_segment_size,
+    };
+    if matches!(target, Target::Time(..) | Target::Lsn(_) | Target::Xid(_)) {
+        let view = ArchiveView::read(stanzas, from.seg_size)?;
+        return check(&from, target, args.target_timeline.as_deref(), &view).map_err(|why| {
+            crate::error::Error::Config(format!(
+                "the recovery target {} cannot be reached from backup {label}: {why}",
+                args.target.as_deref().unwrap_or("")
+            ))
+        });
+    }
+    if plan.signal.is_none() || plan.sets("recovery_target_timeline") {
+        return Ok(());
+    }
+    let view = read_histories(stanzas, from.timeline)?;
+    if let Some((tli, why)) = timeline_trap(&from, &view) {
+        let v = if tli == from.timeline {
+            "current".to_string()
+        } else {
+            tli.to_string()
+        };
+        tracing::warn!("{why}; recovery_target_timeline = '{v}' is written instead, the newest timeline backup {label} can follow (--target-timeline chooses another)");
+        plan.follow_timeline(&v);
+    }
+    Ok(())
+}
+
 /// The backup being restored, as the checks see it.
 pub struct FromBackup {
     pub timeline: u32,
@@ -129,34 +175,14 @@ pub fn check(
         return Ok(());
     }
     let followed = match target_timeline.map(str::trim) {
-        None | Some("latest") => {
-            let mut t = b.timeline;
-            while a.histories.contains_key(&(t + 1)) {
-                t += 1;
-            }
-            t
-        }
+        None | Some("latest") => newest_timeline(b.timeline, a),
         Some("current") => b.timeline,
         Some(n) => n
             .parse()
             .map_err(|_| format!("--target-timeline '{n}' is not a number"))?,
     };
-    // The LSN where the followed path leaves the backup's timeline (None: it stays on it).
-    let ancestors = |tli: u32| -> Vec<(u32, Lsn)> {
-        a.histories
-            .get(&tli)
-            .map(|h| parse_history(h))
-            .unwrap_or_default()
-    };
-    let leaves_at = |tli: u32| -> Option<Option<Lsn>> {
-        if tli == b.timeline {
-            return Some(None);
-        }
-        ancestors(tli)
-            .into_iter()
-            .find(|(p, _)| *p == b.timeline)
-            .map(|(_, s)| Some(s))
-    };
+    let ancestors = |tli: u32| ancestors(a, tli);
+    let leaves_at = |tli: u32| leaves_at(a, b.timeline, tli);
     // Timelines that would work: the backup's own, and its descendants it can follow.
     let reaches = |tli: u32| -> bool {
         match leaves_at(tli) {
@@ -231,6 +257,100 @@ pub fn check(
         }
     }
     Ok(())
+}
+
+/// The timeline `recovery_target_timeline = 'latest'` follows from timeline `from`: the
+/// highest whose history files exist one after another from `from` up (PostgreSQL's
+/// findNewestTimeLine, src/backend/access/transam/timeline.c).
+fn newest_timeline(from: u32, a: &ArchiveView) -> u32 {
+    let mut t = from;
+    while a.histories.contains_key(&(t + 1)) {
+        t += 1;
+    }
+    t
+}
+
+/// The ancestors timeline `tli`'s history file lists (none when it is not in `a`).
+fn ancestors(a: &ArchiveView, tli: u32) -> Vec<(u32, Lsn)> {
+    a.histories
+        .get(&tli)
+        .map(|h| parse_history(h))
+        .unwrap_or_default()
+}
+
+/// Where timeline `tli` leaves timeline `from`: Some(None) when it is `from`, Some(switch
+/// point) when it descends from it, None when it does not.
+fn leaves_at(a: &ArchiveView, from: u32, tli: u32) -> Option<Option<Lsn>> {
+    if tli == from {
+        return Some(None);
+    }
+    ancestors(a, tli)
+        .into_iter()
+        .find(|(p, _)| *p == from)
+        .map(|(_, s)| Some(s))
+}
+
+/// The timeline trap of a restore that follows the newest timeline to the end of the
+/// archive (no time, LSN or transaction target, no `--target-timeline`): when the newest
+/// timeline in the archive does not descend from backup `b`'s timeline after `b` ends
+/// (typically a restored copy promoted with archive_mode on, which archived its new
+/// timeline into production's repository), PostgreSQL would refuse to start ("requested
+/// timeline N is not a child of this server's history"). Returns None when the newest one
+/// works; else the highest timeline that does (at worst the backup's own) and why.
+pub fn timeline_trap(b: &FromBackup, a: &ArchiveView) -> Option<(u32, String)> {
+    let follows = |tli: u32| match leaves_at(a, b.timeline, tli) {
+        None => false,
+        Some(None) => true,
+        Some(Some(s)) => b.stop_lsn <= s,
+    };
+    let latest = newest_timeline(b.timeline, a);
+    if follows(latest) {
+        return None;
+    }
+    let chosen = std::iter::once(b.timeline)
+        .chain(a.histories.keys().copied())
+        .filter(|t| follows(*t))
+        .max()
+        .unwrap_or(b.timeline);
+    let how = match leaves_at(a, b.timeline, latest) {
+        Some(Some(s)) => format!(
+            "branched off the backup's timeline {} at {s}, before the backup ends ({})",
+            b.timeline, b.stop_lsn
+        ),
+        _ => format!("does not descend from the backup's timeline {}", b.timeline),
+    };
+    Some((
+        chosen,
+        format!(
+            "timeline {latest}, the newest in the archive, {how}: following it, PostgreSQL would stop with \"requested timeline {latest} is not a child of this server's history\" (a restored copy promoted with archive_mode on archives its new timeline into the same repository: restore test copies with --archive-mode off)"
+        ),
+    ))
+}
+
+/// Reads the history files of the timelines after `from` that PostgreSQL's
+/// findNewestTimeLine would probe (from+1, from+2, ... while one exists in any of
+/// `stanzas`): what [`timeline_trap`] needs, without listing the archive.
+///
+/// Errors: the stores'.
+pub fn read_histories(
+    stanzas: &[crate::repo::Stanza],
+    from: u32,
+) -> crate::error::Result<ArchiveView> {
+    use crate::repo::wal::{self, WalFile};
+    let mut a = ArchiveView::default();
+    let mut tli = from;
+    'next: loop {
+        tli += 1;
+        let file = WalFile::parse(&format!("{tli:08X}.history"))?;
+        for st in stanzas {
+            if let Some((_, bytes)) = wal::fetch(st, &file)? {
+                a.histories
+                    .insert(tli, String::from_utf8_lossy(&bytes).into_owned());
+                continue 'next;
+            }
+        }
+        return Ok(a);
+    }
 }
 
 /// True when `target` lies on the backup's timeline after `branch`, the LSN where timeline
@@ -326,6 +446,34 @@ mod tests {
         let t = Target::Time("x".into(), at("2026-11-26T00:30:00Z"));
         assert!(check(&b, &t, None, &a).is_ok());
         assert!(check(&b, &Target::Lsn(Lsn(0x4000000)), None, &a).is_ok());
+    }
+
+    #[test]
+    fn the_timeline_trap_follows_the_newest_timeline_that_descends_after_the_backup() {
+        let a = archive();
+        // Backup ends before timeline 2's branch: latest (2) works.
+        assert_eq!(timeline_trap(&backup(), &a), None);
+        // A newer backup on timeline 1 ends after it: the trap; timeline 1 is followed.
+        let late = FromBackup {
+            stop_lsn: Lsn(0x7000100),
+            ..backup()
+        };
+        let (t, why) = timeline_trap(&late, &a).unwrap();
+        assert_eq!(t, 1);
+        assert!(
+            why.contains("not a child") && why.contains("--archive-mode off"),
+            "{why}"
+        );
+        // A later, proper failover to timeline 3 (from 1, after the backup): 3 is the newest
+        // and works.
+        let mut a3 = archive();
+        a3.histories
+            .insert(3, "1\t0/9000000\tno recovery target specified\n".into());
+        assert_eq!(timeline_trap(&late, &a3), None);
+        // Timeline 3 descending from 2 (the bad branch): 1 is followed.
+        a3.histories
+            .insert(3, "1\t0/5000000\tx\n2\t0/9000000\ty\n".into());
+        assert_eq!(timeline_trap(&late, &a3).map(|(t, _)| t), Some(1));
     }
 
     #[test]

@@ -367,6 +367,24 @@ pub fn is_standby_backup(b: &crate::repo::BackupSummary) -> bool {
 }
 
 impl RecoveryPlan {
+    /// True when a line sets `name` (`--target-timeline`, a `--recovery-option`).
+    pub fn sets(&self, name: &str) -> bool {
+        self.lines
+            .iter()
+            .any(|l| l.split('=').next().map(str::trim) == Some(name))
+    }
+
+    /// Recovery follows `timeline` (`current` or a number): `recovery_target_timeline`
+    /// replaced.
+    pub fn follow_timeline(&mut self, timeline: &str) {
+        self.lines
+            .retain(|l| !l.starts_with("recovery_target_timeline"));
+        self.lines.push(format!(
+            "recovery_target_timeline = {}",
+            crate::pg::session::quote_conf_value(timeline)
+        ));
+    }
+
     /// Recovery to the end of the backup's own WAL and no further: no target, and a
     /// restore_command that finds nothing (`false`), so recovery ends, consistent, where
     /// the backup's WAL ends and the cluster is promoted. For an `immediate` restore of a

@@ -4,6 +4,7 @@ use crate::error::{Error, Result};
 use crate::options::{ReplicaOptions, Settings};
 use crate::pg::conninfo::{ConnInfo, ConnTarget};
 use crate::pg::session::{quote_conf_value, quote_literal, Session};
+use crate::pgdata::own_settings::OwnSettings;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -109,23 +110,47 @@ pub fn start_standby(
 }
 
 /// application_name the standby uses in primary_conninfo (to find it in
-/// pg_stat_replication): the one --source or PGAPPNAME gives, else the slot name or
-/// `pgjet_standby_<port>`.
-pub fn standby_app_name(given: &ConnInfo, slot: Option<&str>, port: u16) -> String {
+/// pg_stat_replication, and the name synchronous_standby_names lists): the one --source or
+/// PGAPPNAME gives, else the one a re-synced standby's own primary_conninfo had, else the
+/// slot name or `pgjet_standby_<port>`.
+pub fn standby_app_name(
+    given: &ConnInfo,
+    own: &OwnSettings,
+    slot: Option<&str>,
+    port: u16,
+) -> String {
     given
         .get("application_name")
         .map(str::to_owned)
+        .or_else(|| {
+            own.conninfo()
+                .and_then(|c| c.get("application_name").map(str::to_owned))
+        })
         .or_else(|| slot.map(str::to_owned))
         .unwrap_or_else(|| format!("pgjet_standby_{port}"))
 }
 
 /// primary_conninfo, as pg_basebackup -R writes it: every connection parameter in effect
-/// (from --source, the environment and the password file, so the standby connects as pgjet
-/// did), but the database (a walreceiver needs none), with `application_name` = `app`.
-pub fn standby_conninfo(effective: &ConnInfo, app: &str) -> String {
+/// (from --source and the environment, so the standby connects as pgjet did), but the
+/// database (a walreceiver needs none), with `application_name` = `app`. A password comes
+/// only from the connection string or PGPASSWORD: one read from a password file is never
+/// copied into postgresql.auto.conf, the file is named instead (`passfile`, as
+/// pg_basebackup -R names it), so the standby reads the same file.
+///
+/// On a re-sync, `own` is the standby's former primary_conninfo: a keyword it set that
+/// the new connection does not (`keepalives_idle`, `target_session_attrs`, ...) is kept; a
+/// password it held is kept only when the new connection names no password file.
+pub fn standby_conninfo(effective: &ConnInfo, own: Option<&ConnInfo>, app: &str) -> String {
     let mut c = effective.clone();
+    if let Some(own) = own {
+        for (k, v) in &own.params {
+            if k == "password" && c.params.contains_key("passfile") {
+                continue;
+            }
+            c.params.entry(k.clone()).or_insert_with(|| v.clone());
+        }
+    }
     c.params.remove("dbname");
-    c.params.remove("passfile");
     c.params.insert("application_name".into(), app.to_string());
     c.to_conninfo_string()
 }
@@ -140,7 +165,7 @@ mod tests {
             "host=10.0.0.1 port=5432 user=rep password='a b' dbname=postgres sslmode=verify-full application_name=pgjet",
         )
         .unwrap();
-        let c = standby_conninfo(&eff, "s1");
+        let c = standby_conninfo(&eff, None, "s1");
         let back = ConnInfo::parse(&c).unwrap();
         assert_eq!(back.get("application_name"), Some("s1"));
         assert_eq!(back.get("password"), Some("a b"));
@@ -172,33 +197,54 @@ pub struct ReplicaSummary {
     pub network_compress: Option<String>,
 }
 
-/// The settings a new standby gets in postgresql.auto.conf: primary_conninfo (for
-/// `target`, with `app` as application_name), the slot, the port.
+/// The settings a standby gets in postgresql.auto.conf: primary_conninfo (for `target`,
+/// with `app` as application_name), the slot, the port; on a re-sync, the standby's own
+/// settings (`own`, read before the copy) that the primary's file (`primary`, the copied
+/// postgresql.auto.conf) does not replace ([`OwnSettings::kept_lines`]). The port is
+/// `--pg-port` when given (or with `--start`), else the standby's own.
 pub fn standby_lines(
     s: &Settings,
     args: &ReplicaOptions,
     target: &crate::pg::conninfo::ConnTarget,
     app: &str,
+    slot: Option<&str>,
+    own: &OwnSettings,
+    primary: &OwnSettings,
 ) -> Vec<String> {
-    let conninfo = standby_conninfo(&target.effective, app);
+    let conninfo = standby_conninfo(&target.effective, own.conninfo().as_ref(), app);
     let mut lines = vec![
         "# standby settings added by pgjet replica-create".to_string(),
         format!("primary_conninfo = {}", quote_conf_value(&conninfo)),
     ];
-    if let Some(slot) = &args.slot {
+    if let Some(slot) = slot {
         lines.push(format!("primary_slot_name = {}", quote_conf_value(slot)));
     }
+    let mut written = vec!["primary_conninfo", "primary_slot_name"];
     if s.pg_port != crate::options::DEFAULT_PG_PORT || args.start {
         lines.push(format!("port = {}", s.pg_port));
+        written.push("port");
     }
+    let kept = own.kept_lines(primary, &written);
+    if !kept.is_empty() {
+        tracing::info!(
+            "the standby's own settings kept in postgresql.auto.conf: {}",
+            kept[1..]
+                .iter()
+                .filter_map(|l| crate::pgdata::finish::setting_name(l))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    lines.extend(kept);
     lines
 }
 
-/// After a failed replica-create: the `--slot` made on the primary is dropped (a slot left
-/// behind would hold WAL on the primary for a standby that never came), and the target's
-/// pg_control removed, so PostgreSQL never starts on the half-written directory.
-pub fn undo_failed_replica(sess: &Session, slot: Option<&str>, target: &Path) {
-    if let Some(name) = slot {
+/// After a failed replica-create: the slot this run made on the primary (`made`) is
+/// dropped (a slot left behind would hold WAL on the primary for a standby that never
+/// came; a slot it reused is left as it was), and the target's pg_control removed, so
+/// PostgreSQL never starts on the half-written directory.
+pub fn undo_failed_replica(sess: &Session, made: Option<&str>, target: &Path) {
+    if let Some(name) = made {
         if sess.slot_wal_status(name).ok().flatten().is_some() {
             if let Err(d) = sess.drop_slot(name) {
                 tracing::warn!(
@@ -225,6 +271,8 @@ pub struct Copied<'a> {
     /// find the binaries that start the standby).
     pub major: &'a str,
     pub local_dir: Option<&'a Path>,
+    /// The slot the standby streams from (`--slot`, or a re-synced standby's own).
+    pub slot: Option<&'a str>,
 }
 
 /// Starts the new standby when `--start` asked for it ([`start_standby`], connecting as
@@ -250,7 +298,7 @@ pub fn finish_replica(
         size: c.size,
         seconds: c.seconds,
         mib_per_sec: c.size as f64 / (1 << 20) as f64 / c.seconds.max(1e-6),
-        slot: args.slot.clone(),
+        slot: c.slot.map(str::to_owned),
         started,
         transport: c.transport.into(),
         jobs: c.jobs,

@@ -92,6 +92,39 @@ pub fn require_all(files: &[SourceFile], vanished: &[bool]) -> Result<()> {
 /// Runs the sequence on the primary or standby behind `sess` (whose facts are `info`),
 /// reading files from `source` into `target`. `tablespaces`: (oid, name, location) from pg_tablespace.
 ///
+/// Says, before a backup starts, that it waits for PostgreSQL's next checkpoint unless
+/// `fast`: a spread checkpoint takes up to checkpoint_completion_target × checkpoint_timeout
+/// (PostgreSQL doc/src/sgml/wal.sgml, "WAL Configuration"; both settings readable by every
+/// role), and nothing else is printed meanwhile.
+pub fn announce_checkpoint(sess: &Session, fast: bool) {
+    if fast {
+        tracing::info!("asking PostgreSQL for an immediate checkpoint (start-fast)");
+        return;
+    }
+    let setting = |name: &str| -> Option<f64> {
+        let r = sess
+            .query_row(
+                "read a checkpoint setting",
+                &format!("SELECT setting FROM pg_settings WHERE name = '{name}'"),
+            )
+            .ok()?;
+        r.first().cloned().flatten()?.trim().parse().ok()
+    };
+    let within = match (
+        setting("checkpoint_timeout"),
+        setting("checkpoint_completion_target"),
+    ) {
+        (Some(t), Some(c)) => format!(
+            ", up to {:.0} s (checkpoint_timeout {t:.0} s × checkpoint_completion_target {c})",
+            t * c
+        ),
+        _ => String::new(),
+    };
+    tracing::info!(
+        "waiting for the next checkpoint, which PostgreSQL spreads out{within}; --start-fast (start-fast=y in the config file) asks for an immediate one"
+    );
+}
+
 /// Errors: any step's; the session's temporary slot and the backup in progress end with the
 /// session.
 pub fn run_base_backup<T: BackupTarget>(
@@ -108,6 +141,8 @@ pub fn run_base_backup<T: BackupTarget>(
     // recovery point of the pg_control copied last (src/backend/access/transam/xlog.c,
     // do_pg_backup_stop and the backup end in xlogrecovery.c).
     let slot = format!("pgjet_{}", std::process::id());
+    // Before the slot: a failed query would end the session's temporary slot.
+    announce_checkpoint(sess, opts.start_fast);
     sess.create_physical_slot(&slot, true)?;
     let start_lsn = sess.backup_start(opts.label, opts.start_fast)?;
     tracing::info!(

@@ -2,6 +2,7 @@
 //! session and its facts, and where its files are read from: this host's filesystem when the
 //! server provably runs here, else libpq connections (the transport choice). The one
 //! base-backup sequence that backup and replica-create share is in [`base_backup`].
+pub mod archiving;
 pub mod base_backup;
 pub mod choose;
 pub mod repo_copy;

@@ -205,6 +205,7 @@ pub fn run_stream_backup(
         Some(c) => c,
         None => connect_checked(target, info)?,
     });
+    super::base_backup::announce_checkpoint(sess, opts.fast);
     let slot = format!("pgjet_{}", std::process::id());
     sess.create_physical_slot(&slot, true)?;
     let mut last_err = None;

@@ -88,7 +88,7 @@ impl BackupTarget for RepoTarget<'_> {
             match read {
                 Ok(c) => {
                     tracing::info!(
-                        "WAL summaries from {} to {start_lsn}: {} changed blocks; only they are read",
+                        "WAL summaries from {} to {start_lsn}: {} block changes listed (a block changed twice counts twice); only the blocks changed are read",
                         r.start_lsn,
                         c.blocks
                     );
@@ -254,7 +254,7 @@ impl RepoTarget<'_> {
         match scanned {
             Ok(c) => {
                 tracing::info!(
-                    "WAL from {from} to {to} ({segments} segments, {:.1} s): {} changed blocks; only they are read",
+                    "WAL from {from} to {to} ({segments} segments, {:.1} s): {} block changes listed (a block changed twice counts twice); only the blocks changed are read",
                     clock.elapsed().as_secs_f64(),
                     c.blocks
                 );

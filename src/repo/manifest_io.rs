@@ -40,6 +40,11 @@ pub struct ManifestEnd {
     pub size: u64,
     /// Stored bytes of all objects (of this backup: what it added to the repository).
     pub stored_size: u64,
+    /// Logical bytes of the pieces this backup stored itself (a full: `size`; a diff or
+    /// incr: what changed), pgBackRest's `info.delta`; absent in backups written before
+    /// pgjet recorded it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delta_size: Option<u64>,
     /// Labels of the older backups whose objects this one's pieces name, sorted; a
     /// reader needs each of them complete. Empty for a full backup.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -143,6 +148,8 @@ pub struct ManifestWriter {
     dirs: u64,
     files: u64,
     size: u64,
+    /// Logical bytes of the pieces so far that this backup stored itself.
+    delta_size: u64,
     /// Labels of the older backups the pieces so far name.
     references: std::collections::BTreeSet<String>,
     /// The resume journal each file line also goes to ([`super::resume`]).
@@ -173,6 +180,7 @@ impl ManifestWriter {
             dirs: 0,
             files: 0,
             size: 0,
+            delta_size: 0,
             references: Default::default(),
             journal: None,
         };
@@ -241,10 +249,13 @@ impl ManifestWriter {
         self.files += 1;
         self.size += f.size;
         for p in &f.pieces {
-            if let Some(b) = &p.backup {
-                if !self.references.contains(b) {
-                    self.references.insert(b.clone());
+            match &p.backup {
+                Some(b) => {
+                    if !self.references.contains(b) {
+                        self.references.insert(b.clone());
+                    }
                 }
+                None => self.delta_size += p.logical_size,
             }
         }
         self.line(LineRef::File(f))
@@ -277,6 +288,7 @@ impl ManifestWriter {
             files: self.files,
             size: self.size,
             stored_size,
+            delta_size: Some(self.delta_size),
             references,
         };
         self.line(LineRef::End(&end))?;

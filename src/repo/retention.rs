@@ -84,8 +84,38 @@ pub fn expire_repo(policy: &Retention, st: &Stanza, dry_run: bool) -> Result<Vec
         lines.push("no backup is kept: the WAL archive is left as it is".into());
         return Ok(lines);
     }
+    if expired.is_empty() {
+        lines.push(format!("no backup expires under {}", describe(policy)));
+    }
+    lines.push(format!(
+        "{} {} backup(s): {}",
+        verb.say("kept", "would keep"),
+        kept.len(),
+        kept.iter()
+            .map(|b| format!("{} ({})", b.header.label, b.header.backup_type))
+            .collect::<Vec<_>>()
+            .join(", ")
+    ));
     expire_wal(policy, st, &kept, seg_size, verb, &mut lines)?;
     Ok(lines)
+}
+
+/// The policy in words: `retention-full=2 (count)`, and the others set.
+fn describe(policy: &Retention) -> String {
+    let mut v = Vec::new();
+    if let Some(n) = policy.full {
+        v.push(match policy.full_type {
+            RetentionFullType::Count => format!("retention-full={n} (the newest {n} full backups and those that depend on them)"),
+            RetentionFullType::Time => format!("retention-full={n} with retention-full-type=time (the backups of the last {n} days and the newest full before them)"),
+        });
+    }
+    if let Some(n) = policy.diff {
+        v.push(format!("retention-diff={n}"));
+    }
+    if let Some(n) = policy.archive {
+        v.push(format!("retention-archive={n}"));
+    }
+    v.join(", ")
 }
 
 /// "done" or "would", as a dry run says it.

@@ -9,6 +9,20 @@ use crate::error::{Error, Result};
 use crate::storage::Storage;
 use std::sync::Arc;
 
+/// What to do about stanza `name` missing from `store`: the stanzas it has (a mistyped
+/// --stanza), or stanza-create when it has none.
+pub fn missing_stanza_hint(name: &str, store: &Arc<dyn Storage>) -> String {
+    match stanza_names(store) {
+        Ok(names) if !names.is_empty() => format!(
+            "this repository holds the stanza(s) {}: check --stanza (or stanza= in the config file); a new stanza '{name}' is made with `pgjet --stanza {name} stanza-create`",
+            names.join(", ")
+        ),
+        _ => format!(
+            "this repository holds no stanza yet: create it with `pgjet --stanza {name} stanza-create` (or check --repo-path: is it the repository you meant?)"
+        ),
+    }
+}
+
 impl Stanza {
     /// True when the stanza has been created in this repository.
     ///
@@ -27,9 +41,11 @@ impl Stanza {
             Ok(b) => b,
             Err(e) if e.is_not_found() => {
                 return Err(Error::Repo(format!(
-                    "stanza '{}' does not exist in the repository; run `pgjet stanza-create` first",
-                    self.name()
-                )))
+                    "stanza '{}' does not exist in repo{}",
+                    self.name(),
+                    self.repo()
+                ))
+                .with_hint(missing_stanza_hint(self.name(), &self.store_arc())))
             }
             Err(e) => return Err(e),
         };

@@ -512,15 +512,28 @@ pub fn gaps(st: &Stanza) -> Result<Vec<Gap>> {
 /// seconds (the archiver usually has it within milliseconds of the switch). Returns the
 /// seconds waited.
 ///
+/// `give_up` is asked about once a second while the file is missing; its error ends the
+/// wait at once (the archiver is seen failing).
+///
 /// Errors: [`Error::Unsafe`] naming the file, the repository and what to check when it does
-/// not arrive in time; the store's errors.
-pub fn wait_archived(st: &Stanza, name: &str, timeout: f64) -> Result<f64> {
+/// not arrive in time; `give_up`'s; the store's errors.
+pub fn wait_archived(
+    st: &Stanza,
+    name: &str,
+    timeout: f64,
+    give_up: &mut dyn FnMut() -> Result<()>,
+) -> Result<f64> {
     let file = WalFile::parse(name)?;
     let t = std::time::Instant::now();
     let mut pause = crate::io::pace::Backoff::new(std::time::Duration::from_millis(100));
+    let mut asked = t;
     loop {
         if contains(st, &file)? {
             return Ok(t.elapsed().as_secs_f64());
+        }
+        if asked.elapsed() >= std::time::Duration::from_secs(1) {
+            give_up()?;
+            asked = std::time::Instant::now();
         }
         if t.elapsed().as_secs_f64() >= timeout {
             return Err(Error::Unsafe(format!(

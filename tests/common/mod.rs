@@ -2119,3 +2119,34 @@ impl pgjet::transfer::stream::StreamSink for CountingSink {
         Ok(())
     }
 }
+
+/// The WAL files PostgreSQL waits to archive (its `.ready` status files).
+pub fn ready_files(data: &Path) -> Vec<String> {
+    let mut v: Vec<String> = fs::read_dir(data.join("pg_wal/archive_status"))
+        .map(|rd| {
+            rd.flatten()
+                .filter_map(|e| {
+                    e.file_name()
+                        .to_str()
+                        .and_then(|n| n.strip_suffix(".ready"))
+                        .map(str::to_owned)
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// Waits until PostgreSQL has nothing left to archive.
+pub fn wait_queue_empty(cluster: &Cluster, what: &str) {
+    let ok = wait_for(Duration::from_secs(120), || {
+        ready_files(cluster.data()).is_empty().then_some(())
+    });
+    assert!(
+        ok.is_some(),
+        "{what}: still waiting to be archived after 120 s: {:?}\n--- server log ---\n{}",
+        ready_files(cluster.data()),
+        cluster.server.log_tail()
+    );
+}
