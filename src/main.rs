@@ -5,7 +5,7 @@ use pgjet::commands;
 use pgjet::error::Error;
 use pgjet::options::resolve::ParseError;
 use pgjet::options::table::Cmd;
-use pgjet::options::{Command, Invocation, Output};
+use pgjet::options::{Command, InfoFormat, Invocation, Output};
 
 fn init_logging(level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_new(format!("pgjet={level}"))
@@ -38,14 +38,14 @@ fn run(inv: Invocation) -> Result<(), Error> {
         tracing::warn!("{w}");
     }
     // Like PostgreSQL's own server tools: files pgjet writes must belong to the cluster's owner.
-    let writes_cluster_files = !matches!(inv.command, Command::Info | Command::Verify(_));
+    let writes_cluster_files = !matches!(inv.command, Command::Info(_) | Command::Verify(_));
     // SAFETY: geteuid has no preconditions and cannot fail.
     if writes_cluster_files && unsafe { libc::geteuid() } == 0 {
         return Err(Error::Unsafe(
             "pgjet must not run as root: it would leave files PostgreSQL cannot use; run it as the OS user that owns the cluster, e.g. `sudo -u postgres pgjet ...`".into(),
         ));
     }
-    if s.output == Output::Prometheus && !matches!(inv.command, Command::Info) {
+    if s.output == Output::Prometheus && !matches!(inv.command, Command::Info(_)) {
         return Err(Error::Config(
             "--output prometheus applies to info only (metrics of the repositories)".into(),
         ));
@@ -77,7 +77,15 @@ fn run(inv: Invocation) -> Result<(), Error> {
                 println!("{l}");
             }
         }
-        Command::Info => {
+        Command::Info(a) if a.format == InfoFormat::Pgbackrest => {
+            let v = commands::info_pgbackrest::collect(&s)?;
+            if json {
+                println!("{}", serde_json::Value::Array(v));
+            } else {
+                print!("{}", commands::info_pgbackrest::render_text(&v));
+            }
+        }
+        Command::Info(_) => {
             let v = commands::info::collect(&s)?;
             if s.output == Output::Prometheus {
                 let queues = commands::metrics::queues(&s, &v);

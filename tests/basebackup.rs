@@ -280,6 +280,20 @@ fn pg15_replica_create_basebackup_tls_scram_zstd() {
         cluster.port(),
         certs.join("ca.crt").display()
     );
+    // No password anywhere: the hint says where one is looked for (not "is the cluster
+    // running?").
+    let r = pgjet(&args![
+        "check",
+        "--source",
+        source.replace(" password='sekret pw'", "")
+    ])
+    .fails_with("password");
+    assert!(
+        r.stderr
+            .contains("HINT: the server asks for a password and none was found")
+            && r.stderr.contains("PGPASSFILE"),
+        "{r}"
+    );
     let r = pgjet_ok(&args![
         "replica-create",
         "--transport",

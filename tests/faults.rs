@@ -227,6 +227,17 @@ fn c_stanza_checks() {
     a.pgjet_cmd("check", &repo, &[]).ok();
 }
 
+/// The HINT line of a command that fails.
+fn r_hint(args: &[String]) -> String {
+    let r = pgjet(args);
+    assert!(!r.success(), "expected a failure:\n{r}");
+    r.stderr
+        .lines()
+        .find(|l| l.contains("HINT:"))
+        .unwrap_or_else(|| panic!("no HINT line:\n{r}"))
+        .to_string()
+}
+
 /// d. restore into a non-empty dir -> "not empty", file untouched; restore into the running
 /// cluster's own data directory -> error, the cluster keeps running.
 #[test]
@@ -244,10 +255,36 @@ fn d_restore_targets() {
         &format!("ts1={}", ts.display()),
     ))
     .fails_with("not empty");
+    // The hint is this error's own: a copy of the same cluster is brought up to date with
+    // --delta (not "pgjet refuses to risk data").
+    assert!(
+        r_hint(&restore_args(
+            &c.repo,
+            &target,
+            &fx.label,
+            &format!("ts1={}", ts.display())
+        ))
+        .contains("add --delta"),
+        "the hint of a non-empty target must name --delta"
+    );
     assert_eq!(
         fs::read(target.join("keep.txt")).unwrap(),
         b"precious",
         "existing file changed"
+    );
+    // A mistyped stanza: the hint lists the stanzas the repository holds.
+    let r = pgjet(&args![
+        "info",
+        "--stanza",
+        "mian",
+        "--repo-path",
+        c.repo.display()
+    ])
+    .fails_with("stanza 'mian' does not exist");
+    assert!(
+        r.stderr
+            .contains(&format!("holds the stanza(s) {}", c.stanza)),
+        "the hint must list the stanzas that exist:\n{r}"
     );
     let names: Vec<String> = fs::read_dir(&target)
         .unwrap()

@@ -59,6 +59,84 @@ fn backup(c: &Cluster, kind: &str, extra: &[&str]) -> (String, Run) {
     (label, r)
 }
 
+/// The chain as pgBackRest 2.45's `info --output json` reports it (`--format pgbackrest`):
+/// every key and JSON type of pgBackRest's own output, the values of this chain; a stanza
+/// that does not exist is pgBackRest's status 1, exit status 0.
+fn pgbackrest_info(c: &Cluster, chain: &[Member]) {
+    let info = |stanza: &str| {
+        let r = pgjet_ok(&args![
+            "info",
+            "--stanza",
+            stanza,
+            "--repo-path",
+            c.repo.display(),
+            "--output",
+            "json",
+            "--format",
+            "pgbackrest",
+            "--log-level-console",
+            "error"
+        ]);
+        assert!(
+            r.stderr.trim().is_empty(),
+            "check_pgbackrest reads stderr too:\n{r}"
+        );
+        serde_json::from_str::<serde_json::Value>(r.stdout.trim())
+            .unwrap_or_else(|e| panic!("not JSON ({e}):\n{r}"))
+    };
+    let v = info(&c.stanza);
+    assert_pgbackrest_shape(
+        &v,
+        &pgbackrest_info_fixture("pgbackrest-2.45-info-stanza.json"),
+    );
+    let st = &v[0];
+    assert_eq!(st["status"]["code"], 0, "{v:#}");
+    assert_eq!(st["status"]["message"], "ok", "{v:#}");
+    assert_eq!(
+        st["db"][0]["system-id"].to_string(),
+        c.system_identifier(),
+        "{v:#}"
+    );
+    let ours = info_backups(&c.repo, &c.stanza);
+    let backups = st["backup"].as_array().unwrap();
+    assert_eq!(backups.len(), chain.len(), "{v:#}");
+    for (b, (t, o)) in backups.iter().zip(chain.iter().zip(&ours)) {
+        assert_eq!(b["label"], t.label.as_str(), "oldest first: {v:#}");
+        assert_eq!(b["type"], o["type"], "{v:#}");
+        assert_eq!(b["info"]["size"], o["size"], "{v:#}");
+        assert_eq!(b["info"]["repository"]["delta"], o["stored_size"], "{v:#}");
+        assert_eq!(b["lsn"]["start"], o["start_lsn"], "{v:#}");
+        assert_eq!(b["error"], false, "{v:#}");
+        if o["type"] == "full" {
+            assert_eq!(b["info"]["delta"], b["info"]["size"], "{v:#}");
+            assert!(b["reference"].is_null() && b["prior"].is_null(), "{v:#}");
+        } else {
+            assert!(
+                b["info"]["delta"].as_u64() < b["info"]["size"].as_u64(),
+                "{v:#}"
+            );
+            assert_eq!(b["prior"], o["reference"], "{v:#}");
+            assert!(
+                b["reference"].as_array().is_some_and(|r| !r.is_empty()),
+                "{v:#}"
+            );
+        }
+        let (start, stop) = (&b["timestamp"]["start"], &b["timestamp"]["stop"]);
+        assert!(start.is_i64() && start.as_i64() <= stop.as_i64(), "{v:#}");
+    }
+    let missing = info("nosuch");
+    assert_pgbackrest_shape(
+        &missing,
+        &pgbackrest_info_fixture("pgbackrest-2.45-info-missing-stanza.json"),
+    );
+    assert_eq!(missing[0]["status"]["code"], 1, "{missing:#}");
+    assert_eq!(missing[0]["status"]["message"], "missing stanza path");
+    step!(
+        "info --format pgbackrest: pgBackRest 2.45's keys and types, {} backups",
+        backups.len()
+    );
+}
+
 /// pgbench for `tx` transactions per client, 2 clients; panics unless it succeeds.
 fn pgbench_tx(s: &Server, tx: u32) {
     let (bin, a) = pgbench_args(s, &args!["-n", "-c", 2, "-t", tx]);
@@ -119,6 +197,12 @@ fn take(
     step!(
         "{label}: stored by directory: {:?}",
         stored_by_dir(c, &label)
+    );
+    // The cluster does not archive: each backup says what that costs.
+    log_line(
+        &r,
+        "point-in-time recovery past it is impossible",
+        "a backup without archiving must warn that there is no PITR past it",
     );
     if summarize && kind != "full" {
         // With WAL summaries only the blocks they list are read.
@@ -457,6 +541,7 @@ fn chain_scenario(pg: Pg, tag: &str, transport: &str, summarize_wal: bool) {
         "{m}"
     );
     assert!(m.contains("pgjet_archive_push_queue_segments{"), "{m}");
+    pgbackrest_info(&c, &chain);
     pgjet(
         &verify_args(&c.repo, &chain[4].label)
             .into_iter()

@@ -567,12 +567,14 @@ fn delta_onto_stale_standby(
 /// [`delta_onto_stale_standby`], with the delta's run.
 fn delta_onto_stale_standby_run(
     r: &Remote,
-    mut standby: Server,
+    standby: Server,
     full_bytes: u64,
     summaries: bool,
 ) -> (Server, Run) {
     let dir = standby.data.clone();
-    standby.stop();
+    // Dropped (stopped) now, not at the end: a Server stops whatever runs in its directory
+    // when dropped, and the standby started again below runs there.
+    drop(standby);
     assert_control_reads_as_pg_controldata(r.cluster.pg(), &dir);
     let (bin, a) = pgbench_args(&r.cluster.server, &args!["-n", "-t", "200", "-c", "2"]);
     run_as_postgres(&bin, &a, None).ok();
@@ -657,6 +659,7 @@ fn delta_onto_stale_standby_run(
 fn resync_keeps_the_standby_and_its_slot(r: &Remote, dir: &Path, standby: Server) -> Server {
     use pgjet::pgdata::own_settings::OwnSettings;
     let check = |standby: &Server, what: &str| {
+        step!("{what}: checking the standby's settings and slot");
         let own = OwnSettings::read(dir).unwrap();
         assert_eq!(own.slot().as_deref(), Some("standby1"), "{what}: slot");
         assert_eq!(own.get("port").as_deref(), Some("5499"), "{what}: port");
@@ -667,6 +670,7 @@ fn resync_keeps_the_standby_and_its_slot(r: &Remote, dir: &Path, standby: Server
         );
         let ci = own.conninfo().expect("primary_conninfo");
         assert_eq!(ci.get("application_name"), Some("standby1"), "{what}");
+        let t = Instant::now();
         let streaming = wait_for(Duration::from_secs(60), || {
             let v = r.cluster.psql(
                 "postgres",
@@ -676,18 +680,29 @@ fn resync_keeps_the_standby_and_its_slot(r: &Remote, dir: &Path, standby: Server
         });
         assert!(
             streaming.is_some(),
-            "{what}: the standby must stream from standby1, the only slot: {}\n{}",
+            "{what}: the standby must stream from standby1, the only slot, after {:.1} s: {} (pg_stat_replication: {})\n{}\n{}",
+            t.elapsed().as_secs_f64(),
             r.cluster.psql(
                 "postgres",
                 "SELECT string_agg(slot_name || ':' || active, ',') FROM pg_replication_slots"
             ),
-            standby.log_tail()
+            r.cluster.psql(
+                "postgres",
+                "SELECT string_agg(application_name || ':' || state, ',') FROM pg_stat_replication"
+            ),
+            fs::read_to_string(dir.join("postgresql.auto.conf")).unwrap_or_default(),
+            format!(
+                "standby {} (port {}): wal receiver: {}\n{}",
+                standby.data.display(),
+                standby.port,
+                standby.psql_run("postgres", "SELECT status, slot_name, sender_host, conninfo FROM pg_stat_wal_receiver"),
+                standby.log_tail()
+            )
         );
         step!("{what}: the standby kept its settings and streams from slot standby1");
     };
     check(&standby, "re-sync without --slot");
-    let mut standby = standby;
-    standby.stop();
+    drop(standby); // stops it (and must not outlive it: it would stop the next one)
     let run = r
         .replica_create(dir, &["--delta", "--slot", "standby1"])
         .ok();

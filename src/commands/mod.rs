@@ -7,6 +7,7 @@ pub mod check;
 pub mod cipher_pass;
 pub mod expire;
 pub mod info;
+pub mod info_pgbackrest;
 pub mod metrics;
 pub mod replica;
 pub mod replica_stream;

@@ -194,7 +194,7 @@ fn copy_and_configure(
         standby.app,
         standby.slot.map(|p| p.name.as_str()),
         standby.own,
-        &OwnSettings::read(target)?,
+        &OwnSettings::copied(target)?,
     );
     let sync = dir
         .sync

@@ -241,7 +241,7 @@ impl Error {
                     Some(d) => connect_refused_hint(d.code().code(), d.message()),
                     // tokio-postgres's own words when the server asks for a password and the
                     // client has none (its Error::config("password missing")).
-                    None if source.to_string().contains("password missing") => "HINT: the server asks for a password and none was found: put it in the password file (~/.pgpass, or the file PGPASSFILE or passfile= names, mode 0600, a line host:port:database:user:password), in PGPASSWORD, or as password= in --source.".into(),
+                    None if chain_text(source).contains("password missing") => "HINT: the server asks for a password and none was found: put it in the password file (~/.pgpass, or the file PGPASSFILE or passfile= names, mode 0600, a line host:port:database:user:password), in PGPASSWORD, or as password= in --source.".into(),
                     None => "HINT: is the cluster running? Check --pg-port, --pg-socket-path, --pg-user (or --source) and pg_hba.conf.".into(),
                 },
             },
@@ -370,6 +370,18 @@ fn storage_tls_advice(f: crate::error::tls::TlsFailure) -> &'static str {
         T::Unsupported => "issue the store's certificate as X.509 version 3 with a supported key, or set repo-storage-verify-tls=n.",
         T::BadCertificate | T::Handshake => "check repo-storage-ca-file, repo-storage-verify-tls and the endpoint's scheme and port.",
     }
+}
+
+/// `e` and its causes, as text (tokio-postgres's Display leaves its cause out).
+fn chain_text(e: &dyn std::error::Error) -> String {
+    let mut t = e.to_string();
+    let mut src = e.source();
+    while let Some(s) = src {
+        t.push_str(": ");
+        t.push_str(&s.to_string());
+        src = s.source();
+    }
+    t
 }
 
 /// True when a query failed because the session ended: the connection broke (no server

@@ -87,6 +87,7 @@ fn render_document(args: &[std::ffi::OsString]) -> std::result::Result<Vec<u8>, 
         Some((MAN, sm)) => {
             let mut root = command();
             root.build();
+            let name = sm.get_one::<String>("command").cloned();
             let page = match sm.get_one::<String>("command") {
                 None => root,
                 Some(name) => match root
@@ -105,6 +106,7 @@ fn render_document(args: &[std::ffi::OsString]) -> std::result::Result<Vec<u8>, 
             clap_mangen::Man::new(page)
                 .render(&mut out)
                 .map_err(|e| clap::Error::raw(clap::error::ErrorKind::Io, e))?;
+            out.extend_from_slice(super::manual::sections(name.as_deref()).as_bytes());
         }
         _ => {
             return Err(clap::Error::raw(
@@ -176,7 +178,7 @@ fn help(def: &OptionDef) -> String {
 fn visible_arg(def: &'static OptionDef) -> Arg {
     let mut a = Arg::new(def.name).long(def.name).help(help(def));
     if !def.heading.is_empty() {
-        a = a.help_heading(def.heading);
+        a = a.help_heading(def.help_heading());
     }
     for al in def.visible_aliases {
         a = a.visible_alias(*al);

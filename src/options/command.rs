@@ -263,6 +263,31 @@ pub struct ReplicaOptions {
     pub pg_bin: Option<PathBuf>,
 }
 
+/// Which report `info` prints (`--format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum InfoFormat {
+    /// pgjet's own.
+    #[default]
+    Pgjet,
+    /// pgBackRest 2.45's, for its monitoring tools.
+    Pgbackrest,
+}
+words!(
+    InfoFormat,
+    "info format",
+    [
+        ("pgjet", InfoFormat::Pgjet),
+        ("pgbackrest", InfoFormat::Pgbackrest)
+    ]
+);
+
+/// `info`'s options.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct InfoOptions {
+    /// `--format`.
+    pub format: InfoFormat,
+}
+
 /// `expire`'s options.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ExpireOptions {
@@ -277,7 +302,7 @@ pub enum Command {
     Backup(BackupOptions),
     Restore(RestoreOptions),
     Verify(VerifyOptions),
-    Info,
+    Info(InfoOptions),
     Check,
     ReplicaCreate(ReplicaOptions),
     Expire(ExpireOptions),

@@ -29,14 +29,16 @@
 //!   type other than `none` and `aes-256-gcm`, and a cipher key that is not pgjet's.
 pub mod cli;
 pub mod command;
+pub mod manual;
 pub mod pgbackrest;
 pub mod repo;
 pub mod resolve;
 pub mod table;
 
 pub use command::{
-    ArchiveMode, BackupOptions, BackupType, Command, ExpireOptions, NetworkCompress,
-    ReplicaOptions, RestoreOptions, RestoreType, TargetAction, Transport, VerifyOptions,
+    ArchiveMode, BackupOptions, BackupType, Command, ExpireOptions, InfoFormat, InfoOptions,
+    NetworkCompress, ReplicaOptions, RestoreOptions, RestoreType, TargetAction, Transport,
+    VerifyOptions,
 };
 pub use repo::{RepoConfig, StorageTls, UriStyle, MAX_REPOS};
 pub use resolve::{Given, Invocation};

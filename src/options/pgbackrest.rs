@@ -242,12 +242,65 @@ const IGNORED: &[&str] = &[
     "log-timestamp",
 ];
 
+/// pgBackRest options that only tune its own processes (buffers, timeouts of its protocol
+/// and of its remote hosts, lock files): nothing pgjet stores depends on them, so a
+/// carried-over config that sets them is read with a warning naming each.
+const TUNING: &[&str] = &[
+    "buffer-size",
+    "db-timeout",
+    "io-timeout",
+    "protocol-timeout",
+    "lock-path",
+    "neutral-umask",
+    "job-retry",
+    "job-retry-interval",
+    "tcp-keep-alive-count",
+    "tcp-keep-alive-idle",
+    "tcp-keep-alive-interval",
+    "sck-keep-alive",
+    "sck-block",
+];
+
+/// pgBackRest options pgjet always behaves as with the value given here, so that value is
+/// read without a word (pgBackRest users keep them in their files); another value is an
+/// error naming what pgjet does (the hint of [`lookup`]).
+const ALWAYS: &[(&str, &str)] = &[
+    // Small files are always bundled, incrementals always store changed blocks.
+    ("repo-bundle", "y"),
+    ("repo-block", "y"),
+    // A backup always holds the WAL from its start to its stop.
+    ("archive-copy", "y"),
+    // Pages are validated whenever the cluster has data checksums.
+    ("checksum-page", "y"),
+    ("page-header-check", "y"),
+    // pgjet's backups are non-exclusive: a failed one ends with its session.
+    ("stop-auto", "y"),
+    // Compression is compress-type's; `compress=y` is pgBackRest's old spelling of gz.
+    ("compress", "y"),
+    // Every backup runs expire unless --no-expire is given.
+    ("expire-auto", "y"),
+];
+
 /// Some(why) when the pgBackRest option `key` is read with a warning and otherwise ignored
-/// ([`IGNORED`]): the warning's reason.
+/// ([`IGNORED`], [`TUNING`]): the warning's reason.
 pub fn ignored(key: &str) -> Option<&'static str> {
-    IGNORED
-        .contains(&unindexed(key).as_str())
-        .then_some("pgjet logs to stderr only (log-level)")
+    let base = unindexed(key);
+    if IGNORED.contains(&base.as_str()) {
+        Some("pgjet logs to stderr only (log-level)")
+    } else if TUNING.contains(&base.as_str()) {
+        Some("it tunes pgBackRest's own processes; nothing pgjet stores depends on it")
+    } else {
+        None
+    }
+}
+
+/// True when the pgBackRest option `key` set to `value` is what pgjet always does
+/// ([`ALWAYS`]): read without a word.
+pub fn always(key: &str, value: &str) -> bool {
+    let base = unindexed(key);
+    ALWAYS.iter().any(|(k, v)| {
+        *k == base && super::parse_bool(k, value).ok() == super::parse_bool(k, v).ok()
+    })
 }
 
 /// What pgjet has near a pgBackRest option it does not implement, for the error's hint.

@@ -930,6 +930,7 @@ fn check_file(src: &Sources, warnings: &mut Vec<String>, refused: &mut Refused) 
                         refused.cipher.push((key.to_string(), place.clone()));
                     }
                 }
+                Key::PgBackRest(_) if super::pgbackrest::always(key, value) => {}
                 Key::PgBackRest(hint) if applies_here => match super::pgbackrest::ignored(key) {
                     Some(why) => warnings.push(format!("{place}: {key} is ignored: {why}")),
                     None => refused
@@ -1015,7 +1016,9 @@ pub fn build_command(cmd: Cmd, cli: &CliValues, args: &[String]) -> Result<Comma
     Ok(match cmd {
         Cmd::StanzaCreate => Command::StanzaCreate,
         Cmd::CipherPassChange => Command::CipherPassChange,
-        Cmd::Info => Command::Info,
+        Cmd::Info => Command::Info(InfoOptions {
+            format: o.parsed("format")?,
+        }),
         Cmd::Check => Command::Check,
         Cmd::Backup => Command::Backup(BackupOptions {
             backup_type: o.parsed("type")?,

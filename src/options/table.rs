@@ -322,6 +322,28 @@ impl OptionDef {
         self.repo && self.places.cli && !self.secret
     }
 
+    /// The heading help lists it under: its own, a repository option of one store type
+    /// under that store's (so `--help` shows each store's options together).
+    pub fn help_heading(&self) -> &'static str {
+        const STORES: &[(&str, &str)] = &[
+            ("repo-s3-", "Repository: S3 (repo-type=s3)"),
+            ("repo-gcs-", "Repository: GCS (repo-type=gcs)"),
+            ("repo-azure-", "Repository: Azure Blob (repo-type=azure)"),
+            ("repo-sftp-", "Repository: SFTP (repo-type=sftp)"),
+            (
+                "repo-storage-",
+                "Repository: object stores (S3, GCS, Azure)",
+            ),
+        ];
+        match STORES
+            .iter()
+            .find(|(p, _)| self.repo && self.name.starts_with(p))
+        {
+            Some((_, h)) => h,
+            None => self.heading,
+        }
+    }
+
     /// Every spelling: the name, then the aliases.
     pub fn spellings(&self) -> impl Iterator<Item = &'static str> + '_ {
         std::iter::once(self.name)
@@ -558,6 +580,14 @@ const TARGET_ACTIONS: &[(&str, &str)] = &[
 const ARCHIVE_MODES: &[(&str, &str)] = &[
     ("preserve", "Keep the backed-up setting"),
     ("off", "Write archive_mode = off"),
+];
+
+const INFO_FORMATS: &[(&str, &str)] = &[
+    ("pgjet", "pgjet's own report (default)"),
+    (
+        "pgbackrest",
+        "pgBackRest 2.45's info, for its monitoring tools (with --output json: the same keys and types)",
+    ),
 ];
 
 const BACKUP: Cmds = Cmds::of(&[Cmd::Backup]);
@@ -1316,6 +1346,15 @@ pub const OPTIONS: &[OptionDef] = &[
         None,
         REPLICA,
         "Directory of the PostgreSQL binaries used by --start (default: those of the primary)",
+    ),
+    // info.
+    file_cmd_opt(
+        "format",
+        Kind::Choice(INFO_FORMATS),
+        "FORMAT",
+        Some("pgjet"),
+        Cmds::of(&[Cmd::Info]),
+        "Which report: pgjet's own, or pgBackRest's (`--output json --format pgbackrest`: what pgbackrest_exporter and check_pgbackrest read)",
     ),
     // expire.
     cmd_opt(

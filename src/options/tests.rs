@@ -476,13 +476,13 @@ fn a_pgbackrest_option_pgjet_lacks_is_an_error() {
     let dir = tempfile::tempdir().unwrap();
     let f = conf(
         &dir,
-        "[global]\nrepo1-path=/r\nrepo2-retention-full=2\nrepo1-bundle=y\n[main]\npg1-database=app\n[other]\nrepo1-block=y\n",
+        "[global]\nrepo1-path=/r\nrepo2-retention-full=2\nrepo1-bundle=n\n[main]\npg1-database=app\n[other]\nrepo1-block=n\n",
     );
     let (e, _) = config_error(parse(&["--config", &f, "--stanza", "main", "backup"], &[]));
     assert!(
         e.contains("pgBackRest options pgjet does not implement yet; remove them: ")
             && e.contains(&format!("repo2-retention-full (config file {f}, section [global]; pgjet reads repo1-retention-full (or retention-full) and applies it to every repository)"))
-            && e.contains(&format!("repo1-bundle (config file {f}, section [global]"))
+            && e.contains(&format!("repo1-bundle (config file {f}, section [global]; pgjet always bundles small files)"))
             && e.contains(&format!("pg1-database (config file {f}, section [main]; pgjet connects over libpq")),
         "{e}"
     );
@@ -499,6 +499,42 @@ fn a_pgbackrest_option_pgjet_lacks_is_an_error() {
         classify("repo5-path"),
         Key::PgBackRest(Some("pgjet configures repositories 1 to 4"))
     );
+}
+
+/// A pgBackRest config as users keep it: every option pgjet implements, does anyway
+/// (repo1-bundle=y, archive-copy=y, ...) or that only tunes pgBackRest's own processes is
+/// read; only the tuning ones and the log file's are a warning.
+#[test]
+fn a_pgbackrest_config_as_users_keep_it_is_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = conf(
+        &dir,
+        "[global]\nrepo1-path=/var/lib/pgbackrest\nrepo1-retention-full=2\nrepo1-bundle=y\n\
+         repo1-block=y\nprocess-max=4\ncompress-type=zst\ncompress-level=3\nstart-fast=y\n\
+         delta=y\narchive-async=y\nspool-path=/var/spool/pgbackrest\narchive-push-queue-max=4GiB\n\
+         archive-copy=y\nchecksum-page=y\nstop-auto=y\nexpire-auto=y\nlog-level-console=info\n\
+         log-level-file=detail\ndb-timeout=600\nprotocol-timeout=630\n\
+         [main]\npg1-path=/var/lib/postgresql/15/main\npg1-port=5432\npg1-socket-path=/var/run/postgresql\n",
+    );
+    for cmd in [
+        &["backup"][..],
+        &["restore"],
+        &["archive-push", "pg_wal/x"],
+        &["check"],
+    ] {
+        let mut a = vec!["--config", f.as_str(), "--stanza", "main"];
+        a.extend_from_slice(cmd);
+        let inv = parse(&a, &[]).unwrap_or_else(|e| panic!("{cmd:?}: {e:?}"));
+        let w = inv.warnings.join("\n");
+        for key in ["log-level-file", "db-timeout", "protocol-timeout"] {
+            assert!(w.contains(&format!("{key} is ignored")), "{cmd:?}: {w}");
+        }
+        assert_eq!(inv.warnings.len(), 3, "{cmd:?}: {w}");
+    }
+    let inv = parse(&["--config", &f, "--stanza", "main", "backup"], &[]).unwrap();
+    assert!(matches!(&inv.command, Command::Backup(b) if b.start_fast));
+    let inv = parse(&["--config", &f, "--stanza", "main", "restore"], &[]).unwrap();
+    assert!(matches!(&inv.command, Command::Restore(r) if r.delta));
 }
 
 /// pgBackRest's logging options, as carried-over configs set them: log-level-console (and

@@ -32,13 +32,29 @@ pub struct OwnSettings {
 }
 
 impl OwnSettings {
-    /// Reads `pg_path`'s postgresql.auto.conf (a missing file has no settings).
+    /// Reads `pg_path`'s postgresql.auto.conf. A missing file has no settings, and so has
+    /// an unfinished copy (pgjet's marker, or no global/pg_control: its files may be
+    /// half-written, sparse and full of zeroes) and a file that is not text.
     ///
     /// Errors: the file exists but cannot be read.
     pub fn read(pg_path: &Path) -> Result<OwnSettings> {
+        if pg_path.join(super::delta::MARKER).exists()
+            || !pg_path.join("global/pg_control").exists()
+        {
+            return Ok(OwnSettings::default());
+        }
+        OwnSettings::copied(pg_path)
+    }
+
+    /// Reads the postgresql.auto.conf just copied into `pg_path` (the primary's), whatever
+    /// state the rest of the directory is in; a file that is not text has no settings.
+    ///
+    /// Errors: the file exists but cannot be read.
+    pub fn copied(pg_path: &Path) -> Result<OwnSettings> {
         let p = pg_path.join("postgresql.auto.conf");
-        match fs::read_to_string(&p) {
-            Ok(t) => Ok(OwnSettings::parse(&t)),
+        match fs::read(&p) {
+            Ok(b) if b.contains(&0) => Ok(OwnSettings::default()),
+            Ok(b) => Ok(OwnSettings::parse(&String::from_utf8_lossy(&b))),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(OwnSettings::default()),
             Err(e) => Err(Error::io("read", &p, e)),
         }
@@ -162,6 +178,29 @@ mod tests {
         assert_eq!(c.get("application_name"), Some("s1"));
         assert_eq!(c.get("password"), Some("it's"));
         assert_eq!(o.get("nothing"), None);
+    }
+
+    #[test]
+    fn an_unfinished_copy_has_no_settings_of_its_own() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir(d.path().join("global")).unwrap();
+        std::fs::write(d.path().join("postgresql.auto.conf"), "port = '5433'\n").unwrap();
+        // No pg_control yet (a copy cut short before its end).
+        assert!(!OwnSettings::read(d.path()).unwrap().sets("port"));
+        assert!(OwnSettings::copied(d.path()).unwrap().sets("port"));
+        std::fs::write(d.path().join("global/pg_control"), b"x").unwrap();
+        assert!(OwnSettings::read(d.path()).unwrap().sets("port"));
+        // pgjet's marker: unfinished.
+        std::fs::write(d.path().join(crate::pgdata::delta::MARKER), b"").unwrap();
+        assert!(!OwnSettings::read(d.path()).unwrap().sets("port"));
+        std::fs::remove_file(d.path().join(crate::pgdata::delta::MARKER)).unwrap();
+        // A sparse, half-written file.
+        std::fs::write(d.path().join("postgresql.auto.conf"), [0u8; 64]).unwrap();
+        assert!(OwnSettings::read(d.path())
+            .unwrap()
+            .names()
+            .next()
+            .is_none());
     }
 
     #[test]

@@ -45,6 +45,10 @@ pub struct ManifestEnd {
     /// pgjet recorded it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delta_size: Option<u64>,
+    /// Pages whose checksum failed twice in the source (each listed with its file in the
+    /// manifest), pgBackRest's `error`; absent in backups written before pgjet recorded it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub page_errors: Option<u64>,
     /// Labels of the older backups whose objects this one's pieces name, sorted; a
     /// reader needs each of them complete. Empty for a full backup.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -150,6 +154,8 @@ pub struct ManifestWriter {
     size: u64,
     /// Logical bytes of the pieces so far that this backup stored itself.
     delta_size: u64,
+    /// Pages of the files so far whose checksum failed.
+    page_errors: u64,
     /// Labels of the older backups the pieces so far name.
     references: std::collections::BTreeSet<String>,
     /// The resume journal each file line also goes to ([`super::resume`]).
@@ -181,6 +187,7 @@ impl ManifestWriter {
             files: 0,
             size: 0,
             delta_size: 0,
+            page_errors: 0,
             references: Default::default(),
             journal: None,
         };
@@ -248,6 +255,7 @@ impl ManifestWriter {
         }
         self.files += 1;
         self.size += f.size;
+        self.page_errors += f.page_errors.len() as u64;
         for p in &f.pieces {
             match &p.backup {
                 Some(b) => {
@@ -289,6 +297,7 @@ impl ManifestWriter {
             size: self.size,
             stored_size,
             delta_size: Some(self.delta_size),
+            page_errors: Some(self.page_errors),
             references,
         };
         self.line(LineRef::End(&end))?;

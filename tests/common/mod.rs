@@ -2150,3 +2150,72 @@ pub fn wait_queue_empty(cluster: &Cluster, what: &str) {
         cluster.server.log_tail()
     );
 }
+
+/// The shape of a JSON value: each key path (array elements merged under `[]`) with the
+/// JSON types found there (`int` for integers, `number` for others).
+pub fn json_shape(
+    v: &serde_json::Value,
+) -> BTreeMap<String, std::collections::BTreeSet<&'static str>> {
+    fn walk(
+        v: &serde_json::Value,
+        path: &str,
+        out: &mut BTreeMap<String, std::collections::BTreeSet<&'static str>>,
+    ) {
+        use serde_json::Value as V;
+        let t = match v {
+            V::Null => "null",
+            V::Bool(_) => "bool",
+            V::Number(n) if n.is_u64() || n.is_i64() => "int",
+            V::Number(_) => "number",
+            V::String(_) => "string",
+            V::Array(a) => {
+                for e in a {
+                    walk(e, &format!("{path}[]"), out);
+                }
+                "array"
+            }
+            V::Object(o) => {
+                for (k, e) in o {
+                    walk(e, &format!("{path}.{k}"), out);
+                }
+                "object"
+            }
+        };
+        out.entry(path.to_string()).or_default().insert(t);
+    }
+    let mut out = BTreeMap::new();
+    walk(v, "", &mut out);
+    out
+}
+
+/// pgBackRest 2.45's own `info --output json` of `name` (tests/data/pgbackrest-info/).
+pub fn pgbackrest_info_fixture(name: &str) -> serde_json::Value {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/pgbackrest-info")
+        .join(name);
+    serde_json::from_slice(&fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display())))
+        .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// Checks `pgjet info --output json --format pgbackrest` (`ours`) against pgBackRest 2.45's
+/// output `fixture`: the same key paths, and at each only the JSON types pgBackRest prints
+/// there (or null, which pgBackRest's readers take as empty), so its monitoring tools
+/// (typed decoders: pgbackrest_exporter fails on a wrong type) read pgjet's unchanged.
+pub fn assert_pgbackrest_shape(ours: &serde_json::Value, fixture: &serde_json::Value) {
+    let (a, b) = (json_shape(ours), json_shape(fixture));
+    let missing: Vec<&String> = b.keys().filter(|k| !a.contains_key(*k)).collect();
+    let extra: Vec<&String> = a.keys().filter(|k| !b.contains_key(*k)).collect();
+    assert!(
+        missing.is_empty() && extra.is_empty(),
+        "keys pgBackRest has and pgjet lacks: {missing:?}; keys pgjet adds: {extra:?}\n{ours:#}"
+    );
+    for (k, types) in &a {
+        let allowed = &b[k];
+        for t in types {
+            assert!(
+                allowed.contains(t) || *t == "null",
+                "{k}: pgjet writes {t}, pgBackRest {allowed:?}\n{ours:#}"
+            );
+        }
+    }
+}
