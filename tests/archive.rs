@@ -201,6 +201,11 @@ fn newest_backup(cluster: &Cluster, repo: &Repo) -> serde_json::Value {
 /// Restores into a fresh directory `name` of `cluster` with `extra` flags (archive_mode off
 /// unless `extra` says otherwise); returns the directory.
 fn restore(cluster: &Cluster, repo: &Repo, name: &str, extra: &[&str]) -> PathBuf {
+    restore_run(cluster, repo, name, extra).0
+}
+
+/// [`restore`], with the restore's run.
+fn restore_run(cluster: &Cluster, repo: &Repo, name: &str, extra: &[&str]) -> (PathBuf, Run) {
     let dir = cluster.new_dir(name);
     let mut a = args!["restore", "--stanza", "main"];
     a.extend(repo.args.iter().cloned());
@@ -214,7 +219,7 @@ fn restore(cluster: &Cluster, repo: &Repo, name: &str, extra: &[&str]) -> PathBu
     a.extend(extra.iter().map(|s| s.to_string()));
     let r = pgjet_ok(&a);
     step!("{name}: restored in {:.1}s", r.elapsed.as_secs_f64());
-    dir
+    (dir, r)
 }
 
 /// Restores with `extra`, starts the cluster, waits until it is promoted, and returns it.
@@ -728,18 +733,7 @@ fn pg15_posix_sync_archiving_pitr_timelines_and_faults() {
     // PostgreSQL would stop with "requested timeline 2 is not a child of this server's
     // history"; restore says so and follows timeline 1, which has production's rows.
     pj(&cluster, &repo, "backup", &["--start-fast"]).ok();
-    let trap = cluster.new_dir("trap");
-    let mut a = args![
-        "restore",
-        "--stanza",
-        "main",
-        "--pg-path",
-        trap.display(),
-        "--archive-mode",
-        "off"
-    ];
-    a.extend(repo.args.iter().cloned());
-    let r = pgjet_ok(&a);
+    let (trap, r) = restore_run(&cluster, &repo, "trap", &[]);
     assert!(
         r.stderr.contains("is not a child of this server's history")
             && r.stderr.contains("recovery_target_timeline = 'current'"),

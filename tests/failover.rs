@@ -21,51 +21,9 @@ use std::time::{Duration, Instant};
 // Reading postgresql.auto.conf as PostgreSQL would.
 
 /// The settings of a configuration file PostgreSQL would read, in file order: (name
-/// lower-cased, value with its quotes removed). Blank lines and comments are skipped; a
-/// quoted value may hold `''` or `\'` (PostgreSQL's configuration file syntax, guc-file.l).
+/// lower-cased, value with its quotes removed), as pgjet reads them.
 fn active_settings(text: &str) -> Vec<(String, String)> {
-    let mut out = Vec::new();
-    for line in text.lines() {
-        let t = line.trim();
-        if t.is_empty() || t.starts_with('#') {
-            continue;
-        }
-        let end = t
-            .find(|c: char| c == '=' || c.is_whitespace())
-            .unwrap_or(t.len());
-        let name = t[..end].to_ascii_lowercase();
-        let rest = t[end..].trim_start();
-        let rest = rest.strip_prefix('=').unwrap_or(rest).trim_start();
-        let value = match rest.strip_prefix('\'') {
-            Some(q) => {
-                let mut v = String::new();
-                let mut chars = q.chars().peekable();
-                while let Some(c) = chars.next() {
-                    match c {
-                        '\'' if chars.peek() == Some(&'\'') => {
-                            chars.next();
-                            v.push('\'');
-                        }
-                        '\'' => break,
-                        '\\' => {
-                            if let Some(n) = chars.next() {
-                                v.push(n);
-                            }
-                        }
-                        c => v.push(c),
-                    }
-                }
-                v
-            }
-            None => rest
-                .split(|c: char| c == '#' || c.is_whitespace())
-                .next()
-                .unwrap_or("")
-                .to_string(),
-        };
-        out.push((name, value));
-    }
-    out
+    pgjet::pgdata::own_settings::settings_in(text)
 }
 
 /// Values of the active lines setting `name` in `text`, in file order.

@@ -80,9 +80,7 @@ impl OwnSettings {
     /// The value of `name`, unquoted; None when not set.
     pub fn get(&self, name: &str) -> Option<String> {
         let (_, line) = self.lines.iter().find(|(n, _)| n == name)?;
-        let rest = line.trim_start()[name.len()..].trim_start();
-        let rest = rest.strip_prefix('=').unwrap_or(rest).trim();
-        Some(unquote(rest))
+        settings_in(line).pop().map(|(_, v)| v)
     }
 
     /// The standby's `primary_slot_name`, when set and not empty.
@@ -122,6 +120,19 @@ impl OwnSettings {
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.lines.iter().map(|(n, _)| n.as_str())
     }
+}
+
+/// Every setting of a configuration file's text, in file order: (name lower-cased, value
+/// unquoted), as PostgreSQL reads them (a later line of a name wins).
+pub fn settings_in(text: &str) -> Vec<(String, String)> {
+    text.lines()
+        .filter_map(|line| {
+            let name = setting_name(line)?;
+            let rest = line.trim_start()[name.len()..].trim_start();
+            let rest = rest.strip_prefix('=').unwrap_or(rest).trim();
+            Some((name, unquote(rest)))
+        })
+        .collect()
 }
 
 /// A configuration value as written (`'quoted'` or bare) -> its text: `''` and `\'` are a
