@@ -208,11 +208,7 @@ fn pg15_basebackup_refusals() {
         "the error must name the fix:\n{r}"
     );
     assert!(!data.join("global/pg_control").exists());
-    assert_eq!(
-        cluster.psql("postgres", "SELECT count(*) FROM pg_replication_slots"),
-        "0",
-        "no slot may be left"
-    );
+    assert_no_slot_left(&cluster, "after the failure");
     let target = cluster.new_dir("delta");
     let (source, dir) = (
         tcp_conninfo(&cluster, "postgres"),
@@ -440,11 +436,7 @@ fn pg18_replica_create_basebackup_auto_is_gzip() {
     cluster.psql("postgres", "SELECT pg_reload_conf()");
     std::thread::sleep(Duration::from_millis(500));
     refused("postgres", "hostssl replication postgres");
-    assert_eq!(
-        cluster.psql("postgres", "SELECT count(*) FROM pg_replication_slots"),
-        "0",
-        "no slot may be left"
-    );
+    assert_no_slot_left(&cluster, "after the failure");
 }
 
 /// `backup --transport basebackup` (zstd) into a repository: verify passes, the backup is
@@ -626,11 +618,7 @@ fn pg15_stream_faults() {
         let v: serde_json::Value = serde_json::from_str(r.stdout.trim()).unwrap();
         let n = v[0]["backup"].as_array().map(|b| b.len()).unwrap_or(0);
         assert_eq!(n, 0, "{what}: no backup may look complete:\n{r}");
-        assert_eq!(
-            cluster.psql("postgres", "SELECT count(*) FROM pg_replication_slots"),
-            "0",
-            "{what}: no slot may be left"
-        );
+        assert_no_slot_left(&cluster, what);
     };
     let slow = args![
         "--max-rate",
@@ -687,11 +675,7 @@ fn pg15_stream_faults() {
         !data.join("global/pg_control").exists(),
         "no pg_control after a failure"
     );
-    assert_eq!(
-        cluster.psql("postgres", "SELECT count(*) FROM pg_replication_slots"),
-        "0",
-        "no slot may be left"
-    );
+    assert_no_slot_left(&cluster, "after the failure");
     pgjet_ok(&args![
         "replica-create",
         "--delta",

@@ -13,6 +13,7 @@ use crate::pgdata::restore::{restore_into, Files, RestoreInto};
 use crate::pgdata::{delta, parse_tablespace_map, prepare_target, recovery, tablespace_locations};
 use crate::repo;
 use crate::repo::open::{open_stanza_with_set, open_stanzas};
+use crate::repo::read_back::PieceWant;
 use crate::transfer::Progress;
 use std::fs;
 
@@ -119,12 +120,12 @@ pub fn run(s: &Settings, args: &RestoreOptions, progress: &dyn Progress) -> Resu
         let listing = m.listing();
         let removed = delta::begin_delta(&pg_path, h.system_identifier, &locations, &listing)?;
         let needed = repo::delta::pieces_needed(&m, &pg_path, s.jobs)?;
-        let (all, kept) = needed
-            .iter()
-            .flatten()
-            .fold((0, 0), |(a, k), n| (a + 1, k + usize::from(!n)));
+        let count = |w: PieceWant| needed.iter().flatten().filter(|n| **n == w).count();
+        let all: usize = needed.iter().map(Vec::len).sum();
         tracing::info!(
-            "delta: {kept} of {all} pieces already in place, {removed} file(s) or directories removed"
+            "delta: {} of {all} pieces already in place, {} to compare once read back (a slice of an older backup's frame has no hash of its own), {removed} file(s) or directories removed",
+            count(PieceWant::Keep),
+            count(PieceWant::Compare)
         );
         (locations, Files::InMemory(m.files, needed))
     } else {

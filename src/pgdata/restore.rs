@@ -9,7 +9,7 @@ use crate::error::{Error, Result};
 use crate::io::direct::DIRECT_MIN_WRITE;
 use crate::io::fs::set_mtime;
 use crate::pg::pg_manifest::{PgManifestWriter, PgWalRange};
-use crate::repo::read_back::{allocate_pieces, restore_one, ReadBack, Want};
+use crate::repo::read_back::{allocate_pieces, restore_one, PieceWant, ReadBack, Want};
 use crate::repo::{Backup, FileEntry, ScannedManifest};
 use crate::transfer::Progress;
 use std::fs::{File, OpenOptions};
@@ -22,9 +22,9 @@ pub enum Files {
     /// A second pass over the stored manifest ([`repo::ManifestReader`]); the targets are
     /// empty and each file is created as its line passes.
     Streamed,
-    /// The manifest's files, read whole for a delta restore, and for each file which
-    /// pieces the target lacks (`crate::repo::delta::pieces_needed`).
-    InMemory(Vec<FileEntry>, Vec<Vec<bool>>),
+    /// The manifest's files, read whole for a delta restore, and for each file what to do
+    /// with each piece (`crate::repo::delta::pieces_needed`).
+    InMemory(Vec<FileEntry>, Vec<Vec<PieceWant>>),
 }
 
 /// A restore into a prepared data directory.
@@ -157,6 +157,13 @@ fn write_files(
         Some(files) => rb.run(files.into_iter().map(Ok), &mut prepare, progress)?,
     };
     progress.finish();
+    if outcome.equal_pieces > 0 {
+        tracing::info!(
+            "delta: {} more piece(s) ({}) read back and found equal to the target's bytes: not written",
+            outcome.equal_pieces,
+            crate::io::mib(outcome.equal_bytes)
+        );
+    }
     for (path, size, mtime, crc) in outcome.crcs {
         if !path.starts_with("pg_wal/") {
             pgm.file(&path, size, mtime, crc)

@@ -130,6 +130,19 @@ pub fn standby_app_name(
         .unwrap_or_else(|| format!("pgjet_standby_{port}"))
 }
 
+/// The keywords of a re-synced standby's former primary_conninfo that its new one keeps
+/// when the new connection does not set them (libpq's connection parameters that tune a
+/// connection, not its target: PostgreSQL doc/src/sgml/libpq.sgml).
+pub const KEPT_KEYWORDS: &[&str] = &[
+    "keepalives",
+    "keepalives_idle",
+    "keepalives_interval",
+    "keepalives_count",
+    "tcp_user_timeout",
+    "connect_timeout",
+    "options",
+];
+
 /// primary_conninfo, as pg_basebackup -R writes it: every connection parameter in effect
 /// (from --source and the environment, so the standby connects as pgjet did), but the
 /// database (a walreceiver needs none), with `application_name` = `app`. A password comes
@@ -137,16 +150,19 @@ pub fn standby_app_name(
 /// copied into postgresql.auto.conf, the file is named instead (`passfile`, as
 /// pg_basebackup -R names it), so the standby reads the same file.
 ///
-/// On a re-sync, `own` is the standby's former primary_conninfo: a keyword it set that
-/// the new connection does not (`keepalives_idle`, `target_session_attrs`, ...) is kept; a
-/// password it held is kept only when the new connection names no password file.
+/// On a re-sync, `own` is the standby's former primary_conninfo: the keywords that tune
+/// how its walreceiver connects ([`KEPT_KEYWORDS`]: keepalives, timeouts, `options`) are kept
+/// when the new connection does not set them. Where and as whom it connects (host, hostaddr,
+/// port, user, password, TLS files) always come from the new connection: a former host
+/// address kept beside a new host name would send the standby to the old primary.
 pub fn standby_conninfo(effective: &ConnInfo, own: Option<&ConnInfo>, app: &str) -> String {
     let mut c = effective.clone();
     if let Some(own) = own {
-        for (k, v) in &own.params {
-            if k == "password" && c.params.contains_key("passfile") {
-                continue;
-            }
+        for (k, v) in own
+            .params
+            .iter()
+            .filter(|(k, _)| KEPT_KEYWORDS.contains(&k.as_str()))
+        {
             c.params.entry(k.clone()).or_insert_with(|| v.clone());
         }
     }
@@ -166,6 +182,16 @@ mod tests {
         )
         .unwrap();
         let c = standby_conninfo(&eff, None, "s1");
+        // A re-sync keeps the former connection's tuning, never its target.
+        let own = ConnInfo::parse(
+            "host=old hostaddr=10.9.9.9 port=6000 user=x keepalives_idle=5 application_name=a",
+        )
+        .unwrap();
+        let back = ConnInfo::parse(&standby_conninfo(&eff, Some(&own), "s1")).unwrap();
+        assert_eq!(back.get("keepalives_idle"), Some("5"));
+        assert_eq!(back.get("hostaddr"), None);
+        assert_eq!(back.get("host"), Some("10.0.0.1"));
+        assert_eq!(back.get("port"), Some("5432"));
         let back = ConnInfo::parse(&c).unwrap();
         assert_eq!(back.get("application_name"), Some("s1"));
         assert_eq!(back.get("password"), Some("a b"));

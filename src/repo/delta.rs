@@ -1,33 +1,47 @@
 //! `restore --delta`: which pieces of a backup a data directory already holds.
+use super::read_back::PieceWant;
 use super::BackupManifest;
 use crate::error::{Error, Result};
 use std::fs;
 use std::path::Path;
 use std::sync::Mutex;
 
-/// For `restore --delta`: which pieces of each file of backup `m` the target in `pg_path`
-/// does not already hold. A piece is kept (false) when the target file has the same size
-/// as the backup's and the XXH3-128 of its range equals the manifest's; a missing or
-/// resized file needs every piece. Hashing runs on `jobs` threads; pg_control is always
-/// needed (it is written last), and so is every piece of a file whose manifest line has
-/// no CRC32C (restore computes it from the bytes it writes).
+/// For `restore --delta`: what to do with each piece of each file of backup `m`, given the
+/// target in `pg_path` ([`PieceWant`]). When the target file has the backup's size, a piece
+/// is kept when the XXH3-128 of its range there equals the manifest's, and a piece whose
+/// logical hash the manifest lacks (a slice of an older backup's frame: an incremental
+/// never reads its unchanged blocks) is compared byte for byte once read back, and written
+/// only where it differs. A missing or resized file needs every piece written; so does
+/// pg_control (it is written last). Hashing runs on `jobs` threads.
 ///
 /// Errors: a target file that exists but cannot be read.
-pub fn pieces_needed(m: &BackupManifest, pg_path: &Path, jobs: usize) -> Result<Vec<Vec<bool>>> {
+pub fn pieces_needed(
+    m: &BackupManifest,
+    pg_path: &Path,
+    jobs: usize,
+) -> Result<Vec<Vec<PieceWant>>> {
     use std::os::unix::fs::FileExt;
-    let mut needed: Vec<Vec<bool>> = m.files.iter().map(|f| vec![true; f.pieces.len()]).collect();
+    let mut needed: Vec<Vec<PieceWant>> = m
+        .files
+        .iter()
+        .map(|f| vec![PieceWant::Write; f.pieces.len()])
+        .collect();
     let mut work: Vec<(usize, usize)> = Vec::new();
     for (i, f) in m.files.iter().enumerate() {
-        // pg_control is written last; a file without a CRC in the manifest (some pieces are
-        // slices of an older backup's frames) is written whole, its CRC computed as it is.
-        if f.path == "global/pg_control" || f.crc32c.is_none() {
+        // pg_control is written last, whatever the target holds.
+        if f.path == "global/pg_control" {
             continue;
         }
         let same_size = fs::symlink_metadata(pg_path.join(&f.path))
             .map(|md| md.is_file() && md.len() == f.size)
             .unwrap_or(false);
         if same_size {
-            work.extend((0..f.pieces.len()).map(|k| (i, k)));
+            for (k, p) in f.pieces.iter().enumerate() {
+                match p.xxh3 {
+                    Some(_) => work.push((i, k)),
+                    None => needed[i][k] = PieceWant::Compare,
+                }
+            }
         }
     }
     let equal: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
@@ -53,7 +67,7 @@ pub fn pieces_needed(m: &BackupManifest, pg_path: &Path, jobs: usize) -> Result<
         },
     )?;
     for (i, k) in equal.into_inner().unwrap_or_else(|p| p.into_inner()) {
-        needed[i][k] = false;
+        needed[i][k] = PieceWant::Keep;
     }
     Ok(needed)
 }

@@ -140,13 +140,27 @@ pub fn decode_piece(
     Ok(())
 }
 
+/// What a delta restore does with one piece of a file ([`Want::Pieces`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PieceWant {
+    /// In place already (its logical hash matched the target's bytes): neither read nor
+    /// written; its CRC32C is the manifest's.
+    Keep,
+    /// Read, checked and written.
+    Write,
+    /// Read and checked, then compared with the target's bytes and written only where they
+    /// differ: a piece whose logical hash the manifest lacks (a slice of an older backup's
+    /// frame, whose bytes the incremental backup never read).
+    Compare,
+}
+
 /// Which pieces of a file [`ReadBack::run`] reads, checks and (when restoring) writes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Want {
     /// Every piece.
     All,
-    /// The pieces marked true (a delta restore: the others are in place already).
-    Pieces(Vec<bool>),
+    /// Each piece as marked (a delta restore).
+    Pieces(Vec<PieceWant>),
     /// None: the file still counts towards its objects' sizes (restore writes pg_control
     /// last, on its own).
     Nothing,
@@ -163,9 +177,11 @@ struct FileJob {
     create: Option<u32>,
     /// Wanted pieces not yet written; the writer of the last one sets the file's mtime.
     remaining: AtomicUsize,
-    /// For a file whose CRC32C the manifest lacks (restore writes every piece of it):
-    /// (offset, length, CRC32C) of the pieces written so far.
+    /// For a file whose CRC32C the manifest lacks: (offset, length, CRC32C) of its pieces,
+    /// those kept in place (from the manifest) and those read so far.
     crcs: Option<Mutex<Vec<(u64, u64, u32)>>>,
+    /// Per piece: compare with the target's bytes before writing ([`PieceWant::Compare`]).
+    compare: Vec<bool>,
     /// Wanted pieces not yet written in each [`WRITEBACK_WINDOW`] of the file (empty for a
     /// file its writer creates): the writer of a window's last piece starts the window's
     /// writeback.
@@ -280,6 +296,8 @@ struct CheckedPiece {
     offset: u64,
     zero_pages: Vec<[u32; 2]>,
     logical: AlignedBuf,
+    /// Written only where the target's bytes differ.
+    compare: bool,
 }
 
 /// State shared by the stages of [`ReadBack::run`].
@@ -293,6 +311,8 @@ struct Stages<'a> {
     rb: &'a ReadBack<'a>,
     /// CRC32Cs computed for files whose manifest line has none.
     crcs: Mutex<Vec<ComputedCrc>>,
+    /// Pieces compared with the target and found equal (not written), and their bytes.
+    equal: (AtomicU64, AtomicU64),
 }
 
 /// Nanoseconds summed over the threads of each stage.
@@ -392,6 +412,10 @@ pub struct ReadOutcome {
     pub bad: Vec<String>,
     /// CRC32Cs of the restored files whose manifest line has none.
     pub crcs: Vec<ComputedCrc>,
+    /// Delta restore: pieces compared with the target and found equal, not written, and
+    /// their logical bytes.
+    pub equal_pieces: u64,
+    pub equal_bytes: u64,
 }
 
 /// The CRC32C of a file from its pieces' (offset, length, CRC32C), sorted by offset; None
@@ -478,6 +502,7 @@ impl ReadBack<'_> {
             bad: Mutex::new(Vec::new()),
             rb: self,
             crcs: Mutex::new(Vec::new()),
+            equal: Default::default(),
         };
         let (plan_tx, plan_rx) = crossbeam_channel::bounded::<ObjectWork>(PLANNED_QUEUE);
         let (loaded_tx, loaded_rx) =
@@ -540,7 +565,12 @@ impl ReadBack<'_> {
             });
         }
         let crcs = st.crcs.into_inner().unwrap_or_else(|p| p.into_inner());
-        Ok(ReadOutcome { bad, crcs })
+        Ok(ReadOutcome {
+            bad,
+            crcs,
+            equal_pieces: st.equal.0.into_inner(),
+            equal_bytes: st.equal.1.into_inner(),
+        })
     }
 
     /// The compression of the frames of `backup` (None: the backup read).
@@ -636,8 +666,14 @@ impl ReadBack<'_> {
                     )))
                 }
                 Want::Create(_) => vec![true],
-                Want::Pieces(v) => (0..n).map(|i| v.get(i).copied().unwrap_or(true)).collect(),
+                Want::Pieces(v) => (0..n).map(|i| v.get(i) != Some(&PieceWant::Keep)).collect(),
                 Want::Nothing => vec![false; n],
+            };
+            let compare: Vec<bool> = match &want {
+                Want::Pieces(v) => (0..n)
+                    .map(|i| v.get(i) == Some(&PieceWant::Compare))
+                    .collect(),
+                _ => vec![false; n],
             };
             let count = wanted.iter().filter(|w| **w).count();
             if n > 0 {
@@ -666,14 +702,25 @@ impl ReadBack<'_> {
                     }
                 }
             }
-            // A CRC32C the manifest lacks is computed from the pieces, all of them wanted.
-            let crcs = (self.target.is_some() && f.crc32c.is_none()).then(Default::default);
-            if crcs.is_some() && count != n {
-                return Err(Error::Other(format!(
-                    "{}: the manifest has no CRC32C of the file, so every piece must be restored",
-                    f.path
-                )));
-            }
+            // A CRC32C the manifest lacks is computed from the pieces: those read, and those
+            // kept in place with the manifest's CRC32C of each.
+            let crcs: Option<Mutex<Vec<(u64, u64, u32)>>> = if self.target.is_some()
+                && f.crc32c.is_none()
+            {
+                let mut kept = Vec::new();
+                for (p, _) in f.pieces.iter().zip(&wanted).filter(|(_, w)| !**w) {
+                    let crc = p.crc32c.ok_or_else(|| {
+                            Error::Other(format!(
+                                "{}: a piece kept in place has no CRC32C in the manifest, so the file's cannot be computed",
+                                f.path
+                            ))
+                        })?;
+                    kept.push((p.logical_offset, p.logical_size, crc));
+                }
+                Some(Mutex::new(kept))
+            } else {
+                None
+            };
             let job = Arc::new(FileJob {
                 create: match want {
                     Want::Create(mode) => Some(mode),
@@ -686,6 +733,7 @@ impl ReadBack<'_> {
                 entry: f,
                 remaining: AtomicUsize::new(count),
                 crcs,
+                compare,
             });
             if count == 0 && want != Want::Nothing {
                 st.file_done(&job)?;
@@ -746,11 +794,16 @@ impl ReadBack<'_> {
             }
             return Ok(());
         }
-        write_runs(&path, piece.offset, &piece.logical, &piece.zero_pages)?;
-        if self.overwrite && !piece.zero_pages.is_empty() {
-            punch_zero_pages(&path, piece.offset, &piece.zero_pages)?;
-        }
         let len = piece.logical.len() as u64;
+        if piece.compare && same_bytes(&path, piece.offset, &piece.logical)? {
+            st.equal.0.fetch_add(1, Ordering::Relaxed);
+            st.equal.1.fetch_add(len, Ordering::Relaxed);
+        } else {
+            write_runs(&path, piece.offset, &piece.logical, &piece.zero_pages)?;
+            if self.overwrite && !piece.zero_pages.is_empty() {
+                punch_zero_pages(&path, piece.offset, &piece.zero_pages)?;
+            }
+        }
         if len > 0 && !piece.file.windows.is_empty() {
             let first = piece.offset / WRITEBACK_WINDOW;
             let last = (piece.offset + len - 1) / WRITEBACK_WINDOW;
@@ -915,6 +968,7 @@ fn decode_object(
                 offset: p.logical_offset,
                 zero_pages: p.range_zero_pages().into_owned(),
                 logical,
+                compare: file.compare.get(*pi).copied().unwrap_or(false),
             };
             let t = std::time::Instant::now();
             let sent = tx.send(piece);
@@ -928,6 +982,21 @@ fn decode_object(
         }
     }
     waited
+}
+
+/// True when the `want.len()` bytes of file `path` at `offset` are `want` (a delta restore's
+/// compare before a write; a short file differs).
+///
+/// Errors: the file cannot be opened or read.
+fn same_bytes(path: &Path, offset: u64, want: &[u8]) -> Result<bool> {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::File::open(path).map_err(|e| Error::io("open", path, e))?;
+    let mut have = vec![0u8; want.len()];
+    match f.read_exact_at(&mut have, offset) {
+        Ok(()) => Ok(have == want),
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(false),
+        Err(e) => Err(Error::io("read", path, e)),
+    }
 }
 
 /// Creates the file `path` (it must not exist; a missing parent directory is made) with

@@ -2219,3 +2219,20 @@ pub fn assert_pgbackrest_shape(ours: &serde_json::Value, fixture: &serde_json::V
         }
     }
 }
+
+/// Waits (up to 15 s) until `cluster` has no replication slot, then asserts it (`what` in
+/// the message): PostgreSQL drops a session's temporary slot when its backend exits, a
+/// moment after the client (pgjet, which has exited) disconnected.
+pub fn assert_no_slot_left(cluster: &Cluster, what: &str) {
+    let count = || cluster.psql("postgres", "SELECT count(*) FROM pg_replication_slots");
+    let _ = wait_for(Duration::from_secs(15), || (count() == "0").then_some(()));
+    assert_eq!(
+        count(),
+        "0",
+        "{what}: no slot may be left: {}",
+        cluster.psql(
+            "postgres",
+            "SELECT string_agg(slot_name || ' active ' || active, ', ') FROM pg_replication_slots"
+        )
+    );
+}
