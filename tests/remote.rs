@@ -1265,8 +1265,8 @@ fn remote_pg15_transport_auto_chooses_by_measurement() {
     assert_eq!(summary(&run)["network_compress"], "zstd", "{run}");
 
     // A replication connection the server refuses (no `replication` line in pg_hba.conf):
-    // auto warns with the fix and keeps the ranges. A --slot that exists stops the ranges
-    // before they copy, so this costs no second copy.
+    // auto warns with the fix and keeps the ranges. A target that is not empty stops the
+    // ranges before they copy, so this costs no second copy.
     let hba = slow.cluster.data().join("pg_hba.conf");
     let lines: String = fs::read_to_string(&hba)
         .unwrap()
@@ -1275,23 +1275,21 @@ fn remote_pg15_transport_auto_chooses_by_measurement() {
         .map(|l| format!("{l}\n"))
         .collect();
     fs::write(&hba, lines).unwrap();
-    slow.cluster.psql(
-        "postgres",
-        "SELECT pg_reload_conf(); SELECT pg_create_physical_replication_slot('taken');",
-    );
+    slow.cluster.psql("postgres", "SELECT pg_reload_conf()");
     let dir = slow.dest.join("standby-refused");
+    mkdir_pg(&dir, 0o700);
+    fs::write(dir.join("keep"), b"precious").unwrap();
+    chown_pg_recursive(&dir);
     let a = args![
         "--source",
         slow.source(""),
         "--pg-path",
         dir.display(),
-        "replica-create",
-        "--slot",
-        "taken"
+        "replica-create"
     ];
     let run = slow
         .pgjet_in(&slow.lab.ns_b.clone(), &slow.hidden(), &a, None)
-        .fails_with("replication slot taken already exists");
+        .fails_with("is not empty");
     for want in [
         "its replication connection failed",
         // the server's own reason, not only "db error"
@@ -1301,7 +1299,8 @@ fn remote_pg15_transport_auto_chooses_by_measurement() {
     ] {
         assert!(run.stderr.contains(want), "{want:?} missing:\n{run}");
     }
-    assert!(!dir.exists(), "{run}");
+    assert_eq!(fs::read(dir.join("keep")).unwrap(), b"precious", "{run}");
+    assert_eq!(fs::read_dir(&dir).unwrap().count(), 1, "{run}");
     drop(slow);
 
     // Incompressible data: 128 MiB of random bytes beside pgbench scale 1 (13 MiB), about
