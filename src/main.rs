@@ -24,9 +24,44 @@ fn init_logging(level: &str) {
     };
 }
 
+/// The exit status of a pgjet whose standard output was closed by its reader (`pgjet info
+/// | head`): what a shell reports for a process SIGPIPE ended (128 + 13), without a panic.
+const BROKEN_PIPE_EXIT: i32 = 141;
+
+/// Writes `args` to standard output (`say!`, `say_line!`): a reader that went away ends the
+/// process quietly with [`BROKEN_PIPE_EXIT`] instead of println!'s panic.
+fn say_fmt(args: std::fmt::Arguments, newline: bool) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let r = out
+        .write_fmt(args)
+        .and_then(|_| {
+            if newline {
+                out.write_all(b"\n")
+            } else {
+                Ok(())
+            }
+        })
+        .and_then(|_| out.flush());
+    if let Err(e) = r {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            exit(BROKEN_PIPE_EXIT);
+        }
+        eprintln!("pgjet: ERROR: cannot write to standard output: {e}");
+        exit(7);
+    }
+}
+
+macro_rules! say {
+    ($($t:tt)*) => { say_fmt(format_args!($($t)*), false) };
+}
+macro_rules! say_line {
+    ($($t:tt)*) => { say_fmt(format_args!($($t)*), true) };
+}
+
 fn print_json<T: serde::Serialize>(v: &T) -> Result<(), Error> {
     let s = serde_json::to_string_pretty(v).map_err(|e| Error::Other(e.to_string()))?;
-    println!("{s}");
+    say_line!("{s}");
     Ok(())
 }
 
@@ -53,14 +88,14 @@ fn run(inv: Invocation) -> Result<(), Error> {
     let json = s.output == Output::Json;
     let progress = term::TermProgress::for_stderr(json);
     match inv.command {
-        Command::StanzaCreate => println!("{}", commands::stanza_create::run(&s)?),
-        Command::CipherPassChange => println!("{}", commands::cipher_pass::run(&s)?),
+        Command::StanzaCreate => say_line!("{}", commands::stanza_create::run(&s)?),
+        Command::CipherPassChange => say_line!("{}", commands::cipher_pass::run(&s)?),
         Command::Backup(a) => {
             let r = commands::backup::run(&s, &a, &progress)?;
             if json {
                 print_json(&r)?;
             } else {
-                println!(
+                say_line!(
                     "backup {} complete: {} files, {} logical, {} stored, {:.1} s, {:.0} MiB/s, LSN {} - {}{}",
                     r.label, r.files, pgjet::io::mib(r.size), pgjet::io::mib(r.stored_size), r.seconds, r.mib_per_sec,
                     r.start_lsn, r.stop_lsn,
@@ -70,36 +105,36 @@ fn run(inv: Invocation) -> Result<(), Error> {
         }
         Command::Restore(a) => {
             let label = commands::restore::run(&s, &a, &progress)?;
-            println!("restored backup {label} into {}", s.pg_path()?.display());
+            say_line!("restored backup {label} into {}", s.pg_path()?.display());
         }
         Command::Verify(a) => {
             for l in commands::verify::run(&s, a.set.as_deref(), &progress)? {
-                println!("{l}");
+                say_line!("{l}");
             }
         }
         Command::Info(a) if a.format == InfoFormat::Pgbackrest => {
             let v = commands::info_pgbackrest::collect(&s)?;
             if json {
-                println!("{}", serde_json::Value::Array(v));
+                say_line!("{}", serde_json::Value::Array(v));
             } else {
-                print!("{}", commands::info_pgbackrest::render_text(&v));
+                say!("{}", commands::info_pgbackrest::render_text(&v));
             }
         }
         Command::Info(_) => {
             let v = commands::info::collect(&s)?;
             if s.output == Output::Prometheus {
                 let queues = commands::metrics::queues(&s, &v);
-                print!("{}", commands::metrics::render_prometheus(&v, &queues));
+                say!("{}", commands::metrics::render_prometheus(&v, &queues));
             } else if json {
                 print_json(&v)?;
             } else {
-                print!("{}", commands::info::render_text(&v));
+                say!("{}", commands::info::render_text(&v));
             }
         }
         Command::Check => {
             let report = commands::check::run(&s)?;
             for l in &report.lines {
-                println!("{l}");
+                say_line!("{l}");
             }
             if let Some(e) = report.failure {
                 return Err(e);
@@ -107,7 +142,7 @@ fn run(inv: Invocation) -> Result<(), Error> {
         }
         Command::Expire(a) => {
             for l in commands::expire::run(&s, a.dry_run)? {
-                println!("{l}");
+                say_line!("{l}");
             }
         }
         Command::ArchivePush { wal_path } => commands::archive_push::run(&s, &wal_path)?,
@@ -134,7 +169,7 @@ fn run(inv: Invocation) -> Result<(), Error> {
             if json {
                 print_json(&r)?;
             } else {
-                println!(
+                say_line!(
                     "standby created in {}: {} in {:.1} s ({:.0} MiB/s, {} with {} job(s)){}{}",
                     r.pg_path,
                     pgjet::io::mib(r.size),

@@ -272,6 +272,22 @@ fn d_restore_targets() {
         b"precious",
         "existing file changed"
     );
+    // Output to a reader that went away (`pgjet info | head`): a quiet exit with a
+    // shell's SIGPIPE status, not println!'s panic.
+    let mut fds = [0i32; 2];
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    unsafe { libc::close(fds[0]) };
+    let closed = unsafe { <Stdio as std::os::unix::io::FromRawFd>::from_raw_fd(fds[1]) };
+    let out = Command::new(pgjet_bin())
+        .args(["info", "--output", "json", "--repo-path"])
+        .arg(&c.repo)
+        .stdout(closed)
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(141), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
     // A mistyped stanza: the hint lists the stanzas the repository holds.
     let r = pgjet(&args![
         "info",
