@@ -864,6 +864,8 @@ fn check_environment(
                     refused.cipher.push((var.clone(), "environment".into()));
                 }
             }
+            Key::PgBackRest(_)
+                if super::pgbackrest::always(&key, &src.env.var(&var)?.unwrap_or_default()) => {}
             Key::PgBackRest(hint) => match super::pgbackrest::ignored(&key) {
                 Some(why) => warnings.push(format!("environment: {var} is ignored: {why}")),
                 None => refused

@@ -535,6 +535,18 @@ fn a_pgbackrest_config_as_users_keep_it_is_read() {
     assert!(matches!(&inv.command, Command::Backup(b) if b.start_fast));
     let inv = parse(&["--config", &f, "--stanza", "main", "restore"], &[]).unwrap();
     assert!(matches!(&inv.command, Command::Restore(r) if r.delta));
+    // The same in the environment.
+    let inv = parse(
+        &["--repo-path", "/r", "info"],
+        &[("PGJET_REPO1_BUNDLE", "y"), ("PGJET_ARCHIVE_COPY", "y")],
+    )
+    .unwrap_or_else(|e| panic!("{e:?}"));
+    assert!(inv.warnings.is_empty(), "{:?}", inv.warnings);
+    let (e, _) = config_error(parse(
+        &["--repo-path", "/r", "info"],
+        &[("PGJET_REPO1_BUNDLE", "n")],
+    ));
+    assert!(e.contains("PGJET_REPO1_BUNDLE"), "{e}");
 }
 
 /// pgBackRest's logging options, as carried-over configs set them: log-level-console (and
