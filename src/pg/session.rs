@@ -345,12 +345,7 @@ impl Session {
     /// The WAL reservation state of slot `name` (`wal_status` of pg_replication_slots:
     /// reserved, extended, unreserved or lost); None when the slot does not exist.
     pub fn slot_wal_status(&self, name: &str) -> Result<Option<String>> {
-        let rows = self.query_strings("read slot state", &format!(
-            "SELECT coalesce(wal_status, 'reserved') FROM pg_replication_slots WHERE slot_name = {}", quote_literal(name)))?;
-        Ok(rows
-            .into_iter()
-            .next()
-            .and_then(|r| r.into_iter().next().flatten()))
+        Ok(self.slot_state(name)?.map(|s| s.wal_status))
     }
 
     /// Slot `name` as pg_replication_slots shows it (a view every role may read); None

@@ -30,6 +30,18 @@ pub fn archive_command_line(config: Option<&std::path::Path>, stanza: &str) -> S
     }
 }
 
+/// The misconfiguration of `a` that archives nothing while PostgreSQL keeps every segment
+/// waiting in pg_wal (archive_mode on or always, no archive_command or archive_library),
+/// said; None otherwise.
+fn nothing_archived(a: &Archiving) -> Option<String> {
+    (a.mode != "off" && !a.active()).then(|| {
+        format!(
+            "archive_mode is {} but archive_command is empty (and no archive_library): PostgreSQL archives nothing and keeps every WAL segment in pg_wal",
+            a.mode
+        )
+    })
+}
+
 /// What a backup does about the archive, decided before it starts: Ok(true) when it waits
 /// for its WAL in the archive. Logs what the user should know (a standby, archive-check=n,
 /// no archiving at all: no point-in-time recovery past the backup).
@@ -42,11 +54,7 @@ pub fn backup_waits_for_archive(
     archive_check: bool,
     command_line: &str,
 ) -> Result<bool> {
-    if a.mode != "off" && !a.active() {
-        let what = format!(
-            "archive_mode is {} but archive_command is empty (and no archive_library): PostgreSQL archives nothing and keeps every WAL segment in pg_wal",
-            a.mode
-        );
+    if let Some(what) = nothing_archived(a) {
         if archive_check {
             return Err(Error::Unsafe(format!(
                 "{what}; the backup's WAL would never reach the archive"
@@ -159,12 +167,10 @@ pub fn check_archiving(
     command_line: &str,
 ) -> Result<(Vec<String>, Option<Error>)> {
     let a = sess.archiving()?;
-    if a.mode != "off" && !a.active() {
-        let e = Error::Unsafe(format!(
-            "archive_mode is {} but archive_command is empty (and no archive_library): PostgreSQL archives nothing and keeps every WAL segment in pg_wal",
-            a.mode
-        ))
-        .with_hint(format!("set {command_line} and reload (SELECT pg_reload_conf())"));
+    if let Some(what) = nothing_archived(&a) {
+        let e = Error::Unsafe(what).with_hint(format!(
+            "set {command_line} and reload (SELECT pg_reload_conf())"
+        ));
         return Ok((vec![format!("PROBLEM: {}", e.kind())], Some(e)));
     }
     if !a.active() {
