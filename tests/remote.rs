@@ -713,6 +713,13 @@ fn resync_keeps_the_standby_and_its_slot(r: &Remote, dir: &Path, standby: Server
     );
     let standby = r.start_copy(&r.lab.ns_b.clone(), dir);
     check(&standby, "re-sync with --slot standby1");
+    // Another copy asking for the slot this standby streams from: refused before anything
+    // is copied, and the slot stays in use.
+    let other = r.dest.join("slot-in-use");
+    r.replica_create(&other, &["--slot", "standby1"])
+        .fails_with("replication slot standby1 is in use");
+    assert!(!other.join("global/pg_control").exists());
+    check(&standby, "after a copy asked for its slot");
     standby
 }
 
