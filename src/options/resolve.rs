@@ -59,6 +59,12 @@ pub trait Env {
     fn var(&self, var: &str) -> Result<Option<String>>;
     /// The names of the `PGJET_*` variables set.
     fn pgjet_names(&self) -> Vec<String>;
+    /// The config file read when neither `--config` nor `PGJET_CONFIG` names one (and it
+    /// exists): [`DEFAULT_CONFIG`] for the process; none for the environments tests make,
+    /// so that a machine's own file never changes a test's result.
+    fn default_config(&self) -> Option<PathBuf> {
+        None
+    }
 }
 
 /// The process's environment.
@@ -79,6 +85,9 @@ impl Env for ProcessEnv {
             .filter_map(|(k, _)| k.into_string().ok())
             .filter(|k| k.starts_with("PGJET_"))
             .collect()
+    }
+    fn default_config(&self) -> Option<PathBuf> {
+        Some(PathBuf::from(DEFAULT_CONFIG))
     }
 }
 
@@ -342,15 +351,16 @@ pub enum ParseError {
 }
 
 /// Reads the config file: `--config` / `PGJET_CONFIG` (an error when it cannot be read),
-/// else [`DEFAULT_CONFIG`] when it exists.
+/// else the environment's default ([`Env::default_config`]) when it exists.
 fn read_config_file(cli: &CliValues, env: &dyn Env) -> Result<Option<ConfigFile>> {
     let given = match cli.get("config").and_then(|v| v.last()) {
         Some(p) => Some(p.clone()),
         None => env.var(&table::env_name("config"))?,
     };
-    let (path, explicit) = match given {
-        Some(p) => (PathBuf::from(p), true),
-        None => (PathBuf::from(DEFAULT_CONFIG), false),
+    let (path, explicit) = match (given, env.default_config()) {
+        (Some(p), _) => (PathBuf::from(p), true),
+        (None, Some(d)) => (d, false),
+        (None, None) => return Ok(None),
     };
     if !explicit && !path.exists() {
         return Ok(None);
