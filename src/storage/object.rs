@@ -538,8 +538,10 @@ fn storage_error(op: &'static str, target: String, e: opendal::Error) -> Error {
     {
         fault = StorageFault::NotFound;
     }
-    // SSH reports refused keys as an unexpected error.
-    if msg.contains("Permission denied") {
+    // SSH reports refused keys as an unexpected error; an S3 server that refuses a request's
+    // signature or credentials answers 400 or 403 with one of these codes (AWS S3 API
+    // reference, "Error responses"), which OpenDAL may report as unexpected.
+    if msg.contains("Permission denied") || S3_REFUSALS.iter().any(|c| msg.contains(c)) {
         fault = StorageFault::Denied;
     }
     // A refused certificate; not a TLS error of a running transfer, which may be the network's.
@@ -555,12 +557,40 @@ fn storage_error(op: &'static str, target: String, e: opendal::Error) -> Error {
     if !why.is_empty() {
         detail.push_str(&format!(": {why}"));
     }
-    Error::Storage {
+    let err = Error::Storage {
         op,
         target,
         fault,
         detail,
+    };
+    match expected_region(&msg) {
+        Some(r) => err.with_hint(format!(
+            "the store signs requests for region {r}: set repo1-s3-region={r} (repo-s3-region)"
+        )),
+        None => err,
     }
+}
+
+/// S3 error codes of a request refused for its credentials or signature.
+const S3_REFUSALS: &[&str] = &[
+    "AuthorizationHeaderMalformed",
+    "SignatureDoesNotMatch",
+    "InvalidAccessKeyId",
+    "AccessDenied",
+    "InvalidToken",
+    "ExpiredToken",
+];
+
+/// The region an S3 server says it expects, from its AuthorizationHeaderMalformed message
+/// (AWS: `the region 'x' is wrong; expecting 'y'`; versitygw and MinIO quote it with `"`).
+fn expected_region(msg: &str) -> Option<String> {
+    let rest = &msg[msg.find("expecting ")? + "expecting ".len()..];
+    let rest = rest.trim_start_matches(['\\', '"', '\'']);
+    let region: String = rest
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
+        .collect();
+    (msg.contains("region") && !region.is_empty()).then_some(region)
 }
 
 /// [`ObjectWriter`] of an object store: a multipart upload, completed by `finish`, aborted
@@ -910,6 +940,16 @@ impl AsRef<[u8]> for OwnedBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_wrong_region_names_the_one_the_store_expects() {
+        // versitygw 1.x's message, as OpenDAL passes it on; AWS's wording.
+        let vgw = r#"S3Error { code: "AuthorizationHeaderMalformed", message: "The authorization header is malformed; the region \"eu-west-1\" is wrong; expecting \"us-east-1\"" }"#;
+        assert_eq!(expected_region(vgw).as_deref(), Some("us-east-1"));
+        let aws = "The authorization header is malformed; the region 'us-east-1' is wrong; expecting 'eu-central-1'";
+        assert_eq!(expected_region(aws).as_deref(), Some("eu-central-1"));
+        assert_eq!(expected_region("NoSuchBucket: expecting nothing"), None);
+    }
 
     #[test]
     fn roots_are_absolute_and_slash_terminated() {
