@@ -50,7 +50,7 @@ else
     APT_PKGS=(postgresql-15 postgresql-client-15 postgresql-contrib pgbackrest zstd time procps
               util-linux coreutils findutils iproute2 python3 ca-certificates
               iputils-ping iperf3 openssl curl openssh-server openssh-client
-              groff-base faketime)
+              groff-base faketime sudo)
 fi
 missing=()
 for p in "${APT_PKGS[@]}"; do

@@ -159,7 +159,10 @@ pub fn run(s: &Settings, args: &RestoreOptions, progress: &dyn Progress) -> Resu
         signal: recovery.signal,
     };
     match restore_into(&into, files, progress) {
-        Ok(()) => Ok(label),
+        Ok(()) => {
+            crate::pgdata::debian::say_how_to_start(&pg_path);
+            Ok(label)
+        }
         Err(e) => {
             let _ = fs::remove_file(pg_path.join("global/pg_control"));
             tracing::error!(

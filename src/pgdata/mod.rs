@@ -10,6 +10,7 @@
 //! every other directory and file its recorded mode, exactly, whatever the umask (pgBackRest
 //! restores recorded modes the same way, under its neutral umask).
 pub mod copy;
+pub mod debian;
 pub mod delta;
 pub mod finish;
 pub mod own_settings;

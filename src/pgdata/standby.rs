@@ -4,6 +4,7 @@ use crate::error::{Error, Result};
 use crate::options::{ReplicaOptions, Settings};
 use crate::pg::conninfo::{ConnInfo, ConnTarget};
 use crate::pg::session::{quote_conf_value, quote_literal, Session};
+use crate::pgdata::debian::{missing_config_files, DebianCluster};
 use crate::pgdata::own_settings::OwnSettings;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -40,8 +41,14 @@ pub fn bin_dir(pg_bin: Option<&Path>, local_dir: Option<&Path>, major: &str) -> 
     )))
 }
 
-/// Starts the standby with pg_ctl and waits (up to 120 s) until the primary shows it
-/// streaming in pg_stat_replication under application_name `app`.
+/// Starts the standby and waits (up to 120 s) until the primary shows it streaming in
+/// pg_stat_replication under application_name `app`. A Debian cluster's data directory
+/// ([`DebianCluster`]) is started with pg_ctlcluster (on `port` only when it is not the
+/// default, its config setting the port), any other with `pg_ctl -D target -o "-p port"`.
+///
+/// Errors: a copy with no `postgresql.conf` that is no Debian cluster (its primary keeps the
+/// file elsewhere: nothing could start it), pg_ctl or pg_ctlcluster failing, or no stream
+/// after 120 s.
 pub fn start_standby(
     bin: &Path,
     port: u16,
@@ -49,6 +56,26 @@ pub fn start_standby(
     conn: &ConnTarget,
     app: &str,
 ) -> Result<()> {
+    if let Some(cluster) = DebianCluster::of(target) {
+        let given = (port != crate::options::DEFAULT_PG_PORT).then_some(port);
+        cluster.start(given)?;
+        let log = format!(
+            "/var/log/postgresql/postgresql-{}-{}.log",
+            cluster.version, cluster.name
+        );
+        return wait_streaming(target, conn, app, Path::new(&log));
+    }
+    let missing = missing_config_files(target);
+    if missing.contains(&"postgresql.conf") {
+        return Err(Error::Config(format!(
+            "the copy in {} is complete but has no {}: the primary keeps its configuration outside its data directory (as Debian's clusters do, in /etc/postgresql), so --start cannot start it",
+            target.display(),
+            missing.join(", ")
+        ))
+        .with_hint(
+            "on Debian, make the standby's cluster first (pg_createcluster VERSION NAME -d DIR, then empty DIR) and --start starts it with pg_ctlcluster; elsewhere, put a postgresql.conf and pg_hba.conf into the copy and start it with pg_ctl",
+        ));
+    }
     let log = target.join("pgjet-start.log");
     let status = Command::new(bin.join("pg_ctl"))
         .args(["-D"])
@@ -68,6 +95,12 @@ pub fn start_standby(
             log.display()
         )));
     }
+    wait_streaming(target, conn, app, &log)
+}
+
+/// Waits (up to 120 s) until the primary (`conn`) shows a walsender of application_name
+/// `app`; `log` is named in the error.
+fn wait_streaming(target: &Path, conn: &ConnTarget, app: &str, log: &Path) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let sess = Session::connect(conn)?;
@@ -227,7 +260,8 @@ pub struct ReplicaSummary {
 /// with `app` as application_name), the slot, the port; on a re-sync, the standby's own
 /// settings (`own`, read before the copy) that the primary's file (`primary`, the copied
 /// postgresql.auto.conf) does not replace ([`OwnSettings::kept_lines`]). The port is
-/// `--pg-port` when given (or with `--start`), else the standby's own.
+/// `--pg-port` when given (or with `--start`, unless the standby is a Debian cluster, whose
+/// port its config in /etc/postgresql sets), else the standby's own.
 pub fn standby_lines(
     s: &Settings,
     args: &ReplicaOptions,
@@ -246,7 +280,10 @@ pub fn standby_lines(
         lines.push(format!("primary_slot_name = {}", quote_conf_value(slot)));
     }
     let mut written = vec!["primary_conninfo", "primary_slot_name"];
-    if s.pg_port != crate::options::DEFAULT_PG_PORT || args.start {
+    // A Debian cluster's port is in its own postgresql.conf in /etc/postgresql: --start
+    // alone does not override it there.
+    let debian = s.pg_path.as_deref().and_then(DebianCluster::of).is_some();
+    if s.pg_port != crate::options::DEFAULT_PG_PORT || (args.start && !debian) {
         lines.push(format!("port = {}", s.pg_port));
         written.push("port");
     }
