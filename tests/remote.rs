@@ -658,10 +658,10 @@ fn delta_onto_stale_standby_run(
 /// Run again as a user would, with `--slot standby1`: the slot is reused, not refused.
 fn resync_keeps_the_standby_and_its_slot(r: &Remote, dir: &Path, standby: Server) -> Server {
     use pgjet::pgdata::own_settings::OwnSettings;
-    let check = |standby: &Server, what: &str| {
+    let check_slot = |standby: &Server, what: &str, slot: &str| {
         step!("{what}: checking the standby's settings and slot");
         let own = OwnSettings::read(dir).unwrap();
-        assert_eq!(own.slot().as_deref(), Some("standby1"), "{what}: slot");
+        assert_eq!(own.slot().as_deref(), Some(slot), "{what}: slot");
         assert_eq!(own.get("port").as_deref(), Some("5499"), "{what}: port");
         assert_eq!(
             own.get("hot_standby_feedback").as_deref(),
@@ -676,11 +676,11 @@ fn resync_keeps_the_standby_and_its_slot(r: &Remote, dir: &Path, standby: Server
                 "postgres",
                 "SELECT string_agg(slot_name || ':' || active, ',' ORDER BY slot_name) FROM pg_replication_slots",
             );
-            (v == "standby1:true").then_some(())
+            (v == format!("{slot}:true")).then_some(())
         });
         assert!(
             streaming.is_some(),
-            "{what}: the standby must stream from standby1, the only slot, after {:.1} s: {} (pg_stat_replication: {})\n{}\n{}",
+            "{what}: the standby must stream from {slot}, the only slot, after {:.1} s: {} (pg_stat_replication: {})\n{}\n{}",
             t.elapsed().as_secs_f64(),
             r.cluster.psql(
                 "postgres",
@@ -699,8 +699,9 @@ fn resync_keeps_the_standby_and_its_slot(r: &Remote, dir: &Path, standby: Server
                 standby.log_tail()
             )
         );
-        step!("{what}: the standby kept its settings and streams from slot standby1");
+        step!("{what}: the standby kept its settings and streams from slot {slot}");
     };
+    let check = |standby: &Server, what: &str| check_slot(standby, what, "standby1");
     check(&standby, "re-sync without --slot");
     drop(standby); // stops it (and must not outlive it: it would stop the next one)
     let run = r
@@ -720,6 +721,28 @@ fn resync_keeps_the_standby_and_its_slot(r: &Remote, dir: &Path, standby: Server
         .fails_with("replication slot standby1 is in use");
     assert!(!other.join("global/pg_control").exists());
     check(&standby, "after a copy asked for its slot");
+    // A re-sync onto another slot that exists but holds no WAL (made without reserving
+    // any): it is made again from the copy's slot, and the standby's former slot is dropped.
+    r.cluster.psql(
+        "postgres",
+        "SELECT pg_create_physical_replication_slot('standby2')",
+    );
+    drop(standby);
+    let run = r
+        .replica_create(dir, &["--delta", "--slot", "standby2"])
+        .ok();
+    log_line(
+        &run,
+        "no longer holds the WAL",
+        "a reused slot without WAL must be made again",
+    );
+    log_line(
+        &run,
+        "former slot, was dropped",
+        "the slot the standby left must be dropped",
+    );
+    let standby = r.start_copy(&r.lab.ns_b.clone(), dir);
+    check_slot(&standby, "re-sync onto an unreserved slot", "standby2");
     standby
 }
 
