@@ -253,7 +253,12 @@ fn main() {
             Err(e) => e.exit(),
         }
     }
-    let inv = match pgjet::options::resolve::parse(std::env::args_os()) {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let (args, patroni) = match pgjet::options::patroni::translate(&args) {
+        Some((translated, call)) => (translated, Some(call)),
+        None => (args, None),
+    };
+    let mut inv = match pgjet::options::resolve::parse(args) {
         Ok(inv) => inv,
         Err(ParseError::Clap(e)) => e.exit(),
         Err(ParseError::Config {
@@ -280,6 +285,9 @@ fn main() {
     {
         // Before any thread starts: it sets XDG_STATE_HOME (see storage::ssh).
         pgjet::storage::ssh::own_control_dir();
+    }
+    if let (Some(call), Command::ReplicaCreate(a)) = (&patroni, &mut inv.command) {
+        a.patroni = Some(call.clone());
     }
     let archive_get = matches!(inv.command, Command::ArchiveGet { .. });
     if let Err(e) = run(inv) {

@@ -37,6 +37,14 @@ pub fn run(s: &Settings, args: &ReplicaOptions, progress: &dyn Progress) -> Resu
     if !s.pg_path()?.is_absolute() {
         return Err(Error::Config("--pg-path must be an absolute path".into()));
     }
+    let patroni_args;
+    let args = match &args.patroni {
+        Some(call) => {
+            patroni_args = under_patroni(args, call, s.pg_path()?);
+            &patroni_args
+        }
+        None => args,
+    };
     if s.transport == crate::options::Transport::Basebackup {
         return super::replica_stream::run(s, args, None, progress);
     }
@@ -217,4 +225,45 @@ fn copy_and_configure(
         },
     )?;
     Ok((bb.total_bytes(), dir.same, dir.copied))
+}
+
+/// replica-create as Patroni's replica creation method: says so (with the arguments it
+/// ignored), and re-syncs in place (`--delta`) a data directory Patroni left that is not
+/// empty (`keep_data: true`: a reinit over kept data, a failed start), which the delta's own
+/// check then holds to be a copy of the same cluster.
+fn under_patroni(
+    args: &ReplicaOptions,
+    call: &crate::options::patroni::PatroniCall,
+    target: &Path,
+) -> ReplicaOptions {
+    tracing::info!(
+        "called by Patroni as its replica creation method (scope {}, role {}{}{})",
+        call.scope,
+        call.role.as_deref().unwrap_or("-"),
+        if call.keep_data { ", keep_data" } else { "" },
+        if call.no_leader { ", no_leader" } else { "" }
+    );
+    if !call.ignored.is_empty() {
+        tracing::info!(
+            "Patroni's arguments that replica-create does not take, ignored: {}",
+            call.ignored.join(" ")
+        );
+    }
+    if let Some(slot) = &args.slot {
+        tracing::warn!(
+            "--slot {slot}: Patroni makes each member's slot on the leader and drops the physical slots it does not manage (unless its ignore_slots or slots settings list them)"
+        );
+    }
+    let mut out = args.clone();
+    let kept = std::fs::read_dir(target)
+        .map(|mut d| d.next().is_some())
+        .unwrap_or(false);
+    if kept && !out.delta {
+        tracing::info!(
+            "{} is not empty (Patroni kept it): it is re-synced in place, copying only what differs (--delta)",
+            target.display()
+        );
+        out.delta = true;
+    }
+    out
 }

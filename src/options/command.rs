@@ -261,6 +261,9 @@ pub struct ReplicaOptions {
     pub delta: bool,
     /// `--pg-bin`: the PostgreSQL binaries `--start` uses.
     pub pg_bin: Option<PathBuf>,
+    /// Set when Patroni called replica-create as its replica creation method
+    /// ([`super::patroni::translate`]).
+    pub patroni: Option<super::patroni::PatroniCall>,
 }
 
 /// Which report `info` prints (`--format`).

@@ -30,6 +30,7 @@
 pub mod cli;
 pub mod command;
 pub mod manual;
+pub mod patroni;
 pub mod pgbackrest;
 pub mod repo;
 pub mod resolve;

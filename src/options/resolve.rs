@@ -1058,6 +1058,7 @@ pub fn build_command(cmd: Cmd, cli: &CliValues, args: &[String]) -> Result<Comma
             start: o.switch("start"),
             delta: o.switch("delta"),
             pg_bin: o.text("pg-bin").map(PathBuf::from),
+            patroni: None,
         }),
         Cmd::Expire => Command::Expire(ExpireOptions {
             dry_run: o.switch("dry-run"),

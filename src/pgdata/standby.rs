@@ -259,7 +259,8 @@ pub struct ReplicaSummary {
 /// The settings a standby gets in postgresql.auto.conf: primary_conninfo (for `target`,
 /// with `app` as application_name), the slot, the port; on a re-sync, the standby's own
 /// settings (`own`, read before the copy) that the primary's file (`primary`, the copied
-/// postgresql.auto.conf) does not replace ([`OwnSettings::kept_lines`]). The port is
+/// postgresql.auto.conf) does not replace ([`OwnSettings::kept_lines`]); none when Patroni
+/// called (it writes its own, after the method: Patroni's postgresql/config.py). The port is
 /// `--pg-port` when given (or with `--start`, unless the standby is a Debian cluster, whose
 /// port its config in /etc/postgresql sets), else the standby's own.
 pub fn standby_lines(
@@ -271,6 +272,12 @@ pub fn standby_lines(
     own: &OwnSettings,
     primary: &OwnSettings,
 ) -> Vec<String> {
+    if args.patroni.is_some() {
+        // Patroni writes primary_conninfo, primary_slot_name and standby.signal itself
+        // after the method, and removes recovery settings from postgresql.auto.conf.
+        tracing::info!("standby settings left to Patroni, which writes its own");
+        return Vec::new();
+    }
     let conninfo = standby_conninfo(&target.effective, own.conninfo().as_ref(), app);
     let mut lines = vec![
         "# standby settings added by pgjet replica-create".to_string(),
