@@ -34,9 +34,6 @@ pub struct PatroniCall {
     pub ignored: Vec<String>,
 }
 
-/// Patroni's own keys of a method's section (not options of any method).
-const PATRONI_KEYS: &[&str] = &["keep_data", "no_leader", "no_master", "no_params"];
-
 /// The arguments `args` (the program first) translated when they are Patroni's call of
 /// `replica-create` or `restore` (see the module's documentation), with what Patroni said;
 /// None for any other command line, which is parsed as it is.
@@ -75,7 +72,7 @@ pub fn translate(args: &[OsString]) -> Option<(Vec<OsString>, PatroniCall)> {
             "connstring" => out.push(format!("--source={value}").into()),
             "keep_data" => call.keep_data = truthy(value),
             "no_leader" | "no_master" => call.no_leader = call.no_leader || truthy(value),
-            k if PATRONI_KEYS.contains(&k) => {}
+            "no_params" => {}
             k => match option_of(k, cmd) {
                 Some((name, Kind::Switch)) => {
                     if truthy(value) {
