@@ -6,7 +6,9 @@
 //!   non-ASCII name: pg_verifybackup passes on the new directory, the standby starts, holds
 //!   the same rows and streams from its slot;
 //! - refusals: a role without REPLICATION (the error names `ALTER ROLE ... REPLICATION`,
-//!   nothing is left behind), `--delta` with the stream (refused before anything starts).
+//!   nothing is left behind);
+//! - Patroni's call with a role that has REPLICATION only: the stream, then a delta over it
+//!   into the kept copy, a directory that proves nothing replaced.
 mod common;
 
 use common::*;
@@ -175,8 +177,7 @@ fn pg15_replica_create_basebackup_lz4() {
 }
 
 /// A role without REPLICATION gets an error naming `ALTER ROLE ... REPLICATION`, and nothing
-/// is left (no slot, no pg_control); `--delta` with the stream is refused before anything
-/// starts.
+/// is left (no slot, no pg_control).
 #[test]
 fn pg15_basebackup_refusals() {
     let cluster = Cluster::new(&Pg::v15(), "bb-refuse");
@@ -209,23 +210,93 @@ fn pg15_basebackup_refusals() {
     );
     assert!(!data.join("global/pg_control").exists());
     assert_no_slot_left(&cluster, "after the failure");
-    let target = cluster.new_dir("delta");
-    let (source, dir) = (
-        tcp_conninfo(&cluster, "postgres"),
-        target.display().to_string(),
+}
+
+/// Patroni's call with Patroni's role (`CREATE ROLE replicator WITH REPLICATION LOGIN`, no
+/// grant): `check` says the stream is what it may run; replica-create (auto) takes the
+/// stream, then re-syncs the kept copy in place (`keep_data`) writing only what differs,
+/// with no standby settings of its own; the standby starts and holds the primary's rows. A
+/// kept directory that proves nothing is replaced under Patroni. No slot is left.
+#[test]
+fn pg15_replication_only_role_as_patroni_calls() {
+    // No tablespace: on one host the standby's would be the primary's own directory.
+    let cluster = Cluster::new(&Pg::v15(), "bb-reponly");
+    cluster.listen_on_loopback();
+    cluster.psql(
+        "postgres",
+        "CREATE ROLE replicator WITH REPLICATION LOGIN; \
+         CREATE TABLE ts_t (id int PRIMARY KEY, v text); \
+         INSERT INTO ts_t SELECT i, repeat(md5(i::text), 8) FROM generate_series(1, 30000) i;",
     );
-    pgjet(&[
-        "replica-create",
-        "--transport",
-        "basebackup",
-        "--delta",
-        "--source",
-        &source,
-        "--pg-path",
-        &dir,
-    ])
-    .fails_with("--delta cannot be used with --transport basebackup");
-    assert!(fs::read_dir(&target).unwrap().next().is_none());
+    let source = tcp_conninfo(&cluster, "replicator");
+    let r = pgjet_ok(&args!["check", "--source", source]);
+    assert!(
+        r.stdout.contains("--transport basebackup: the role has what it needs")
+            && r.stdout.contains("note: --transport libpq: EXECUTE on pg_read_binary_file")
+            && !r.stdout.contains("MISSING"),
+        "{r}"
+    );
+    pgjet(&args!["check", "--source", source, "--transport", "libpq"])
+        .fails_with("GRANT EXECUTE ON FUNCTION pg_ls_dir(text, boolean, boolean) TO replicator;");
+    let data = cluster.new_dir("patroni-standby");
+    let connstring = format!(
+        "dbname=postgres user=replicator host=127.0.0.1 port={}",
+        cluster.port()
+    );
+    let patroni = |dir: &std::path::Path| {
+        pgjet_ok(&args![
+            "replica-create",
+            "--keep_data=True",
+            "--start_fast=True",
+            "--scope=acc",
+            "--role=replica",
+            format!("--datadir={}", dir.display()),
+            format!("--connstring={connstring}")
+        ])
+    };
+    let r = patroni(&data);
+    assert!(
+        r.stderr.contains("the role may not copy files")
+            && r.stderr.contains("BASE_BACKUP"),
+        "auto must take the stream for a REPLICATION-only role:\n{r}"
+    );
+    // Changes while the copy sits, then Patroni's reinit over the kept data.
+    cluster.psql(
+        "postgres",
+        "UPDATE ts_t SET v = 'changed' WHERE id % 100 = 0; CREATE TABLE after_copy AS SELECT 1 AS x; CHECKPOINT;",
+    );
+    let r = patroni(&data);
+    assert!(
+        r.stderr.contains("re-synced in place") && r.stderr.contains("delta over the BASE_BACKUP stream"),
+        "{r}"
+    );
+    assert!(r.stdout.contains("delta:"), "{r}");
+    let auto_conf = fs::read_to_string(data.join("postgresql.auto.conf")).unwrap();
+    assert!(!auto_conf.contains("pgjet"), "no block of ours under Patroni:\n{auto_conf}");
+    fs::write(
+        data.join("postgresql.auto.conf"),
+        format!("{auto_conf}primary_conninfo = '{connstring}'\n"),
+    )
+    .unwrap();
+    let mut standby = cluster.start_other(&data, free_port());
+    let caught_up = wait_for(Duration::from_secs(30), || {
+        (standby.psql("postgres", "SELECT count(*) FROM after_copy") == "1").then_some(())
+    });
+    assert!(caught_up.is_some(), "the re-synced standby must replay");
+    assert_same_fingerprint(
+        "standby re-synced over the stream",
+        &fingerprint(&cluster.server),
+        &fingerprint(&standby),
+    );
+    standby.stop();
+    // A kept directory that proves nothing (no pg_control, no marker): replaced.
+    let junk = cluster.new_dir("patroni-junk");
+    fs::write(junk.join("stray"), b"x").unwrap();
+    chown_pg_recursive(&junk);
+    let r = patroni(&junk);
+    assert!(r.stderr.contains("is replaced by a full copy"), "{r}");
+    assert!(junk.join("global/pg_control").exists() && !junk.join("stray").exists());
+    assert_no_slot_left(&cluster, "after the Patroni calls");
 }
 
 /// Over TLS verify-full with SCRAM-SHA-256 and channel binding required (the replication

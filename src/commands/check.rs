@@ -1,6 +1,6 @@
 //! `check`: configuration, cluster and repository agree, and the role has what it needs.
 use crate::error::{Error, Result};
-use crate::options::Settings;
+use crate::options::{Settings, Transport};
 use crate::pg::session::{ServerInfo, Session};
 use crate::primary::archiving::{archive_command_line, check_archiving};
 use crate::primary::{check_pg_path, libpq_connections, local_data_directory, primary_target};
@@ -48,35 +48,36 @@ pub fn run(s: &Settings) -> Result<Report> {
             Err(e) => format!("sslmode={mode}; pg_stat_ssl could not be read: {e}"),
         }
     )];
-    // Rights first: without pg_read_all_settings even the server's facts cannot be read.
-    let missing = crate::pg::privileges::check(&sess)?;
-    if missing.is_empty() {
-        lines.push("the role has every right pgjet needs".into());
-    }
-    for m in &missing {
-        lines.push(format!("MISSING: {} -- fix: {}", m.what, m.fix));
-    }
-    if !missing.is_empty() {
-        let failure = Error::Config(format!(
-            "the role lacks {} right(s) pgjet needs; run the GRANT statements above on the primary as a superuser",
-            missing.len()
-        ));
-        return Ok(Report {
-            lines,
-            failure: Some(failure),
-        });
-    }
     let info = sess.server_info()?;
     lines.push(format!(
         "PostgreSQL {} (system identifier {})",
         info.major(),
         info.system_identifier
     ));
+    let local_dir = local_data_directory(&info);
+    let rights = crate::pg::privileges::rights(&sess)?;
+    let (rights_lines, rights_failure) = rights_lines(&rights, s.transport, local_dir.is_some());
+    lines.extend(rights_lines);
+    if let Some(failure) = rights_failure {
+        sess.close();
+        return Ok(Report {
+            lines,
+            failure: Some(failure),
+        });
+    }
+    let files = if local_dir.is_some() {
+        Transport::Local
+    } else {
+        Transport::Libpq
+    };
+    let streams_only = s.transport == Transport::Basebackup
+        || (s.transport == Transport::Auto && !rights.may_copy_files(files));
     let local = match s.transport {
-        crate::options::Transport::Libpq => None,
-        _ => local_data_directory(&info),
+        Transport::Libpq | Transport::Basebackup => None,
+        _ => local_dir,
     };
     match &local {
+        _ if streams_only => {}
         Some(dir) => {
             lines.push(format!(
                 "the server runs on this host: files are read from {}",
@@ -146,6 +147,62 @@ pub fn run(s: &Settings) -> Result<Report> {
         lines,
         failure: stream_failure,
     })
+}
+
+/// A line per transport on what the role may run ([`crate::pg::privileges::Rights`]): the
+/// stream (REPLICATION only), this host's files when the server runs here, the ranges; each
+/// missing right with its fix, `MISSING:` for the transport asked for (for `auto`, only
+/// REPLICATION, which every transport needs), `note:` for the others. Returns the lines, and
+/// the failure when the transport asked for cannot run.
+fn rights_lines(
+    rights: &crate::pg::privileges::Rights,
+    wanted: Transport,
+    local: bool,
+) -> (Vec<String>, Option<Error>) {
+    let mut lines = Vec::new();
+    let mut transports = vec![Transport::Basebackup];
+    if local {
+        transports.push(Transport::Local);
+    }
+    transports.push(Transport::Libpq);
+    let all_ok = transports.iter().all(|t| rights.missing_for(*t).is_empty());
+    if all_ok {
+        lines.push("the role has every right pgjet needs".into());
+        return (lines, None);
+    }
+    let mut failing = 0;
+    for t in transports {
+        let missing = rights.missing_for(t);
+        let name = t.as_str();
+        if missing.is_empty() {
+            lines.push(format!("--transport {name}: the role has what it needs"));
+            continue;
+        }
+        for m in &missing {
+            let fatal = if wanted == Transport::Auto {
+                m.what.starts_with("REPLICATION")
+            } else {
+                t == wanted
+            };
+            if fatal {
+                failing += 1;
+            }
+            let tag = if fatal { "MISSING" } else { "note" };
+            lines.push(format!("{tag}: --transport {name}: {} -- fix: {}", m.what, m.fix));
+        }
+    }
+    if wanted == Transport::Auto && rights.replication {
+        lines.push(
+            "transport auto: the role may stream (BASE_BACKUP); it copies files only with the rights above".into(),
+        );
+    }
+    let failure = (failing > 0).then(|| {
+        Error::Config(format!(
+            "the role lacks what --transport {} needs; run the statements above on the primary as a superuser",
+            wanted.as_str()
+        ))
+    });
+    (lines, failure)
 }
 
 /// Adds a line per prerequisite of `--transport basebackup`

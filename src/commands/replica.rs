@@ -48,12 +48,10 @@ pub fn run(s: &Settings, args: &ReplicaOptions, progress: &dyn Progress) -> Resu
     if s.transport == crate::options::Transport::Basebackup {
         return super::replica_stream::run(s, args, None, progress);
     }
-    // auto: the stream when the primary is on another host and the probe finds it faster
-    // (never for --delta: the stream copies every file).
-    if !args.delta {
-        if let Some((stream, reached)) = crate::primary::choose::auto_stream_settings(s)? {
-            return super::replica_stream::run(&stream, args, Some(reached), progress);
-        }
+    // auto: the stream when the primary is on another host and the probe finds it faster,
+    // or when the role may only stream (for --delta only then: the stream sends every file).
+    if let Some((stream, reached)) = crate::primary::choose::auto_stream_settings(s, args.delta)? {
+        return super::replica_stream::run(&stream, args, Some(reached), progress);
     }
     let target = s.pg_path()?.to_path_buf();
     let map = parse_tablespace_map(&args.tablespace_map)?;
@@ -68,9 +66,7 @@ pub fn run(s: &Settings, args: &ReplicaOptions, progress: &dyn Progress) -> Resu
     };
     let tablespaces = primary.sess.tablespaces()?;
     // Check targets before anything is created on the primary.
-    let delta = args.delta
-        && delta::check_delta_target(&target, primary.info.system_identifier)?
-            == delta::DeltaTarget::SameCluster;
+    let delta = kept_copy(&target, primary.info.system_identifier, args)?;
     let locations = if delta {
         tablespace_locations(&tablespaces, &map)?
     } else {
@@ -266,4 +262,32 @@ fn under_patroni(
         out.delta = true;
     }
     out
+}
+
+/// Whether `target` is re-synced in place (`--delta` over a kept copy of the cluster of
+/// `system_identifier`: [`delta::check_delta_target`]) rather than written whole. Under
+/// Patroni, which deletes the directory itself when every method fails, a kept directory
+/// that is no copy of this cluster (another cluster's, an unreadable one, one left with a
+/// stale postmaster.pid by a crash) is emptied and written whole, and the log says which and
+/// why. Errors: the check's, elsewhere; a live server's postmaster.pid always.
+pub fn kept_copy(target: &Path, system_identifier: u64, args: &ReplicaOptions) -> Result<bool> {
+    if !args.delta {
+        return Ok(false);
+    }
+    if args.patroni.is_some() {
+        delta::remove_stale_pid(target)?;
+    }
+    match delta::check_delta_target(target, system_identifier) {
+        Ok(t) => Ok(t == delta::DeltaTarget::SameCluster),
+        Err(e @ Error::Unsafe(_)) if args.patroni.is_some() => {
+            tracing::warn!(
+                "{} is replaced by a full copy: {}",
+                target.display(),
+                e.with_causes()
+            );
+            delta::empty_dir(target)?;
+            Ok(false)
+        }
+        Err(e) => Err(e),
+    }
 }

@@ -13,7 +13,9 @@ use crate::pgdata::standby::{
 };
 use crate::pgdata::standby_slot::{plan_slot, settle_slot};
 use crate::pgdata::stream::StreamDir;
-use crate::pgdata::{parse_tablespace_map, plan_locations, prepare_target};
+use crate::pgdata::{
+    delta, parse_tablespace_map, plan_locations, prepare_target, tablespace_locations,
+};
 use crate::pgdata::{DataDirModes, TargetSync};
 use crate::primary::choose::Reached;
 use crate::primary::stream::{run_stream_backup, StreamOptions};
@@ -21,9 +23,10 @@ use crate::transfer::Progress;
 use std::time::Instant;
 
 /// Runs `replica-create` over the `BASE_BACKUP` stream, on the primary `reached` already
-/// (`--transport auto`'s probe session) or connecting. Errors: as the other transports',
-/// plus `--delta` (refused before anything starts: the stream copies every file) and the
-/// replication connection's ([`Error::Replication`]).
+/// (`--transport auto`'s probe session) or connecting. With `--delta` over a kept copy of
+/// the same cluster the stream is written in place, only the blocks that differ
+/// ([`StreamDir::delta`]), and what the server did not send is removed. Errors: as the
+/// other transports', plus the replication connection's ([`Error::Replication`]).
 pub fn run(
     s: &Settings,
     args: &ReplicaOptions,
@@ -33,11 +36,6 @@ pub fn run(
     let target = s.pg_path()?.to_path_buf();
     if !target.is_absolute() {
         return Err(Error::Config("--pg-path must be an absolute path".into()));
-    }
-    if args.delta {
-        return Err(Error::Config(
-            "--delta cannot be used with --transport basebackup: the stream always sends every file; use --transport libpq (or local) to re-sync an existing copy".into(),
-        ));
     }
     let map = parse_tablespace_map(&args.tablespace_map)?;
     let given = source_as_given(s)?;
@@ -54,8 +52,20 @@ pub fn run(
         return Err(Error::Unsafe("the source is a standby: replica-create from a standby is not supported yet; use the primary".into()));
     }
     let tablespaces = sess.tablespaces()?;
-    plan_locations(&target, &tablespaces, &map)?;
-    let slot = plan_slot(&sess, args.slot.as_deref(), None)?;
+    let delta = super::replica::kept_copy(&target, info.system_identifier, args)?;
+    if delta {
+        plan_stream_delta(&info);
+        tablespace_locations(&tablespaces, &map)?;
+    } else {
+        plan_locations(&target, &tablespaces, &map)?;
+    }
+    // A re-synced standby keeps its own settings and slot (pgdata::own_settings).
+    let own = if delta {
+        OwnSettings::read(&target)?
+    } else {
+        OwnSettings::default()
+    };
+    let slot = plan_slot(&sess, args.slot.as_deref(), own.slot().as_deref())?;
     let slot_name = slot.as_ref().map(|p| p.name.as_str());
     let mut made = false;
     let r = sess.query_row("read data_directory_mode", "SHOW data_directory_mode")?;
@@ -67,8 +77,7 @@ pub fn run(
         .unwrap_or(0o700)
         & 0o777;
     let clock = Instant::now();
-    let none = OwnSettings::default();
-    let app = standby_app_name(&given, &none, slot_name, s.pg_port);
+    let app = standby_app_name(&given, &own, slot_name, s.pg_port);
     let opts = StreamOptions {
         label: format!("pgjet replica-create {}", target.display()),
         fast: args.start_fast,
@@ -79,22 +88,43 @@ pub fn run(
         tablespace_map: false,
         workers: s.network_workers,
     };
+    let mut delta_bytes = None;
     let res = (|| -> Result<(u64, u64, String)> {
-        let locations = prepare_target(
-            &target,
-            info.system_identifier,
-            &tablespaces,
-            &map,
-            &[("global".into(), dir_mode)],
-        )?;
+        let locations = if delta {
+            let locations = tablespace_locations(&tablespaces, &map)?;
+            delta::begin_stream_delta(&target, info.system_identifier, &locations, dir_mode)?;
+            locations
+        } else {
+            prepare_target(
+                &target,
+                info.system_identifier,
+                &tablespaces,
+                &map,
+                &[("global".into(), dir_mode)],
+            )?
+        };
         let sync = TargetSync::open(&target, &locations)?;
         let modes = DataDirModes::of_mode(dir_mode);
         let mut sink = StreamDir::new(&target, locations, modes.dir, s.jobs, Some(progress));
+        if delta {
+            sink = sink.delta();
+        }
         let streamed = run_stream_backup(&sess, &info, &conn, early, &opts, &mut sink);
         let written = sink.finish();
         progress.finish();
         let sb = streamed?;
         written?;
+        if let Some(got) = sink.take_delta() {
+            let removed = delta::remove_unlisted(&target, &got.dirs, &got.files)?;
+            use std::sync::atomic::Ordering::Relaxed;
+            let (same, wrote) = (got.count.same.load(Relaxed), got.count.written.load(Relaxed));
+            tracing::info!(
+                "delta: {} equal in place, {} written, {removed} file(s) or directories the primary does not have removed",
+                crate::io::mib(same),
+                crate::io::mib(wrote)
+            );
+            delta_bytes = Some((same, wrote));
+        }
         if let Some(slot) = &slot {
             made = settle_slot(&sess, slot, &sb.slot, sb.outcome.start_lsn)?;
         }
@@ -112,7 +142,15 @@ pub fn run(
                 backup_label: label,
                 tablespace_map: None,
                 replace_recovery_settings: Some("pgjet replica-create".into()),
-                auto_conf: standby_lines(s, args, &conn, &app, slot_name, &none, &none),
+                auto_conf: standby_lines(
+                    s,
+                    args,
+                    &conn,
+                    &app,
+                    slot_name,
+                    &own,
+                    &OwnSettings::copied(&target)?,
+                ),
                 signal: Some("standby.signal"),
             },
             // The server's manifest, so pg_verifybackup checks the new directory.
@@ -154,8 +192,21 @@ pub fn run(
         slot: slot_name,
     };
     Ok(ReplicaSummary {
+        delta_same: delta_bytes.map(|d| d.0),
+        delta_copied: delta_bytes.map(|d| d.1),
         wire_bytes: Some(wire),
         network_compress: Some(codec),
         ..finish_replica(s, args, &copied, &conn, &app)?
     })
+}
+
+/// Says what a delta over the stream costs: the server sends every file (`BASE_BACKUP`
+/// without INCREMENTAL), so the link carries the whole cluster and only the target's writes
+/// are saved; the ranges (`--transport libpq`) read only what differs, given the rights the
+/// role lacks for them (`pgjet check --source` names them).
+fn plan_stream_delta(info: &crate::pg::session::ServerInfo) {
+    tracing::info!(
+        "delta over the BASE_BACKUP stream (PostgreSQL {}): the server sends every file, so the whole cluster crosses the link; only the blocks that differ are written here. --transport libpq reads only what differs, with the rights `pgjet check --source` lists for it",
+        info.major()
+    );
 }

@@ -16,3 +16,10 @@ pub fn mib(bytes: u64) -> String {
 }
 pub mod parallel;
 pub mod runtime;
+
+/// True when process `pid` exists on this host (another user's included).
+pub fn pid_alive(pid: u32) -> bool {
+    // SAFETY: kill with signal 0 only checks for existence and permission.
+    let rc = unsafe { libc::kill(pid as libc::pid_t, 0) };
+    rc == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}

@@ -1,8 +1,9 @@
-//! The rights a role needs on a primary so that pgjet can back it up or clone it over libpq,
-//! and the statement that grants each one. A superuser has them all. Sources: PostgreSQL's
+//! The rights a role needs on a primary so that pgjet can back it up or clone it, per
+//! transport, and the statement that grants each one. A superuser has them all. Sources: PostgreSQL's
 //! src/backend/catalog/system_functions.sql (which functions are revoked from PUBLIC) and
 //! the documentation of each function and of pg_read_all_settings.
 use crate::error::Result;
+use crate::options::Transport;
 use crate::pg::session::Session;
 
 /// A right the role lacks.
@@ -14,7 +15,10 @@ pub struct Missing {
     pub fix: String,
 }
 
-/// Functions pgjet calls that are revoked from PUBLIC: (signature, what it is for).
+/// Functions pgjet calls that are revoked from PUBLIC: (signature, what it is for). The first
+/// two are the low-level backup API the file transports (local, libpq) run; all five are
+/// what the libpq transport runs. The stream (`--transport basebackup`) calls none of them:
+/// the server runs its own backup for a role with REPLICATION, as for pg_basebackup.
 pub const FUNCTIONS: &[(&str, &str)] = &[
     ("pg_backup_start(text, boolean)", "start the base backup"),
     ("pg_backup_stop(boolean)", "stop the base backup"),
@@ -29,42 +33,94 @@ pub const FUNCTIONS: &[(&str, &str)] = &[
     ("pg_stat_file(text, boolean)", "read file sizes over libpq"),
 ];
 
-/// Checks the rights of the session's role. Returns what is missing (empty when all is
-/// there). Errors: the catalog queries fail.
-pub fn check(sess: &Session) -> Result<Vec<Missing>> {
-    let r = sess.query_row(
-        "read the role's attributes",
-        "SELECT rolsuper, rolreplication, quote_ident(rolname), \
-         pg_has_role(current_user, 'pg_read_all_settings', 'USAGE') \
-         FROM pg_roles WHERE rolname = current_user",
-    )?;
-    let flag = |i: usize| r.get(i).cloned().flatten().as_deref() == Some("t");
-    if flag(0) {
-        return Ok(Vec::new());
-    }
-    let role = r.get(2).cloned().flatten().unwrap_or_default();
-    let mut missing = Vec::new();
-    if !flag(1) {
-        missing.push(Missing {
-            what: "REPLICATION (replication slots, and the standby's WAL stream)".into(),
-            fix: format!("ALTER ROLE {role} REPLICATION;"),
-        });
-    }
-    if !flag(3) {
-        missing.push(Missing {
-            what: "pg_read_all_settings (read data_directory and the server's settings)".into(),
-            fix: format!("GRANT pg_read_all_settings TO {role};"),
-        });
-    }
-    for (sig, what) in FUNCTIONS {
-        if !may_execute(sess, sig)? {
-            missing.push(Missing {
-                what: format!("EXECUTE on {sig} ({what})"),
-                fix: format!("GRANT EXECUTE ON FUNCTION {sig} TO {role};"),
+/// How many of [`FUNCTIONS`] the local transport calls (the backup API).
+const LOCAL_FUNCTIONS: usize = 2;
+
+/// What the session's role may do, read once ([`rights`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rights {
+    /// The role's name, quoted as an SQL identifier when needed.
+    pub role: String,
+    pub superuser: bool,
+    /// The REPLICATION attribute (or superuser): replication slots, the `BASE_BACKUP`
+    /// stream, the standby's WAL stream.
+    pub replication: bool,
+    /// Signatures from [`FUNCTIONS`] the role may not run.
+    pub lacking: Vec<&'static str>,
+}
+
+impl Rights {
+    /// What `transport` needs that the role lacks, each with its GRANT: the stream needs
+    /// REPLICATION only; local adds the backup API; libpq adds the file functions.
+    pub fn missing_for(&self, transport: Transport) -> Vec<Missing> {
+        let mut out = Vec::new();
+        if !self.replication {
+            out.push(Missing {
+                what: "REPLICATION (replication slots, the BASE_BACKUP stream, the standby's WAL stream)".into(),
+                fix: format!("ALTER ROLE {} REPLICATION;", self.role),
             });
         }
+        let calls = match transport {
+            Transport::Basebackup => 0,
+            Transport::Local => LOCAL_FUNCTIONS,
+            Transport::Libpq | Transport::Auto => FUNCTIONS.len(),
+        };
+        for (sig, what) in &FUNCTIONS[..calls] {
+            if self.lacking.contains(sig) {
+                out.push(Missing {
+                    what: format!("EXECUTE on {sig} ({what})"),
+                    fix: format!("GRANT EXECUTE ON FUNCTION {sig} TO {};", self.role),
+                });
+            }
+        }
+        out
     }
-    Ok(missing)
+
+    /// True when the role may copy files (`transport` local or libpq) as well as stream.
+    pub fn may_copy_files(&self, transport: Transport) -> bool {
+        self.missing_for(transport).is_empty()
+    }
+}
+
+/// The query behind [`rights`]: one row, the role's attributes and the signatures of
+/// [`FUNCTIONS`] it may not run, joined by `;`.
+pub fn rights_sql() -> String {
+    let sigs: Vec<String> = FUNCTIONS
+        .iter()
+        .map(|(sig, _)| crate::pg::session::quote_literal(sig))
+        .collect();
+    format!(
+        "SELECT rolsuper, rolsuper OR rolreplication, quote_ident(rolname), \
+         array_to_string(ARRAY(SELECT f FROM unnest(ARRAY[{}]) f \
+         WHERE NOT has_function_privilege(current_user, f, 'EXECUTE')), ';') \
+         FROM pg_roles WHERE rolname = current_user",
+        sigs.join(", ")
+    )
+}
+
+/// [`Rights`] from the columns of [`rights_sql`]'s row.
+pub fn rights_from(row: &[Option<String>]) -> Rights {
+    let col = |i: usize| row.get(i).cloned().flatten().unwrap_or_default();
+    let lacking_text = col(3);
+    Rights {
+        role: col(2),
+        superuser: col(0) == "t",
+        replication: col(1) == "t",
+        lacking: FUNCTIONS
+            .iter()
+            .map(|(sig, _)| *sig)
+            .filter(|sig| lacking_text.split(';').any(|l| l == *sig))
+            .collect(),
+    }
+}
+
+/// Reads the session's role's [`Rights`] (one round trip; every role may read pg_roles and
+/// run has_function_privilege). Errors: the query fails.
+pub fn rights(sess: &Session) -> Result<Rights> {
+    Ok(rights_from(&sess.query_row(
+        "read the role's attributes and rights",
+        &rights_sql(),
+    )?))
 }
 
 /// Whether the session's role may run the function of signature `sig`
@@ -128,7 +184,7 @@ pub fn summary_notes(sess: &Session, version_num: u32) -> Result<Vec<String>> {
 /// The statements that give role `role` (an SQL identifier, quoted if needed) every right
 /// pgjet needs, for the README and `check`.
 pub fn grant_script(role: &str) -> String {
-    let mut s = format!("ALTER ROLE {role} REPLICATION;\nGRANT pg_read_all_settings TO {role};\n");
+    let mut s = format!("ALTER ROLE {role} REPLICATION;\n");
     for (sig, _) in FUNCTIONS {
         s.push_str(&format!("GRANT EXECUTE ON FUNCTION {sig} TO {role};\n"));
     }

@@ -26,7 +26,9 @@ pub const READ_RANGES_SQL: &str = "SELECT pg_read_binary_file(f.p, f.o, f.l, tru
 pub struct ServerInfo {
     /// server_version_num, e.g. 150020.
     pub version_num: u32,
-    /// data_directory as the server sees it.
+    /// data_directory as the server sees it; empty when the role may not read it (it needs
+    /// pg_read_all_settings: the setting is GUC_SUPERUSER_ONLY, guc_tables.c, and
+    /// pg_settings leaves out the rows a role may not see).
     pub data_directory: String,
     /// pg_control_system().system_identifier.
     pub system_identifier: u64,
@@ -251,10 +253,11 @@ impl Session {
         Ok(rows.remove(0))
     }
 
-    /// Reads [`ServerInfo`]. Errors when the server is older than PostgreSQL 15.
+    /// Reads [`ServerInfo`] with what every role may read (a role with REPLICATION only
+    /// included). Errors when the server is older than PostgreSQL 15.
     pub fn server_info(&self) -> Result<ServerInfo> {
         let r = self.query_row("read server settings", "SELECT current_setting('server_version_num'), \
-            current_setting('data_directory'), s.system_identifier, s.catalog_version_no, \
+            coalesce((SELECT setting FROM pg_settings WHERE name = 'data_directory'), ''), s.system_identifier, s.catalog_version_no, \
             (SELECT setting FROM pg_settings WHERE name = 'wal_segment_size'), current_setting('block_size'), \
             current_setting('data_checksums'), pg_is_in_recovery(), pg_backend_pid() FROM pg_control_system() s")?;
         let col = |i: usize| r.get(i).cloned().flatten().unwrap_or_default();

@@ -235,10 +235,41 @@ pub fn clean_target(
     listing: &Listing,
 ) -> Result<usize> {
     let modes = DataDirModes::of_listing(&listing.dirs);
-    create_cluster_dir(pg_path, modes.dir)?;
+    let mut removed = set_tablespace_links(pg_path, locations, modes.dir)?;
+    let dirs: HashSet<&str> = listing.dirs.iter().map(|(d, _)| d.as_str()).collect();
+    let files: HashSet<&str> = listing.files.iter().map(|f| &*f.path).collect();
+    removed += remove_unlisted(pg_path, &dirs, &files)?;
+    for (rel, mode) in &listing.dirs {
+        if let Some(rest) = rel.strip_prefix("pg_tblspc/") {
+            if !rest.contains('/') {
+                continue;
+            }
+        }
+        let p = pg_path.join(rel);
+        let mode = if *mode == 0 { modes.dir } else { *mode };
+        if !p.is_dir() {
+            crate::io::fs::create_dir_all(&p, mode)?;
+        }
+        use std::os::unix::fs::PermissionsExt;
+        fs::set_permissions(&p, fs::Permissions::from_mode(mode))
+            .map_err(|e| Error::io("chmod", &p, e))?;
+    }
+    Ok(removed)
+}
+
+/// Makes `pg_path` (created if missing, mode `dir_mode`) hold exactly the tablespace links
+/// of `locations` under pg_tblspc, each pointing where it should (its directory created if
+/// missing). Returns the number of links removed.
+///
+/// Errors: a directory or link that cannot be listed, created or removed.
+pub fn set_tablespace_links(
+    pg_path: &Path,
+    locations: &[(u32, PathBuf)],
+    dir_mode: u32,
+) -> Result<usize> {
+    create_cluster_dir(pg_path, dir_mode)?;
     let tblspc = pg_path.join("pg_tblspc");
-    crate::io::fs::create_dir_all(&tblspc, modes.dir)?;
-    // Tablespace links: exactly the listed ones, pointing where they should.
+    crate::io::fs::create_dir_all(&tblspc, dir_mode)?;
     let wanted: HashSet<String> = locations.iter().map(|(o, _)| o.to_string()).collect();
     let mut removed = 0;
     for ent in fs::read_dir(&tblspc).map_err(|e| Error::io("list", &tblspc, e))? {
@@ -250,7 +281,7 @@ pub fn clean_target(
         }
     }
     for (oid, dir) in locations {
-        create_cluster_dir(dir, modes.dir)?;
+        create_cluster_dir(dir, dir_mode)?;
         let link = tblspc.join(oid.to_string());
         let ok = fs::read_link(&link).map(|t| t == *dir).unwrap_or(false);
         if !ok {
@@ -261,13 +292,21 @@ pub fn clean_target(
                 .map_err(|e| Error::io("create tablespace link", &link, e))?;
         }
     }
-    let dirs: HashSet<&str> = listing.dirs.iter().map(|(d, _)| d.as_str()).collect();
-    let files: HashSet<&str> = listing
-        .files
-        .iter()
-        .map(|f| &*f.path)
-        .filter(|r| *r != "global/pg_control")
-        .collect();
+    Ok(removed)
+}
+
+/// Removes from `pg_path` every directory not in `dirs` and every file not in `files`
+/// (paths relative to the data directory; `pg_tblspc/<oid>` links and `pg_wal` are
+/// followed, and are kept themselves), and global/pg_control (written last). pgjet's marker
+/// stays. Returns the number of entries removed.
+///
+/// Errors: a directory or file that cannot be listed or removed.
+pub fn remove_unlisted<S: std::borrow::Borrow<str> + std::hash::Hash + Eq>(
+    pg_path: &Path,
+    dirs: &HashSet<S>,
+    files: &HashSet<S>,
+) -> Result<usize> {
+    let mut removed = 0;
     // Walk the target; pg_tblspc/<oid> links are followed into their version directory.
     let mut stack = vec![String::new()];
     while let Some(rel) = stack.pop() {
@@ -295,35 +334,83 @@ pub fn clean_target(
             } else {
                 ent.file_type().map(|t| t.is_dir()).unwrap_or(false)
             };
+            let keep_dir = dirs.contains(child.as_str())
+                || is_tblspc_link
+                || (rel.is_empty() && name == "pg_tblspc");
             if is_dir {
-                if dirs.contains(child.as_str()) {
+                if keep_dir {
                     stack.push(child);
                 } else {
                     remove_any(&path)?;
                     removed += 1;
                 }
-            } else if !files.contains(child.as_str()) {
+            } else if child == "global/pg_control" || !files.contains(child.as_str()) {
                 remove_any(&path)?;
                 removed += 1;
             }
         }
     }
-    for (rel, mode) in &listing.dirs {
-        if let Some(rest) = rel.strip_prefix("pg_tblspc/") {
-            if !rest.contains('/') {
-                continue;
-            }
-        }
-        let p = pg_path.join(rel);
-        let mode = if *mode == 0 { modes.dir } else { *mode };
-        if !p.is_dir() {
-            crate::io::fs::create_dir_all(&p, mode)?;
-        }
-        use std::os::unix::fs::PermissionsExt;
-        fs::set_permissions(&p, fs::Permissions::from_mode(mode))
-            .map_err(|e| Error::io("chmod", &p, e))?;
-    }
     Ok(removed)
+}
+
+/// Gets a kept copy of the same cluster ready for a delta from the `BASE_BACKUP` stream,
+/// which lists its files only as it sends them: the marker first, then pg_control removed
+/// (so nothing starts there until the copy is whole), the tablespace links set
+/// ([`set_tablespace_links`]). What the stream did not send is removed after it
+/// ([`remove_unlisted`]).
+///
+/// Errors: the marker, pg_control or a link that cannot be written or removed.
+pub fn begin_stream_delta(
+    pg_path: &Path,
+    system_identifier: u64,
+    locations: &[(u32, PathBuf)],
+    dir_mode: u32,
+) -> Result<usize> {
+    create_cluster_dir(pg_path, dir_mode)?;
+    write_marker(pg_path, system_identifier)?;
+    remove_control(pg_path)?;
+    set_tablespace_links(pg_path, locations, dir_mode)
+}
+
+/// Removes `dir/postmaster.pid` when the process it names is gone (a server that crashed,
+/// or was killed, leaves it). A live process, or a file that does not parse, is left for
+/// [`check_delta_target`] to refuse. Errors: the file cannot be removed.
+pub fn remove_stale_pid(dir: &Path) -> Result<()> {
+    let pidfile = dir.join("postmaster.pid");
+    let Ok(text) = fs::read_to_string(&pidfile) else {
+        return Ok(());
+    };
+    let Some(pid) = text.lines().next().and_then(|l| l.trim().parse::<u32>().ok()) else {
+        return Ok(());
+    };
+    if pid > 0 && !crate::io::pid_alive(pid) {
+        tracing::info!(
+            "{}: the server it names (PID {pid}) is gone: removed",
+            pidfile.display()
+        );
+        fs::remove_file(&pidfile).map_err(|e| Error::io("remove", &pidfile, e))?;
+    }
+    Ok(())
+}
+
+/// Removes everything inside `dir` (the directory itself stays, with its mode).
+/// Errors: an entry that cannot be listed or removed.
+pub fn empty_dir(dir: &Path) -> Result<()> {
+    for ent in fs::read_dir(dir).map_err(|e| Error::io("list", dir, e))? {
+        let ent = ent.map_err(|e| Error::io("list", dir, e))?;
+        remove_any(&ent.path())?;
+    }
+    crate::io::fs::fsync_dir(dir)
+}
+
+/// Removes global/pg_control, if there, durably.
+fn remove_control(pg_path: &Path) -> Result<()> {
+    let control = pg_path.join("global/pg_control");
+    if control.exists() {
+        fs::remove_file(&control).map_err(|e| Error::io("remove", &control, e))?;
+        crate::io::fs::fsync_dir(&pg_path.join("global"))?;
+    }
+    Ok(())
 }
 
 /// Removes a file, a symbolic link (not what it points to) or a directory tree.
@@ -336,9 +423,9 @@ fn remove_any(p: &Path) -> Result<()> {
     }
 }
 
-/// Opens or creates the target file `rel` below `pg_path`, sets it to `size` bytes and
-/// its permission bits to `mode` (0: 0600). Returns its path, the open file and the size
-/// it had before (None: it was created).
+/// Opens (for reading and writing) or creates the target file `rel` below `pg_path`, sets
+/// it to `size` bytes and its permission bits to `mode` (0: 0600). Returns its path, the
+/// open file and the size it had before (None: it was created).
 pub fn size_file(
     pg_path: &Path,
     rel: &str,
@@ -353,6 +440,7 @@ pub fn size_file(
         .map(|m| m.len());
     let mode = if mode == 0 { 0o600 } else { mode };
     let h = fs::OpenOptions::new()
+        .read(true)
         .write(true)
         .create(true)
         .mode(mode)
@@ -393,11 +481,7 @@ pub fn begin_delta(
 ) -> Result<usize> {
     create_cluster_dir(pg_path, DataDirModes::of_listing(&listing.dirs).dir)?;
     write_marker(pg_path, system_identifier)?;
-    let control = pg_path.join("global/pg_control");
-    if control.exists() {
-        fs::remove_file(&control).map_err(|e| Error::io("remove", &control, e))?;
-        crate::io::fs::fsync_dir(&pg_path.join("global"))?;
-    }
+    remove_control(pg_path)?;
     clean_target(pg_path, locations, listing)
 }
 

@@ -17,6 +17,12 @@
 //!
 //! The held-back files (backup_label, tablespace_map, pg_control) never come here: the
 //! caller's one finish ([`super::finish`]) writes them, pg_control last.
+//!
+//! As a delta ([`StreamDir::delta`], a kept copy of the same cluster re-synced in place),
+//! each file is opened where it is and set to its size, each 8 KiB block read back and
+//! written only where it differs (zeros included: no holes), through the page cache; the
+//! directories and files received are recorded, so that what the server did not send can be
+//! removed afterwards ([`super::delta::remove_unlisted`]).
 use super::create_file;
 use crate::error::{Error, Result};
 use crate::io::direct::{aligned_buf, AlignedBuf, Writer, DIRECT_MIN_WRITE};
@@ -63,6 +69,24 @@ struct Piece {
     target: Arc<Target>,
     offset: u64,
     data: AlignedBuf,
+    /// Compare with what the file holds and write only the blocks that differ.
+    delta: Option<Arc<DeltaCount>>,
+}
+
+/// A delta's bytes: found equal in place, and written.
+#[derive(Debug, Default)]
+pub struct DeltaCount {
+    pub same: std::sync::atomic::AtomicU64,
+    pub written: std::sync::atomic::AtomicU64,
+}
+
+/// What a delta received: directories and files, as paths relative to the data directory
+/// (a tablespace's under `pg_tblspc/<oid>/`).
+#[derive(Debug, Default)]
+pub struct DeltaReceived {
+    pub dirs: std::collections::HashSet<String>,
+    pub files: std::collections::HashSet<String>,
+    pub count: Arc<DeltaCount>,
 }
 
 /// The sink (see the module's documentation).
@@ -91,6 +115,8 @@ pub struct StreamDir<'a> {
     progress: Option<&'a dyn Progress>,
     /// Progress reported so far, bytes.
     reported: u64,
+    /// As a delta: what was received, and the bytes found equal or written.
+    delta: Option<DeltaReceived>,
 }
 
 impl<'a> StreamDir<'a> {
@@ -142,6 +168,27 @@ impl<'a> StreamDir<'a> {
             bytes: 0,
             progress,
             reported: 0,
+            delta: None,
+        }
+    }
+
+    /// This sink as a delta over a kept copy (see the module's documentation).
+    pub fn delta(mut self) -> Self {
+        self.delta = Some(DeltaReceived::default());
+        self
+    }
+
+    /// What a delta received (None for a full copy); call after [`StreamDir::finish`].
+    pub fn take_delta(&mut self) -> Option<DeltaReceived> {
+        self.delta.take()
+    }
+
+    /// `path` (relative to the archive's root) relative to the data directory.
+    fn in_data_dir(&self, path: &str) -> String {
+        let path = path.trim_end_matches('/');
+        match self.tablespace {
+            None => path.to_string(),
+            Some(oid) => format!("pg_tblspc/{oid}/{path}"),
         }
     }
 
@@ -168,6 +215,7 @@ impl<'a> StreamDir<'a> {
             target: target.clone(),
             offset: *offset,
             data,
+            delta: self.delta.as_ref().map(|d| d.count.clone()),
         };
         *offset += n;
         self.txs
@@ -213,6 +261,9 @@ impl Drop for StreamDir<'_> {
 /// sparse at its size, so they read as zeros): runs of non-zero blocks in one write each,
 /// of at most [`WRITE`] bytes through the page cache.
 fn write_piece(p: &Piece) -> Result<()> {
+    if let Some(count) = &p.delta {
+        return write_piece_delta(p, count);
+    }
     let most = if p.target.file.is_direct() {
         PIECE
     } else {
@@ -244,6 +295,48 @@ fn write_piece(p: &Piece) -> Result<()> {
     Ok(())
 }
 
+/// A delta's piece: the file's bytes at the piece's place are read, and only the 8 KiB
+/// blocks that differ are written (runs of them in one write each, at most [`WRITE`] bytes).
+fn write_piece_delta(p: &Piece, count: &DeltaCount) -> Result<()> {
+    use std::os::unix::fs::FileExt;
+    use std::sync::atomic::Ordering::Relaxed;
+    let path = p.target.path.as_path();
+    let mut old = vec![0u8; p.data.len()];
+    let mut got = 0;
+    while got < old.len() {
+        match p.target.file.file().read_at(&mut old[got..], p.offset + got as u64) {
+            Ok(0) => break, // past the end: compared with zeros, as set_len made them
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(Error::io("read", path, e)),
+        }
+    }
+    let mut at = 0usize;
+    while at < p.data.len() {
+        let end = (at + BLOCK).min(p.data.len());
+        if p.data[at..end] == old[at..end] {
+            count.same.fetch_add((end - at) as u64, Relaxed);
+            at = end;
+            continue;
+        }
+        let mut stop = end;
+        while stop < p.data.len() && stop - at < WRITE {
+            let next = (stop + BLOCK).min(p.data.len());
+            if p.data[stop..next] == old[stop..next] {
+                break;
+            }
+            stop = next;
+        }
+        p.target
+            .file
+            .write_at(&p.data[at..stop], p.offset + at as u64)
+            .map_err(|e| Error::io("write", path, e))?;
+        count.written.fetch_add((stop - at) as u64, Relaxed);
+        at = stop;
+    }
+    Ok(())
+}
+
 impl StreamSink for StreamDir<'_> {
     fn begin_archive(&mut self, name: &str, tablespace: Option<u32>) -> Result<()> {
         self.tablespace = tablespace;
@@ -264,6 +357,12 @@ impl StreamSink for StreamDir<'_> {
     }
 
     fn directory(&mut self, path: &str, mode: u32) -> Result<()> {
+        if self.delta.is_some() {
+            let rel = self.in_data_dir(path);
+            if let Some(d) = &mut self.delta {
+                d.dirs.insert(rel);
+            }
+        }
         if self.tablespace.is_none() && is_tablespace_link(path) {
             return Ok(()); // made by prepare_target
         }
@@ -287,8 +386,21 @@ impl StreamSink for StreamDir<'_> {
     }
 
     fn file_begin(&mut self, path: &str, size: u64, mode: u32, mtime: i64) -> Result<()> {
-        let (path, file) = create_file(&self.root, path, size, mode)?;
-        let file = Writer::wrap(file, &path, size >= DIRECT_MIN_WRITE as u64);
+        let (path, file) = if self.delta.is_some() {
+            let rel = self.in_data_dir(path);
+            let (p, f, _) = super::delta::size_file(&self.root, path, size, mode)?;
+            if let Some(d) = &mut self.delta {
+                d.files.insert(rel);
+            }
+            // Read back and compared: through the page cache.
+            let w = Writer::wrap(f, &p, false);
+            (p, w)
+        } else {
+            let (p, f) = create_file(&self.root, path, size, mode)?;
+            let direct = size >= DIRECT_MIN_WRITE as u64;
+            let w = Writer::wrap(f, &p, direct);
+            (p, w)
+        };
         let target = Target {
             file,
             path,

@@ -460,18 +460,73 @@ impl Reached {
 
 /// For a command run with `--transport auto`: the settings of the stream, and the session the
 /// probe ran on, when the primary is on another host and [`choose_remote`] picks the stream
-/// (transport basebackup, the method and level chosen unless given); else None (this host's
-/// files, or the ranges: the session is closed).
+/// (transport basebackup, the method and level chosen unless given), or when the role may
+/// not copy files (it lacks the backup API or the file functions: [`crate::pg::privileges`])
+/// but has REPLICATION (then without a probe: the server's best method, none on this host);
+/// else None (this host's files, or the ranges: the session is closed). `files_first`: no
+/// probe, the files whenever the role may copy them (a delta, which reads only what
+/// differs that way).
 ///
-/// Errors: connection, the probe's queries.
-pub fn auto_stream_settings(s: &Settings) -> Result<Option<(Settings, Reached)>> {
+/// Errors: connection, the rights' and the probe's queries.
+pub fn auto_stream_settings(s: &Settings, files_first: bool) -> Result<Option<(Settings, Reached)>> {
     if s.transport != Transport::Auto {
         return Ok(None);
     }
     let (target, sess, info) = super::connect_primary(s)?;
-    if info.in_recovery || super::local_data_directory(&info).is_some() {
+    let close = |sess: Session| {
         sess.close();
-        return Ok(None);
+        Ok(None)
+    };
+    if info.in_recovery {
+        return close(sess);
+    }
+    let rights = match crate::pg::privileges::rights(&sess) {
+        Ok(r) => r,
+        Err(e) => {
+            sess.close();
+            return Err(e);
+        }
+    };
+    let local = super::local_data_directory(&info).is_some();
+    let files = if local {
+        Transport::Local
+    } else {
+        Transport::Libpq
+    };
+    let lacks = rights.missing_for(files);
+    if !lacks.is_empty() && rights.replication {
+        // A role with REPLICATION only (Patroni's replicator, CloudNativePG's
+        // streaming_replica): the stream is what it may run, as pg_basebackup does.
+        let (mut codecs, workers) = super::stream::stream_methods(
+            &sess,
+            if local && s.network_compress == NetworkCompress::Auto {
+                NetworkCompress::None
+            } else {
+                s.network_compress
+            },
+            s.network_workers,
+        );
+        if codecs.len() > 1 {
+            codecs.retain(|c| *c != WireCodec::Gzip);
+        }
+        let codec = codecs.first().copied().unwrap_or(WireCodec::Gzip);
+        tracing::info!(
+            "transport auto: the role may not copy files ({}; `pgjet check` gives the GRANTs); the server's BASE_BACKUP stream ({}), which needs only REPLICATION",
+            lacks.iter().map(|m| m.what.as_str()).collect::<Vec<_>>().join(", "),
+            codec.name()
+        );
+        return Ok(Some((
+            stream_settings(s, codec, None, workers),
+            Reached {
+                target,
+                sess,
+                info,
+                early: None,
+            },
+        )));
+    }
+    if local || files_first {
+        return close(sess);
     }
     let (choice, early) =
         match choose_remote(&sess, &info, &target, s.network_compress, s.network_workers) {
@@ -487,27 +542,10 @@ pub fn auto_stream_settings(s: &Settings) -> Result<Option<(Settings, Reached)>>
         workers,
     } = choice
     else {
-        sess.close();
-        return Ok(None);
-    };
-    let stream = Settings {
-        transport: Transport::Basebackup,
-        network_compress: match codec {
-            WireCodec::None => NetworkCompress::None,
-            WireCodec::Gzip => NetworkCompress::Gzip,
-            WireCodec::Lz4 => NetworkCompress::Lz4,
-            WireCodec::Zstd => NetworkCompress::Zstd,
-        },
-        // gzip chosen here gets level 1, as auto's gzip does (codec_level).
-        network_level: s
-            .network_level
-            .or(level)
-            .or((codec == WireCodec::Gzip).then_some(1)),
-        network_workers: Some(workers),
-        ..s.clone()
+        return close(sess);
     };
     Ok(Some((
-        stream,
+        stream_settings(s, codec, level, workers),
         Reached {
             target,
             sess,
@@ -515,6 +553,26 @@ pub fn auto_stream_settings(s: &Settings) -> Result<Option<(Settings, Reached)>>
             early,
         },
     )))
+}
+
+/// `s` for the stream with `codec` (its level given, else `level`; gzip chosen here gets
+/// level 1, as auto's gzip does: [`super::stream::codec_level`]) and `workers` zstd threads.
+fn stream_settings(s: &Settings, codec: WireCodec, level: Option<i32>, workers: u32) -> Settings {
+    Settings {
+        transport: Transport::Basebackup,
+        network_compress: match codec {
+            WireCodec::None => NetworkCompress::None,
+            WireCodec::Gzip => NetworkCompress::Gzip,
+            WireCodec::Lz4 => NetworkCompress::Lz4,
+            WireCodec::Zstd => NetworkCompress::Zstd,
+        },
+        network_level: s
+            .network_level
+            .or(level)
+            .or((codec == WireCodec::Gzip).then_some(1)),
+        network_workers: Some(workers),
+        ..s.clone()
+    }
 }
 
 #[cfg(test)]

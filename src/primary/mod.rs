@@ -85,7 +85,7 @@ impl Copier {
     /// ([`choose::auto_stream_settings`]); every other case the files ([`open_primary`],
     /// checking a given --pg-path). Errors: as [`open_primary`], the probe's.
     pub fn open(s: &Settings) -> Result<Copier> {
-        let (s, reached) = match choose::auto_stream_settings(s)? {
+        let (s, reached) = match choose::auto_stream_settings(s, false)? {
             Some((stream, reached)) => (std::borrow::Cow::Owned(stream), Some(reached)),
             None => (std::borrow::Cow::Borrowed(s), None),
         };
@@ -155,8 +155,13 @@ pub fn open_primary(s: &Settings, check_pg_path_arg: bool) -> Result<Primary> {
     };
     if transport == Transport::Local && local.is_none() {
         return Err(Error::Config(format!(
-            "--transport local: the server at {} does not run on this host (or its data directory {} is not readable here); use --transport libpq",
-            target.describe, info.data_directory
+            "--transport local: the server at {} does not run on this host (or its data directory{} is not readable here); use --transport libpq",
+            target.describe,
+            if info.data_directory.is_empty() {
+                String::new()
+            } else {
+                format!(" {}", info.data_directory)
+            }
         )));
     }
     let (source, jobs): (Box<dyn Source>, usize) = match &local {
@@ -193,7 +198,8 @@ pub fn open_primary(s: &Settings, check_pg_path_arg: bool) -> Result<Primary> {
 /// The server's data directory on this host, when the server provably runs here: the
 /// parent of this session's backend process is the postmaster whose PID the data
 /// directory's postmaster.pid names, and its pg_control has the server's system identifier.
-/// None otherwise (another host, another PID namespace, or a directory not readable here).
+/// The directory is `data_directory`, or the postmaster's working directory for a role that
+/// may not read that setting. None otherwise (another host, another PID namespace, or a directory not readable here).
 pub fn local_data_directory(info: &ServerInfo) -> Option<PathBuf> {
     let backend = info.backend_pid;
     let stat = fs::read_to_string(format!("/proc/{backend}/stat")).ok()?;
@@ -205,7 +211,14 @@ pub fn local_data_directory(info: &ServerInfo) -> Option<PathBuf> {
         .nth(1)?
         .parse()
         .ok()?;
-    let dir = PathBuf::from(&info.data_directory);
+    // A role that may not read data_directory: the postmaster's working directory, which
+    // is its data directory (ChangeToDataDir, src/backend/utils/init/miscinit.c), readable
+    // here by the server's own user or root, as its files are.
+    let dir = if info.data_directory.is_empty() {
+        fs::read_link(format!("/proc/{ppid}/cwd")).ok()?
+    } else {
+        PathBuf::from(&info.data_directory)
+    };
     let pidfile = fs::read_to_string(dir.join("postmaster.pid")).ok()?;
     let postmaster: u32 = pidfile.lines().next()?.trim().parse().ok()?;
     if postmaster != ppid {
@@ -272,13 +285,31 @@ pub fn fit_connections(sess: &Session, info: &ServerInfo, wanted: usize) -> Resu
 pub fn check_pg_path(pg_path: &Path, info: &ServerInfo) -> Result<PathBuf> {
     let given =
         fs::canonicalize(pg_path).map_err(|e| Error::io("resolve --pg-path", pg_path, e))?;
-    let server = fs::canonicalize(&info.data_directory)
-        .unwrap_or_else(|_| PathBuf::from(&info.data_directory));
+    let named = if info.data_directory.is_empty() {
+        // A role that may not read the setting: the directory the server provably runs in,
+        // else its pg_control must name the server's cluster.
+        match local_data_directory(info) {
+            Some(dir) => dir,
+            None => {
+                return match crate::pg::control::read_system_identifier(&given) {
+                    Ok(id) if id == info.system_identifier => Ok(given),
+                    _ => Err(Error::Config(format!(
+                        "--pg-path {} does not hold the server's cluster (system identifier {})",
+                        pg_path.display(),
+                        info.system_identifier
+                    ))),
+                };
+            }
+        }
+    } else {
+        PathBuf::from(&info.data_directory)
+    };
+    let server = fs::canonicalize(&named).unwrap_or(named);
     if given != server {
         return Err(Error::Config(format!(
             "--pg-path {} is not the server's data_directory ({})",
             pg_path.display(),
-            info.data_directory
+            server.display()
         )));
     }
     Ok(given)

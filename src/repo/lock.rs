@@ -106,12 +106,6 @@ pub fn host_name() -> String {
         .unwrap_or_else(|_| "unknown".into())
 }
 
-/// True when process `pid` exists on this host.
-fn pid_alive(pid: u32) -> bool {
-    // SAFETY: kill with signal 0 only checks for existence and permission.
-    let rc = unsafe { libc::kill(pid as libc::pid_t, 0) };
-    rc == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
-}
 
 fn now_unix() -> i64 {
     chrono::Utc::now().timestamp()
@@ -127,7 +121,7 @@ enum Stale {
 
 /// Why a record no longer holds, or None while it does.
 fn stale_reason(rec: &LockRecord, host: &str) -> Option<Stale> {
-    if rec.host == host && rec.pid != std::process::id() && !pid_alive(rec.pid) {
+    if rec.host == host && rec.pid != std::process::id() && !crate::io::pid_alive(rec.pid) {
         return Some(Stale::Gone(format!(
             "process {} on this host is gone",
             rec.pid
