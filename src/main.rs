@@ -226,12 +226,27 @@ fn abort_recovery() -> ! {
 /// `ssh -O exit` took over 2 s on a loaded 2-core machine and left its control master),
 /// then ends the SFTP store's ssh masters still running (see `storage::ssh`).
 fn exit(code: i32) -> ! {
-    pgjet::io::runtime::drain(std::time::Duration::from_secs(10));
+    before_exit();
+    // Cancelled (SIGTERM, SIGINT): the signal's status, whatever the error it caused.
+    let code = match pgjet::io::cancel::cancelled() {
+        Some(signal) if code != 0 => 128 + signal,
+        _ => code,
+    };
+    std::process::exit(code);
+}
+
+/// What every exit does first: the runtime drained, the ssh masters ended (see [`exit`]).
+fn before_exit() {
+    // Cancelled: the connections' tasks were sent their cancel requests; a short wait.
+    let limit = match pgjet::io::cancel::cancelled() {
+        Some(_) => 1,
+        None => 10,
+    };
+    pgjet::io::runtime::drain(std::time::Duration::from_secs(limit));
     let stopped = pgjet::storage::ssh::stop_masters();
     if stopped > 0 {
         tracing::debug!("ended {stopped} ssh control master(s) left by the SFTP store");
     }
-    std::process::exit(code);
 }
 
 /// Prints `e` with its chain of causes and its hint, on stderr.
@@ -285,6 +300,10 @@ fn main() {
     {
         // Before any thread starts: it sets XDG_STATE_HOME (see storage::ssh).
         pgjet::storage::ssh::own_control_dir();
+    }
+    // After the environment is set, before any work: SIGTERM and SIGINT cancel the command.
+    if let Err(e) = pgjet::io::cancel::install(before_exit) {
+        tracing::warn!("{e}");
     }
     if let (Some(call), Command::ReplicaCreate(a)) = (&patroni, &mut inv.command) {
         a.patroni = Some(call.clone());

@@ -231,8 +231,10 @@ fn pg15_replication_only_role_as_patroni_calls() {
     let source = tcp_conninfo(&cluster, "replicator");
     let r = pgjet_ok(&args!["check", "--source", source]);
     assert!(
-        r.stdout.contains("--transport basebackup: the role has what it needs")
-            && r.stdout.contains("note: --transport libpq: EXECUTE on pg_read_binary_file")
+        r.stdout
+            .contains("--transport basebackup: the role has what it needs")
+            && r.stdout
+                .contains("note: --transport libpq: EXECUTE on pg_read_binary_file")
             && !r.stdout.contains("MISSING"),
         "{r}"
     );
@@ -256,8 +258,7 @@ fn pg15_replication_only_role_as_patroni_calls() {
     };
     let r = patroni(&data);
     assert!(
-        r.stderr.contains("the role may not copy files")
-            && r.stderr.contains("BASE_BACKUP"),
+        r.stderr.contains("the role may not copy files") && r.stderr.contains("BASE_BACKUP"),
         "auto must take the stream for a REPLICATION-only role:\n{r}"
     );
     // Changes while the copy sits, then Patroni's reinit over the kept data.
@@ -267,12 +268,16 @@ fn pg15_replication_only_role_as_patroni_calls() {
     );
     let r = patroni(&data);
     assert!(
-        r.stderr.contains("re-synced in place") && r.stderr.contains("delta over the BASE_BACKUP stream"),
+        r.stderr.contains("re-synced in place")
+            && r.stderr.contains("delta over the BASE_BACKUP stream"),
         "{r}"
     );
     assert!(r.stdout.contains("delta:"), "{r}");
     let auto_conf = fs::read_to_string(data.join("postgresql.auto.conf")).unwrap();
-    assert!(!auto_conf.contains("pgjet"), "no block of ours under Patroni:\n{auto_conf}");
+    assert!(
+        !auto_conf.contains("pgjet"),
+        "no block of ours under Patroni:\n{auto_conf}"
+    );
     fs::write(
         data.join("postgresql.auto.conf"),
         format!("{auto_conf}primary_conninfo = '{connstring}'\n"),
@@ -297,6 +302,54 @@ fn pg15_replication_only_role_as_patroni_calls() {
     assert!(r.stderr.contains("is replaced by a full copy"), "{r}");
     assert!(junk.join("global/pg_control").exists() && !junk.join("stray").exists());
     assert_no_slot_left(&cluster, "after the Patroni calls");
+    step!("Patroni's calls done");
+
+    // Cancelled as Patroni cancels (SIGTERM) mid-copy: the exit status is SIGTERM's within
+    // a few seconds, the directory stays unfinished, nothing is left on the server.
+    let cancelled = cluster.new_dir("patroni-cancelled");
+    let mut bg = Background::spawn(
+        &pgjet_bin(),
+        &args![
+            "replica-create",
+            "--start_fast=True",
+            "--max_rate=1M",
+            "--scope=acc",
+            "--role=replica",
+            format!("--datadir={}", cancelled.display()),
+            format!("--connstring={connstring}")
+        ],
+        &cluster.root.join("cancel.pid"),
+    );
+    let started = wait_for(Duration::from_secs(20), || {
+        fs::read_dir(cancelled.join("base")).ok().map(|_| ())
+    });
+    assert!(started.is_some(), "the copy never started");
+    step!("the copy started; SIGTERM");
+    bg.signal(libc::SIGTERM);
+    let t = std::time::Instant::now();
+    let ended = wait_for(Duration::from_secs(8), || bg.try_wait());
+    assert!(ended.is_some(), "pgjet must end within seconds of SIGTERM");
+    let r = bg.wait();
+    step!("SIGTERM: ended in {:.1} s", t.elapsed().as_secs_f64());
+    assert_eq!(r.status.code(), Some(143), "{r}");
+    assert!(r.stderr.contains("cancelled by SIGTERM"), "{r}");
+    assert!(
+        cancelled.join("pgjet.incomplete").exists()
+            && !cancelled.join("global/pg_control").exists(),
+        "the directory must stay unfinished"
+    );
+    assert_no_slot_left(&cluster, "after SIGTERM");
+    step!("no slot left");
+    let sessions = || {
+        cluster.psql(
+            "postgres",
+            "SELECT count(*) FROM pg_stat_activity WHERE usename = 'replicator'",
+        )
+    };
+    let _ = wait_for(Duration::from_secs(10), || {
+        (sessions() == "0").then_some(())
+    });
+    assert_eq!(sessions(), "0", "no session of pgjet may be left");
 }
 
 /// Over TLS verify-full with SCRAM-SHA-256 and channel binding required (the replication

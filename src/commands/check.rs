@@ -188,7 +188,10 @@ fn rights_lines(
                 failing += 1;
             }
             let tag = if fatal { "MISSING" } else { "note" };
-            lines.push(format!("{tag}: --transport {name}: {} -- fix: {}", m.what, m.fix));
+            lines.push(format!(
+                "{tag}: --transport {name}: {} -- fix: {}",
+                m.what, m.fix
+            ));
         }
     }
     if wanted == Transport::Auto && rights.replication {

@@ -117,7 +117,10 @@ pub fn run(
         if let Some(got) = sink.take_delta() {
             let removed = delta::remove_unlisted(&target, &got.dirs, &got.files)?;
             use std::sync::atomic::Ordering::Relaxed;
-            let (same, wrote) = (got.count.same.load(Relaxed), got.count.written.load(Relaxed));
+            let (same, wrote) = (
+                got.count.same.load(Relaxed),
+                got.count.written.load(Relaxed),
+            );
             tracing::info!(
                 "delta: {} equal in place, {} written, {removed} file(s) or directories the primary does not have removed",
                 crate::io::mib(same),

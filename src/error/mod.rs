@@ -78,6 +78,9 @@ pub enum Error {
         fault: StorageFault,
         detail: String,
     },
+    /// The process was asked to stop (SIGTERM, SIGINT: [`crate::io::cancel`]).
+    #[error("cancelled by {}", crate::io::cancel::signal_name(*signal))]
+    Cancelled { signal: i32 },
     /// Anything else, with its context.
     #[error("{0}")]
     Other(String),
@@ -264,13 +267,14 @@ impl Error {
             Error::Storage { fault: StorageFault::Config, .. } => "HINT: check the repo-* settings (type, endpoint, uri style, TLS).".into(),
             Error::Storage { .. } => "HINT: run again with --log-level debug for the store's full answer.".into(),
             Error::Other(_) => "HINT: run again with --log-level debug for details.".into(),
+            Error::Cancelled { .. } => "HINT: nothing unfinished looks complete: a copy stays marked unfinished (--delta takes it up), a backup is not listed; run the command again.".into(),
         }
     }
 
     /// Process exit code: 2 configuration, 3 connection, 4 repository, 5 corruption,
     /// 6 unsafe target/state, 7 I/O (8 disk full), 9 storage that failed after its retries
     /// (a later try may work), 4 storage that refused (credentials, missing bucket, settings),
-    /// 1 anything else.
+    /// 128 + the signal's number when cancelled (143 SIGTERM, 130 SIGINT), 1 anything else.
     pub fn exit_code(&self) -> i32 {
         match self {
             Error::Hinted { error, .. } => error.exit_code(),
@@ -290,6 +294,7 @@ impl Error {
             } => 9,
             Error::Storage { .. } => 4,
             Error::Other(_) => 1,
+            Error::Cancelled { signal } => 128 + signal,
         }
     }
 }

@@ -3,6 +3,7 @@
 //! file operations ([`fs`]), the tuning read once from the environment ([`tuning`]), the one
 //! async runtime ([`runtime`]), the one way to run work on several threads ([`parallel`]),
 //! the process's memory ([`mem`]) and the TLS of libpq and the object stores ([`tls`]).
+pub mod cancel;
 pub mod direct;
 pub mod fs;
 pub mod mem;

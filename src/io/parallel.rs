@@ -71,6 +71,7 @@ where
                         if stop.stopped() {
                             return Ok(());
                         }
+                        crate::io::cancel::check()?;
                         let i = next.fetch_add(1, Ordering::SeqCst);
                         if i >= n {
                             return Ok(());

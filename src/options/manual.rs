@@ -56,6 +56,7 @@ const EXIT_STATUS: &[(&str, &str)] = &[
     ("7", "a file operation failed"),
     ("8", "no space left on a device"),
     ("9", "the repository's store failed after every retry (a later try may work)"),
+    ("130, 143", "cancelled by SIGINT or SIGTERM (128 + the signal): what was being written stays unfinished"),
 ];
 
 /// Quotes `s` for roff text: a backslash doubled, a line starting with `.` or `'` escaped.

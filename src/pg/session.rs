@@ -89,6 +89,10 @@ pub struct Session {
     /// The connection's task, awaited by [`Session::close`].
     conn: tokio::task::JoinHandle<()>,
     target: String,
+    /// Sends PostgreSQL's cancel request for this session's query when the process is
+    /// cancelled ([`crate::io::cancel`]): a pg_backup_start waiting on a checkpoint ends
+    /// at once, and the error drops the session's temporary slot.
+    _cancel: crate::io::cancel::Hook,
 }
 
 /// Connection settings from --pg-socket-path, --pg-port and --pg-user (a Unix socket,
@@ -128,11 +132,13 @@ impl Session {
                 target: target.describe.clone(),
                 source,
             })?;
+        let cancel = cancel_hook(&client, target);
         let sess = Session {
             rt,
             client,
             conn,
             target: target.describe.clone(),
+            _cancel: cancel,
         };
         // A backup session waits on checkpoints and then sits idle while files are copied:
         // server-side timeouts set for the role or database must not end it. Server-side
@@ -526,6 +532,29 @@ impl Session {
             tokio::time::timeout(std::time::Duration::from_secs(2), conn).await
         });
     }
+}
+
+/// A hook that sends PostgreSQL's cancel request for `client`'s query (over TLS when
+/// `target` uses it) when the process is cancelled ([`crate::io::cancel`]), until dropped.
+pub fn cancel_hook(client: &Client, target: &ConnTarget) -> crate::io::cancel::Hook {
+    let token = client.cancel_token();
+    let tls = target.tls.clone();
+    crate::io::cancel::on_cancel(crate::io::cancel::Stage::Interrupt, move || {
+        let (token, tls) = (token.clone(), tls.clone());
+        let sent = crate::io::runtime::block_on(async move {
+            let wait = std::time::Duration::from_secs(2);
+            match tls {
+                Some(cfg) => {
+                    let tls = tokio_postgres_rustls::MakeRustlsConnect::new((*cfg).clone());
+                    tokio::time::timeout(wait, token.cancel_query(tls)).await
+                }
+                None => tokio::time::timeout(wait, token.cancel_query(NoTls)).await,
+            }
+        });
+        if !matches!(sent, Ok(Ok(Ok(())))) {
+            tracing::debug!("the cancel request for a session could not be sent");
+        }
+    })
 }
 
 /// Connects with TLS when the target may use it (rustls), else in plain text. The

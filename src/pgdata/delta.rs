@@ -380,7 +380,11 @@ pub fn remove_stale_pid(dir: &Path) -> Result<()> {
     let Ok(text) = fs::read_to_string(&pidfile) else {
         return Ok(());
     };
-    let Some(pid) = text.lines().next().and_then(|l| l.trim().parse::<u32>().ok()) else {
+    let Some(pid) = text
+        .lines()
+        .next()
+        .and_then(|l| l.trim().parse::<u32>().ok())
+    else {
         return Ok(());
     };
     if pid > 0 && !crate::io::pid_alive(pid) {

@@ -63,6 +63,8 @@ pub fn finish(
     before_sync: impl FnOnce() -> Result<()>,
     write_control: impl FnOnce() -> Result<()>,
 ) -> Result<()> {
+    // Cancelled by now: the directory stays unfinished (no pg_control), as asked.
+    crate::io::cancel::check()?;
     // The files written here get the cluster's file mode, from the data directory's mode
     // as PostgreSQL takes it (0600, or 0640 with group access).
     let mode = DataDirModes::of_dir(pg_path)?.file;

@@ -304,7 +304,12 @@ fn write_piece_delta(p: &Piece, count: &DeltaCount) -> Result<()> {
     let mut old = vec![0u8; p.data.len()];
     let mut got = 0;
     while got < old.len() {
-        match p.target.file.file().read_at(&mut old[got..], p.offset + got as u64) {
+        match p
+            .target
+            .file
+            .file()
+            .read_at(&mut old[got..], p.offset + got as u64)
+        {
             Ok(0) => break, // past the end: compared with zeros, as set_len made them
             Ok(n) => got += n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}

@@ -468,7 +468,10 @@ impl Reached {
 /// differs that way).
 ///
 /// Errors: connection, the rights' and the probe's queries.
-pub fn auto_stream_settings(s: &Settings, files_first: bool) -> Result<Option<(Settings, Reached)>> {
+pub fn auto_stream_settings(
+    s: &Settings,
+    files_first: bool,
+) -> Result<Option<(Settings, Reached)>> {
     if s.transport != Transport::Auto {
         return Ok(None);
     }

@@ -714,6 +714,7 @@ struct ConnCopy<'a> {
 
 impl CopyMessages for ConnCopy<'_> {
     fn next_copy_data(&mut self) -> Result<Option<Vec<u8>>> {
+        crate::io::cancel::check()?;
         let m = self.conn.read_message()?;
         match m.tag {
             b'd' => Ok(Some(m.body)),

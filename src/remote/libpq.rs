@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 use crate::pg::conninfo::ConnTarget;
 use crate::pg::datadir::{self, DirLister, Entry, EntryKind, Listing, TablespaceLink};
 use crate::pg::lsn::Lsn;
-use crate::pg::session::{open_client, ServerInfo, Session, READ_RANGES_SQL};
+use crate::pg::session::{cancel_hook, open_client, ServerInfo, Session, READ_RANGES_SQL};
 use crate::transfer::{PieceSpec, Source, SourceFile, SourceReader};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -90,6 +90,8 @@ pub struct LibpqSource {
     /// Connections this source may open (readers beyond it wait for one).
     max_connections: usize,
     opened: Mutex<usize>,
+    /// A cancel request for each connection opened, sent when the process is cancelled.
+    cancel_hooks: Mutex<Vec<crate::io::cancel::Hook>>,
     /// Permission bits of the data directory (data_directory_mode): 0700 or 0750.
     dir_mode: u32,
     /// Most bytes per result row ([`read_row`]).
@@ -124,6 +126,7 @@ impl LibpqSource {
             pool: Mutex::new(Vec::new()),
             max_connections: connections.max(1),
             opened: Mutex::new(0),
+            cancel_hooks: Mutex::new(Vec::new()),
             dir_mode: mode & 0o777,
             row: read_row(),
             prefetch: crate::io::tuning::get().libpq_prefetch,
@@ -171,6 +174,10 @@ impl LibpqSource {
                 target: self.describe.clone(),
                 source,
             })?;
+        self.cancel_hooks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(cancel_hook(&client, &self.target));
         // Reads can be long on a slow link; role or database timeouts must not end them.
         self.rt
             .block_on(client.batch_execute(

@@ -135,6 +135,43 @@ pub struct ReplConn {
     /// `host=... port=... user=...`, for messages.
     describe: String,
     user: String,
+    /// BackendKeyData: the WAL sender's PID and secret key, for a cancel request.
+    key: Option<(u32, Vec<u8>)>,
+    /// Sends the cancel request when the process is cancelled ([`crate::io::cancel`]): a
+    /// `BASE_BACKUP` waiting on its checkpoint, or streaming, ends at once.
+    _cancel: Option<crate::io::cancel::Hook>,
+}
+
+/// Where a cancel request goes: the server's socket as connected.
+#[derive(Debug, Clone)]
+enum CancelTo {
+    Unix(std::path::PathBuf),
+    Tcp(std::net::SocketAddr),
+}
+
+/// Sends PostgreSQL's CancelRequest (protocol "Canceling Requests in Progress": length 16,
+/// code 80877102, the backend's PID and secret key) on a new connection to `to`, in plain
+/// text (the postmaster reads it before any TLS or authentication). Best effort.
+fn send_cancel(to: &CancelTo, pid: u32, key: &[u8]) {
+    let mut msg = Vec::with_capacity(12 + key.len());
+    msg.extend_from_slice(&((12 + key.len()) as u32).to_be_bytes());
+    msg.extend_from_slice(&80877102u32.to_be_bytes());
+    msg.extend_from_slice(&pid.to_be_bytes());
+    msg.extend_from_slice(key);
+    let wait = std::time::Duration::from_secs(2);
+    let sent = match to {
+        CancelTo::Unix(p) => UnixStream::connect(p).and_then(|mut s| {
+            s.set_write_timeout(Some(wait))?;
+            s.write_all(&msg)
+        }),
+        CancelTo::Tcp(a) => TcpStream::connect_timeout(a, wait).and_then(|mut s| {
+            s.set_write_timeout(Some(wait))?;
+            s.write_all(&msg)
+        }),
+    };
+    if let Err(e) = sent {
+        tracing::debug!("the cancel request to WAL sender {pid} could not be sent: {e}");
+    }
 }
 
 impl ReplConn {
@@ -154,11 +191,13 @@ impl ReplConn {
         let host = c.get_hosts().first().cloned();
         let addr = c.get_hostaddrs().first().copied();
         let mut tls_name = String::new();
+        let cancel_to;
         let stream = match (&host, addr) {
             (Some(tokio_postgres::config::Host::Unix(dir)), None) => {
                 let path = dir.join(format!(".s.PGSQL.{port}"));
                 let s = UnixStream::connect(&path)
                     .map_err(|e| Error::io("connect to the socket", &path, e))?;
+                cancel_to = Some(CancelTo::Unix(path));
                 Stream::Unix(s)
             }
             _ => {
@@ -197,6 +236,7 @@ impl ReplConn {
                 })?;
                 let _ = s.set_nodelay(true);
                 set_keepalives(&s, target);
+                cancel_to = s.peer_addr().ok().map(CancelTo::Tcp);
                 Stream::Tcp(s)
             }
         };
@@ -208,8 +248,16 @@ impl ReplConn {
             stream: BufReader::with_capacity(256 << 10, stream),
             describe,
             user: user.clone(),
+            key: None,
+            _cancel: None,
         };
         conn.startup(target)?;
+        if let (Some(to), Some((pid, key))) = (cancel_to, conn.key.clone()) {
+            conn._cancel = Some(crate::io::cancel::on_cancel(
+                crate::io::cancel::Stage::Interrupt,
+                move || send_cancel(&to, pid, &key),
+            ));
+        }
         Ok(conn)
     }
 
@@ -383,7 +431,11 @@ impl ReplConn {
                     }
                     self.send(&out)?;
                 }
-                b'K' => {}
+                b'K' => {
+                    if let Some(pid) = be_u32(&m.body, 0) {
+                        self.key = Some((pid, m.body[4..].to_vec()));
+                    }
+                }
                 b'Z' => return Ok(()),
                 b'E' => return Err(self.server_error(&m.body)),
                 other => {

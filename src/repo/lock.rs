@@ -106,7 +106,6 @@ pub fn host_name() -> String {
         .unwrap_or_else(|_| "unknown".into())
 }
 
-
 fn now_unix() -> i64 {
     chrono::Utc::now().timestamp()
 }
@@ -201,6 +200,9 @@ pub struct StanzaLock {
     record: LockRecord,
     renewal: Arc<Renewal>,
     thread: Option<std::thread::JoinHandle<()>>,
+    /// Releases the lock when the process is cancelled and does not end on its own
+    /// ([`crate::io::cancel`]).
+    _cancel: crate::io::cancel::Hook,
 }
 
 impl StanzaLock {
@@ -330,6 +332,12 @@ impl StanzaLock {
                     .spawn(move || renew(&*store, &stanza, next, rec, &renewal, lease, renew_every))
                     .map_err(|e| Error::Other(format!("cannot start the lock renewal: {e}")))?
             };
+            let cancel = {
+                let (store, stanza, rec) = (store.clone(), stanza.to_string(), rec.clone());
+                crate::io::cancel::on_cancel(crate::io::cancel::Stage::Release, move || {
+                    release(&*store, &stanza, next, &rec)
+                })
+            };
             return Ok(StanzaLock {
                 store,
                 stanza: stanza.to_string(),
@@ -337,6 +345,7 @@ impl StanzaLock {
                 record: rec,
                 renewal,
                 thread: Some(thread),
+                _cancel: cancel,
             });
         }
         Err(Error::Unsafe(format!(
@@ -461,20 +470,25 @@ impl Drop for StanzaLock {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
-        // Released only while still the current record: one taken over stays history.
-        if top_epoch(&*self.store, &self.stanza).is_ok_and(|t| t == Some(self.epoch)) {
-            let released = LockRecord {
-                released: true,
-                lease_until: now_unix(),
-                ..self.record.clone()
-            };
-            let name = record_name(&self.stanza, self.epoch);
-            let written = serde_json::to_vec(&released)
-                .map_err(|e| Error::Other(e.to_string()))
-                .and_then(|j| self.store.put_durable(&name, &j));
-            if let Err(e) = written {
-                tracing::warn!("could not release the lock {name}: {e}");
-            }
+        release(&*self.store, &self.stanza, self.epoch, &self.record);
+    }
+}
+
+/// Marks the lock record `epoch` of `stanza` released, only while it is still the current
+/// record (one taken over stays history). A failure is logged: the lease then runs out.
+fn release(store: &dyn Storage, stanza: &str, epoch: u64, record: &LockRecord) {
+    if top_epoch(store, stanza).is_ok_and(|t| t == Some(epoch)) {
+        let released = LockRecord {
+            released: true,
+            lease_until: now_unix(),
+            ..record.clone()
+        };
+        let name = record_name(stanza, epoch);
+        let written = serde_json::to_vec(&released)
+            .map_err(|e| Error::Other(e.to_string()))
+            .and_then(|j| store.put_durable(&name, &j));
+        if let Err(e) = written {
+            tracing::warn!("could not release the lock {name}: {e}");
         }
     }
 }

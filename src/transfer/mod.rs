@@ -604,6 +604,7 @@ fn worker<S: UnitSink>(
         if shared.stop.stopped() {
             return Ok(());
         }
+        crate::io::cancel::check()?;
         let Some(unit) = (if ahead { next } else { claim() }) else {
             return Ok(());
         };
