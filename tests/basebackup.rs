@@ -215,8 +215,10 @@ fn pg15_basebackup_refusals() {
 /// Patroni's call with Patroni's role (`CREATE ROLE replicator WITH REPLICATION LOGIN`, no
 /// grant): `check` says the stream is what it may run; replica-create (auto) takes the
 /// stream, then re-syncs the kept copy in place (`keep_data`) writing only what differs,
-/// with no standby settings of its own; the standby starts and holds the primary's rows. A
-/// kept directory that proves nothing is replaced under Patroni. No slot is left.
+/// with no standby settings of its own; the standby starts and holds the primary's rows; a
+/// copy of that standby cascades from it. A kept directory that proves nothing is replaced
+/// under Patroni. SIGTERM mid-copy ends pgjet within seconds, leaving nothing. No slot is
+/// left.
 #[test]
 fn pg15_replication_only_role_as_patroni_calls() {
     // No tablespace: on one host the standby's would be the primary's own directory.
@@ -293,6 +295,39 @@ fn pg15_replication_only_role_as_patroni_calls() {
         &fingerprint(&cluster.server),
         &fingerprint(&standby),
     );
+    // A standby as the source (Patroni's clonefrom), by the same role: the stream, which a
+    // standby serves; the copy cascades from it and holds the same rows. The primary's
+    // checkpoint gives the standby a restartpoint to start the backup from.
+    cluster.psql("postgres", "CHECKPOINT");
+    let cascade = cluster.new_dir("cascade");
+    let from_standby = format!(
+        "host=127.0.0.1 port={} user=replicator dbname=postgres sslmode=disable",
+        standby.port
+    );
+    let r = pgjet_ok(&args![
+        "replica-create",
+        "--start-fast",
+        "--source",
+        from_standby,
+        "--pg-path",
+        cascade.display()
+    ]);
+    assert!(r.stderr.contains("the source is a standby"), "{r}");
+    let mut cascaded = cluster.start_other(&cascade, free_port());
+    let streaming = wait_for(Duration::from_secs(30), || {
+        (standby.psql(
+            "postgres",
+            "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'",
+        ) == "1")
+            .then_some(())
+    });
+    assert!(streaming.is_some(), "the copy must stream from the standby");
+    assert_same_fingerprint(
+        "copy of a standby",
+        &fingerprint(&cluster.server),
+        &fingerprint(&cascaded),
+    );
+    cascaded.stop();
     standby.stop();
     // A kept directory that proves nothing (no pg_control, no marker): replaced.
     let junk = cluster.new_dir("patroni-junk");

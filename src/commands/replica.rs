@@ -57,7 +57,10 @@ pub fn run(s: &Settings, args: &ReplicaOptions, progress: &dyn Progress) -> Resu
     let map = parse_tablespace_map(&args.tablespace_map)?;
     let primary = open_primary(s, false)?;
     if primary.info.in_recovery {
-        return Err(Error::Unsafe("the source is a standby: replica-create from a standby is not supported yet; use the primary".into()));
+        return Err(Error::Unsafe(format!(
+            "the source is a standby: --transport {} copies from a primary only; use --transport basebackup (auto takes it), which a standby serves",
+            s.transport.as_str()
+        )));
     }
     let transport = if primary.local_dir.is_some() {
         "local"

@@ -49,7 +49,13 @@ pub fn run(
         None => Reached::connect(s)?,
     };
     if info.in_recovery {
-        return Err(Error::Unsafe("the source is a standby: replica-create from a standby is not supported yet; use the primary".into()));
+        // PostgreSQL's BASE_BACKUP on a standby (basebackup.c, xlog.c do_pg_backup_stop):
+        // the copy ends at the standby's replay point, with the standby's WAL; a standby
+        // promoted meanwhile fails the backup ("the standby was promoted during online
+        // backup").
+        tracing::info!(
+            "the source is a standby: the copy ends at its replay point, with its WAL; the new standby follows it (cascading) unless told otherwise"
+        );
     }
     let tablespaces = sess.tablespaces()?;
     let delta = super::replica::kept_copy(&target, info.system_identifier, args)?;

@@ -462,7 +462,8 @@ impl Reached {
 /// probe ran on, when the primary is on another host and [`choose_remote`] picks the stream
 /// (transport basebackup, the method and level chosen unless given), or when the role may
 /// not copy files (it lacks the backup API or the file functions: [`crate::pg::privileges`])
-/// but has REPLICATION (then without a probe: the server's best method, none on this host);
+/// but has REPLICATION, or the source is a standby (then without a probe: the server's best
+/// method, none on this host);
 /// else None (this host's files, or the ranges: the session is closed). `files_first`: no
 /// probe, the files whenever the role may copy them (a delta, which reads only what
 /// differs that way).
@@ -480,9 +481,6 @@ pub fn auto_stream_settings(
         sess.close();
         Ok(None)
     };
-    if info.in_recovery {
-        return close(sess);
-    }
     let rights = match crate::pg::privileges::rights(&sess) {
         Ok(r) => r,
         Err(e) => {
@@ -497,7 +495,12 @@ pub fn auto_stream_settings(
         Transport::Libpq
     };
     let lacks = rights.missing_for(files);
-    if !lacks.is_empty() && rights.replication {
+    if info.in_recovery && !rights.replication {
+        return close(sess);
+    }
+    if (info.in_recovery || !lacks.is_empty()) && rights.replication {
+        // A standby serves BASE_BACKUP as a primary does (its backup ends at its replay
+        // point, its own WAL included), where the file transports would need the primary.
         // A role with REPLICATION only (Patroni's replicator, CloudNativePG's
         // streaming_replica): the stream is what it may run, as pg_basebackup does.
         let (mut codecs, workers) = super::stream::stream_methods(
@@ -513,11 +516,18 @@ pub fn auto_stream_settings(
             codecs.retain(|c| *c != WireCodec::Gzip);
         }
         let codec = codecs.first().copied().unwrap_or(WireCodec::Gzip);
-        tracing::info!(
-            "transport auto: the role may not copy files ({}; `pgjet check` gives the GRANTs); the server's BASE_BACKUP stream ({}), which needs only REPLICATION",
-            lacks.iter().map(|m| m.what.as_str()).collect::<Vec<_>>().join(", "),
-            codec.name()
-        );
+        if info.in_recovery {
+            tracing::info!(
+                "transport auto: the source is a standby: the server's BASE_BACKUP stream ({})",
+                codec.name()
+            );
+        } else {
+            tracing::info!(
+                "transport auto: the role may not copy files ({}; `pgjet check` gives the GRANTs); the server's BASE_BACKUP stream ({}), which needs only REPLICATION",
+                lacks.iter().map(|m| m.what.as_str()).collect::<Vec<_>>().join(", "),
+                codec.name()
+            );
+        }
         return Ok(Some((
             stream_settings(s, codec, None, workers),
             Reached {
