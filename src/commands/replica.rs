@@ -172,6 +172,7 @@ fn copy_and_configure(
             None
         },
         changes: None,
+        page_lsn_since: None,
     };
     let bb: BaseBackup = run_base_backup(
         &primary.sess,

@@ -46,6 +46,9 @@ pub struct DirTarget<'a> {
     /// cover it: relation files are then neither read nor compared, only their listed
     /// blocks copied.
     pub changes: Option<SummarizedChanges>,
+    /// Without them: the point before which a relation page's LSN proves the target holds
+    /// it ([`DeltaSince::page_lsn_point`]); only the other pages are copied.
+    pub page_lsn_since: Option<Lsn>,
 }
 
 /// The primary's session and facts, and where WAL replay of the target would start
@@ -94,7 +97,38 @@ impl DeltaSince<'_> {
             Ok(Err(why)) => why,
             Err(e) => e.with_causes(),
         };
-        tracing::info!("delta: WAL summaries not used ({why}); comparing by hash");
+        tracing::info!("delta: WAL summaries not used ({why})");
+        None
+    }
+
+    /// Where a page's LSN tells whether the target holds the source's version of it
+    /// (PostgreSQL before 17, or without summaries): the target's redo point, when it lies
+    /// on the source's timeline history up to this copy's start `start_lsn`
+    /// ([`delta::timeline_path`], the condition the summaries need too). None (with the
+    /// reason in the log) otherwise: the delta then compares by hash.
+    ///
+    /// Why it is exact: every page on the target holds every change made before its redo
+    /// point (the checkpoint flushed them), and a change after it is WAL with a later LSN.
+    /// A source page whose LSN (`pd_lsn`, set by every WAL-logged change) is before that
+    /// point was last changed before it, on the history both share, so the target holds
+    /// that version, up to hint bits (which PostgreSQL sets again from the commit log and
+    /// does not need copied). A page the target changed after its redo point was changed
+    /// by WAL the source also has (the history is shared up to this copy's start), so its
+    /// LSN on the source is later and it is copied. A target that may hold WAL the source
+    /// never had (a former primary after a failover) fails the history test.
+    fn page_lsn_point(&self, start_lsn: Lsn) -> Option<Lsn> {
+        let why = match Session::aside(self.target, |sess| self.path_on(sess, start_lsn)) {
+            Ok(Ok(_)) => {
+                tracing::info!(
+                    "delta: relation pages compared by their LSN against the target's redo point {} (a page the primary last changed before it is the target's already)",
+                    self.point.redo
+                );
+                return Some(self.point.redo);
+            }
+            Ok(Err(why)) => why,
+            Err(e) => e.with_causes(),
+        };
+        tracing::info!("delta: comparing by hash ({why})");
         None
     }
 
@@ -113,6 +147,28 @@ impl DeltaSince<'_> {
 
     /// [`DeltaSince::summarized`] on `sess`.
     fn summarized_on(&self, sess: &Session, start_lsn: Lsn) -> Result<Summarized> {
+        let path = match self.path_on(sess, start_lsn)? {
+            Ok(p) => p,
+            Err(why) => return Ok(Err(why)),
+        };
+        Ok(crate::pg::walsummary::summarized_changes_along(
+            sess,
+            self.info.version_num,
+            &path,
+            &self.info.tablespace_dir(),
+        )?
+        .map(|c| (c, path)))
+    }
+
+    /// The WAL from the target's redo point to `start_lsn` along the primary's timeline
+    /// history (read on `sess`), or why the target is not on that history.
+    ///
+    /// Errors: a query that fails.
+    fn path_on(
+        &self,
+        sess: &Session,
+        start_lsn: Lsn,
+    ) -> Result<std::result::Result<Vec<(u32, Lsn, Lsn)>, String>> {
         let row = sess.query_row(
             "read the primary's timeline",
             "SELECT timeline_id::text FROM pg_control_checkpoint()",
@@ -135,17 +191,7 @@ impl DeltaSince<'_> {
         } else {
             Vec::new()
         };
-        let path = match delta::timeline_path(&history, tli, &self.point, start_lsn) {
-            Ok(p) => p,
-            Err(why) => return Ok(Err(why)),
-        };
-        Ok(crate::pg::walsummary::summarized_changes_along(
-            sess,
-            self.info.version_num,
-            &path,
-            &self.info.tablespace_dir(),
-        )?
-        .map(|c| (c, path)))
+        Ok(delta::timeline_path(&history, tli, &self.point, start_lsn))
     }
 }
 
@@ -154,6 +200,9 @@ impl BackupTarget for DirTarget<'_> {
         if self.delta {
             if let Some(since) = &self.since {
                 self.changes = since.changes(start_lsn);
+                if self.changes.is_none() {
+                    self.page_lsn_since = since.page_lsn_point(start_lsn);
+                }
             }
             let removed = delta::begin_delta(
                 self.pg_path,
@@ -188,15 +237,51 @@ impl BackupTarget for DirTarget<'_> {
             files.iter().map(|f| (&*f.path, f.size, f.mode)).collect();
         let (targets, out) = if self.delta {
             let (targets, before) = delta::size_files(self.pg_path, &specs)?;
-            let listed = self.changes.as_ref().map(|c| {
+            let bl = BLCKSZ as u64;
+            let listable = |f: &SourceFile, target_size: u64| {
+                is_main_fork_file(&f.path)
+                    && f.size.is_multiple_of(bl)
+                    && target_size.is_multiple_of(bl)
+            };
+            // Without summaries: the blocks whose LSN on the source is not before the
+            // target's redo point, found where the bytes are (only block numbers cross).
+            let by_lsn: Option<std::collections::HashMap<&str, Vec<u32>>> =
+                match self.page_lsn_since {
+                    Some(since) if self.changes.is_none() => {
+                        let asked: Vec<(usize, (String, u64))> = files
+                            .iter()
+                            .zip(&before)
+                            .enumerate()
+                            .filter_map(|(i, (f, t))| {
+                                let t = (*t)?;
+                                listable(f, t)
+                                    .then(|| (i, (f.path.to_string(), f.size.min(t) / bl)))
+                            })
+                            .collect();
+                        let q: Vec<(String, u64)> = asked.iter().map(|a| a.1.clone()).collect();
+                        source.changed_blocks(&q, since)?.map(|found| {
+                            asked
+                                .iter()
+                                .zip(found)
+                                .map(|((i, _), b)| (&*files[*i].path, b))
+                                .collect()
+                        })
+                    }
+                    _ => None,
+                };
+            let summaries = self.changes.as_ref();
+            let listed = (summaries.is_some() || by_lsn.is_some()).then_some(
                 move |f: &SourceFile, target_size: u64| -> Option<Vec<u32>> {
-                    let bl = BLCKSZ as u64;
-                    (is_main_fork_file(&f.path)
-                        && f.size.is_multiple_of(bl)
-                        && target_size.is_multiple_of(bl))
-                    .then(|| c.blocks_of(&f.path, f.size.min(target_size) / bl))
-                }
-            });
+                    if !listable(f, target_size) {
+                        return None;
+                    }
+                    match (summaries, &by_lsn) {
+                        (Some(c), _) => Some(c.blocks_of(&f.path, f.size.min(target_size) / bl)),
+                        (None, Some(m)) => m.get(&*f.path).cloned(),
+                        (None, None) => None,
+                    }
+                },
+            );
             let plan = plan_delta(
                 source,
                 files,
