@@ -1,6 +1,7 @@
 //! `check`: configuration, cluster and repository agree, and the role has what it needs.
 use crate::error::{Error, Result};
 use crate::options::{Settings, Transport};
+use crate::pg::privileges::Copying;
 use crate::pg::session::{ServerInfo, Session};
 use crate::primary::archiving::{archive_command_line, check_archiving};
 use crate::primary::{check_pg_path, libpq_connections, local_data_directory, primary_target};
@@ -66,12 +67,12 @@ pub fn run(s: &Settings) -> Result<Report> {
         });
     }
     let files = if local_dir.is_some() {
-        Transport::Local
+        Copying::LocalFiles
     } else {
-        Transport::Libpq
+        Copying::Ranges
     };
     let streams_only = s.transport == Transport::Basebackup
-        || (s.transport == Transport::Auto && !rights.may_copy_files(files));
+        || (s.transport == Transport::Auto && !rights.may(files));
     let local = match s.transport {
         Transport::Libpq | Transport::Basebackup => None,
         _ => local_dir,
@@ -160,19 +161,19 @@ fn rights_lines(
     local: bool,
 ) -> (Vec<String>, Option<Error>) {
     let mut lines = Vec::new();
-    let mut transports = vec![Transport::Basebackup];
+    let mut transports = vec![(Transport::Basebackup, Copying::Stream)];
     if local {
-        transports.push(Transport::Local);
+        transports.push((Transport::Local, Copying::LocalFiles));
     }
-    transports.push(Transport::Libpq);
-    let all_ok = transports.iter().all(|t| rights.missing_for(*t).is_empty());
+    transports.push((Transport::Libpq, Copying::Ranges));
+    let all_ok = transports.iter().all(|(_, how)| rights.may(*how));
     if all_ok {
         lines.push("the role has every right pgjet needs".into());
         return (lines, None);
     }
     let mut failing = 0;
-    for t in transports {
-        let missing = rights.missing_for(t);
+    for (t, how) in transports {
+        let missing = rights.missing_for(how);
         let name = t.as_str();
         if missing.is_empty() {
             lines.push(format!("--transport {name}: the role has what it needs"));

@@ -79,7 +79,7 @@ pub enum Error {
         detail: String,
     },
     /// The process was asked to stop (SIGTERM, SIGINT: [`crate::io::cancel`]).
-    #[error("cancelled by {}", crate::io::cancel::signal_name(*signal))]
+    #[error("cancelled by {}", signal_name(*signal))]
     Cancelled { signal: i32 },
     /// Anything else, with its context.
     #[error("{0}")]
@@ -129,6 +129,15 @@ impl std::fmt::Display for ServerError {
             write!(f, " (DETAIL: {d})")?;
         }
         Ok(())
+    }
+}
+
+/// A signal's name, for messages: SIGTERM, SIGINT.
+pub fn signal_name(signal: i32) -> &'static str {
+    match signal {
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGINT => "SIGINT",
+        _ => "a signal",
     }
 }
 

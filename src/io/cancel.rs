@@ -21,7 +21,7 @@
 //! complete, and the server drops a temporary slot when its session ends), but it makes the
 //! server side end at once, even a backend waiting on a spread checkpoint, which would only
 //! notice its client is gone after the checkpoint.
-use crate::error::{Error, Result};
+use crate::error::{signal_name, Error, Result};
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -80,15 +80,6 @@ pub fn check() -> Result<()> {
     match cancelled() {
         None => Ok(()),
         Some(signal) => Err(Error::Cancelled { signal }),
-    }
-}
-
-/// The signal's name, for messages.
-pub fn signal_name(signal: i32) -> &'static str {
-    match signal {
-        libc::SIGTERM => "SIGTERM",
-        libc::SIGINT => "SIGINT",
-        _ => "a signal",
     }
 }
 

@@ -32,6 +32,10 @@ pub struct Tuning {
     /// blocks from the primary's WAL summaries where it can (the benchmark turns it off to
     /// time the comparison by hash on the same cluster).
     pub delta_summaries: bool,
+    /// `PGJET_DELTA_PAGE_LSN` (any value but `0` keeps it on): without summaries, a delta
+    /// compares relation pages by their LSN where it can (the benchmark turns it off to
+    /// time the comparison by hash on the same cluster).
+    pub delta_page_lsn: bool,
 }
 
 impl Default for Tuning {
@@ -45,6 +49,7 @@ impl Default for Tuning {
             libpq_prefetch: true,
             delta_range: None,
             delta_summaries: true,
+            delta_page_lsn: true,
         }
     }
 }
@@ -92,6 +97,7 @@ impl Tuning {
             libpq_prefetch: var("PGJET_LIBPQ_PREFETCH").is_none_or(|v| v.trim() != "0"),
             delta_range: kib("PGJET_DELTA_RANGE_KIB")?,
             delta_summaries: var("PGJET_DELTA_SUMMARIES").is_none_or(|v| v.trim() != "0"),
+            delta_page_lsn: var("PGJET_DELTA_PAGE_LSN").is_none_or(|v| v.trim() != "0"),
         })
     }
 }

@@ -1393,7 +1393,11 @@ pub const OPTIONS: &[OptionDef] = &[
     ),
     tuning(
         "delta-summaries",
-        "0 makes a delta compare by hash instead of reading WAL summaries",
+        "0 makes a delta compare without reading WAL summaries",
+    ),
+    tuning(
+        "delta-page-lsn",
+        "0 makes a delta without WAL summaries compare relation pages by hash instead of by LSN",
     ),
 ];
 

@@ -3,7 +3,6 @@
 //! src/backend/catalog/system_functions.sql (which functions are revoked from PUBLIC) and
 //! the documentation of each function and of pg_read_all_settings.
 use crate::error::Result;
-use crate::options::Transport;
 use crate::pg::session::Session;
 
 /// A right the role lacks.
@@ -36,6 +35,15 @@ pub const FUNCTIONS: &[(&str, &str)] = &[
 /// How many of [`FUNCTIONS`] the local transport calls (the backup API).
 const LOCAL_FUNCTIONS: usize = 2;
 
+/// How a cluster is copied, as far as the role's rights go: the server's `BASE_BACKUP`
+/// stream, this host's files under the backup API, or file ranges over SQL connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Copying {
+    Stream,
+    LocalFiles,
+    Ranges,
+}
+
 /// What the session's role may do, read once ([`rights`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rights {
@@ -50,9 +58,10 @@ pub struct Rights {
 }
 
 impl Rights {
-    /// What `transport` needs that the role lacks, each with its GRANT: the stream needs
-    /// REPLICATION only; local adds the backup API; libpq adds the file functions.
-    pub fn missing_for(&self, transport: Transport) -> Vec<Missing> {
+    /// What copying as `how` needs that the role lacks, each with its GRANT: the stream
+    /// needs REPLICATION only; this host's files add the backup API; ranges add the file
+    /// functions.
+    pub fn missing_for(&self, how: Copying) -> Vec<Missing> {
         let mut out = Vec::new();
         if !self.replication {
             out.push(Missing {
@@ -60,10 +69,10 @@ impl Rights {
                 fix: format!("ALTER ROLE {} REPLICATION;", self.role),
             });
         }
-        let calls = match transport {
-            Transport::Basebackup => 0,
-            Transport::Local => LOCAL_FUNCTIONS,
-            Transport::Libpq | Transport::Auto => FUNCTIONS.len(),
+        let calls = match how {
+            Copying::Stream => 0,
+            Copying::LocalFiles => LOCAL_FUNCTIONS,
+            Copying::Ranges => FUNCTIONS.len(),
         };
         for (sig, what) in &FUNCTIONS[..calls] {
             if self.lacking.contains(sig) {
@@ -76,9 +85,9 @@ impl Rights {
         out
     }
 
-    /// True when the role may copy files (`transport` local or libpq) as well as stream.
-    pub fn may_copy_files(&self, transport: Transport) -> bool {
-        self.missing_for(transport).is_empty()
+    /// True when the role may copy as `how`.
+    pub fn may(&self, how: Copying) -> bool {
+        self.missing_for(how).is_empty()
     }
 }
 

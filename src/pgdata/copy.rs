@@ -117,6 +117,10 @@ impl DeltaSince<'_> {
     /// LSN on the source is later and it is copied. A target that may hold WAL the source
     /// never had (a former primary after a failover) fails the history test.
     fn page_lsn_point(&self, start_lsn: Lsn) -> Option<Lsn> {
+        if !crate::io::tuning::get().delta_page_lsn {
+            tracing::info!("delta: comparing by hash (PGJET_DELTA_PAGE_LSN=0)");
+            return None;
+        }
         let why = match Session::aside(self.target, |sess| self.path_on(sess, start_lsn)) {
             Ok(Ok(_)) => {
                 tracing::info!(

@@ -26,6 +26,7 @@
 use crate::error::{Error, Result};
 use crate::options::{NetworkCompress, Settings, Transport};
 use crate::pg::conninfo::ConnTarget;
+use crate::pg::privileges::Copying;
 use crate::pg::session::{ServerInfo, Session};
 use crate::remote::basebackup::WireCodec;
 use crate::remote::replication::ReplConn;
@@ -490,9 +491,9 @@ pub fn auto_stream_settings(
     };
     let local = super::local_data_directory(&info).is_some();
     let files = if local {
-        Transport::Local
+        Copying::LocalFiles
     } else {
-        Transport::Libpq
+        Copying::Ranges
     };
     let lacks = rights.missing_for(files);
     if info.in_recovery && !rights.replication {
