@@ -67,6 +67,10 @@ pub struct DeltaSince<'a> {
 /// from, to) read, or why they cannot be used.
 type Summarized = std::result::Result<(SummarizedChanges, Vec<(u32, Lsn, Lsn)>), String>;
 
+/// The WAL from the target's redo point to a copy's start as (timeline, from, to) parts, or
+/// why the target is not on the primary's history ([`delta::timeline_path`]).
+type HistoryPath = std::result::Result<Vec<(u32, Lsn, Lsn)>, String>;
+
 impl DeltaSince<'_> {
     /// The blocks WAL changed from the target's redo point to `start_lsn` (this copy's
     /// start), from the primary's WAL summaries, along its timeline history when the target
@@ -168,11 +172,7 @@ impl DeltaSince<'_> {
     /// history (read on `sess`), or why the target is not on that history.
     ///
     /// Errors: a query that fails.
-    fn path_on(
-        &self,
-        sess: &Session,
-        start_lsn: Lsn,
-    ) -> Result<std::result::Result<Vec<(u32, Lsn, Lsn)>, String>> {
+    fn path_on(&self, sess: &Session, start_lsn: Lsn) -> Result<HistoryPath> {
         let row = sess.query_row(
             "read the primary's timeline",
             "SELECT timeline_id::text FROM pg_control_checkpoint()",
