@@ -375,19 +375,22 @@ fn chain_scenario(pg: Pg, tag: &str, transport: &str, summarize_wal: bool, check
         let info = info_of(&c, &chain[m].label);
         assert_eq!(info["type"], chain[m].kind, "{}", info);
         assert_eq!(info["reference"], chain[r].label.as_str(), "{}", info);
-        let stored = info["stored_size"].as_u64().unwrap();
-        // The members add new rows too; the last one changes a few pages only (how many
-        // depends on whether VACUUM could truncate grow_t's emptied tail: 185 to 1952 blocks
-        // seen).
-        let most = if m == 4 {
-            full_stored / 4
-        } else {
-            // (the one under pgbench holds the WAL written during it, 3 MiB and more)
-            full_stored * 9 / 10
-        };
+        // The WAL a backup holds is what the server wrote while it ran (autovacuum cleaning
+        // up after the previous step writes full-page images after the checkpoint: 9.7 MB
+        // of it seen in the last member once), not the changed blocks: left out here.
+        let wal = stored_by_dir(&c, &chain[m].label)
+            .get("pg_wal")
+            .copied()
+            .unwrap_or(0);
+        let stored = info["stored_size"].as_u64().unwrap() - wal;
+        // The members add new rows too; the last one changes grow_t's pages after a DELETE
+        // and VACUUM: 185 to 1952 blocks seen, depending on whether VACUUM could truncate its
+        // emptied tail, so up to 13 MB of the full's 20 (seen twice in a row here, as blocks
+        // or as the WAL that wrote them): the bound is the same as the others'.
+        let most = full_stored * 9 / 10;
         assert!(
             stored < most,
-            "{} stored {stored} bytes, the full {full_stored}: changed blocks only expected",
+            "{} stored {stored} bytes besides its WAL ({wal}), the full {full_stored}: changed blocks only expected",
             chain[m].label
         );
     }

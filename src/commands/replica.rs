@@ -50,7 +50,9 @@ pub fn run(s: &Settings, args: &ReplicaOptions, progress: &dyn Progress) -> Resu
     }
     // auto: the stream when the primary is on another host and the probe finds it faster,
     // or when the role may only stream (for --delta only then: the stream sends every file).
-    if let Some((stream, reached)) = crate::primary::choose::auto_stream_settings(s, args.delta)? {
+    if let Some((stream, reached)) =
+        crate::primary::choose::auto_stream_settings(s, args.delta, true)?
+    {
         return super::replica_stream::run(&stream, args, Some(reached), progress);
     }
     let target = s.pg_path()?.to_path_buf();

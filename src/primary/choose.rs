@@ -467,12 +467,14 @@ impl Reached {
 /// method, none on this host);
 /// else None (this host's files, or the ranges: the session is closed). `files_first`: no
 /// probe, the files whenever the role may copy them (a delta, which reads only what
-/// differs that way).
+/// differs that way). `standby_streams`: a standby source takes the stream (replica-create,
+/// whose file transports copy a primary only); else a standby's files are copied.
 ///
 /// Errors: connection, the rights' and the probe's queries.
 pub fn auto_stream_settings(
     s: &Settings,
     files_first: bool,
+    standby_streams: bool,
 ) -> Result<Option<(Settings, Reached)>> {
     if s.transport != Transport::Auto {
         return Ok(None);
@@ -496,7 +498,8 @@ pub fn auto_stream_settings(
         Copying::Ranges
     };
     let lacks = rights.missing_for(files);
-    if info.in_recovery && !rights.replication {
+    if info.in_recovery && !(standby_streams && rights.replication) {
+        // A backup copies a standby's files as a primary's (pg_backup_start on a standby).
         return close(sess);
     }
     if (info.in_recovery || !lacks.is_empty()) && rights.replication {
