@@ -53,6 +53,7 @@ delta() {  # delta DIR ENV: the bytes copied, from the summary
     as_pg env "$2" "$W/pgjet" --source "$src" --transport libpq --pg-path "$1" --output json \
         replica-create --delta --start-fast 2>"$1.delta.log" \
         | python3 -c 'import json,sys; s=json.load(sys.stdin); print(s["delta_copied"], s["delta_same"])'
+    grep -h "delta:" "$1.delta.log" | sed "s|^|  $(basename "$1"): |" >&2
 }
 read -r lsn_copied lsn_same <<<"$(delta "$W/standby" PGJET_DELTA_PAGE_LSN=1)"
 read -r hash_copied hash_same <<<"$(delta "$W/hash" PGJET_DELTA_PAGE_LSN=0)"
