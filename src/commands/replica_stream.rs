@@ -59,12 +59,15 @@ pub fn run(
     }
     let tablespaces = sess.tablespaces()?;
     let delta = super::replica::kept_copy(&target, info.system_identifier, args)?;
-    if delta {
+    // Checked before anything is made on the primary: a delta keeps its tablespaces where
+    // they are, a new copy needs empty places for them.
+    let kept_locations = if delta {
         plan_stream_delta(&info);
-        tablespace_locations(&tablespaces, &map)?;
+        tablespace_locations(&tablespaces, &map)?
     } else {
         plan_locations(&target, &tablespaces, &map)?;
-    }
+        Vec::new()
+    };
     // A re-synced standby keeps its own settings and slot (pgdata::own_settings).
     let own = if delta {
         OwnSettings::read(&target)?
@@ -97,9 +100,8 @@ pub fn run(
     let mut delta_bytes = None;
     let res = (|| -> Result<(u64, u64, String)> {
         let locations = if delta {
-            let locations = tablespace_locations(&tablespaces, &map)?;
-            delta::begin_stream_delta(&target, info.system_identifier, &locations, dir_mode)?;
-            locations
+            delta::begin_stream_delta(&target, info.system_identifier, &kept_locations, dir_mode)?;
+            kept_locations.clone()
         } else {
             prepare_target(
                 &target,
