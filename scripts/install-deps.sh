@@ -11,7 +11,7 @@
 #     (16) and from 18 (17), at /opt/pgjet/pg16 and /opt/pgjet/pg17 (see below)
 #   - object-store servers for the tests: versitygw (S3) and fake-gcs-server (GCS) built with
 #     `go install` into /usr/local/bin, Azurite (npm), openssh-server (Debian)
-#   - for tests/patroni.rs: etcd 3.4 (Debian's etcd-server, /usr/bin/etcd; its service is
+#   - for tests/it/patroni.rs: etcd 3.4 (Debian's etcd-server, /usr/bin/etcd; its service is
 #     neither started nor enabled: the test starts its own etcd on free loopback ports) and
 #     Patroni 4.1 from PyPI (`patroni[etcd3]`, psycopg2-binary) in a venv at
 #     /opt/pgjet/patroni made with Debian's /usr/bin/python3, readable by the postgres OS
@@ -59,7 +59,7 @@ else
               util-linux coreutils findutils iproute2 python3 ca-certificates
               iputils-ping iperf3 openssl curl openssh-server openssh-client
               groff-base faketime sudo)
-    # tests/patroni.rs: etcd (its daemon is kept from starting, below) and a venv for Patroni
+    # tests/it/patroni.rs: etcd (its daemon is kept from starting, below) and a venv for Patroni
     [ "${SKIP_PATRONI:-0}" = 1 ] || APT_PKGS+=(etcd-server python3-venv)
 fi
 missing=()
@@ -101,7 +101,7 @@ if command -v pg_lsclusters >/dev/null 2>&1; then
 fi
 
 # ---------------------------------------------------------------- etcd and Patroni
-# tests/patroni.rs starts its own etcd (on free loopback ports, its own --data-dir) and its
+# tests/it/patroni.rs starts its own etcd (on free loopback ports, its own --data-dir) and its
 # Patroni members as the postgres OS user. Debian's etcd service is not used: it is stopped
 # and disabled if an earlier install left it running (the test never talks to 2379 anyway).
 PATRONI_VENV=${PATRONI_VENV:-/opt/pgjet/patroni}

@@ -11,24 +11,25 @@ if [ $# -gt 0 ]; then
     cargo test --release -- --test-threads=2 "$@"
     exit 0
 fi
-# The whole suite. tests/patroni.rs spends most of its minute waiting on Patroni's leader
-# key to expire (its TTL is at least 20 s), so its binary runs beside the others, started
-# directly once everything is built (no second cargo waiting on the first one's lock).
+# The whole suite: one test binary (tests/it/main.rs). Its Patroni test spends most of its
+# minute waiting on Patroni's leader key to expire (its TTL is at least 20 s), so it runs in a
+# second process of the same binary, beside the other tests, started directly once everything
+# is built (no second cargo waiting on the first one's lock).
 cargo test --release --no-run
-patroni_bin=$(cargo test --release --no-run --test patroni --message-format=json 2>/dev/null \
+it_bin=$(cargo test --release --no-run --test it --message-format=json 2>/dev/null \
     | python3 -c 'import sys, json
 for l in sys.stdin:
     m = json.loads(l)
-    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "patroni" and m.get("executable"):
+    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "it" and m.get("executable"):
         print(m["executable"])')
 patroni_log=$(mktemp)
-"$patroni_bin" --test-threads=1 >"$patroni_log" 2>&1 &
+"$it_bin" --test-threads=1 patroni:: >"$patroni_log" 2>&1 &
 patroni_pid=$!
 rc=0
-cargo test --release -- --test-threads=2 --skip patroni_replica_method_pgjet || rc=$?
+cargo test --release -- --test-threads=2 --skip patroni:: || rc=$?
 patroni_rc=0
 wait "$patroni_pid" || patroni_rc=$?
-echo "---- tests/patroni.rs (run beside the others) ----"
+echo "---- tests/it/patroni.rs (run beside the others) ----"
 cat "$patroni_log"
 rm -f "$patroni_log"
 [ "$rc" -eq 0 ] && [ "$patroni_rc" -eq 0 ] || exit 1

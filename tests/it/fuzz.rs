@@ -11,9 +11,8 @@
 //! config file (INI) through the whole option resolution, pgjet's own manifest lines,
 //! summaries and gap records (read back from a repository), and the BASE_BACKUP stream's tar
 //! archives.
-mod common;
 
-use common::CountingSink;
+use crate::common::CountingSink;
 use pgjet::codec::{CompressType, Compression, Compressor};
 use pgjet::repo::cipher::{self, DataKey, ObjectCipher};
 use pgjet::repo::{FrameSlice, Piece};

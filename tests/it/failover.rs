@@ -10,9 +10,8 @@
 //!   `recovery_target_time` (set with ALTER SYSTEM before the backup). The default `--type`
 //!   comments both out, writes pgjet's `restore_command`, and the restored cluster replays the
 //!   archive to its end and is promoted; `--type preserve` keeps the file as the backup had it.
-mod common;
 
-use common::*;
+use crate::common::*;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

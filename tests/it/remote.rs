@@ -1,6 +1,6 @@
 //! Replicas and backups across a network, with nothing of pgjet on the primary.
 //!
-//! Every scenario runs in the network lab (tests/common/netlab.rs): the primary listens only
+//! Every scenario runs in the network lab (tests/it/common/netlab.rs): the primary listens only
 //! on host `a`'s address inside namespace `a`; pgjet runs in namespace `b`, inside a mount
 //! namespace where the primary's data and tablespace directories are hidden under an empty
 //! tmpfs, so no byte can take a local shortcut; `b`'s interface counters show the bytes
@@ -16,10 +16,9 @@
 //! - PostgreSQL 16, 17 and 18 (without TLS: 18's wheel and 16's clients have none): SCRAM
 //!   over plain TCP, password from PGPASSWORD; md5 authentication (right and wrong password);
 //!   replica-create, backup and restore, delta onto a stale standby.
-mod common;
 
-use common::netlab::NetLab;
-use common::*;
+use crate::common::netlab::NetLab;
+use crate::common::*;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

@@ -1,6 +1,6 @@
 //! pgjet as Patroni's replica creation method, under a real Patroni (4.1, from PyPI) with a
 //! real etcd (3.4, Debian), on PostgreSQL 15: what `pg15_replication_only_role_as_patroni_calls`
-//! (tests/basebackup.rs) shows by calling pgjet the way Patroni does, here shown with Patroni
+//! (tests/it/basebackup.rs) shows by calling pgjet the way Patroni does, here shown with Patroni
 //! itself doing the calling, its own role and its own recovery settings.
 //!
 //! One etcd and a 2-member Patroni cluster (`node1`, `node2`) serve every scenario, in order:
@@ -29,9 +29,8 @@
 //! /opt/pgjet/patroni readable by the OS user postgres. Everything listens on 127.0.0.1 on
 //! free ports, lives in one scratch directory, and every process started here (etcd, each
 //! Patroni, their PostgreSQL servers) is stopped by PID at the end, on failure too.
-mod common;
 
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::fs;

@@ -16,10 +16,9 @@
 //! client certificates for a `cert` line in pg_hba.conf, and a key file others may read.
 //! Each refusal names its cause in the message, and the hint is about TLS and the option to
 //! check, not about a stopped cluster.
-mod common;
 
-use common::stores::*;
-use common::*;
+use crate::common::stores::*;
+use crate::common::*;
 use std::fs;
 use std::path::{Path, PathBuf};
 

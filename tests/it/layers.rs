@@ -78,7 +78,7 @@ fn imports_only_run_down() {
         let Some(mine) = floor(&room) else {
             assert!(
                 ["main", "lib", "term", "bin"].contains(&room.as_str()),
-                "{} is in no floor of tests/layers.rs: add its room to FLOORS and to docs/architecture.md",
+                "{} is in no floor of tests/it/layers.rs: add its room to FLOORS and to docs/architecture.md",
                 rel.display()
             );
             continue;

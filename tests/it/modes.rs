@@ -13,9 +13,8 @@
 //!   directory and everything below them are 0750/0640 (pg_wal/summaries, which the backup
 //!   does not copy, included), and the restored cluster starts with data_directory_mode
 //!   0750 and the same rows.
-mod common;
 
-use common::*;
+use crate::common::*;
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

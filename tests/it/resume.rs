@@ -16,10 +16,10 @@
 //! PostgreSQL 15 over libpq: a full whose link goes down (every connection cut) resumed once
 //! it is up again.
 //!
-//! The S3 case is in tests/object_stores.rs.
-mod common;
+//! The S3 case is in tests/it/object_stores.rs.
+use crate::common;
 
-use common::*;
+use crate::common::*;
 use std::fs;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

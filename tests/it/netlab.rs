@@ -1,11 +1,10 @@
 //! Functional tests of the network lab itself (scripts/netlab.sh, pgjet-delayline,
-//! tests/common/netlab.rs): bytes cross the wire both ways and show in the interface counters,
+//! tests/it/common/netlab.rs): bytes cross the wire both ways and show in the interface counters,
 //! the wire adds at least the configured round-trip time, a server in host A is not reachable
 //! from the root namespace, and dropping the lab removes everything it started.
 //! No speed is asserted here; bench/netlab-check.sh measures rate and RTT (docs/netlab.md).
-mod common;
 
-use common::netlab::{NetLab, DELAYLINE_BIN};
+use crate::common::netlab::{NetLab, DELAYLINE_BIN};
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::path::Path;

@@ -29,10 +29,9 @@
 //!   immediate, the newer two keep a continuous archive (PITR between them); and
 //!   retention-full-type=time over backups aged with pgjet's own manifest writer: the window
 //!   and the newest backup before it stay, a recovery into the window's start works.
-mod common;
 
-use common::stores::*;
-use common::*;
+use crate::common::stores::*;
+use crate::common::*;
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

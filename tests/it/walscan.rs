@@ -4,9 +4,8 @@
 //! block reference `pg_waldump` prints between the checkpoint's redo point and the end is one
 //! the scan counts, and the limits (creation, truncation, a database) cover what they must.
 //! PostgreSQL 15 and 18.
-mod common;
 
-use common::*;
+use crate::common::*;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// (tablespace, database, relfilenumber) → main-fork blocks pg_waldump lists, with the

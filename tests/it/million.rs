@@ -336,7 +336,7 @@ fn a_million_files_stay_under_200_mib() {
     let out = std::process::Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
-            "a_million_files_stay_under_200_mib",
+            "million::a_million_files_stay_under_200_mib",
             "--nocapture",
             "--test-threads=1",
         ])

@@ -13,9 +13,8 @@
 //! q (the repository's disk full during a backup), r (the spool's disk full under
 //! asynchronous archive-push) and s (a read-only repository) use the shared cluster with
 //! their own repositories.
-mod common;
 
-use common::*;
+use crate::common::*;
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

@@ -16,9 +16,8 @@
 //! - PostgreSQL 15, a standby with its primary stopped: a full and an incr of the standby,
 //!   a full over its BASE_BACKUP stream and an incr over libpq, each restored (the first
 //!   full ends on a segment boundary: the last record a switch).
-mod common;
 
-use common::*;
+use crate::common::*;
 use std::collections::BTreeMap;
 use std::fs;
 use std::time::Instant;

@@ -9,9 +9,8 @@
 //!   nothing is left behind);
 //! - Patroni's call with a role that has REPLICATION only: the stream, then a delta over it
 //!   into the kept copy, a directory that proves nothing replaced.
-mod common;
 
-use common::*;
+use crate::common::*;
 use pgjet::remote::basebackup::{check_manifest, run_stream, BaseBackupCommand, WireCodec};
 use pgjet::remote::replication::ReplConn;
 use std::fs;

@@ -1635,7 +1635,7 @@ pub fn start_restored(cluster: &Cluster, what: &str, restored: &Path) -> Server 
 }
 
 // ------------------------------------------------------------------------------------------
-// The per-version scenario (tests/versions.rs).
+// The per-version scenario (tests/it/versions.rs).
 
 /// Restore backup `set` of stanza main from `repo` into fresh directories `<name>` and
 /// `<name>-ts1` of `cluster`, tablespace ts1 mapped by `ts_key` (its name or OID), with `extra`

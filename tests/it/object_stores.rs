@@ -1,5 +1,5 @@
 //! Repositories on object stores, each a real server on 127.0.0.1 started by the test
-//! (tests/common/stores.rs): S3 (versitygw, TLS verified against a test CA), GCS
+//! (tests/it/common/stores.rs): S3 (versitygw, TLS verified against a test CA), GCS
 //! (fake-gcs-server, TLS), Azure Blob (Azurite) and SFTP (OpenSSH), configured the pgBackRest
 //! way (a config file with `repo1-type`, `repo1-s3-*`, `repo1-storage-*`, ...).
 //!
@@ -14,10 +14,10 @@
 //! - Refusals (S3): a wrong secret, a missing bucket and an untrusted certificate fail at once
 //!   with their own message and exit code; a backup while another holds the stanza's lock
 //!   (a conditional create on S3) fails naming the holder, and succeeds once it lets go.
-mod common;
+use crate::common;
 
-use common::stores::*;
-use common::*;
+use crate::common::stores::*;
+use crate::common::*;
 use std::fs;
 use std::path::Path;
 use std::time::Duration;

