@@ -169,6 +169,7 @@ fn copy_and_configure(
                 target: &primary.target,
                 info: &primary.info,
                 point,
+                dir: target,
             })
         } else {
             None

@@ -14,11 +14,11 @@ use crate::pgdata::standby::{
 use crate::pgdata::standby_slot::{plan_slot, settle_slot};
 use crate::pgdata::stream::StreamDir;
 use crate::pgdata::{
-    delta, parse_tablespace_map, plan_locations, prepare_target, tablespace_locations,
+    delta, incremental, parse_tablespace_map, plan_locations, prepare_target, tablespace_locations,
 };
 use crate::pgdata::{DataDirModes, TargetSync};
 use crate::primary::choose::Reached;
-use crate::primary::stream::{run_stream_backup, StreamOptions};
+use crate::primary::stream::{connect_checked, run_stream_backup, StreamOptions};
 use crate::transfer::Progress;
 use std::time::Instant;
 
@@ -62,7 +62,6 @@ pub fn run(
     // Checked before anything is made on the primary: a delta keeps its tablespaces where
     // they are, a new copy needs empty places for them.
     let kept_locations = if delta {
-        plan_stream_delta(&info);
         tablespace_locations(&tablespaces, &map)?
     } else {
         plan_locations(&target, &tablespaces, &map)?;
@@ -96,6 +95,22 @@ pub fn run(
         wal: true,
         tablespace_map: false,
         workers: s.network_workers,
+        incremental: None,
+    };
+    // An incremental stream over the kept copy, read before its pg_control goes; the
+    // replication connection that read it carries the stream.
+    let (mut early, mut increment) = (early, None);
+    if delta {
+        let mut c = match early.take() {
+            Some(c) => c,
+            None => connect_checked(&conn, &info)?,
+        };
+        increment = incremental::plan(&mut c, info.version_num, info.wal_segment_size, &target)?;
+        early = Some(c);
+    }
+    let opts = StreamOptions {
+        incremental: increment,
+        ..opts
     };
     let mut delta_bytes = None;
     let res = (|| -> Result<(u64, u64, String)> {
@@ -114,7 +129,9 @@ pub fn run(
         let sync = TargetSync::open(&target, &locations)?;
         let modes = DataDirModes::of_mode(dir_mode);
         let mut sink = StreamDir::new(&target, locations, modes.dir, s.jobs, Some(progress));
-        if delta {
+        if opts.incremental.is_some() {
+            sink = sink.incremental();
+        } else if delta {
             sink = sink.delta();
         }
         let streamed = run_stream_backup(&sess, &info, &conn, early, &opts, &mut sink);
@@ -140,17 +157,20 @@ pub fn run(
             made = settle_slot(&sess, slot, &sb.slot, sb.outcome.start_lsn)?;
         }
         let d = &sb.outcome.decoded;
-        let label = d
+        let mut label = d
             .backup_label
             .as_ref()
-            .map(|f| f.bytes.as_slice())
+            .map(|f| f.bytes.clone())
             .unwrap_or_default();
+        if sb.incremental {
+            label = incremental::plain_label(&label);
+        }
         let control = d.control.clone().unwrap_or_default();
         finish(
             &target,
             &sync,
             &Finish {
-                backup_label: label,
+                backup_label: &label,
                 tablespace_map: None,
                 replace_recovery_settings: Some("pgjet replica-create".into()),
                 auto_conf: standby_lines(
@@ -164,8 +184,18 @@ pub fn run(
                 ),
                 signal: Some("standby.signal"),
             },
-            // The server's manifest, so pg_verifybackup checks the new directory.
+            // The server's manifest, so pg_verifybackup checks the new directory; an
+            // incremental one lists the increments, not the files rebuilt from them.
             || match &d.manifest {
+                Some(_) if sb.incremental => {
+                    let old = target.join("backup_manifest");
+                    match std::fs::remove_file(&old) {
+                        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                            Err(Error::io("remove", &old, e))
+                        }
+                        _ => Ok(()),
+                    }
+                }
                 Some(m) => m.write_to(&target.join("backup_manifest"), modes.file),
                 None => Ok(()), // refused by the manifest check before the finish
             },
@@ -209,15 +239,4 @@ pub fn run(
         network_compress: Some(codec),
         ..finish_replica(s, args, &copied, &conn, &app)?
     })
-}
-
-/// Says what a delta over the stream costs: the server sends every file (`BASE_BACKUP`
-/// without INCREMENTAL), so the link carries the whole cluster and only the target's writes
-/// are saved; the ranges (`--transport libpq`) read only what differs, given the rights the
-/// role lacks for them (`pgjet check --source` names them).
-fn plan_stream_delta(info: &crate::pg::session::ServerInfo) {
-    tracing::info!(
-        "delta over the BASE_BACKUP stream (PostgreSQL {}): the server sends every file, so the whole cluster crosses the link; only the blocks that differ are written here. --transport libpq reads only what differs, with the rights `pgjet check --source` lists for it",
-        info.major()
-    );
 }

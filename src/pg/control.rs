@@ -61,8 +61,10 @@ impl DbState {
 /// The offsets are those of `ControlFileData` in PostgreSQL 11 to 18 (pg_control.h; 11
 /// removed `prevCheckPoint`): `system_identifier` u64 at 0, `state` (an enum, 4 bytes) at
 /// 16, `checkPoint` at 32, and `checkPointCopy` at 40, whose `redo` is at 40 and
-/// `ThisTimeLineID` at 48. All little-endian here (x86-64). The test suite compares them
-/// with pg_controldata's output on every major it runs.
+/// `ThisTimeLineID` at 48; after `checkPointCopy` (88 bytes: 17's `wal_level` took padding)
+/// and `unloggedLSN` come `minRecoveryPoint` at 136 and `minRecoveryPointTLI` at 144. All
+/// little-endian here (x86-64). The test suite compares them with pg_controldata's output on
+/// every major it runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ControlFacts {
     pub system_identifier: u64,
@@ -75,6 +77,10 @@ pub struct ControlFacts {
     pub redo: crate::pg::lsn::Lsn,
     /// The latest checkpoint's timeline.
     pub timeline: u32,
+    /// `minRecoveryPoint` and its timeline: while in recovery, no page on disk holds a
+    /// change from WAL past it (xlog.c UpdateMinRecoveryPoint runs before a page is written
+    /// in recovery). None when unset (0, as on a primary).
+    pub min_recovery: Option<(crate::pg::lsn::Lsn, u32)>,
 }
 
 /// The [`ControlFacts`] of the bytes of a control file, when its CRC matches.
@@ -90,6 +96,10 @@ pub fn parse_control(bytes: &[u8]) -> Option<ControlFacts> {
         checkpoint: crate::pg::lsn::Lsn(u64_at(32)?),
         redo: crate::pg::lsn::Lsn(u64_at(40)?),
         timeline: u32_at(48)?,
+        min_recovery: match (u64_at(136)?, u32_at(144)?) {
+            (0, _) => None,
+            (lsn, tli) => Some((crate::pg::lsn::Lsn(lsn), tli)),
+        },
     })
 }
 

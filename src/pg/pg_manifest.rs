@@ -118,16 +118,39 @@ impl<W: Write> PgManifestWriter<W> {
     /// Adds a file: `path` relative to the data directory, `/`-separated; `size` in bytes;
     /// `mtime` in Unix seconds; `crc32c` of the whole contents (the `crc32c` crate's value).
     pub fn file(&mut self, path: &str, size: u64, mtime: i64, crc32c: u32) -> std::io::Result<()> {
+        self.entry(
+            path,
+            format_args!(
+                ", \"Size\": {size}, \"Last-Modified\": \"{}\", \"Checksum-Algorithm\": \"CRC32C\", \"Checksum\": \"{}\" }}",
+                format_mtime(mtime),
+                hex::encode(crc32c.to_le_bytes())
+            ),
+        )
+    }
+
+    /// Adds a file without a checksum (`"Checksum-Algorithm": "NONE"` in PostgreSQL's
+    /// writer, which then leaves both checksum fields out): a manifest describing files
+    /// that are not read, as the one an incremental `BASE_BACKUP` is given
+    /// (`crate::pgdata::incremental`), whose server keeps only paths.
+    pub fn file_unchecked(&mut self, path: &str, size: u64, mtime: i64) -> std::io::Result<()> {
+        self.entry(
+            path,
+            format_args!(
+                ", \"Size\": {size}, \"Last-Modified\": \"{}\" }}",
+                format_mtime(mtime)
+            ),
+        )
+    }
+
+    /// One file's line: its path, then `rest` (the other fields and the closing brace).
+    fn entry(&mut self, path: &str, rest: std::fmt::Arguments) -> std::io::Result<()> {
+        use std::fmt::Write as _;
         let mut line = std::mem::take(&mut self.line);
         line.clear();
         line.push_str(if self.files == 0 { "\n" } else { ",\n" });
         line.push_str("{ \"Path\": ");
         push_json_string(&mut line, path);
-        line.push_str(&format!(
-            ", \"Size\": {size}, \"Last-Modified\": \"{}\", \"Checksum-Algorithm\": \"CRC32C\", \"Checksum\": \"{}\" }}",
-            format_mtime(mtime),
-            hex::encode(crc32c.to_le_bytes())
-        ));
+        let _ = line.write_fmt(rest);
         self.files += 1;
         let r = self.put(&line);
         self.line = line;

@@ -191,6 +191,48 @@ pub fn scan(
     (r, w.segments)
 }
 
+/// Whether a WAL record whose CRC holds starts at `at` (a record boundary, such as a
+/// timeline's switch point) in the WAL segments of `seg_size` bytes that `fetch` gives by
+/// segment number. False when the segment is missing, its page is not where it should be
+/// (a recycled file), or the bytes there are no record: the WAL ends before `at`.
+pub fn record_at(
+    fetch: impl FnMut(u64) -> Result<Option<Vec<u8>>>,
+    seg_size: u64,
+    at: Lsn,
+) -> bool {
+    let mut w = WalStream {
+        fetch,
+        seg_size,
+        segno: None,
+        seg: Vec::new(),
+        segments: 0,
+    };
+    let mut pos = at.0;
+    if pos.is_multiple_of(XLOG_BLCKSZ) {
+        match w.page_header(pos) {
+            Ok(n) => pos += n,
+            Err(_) => return false,
+        }
+    }
+    let mut rec = Vec::with_capacity(RECORD_HEADER);
+    let Ok(after_header) = w.read(pos, RECORD_HEADER, &mut rec) else {
+        return false;
+    };
+    let tot_len = u32::from_le_bytes(rec[0..4].try_into().unwrap_or_default()) as usize;
+    // XLogRecordMaxSize (xlogrecord.h): 1020 MiB.
+    if !(RECORD_HEADER..=1020 << 20).contains(&tot_len) {
+        return false;
+    }
+    if w.read(after_header, tot_len - RECORD_HEADER, &mut rec)
+        .is_err()
+    {
+        return false;
+    }
+    let crc = u32::from_le_bytes(rec[20..24].try_into().unwrap_or_default());
+    let c = crc32c::crc32c_append(crc32c::crc32c(&rec[RECORD_HEADER..]), &rec[..20]);
+    c == crc
+}
+
 fn scan_stream<F: FnMut(u64) -> Result<Option<Vec<u8>>>>(
     w: &mut WalStream<F>,
     from: Lsn,

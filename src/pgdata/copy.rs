@@ -61,6 +61,8 @@ pub struct DeltaSince<'a> {
     pub target: &'a ConnTarget,
     pub info: &'a ServerInfo,
     pub point: delta::TargetPoint,
+    /// The target data directory (its own WAL: [`delta::own_wal`]).
+    pub dir: &'a Path,
 }
 
 /// What the WAL summaries say for a delta: the changed blocks and the path of (timeline,
@@ -195,7 +197,13 @@ impl DeltaSince<'_> {
         } else {
             Vec::new()
         };
-        Ok(delta::timeline_path(&history, tli, &self.point, start_lsn))
+        Ok(delta::timeline_path(
+            &history,
+            tli,
+            &self.point,
+            start_lsn,
+            &delta::own_wal(self.dir, self.info.wal_segment_size),
+        ))
     }
 }
 

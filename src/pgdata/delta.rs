@@ -101,6 +101,9 @@ pub struct TargetPoint {
     pub checkpoint: Lsn,
     /// Shut down cleanly as a primary: it wrote no WAL after `checkpoint`.
     pub shut_down_primary: bool,
+    /// In recovery (a standby, running or stopped) and its `minRecoveryPoint` (LSN,
+    /// timeline): no page on disk holds a change from WAL past it.
+    pub min_recovery: Option<(Lsn, u32)>,
 }
 
 /// The point from which WAL summaries list every block that may differ between the data
@@ -117,6 +120,7 @@ pub struct TargetPoint {
 /// from there on, a page torn by a crash too); PostgreSQL's own incremental backup takes
 /// the blocks changed since its reference's start, which is such a redo point.
 pub fn summaries_since(dir: &Path) -> Option<TargetPoint> {
+    use crate::pg::control::DbState;
     if dir.join(MARKER).exists() {
         return None;
     }
@@ -129,36 +133,69 @@ pub fn summaries_since(dir: &Path) -> Option<TargetPoint> {
                 redo: l.start_lsn.min(c.redo),
                 checkpoint: l.checkpoint_lsn,
                 shut_down_primary: false,
+                min_recovery: None,
             })
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some(TargetPoint {
             timeline: c.timeline,
             redo: c.redo,
             checkpoint: c.checkpoint,
-            shut_down_primary: c.state == crate::pg::control::DbState::ShutDown,
+            shut_down_primary: c.state == DbState::ShutDown,
+            min_recovery: match c.state {
+                DbState::InArchiveRecovery | DbState::ShutDownInRecovery => c.min_recovery,
+                _ => None,
+            },
         }),
         Err(_) => None,
+    }
+}
+
+/// [`timeline_path`]'s test of the target `dir`'s own WAL: whether its pg_wal holds a valid
+/// record at an LSN on a timeline (segments of `seg_size` bytes, named as PostgreSQL names
+/// them).
+pub fn own_wal(dir: &Path, seg_size: u64) -> impl Fn(u32, Lsn) -> bool + '_ {
+    move |tli, lsn| {
+        let fetch = |segno: u64| -> Result<Option<Vec<u8>>> {
+            let p = dir
+                .join("pg_wal")
+                .join(crate::pg::lsn::wal_segment_name(tli, segno, seg_size));
+            match fs::read(&p) {
+                Ok(b) => Ok(Some(b)),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+                Err(e) => Err(Error::io("read", &p, e)),
+            }
+        };
+        crate::pg::walscan::record_at(fetch, seg_size, lsn)
     }
 }
 
 /// The WAL between `target`'s redo point and `start` (the copy's start on the source's
 /// timeline `source_tli`) as (timeline, from, to) parts, oldest first, following the
 /// source's timeline history `history` ((parent timeline, switch point) lines of its
-/// history file, oldest first; empty on timeline 1). Err says why the source's WAL
-/// summaries cannot stand for the target's changes:
+/// history file, oldest first; empty on timeline 1). `own_record_at(timeline, lsn)` says
+/// whether the target's own pg_wal holds a valid WAL record at `lsn` on `timeline`
+/// ([`own_wal`]). Err says why the source's WAL cannot stand for the target's changes:
 /// - the target's timeline is not in the source's history, or is newer;
-/// - the target is on an ancestor timeline but was not shut down cleanly as a primary, or
-///   its shutdown checkpoint is at or past the switch point: it may hold WAL the source
-///   never had (a former primary that kept writing after the failover).
+/// - the target is on an ancestor timeline and may hold changes from WAL past the switch
+///   point, which the source never had: its latest checkpoint is at or past it, its own WAL
+///   goes on past it, or (in recovery) its `minRecoveryPoint` lies off the source's history.
 ///
-/// A target cleanly shut down as a primary wrote nothing after its shutdown checkpoint; when
-/// that record lies before the switch point, every change it holds is in the source's
-/// history (PostgreSQL's own test for a rewind that is not needed, src/bin/pg_rewind).
+/// Why that proves every change on disk is on the source's history: a page is written only
+/// after the WAL of its changes is flushed (the WAL-before-data rule), and the target's WAL
+/// from its redo point on is all in its pg_wal (none of it is removed before a later
+/// checkpoint), so a target whose WAL on the ancestor timeline stops before the switch point
+/// wrote no page with a change past it; a standby also writes pages replayed from WAL it
+/// fetched from an archive, but never one past its `minRecoveryPoint` (xlog.c
+/// UpdateMinRecoveryPoint). A target shut down cleanly as a primary with its shutdown
+/// checkpoint before the switch point wrote nothing after it (PostgreSQL's own test for a
+/// rewind that is not needed, src/bin/pg_rewind); a demoted primary, or a standby, stopped
+/// by `-m immediate` after a switchover passes the WAL test.
 pub fn timeline_path(
     history: &[(u32, Lsn)],
     source_tli: u32,
     target: &TargetPoint,
     start: Lsn,
+    own_record_at: &dyn Fn(u32, Lsn) -> bool,
 ) -> std::result::Result<Vec<(u32, Lsn, Lsn)>, String> {
     if target.redo > start {
         return Err(format!(
@@ -176,17 +213,31 @@ pub fn timeline_path(
         ));
     };
     let switch = history[i].1;
-    if !target.shut_down_primary {
-        return Err(format!(
-            "the target is on timeline {}, the primary on {source_tli}, and the target was not shut down cleanly as a primary: its WAL may go past the switch point {switch}",
-            target.timeline
-        ));
-    }
     if target.checkpoint >= switch {
         return Err(format!(
-            "the target's shutdown checkpoint {} on timeline {} is at or past the switch point {switch}: it wrote WAL the primary does not have",
+            "the target's latest checkpoint {} on timeline {} is at or past the switch point {switch}: it wrote WAL the primary does not have",
             target.checkpoint, target.timeline
         ));
+    }
+    if !target.shut_down_primary {
+        if own_record_at(target.timeline, switch) {
+            return Err(format!(
+                "the target's own WAL on timeline {} goes on past the switch point {switch} to timeline {}: it may hold changes the primary never had",
+                target.timeline, history.get(i + 1).map_or(source_tli, |h| h.0)
+            ));
+        }
+        if let Some((lsn, tli)) = target.min_recovery {
+            let on_history = if tli == source_tli {
+                lsn <= start
+            } else {
+                history.iter().any(|&(t, end)| t == tli && lsn <= end)
+            };
+            if !on_history {
+                return Err(format!(
+                    "the target's minimum recovery point {lsn} on timeline {tli} is not on the primary's history: it may hold changes the primary never had"
+                ));
+            }
+        }
     }
     let mut path = vec![(target.timeline, target.redo, switch)];
     for w in history[i..].windows(2) {
@@ -617,6 +668,8 @@ mod tests {
         control[32..40].copy_from_slice(&0x3000_0060u64.to_le_bytes());
         control[40..48].copy_from_slice(&0x3000_0028u64.to_le_bytes());
         control[48..52].copy_from_slice(&3u32.to_le_bytes());
+        control[136..144].copy_from_slice(&0x3000_0100u64.to_le_bytes());
+        control[144..148].copy_from_slice(&3u32.to_le_bytes());
         let crc = crc32c::crc32c(&control[..296]);
         control[296..300].copy_from_slice(&crc.to_le_bytes());
         fs::write(d.path().join("global/pg_control"), &control).unwrap();
@@ -629,7 +682,8 @@ mod tests {
                 timeline: 3,
                 redo: Lsn(0x3000_0028),
                 checkpoint: Lsn(0x3000_0060),
-                shut_down_primary: false
+                shut_down_primary: false,
+                min_recovery: Some((Lsn(0x3000_0100), 3)),
             })
         );
         fs::write(
@@ -665,16 +719,18 @@ mod tests {
             redo: Lsn(redo),
             checkpoint: Lsn(checkpoint),
             shut_down_primary,
+            min_recovery: None,
         };
+        let no_wal = |_: u32, _: Lsn| false;
         let start = Lsn(0x900);
         assert_eq!(
-            timeline_path(&[], 1, &p(1, 0x100, 0x120, false), start),
+            timeline_path(&[], 1, &p(1, 0x100, 0x120, false), start, &no_wal),
             Ok(vec![(1, Lsn(0x100), start)])
         );
         let history = [(1, Lsn(0x500)), (2, Lsn(0x700))];
         // A clean switchover: the old primary's shutdown checkpoint before timeline 1's end.
         assert_eq!(
-            timeline_path(&history, 3, &p(1, 0x400, 0x400, true), start),
+            timeline_path(&history, 3, &p(1, 0x400, 0x400, true), start, &no_wal),
             Ok(vec![
                 (1, Lsn(0x400), Lsn(0x500)),
                 (2, Lsn(0x500), Lsn(0x700)),
@@ -682,16 +738,46 @@ mod tests {
             ])
         );
         assert_eq!(
-            timeline_path(&history, 3, &p(2, 0x600, 0x600, true), start),
+            timeline_path(&history, 3, &p(2, 0x600, 0x600, true), start, &no_wal),
             Ok(vec![(2, Lsn(0x600), Lsn(0x700)), (3, Lsn(0x700), start)])
         );
         let refused = |t: &TargetPoint, tli: u32, what: &str| {
-            let e = timeline_path(&history, tli, t, start).unwrap_err();
+            let e = timeline_path(&history, tli, t, start, &no_wal).unwrap_err();
             assert!(e.contains(what), "{e}");
         };
         refused(&p(1, 0x400, 0x500, true), 3, "at or past the switch point");
-        refused(&p(1, 0x400, 0x400, false), 3, "not shut down cleanly");
+        refused(&p(1, 0x400, 0x500, false), 3, "at or past the switch point");
         refused(&p(4, 0x400, 0x400, true), 3, "not in the history");
         refused(&p(3, 0xa00, 0xa00, true), 3, "past this copy's start");
+        // Not shut down cleanly as a primary (a demoted primary or a standby stopped by
+        // -m immediate, a crashed primary): its own WAL and its minimum recovery point say.
+        let ok = Ok(vec![
+            (1, Lsn(0x400), Lsn(0x500)),
+            (2, Lsn(0x500), Lsn(0x700)),
+            (3, Lsn(0x700), start),
+        ]);
+        let crashed = p(1, 0x400, 0x400, false);
+        assert_eq!(timeline_path(&history, 3, &crashed, start, &no_wal), ok);
+        let wal_past = |t: u32, l: Lsn| t == 1 && l == Lsn(0x500);
+        let e = timeline_path(&history, 3, &crashed, start, &wal_past).unwrap_err();
+        assert!(
+            e.contains("goes on past the switch point 0/500 to timeline 2"),
+            "{e}"
+        );
+        let standby = |min: (u64, u32)| TargetPoint {
+            min_recovery: Some((Lsn(min.0), min.1)),
+            ..crashed
+        };
+        for fine in [(0x480, 1), (0x500, 1), (0x650, 2), (0x900, 3)] {
+            assert_eq!(
+                timeline_path(&history, 3, &standby(fine), start, &no_wal),
+                ok,
+                "{fine:?}"
+            );
+        }
+        for off in [(0x501, 1), (0x701, 2), (0x901, 3), (0x400, 4)] {
+            let e = timeline_path(&history, 3, &standby(off), start, &no_wal).unwrap_err();
+            assert!(e.contains("minimum recovery point"), "{off:?}: {e}");
+        }
     }
 }

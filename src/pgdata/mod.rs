@@ -13,6 +13,7 @@ pub mod copy;
 pub mod debian;
 pub mod delta;
 pub mod finish;
+pub mod incremental;
 pub mod own_settings;
 pub mod pitr;
 pub mod recovery;

@@ -22,8 +22,12 @@
 //! each file is opened where it is and set to its size, each 8 KiB block read back and
 //! written only where it differs (zeros included: no holes), through the page cache; the
 //! directories and files received are recorded, so that what the server did not send can be
-//! removed afterwards ([`super::delta::remove_unlisted`]).
+//! removed afterwards ([`super::delta::remove_unlisted`]). As an incremental delta
+//! ([`StreamDir::incremental`]), each `INCREMENTAL.<name>` file of the stream is applied to
+//! `<name>` on the decoder's thread as it arrives ([`super::incremental::IncrementalFile`]:
+//! it holds only the changed blocks, few by design).
 use super::create_file;
+use super::incremental::{plain_name, IncrementalFile};
 use crate::error::{Error, Result};
 use crate::io::direct::{aligned_buf, AlignedBuf, Writer, DIRECT_MIN_WRITE};
 use crate::transfer::stream::{StreamSink, StreamStart};
@@ -117,6 +121,11 @@ pub struct StreamDir<'a> {
     reported: u64,
     /// As a delta: what was received, and the bytes found equal or written.
     delta: Option<DeltaReceived>,
+    /// The stream is an incremental `BASE_BACKUP` over the kept copy: its `INCREMENTAL.`
+    /// files are applied in place ([`super::incremental`]).
+    incremental: bool,
+    /// The `INCREMENTAL.` file being applied.
+    incr: Option<IncrementalFile>,
 }
 
 impl<'a> StreamDir<'a> {
@@ -169,6 +178,8 @@ impl<'a> StreamDir<'a> {
             progress,
             reported: 0,
             delta: None,
+            incremental: false,
+            incr: None,
         }
     }
 
@@ -176,6 +187,14 @@ impl<'a> StreamDir<'a> {
     pub fn delta(mut self) -> Self {
         self.delta = Some(DeltaReceived::default());
         self
+    }
+
+    /// This delta's stream as an incremental `BASE_BACKUP`: each `INCREMENTAL.<name>` file
+    /// is applied in place to `<name>` ([`IncrementalFile`]); the others are written as
+    /// [`StreamDir::delta`] writes them.
+    pub fn incremental(mut self) -> Self {
+        self.incremental = true;
+        self.delta()
     }
 
     /// What a delta received (None for a full copy); call after [`StreamDir::finish`].
@@ -391,6 +410,15 @@ impl StreamSink for StreamDir<'_> {
     }
 
     fn file_begin(&mut self, path: &str, size: u64, mode: u32, mtime: i64) -> Result<()> {
+        if let Some(plain) = self.incremental.then(|| plain_name(path)).flatten() {
+            let rel = self.in_data_dir(&plain);
+            if let Some(d) = &mut self.delta {
+                d.files.insert(rel);
+            }
+            self.incr = Some(IncrementalFile::open(&self.root, &plain, mode)?);
+            self.bytes += size;
+            return Ok(());
+        }
         let (path, file) = if self.delta.is_some() {
             let rel = self.in_data_dir(path);
             let (p, f, _) = super::delta::size_file(&self.root, path, size, mode)?;
@@ -419,6 +447,9 @@ impl StreamSink for StreamDir<'_> {
     }
 
     fn file_data(&mut self, data: &[u8]) -> Result<()> {
+        if let (Some(i), Some(d)) = (&mut self.incr, &self.delta) {
+            return i.feed(data, d.count.as_ref());
+        }
         let mut rest = data;
         while !rest.is_empty() {
             let n = rest.len().min(PIECE - self.buf.len());
@@ -432,6 +463,9 @@ impl StreamSink for StreamDir<'_> {
     }
 
     fn file_end(&mut self) -> Result<()> {
+        if let Some(i) = self.incr.take() {
+            return i.finish();
+        }
         self.dispatch()?;
         self.cur = None;
         Ok(())

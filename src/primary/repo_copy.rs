@@ -121,6 +121,7 @@ pub fn copy_stream(
         wal: true,
         tablespace_map: true,
         workers: stream.workers,
+        incremental: None,
     };
     let run = |units: &mut dyn StreamSink| {
         let early = stream.early.lock().ok().and_then(|mut e| e.take());

@@ -39,6 +39,11 @@ pub struct StreamOptions {
     pub tablespace_map: bool,
     /// zstd threads on the server (0: none); None: the primary's [`WORKERS_QUERY`].
     pub workers: Option<u32>,
+    /// An incremental `BASE_BACKUP` (PostgreSQL 17+) against this backup_manifest, uploaded
+    /// on the stream's connection first (`crate::pgdata::incremental::kept_manifest`). A
+    /// server that refuses it (its summaries do not reach back that far, another history)
+    /// is asked for the whole stream instead, and the log says why.
+    pub incremental: Option<Vec<u8>>,
 }
 
 /// What the stream produced.
@@ -48,6 +53,9 @@ pub struct StreamBackup {
     pub slot: String,
     pub codec: WireCodec,
     pub outcome: StreamOutcome,
+    /// The stream was incremental: its relation files came as `INCREMENTAL.` files and its
+    /// backup_label names the prior backup (`INCREMENTAL FROM`).
+    pub incremental: bool,
 }
 
 /// The compression methods the server's build has, best first (zstd, lz4, then gzip, which
@@ -209,6 +217,7 @@ pub fn run_stream_backup(
     let slot = format!("pgjet_{}", std::process::id());
     sess.create_physical_slot(&slot, true)?;
     let mut last_err = None;
+    let mut incremental = opts.incremental.as_deref();
     let mut i = 0;
     while i < candidates.len() {
         let codec = candidates[i];
@@ -226,8 +235,14 @@ pub fn run_stream_backup(
             level: codec_level(codec, opts.compress, opts.level),
             workers: Some(workers),
             tablespace_map: opts.tablespace_map,
+            incremental: incremental.is_some(),
         };
-        match run_stream(&mut conn, &cmd, sink) {
+        let uploaded = match incremental {
+            Some(m) => conn.upload_manifest(m),
+            None => Ok(()),
+        };
+        let run = uploaded.and_then(|_| run_stream(&mut conn, &cmd, sink));
+        match run {
             Ok(outcome) => {
                 conn.close();
                 let what = format!("BASE_BACKUP stream from {}", target.describe);
@@ -276,7 +291,23 @@ pub fn run_stream_backup(
                     slot,
                     codec,
                     outcome,
+                    incremental: cmd.incremental,
                 });
+            }
+            // The server refused the kept copy as a prior backup, before sending anything
+            // (basebackup_incremental.c: its summaries do not reach back to the copy's redo
+            // point, summarization is not progressing, a history it does not share): the
+            // whole stream, compared block by block.
+            Err(Error::Replication { error, .. })
+                if incremental.is_some() && refuses_increment(&error.message) =>
+            {
+                tracing::info!(
+                    "the server refused the incremental BASE_BACKUP ({}); the whole stream instead, compared with the kept copy block by block",
+                    error.message
+                );
+                incremental = None;
+                i -= 1;
+                continue;
             }
             // A libzstd built without threads (basebackup_zstd.c): zstd again, on the backend.
             Err(Error::Replication { error, .. })
@@ -313,6 +344,15 @@ pub fn run_stream_backup(
         "the server supports none of the compression methods tried ({})",
         last_err.unwrap_or_default()
     )))
+}
+
+/// Whether `message` is the server refusing an uploaded manifest or an incremental
+/// `BASE_BACKUP` before it sends anything (walsender.c, basebackup_incremental.c,
+/// parse_manifest.c: the manifest, the WAL summaries, the timelines they need).
+fn refuses_increment(message: &str) -> bool {
+    ["manifest", "summar", "incremental", "timeline"]
+        .iter()
+        .any(|w| message.to_lowercase().contains(w))
 }
 
 #[cfg(test)]

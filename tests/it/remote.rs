@@ -571,6 +571,118 @@ fn delta_onto_stale_standby_run(
     summaries: bool,
 ) -> (Server, Run) {
     let dir = standby.data.clone();
+    let (run, received) = resync_stale_standby(r, standby, summaries, |r| {
+        r.replica_create(&dir, &["--delta"]).ok()
+    });
+    let s = summary(&run);
+    let same = s["delta_same"].as_u64().unwrap();
+    let copied = s["delta_copied"].as_u64().unwrap();
+    step!(
+        "delta onto the stale standby: {} MiB unchanged, {} MiB copied, {} MiB received",
+        same >> 20,
+        copied >> 20,
+        received >> 20
+    );
+    let listed = run
+        .stderr
+        .lines()
+        .find(|l| l.contains("WAL summaries"))
+        .unwrap_or("");
+    step!("{listed}");
+    assert_eq!(
+        listed.contains("list") && listed.contains("block changes"),
+        summaries,
+        "WAL summaries used: expected {summaries}:\n{run}"
+    );
+    assert!(same > 0 && copied > 0, "{run}");
+    assert!(
+        received < full_bytes,
+        "delta moved {received} bytes, a full copy {full_bytes}"
+    );
+    (check_resynced(r, &dir, summaries), run)
+}
+
+/// Patroni's `replicator` (REPLICATION and nothing else) re-syncs the stale standby over the
+/// `BASE_BACKUP` stream: on 17+ with summaries, PostgreSQL's incremental `BASE_BACKUP`
+/// sends only the blocks changed since the standby's redo point (a relation truncated,
+/// rewritten, dropped and created, a database created: the summaries' rules), applied in
+/// place; less than half of a full copy crosses the link, and the standby holds the
+/// primary's rows.
+fn stream_delta_by_replication_role(r: &Remote, standby: Server, full_bytes: u64) -> Server {
+    r.cluster.psql(
+        "postgres",
+        &format!(
+            "CREATE ROLE replonly LOGIN REPLICATION PASSWORD '{}'",
+            PASSWORD.replace('\'', "''")
+        ),
+    );
+    let hba = r.cluster.data().join("pg_hba.conf");
+    let mut lines = fs::read_to_string(&hba).unwrap();
+    lines.push_str(
+        "host replication replonly 0.0.0.0/0 scram-sha-256\nhost all replonly 0.0.0.0/0 scram-sha-256\n",
+    );
+    fs::write(&hba, lines).unwrap();
+    r.cluster.psql("postgres", "SELECT pg_reload_conf()");
+    let dir = standby.data.clone();
+    let (run, received) = resync_stale_standby(r, standby, true, |r| {
+        let a = args![
+            "--source",
+            format!(
+                "host={} port={} user=replonly dbname=postgres sslmode=disable",
+                r.addr_a(),
+                r.cluster.port()
+            ),
+            "--pg-path",
+            dir.display(),
+            "--transport",
+            "basebackup",
+            "--output",
+            "json",
+            "replica-create",
+            "--start-fast",
+            "--delta",
+            "--tablespace-map",
+            format!("ts1={}", r.ts_dir(&dir).display())
+        ];
+        r.pgjet_in(&r.lab.ns_b.clone(), &r.hidden(), &a, None).ok()
+    });
+    let s = summary(&run);
+    let copied = s["delta_copied"].as_u64().unwrap();
+    step!(
+        "incremental stream onto the stale standby, role with REPLICATION only: {} MiB written, {} MiB received, a full copy {} MiB",
+        copied >> 20,
+        received >> 20,
+        full_bytes >> 20
+    );
+    log_line(
+        &run,
+        "incremental (PostgreSQL",
+        "the re-sync must be PostgreSQL's incremental BASE_BACKUP",
+    );
+    assert!(copied > 0, "{run}");
+    assert!(
+        received < full_bytes / 2,
+        "the incremental stream moved {received} bytes, a full copy {full_bytes}:\n{run}"
+    );
+    assert!(
+        !dir.join("backup_manifest").exists(),
+        "an incremental stream's manifest lists increments, not the files rebuilt"
+    );
+    let label = fs::read_to_string(dir.join("backup_label")).unwrap();
+    assert!(!label.contains("INCREMENTAL"), "{label}");
+    check_resynced(r, &dir, true)
+}
+
+/// Stops `standby`, writes on the primary (with `summaries`, also what the summaries'
+/// rules cover beyond changed blocks), checkpoints, and runs `resync`. Returns its run and
+/// the bytes namespace `b` received meanwhile.
+fn resync_stale_standby(
+    r: &Remote,
+    standby: Server,
+    summaries: bool,
+    resync: impl FnOnce(&Remote) -> Run,
+) -> (Run, u64) {
+    let dir = standby.data.clone();
     // Dropped (stopped) now, not at the end: a Server stops whatever runs in its directory
     // when dropped, and the standby started again below runs there.
     drop(standby);
@@ -578,9 +690,13 @@ fn delta_onto_stale_standby_run(
     let (bin, a) = pgbench_args(&r.cluster.server, &args!["-n", "-t", "200", "-c", "2"]);
     run_as_postgres(&bin, &a, None).ok();
     if summaries {
+        // Again on a second re-sync: the same changes, on objects made anew.
+        r.cluster
+            .psql("postgres", "DROP DATABASE IF EXISTS after_stop");
         r.cluster.psql(
             "postgres",
-            "CREATE TABLE t_trunc AS SELECT i, md5(i::text) v FROM generate_series(1, 20000) i;\n\
+            "DROP TABLE IF EXISTS t_trunc, t_new;\n\
+             CREATE TABLE t_trunc AS SELECT i, md5(i::text) v FROM generate_series(1, 20000) i;\n\
              CREATE TABLE t_drop AS SELECT i FROM generate_series(1, 5000) i;",
         );
         r.cluster.psql("postgres", "CHECKPOINT");
@@ -600,35 +716,15 @@ fn delta_onto_stale_standby_run(
     }
     r.cluster.psql("postgres", "CHECKPOINT");
     let (rx0, _) = r.lab.iface_bytes(&r.lab.ns_b);
-    let run = r.replica_create(&dir, &["--delta"]).ok();
+    let run = resync(r);
     let (rx1, _) = r.lab.iface_bytes(&r.lab.ns_b);
-    let s = summary(&run);
-    let same = s["delta_same"].as_u64().unwrap();
-    let copied = s["delta_copied"].as_u64().unwrap();
-    step!(
-        "delta onto the stale standby: {} MiB unchanged, {} MiB copied, {} MiB received",
-        same >> 20,
-        copied >> 20,
-        (rx1 - rx0) >> 20
-    );
-    let listed = run
-        .stderr
-        .lines()
-        .find(|l| l.contains("WAL summaries"))
-        .unwrap_or("");
-    step!("{listed}");
-    assert_eq!(
-        listed.contains("list") && listed.contains("block changes"),
-        summaries,
-        "WAL summaries used: expected {summaries}:\n{run}"
-    );
-    assert!(same > 0 && copied > 0, "{run}");
-    assert!(
-        rx1 - rx0 < full_bytes,
-        "delta moved {} bytes, a full copy {full_bytes}",
-        rx1 - rx0
-    );
-    let standby = r.start_copy(&r.lab.ns_b.clone(), &dir);
+    (run, rx1 - rx0)
+}
+
+/// Starts the re-synced standby in `dir`: it streams from the primary and holds its rows
+/// (with `summaries`, the tables [`resync_stale_standby`] changed too).
+fn check_resynced(r: &Remote, dir: &Path, summaries: bool) -> Server {
+    let standby = r.start_copy(&r.lab.ns_b.clone(), dir);
     r.cluster.psql(
         "postgres",
         "DROP TABLE IF EXISTS after_delta; CREATE TABLE after_delta AS SELECT 7 AS v",
@@ -648,7 +744,7 @@ fn delta_onto_stale_standby_run(
                 .psql("postgres", "SELECT count(*), sum(i) FROM t_trunc")
         );
     }
-    (standby, run)
+    standby
 }
 
 /// The README's re-sync of a standby made with `--slot standby1` (`replica-create --delta`
@@ -1224,6 +1320,9 @@ fn scram_replica_backup_delta(pg: Pg, tag: &str) {
         let mut a = base;
         a.extend(args!["verify", "--set", label]);
         r.pgjet_in(&b, &r.hidden(), &a, None).ok();
+    }
+    if summaries {
+        standby = stream_delta_by_replication_role(&r, standby, full_bytes);
     }
     drop(standby);
 }

@@ -441,6 +441,7 @@ fn command_text() {
         codec: WireCodec::Zstd,
         level: Some(3),
         workers: Some(2),
+        incremental: false,
         tablespace_map: true,
     };
     assert_eq!(
@@ -455,6 +456,12 @@ fn command_text() {
         ..c
     };
     assert!(!c.sql().contains("COMPRESSION"));
+    assert!(!c.sql().contains("INCREMENTAL"));
+    let c = BaseBackupCommand {
+        incremental: true,
+        ..c
+    };
+    assert!(c.sql().contains(", TABLESPACE_MAP, INCREMENTAL )"));
 }
 
 #[test]

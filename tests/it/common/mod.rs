@@ -1444,6 +1444,12 @@ pub fn assert_control_reads_as_pg_controldata(pg: &Pg, dir: &Path) {
         DbState::Other(v) => panic!("pg_control of {}: unknown state {v}", dir.display()),
     };
     assert_eq!(field("Database cluster state"), state);
+    let min = c.min_recovery.unwrap_or_default();
+    assert_eq!(lsn("Minimum recovery ending location"), min.0);
+    assert_eq!(
+        field("Min recovery ending loc's timeline"),
+        min.1.to_string()
+    );
 }
 
 /// `pg_verifybackup` of `dir`, which must pass, where the major has one
