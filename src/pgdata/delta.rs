@@ -709,8 +709,9 @@ mod tests {
     }
 
     /// The WAL a target's changes are in, along the source's timelines: the same timeline
-    /// as is; an ancestor only for a target shut down cleanly as a primary before the
-    /// switch point (a clean switchover); anything else refused with the reason.
+    /// as is; an ancestor only for a target that holds nothing past the switch point (shut
+    /// down cleanly as a primary before it, or its own WAL stopping there and its minimum
+    /// recovery point on the history); anything else refused with the reason.
     #[test]
     fn the_summaries_path_follows_the_sources_history() {
         use crate::pg::lsn::Lsn;
