@@ -2,7 +2,9 @@
 # replica-create --delta benchmark (issue 19): a stale copy re-synced with the changed blocks
 # taken from the primary's WAL summaries, against the same delta by page LSN (what 15 and 16
 # get: the server reads each page's LSN) and comparing by hash (both sides read and hash
-# every byte), against a full copy by pgjet and by pg_basebackup, on
+# every byte), against a full copy by pgjet and by pg_basebackup; and over the BASE_BACKUP
+# stream (what a role with REPLICATION only gets, issue 36): the server's incremental
+# BASE_BACKUP, and the whole stream compared in place (15-16, summarize_wal off); on
 # one PostgreSQL 17+ cluster with summarize_wal = on, in one run. pgjet reads the primary
 # over libpq (loopback), as it would across hosts. Cold cache before every timed command,
 # medians. Not a test: it only measures.
@@ -51,11 +53,11 @@ dtimed() {
 
 conninfo() { printf 'host=127.0.0.1 port=%s user=postgres dbname=postgres' "$PORT"; }
 
-replica_cmd() {  # replica_cmd "VAR=V ..." [--delta]: pgjet replica-create onto $COPY over libpq
+replica_cmd() {  # replica_cmd "VAR=V ..." [--delta]: pgjet replica-create onto $COPY over libpq (DTRANSPORT=basebackup: the stream)
     local env=$1
     shift
     # shellcheck disable=SC2086  # one word per VAR=V
-    pg_cmd env $env "$PGJET_BIN" --source "$(conninfo)" --transport libpq --jobs "$DJOBS" \
+    pg_cmd env $env "$PGJET_BIN" --source "$(conninfo)" --transport "${DTRANSPORT:-libpq}" --jobs "$DJOBS" \
         --pg-path "$COPY" --output json replica-create --start-fast "$@"
 }
 
@@ -137,7 +139,7 @@ write_delta_report() {
         echo "| command | median s | read from disk MiB | copied MiB | unchanged MiB | peak RSS MiB |"
         echo "|---|---:|---:|---:|---:|---:|"
         local c
-        for c in pg_basebackup_full replica_full delta_hash delta_page_lsn delta_summaries; do
+        for c in pg_basebackup_full replica_full delta_hash delta_page_lsn delta_summaries stream_whole stream_incremental; do
             printf '| %s | %s | %s | %s | %s | %s |\n' "$c" "$(median "$c")" "$(mib "$(med_read "$c")")" \
                 "$(mib "$(med_fig "$c" 5)")" "$(mib "$(med_fig "$c" 4)")" \
                 "$(awk -v k="$(median "$c" 4)" 'BEGIN {if (k != "") printf "%.0f", k / 1024}')"
@@ -146,6 +148,7 @@ write_delta_report() {
         echo "- delta with summaries against delta by hash: $(div "$hash" "$sum")x faster, disk reads $(div "$(med_read delta_hash)" "$(med_read delta_summaries)")x fewer."
         echo "- delta by page LSN (no summaries: PostgreSQL 15 and 16) against delta by hash: $(div "$hash" "$(median delta_page_lsn)")x faster, disk reads $(div "$(med_read delta_hash)" "$(med_read delta_page_lsn)")x fewer."
         echo "- delta with summaries against pgjet's full copy: $(div "$full" "$sum")x; against pg_basebackup: $(div "$pgbb" "$sum")x."
+        echo "- over the BASE_BACKUP stream (a role with REPLICATION only, as Patroni's replicator): the incremental BASE_BACKUP (17+) against pg_basebackup $(div "$pgbb" "$(median stream_incremental)")x, against the whole stream compared in place (15-16, or summarize_wal off) $(div "$(median stream_whole)" "$(median stream_incremental)")x."
         echo "- ${CHECK:-the copy was not checked}."
     } >"$DREPORT"
 }
@@ -182,14 +185,16 @@ delta_main() {
         rm -rf "$OUT/pgbb"
         dtimed pg_basebackup_full "$r" "$(pg_cmd "$PGBIN/pg_basebackup" -h "$PG/sock" -p "$PORT" -U postgres -D "$OUT/pgbb" -c fast -X stream)" || true
         rm -rf "$OUT/pgbb"
-        # The three kinds take turns going first.
-        local kinds=(summaries page_lsn hash) k i
-        for i in 0 1 2; do
-            k=${kinds[$(((r + i) % 3))]}
+        # The kinds take turns going first.
+        local kinds=(summaries page_lsn hash stream_incremental stream_whole) k i
+        for i in 0 1 2 3 4; do
+            k=${kinds[$(((r + i) % 5))]}
             case $k in
                 summaries) one_delta delta_summaries "$r" PGJET_DELTA_SUMMARIES=1 ;;
                 page_lsn) one_delta delta_page_lsn "$r" PGJET_DELTA_SUMMARIES=0 ;;
                 hash) one_delta delta_hash "$r" "PGJET_DELTA_SUMMARIES=0 PGJET_DELTA_PAGE_LSN=0" ;;
+                stream_incremental) DTRANSPORT=basebackup one_delta stream_incremental "$r" PGJET_DELTA_SUMMARIES=1 ;;
+                stream_whole) DTRANSPORT=basebackup one_delta stream_whole "$r" PGJET_DELTA_SUMMARIES=0 ;;
             esac
         done
     done
