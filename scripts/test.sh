@@ -11,10 +11,12 @@ if [ $# -gt 0 ]; then
     cargo test --release -- --test-threads=2 "$@"
     exit 0
 fi
-# The whole suite: one test binary (tests/it/main.rs). Its Patroni test spends most of its
-# minute waiting on Patroni's leader key to expire (its TTL is at least 20 s), so it runs in a
-# second process of the same binary, beside the other tests, started directly once everything
-# is built (no second cargo waiting on the first one's lock).
+# The whole suite: one test binary (tests/it/main.rs). Its Patroni tests (patroni::patroni_*,
+# PostgreSQL 15 and 18) spend most of their minute each waiting on Patroni's leader key to
+# expire (its TTL is at least 20 s), so they run in a second process of the same binary,
+# beside the other tests, started directly once everything is built (no second cargo waiting
+# on the first one's lock). The filter names them exactly: `patroni::` alone would also skip
+# the library's options::patroni unit tests.
 cargo test --release --no-run
 it_bin=$(cargo test --release --no-run --test it --message-format=json 2>/dev/null \
     | python3 -c 'import sys, json
@@ -23,10 +25,10 @@ for l in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "it" and m.get("executable"):
         print(m["executable"])')
 patroni_log=$(mktemp)
-"$it_bin" --test-threads=1 patroni:: >"$patroni_log" 2>&1 &
+"$it_bin" --test-threads=1 patroni::patroni_ >"$patroni_log" 2>&1 &
 patroni_pid=$!
 rc=0
-cargo test --release -- --test-threads=2 --skip patroni:: || rc=$?
+cargo test --release -- --test-threads=2 --skip patroni::patroni_ || rc=$?
 patroni_rc=0
 wait "$patroni_pid" || patroni_rc=$?
 echo "---- tests/it/patroni.rs (run beside the others) ----"

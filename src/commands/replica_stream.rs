@@ -105,7 +105,7 @@ pub fn run(
             Some(c) => c,
             None => connect_checked(&conn, &info)?,
         };
-        increment = incremental::plan(&mut c, info.version_num, info.wal_segment_size, &target)?;
+        increment = incremental::plan(&mut c, &info, &target, &kept_locations)?;
         early = Some(c);
     }
     let opts = StreamOptions {

@@ -86,6 +86,16 @@ struct WalStream<F: FnMut(u64) -> Result<Option<Vec<u8>>>> {
 type Why = String;
 
 impl<F: FnMut(u64) -> Result<Option<Vec<u8>>>> WalStream<F> {
+    fn new(fetch: F, seg_size: u64) -> Self {
+        WalStream {
+            fetch,
+            seg_size,
+            segno: None,
+            seg: Vec::new(),
+            segments: 0,
+        }
+    }
+
     /// The segment holding `pos`, fetched if needed.
     fn segment(&mut self, pos: u64) -> std::result::Result<&[u8], Why> {
         let segno = pos / self.seg_size;
@@ -119,7 +129,7 @@ impl<F: FnMut(u64) -> Result<Option<Vec<u8>>>> WalStream<F> {
         let addr = u64::from_le_bytes(h[8..16].try_into().unwrap_or_default());
         if addr != page {
             return Err(format!(
-                "the WAL page at {} holds page {} (a recycled or missing segment)",
+                "the WAL page at {} holds page {} {RECYCLED}",
                 Lsn(page),
                 Lsn(addr)
             ));
@@ -180,54 +190,83 @@ pub fn scan(
     to: Lsn,
     tablespace_dir: &str,
 ) -> (std::result::Result<SummarizedChanges, Why>, u64) {
-    let mut w = WalStream {
-        fetch,
-        seg_size,
-        segno: None,
-        seg: Vec::new(),
-        segments: 0,
-    };
+    let mut w = WalStream::new(fetch, seg_size);
     let r = scan_stream(&mut w, from, to, tablespace_dir);
     (r, w.segments)
 }
 
-/// Whether a WAL record whose CRC holds starts at `at` (a record boundary, such as a
-/// timeline's switch point) in the WAL segments of `seg_size` bytes that `fetch` gives by
-/// segment number. False when the segment is missing, its page is not where it should be
-/// (a recycled file), or the bytes there are no record: the WAL ends before `at`.
+/// What a data directory's own WAL holds at an LSN ([`record_at`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WalAt {
+    /// A record whose CRC holds starts there: the WAL goes on.
+    Record,
+    /// The segment is there, its page is where it should be, and no record starts there:
+    /// the WAL ends before.
+    End,
+    /// It cannot be told (the segment missing, unreadable, of another size, a page that is
+    /// not where it should be, an overwritten record): the reason.
+    Unknown(String),
+}
+
+/// What the WAL segments of `seg_size` bytes that `fetch` gives by segment number hold at
+/// `at` (a record boundary, such as a timeline's switch point): see [`WalAt`]. Bytes that
+/// are no record (zeros, or the tail of a recycled file) are the end; a record that an old
+/// recycled file happens to hold there reads as [`WalAt::Record`] (the caller errs toward
+/// "the WAL goes on").
 pub fn record_at(
     fetch: impl FnMut(u64) -> Result<Option<Vec<u8>>>,
     seg_size: u64,
     at: Lsn,
-) -> bool {
-    let mut w = WalStream {
-        fetch,
-        seg_size,
-        segno: None,
-        seg: Vec::new(),
-        segments: 0,
-    };
+) -> WalAt {
+    let mut w = WalStream::new(fetch, seg_size);
     let mut pos = at.0;
-    if pos.is_multiple_of(XLOG_BLCKSZ) {
-        match w.page_header(pos) {
-            Ok(n) => pos += n,
-            Err(_) => return false,
+    // The page holding `at` must be this WAL's page, whether `at` starts it or not.
+    let page = pos / XLOG_BLCKSZ * XLOG_BLCKSZ;
+    match w.page_header(page) {
+        Ok(n) if pos == page => pos += n,
+        Ok(n) if pos < page + n => {
+            return WalAt::Unknown(format!("{} lies inside a page header", Lsn(pos)))
         }
+        Ok(_) => {}
+        Err(why) => return ended(why),
     }
     let mut rec = Vec::with_capacity(RECORD_HEADER);
-    let Ok(after_header) = w.read(pos, RECORD_HEADER, &mut rec) else {
-        return false;
+    let after_header = match w.read(pos, RECORD_HEADER, &mut rec) {
+        Ok(p) => p,
+        Err(why) => return ended(why),
     };
     let tot_len = u32::from_le_bytes(rec[0..4].try_into().unwrap_or_default()) as usize;
     // XLogRecordMaxSize (xlogrecord.h): 1020 MiB.
     if !(RECORD_HEADER..=1020 << 20).contains(&tot_len) {
-        return false;
+        return WalAt::End;
     }
-    if w.read(after_header, tot_len - RECORD_HEADER, &mut rec)
-        .is_err()
-    {
-        return false;
+    if let Err(why) = w.read(after_header, tot_len - RECORD_HEADER, &mut rec) {
+        return ended(why);
     }
+    if crc_holds(&rec) {
+        WalAt::Record
+    } else {
+        WalAt::End
+    }
+}
+
+/// A would-be record that runs into a page which is not this WAL's (a recycled file's old
+/// page: [`WalStream::page_header`]'s "holds page") is no record; any other failure (a
+/// missing or unreadable segment) cannot tell.
+fn ended(why: Why) -> WalAt {
+    if why.contains(RECYCLED) {
+        WalAt::End
+    } else {
+        WalAt::Unknown(why)
+    }
+}
+
+/// The words of [`WalStream::page_header`]'s refusal of a page at another address.
+const RECYCLED: &str = "(a recycled or missing segment)";
+
+/// Whether a whole record's CRC-32C (`xl_crc`, at 20) matches: it covers the record after
+/// its header, then the header up to `xl_crc`.
+fn crc_holds(rec: &[u8]) -> bool {
     let crc = u32::from_le_bytes(rec[20..24].try_into().unwrap_or_default());
     let c = crc32c::crc32c_append(crc32c::crc32c(&rec[RECORD_HEADER..]), &rec[..20]);
     c == crc
@@ -259,10 +298,7 @@ fn scan_stream<F: FnMut(u64) -> Result<Option<Vec<u8>>>>(
             ));
         }
         let end = w.read(after_header, tot_len - RECORD_HEADER, &mut rec)?;
-        let crc = u32::from_le_bytes(rec[20..24].try_into().unwrap_or_default());
-        let mut c = crc32c::crc32c(&rec[RECORD_HEADER..]);
-        c = crc32c::crc32c_append(c, &rec[..20]);
-        if c != crc {
+        if !crc_holds(&rec) {
             return Err(format!(
                 "the WAL record at {} fails its CRC (the WAL ends before {to})",
                 Lsn(start)

@@ -9,6 +9,7 @@ use super::{create_cluster_dir, DataDirModes};
 use crate::error::{Error, Result};
 use crate::pg::datadir::Listing;
 use crate::pg::lsn::Lsn;
+use crate::pg::walscan::WalAt;
 use std::collections::HashSet;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -90,7 +91,7 @@ pub fn check_delta_target(dir: &Path, system_identifier: u64) -> Result<DeltaTar
 }
 
 /// Where WAL replay of a delta target would start, and what proves how far its WAL goes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TargetPoint {
     /// The timeline of `redo`.
     pub timeline: u32,
@@ -101,9 +102,50 @@ pub struct TargetPoint {
     pub checkpoint: Lsn,
     /// Shut down cleanly as a primary: it wrote no WAL after `checkpoint`.
     pub shut_down_primary: bool,
-    /// In recovery (a standby, running or stopped) and its `minRecoveryPoint` (LSN,
-    /// timeline): no page on disk holds a change from WAL past it.
+    /// `minRecoveryPoint` (LSN, timeline), when set: no page written in recovery holds a
+    /// change from WAL past it; a promoted server sets it to its end-of-recovery record.
     pub min_recovery: Option<(Lsn, u32)>,
+    /// The newest timeline the target's own WAL reached (its pg_wal's segments and history
+    /// files, its checkpoint's and minimum recovery point's timelines).
+    pub last_timeline: u32,
+    /// The history of `last_timeline` as the target's own history file says ((parent
+    /// timeline, switch point), oldest first; empty on timeline 1 or when it has none).
+    pub own_history: Vec<(u32, Lsn)>,
+    /// Its pages were written by this directory's own server, so its own WAL bounds them;
+    /// false for a copy holding a backup_label (its pages came from another server, up to a
+    /// backup end it does not record).
+    pub own_pages: bool,
+}
+
+/// The newest timeline named in `dir/pg_wal` (segments, `.partial` segments, history files),
+/// and that timeline's history as its own history file says. Unreadable: (0, empty).
+fn own_timelines(dir: &Path) -> (u32, Vec<(u32, Lsn)>) {
+    let Ok(rd) = fs::read_dir(dir.join("pg_wal")) else {
+        return (0, Vec::new());
+    };
+    let newest = rd
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let hex = name.get(..8)?;
+            let tail = &name[8..];
+            let named = tail == ".history"
+                || (tail.len() >= 16 && tail[..16].bytes().all(|b| b.is_ascii_hexdigit()));
+            named.then(|| u32::from_str_radix(hex, 16).ok()).flatten()
+        })
+        .max()
+        .unwrap_or(0);
+    let history = if newest > 1 {
+        fs::read_to_string(
+            dir.join("pg_wal")
+                .join(crate::pg::lsn::history_file_name(newest)),
+        )
+        .map(|t| super::pitr::parse_history(&t))
+        .unwrap_or_default()
+    } else {
+        Vec::new()
+    };
+    (newest, history)
 }
 
 /// The point from which WAL summaries list every block that may differ between the data
@@ -134,36 +176,48 @@ pub fn summaries_since(dir: &Path) -> Option<TargetPoint> {
                 checkpoint: l.checkpoint_lsn,
                 shut_down_primary: false,
                 min_recovery: None,
+                last_timeline: l.start_timeline,
+                own_history: Vec::new(),
+                own_pages: false,
             })
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some(TargetPoint {
-            timeline: c.timeline,
-            redo: c.redo,
-            checkpoint: c.checkpoint,
-            shut_down_primary: c.state == DbState::ShutDown,
-            min_recovery: match c.state {
-                DbState::InArchiveRecovery | DbState::ShutDownInRecovery => c.min_recovery,
-                _ => None,
-            },
-        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let (wal_tli, own_history) = own_timelines(dir);
+            let last_timeline = c
+                .timeline
+                .max(wal_tli)
+                .max(c.min_recovery.map_or(0, |m| m.1));
+            Some(TargetPoint {
+                timeline: c.timeline,
+                redo: c.redo,
+                checkpoint: c.checkpoint,
+                shut_down_primary: c.state == DbState::ShutDown,
+                min_recovery: c.min_recovery,
+                last_timeline,
+                own_history,
+                own_pages: true,
+            })
+        }
         Err(_) => None,
     }
 }
 
-/// [`timeline_path`]'s test of the target `dir`'s own WAL: whether its pg_wal holds a valid
-/// record at an LSN on a timeline (segments of `seg_size` bytes, named as PostgreSQL names
-/// them).
-pub fn own_wal(dir: &Path, seg_size: u64) -> impl Fn(u32, Lsn) -> bool + '_ {
+/// [`timeline_path`]'s test of the target `dir`'s own WAL: what its pg_wal holds at an LSN
+/// on a timeline ([`WalAt`]; segments of `seg_size` bytes, named as PostgreSQL names them).
+pub fn own_wal(dir: &Path, seg_size: u64) -> impl Fn(u32, Lsn) -> WalAt + '_ {
     move |tli, lsn| {
         let fetch = |segno: u64| -> Result<Option<Vec<u8>>> {
-            let p = dir
-                .join("pg_wal")
-                .join(crate::pg::lsn::wal_segment_name(tli, segno, seg_size));
-            match fs::read(&p) {
-                Ok(b) => Ok(Some(b)),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-                Err(e) => Err(Error::io("read", &p, e)),
+            let name = crate::pg::lsn::wal_segment_name(tli, segno, seg_size);
+            // A promoted server renames its old timeline's last segment `.partial`.
+            for n in [name.clone(), format!("{name}.partial")] {
+                let p = dir.join("pg_wal").join(n);
+                match fs::read(&p) {
+                    Ok(b) => return Ok(Some(b)),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(Error::io("read", &p, e)),
+                }
             }
+            Ok(None)
         };
         crate::pg::walscan::record_at(fetch, seg_size, lsn)
     }
@@ -172,30 +226,34 @@ pub fn own_wal(dir: &Path, seg_size: u64) -> impl Fn(u32, Lsn) -> bool + '_ {
 /// The WAL between `target`'s redo point and `start` (the copy's start on the source's
 /// timeline `source_tli`) as (timeline, from, to) parts, oldest first, following the
 /// source's timeline history `history` ((parent timeline, switch point) lines of its
-/// history file, oldest first; empty on timeline 1). `own_record_at(timeline, lsn)` says
-/// whether the target's own pg_wal holds a valid WAL record at `lsn` on `timeline`
-/// ([`own_wal`]). Err says why the source's WAL cannot stand for the target's changes:
-/// - the target's timeline is not in the source's history, or is newer;
-/// - the target is on an ancestor timeline and may hold changes from WAL past the switch
-///   point, which the source never had: its latest checkpoint is at or past it, its own WAL
-///   goes on past it, or (in recovery) its `minRecoveryPoint` lies off the source's history.
+/// history file, oldest first; empty on timeline 1). `own_wal_at(timeline, lsn)` says what
+/// the target's own pg_wal holds at `lsn` on `timeline` ([`own_wal`]). Err says why the
+/// source's WAL cannot stand for the target's changes:
+/// - the target's timelines (its checkpoint's, the newest its WAL reached) are not on the
+///   source's history, or its own history file says they switched elsewhere;
+/// - the target went through an older timeline and may hold changes from WAL past that
+///   timeline's switch point, which the source never had: its latest checkpoint is at or
+///   past it, its own WAL goes on past it (or cannot be read there), or its
+///   `minRecoveryPoint` lies off the source's history; or its pages came from a copy
+///   (a backup_label) whose end it does not record.
 ///
 /// Why that proves every change on disk is on the source's history: a page is written only
 /// after the WAL of its changes is flushed (the WAL-before-data rule), and the target's WAL
 /// from its redo point on is all in its pg_wal (none of it is removed before a later
-/// checkpoint), so a target whose WAL on the ancestor timeline stops before the switch point
-/// wrote no page with a change past it; a standby also writes pages replayed from WAL it
-/// fetched from an archive, but never one past its `minRecoveryPoint` (xlog.c
-/// UpdateMinRecoveryPoint). A target shut down cleanly as a primary with its shutdown
-/// checkpoint before the switch point wrote nothing after it (PostgreSQL's own test for a
-/// rewind that is not needed, src/bin/pg_rewind); a demoted primary, or a standby, stopped
-/// by `-m immediate` after a switchover passes the WAL test.
+/// checkpoint; WAL a standby restores from an archive is kept there too), so a target whose
+/// WAL on each older timeline stops at that timeline's switch point wrote no page with a
+/// change past it; a standby never writes a page past its `minRecoveryPoint` (xlog.c
+/// UpdateMinRecoveryPoint), which a promotion sets to its end-of-recovery record. A target
+/// shut down cleanly as a primary with its shutdown checkpoint before the switch point
+/// wrote nothing after it (PostgreSQL's own test for a rewind that is not needed,
+/// src/bin/pg_rewind); a demoted primary, or a standby, stopped by `-m immediate` after a
+/// switchover passes the WAL test.
 pub fn timeline_path(
     history: &[(u32, Lsn)],
     source_tli: u32,
     target: &TargetPoint,
     start: Lsn,
-    own_record_at: &dyn Fn(u32, Lsn) -> bool,
+    own_wal_at: &dyn Fn(u32, Lsn) -> WalAt,
 ) -> std::result::Result<Vec<(u32, Lsn, Lsn)>, String> {
     if target.redo > start {
         return Err(format!(
@@ -203,34 +261,78 @@ pub fn timeline_path(
             target.redo
         ));
     }
-    if target.timeline == source_tli {
-        return Ok(vec![(source_tli, target.redo, start)]);
-    }
-    let Some(i) = history.iter().position(|(t, _)| *t == target.timeline) else {
-        return Err(format!(
-            "the target is on timeline {}, which is not in the history of the primary's timeline {source_tli}",
-            target.timeline
-        ));
+    // Where the source's history leaves timeline `t` (None: `t` is the source's own).
+    let switch_of = |t: u32| -> std::result::Result<Option<Lsn>, String> {
+        if t == source_tli {
+            return Ok(None);
+        }
+        history
+            .iter()
+            .find(|(h, _)| *h == t)
+            .map(|h| Some(h.1))
+            .ok_or_else(|| {
+                format!(
+                    "the target is on timeline {t}, which is not in the history of the primary's timeline {source_tli}"
+                )
+            })
     };
-    let switch = history[i].1;
+    let last = target.last_timeline.max(target.timeline);
+    switch_of(last)?;
+    for &(t, at) in &target.own_history {
+        if switch_of(t)? != Some(at) {
+            return Err(format!(
+                "the target's own history says timeline {t} ended at {at}, the primary's does not: another history"
+            ));
+        }
+    }
+    let Some(switch) = switch_of(target.timeline)? else {
+        // Checkpoint and WAL on the source's own timeline.
+        return Ok(vec![(source_tli, target.redo, start)]);
+    };
     if target.checkpoint >= switch {
         return Err(format!(
             "the target's latest checkpoint {} on timeline {} is at or past the switch point {switch}: it wrote WAL the primary does not have",
             target.checkpoint, target.timeline
         ));
     }
-    if !target.shut_down_primary {
-        if own_record_at(target.timeline, switch) {
+    if !(target.shut_down_primary && last == target.timeline) {
+        if !target.own_pages {
             return Err(format!(
-                "the target's own WAL on timeline {} goes on past the switch point {switch} to timeline {}: it may hold changes the primary never had",
-                target.timeline, history.get(i + 1).map_or(source_tli, |h| h.0)
+                "the target is a copy on timeline {} (a backup_label), the primary on {source_tli}: how far its pages go is not recorded",
+                target.timeline
             ));
         }
+        // Each older timeline the target went through must end, in its own WAL, where
+        // the primary's history leaves it.
+        for (t, s) in history
+            .iter()
+            .copied()
+            .skip_while(|(t, _)| *t != target.timeline)
+            .take_while(|(t, _)| *t <= last)
+        {
+            let next = history
+                .iter()
+                .find(|(h, _)| *h > t)
+                .map_or(source_tli, |h| h.0);
+            match own_wal_at(t, s) {
+                WalAt::End => {}
+                WalAt::Record => {
+                    return Err(format!(
+                        "the target's own WAL on timeline {t} goes on past the switch point {s} to timeline {next}: it may hold changes the primary never had"
+                    ))
+                }
+                WalAt::Unknown(why) => {
+                    return Err(format!(
+                        "the target's own WAL on timeline {t} cannot tell whether it stops at the switch point {s} ({why})"
+                    ))
+                }
+            }
+        }
         if let Some((lsn, tli)) = target.min_recovery {
-            let on_history = if tli == source_tli {
-                lsn <= start
-            } else {
-                history.iter().any(|&(t, end)| t == tli && lsn <= end)
+            let on_history = match switch_of(tli) {
+                Ok(None) => lsn <= start,
+                Ok(Some(end)) => lsn <= end,
+                Err(_) => false,
             };
             if !on_history {
                 return Err(format!(
@@ -239,12 +341,16 @@ pub fn timeline_path(
             }
         }
     }
+    let i = history
+        .iter()
+        .position(|(t, _)| *t == target.timeline)
+        .unwrap_or(history.len());
     let mut path = vec![(target.timeline, target.redo, switch)];
     for w in history[i..].windows(2) {
         path.push((w[1].0, w[0].1, w[1].1));
     }
-    let last = history.last().map(|h| h.1).unwrap_or(switch);
-    path.push((source_tli, last, start));
+    let end = history.last().map(|h| h.1).unwrap_or(switch);
+    path.push((source_tli, end, start));
     Ok(path)
 }
 
@@ -673,6 +779,15 @@ mod tests {
         let crc = crc32c::crc32c(&control[..296]);
         control[296..300].copy_from_slice(&crc.to_le_bytes());
         fs::write(d.path().join("global/pg_control"), &control).unwrap();
+        // Its pg_wal reached timeline 4 (a segment and the history file of 4).
+        fs::create_dir_all(d.path().join("pg_wal")).unwrap();
+        fs::write(d.path().join("pg_wal/000000040000000000000031"), b"").unwrap();
+        fs::write(
+            d.path().join("pg_wal/00000004.history"),
+            "1\t0/1000000\tno recovery target specified\n2\t0/2000000\tx\n3\t0/31000000\tx\n",
+        )
+        .unwrap();
+        fs::write(d.path().join("pg_wal/00000005.x"), b"").unwrap();
         let c = crate::pg::control::read_control(d.path()).unwrap();
         assert_eq!(c.state, crate::pg::control::DbState::ShutDownInRecovery);
         assert_eq!((c.checkpoint, c.system_identifier), (Lsn(0x3000_0060), 7));
@@ -684,6 +799,13 @@ mod tests {
                 checkpoint: Lsn(0x3000_0060),
                 shut_down_primary: false,
                 min_recovery: Some((Lsn(0x3000_0100), 3)),
+                last_timeline: 4,
+                own_history: vec![
+                    (1, Lsn(0x100_0000)),
+                    (2, Lsn(0x200_0000)),
+                    (3, Lsn(0x3100_0000))
+                ],
+                own_pages: true,
             })
         );
         fs::write(
@@ -709,7 +831,7 @@ mod tests {
     }
 
     /// The WAL a target's changes are in, along the source's timelines: the same timeline
-    /// as is; an ancestor only for a target that holds nothing past the switch point (shut
+    /// as is; an older one only for a target that holds nothing past the switch point (shut
     /// down cleanly as a primary before it, or its own WAL stopping there and its minimum
     /// recovery point on the history); anything else refused with the reason.
     #[test]
@@ -721,64 +843,114 @@ mod tests {
             checkpoint: Lsn(checkpoint),
             shut_down_primary,
             min_recovery: None,
+            last_timeline: timeline,
+            own_history: Vec::new(),
+            own_pages: true,
         };
-        let no_wal = |_: u32, _: Lsn| false;
+        let ends = |_: u32, _: Lsn| WalAt::End;
         let start = Lsn(0x900);
         assert_eq!(
-            timeline_path(&[], 1, &p(1, 0x100, 0x120, false), start, &no_wal),
+            timeline_path(&[], 1, &p(1, 0x100, 0x120, false), start, &ends),
             Ok(vec![(1, Lsn(0x100), start)])
         );
         let history = [(1, Lsn(0x500)), (2, Lsn(0x700))];
-        // A clean switchover: the old primary's shutdown checkpoint before timeline 1's end.
-        assert_eq!(
-            timeline_path(&history, 3, &p(1, 0x400, 0x400, true), start, &no_wal),
-            Ok(vec![
-                (1, Lsn(0x400), Lsn(0x500)),
-                (2, Lsn(0x500), Lsn(0x700)),
-                (3, Lsn(0x700), start)
-            ])
-        );
-        assert_eq!(
-            timeline_path(&history, 3, &p(2, 0x600, 0x600, true), start, &no_wal),
-            Ok(vec![(2, Lsn(0x600), Lsn(0x700)), (3, Lsn(0x700), start)])
-        );
-        let refused = |t: &TargetPoint, tli: u32, what: &str| {
-            let e = timeline_path(&history, tli, t, start, &no_wal).unwrap_err();
-            assert!(e.contains(what), "{e}");
+        let path = |t: &TargetPoint, wal: &dyn Fn(u32, Lsn) -> WalAt| {
+            timeline_path(&history, 3, t, start, wal)
         };
-        refused(&p(1, 0x400, 0x500, true), 3, "at or past the switch point");
-        refused(&p(1, 0x400, 0x500, false), 3, "at or past the switch point");
-        refused(&p(4, 0x400, 0x400, true), 3, "not in the history");
-        refused(&p(3, 0xa00, 0xa00, true), 3, "past this copy's start");
-        // Not shut down cleanly as a primary (a demoted primary or a standby stopped by
-        // -m immediate, a crashed primary): its own WAL and its minimum recovery point say.
+        // A clean switchover: the old primary's shutdown checkpoint before timeline 1's end.
         let ok = Ok(vec![
             (1, Lsn(0x400), Lsn(0x500)),
             (2, Lsn(0x500), Lsn(0x700)),
             (3, Lsn(0x700), start),
         ]);
-        let crashed = p(1, 0x400, 0x400, false);
-        assert_eq!(timeline_path(&history, 3, &crashed, start, &no_wal), ok);
-        let wal_past = |t: u32, l: Lsn| t == 1 && l == Lsn(0x500);
-        let e = timeline_path(&history, 3, &crashed, start, &wal_past).unwrap_err();
-        assert!(
-            e.contains("goes on past the switch point 0/500 to timeline 2"),
-            "{e}"
+        assert_eq!(path(&p(1, 0x400, 0x400, true), &ends), ok);
+        assert_eq!(
+            path(&p(2, 0x600, 0x600, true), &ends),
+            Ok(vec![(2, Lsn(0x600), Lsn(0x700)), (3, Lsn(0x700), start)])
         );
+        let refused = |t: &TargetPoint, wal: &dyn Fn(u32, Lsn) -> WalAt, what: &str| {
+            let e = path(t, wal).unwrap_err();
+            assert!(e.contains(what), "{e}");
+        };
+        refused(
+            &p(1, 0x400, 0x500, true),
+            &ends,
+            "at or past the switch point",
+        );
+        refused(
+            &p(1, 0x400, 0x500, false),
+            &ends,
+            "at or past the switch point",
+        );
+        refused(&p(4, 0x400, 0x400, true), &ends, "not in the history");
+        let e = timeline_path(&history, 3, &p(3, 0xa00, 0xa00, true), start, &ends);
+        assert!(e.unwrap_err().contains("past this copy's start"));
+        // Not shut down cleanly as a primary (a demoted primary or a standby stopped by
+        // -m immediate, a crashed primary): its own WAL and its minimum recovery point say.
+        let crashed = p(1, 0x400, 0x400, false);
+        assert_eq!(path(&crashed, &ends), ok);
+        let wal_past = |t: u32, l: Lsn| {
+            if t == 1 && l == Lsn(0x500) {
+                WalAt::Record
+            } else {
+                WalAt::End
+            }
+        };
+        refused(
+            &crashed,
+            &wal_past,
+            "goes on past the switch point 0/500 to timeline 2",
+        );
+        let unreadable = |_: u32, _: Lsn| WalAt::Unknown("no segment".into());
+        refused(&crashed, &unreadable, "cannot tell whether it stops");
         let standby = |min: (u64, u32)| TargetPoint {
             min_recovery: Some((Lsn(min.0), min.1)),
-            ..crashed
+            last_timeline: min.1.max(1),
+            ..crashed.clone()
         };
         for fine in [(0x480, 1), (0x500, 1), (0x650, 2), (0x900, 3)] {
-            assert_eq!(
-                timeline_path(&history, 3, &standby(fine), start, &no_wal),
-                ok,
-                "{fine:?}"
-            );
+            assert_eq!(path(&standby(fine), &ends), ok, "{fine:?}");
         }
-        for off in [(0x501, 1), (0x701, 2), (0x901, 3), (0x400, 4)] {
-            let e = timeline_path(&history, 3, &standby(off), start, &no_wal).unwrap_err();
-            assert!(e.contains("minimum recovery point"), "{off:?}: {e}");
+        for off in [(0x501, 1), (0x701, 2), (0x901, 3)] {
+            refused(&standby(off), &ends, "minimum recovery point");
         }
+        refused(
+            &standby((0x400, 4)),
+            &ends,
+            "timeline 4, which is not in the history",
+        );
+        // Promoted to timeline 2 and crashed before its first checkpoint there (checkpoint
+        // still on 1): its WAL on 2 is checked at 2's switch point too.
+        let promoted = TargetPoint {
+            last_timeline: 2,
+            own_history: vec![(1, Lsn(0x500))],
+            min_recovery: Some((Lsn(0x500), 2)),
+            ..crashed.clone()
+        };
+        assert_eq!(path(&promoted, &ends), ok);
+        let wal_past_2 = |t: u32, l: Lsn| {
+            if t == 2 && l == Lsn(0x700) {
+                WalAt::Record
+            } else {
+                WalAt::End
+            }
+        };
+        refused(
+            &promoted,
+            &wal_past_2,
+            "timeline 2 goes on past the switch point 0/700",
+        );
+        // Its own history says timeline 1 ended elsewhere: another history.
+        let other = TargetPoint {
+            own_history: vec![(1, Lsn(0x480))],
+            ..promoted.clone()
+        };
+        refused(&other, &ends, "another history");
+        // A copy holding a backup_label on an older timeline: its pages' end is unknown.
+        let copy = TargetPoint {
+            own_pages: false,
+            ..crashed
+        };
+        refused(&copy, &ends, "backup_label");
     }
 }

@@ -57,73 +57,40 @@ pub fn plain_name(path: &str) -> Option<String> {
 }
 
 /// The backup_manifest (version 2) that describes the kept copy `pg_path` to the server as
-/// a prior backup: every regular file under `base/`, `global/` and each tablespace's
-/// `pg_tblspc/<oid>/PG_*` directory (the server looks only at the relation files' paths;
-/// a file not listed is sent whole), without checksums, and the WAL ranges of `path` (the
-/// (timeline, from, to) parts from the copy's redo point to the source's timeline, oldest
-/// first: [`super::delta::timeline_path`]), newest first as PostgreSQL writes them. The last
-/// range ends where it starts: the server wants it to end at or before the new backup's
-/// start, and a range of an earlier timeline to end at its switch point, as those do.
+/// a prior backup: the files a base backup of it would hold (its listing as a source,
+/// [`crate::pg::datadir::list_data_directory`], with the tablespace version directory
+/// `tablespace_dir`; the server looks only at the relation files' paths, and sends a file
+/// not listed whole), without checksums, and the WAL ranges of `path` (the (timeline, from,
+/// to) parts from the copy's redo point to the source's timeline, oldest first:
+/// [`super::delta::timeline_path`]), newest first as PostgreSQL writes them. The last range
+/// ends where it starts: the server wants it to end at or before the new backup's start,
+/// and a range of an earlier timeline to end at its switch point, as those do.
 ///
 /// Errors: a directory that cannot be listed.
 pub fn kept_manifest(
     pg_path: &Path,
     version_num: u32,
     system_identifier: u64,
+    tablespace_dir: &str,
     path: &[(u32, Lsn, Lsn)],
 ) -> Result<Vec<u8>> {
+    let listing =
+        crate::pg::datadir::list_data_directory(pg_path, version_num, tablespace_dir, false)?;
+    let mem = |e: std::io::Error| Error::Other(format!("manifest in memory: {e}"));
     let mut w = PgManifestWriter::new(Vec::new(), version_num.max(170000), system_identifier)
-        .map_err(|e| Error::Other(format!("manifest in memory: {e}")))?;
-    let mut roots = vec!["base".to_string(), "global".to_string()];
-    let tblspc = pg_path.join("pg_tblspc");
-    if let Ok(rd) = fs::read_dir(&tblspc) {
-        for e in rd.flatten() {
-            let oid = e.file_name().to_string_lossy().into_owned();
-            let Ok(inner) = fs::read_dir(e.path()) else {
-                continue;
-            };
-            for v in inner.flatten() {
-                let name = v.file_name().to_string_lossy().into_owned();
-                if name.starts_with("PG_") {
-                    roots.push(format!("pg_tblspc/{oid}/{name}"));
-                }
-            }
-        }
+        .map_err(mem)?;
+    for f in &listing.files {
+        w.file_unchecked(&f.path, f.size, f.mtime).map_err(mem)?;
     }
-    let mut stack = roots;
-    while let Some(rel) = stack.pop() {
-        let dir = pg_path.join(&rel);
-        let rd = match fs::read_dir(&dir) {
-            Ok(rd) => rd,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-            Err(e) => return Err(Error::io("list", &dir, e)),
-        };
-        for e in rd {
-            let e = e.map_err(|e| Error::io("list", &dir, e))?;
-            let name = e.file_name().to_string_lossy().into_owned();
-            let child = format!("{rel}/{name}");
-            let Ok(meta) = fs::symlink_metadata(e.path()) else {
-                continue; // removed meanwhile: not listed, so sent whole
-            };
-            if meta.is_dir() {
-                stack.push(child);
-            } else if meta.is_file() {
-                use std::os::unix::fs::MetadataExt;
-                w.file_unchecked(&child, meta.len(), meta.mtime())
-                    .map_err(|e| Error::Other(format!("manifest in memory: {e}")))?;
-            }
-        }
-    }
-    let ranges = manifest_ranges(path);
-    w.finish(&ranges)
-        .map_err(|e| Error::Other(format!("manifest in memory: {e}")))
+    w.finish(&manifest_ranges(path)).map_err(mem)
 }
 
 /// Whether the kept copy `target` can be re-synced by an incremental `BASE_BACKUP` from the
-/// server behind `conn` (PostgreSQL `version_num`, WAL segments of `seg_size` bytes), and the manifest to upload for it. None,
+/// server behind `conn` (whose facts are `info`), its tablespaces staying at `locations`
+/// ((OID, directory)), and the manifest to upload for it. None,
 /// with the reason in the log, when the server sends the whole stream instead: a server
 /// before 17, `summarize_wal` off (and the setting that turns it on), a copy that proves no
-/// redo point, or one not on the server's timeline history
+/// redo point, a tablespace that moves, or a copy not on the server's timeline history
 /// ([`super::delta::timeline_path`]). Everything is read on the replication connection
 /// (`SHOW`, `IDENTIFY_SYSTEM`, `TIMELINE_HISTORY`): REPLICATION is all the role needs.
 /// Call before the kept copy's pg_control is removed.
@@ -131,10 +98,11 @@ pub fn kept_manifest(
 /// Errors: the replication connection fails; the copy cannot be listed.
 pub fn plan(
     conn: &mut crate::remote::replication::ReplConn,
-    version_num: u32,
-    seg_size: u64,
+    info: &crate::pg::session::ServerInfo,
     target: &Path,
+    locations: &[(u32, std::path::PathBuf)],
 ) -> Result<Option<Vec<u8>>> {
+    let version_num = info.version_num;
     let whole = |why: &str| {
         tracing::info!(
             "delta over the BASE_BACKUP stream: {why}; the server sends every file, so the whole cluster crosses the link, and only the blocks that differ are written here"
@@ -158,6 +126,24 @@ pub fn plan(
     let Some(point) = super::delta::summaries_since(target) else {
         return whole("the kept copy proves no redo point (pg_control missing or damaged, or an unfinished copy)");
     };
+    // The kept files are described where they are now: a tablespace moved elsewhere
+    // (--tablespace-map) would have its increments applied to other files.
+    let links = crate::pg::datadir::local_tablespace_links(target).unwrap_or_default();
+    let moved = links.iter().find(|l| {
+        !locations
+            .iter()
+            .any(|(oid, at)| *oid == l.oid && *at == l.target)
+    });
+    if let Some(l) = moved {
+        return whole(&format!(
+            "tablespace {} moves from {} (--tablespace-map)",
+            l.oid,
+            l.target.display()
+        ));
+    }
+    if locations.len() != links.len() {
+        return whole("the kept copy's tablespaces are not the primary's");
+    }
     let (system_identifier, tli, pos) = conn.identify_system()?;
     let Ok(pos) = pos.parse::<Lsn>() else {
         return whole(&format!("IDENTIFY_SYSTEM gave the position '{pos}'"));
@@ -167,12 +153,18 @@ pub fn plan(
     } else {
         Vec::new()
     };
-    let own = super::delta::own_wal(target, seg_size);
+    let own = super::delta::own_wal(target, info.wal_segment_size);
     let path = match super::delta::timeline_path(&history, tli, &point, pos, &own) {
         Ok(p) => p,
         Err(why) => return whole(&why),
     };
-    let manifest = kept_manifest(target, version_num, system_identifier, &path)?;
+    let manifest = kept_manifest(
+        target,
+        version_num,
+        system_identifier,
+        &info.tablespace_dir(),
+        &path,
+    )?;
     tracing::info!(
         "delta over the BASE_BACKUP stream: incremental (PostgreSQL {}): the server's WAL summaries from the kept copy's redo point {} on timeline {} pick the blocks it sends",
         version_num / 10000,
@@ -244,24 +236,35 @@ pub struct IncrementalFile {
 
 impl IncrementalFile {
     /// Opens the kept file `rel` (the name the increment stands for, relative to `root`)
-    /// for reading and writing; one missing is created empty (its blocks then read as
-    /// zeros, as pg_combinebackup reads a shorter prior file).
+    /// for reading and writing. A shorter one is fine (its missing blocks read as zeros, as
+    /// pg_combinebackup reads a shorter prior file); a missing one is not: the server
+    /// sends an increment only for a file the manifest listed.
     ///
-    /// Errors: the file cannot be opened or created.
-    pub fn open(root: &Path, rel: &str, mode: u32) -> Result<IncrementalFile> {
-        use std::os::unix::fs::OpenOptionsExt;
+    /// Errors: the file is missing ([`Error::Unsafe`]: it went away since it was listed,
+    /// say a tablespace moved by `--tablespace-map`; a new run sends it whole) or cannot be
+    /// opened.
+    pub fn open(root: &Path, rel: &str) -> Result<IncrementalFile> {
         let path = root.join(rel);
-        let file = fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .mode(if mode == 0 { 0o600 } else { mode })
-            .open(&path)
-            .map_err(|e| Error::io("open", &path, e))?;
+        let file = match fs::OpenOptions::new().read(true).write(true).open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(Error::Unsafe(format!(
+                    "{}: the server sent the changes of this file, which the kept copy held when it was described, and it is gone; run replica-create again (it then comes whole)",
+                    path.display()
+                )))
+            }
+            Err(e) => return Err(Error::io("open", &path, e)),
+        };
         let len = file
             .metadata()
             .map_err(|e| Error::io("stat", &path, e))?
             .len();
+        if len % BLOCK != 0 {
+            // A partial last block is not the prior file's (pg_combinebackup reads whole
+            // blocks): cut it, so that what follows reads as zeros.
+            file.set_len(len / BLOCK * BLOCK)
+                .map_err(|e| Error::io("size", &path, e))?;
+        }
         Ok(IncrementalFile {
             path,
             file,
@@ -465,7 +468,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         std::fs::write(d.path().join("16384"), file_of(kept)).unwrap();
         let c = C::default();
-        let mut f = IncrementalFile::open(d.path(), "16384", 0o600).unwrap();
+        let mut f = IncrementalFile::open(d.path(), "16384").unwrap();
         for piece in inc.chunks(step) {
             f.feed(piece, &c).unwrap();
         }
@@ -507,7 +510,7 @@ mod tests {
         std::fs::write(d.path().join("1"), file_of(&[1])).unwrap();
         let c = C::default();
         let feed = |bytes: &[u8]| {
-            let mut f = IncrementalFile::open(d.path(), "1", 0).unwrap();
+            let mut f = IncrementalFile::open(d.path(), "1").unwrap();
             f.feed(bytes, &c).and_then(|_| f.finish())
         };
         let mut bad = increment(1, &[(0, 1)]);
@@ -561,20 +564,32 @@ mod tests {
 
     #[test]
     fn manifest_lists_the_kept_files_with_its_checksum() {
+        // A missing file is refused: its increment cannot be applied.
+        let e = IncrementalFile::open(std::path::Path::new("/nonexistent"), "1").err();
+        assert!(e.is_some_and(|e| e.to_string().contains("is gone")));
         let d = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(d.path().join("base/5")).unwrap();
         std::fs::create_dir_all(d.path().join("global")).unwrap();
         std::fs::write(d.path().join("base/5/16384"), [0u8; 16]).unwrap();
         std::fs::write(d.path().join("global/1262"), [0u8; 8]).unwrap();
         std::fs::write(d.path().join("postgresql.conf"), "x").unwrap();
-        let m = kept_manifest(d.path(), 170004, 42, &[(1, Lsn(0x100), Lsn(0x900))]).unwrap();
+        std::fs::create_dir_all(d.path().join("pg_tblspc")).unwrap();
+        let m = kept_manifest(
+            d.path(),
+            170004,
+            42,
+            "PG_17_202406281",
+            &[(1, Lsn(0x100), Lsn(0x900))],
+        )
+        .unwrap();
         let text = String::from_utf8(m.clone()).unwrap();
         assert!(text.starts_with(
             "{ \"PostgreSQL-Backup-Manifest-Version\": 2,\n\"System-Identifier\": 42,"
         ));
         assert!(text.contains("\"Path\": \"base/5/16384\", \"Size\": 16,"));
         assert!(text.contains("\"Path\": \"global/1262\", \"Size\": 8,"));
-        assert!(!text.contains("postgresql.conf"));
+        // As a base backup lists it: configuration too, which the server sends whole.
+        assert!(text.contains("\"Path\": \"postgresql.conf\""));
         assert!(
             text.contains("{ \"Timeline\": 1, \"Start-LSN\": \"0/100\", \"End-LSN\": \"0/100\" }")
         );

@@ -415,7 +415,7 @@ impl StreamSink for StreamDir<'_> {
             if let Some(d) = &mut self.delta {
                 d.files.insert(rel);
             }
-            self.incr = Some(IncrementalFile::open(&self.root, &plain, mode)?);
+            self.incr = Some(IncrementalFile::open(&self.root, &plain)?);
             self.bytes += size;
             return Ok(());
         }

@@ -241,7 +241,12 @@ pub fn run_stream_backup(
             Some(m) => conn.upload_manifest(m),
             None => Ok(()),
         };
-        let run = uploaded.and_then(|_| run_stream(&mut conn, &cmd, sink));
+        let mut watched = Watched {
+            sink: &mut *sink,
+            started: false,
+        };
+        let run = uploaded.and_then(|_| run_stream(&mut conn, &cmd, &mut watched));
+        let before_data = !watched.started;
         match run {
             Ok(outcome) => {
                 conn.close();
@@ -299,7 +304,7 @@ pub fn run_stream_backup(
             // point, summarization is not progressing, a history it does not share): the
             // whole stream, compared block by block.
             Err(Error::Replication { error, .. })
-                if incremental.is_some() && refuses_increment(&error.message) =>
+                if incremental.is_some() && before_data && refuses_increment(&error.message) =>
             {
                 tracing::info!(
                     "the server refused the incremental BASE_BACKUP ({}); the whole stream instead, compared with the kept copy block by block",
@@ -344,6 +349,42 @@ pub fn run_stream_backup(
         "the server supports none of the compression methods tried ({})",
         last_err.unwrap_or_default()
     )))
+}
+
+/// A sink that records whether the stream started (its first result set came): an
+/// incremental `BASE_BACKUP` refused before that wrote nothing, so the whole stream may
+/// follow into the same sink.
+struct Watched<'s> {
+    sink: &'s mut dyn StreamSink,
+    started: bool,
+}
+
+impl StreamSink for Watched<'_> {
+    fn begin_archive(&mut self, name: &str, tablespace: Option<u32>) -> Result<()> {
+        self.sink.begin_archive(name, tablespace)
+    }
+    fn directory(&mut self, path: &str, mode: u32) -> Result<()> {
+        self.sink.directory(path, mode)
+    }
+    fn symlink(&mut self, path: &str, target: &str) -> Result<()> {
+        self.sink.symlink(path, target)
+    }
+    fn file_begin(&mut self, path: &str, size: u64, mode: u32, mtime: i64) -> Result<()> {
+        self.sink.file_begin(path, size, mode, mtime)
+    }
+    fn file_data(&mut self, data: &[u8]) -> Result<()> {
+        self.sink.file_data(data)
+    }
+    fn file_end(&mut self) -> Result<()> {
+        self.sink.file_end()
+    }
+    fn started(&mut self, start: &crate::transfer::stream::StreamStart) -> Result<()> {
+        self.started = true;
+        self.sink.started(start)
+    }
+    fn progress(&mut self, done: u64) {
+        self.sink.progress(done)
+    }
 }
 
 /// Whether `message` is the server refusing an uploaded manifest or an incremental
