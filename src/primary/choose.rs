@@ -6,8 +6,7 @@
 //! 1. a sample of the relation files of the connected database, 8 pieces of 128 KiB spread
 //!    over them in proportion to their sizes (systematic sampling), read in one round trip
 //!    with `pg_read_binary_file`: the bytes and how fast they came;
-//! 2. when that took under a quarter of a second, a second read of 2 to 8 MiB (1/256 of the
-//!    sampled files: a small cluster's probe stays a small part of its copy) in one round trip,
+//! 2. when that took under a quarter of a second, a second read of 8 MiB in one round trip,
 //!    in pieces of 1 MiB timed as they arrive (on a fast link 1 MiB is over before TCP has
 //!    opened its window): the link's rate from the first piece's arrival to the last's;
 //! 3. the sample compressed here with each method the server can use (zstd at the server's
@@ -54,13 +53,8 @@ const SAMPLE_PIECES: u64 = 8;
 const SAMPLE_PIECE: u64 = 128 << 10;
 /// A sample read faster than this is followed by a longer read for the link's rate.
 const SHORT_READ: f64 = 0.25;
-/// Bytes of that longer read at most and at least, and of each of its pieces: 1/256 of the
-/// sampled relation files' bytes ([`link_read_len`]), so that on a small cluster the probe
-/// costs a small part of the copy (a 470 MiB pgbench cluster over 100 Mbit/s and 50 ms,
-/// 24 MiB on the wire with zstd: 8 MiB cost 0.7 s of a 3.4 s job). Two pieces are the
-/// fewest that time the link after the request's round trip.
+/// Bytes of that longer read, and of each of its pieces.
 const LINK_READ: u64 = 8 << 20;
-const LINK_READ_MIN: u64 = 2 << 20;
 const LINK_PIECE: u64 = 1 << 20;
 /// PostgreSQL's relation segment size (RELSEG_SIZE * BLCKSZ, pg_config.h): offsets past it
 /// are in the files `<relfilenode>.<n>`.
@@ -270,13 +264,6 @@ fn relation_files(v: &str) -> Vec<(String, u64)> {
         .collect()
 }
 
-/// Bytes of the probe's link read for the relation files `files` ((path, bytes)): see
-/// [`LINK_READ`].
-fn link_read_len(files: &[(String, u64)]) -> u64 {
-    let total: u64 = files.iter().map(|f| f.1).sum();
-    (total / 256).clamp(LINK_READ_MIN, LINK_READ)
-}
-
 /// Runs the probe on the primary behind `sess`, for the methods `codecs`, sampling `files`
 /// ((path, bytes), largest first). None when there are no relation files worth a sample (a
 /// tiny cluster: any transport will do). Errors: the reads' (a role without EXECUTE on
@@ -304,7 +291,7 @@ pub fn probe(
         // in pieces taken as they arrive: the rate from the first piece's arrival to the
         // last's leaves out the request's round trip and the start of TCP's slow start.
         let (path, size) = &files[0];
-        let len = link_read_len(files).min(*size).min(SEGMENT);
+        let len = LINK_READ.min(*size).min(SEGMENT);
         let pieces: Vec<(String, u64, u64)> = (0..len.div_ceil(LINK_PIECE))
             .map(|i| {
                 let at = i * LINK_PIECE;
@@ -722,15 +709,6 @@ mod tests {
         assert!(r > 1.0 && r <= 2.0, "{r}");
         // Files gone (NULL rows) count no bytes.
         assert_eq!(link_rate(t, &[(None, at(1)), (None, at(2))]), 0.0);
-    }
-
-    #[test]
-    fn the_link_read_follows_the_clusters_size() {
-        let f = |mib: u64| vec![("base/5/1".to_string(), mib << 20)];
-        assert_eq!(link_read_len(&f(1)), LINK_READ_MIN);
-        assert_eq!(link_read_len(&f(470)), LINK_READ_MIN);
-        assert_eq!(link_read_len(&f(1024)), 4 << 20);
-        assert_eq!(link_read_len(&f(100 << 10)), LINK_READ);
     }
 
     #[test]
