@@ -56,8 +56,12 @@ conninfo() { printf 'host=127.0.0.1 port=%s user=postgres dbname=postgres' "$POR
 replica_cmd() {  # replica_cmd "VAR=V ..." [--delta]: pgjet replica-create onto $COPY over libpq (DTRANSPORT=basebackup: the stream)
     local env=$1
     shift
+    # The stream uncompressed, as auto takes it on this host (the wheel's 18 has gzip only,
+    # whose one server core would bound the whole stream).
+    local t=(--transport "${DTRANSPORT:-libpq}")
+    [ "${DTRANSPORT:-libpq}" = basebackup ] && t+=(--network-compress none)
     # shellcheck disable=SC2086  # one word per VAR=V
-    pg_cmd env $env "$PGJET_BIN" --source "$(conninfo)" --transport "${DTRANSPORT:-libpq}" --jobs "$DJOBS" \
+    pg_cmd env $env "$PGJET_BIN" --source "$(conninfo)" "${t[@]}" --jobs "$DJOBS" \
         --pg-path "$COPY" --output json replica-create --start-fast "$@"
 }
 
