@@ -889,16 +889,19 @@ mod tests {
         // -m immediate, a crashed primary): its own WAL and its minimum recovery point say.
         let crashed = p(1, 0x400, 0x400, false);
         assert_eq!(path(&crashed, &ends), ok);
-        let wal_past = |t: u32, l: Lsn| {
-            if t == 1 && l == Lsn(0x500) {
-                WalAt::Record
-            } else {
-                WalAt::End
+        // Its own WAL holds a record at `at` on timeline `tli`, and ends everywhere else.
+        let record_only = |tli: u32, at: u64| {
+            move |t: u32, l: Lsn| {
+                if t == tli && l == Lsn(at) {
+                    WalAt::Record
+                } else {
+                    WalAt::End
+                }
             }
         };
         refused(
             &crashed,
-            &wal_past,
+            &record_only(1, 0x500),
             "goes on past the switch point 0/500 to timeline 2",
         );
         let unreadable = |_: u32, _: Lsn| WalAt::Unknown("no segment".into());
@@ -928,16 +931,9 @@ mod tests {
             ..crashed.clone()
         };
         assert_eq!(path(&promoted, &ends), ok);
-        let wal_past_2 = |t: u32, l: Lsn| {
-            if t == 2 && l == Lsn(0x700) {
-                WalAt::Record
-            } else {
-                WalAt::End
-            }
-        };
         refused(
             &promoted,
-            &wal_past_2,
+            &record_only(2, 0x700),
             "timeline 2 goes on past the switch point 0/700",
         );
         // Its own history says timeline 1 ended elsewhere: another history.
