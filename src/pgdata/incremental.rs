@@ -27,7 +27,6 @@ use crate::pg::pg_manifest::{PgManifestWriter, PgWalRange};
 use std::fs;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering::Relaxed;
 
 /// The first u32 of an `INCREMENTAL.` file (src/include/backup/basebackup_incremental.h).
 pub const INCREMENTAL_MAGIC: u32 = 0xd3ae_1f0d;
@@ -206,15 +205,6 @@ pub fn plain_label(label: &[u8]) -> Vec<u8> {
 pub trait Counted {
     fn add_same(&self, n: u64);
     fn add_written(&self, n: u64);
-}
-
-impl Counted for super::stream::DeltaCount {
-    fn add_same(&self, n: u64) {
-        self.same.fetch_add(n, Relaxed);
-    }
-    fn add_written(&self, n: u64) {
-        self.written.fetch_add(n, Relaxed);
-    }
 }
 
 /// One `INCREMENTAL.` file being applied in place to the kept file it stands for, as its
@@ -426,6 +416,7 @@ impl IncrementalFile {
 mod tests {
     use super::*;
     use std::sync::atomic::AtomicU64;
+    use std::sync::atomic::Ordering::Relaxed;
 
     #[derive(Default)]
     struct C(AtomicU64, AtomicU64);

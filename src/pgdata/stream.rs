@@ -84,6 +84,16 @@ pub struct DeltaCount {
     pub written: std::sync::atomic::AtomicU64,
 }
 
+impl super::incremental::Counted for DeltaCount {
+    fn add_same(&self, n: u64) {
+        self.same.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+    }
+    fn add_written(&self, n: u64) {
+        self.written
+            .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 /// What a delta received: directories and files, as paths relative to the data directory
 /// (a tablespace's under `pg_tblspc/<oid>/`).
 #[derive(Debug, Default)]
