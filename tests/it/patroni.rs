@@ -78,14 +78,14 @@ struct Spy {
 }
 
 impl Spy {
-    fn start(bin: PathBuf) -> Spy {
+    fn start(bin: PathBuf, root: PathBuf) -> Spy {
         let stop = Arc::new(AtomicBool::new(false));
         let seen = Arc::new(Mutex::new(Vec::new()));
         let (s, v) = (stop.clone(), seen.clone());
         let thread = std::thread::spawn(move || {
             let mut pids = BTreeSet::new();
             while !s.load(Ordering::Relaxed) {
-                for (pid, argv) in pgjet_processes(&bin) {
+                for (pid, argv) in pgjet_processes(&bin, &root) {
                     if pids.insert(pid) {
                         v.lock().unwrap().push(argv.join(" "));
                     }
@@ -115,8 +115,11 @@ impl Drop for Spy {
     }
 }
 
-/// PIDs and arguments of the running processes whose program is `bin`.
-fn pgjet_processes(bin: &Path) -> Vec<(i32, Vec<String>)> {
+/// PIDs and arguments of the running processes whose program is `bin` and whose arguments
+/// name a path under `root` (this test's members: the other tests of the process run the
+/// same copy of pgjet, and are none of this test's business).
+fn pgjet_processes(bin: &Path, root: &Path) -> Vec<(i32, Vec<String>)> {
+    let root = root.display().to_string();
     let mut out = Vec::new();
     let Ok(rd) = fs::read_dir("/proc") else {
         return out;
@@ -133,7 +136,7 @@ fn pgjet_processes(bin: &Path) -> Vec<(i32, Vec<String>)> {
             .filter(|a| !a.is_empty())
             .map(|a| String::from_utf8_lossy(a).into_owned())
             .collect();
-        if argv.first().map(Path::new) == Some(bin) {
+        if argv.first().map(Path::new) == Some(bin) && argv.iter().any(|a| a.contains(&root)) {
             out.push((pid, argv));
         }
     }
@@ -327,7 +330,7 @@ impl Drop for Acc {
         for n in &mut self.nodes {
             drop(n.patroni.take());
         }
-        for (pid, _) in pgjet_processes(&pgjet_bin()) {
+        for (pid, _) in pgjet_processes(&pgjet_bin(), &self._root.join("")) {
             unsafe {
                 libc::kill(pid, libc::SIGKILL);
             }
@@ -597,7 +600,7 @@ fn patroni_scenario(pg: Pg) {
     let mut acc = Acc {
         nodes,
         etcd: Some(etcd),
-        spy: Spy::start(pgjet.clone()),
+        spy: Spy::start(pgjet.clone(), root.join("")),
         _root: root,
     };
     let up = wait_for(Duration::from_secs(30), || {
