@@ -127,11 +127,12 @@ fn own_timelines(dir: &Path) -> (u32, Vec<(u32, Lsn)>) {
         .flatten()
         .filter_map(|e| {
             let name = e.file_name().to_string_lossy().into_owned();
-            let hex = name.get(..8)?;
-            let tail = &name[8..];
-            let named = tail == ".history"
-                || (tail.len() >= 16 && tail[..16].bytes().all(|b| b.is_ascii_hexdigit()));
-            named.then(|| u32::from_str_radix(hex, 16).ok()).flatten()
+            let segment = name.strip_suffix(".partial").unwrap_or(&name);
+            let named = name.ends_with(".history") && name.len() == 16
+                || crate::pg::lsn::is_wal_segment_name(segment);
+            named
+                .then(|| u32::from_str_radix(&name[..8], 16).ok())
+                .flatten()
         })
         .max()
         .unwrap_or(0);

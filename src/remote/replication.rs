@@ -473,6 +473,12 @@ impl ReplConn {
     /// rows of every result set until ReadyForQuery. Errors: the server's ErrorResponse.
     pub fn simple_query(&mut self, sql: &str) -> Result<Rows> {
         self.send_query(sql)?;
+        self.read_results()
+    }
+
+    /// Reads a command's replies up to ReadyForQuery: the rows of its result sets, or the
+    /// server's ErrorResponse.
+    fn read_results(&mut self) -> Result<Rows> {
         let mut rows = Vec::new();
         let mut failed = None;
         loop {
@@ -555,19 +561,7 @@ impl ReplConn {
         buf.clear();
         frontend::copy_done(&mut buf);
         self.send(&buf)?;
-        let mut failed = None;
-        loop {
-            let m = self.read_message()?;
-            match m.tag {
-                b'E' => failed = Some(self.server_error(&m.body)),
-                b'Z' => break,
-                _ => {}
-            }
-        }
-        match failed {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
+        self.read_results().map(|_| ())
     }
 
     /// Reads messages up to ReadyForQuery (after an error, the connection is usable again).
