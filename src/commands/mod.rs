@@ -10,6 +10,7 @@ pub mod info;
 pub mod info_pgbackrest;
 pub mod metrics;
 pub mod replica;
+pub mod replica_seed;
 pub mod replica_stream;
 pub mod restore;
 pub mod stanza_create;

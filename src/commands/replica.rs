@@ -32,8 +32,6 @@ use std::time::Instant;
 
 /// Runs `replica-create`.
 pub fn run(s: &Settings, args: &ReplicaOptions, progress: &dyn Progress) -> Result<ReplicaSummary> {
-    // Settings errors before anything reaches the primary (the auto probe connects).
-    let given = source_as_given(s)?;
     if !s.pg_path()?.is_absolute() {
         return Err(Error::Config("--pg-path must be an absolute path".into()));
     }
@@ -45,6 +43,12 @@ pub fn run(s: &Settings, args: &ReplicaOptions, progress: &dyn Progress) -> Resu
         }
         None => args,
     };
+    // From the repository when told, when there is no source, or when auto finds it faster.
+    if super::replica_seed::wanted(s, args)? {
+        return super::replica_seed::run(s, args, progress);
+    }
+    // Settings errors before anything reaches the primary (the auto probe connects).
+    let given = source_as_given(s)?;
     if s.transport == crate::options::Transport::Basebackup {
         return super::replica_stream::run(s, args, None, progress);
     }

@@ -18,11 +18,23 @@ use crate::transfer::Progress;
 use std::fs;
 
 /// Runs `restore`; returns the restored backup's label.
+pub fn run(s: &Settings, args: &RestoreOptions, progress: &dyn Progress) -> Result<String> {
+    run_with(s, args, Vec::new(), progress)
+}
+
+/// [`run`], with `extra` lines appended to postgresql.auto.conf after the recovery settings
+/// (replica-create seeded from the repository: its standby settings). Returns the restored
+/// backup's label.
 ///
 /// One function on purpose (over 120 lines): every setting and the recovery target are
 /// checked, and the backup chosen and its manifest scanned, before the first byte is
 /// written; the order is the safety argument, and reads best in one place.
-pub fn run(s: &Settings, args: &RestoreOptions, progress: &dyn Progress) -> Result<String> {
+pub fn run_with(
+    s: &Settings,
+    args: &RestoreOptions,
+    extra: Vec<String>,
+    progress: &dyn Progress,
+) -> Result<String> {
     let stanza = s.stanza()?;
     let pg_path = s.pg_path()?.to_path_buf();
     if !pg_path.is_absolute() {
@@ -146,6 +158,7 @@ pub fn run(s: &Settings, args: &RestoreOptions, progress: &dyn Progress) -> Resu
         ));
         auto_conf.extend(recovery.lines.iter().cloned());
     }
+    auto_conf.extend(extra);
     let into = RestoreInto {
         backup: &backup,
         scan: &scan,

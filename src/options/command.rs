@@ -264,7 +264,30 @@ pub struct ReplicaOptions {
     /// Set when Patroni called replica-create as its replica creation method
     /// ([`super::patroni::translate`]).
     pub patroni: Option<super::patroni::PatroniCall>,
+    /// `--seed`: where the new standby's files come from.
+    pub seed: Seed,
 }
+
+/// Where replica-create takes the new standby's files from (`--seed`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Seed {
+    /// The repository when it is estimated faster, or when there is no source (default).
+    #[default]
+    Auto,
+    /// The source, always.
+    Source,
+    /// The newest backup in the repository and the archived WAL since, always.
+    Repo,
+}
+words!(
+    Seed,
+    "seed",
+    [
+        ("auto", Seed::Auto),
+        ("source", Seed::Source),
+        ("repo", Seed::Repo)
+    ]
+);
 
 /// Which report `info` prints (`--format`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -38,7 +38,7 @@ pub mod table;
 
 pub use command::{
     ArchiveMode, BackupOptions, BackupType, Command, ExpireOptions, InfoFormat, InfoOptions,
-    NetworkCompress, ReplicaOptions, RestoreOptions, RestoreType, TargetAction, Transport,
+    NetworkCompress, ReplicaOptions, RestoreOptions, RestoreType, Seed, TargetAction, Transport,
     VerifyOptions,
 };
 pub use repo::{RepoConfig, StorageTls, UriStyle, MAX_REPOS};

@@ -10,7 +10,8 @@
 //!
 //! [`translate`] recognises that call by `--scope=` and `--datadir=` after `replica-create`
 //! or `restore` and turns it into pgjet's own command line: `--datadir` is `--pg-path`,
-//! `--connstring` is `--source`, a key that names one of the command's options (`--jobs=8`,
+//! `--connstring` is `--source` (none when empty: Patroni passes an empty one to a `no_leader`
+//! method when there is no leader to clone), a key that names one of the command's options (`--jobs=8`,
 //! `--start_fast=True`, dashes or underscores) is that option, and Patroni's own keys
 //! (`scope`, `role`, `keep_data`, `no_leader`, ...) are kept aside in a [`PatroniCall`].
 //! Any other key is ignored and logged: the method's section may hold keys for another tool.
@@ -69,6 +70,9 @@ pub fn translate(args: &[OsString]) -> Option<(Vec<OsString>, PatroniCall)> {
             "scope" => call.scope = value.to_string(),
             "role" => call.role = Some(value.to_string()),
             "datadir" => out.push(format!("--pg-path={value}").into()),
+            // Empty when no member may be cloned (no leader, a `no_leader` method): no
+            // source, so replica-create seeds from the repository.
+            "connstring" if value.is_empty() => {}
             "connstring" => out.push(format!("--source={value}").into()),
             "keep_data" => call.keep_data = truthy(value),
             "no_leader" | "no_master" => call.no_leader = call.no_leader || truthy(value),
@@ -176,5 +180,26 @@ mod tests {
         assert!(translate(&os(&["pgjet", "replica-create", "--datadir=/d"])).is_none());
         assert!(translate(&os(&["pgjet", "backup", "--scope=a", "--datadir=/d"])).is_none());
         assert!(translate(&os(&["pgjet", "info"])).is_none());
+    }
+
+    #[test]
+    fn no_leader_call_has_no_source() {
+        // Patroni 4.1 with no leader: `--connstring=` empty, only `no_leader` methods.
+        let (args, call) = translate(&os(&[
+            "pgjet",
+            "replica-create",
+            "--no_leader=True",
+            "--seed=repo",
+            "--scope=acc",
+            "--role=replica",
+            "--datadir=/d",
+            "--connstring=",
+        ]))
+        .expect("a Patroni call");
+        assert_eq!(
+            args,
+            os(&["pgjet", "replica-create", "--seed=repo", "--pg-path=/d"])
+        );
+        assert!(call.no_leader);
     }
 }

@@ -1059,6 +1059,7 @@ pub fn build_command(cmd: Cmd, cli: &CliValues, args: &[String]) -> Result<Comma
             delta: o.switch("delta"),
             pg_bin: o.text("pg-bin").map(PathBuf::from),
             patroni: None,
+            seed: o.parsed("seed")?,
         }),
         Cmd::Expire => Command::Expire(ExpireOptions {
             dry_run: o.switch("dry-run"),

@@ -363,11 +363,12 @@ fn repo_suffix(name: &str) -> &str {
 }
 
 const ALL: Cmds = Cmds::ALL;
-/// Commands that work on a repository.
+/// Commands that work on a repository (replica-create: to seed from it, `--seed`).
 const REPO_CMDS: Cmds = Cmds::of(&[
     Cmd::StanzaCreate,
     Cmd::Backup,
     Cmd::Restore,
+    Cmd::ReplicaCreate,
     Cmd::Verify,
     Cmd::Info,
     Cmd::Check,
@@ -587,6 +588,18 @@ const INFO_FORMATS: &[(&str, &str)] = &[
     (
         "pgbackrest",
         "pgBackRest 2.45's info, for its monitoring tools (with --output json: the same keys and types)",
+    ),
+];
+
+const SEEDS: &[(&str, &str)] = &[
+    (
+        "auto",
+        "The repository's newest backup when it and the WAL archived since are estimated faster than a copy from the source, or when no source is given; else the source (default)",
+    ),
+    ("source", "Copy from the source (--source)"),
+    (
+        "repo",
+        "Restore the repository's newest backup; the standby replays the archived WAL, then streams from the source",
     ),
 ];
 
@@ -1346,6 +1359,14 @@ pub const OPTIONS: &[OptionDef] = &[
         None,
         REPLICA,
         "Directory of the PostgreSQL binaries used by --start (default: those of the primary)",
+    ),
+    file_cmd_opt(
+        "seed",
+        Kind::Choice(SEEDS),
+        "SEED",
+        Some("auto"),
+        REPLICA,
+        "Where the new standby's files come from: the source, or the repository's newest backup (--stanza) with the WAL archived since (docs/replica-sources.md)",
     ),
     // info.
     file_cmd_opt(

@@ -247,6 +247,45 @@ impl Session {
         })
     }
 
+    /// `rows` rows of `piece` bytes made by the server (`repeat`, which any role may run),
+    /// with the instant each arrived here: the rate of the link to the server after the
+    /// first row, for a role that may read no file.
+    ///
+    /// Errors: the query's.
+    pub fn filler_rows_timed(
+        &self,
+        rows: u32,
+        piece: u32,
+    ) -> Result<Vec<(Option<Vec<u8>>, std::time::Instant)>> {
+        use futures::TryStreamExt;
+        use tokio_postgres::types::{ToSql, Type};
+        let err = |source| Error::Query {
+            what: format!("read {rows} rows of {piece} bytes to time the link"),
+            source,
+        };
+        let params: [(&(dyn ToSql + Sync), Type); 2] =
+            [(&(piece as i32), Type::INT4), (&(rows as i32), Type::INT4)];
+        self.rt.block_on(async {
+            let got = self
+                .client
+                .query_typed_raw(
+                    "SELECT convert_to(repeat('x', $1), 'UTF8') FROM generate_series(1, $2)",
+                    params,
+                )
+                .await
+                .map_err(err)?;
+            let mut got = std::pin::pin!(got);
+            let mut out = Vec::with_capacity(rows as usize);
+            while let Some(r) = got.try_next().await.map_err(err)? {
+                out.push((
+                    r.try_get::<_, Option<Vec<u8>>>(0).map_err(err)?,
+                    std::time::Instant::now(),
+                ));
+            }
+            Ok(out)
+        })
+    }
+
     /// Runs `sql` expecting exactly one row; returns its columns as text (NULL as None).
     pub fn query_row(&self, what: &str, sql: &str) -> Result<Vec<Option<String>>> {
         let mut rows = self.query_strings(what, sql)?;

@@ -385,7 +385,7 @@ pub fn finish_replica(
 /// Errors: no `--source`; a connection string that does not parse.
 pub fn source_as_given(s: &Settings) -> Result<ConnInfo> {
     let source = s.source.as_deref().ok_or_else(|| {
-        Error::Config("replica-create needs --source: the primary's connection string".into())
+        Error::Config("replica-create needs --source: the primary's connection string (or --stanza, to seed from the repository's newest backup)".into())
     })?;
     Ok(ConnInfo::parse(source)
         .map_err(crate::pg::conninfo::source_error)?

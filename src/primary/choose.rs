@@ -190,7 +190,7 @@ fn sample_pieces(files: &[(String, u64)], pieces: u64, piece: u64) -> Vec<(Strin
 
 /// Bytes per second of a read sent at `sent` whose pieces arrived as `got`: from the first
 /// piece's arrival to the last's when there are several, else from `sent`.
-fn link_rate(sent: Instant, got: &[(Option<Vec<u8>>, Instant)]) -> f64 {
+pub fn link_rate(sent: Instant, got: &[(Option<Vec<u8>>, Instant)]) -> f64 {
     let len = |v: &Option<Vec<u8>>| v.as_ref().map_or(0, Vec::len) as f64;
     match got {
         [(first, t0), .., (_, t1)] if *t1 > *t0 => {

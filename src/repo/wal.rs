@@ -349,6 +349,14 @@ pub fn fetch(st: &Stanza, file: &WalFile) -> Result<Option<(WalHeader, Vec<u8>)>
     decode(&name, &file.name, &bytes).map(Some)
 }
 
+/// Bytes archived `file` takes in the repository (compressed, encrypted), None when the
+/// archive does not have it.
+///
+/// Errors: the store's.
+pub fn stored_size(st: &Stanza, file: &WalFile) -> Result<Option<u64>> {
+    st.store().size(&file.object_name(st.name()))
+}
+
 /// Removes archived `file` (retention); absent is fine.
 ///
 /// Errors: the store's.

@@ -1,0 +1,444 @@
+//! `replica-create` seeded from the repository (`--seed`): the stanza's newest backup is
+//! restored as a standby, which replays the WAL archived since the backup through
+//! restore_command (`pgjet archive-get`) and then streams from the source, which serves only
+//! the WAL the archive lacks. With no source at all (Patroni's `no_leader` call when no
+//! member leads: `--connstring=` empty), the repository is the only place to seed from.
+//!
+//! How `--seed auto` chooses (docs/replica-sources.md): only for a new standby (an empty or
+//! absent target) whose source runs on another host, when a stanza is configured and its
+//! newest backup is of the source's cluster. Then both ways are timed, on what each reads:
+//! - the repository: the newest archived segments, one per job, read and decoded at once,
+//!   give its rate in stored bytes per second; the estimate is the backup's stored bytes
+//!   (its chain's) and the archived WAL's, at that rate, plus the WAL's replay at
+//!   [`REPLAY_RATE`];
+//! - the source: rows the server makes (`repeat`, which any role may run, so a role with
+//!   REPLICATION only is timed too) give the link's rate; the estimate is the cluster's size
+//!   at that rate times the backup's compression ratio (the stream compresses the same
+//!   pages), bounded by what one server core compresses ([`SERVER_CORE`]).
+//!
+//! The repository is taken when its estimate is [`SEED_MARGIN`] times smaller; the log
+//! gives the figures.
+use crate::error::{Error, Result};
+use crate::options::{ReplicaOptions, RestoreOptions, RestoreType, Seed, Settings};
+use crate::pg::lsn::parse_wal_segment_name;
+use crate::pgdata::own_settings::OwnSettings;
+use crate::pgdata::standby::{standby_app_name, standby_lines, ReplicaSummary};
+use crate::repo::wal::{self, WalFile};
+use crate::repo::Stanza;
+use crate::transfer::Progress;
+use std::path::Path;
+use std::time::Instant;
+
+/// Logical bytes of WAL per second a standby replays from the archive: PostgreSQL 15 on this
+/// machine replayed 1056 MiB of pgbench WAL (93 % full-page images), archived with `cp`, at a
+/// median of 99.5 MiB/s with the page cache dropped and 117.6 MiB/s cached
+/// (docs/replica-sources.md). WAL of small records replays fewer MiB per second: the
+/// estimate then errs toward the source.
+pub const REPLAY_RATE: f64 = 100.0 * 1048576.0;
+/// Logical bytes per second one server core streams compressed: zstd's level 3 on pgbench
+/// pages (830 MiB/s, bench/rates.sh) and the rest of `BASE_BACKUP`'s work
+/// ([`crate::primary::choose::SERVER_WORK`]), one after the other.
+pub const SERVER_CORE: f64 =
+    1.0 / (1.0 / (830.0 * 1048576.0) + 1.0 / crate::primary::choose::SERVER_WORK);
+/// How much faster the repository must be estimated before auto takes it: the replay's
+/// rate is the least certain figure, and the source's copy needs no archive.
+pub const SEED_MARGIN: f64 = 1.2;
+/// The link's sample: at most this many rows of [`LINK_ROW`] bytes, fewer for a small
+/// cluster (one row per 64 MiB of it, at least two).
+const LINK_ROWS: u64 = 8;
+const LINK_ROW: u64 = 1 << 20;
+
+/// What the choice between the repository and the source is made on.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SeedFigures {
+    /// Logical bytes a copy from the source moves: the cluster's size.
+    pub cluster: u64,
+    /// Stored bytes a restore of the newest backup reads (its own and its chain's).
+    pub backup_stored: u64,
+    /// The WAL archived since the backup started: logical bytes (replayed) and stored
+    /// bytes (read).
+    pub wal_logical: u64,
+    pub wal_stored: u64,
+    /// Stored bytes per second the repository gave to `jobs` readers at once.
+    pub repo_rate: f64,
+    /// Logical bytes per second of the link to the source, one connection.
+    pub link: f64,
+    /// The backup's logical bytes per stored byte: the stream's ratio, estimated.
+    pub ratio: f64,
+}
+
+impl SeedFigures {
+    /// Seconds until a standby seeded from the repository has replayed the archive.
+    pub fn repo_seconds(&self) -> f64 {
+        (self.backup_stored + self.wal_stored) as f64 / self.repo_rate.max(1.0)
+            + self.wal_logical as f64 / REPLAY_RATE
+    }
+
+    /// Logical bytes per second of a copy from the source: the link uncompressed, or
+    /// compressed at the backup's ratio up to one server core.
+    pub fn source_rate(&self) -> f64 {
+        self.link.max((self.link * self.ratio).min(SERVER_CORE))
+    }
+
+    /// Seconds of a copy from the source.
+    pub fn source_seconds(&self) -> f64 {
+        self.cluster as f64 / self.source_rate().max(1.0)
+    }
+
+    /// Whether the repository is taken ([`SEED_MARGIN`]).
+    pub fn repo_wins(&self) -> bool {
+        self.repo_seconds() * SEED_MARGIN < self.source_seconds()
+    }
+
+    /// One line for the log: the figures and the estimates.
+    pub fn describe(&self) -> String {
+        let mib = |b: f64| b / 1048576.0;
+        format!(
+            "repository: backup {:.0} MiB and WAL {:.0} MiB stored at {:.0} MiB/s, WAL {:.0} MiB replayed at {:.0} MiB/s: ~{:.1} s; source: {:.0} MiB at {:.0} MiB/s (link {:.1} MiB/s, ratio {:.1}): ~{:.1} s",
+            mib(self.backup_stored as f64),
+            mib(self.wal_stored as f64),
+            mib(self.repo_rate),
+            mib(self.wal_logical as f64),
+            mib(REPLAY_RATE),
+            self.repo_seconds(),
+            mib(self.cluster as f64),
+            mib(self.source_rate()),
+            mib(self.link),
+            self.ratio,
+            self.source_seconds()
+        )
+    }
+}
+
+/// Whether replica-create seeds from the repository (see the module's documentation): with
+/// `--seed repo` always, `--seed source` never, `auto` with no source or when the
+/// repository is estimated faster. Logs why.
+///
+/// Errors: `--seed repo` or no source without a stanza; the source's connection and the
+/// repository's reads while measuring.
+pub fn wanted(s: &Settings, args: &ReplicaOptions) -> Result<bool> {
+    let no_source = s.source.as_deref().is_none_or(|v| v.trim().is_empty());
+    match args.seed {
+        Seed::Source => return Ok(false),
+        Seed::Repo => {
+            s.stanza()?;
+            return Ok(true);
+        }
+        Seed::Auto if no_source => {
+            if s.stanza.is_some() {
+                tracing::info!(
+                    "seed auto: no source given{}: the standby is restored from the repository",
+                    if args.patroni.is_some() {
+                        " (Patroni found no member to clone)"
+                    } else {
+                        ""
+                    }
+                );
+                return Ok(true);
+            }
+            return Ok(false);
+        }
+        Seed::Auto => {}
+    }
+    if s.stanza.is_none() {
+        return Ok(false);
+    }
+    let target = s.pg_path()?;
+    let kept = std::fs::read_dir(target)
+        .map(|mut d| d.next().is_some())
+        .unwrap_or(false);
+    if kept || args.delta {
+        tracing::info!(
+            "seed auto: the source (a kept copy is re-synced from the source, which sends only what differs)"
+        );
+        return Ok(false);
+    }
+    let (st, label) = match crate::repo::open::open_stanza_with_set(s, "latest") {
+        Ok(f) => f,
+        Err(e) => {
+            tracing::info!("seed auto: the source (no backup to seed from: {e})");
+            return Ok(false);
+        }
+    };
+    let (_, sess, info) = crate::primary::connect_primary(s)?;
+    let figures = (|| {
+        let summary = st.backup(&label).summary()?;
+        if summary.header.system_identifier != info.system_identifier {
+            tracing::info!(
+                "seed auto: the source (backup {label} is of cluster {}, the source is {})",
+                summary.header.system_identifier,
+                info.system_identifier
+            );
+            return Ok(None);
+        }
+        if crate::primary::local_data_directory(&info).is_some() {
+            tracing::info!("seed auto: the source (it runs on this host)");
+            return Ok(None);
+        }
+        measure(s, &st, &label, &sess).map(Some)
+    })();
+    sess.close();
+    let Some(f) = figures? else {
+        return Ok(false);
+    };
+    let repo = f.repo_wins();
+    tracing::info!(
+        "seed auto: {}; chose the {}",
+        f.describe(),
+        if repo { "repository" } else { "source" }
+    );
+    Ok(repo)
+}
+
+/// The figures for backup `label` of `st` against the source behind `sess`.
+fn measure(
+    s: &Settings,
+    st: &Stanza,
+    label: &str,
+    sess: &crate::pg::session::Session,
+) -> Result<SeedFigures> {
+    let summary = st.backup(label).summary()?;
+    let mut backup_stored = summary.end.stored_size;
+    for r in &summary.end.references {
+        backup_stored += st.backup(r).summary()?.end.stored_size;
+    }
+    let seg_size = summary.header.wal_segment_size;
+    let since = archived_since(st, &summary, seg_size)?;
+    // The newest segments, one per job, read at once as a restore reads.
+    let sample: Vec<&String> = since.iter().rev().take(s.jobs.max(1)).collect();
+    let t = Instant::now();
+    let stored: Vec<Result<u64>> = std::thread::scope(|scope| {
+        let reads: Vec<_> = sample
+            .iter()
+            .map(|name| {
+                scope.spawn(move || -> Result<u64> {
+                    let file = WalFile::parse(name)?;
+                    wal::fetch(st, &file)?;
+                    Ok(wal::stored_size(st, &file)?.unwrap_or(0))
+                })
+            })
+            .collect();
+        reads
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(Error::Other("a repository read panicked".into())))
+            })
+            .collect()
+    });
+    let secs = t.elapsed().as_secs_f64();
+    let stored = stored.into_iter().collect::<Result<Vec<u64>>>()?;
+    let read: u64 = stored.iter().sum();
+    let per_segment = if stored.is_empty() {
+        seg_size
+    } else {
+        read / stored.len() as u64
+    };
+    let cluster = summary.end.size.max(database_sizes(sess));
+    let rows = (cluster / (64 << 20)).clamp(2, LINK_ROWS) as u32;
+    let t = Instant::now();
+    let got = sess.filler_rows_timed(rows, LINK_ROW as u32)?;
+    let link = crate::primary::choose::link_rate(t, &got);
+    let ratio = if summary.header.compression.kind == crate::codec::CompressType::None {
+        1.0
+    } else {
+        summary.end.size as f64 / summary.end.stored_size.max(1) as f64
+    };
+    Ok(SeedFigures {
+        cluster,
+        backup_stored,
+        wal_logical: since.len() as u64 * seg_size,
+        wal_stored: since.len() as u64 * per_segment,
+        repo_rate: read as f64 / secs.max(1e-6),
+        link,
+        ratio: ratio.max(1.0),
+    })
+}
+
+/// The archived segments from the backup's first on, on its timeline and later ones, by name.
+fn archived_since(
+    st: &Stanza,
+    summary: &crate::repo::manifest_io::BackupSummary,
+    seg_size: u64,
+) -> Result<Vec<String>> {
+    let first = summary
+        .end
+        .stop
+        .wal_segments
+        .first()
+        .and_then(|n| parse_wal_segment_name(n, seg_size))
+        .map_or(0, |(_, segno)| segno);
+    let mut out = Vec::new();
+    for tli in wal::timelines(st)? {
+        if tli < summary.end.stop.timeline {
+            continue;
+        }
+        for name in wal::list_timeline(st, tli)? {
+            if parse_wal_segment_name(&name, seg_size).is_some_and(|(_, n)| n >= first) {
+                out.push(name);
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// The databases' sizes on the source (0 when the role may not connect to them all).
+fn database_sizes(sess: &crate::pg::session::Session) -> u64 {
+    sess.query_row(
+        "read the databases' sizes",
+        "SELECT sum(pg_database_size(oid))::bigint FROM pg_database WHERE datallowconn",
+    )
+    .ok()
+    .and_then(|r| r.first().cloned().flatten())
+    .and_then(|v| v.parse().ok())
+    .unwrap_or(0)
+}
+
+/// Runs replica-create seeded from the repository: the newest backup restored as a standby
+/// (`--delta` over a kept copy of the same cluster), with restore_command reading the
+/// archive and, when a source is given, primary_conninfo for it; under Patroni no
+/// recovery setting (Patroni writes its own: its `recovery_conf.restore_command` must read
+/// the archive, as in its pgBackRest recipe).
+///
+/// Errors: `--slot` (the slot a standby needs from its backup's start is not on the
+/// source); the restore's.
+pub fn run(s: &Settings, args: &ReplicaOptions, progress: &dyn Progress) -> Result<ReplicaSummary> {
+    if args.slot.is_some() {
+        return Err(Error::Config(
+            "--slot with a seed from the repository: the standby replays the archive from the backup's start, which no new slot holds; create the slot on the primary and set primary_slot_name, or use --seed source".into(),
+        ));
+    }
+    let target = s.pg_path()?.to_path_buf();
+    let (st, label) = crate::repo::open::open_stanza_with_set(s, "latest")?;
+    let summary = st.backup(&label).summary()?;
+    let delta = super::replica::kept_copy(&target, summary.header.system_identifier, args)?;
+    let source = s
+        .source
+        .as_deref()
+        .filter(|v| !v.trim().is_empty())
+        .map(|_| crate::pgdata::standby::source_as_given(s))
+        .transpose()?;
+    let patroni = args.patroni.is_some();
+    let own = if delta {
+        OwnSettings::read(&target)?
+    } else {
+        OwnSettings::default()
+    };
+    let lines = match &source {
+        Some(given) if !patroni => {
+            let conn = crate::primary::primary_target(s)?;
+            let app = standby_app_name(given, &own, None, s.pg_port);
+            standby_lines(s, args, &conn, &app, None, &own, &OwnSettings::default())
+        }
+        _ => Vec::new(),
+    };
+    if patroni {
+        tracing::info!(
+            "seeded from repo{} backup {label}: the standby replays the archived WAL through Patroni's postgresql.recovery_conf.restore_command (`pgjet archive-get %f \"%p\"`), then streams from the leader",
+            st.repo()
+        );
+    } else if source.is_none() {
+        tracing::info!(
+            "no source: the standby replays the archive (restore_command) and streams from no one until primary_conninfo is set"
+        );
+    }
+    let clock = Instant::now();
+    let restore = RestoreOptions {
+        set: label.clone(),
+        restore_type: if patroni {
+            RestoreType::Preserve
+        } else {
+            RestoreType::Standby
+        },
+        delta,
+        ..RestoreOptions::default()
+    };
+    super::restore::run_with(s, &restore, lines, progress)?;
+    let seconds = clock.elapsed().as_secs_f64();
+    if args.start {
+        start_seeded(
+            s,
+            args,
+            &target,
+            source.is_some(),
+            &summary.header.pg_version,
+        )?;
+    }
+    Ok(ReplicaSummary {
+        pg_path: target.display().to_string(),
+        size: summary.end.size,
+        seconds,
+        mib_per_sec: summary.end.size as f64 / 1048576.0 / seconds.max(1e-6),
+        slot: None,
+        started: args.start,
+        transport: format!("repo{} backup {label}", st.repo()),
+        jobs: s.jobs,
+        delta_same: None,
+        delta_copied: None,
+        wire_bytes: None,
+        network_compress: None,
+    })
+}
+
+/// `--start` after a seed: the standby started and waited for until it streams from the
+/// source (after replaying the archive).
+fn start_seeded(
+    s: &Settings,
+    args: &ReplicaOptions,
+    target: &Path,
+    has_source: bool,
+    major: &str,
+) -> Result<()> {
+    if !has_source {
+        return Err(Error::Config(
+            "--start needs --source: a standby seeded from the repository streams from it".into(),
+        ));
+    }
+    let given = crate::pgdata::standby::source_as_given(s)?;
+    let conn = crate::primary::primary_target(s)?;
+    let app = standby_app_name(&given, &OwnSettings::default(), None, s.pg_port);
+    let bin = crate::pgdata::standby::bin_dir(args.pg_bin.as_deref(), None, major)?;
+    crate::pgdata::standby::start_standby(&bin, s.pg_port, target, &conn, &app)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    fn figures(link_mib: f64, repo_mib: f64, wal_mib: u64) -> SeedFigures {
+        SeedFigures {
+            cluster: 2048 * MIB,
+            backup_stored: 700 * MIB,
+            wal_logical: wal_mib * MIB,
+            wal_stored: wal_mib * MIB / 3,
+            repo_rate: repo_mib * MIB as f64,
+            link: link_mib * MIB as f64,
+            ratio: 3.0,
+        }
+    }
+
+    #[test]
+    fn the_repository_wins_on_a_slow_link_and_loses_to_much_wal() {
+        // 100 Mbit/s to the source, a repository read at 400 MiB/s, 1 GiB of WAL since.
+        assert!(figures(11.0, 400.0, 1024).repo_wins());
+        // 2 Gbit/s to the source: its compressed stream is bound by one server core.
+        let fast = figures(220.0, 400.0, 1024);
+        assert!((fast.source_rate() - SERVER_CORE).abs() < 1.0);
+        assert!(!fast.repo_wins());
+        // A slow link, but 40 GiB of WAL to replay since the backup.
+        assert!(!figures(11.0, 400.0, 40 << 10).repo_wins());
+    }
+
+    #[test]
+    fn an_uncompressed_backup_estimates_an_uncompressed_stream() {
+        let f = SeedFigures {
+            ratio: 1.0,
+            ..figures(50.0, 400.0, 0)
+        };
+        assert_eq!(f.source_rate(), f.link);
+        assert!(f.describe().contains("ratio 1.0"));
+    }
+}
