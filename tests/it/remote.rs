@@ -624,28 +624,7 @@ fn stream_delta_by_replication_role(r: &Remote, standby: Server, full_bytes: u64
     fs::write(&hba, lines).unwrap();
     r.cluster.psql("postgres", "SELECT pg_reload_conf()");
     let dir = standby.data.clone();
-    let (run, received) = resync_stale_standby(r, standby, true, |r| {
-        let a = args![
-            "--source",
-            format!(
-                "host={} port={} user=replonly dbname=postgres sslmode=disable",
-                r.addr_a(),
-                r.cluster.port()
-            ),
-            "--pg-path",
-            dir.display(),
-            "--transport",
-            "basebackup",
-            "--output",
-            "json",
-            "replica-create",
-            "--start-fast",
-            "--delta",
-            "--tablespace-map",
-            format!("ts1={}", r.ts_dir(&dir).display())
-        ];
-        r.pgjet_in(&r.lab.ns_b.clone(), &r.hidden(), &a, None).ok()
-    });
+    let (run, received) = resync_stale_standby(r, standby, true, |r| replonly_resync(r, &dir));
     let s = summary(&run);
     let copied = s["delta_copied"].as_u64().unwrap();
     step!(
@@ -670,6 +649,67 @@ fn stream_delta_by_replication_role(r: &Remote, standby: Server, full_bytes: u64
     );
     let label = fs::read_to_string(dir.join("backup_label")).unwrap();
     assert!(!label.contains("INCREMENTAL"), "{label}");
+    check_resynced(r, &dir, true)
+}
+
+/// `replica-create --delta` of `dir` over the stream by the role `replonly` (REPLICATION
+/// only), from `b`; the run must succeed.
+fn replonly_resync(r: &Remote, dir: &Path) -> Run {
+    let a = args![
+        "--source",
+        format!(
+            "host={} port={} user=replonly dbname=postgres sslmode=disable",
+            r.addr_a(),
+            r.cluster.port()
+        ),
+        "--pg-path",
+        dir.display(),
+        "--transport",
+        "basebackup",
+        "--output",
+        "json",
+        "replica-create",
+        "--start-fast",
+        "--delta",
+        "--tablespace-map",
+        format!("ts1={}", r.ts_dir(dir).display())
+    ];
+    r.pgjet_in(&r.lab.ns_b.clone(), &r.hidden(), &a, None).ok()
+}
+
+/// The primary's WAL summaries gone (as `wal_summary_keep_time` removes them): the server
+/// refuses the incremental `BASE_BACKUP` before sending anything, and the re-sync by the
+/// replication-only role takes the whole stream instead, compared block by block, saying
+/// why; the standby then holds the primary's rows.
+fn incremental_refused_takes_the_whole_stream(
+    r: &Remote,
+    standby: Server,
+    full_bytes: u64,
+) -> Server {
+    let dir = standby.data.clone();
+    let (run, received) = resync_stale_standby(r, standby, true, |r| {
+        let summaries = r.cluster.data().join("pg_wal/summaries");
+        for e in fs::read_dir(&summaries).unwrap() {
+            fs::remove_file(e.unwrap().path()).unwrap();
+        }
+        replonly_resync(r, &dir)
+    });
+    step!(
+        "incremental refused (summaries gone): the whole stream, {} MiB received, a full copy {} MiB",
+        received >> 20,
+        full_bytes >> 20
+    );
+    log_line(
+        &run,
+        "the server refused the incremental BASE_BACKUP",
+        "a refused incremental BASE_BACKUP must fall back to the whole stream",
+    );
+    // The whole cluster crosses (compressed: the wire holds less than the copy's bytes).
+    let sent = summary(&run)["size"].as_u64().unwrap();
+    assert!(
+        sent > full_bytes / 2,
+        "the whole stream must cross: {sent} bytes of files, a full copy {full_bytes}:\n{run}"
+    );
     check_resynced(r, &dir, true)
 }
 
@@ -1323,6 +1363,9 @@ fn scram_replica_backup_delta(pg: Pg, tag: &str) {
     }
     if summaries {
         standby = stream_delta_by_replication_role(&r, standby, full_bytes);
+    }
+    if r.cluster.pg().major == "18" {
+        standby = incremental_refused_takes_the_whole_stream(&r, standby, full_bytes);
     }
     drop(standby);
 }
