@@ -713,6 +713,46 @@ fn incremental_refused_takes_the_whole_stream(
     check_resynced(r, &dir, true)
 }
 
+/// A re-sync by the replication-only role that moves the tablespace (`--tablespace-map` to a
+/// new directory): the incremental `BASE_BACKUP` would apply increments to files that are
+/// not where the manifest says, so the whole stream is taken, saying why; the tablespace is
+/// written in its new place, `pg_tblspc` points there, and the standby holds the rows.
+fn moved_tablespace_takes_the_whole_stream(r: &Remote, standby: Server) -> Server {
+    let dir = standby.data.clone();
+    let moved = PathBuf::from(format!("{}-moved", r.ts_dir(&dir).display()));
+    let (run, _) = resync_stale_standby(r, standby, true, |r| {
+        let a = args![
+            "--source",
+            format!(
+                "host={} port={} user=replonly dbname=postgres sslmode=disable",
+                r.addr_a(),
+                r.cluster.port()
+            ),
+            "--pg-path",
+            dir.display(),
+            "--output",
+            "json",
+            "replica-create",
+            "--start-fast",
+            "--delta",
+            "--tablespace-map",
+            format!("ts1={}", moved.display())
+        ];
+        r.pgjet_in(&r.lab.ns_b.clone(), &r.hidden(), &a, None).ok()
+    });
+    log_line(
+        &run,
+        "moves from",
+        "a moved tablespace must make the re-sync take the whole stream",
+    );
+    let links: Vec<PathBuf> = fs::read_dir(dir.join("pg_tblspc"))
+        .unwrap()
+        .map(|e| fs::read_link(e.unwrap().path()).unwrap())
+        .collect();
+    assert_eq!(links, vec![moved.clone()], "{run}");
+    check_resynced(r, &dir, true)
+}
+
 /// Stops `standby`, writes on the primary (with `summaries`, also what the summaries'
 /// rules cover beyond changed blocks), checkpoints, and runs `resync`. Returns its run and
 /// the bytes namespace `b` received meanwhile.
@@ -1366,6 +1406,7 @@ fn scram_replica_backup_delta(pg: Pg, tag: &str) {
     }
     if r.cluster.pg().major == "18" {
         standby = incremental_refused_takes_the_whole_stream(&r, standby, full_bytes);
+        standby = moved_tablespace_takes_the_whole_stream(&r, standby);
     }
     drop(standby);
 }
