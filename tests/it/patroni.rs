@@ -68,6 +68,13 @@ fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
     Some((code, body.to_string()))
 }
 
+/// Panics unless `log` holds each of `needles`; `what` says what it shows.
+fn assert_log_has(log: &str, what: &str, needles: &[&str]) {
+    for needle in needles {
+        assert!(log.contains(needle), "{what}: {needle:?} missing:\n{log}");
+    }
+}
+
 /// The last `n` lines of `text`.
 fn tail(text: &str, n: usize) -> String {
     let lines: Vec<&str> = text.lines().collect();
@@ -838,17 +845,16 @@ fn patroni_scenario(pg: Pg) {
         secs(t)
     );
     let log = acc.report_replica_method("node2 created", "node2", 0);
-    for needle in [
-        "called by Patroni as its replica creation method (scope pgjet-acc, role replica, keep_data",
-        "the role may not copy files",
-        "BASE_BACKUP",
-        "replica has been created using pgjet",
-    ] {
-        assert!(
-            log.contains(needle),
-            "node2's log must show {needle:?}:\n{log}"
-        );
-    }
+    assert_log_has(
+        &log,
+        "node2's log must show",
+        &[
+            "called by Patroni as its replica creation method (scope pgjet-acc, role replica, keep_data",
+            "the role may not copy files",
+            "BASE_BACKUP",
+            "replica has been created using pgjet",
+        ],
+    );
     let full = acc.node("node2").log_text();
     assert!(
         !full.contains("replica has been created using basebackup")
@@ -887,17 +893,16 @@ fn patroni_scenario(pg: Pg) {
         secs(t)
     );
     let log = acc.report_replica_method("reinit", "node1", from);
-    for needle in [
-        "Leaving data directory uncleaned",
-        "called by Patroni as its replica creation method (scope pgjet-acc, role replica, keep_data",
-        "(Patroni kept it): it is re-synced in place",
-        "replica has been created using pgjet",
-    ] {
-        assert!(
-            log.contains(needle),
-            "node1's reinit must show {needle:?}:\n{log}"
-        );
-    }
+    assert_log_has(
+        &log,
+        "node1's reinit must show",
+        &[
+            "Leaving data directory uncleaned",
+            "called by Patroni as its replica creation method (scope pgjet-acc, role replica, keep_data",
+            "(Patroni kept it): it is re-synced in place",
+            "replica has been created using pgjet",
+        ],
+    );
     assert!(
         !log.contains("replica has been created using basebackup")
             && !log.contains("Error creating replica using method pgjet"),
@@ -985,16 +990,39 @@ fn clone_cancel_and_repository(acc: &mut Acc, pg: &Pg) {
     step!("node3 cloned and streaming in {}", secs(t));
     let log = acc.report_replica_method("node3 created", "node3", 0);
     let node2_port = format!("port={}", acc.node("node2").pg_port);
-    for needle in [
-        node2_port.as_str(),
-        "the source is a standby",
-        "replica has been created using pgjet",
-    ] {
-        assert!(
-            log.contains(needle),
-            "node3 must be cloned by pgjet from node2 (clonefrom), a standby: {needle:?} missing:\n{log}"
-        );
-    }
+    assert_log_has(
+        &log,
+        "node3 must be cloned by pgjet from node2 (clonefrom), a standby",
+        &[
+            node2_port.as_str(),
+            "the source is a standby",
+            "replica has been created using pgjet",
+        ],
+    );
+    // The file transports copy a primary only: forced onto the standby, refused up front.
+    let node2 = acc.node("node2");
+    let never = std::env::temp_dir().join(format!("pgjet-never-{}", std::process::id()));
+    let r = run_as_postgres(
+        &pgjet_bin(),
+        &args![
+            "--source",
+            format!(
+                "host={} port={} user=postgres dbname=postgres",
+                node2.dir.join("sock").display(),
+                node2.pg_port
+            ),
+            "--transport",
+            "libpq",
+            "--pg-path",
+            never.display(),
+            "replica-create"
+        ],
+        None,
+    );
+    assert!(
+        !r.success() && r.stderr.contains("the source is a standby") && !never.exists(),
+        "--transport libpq from a standby must be refused before anything is written:\n{r}"
+    );
     acc.wait_rows("node3", "30000", Some("after failover"));
     acc.assert_same_data("node3 cloned from node2", "node1", "node3");
     acc.assert_patroni_slots("after node3's clone");
@@ -1120,16 +1148,15 @@ fn clone_cancel_and_repository(acc: &mut Acc, pg: &Pg) {
         secs(t)
     );
     let log = acc.report_replica_method("no leader", "node2", from);
-    for needle in [
-        "Patroni found no member to clone",
-        "restoring backup",
-        "replica has been created using pgjet",
-    ] {
-        assert!(
-            log.contains(needle),
-            "node2 must be seeded from the repository: {needle:?} missing:\n{log}"
-        );
-    }
+    assert_log_has(
+        &log,
+        "node2 must be seeded from the repository",
+        &[
+            "Patroni found no member to clone",
+            "restoring backup",
+            "replica has been created using pgjet",
+        ],
+    );
     assert_eq!(
         acc.node("node2").psql(
             "SELECT (SELECT count(*) FROM acc_rows) || ':' || (SELECT string_agg(m, ',' ORDER BY m) FROM acc_marks)"

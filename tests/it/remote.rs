@@ -624,7 +624,9 @@ fn stream_delta_by_replication_role(r: &Remote, standby: Server, full_bytes: u64
     fs::write(&hba, lines).unwrap();
     r.cluster.psql("postgres", "SELECT pg_reload_conf()");
     let dir = standby.data.clone();
-    let (run, received) = resync_stale_standby(r, standby, true, |r| replonly_resync(r, &dir));
+    let (run, received) = resync_stale_standby(r, standby, true, |r| {
+        replonly_resync(r, &dir, &r.ts_dir(&dir))
+    });
     let s = summary(&run);
     let copied = s["delta_copied"].as_u64().unwrap();
     step!(
@@ -653,8 +655,8 @@ fn stream_delta_by_replication_role(r: &Remote, standby: Server, full_bytes: u64
 }
 
 /// `replica-create --delta` of `dir` over the stream by the role `replonly` (REPLICATION
-/// only), from `b`; the run must succeed.
-fn replonly_resync(r: &Remote, dir: &Path) -> Run {
+/// only), from `b`, its tablespace in `ts`; the run must succeed.
+fn replonly_resync(r: &Remote, dir: &Path, ts: &Path) -> Run {
     let a = args![
         "--source",
         format!(
@@ -672,7 +674,7 @@ fn replonly_resync(r: &Remote, dir: &Path) -> Run {
         "--start-fast",
         "--delta",
         "--tablespace-map",
-        format!("ts1={}", r.ts_dir(dir).display())
+        format!("ts1={}", ts.display())
     ];
     r.pgjet_in(&r.lab.ns_b.clone(), &r.hidden(), &a, None).ok()
 }
@@ -692,7 +694,7 @@ fn incremental_refused_takes_the_whole_stream(
         for e in fs::read_dir(&summaries).unwrap() {
             fs::remove_file(e.unwrap().path()).unwrap();
         }
-        replonly_resync(r, &dir)
+        replonly_resync(r, &dir, &r.ts_dir(&dir))
     });
     step!(
         "incremental refused (summaries gone): the whole stream, {} MiB received, a full copy {} MiB",
@@ -720,26 +722,7 @@ fn incremental_refused_takes_the_whole_stream(
 fn moved_tablespace_takes_the_whole_stream(r: &Remote, standby: Server) -> Server {
     let dir = standby.data.clone();
     let moved = PathBuf::from(format!("{}-moved", r.ts_dir(&dir).display()));
-    let (run, _) = resync_stale_standby(r, standby, true, |r| {
-        let a = args![
-            "--source",
-            format!(
-                "host={} port={} user=replonly dbname=postgres sslmode=disable",
-                r.addr_a(),
-                r.cluster.port()
-            ),
-            "--pg-path",
-            dir.display(),
-            "--output",
-            "json",
-            "replica-create",
-            "--start-fast",
-            "--delta",
-            "--tablespace-map",
-            format!("ts1={}", moved.display())
-        ];
-        r.pgjet_in(&r.lab.ns_b.clone(), &r.hidden(), &a, None).ok()
-    });
+    let (run, _) = resync_stale_standby(r, standby, true, |r| replonly_resync(r, &dir, &moved));
     log_line(
         &run,
         "moves from",
