@@ -5,10 +5,10 @@
 //! member leads: `--connstring=` empty), the repository is the only place to seed from.
 //!
 //! How `--seed auto` chooses (docs/replica-sources.md): only for a new standby (an empty or
-//! absent target) whose source runs on another host, when a stanza is configured and its
+//! absent target, no `--slot`) whose source runs on another host, when a stanza is configured and its
 //! newest backup is of the source's cluster. Then both ways are timed, on what each reads:
-//! - the repository: the newest archived segments, one per job, read and decoded at once,
-//!   give its rate in stored bytes per second; the estimate is the backup's stored bytes
+//! - the repository: objects of the backup, one per job, read at once, give its rate in
+//!   stored bytes per second; the estimate is the backup's stored bytes
 //!   (its chain's) and the archived WAL's, at that rate, plus the WAL's replay at
 //!   [`REPLAY_RATE`];
 //! - the source: rows the server makes (`repeat`, which any role may run, so a role with
@@ -153,6 +153,12 @@ pub fn wanted(s: &Settings, args: &ReplicaOptions) -> Result<bool> {
         );
         return Ok(false);
     }
+    if args.slot.is_some() {
+        tracing::info!(
+            "seed auto: the source (--slot: a slot made now holds no WAL from a backup's start)"
+        );
+        return Ok(false);
+    }
     let (st, label) = match crate::repo::open::open_stanza_with_set(s, "latest") {
         Ok(f) => f,
         Err(e) => {
@@ -204,19 +210,18 @@ fn measure(
     }
     let seg_size = summary.header.wal_segment_size;
     let since = archived_since(st, &summary, seg_size)?;
-    // The newest segments, one per job, read at once as a restore reads.
-    let sample: Vec<&String> = since.iter().rev().take(s.jobs.max(1)).collect();
+    // The stored bytes of one archived segment (they compress alike).
+    let per_segment = match since.last() {
+        Some(name) => wal::stored_size(st, &WalFile::parse(name)?)?.unwrap_or(seg_size),
+        None => seg_size,
+    };
+    // The backup's own objects, one per job, read at once as a restore reads them.
+    let sample = st.backup(label).some_data_objects(s.jobs.max(1))?;
     let t = Instant::now();
-    let stored: Vec<Result<u64>> = std::thread::scope(|scope| {
+    let read: Vec<Result<u64>> = std::thread::scope(|scope| {
         let reads: Vec<_> = sample
             .iter()
-            .map(|name| {
-                scope.spawn(move || -> Result<u64> {
-                    let file = WalFile::parse(name)?;
-                    wal::fetch(st, &file)?;
-                    Ok(wal::stored_size(st, &file)?.unwrap_or(0))
-                })
-            })
+            .map(|name| scope.spawn(move || st.store().get(name).map(|b| b.len() as u64)))
             .collect();
         reads
             .into_iter()
@@ -227,13 +232,7 @@ fn measure(
             .collect()
     });
     let secs = t.elapsed().as_secs_f64();
-    let stored = stored.into_iter().collect::<Result<Vec<u64>>>()?;
-    let read: u64 = stored.iter().sum();
-    let per_segment = if stored.is_empty() {
-        seg_size
-    } else {
-        read / stored.len() as u64
-    };
+    let read: u64 = read.into_iter().collect::<Result<Vec<u64>>>()?.iter().sum();
     let cluster = summary.end.size.max(database_sizes(sess));
     let rows = (cluster / (64 << 20)).clamp(2, LINK_ROWS) as u32;
     let t = Instant::now();
@@ -352,6 +351,7 @@ pub fn run(s: &Settings, args: &ReplicaOptions, progress: &dyn Progress) -> Resu
             RestoreType::Standby
         },
         delta,
+        tablespace_map: args.tablespace_map.clone(),
         ..RestoreOptions::default()
     };
     super::restore::run_with(s, &restore, lines, progress)?;

@@ -107,6 +107,19 @@ impl<'s> Backup<'s> {
         format!("{}/data/{object}", self.dir())
     }
 
+    /// Full names of up to `n` stored data objects of the backup, as the store lists them
+    /// (for a timed read of the repository: replica-create's `--seed auto`).
+    ///
+    /// Errors: the store's listing.
+    pub fn some_data_objects(&self, n: usize) -> Result<Vec<String>> {
+        let dir = format!("{}/data", self.dir());
+        let mut out = Vec::new();
+        for name in self.store().list(&dir)?.take(n) {
+            out.push(format!("{dir}/{}", name?));
+        }
+        Ok(out)
+    }
+
     /// Writes the stored data object `object` of the backup (`data/<object>`, one unit of
     /// frames). Not durable until the store's sync. A backup stores its units through
     /// [`super::sink::RepoSink`]; this is for tools and tests that lay out a backup by hand.

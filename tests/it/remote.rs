@@ -1420,6 +1420,46 @@ fn auto_replica(r: &Remote, name: &str) -> Run {
     run
 }
 
+/// `--seed auto` with a repository on this side of a slow link: a backup of the primary
+/// taken across the link (the compressed stream), then a new standby for which auto times
+/// the repository against the link and restores the backup; the standby streams from the
+/// primary and holds its rows.
+fn seed_auto_takes_the_repository(r: &Remote) {
+    mkdir_pg(&r.dest.join("repo"), 0o750);
+    let b = r.lab.ns_b.clone();
+    let base = r.repo_args();
+    let mut a = base.clone();
+    a.push("stanza-create".into());
+    r.pgjet_in(&b, &r.hidden(), &a, None).ok();
+    let mut a = base.clone();
+    a.extend(args!["--transport", "basebackup", "backup", "--start-fast"]);
+    r.pgjet_in(&b, &r.hidden(), &a, None).ok();
+    let dir = r.dest.join("standby-seeded");
+    let mut a = base;
+    a.extend(args![
+        "--pg-path",
+        dir.display(),
+        "--output",
+        "json",
+        "replica-create",
+        "--tablespace-map",
+        format!("ts1={}", r.ts_dir(&dir).display())
+    ]);
+    let run = r.pgjet_in(&b, &r.hidden(), &a, None).ok();
+    let choice = log_line(&run, "seed auto:", "auto must log its seed figures").to_string();
+    step!("{choice}");
+    assert!(choice.contains("chose the repository"), "{run}");
+    let transport = summary(&run)["transport"].as_str().unwrap().to_string();
+    assert!(transport.starts_with("repo1 backup"), "{run}");
+    let standby = r.start_copy(&b, &dir);
+    r.wait_caught_up(&standby);
+    assert_same_fingerprint(
+        "standby seeded from the repository",
+        &fingerprint(&r.cluster.server),
+        &fingerprint(&standby),
+    );
+}
+
 /// The line in which `--transport auto` logs its figures and its choice. Panics (the test
 /// fails) when the run has none.
 fn auto_choice(run: &Run) -> &str {
@@ -1453,6 +1493,7 @@ fn slow_link_with_pgbench(pg: Pg, tag: &str, tls: bool) -> Remote {
 fn remote_pg15_transport_auto_chooses_by_measurement() {
     let slow = slow_link_with_pgbench(Pg::v15(), "auto-slow", true);
     let run = auto_replica(&slow, "standby-slow");
+    seed_auto_takes_the_repository(&slow);
     // On a slow link the method with the best ratio: zstd (`rep` is no superuser; the
     // server's methods come from pg_settings).
     assert!(run.stderr.contains("chose basebackup"), "{run}");
