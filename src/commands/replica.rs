@@ -75,7 +75,7 @@ pub fn run(s: &Settings, args: &ReplicaOptions, progress: &dyn Progress) -> Resu
     };
     let tablespaces = primary.sess.tablespaces()?;
     // Check targets before anything is created on the primary.
-    let delta = kept_copy(&target, primary.info.system_identifier, args)?;
+    let delta = crate::pgdata::standby::kept_copy(&target, primary.info.system_identifier, args)?;
     let locations = if delta {
         tablespace_locations(&tablespaces, &map)?
     } else {
@@ -273,32 +273,4 @@ fn under_patroni(
         out.delta = true;
     }
     out
-}
-
-/// Whether `target` is re-synced in place (`--delta` over a kept copy of the cluster of
-/// `system_identifier`: [`delta::check_delta_target`]) rather than written whole. Under
-/// Patroni, which deletes the directory itself when every method fails, a kept directory
-/// that is no copy of this cluster (another cluster's, an unreadable one, one left with a
-/// stale postmaster.pid by a crash) is emptied and written whole, and the log says which and
-/// why. Errors: the check's, elsewhere; a live server's postmaster.pid always.
-pub fn kept_copy(target: &Path, system_identifier: u64, args: &ReplicaOptions) -> Result<bool> {
-    if !args.delta {
-        return Ok(false);
-    }
-    if args.patroni.is_some() {
-        delta::remove_stale_pid(target)?;
-    }
-    match delta::check_delta_target(target, system_identifier) {
-        Ok(t) => Ok(t == delta::DeltaTarget::SameCluster),
-        Err(e @ Error::Unsafe(_)) if args.patroni.is_some() => {
-            tracing::warn!(
-                "{} is replaced by a full copy: {}",
-                target.display(),
-                e.with_causes()
-            );
-            delta::empty_dir(target)?;
-            Ok(false)
-        }
-        Err(e) => Err(e),
-    }
 }

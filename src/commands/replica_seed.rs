@@ -311,7 +311,7 @@ pub fn run(s: &Settings, args: &ReplicaOptions, progress: &dyn Progress) -> Resu
     let target = s.pg_path()?.to_path_buf();
     let (st, label) = crate::repo::open::open_stanza_with_set(s, "latest")?;
     let summary = st.backup(&label).summary()?;
-    let delta = super::replica::kept_copy(&target, summary.header.system_identifier, args)?;
+    let delta = crate::pgdata::standby::kept_copy(&target, summary.header.system_identifier, args)?;
     let source = s
         .source
         .as_deref()

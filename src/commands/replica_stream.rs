@@ -58,7 +58,7 @@ pub fn run(
         );
     }
     let tablespaces = sess.tablespaces()?;
-    let delta = super::replica::kept_copy(&target, info.system_identifier, args)?;
+    let delta = crate::pgdata::standby::kept_copy(&target, info.system_identifier, args)?;
     // Checked before anything is made on the primary: a delta keeps its tablespaces where
     // they are, a new copy needs empty places for them.
     let kept_locations = if delta {

@@ -391,3 +391,31 @@ pub fn source_as_given(s: &Settings) -> Result<ConnInfo> {
         .map_err(crate::pg::conninfo::source_error)?
         .with_env_defaults(&crate::pg::session::env_var))
 }
+
+/// Whether `target` is re-synced in place (`--delta` over a kept copy of the cluster of
+/// `system_identifier`: [`crate::pgdata::delta::check_delta_target`]) rather than written whole. Under
+/// Patroni, which deletes the directory itself when every method fails, a kept directory
+/// that is no copy of this cluster (another cluster's, an unreadable one, one left with a
+/// stale postmaster.pid by a crash) is emptied and written whole, and the log says which and
+/// why. Errors: the check's, elsewhere; a live server's postmaster.pid always.
+pub fn kept_copy(target: &Path, system_identifier: u64, args: &ReplicaOptions) -> Result<bool> {
+    if !args.delta {
+        return Ok(false);
+    }
+    if args.patroni.is_some() {
+        crate::pgdata::delta::remove_stale_pid(target)?;
+    }
+    match crate::pgdata::delta::check_delta_target(target, system_identifier) {
+        Ok(t) => Ok(t == crate::pgdata::delta::DeltaTarget::SameCluster),
+        Err(e @ Error::Unsafe(_)) if args.patroni.is_some() => {
+            tracing::warn!(
+                "{} is replaced by a full copy: {}",
+                target.display(),
+                e.with_causes()
+            );
+            crate::pgdata::delta::empty_dir(target)?;
+            Ok(false)
+        }
+        Err(e) => Err(e),
+    }
+}
