@@ -7,8 +7,8 @@
 //! How `--seed auto` chooses (docs/replica-sources.md): only for a new standby (an empty or
 //! absent target, no `--slot`) whose source runs on another host, when a stanza is configured and its
 //! newest backup is of the source's cluster. Then both ways are timed, on what each reads:
-//! - the repository: objects of the backup, one per job, read at once, give its rate in
-//!   stored bytes per second; the estimate is the backup's stored bytes
+//! - the repository: the largest of some of the backup's objects, one per job, read at
+//!   once, give its rate in stored bytes per second; the estimate is the backup's stored bytes
 //!   (its chain's) and the archived WAL's, at that rate, plus the WAL's replay at
 //!   [`REPLAY_RATE`];
 //! - the source: rows the server makes (`repeat`, which any role may run, so a role with
@@ -47,6 +47,33 @@ pub const SEED_MARGIN: f64 = 1.2;
 /// cluster (one row per 64 MiB of it, at least two).
 const LINK_ROWS: u64 = 8;
 const LINK_ROW: u64 = 1 << 20;
+
+/// Archived segments whose stored sizes are read, and backup objects listed per job, for
+/// the repository's sample.
+const SAMPLE_SEGMENTS: usize = 8;
+const SAMPLE_LISTED: usize = 8;
+
+/// `f` of every item of `items`, on up to `threads` threads; the results in `items`' order.
+///
+/// Errors: the first of `f`'s.
+fn in_parallel<T: Sync, R: Send + Default + Clone>(
+    items: &[T],
+    threads: usize,
+    f: impl Fn(&T) -> Result<R> + Sync,
+) -> Result<Vec<R>> {
+    let out = std::sync::Mutex::new(vec![R::default(); items.len()]);
+    crate::io::parallel::for_each_with(
+        items.len(),
+        threads,
+        || Ok(()),
+        |_, i| {
+            let r = f(&items[i])?;
+            out.lock().unwrap_or_else(|e| e.into_inner())[i] = r;
+            Ok(())
+        },
+    )?;
+    Ok(out.into_inner().unwrap_or_else(|e| e.into_inner()))
+}
 
 /// What the choice between the repository and the source is made on.
 #[derive(Debug, Clone, PartialEq)]
@@ -210,29 +237,34 @@ fn measure(
     }
     let seg_size = summary.header.wal_segment_size;
     let since = archived_since(st, &summary, seg_size)?;
-    // The stored bytes of one archived segment (they compress alike).
-    let per_segment = match since.last() {
-        Some(name) => wal::stored_size(st, &WalFile::parse(name)?)?.unwrap_or(seg_size),
-        None => seg_size,
-    };
-    // The backup's own objects, one per job, read at once as a restore reads them.
-    let sample = st.backup(label).some_data_objects(s.jobs.max(1))?;
+    let jobs = s.jobs.max(1);
+    // The stored bytes of an archived segment: the largest of the newest few (the newest
+    // may be a switched one, mostly zeros, that compresses to almost nothing).
+    let newest: Vec<String> = since.iter().rev().take(SAMPLE_SEGMENTS).cloned().collect();
+    let sizes = in_parallel(&newest, jobs, |name| {
+        Ok(wal::stored_size(st, &WalFile::parse(name)?)?.unwrap_or(0))
+    })?;
+    let per_segment = sizes.into_iter().max().unwrap_or(seg_size);
+    // The largest of some of the backup's own objects, one per job, read at once as a
+    // restore reads them (small ones would time the requests' latency, not the bytes).
+    let listed = st.backup(label).some_data_objects(jobs * SAMPLE_LISTED)?;
+    let sizes = in_parallel(&listed, jobs, |name| {
+        Ok(st.store().size(name)?.unwrap_or(0))
+    })?;
+    let mut by_size: Vec<(u64, &String)> = sizes.into_iter().zip(&listed).collect();
+    by_size.sort_by_key(|b| std::cmp::Reverse(b.0));
+    let sample: Vec<String> = by_size
+        .iter()
+        .take(jobs)
+        .map(|(_, n)| (*n).clone())
+        .collect();
     let t = Instant::now();
-    let read: Vec<Result<u64>> = std::thread::scope(|scope| {
-        let reads: Vec<_> = sample
-            .iter()
-            .map(|name| scope.spawn(move || st.store().get(name).map(|b| b.len() as u64)))
-            .collect();
-        reads
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err(Error::Other("a repository read panicked".into())))
-            })
-            .collect()
-    });
+    let read: u64 = in_parallel(&sample, jobs, |name| {
+        st.store().get(name).map(|b| b.len() as u64)
+    })?
+    .iter()
+    .sum();
     let secs = t.elapsed().as_secs_f64();
-    let read: u64 = read.into_iter().collect::<Result<Vec<u64>>>()?.iter().sum();
     let cluster = summary.end.size.max(database_sizes(sess));
     let rows = (cluster / (64 << 20)).clamp(2, LINK_ROWS) as u32;
     let t = Instant::now();
