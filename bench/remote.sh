@@ -37,6 +37,20 @@ DELTA_LINK=${DELTA_LINK:-1gbit/20}
 DELTA_RANGES=${DELTA_RANGES:-"64 256 1024"}
 export DELTA_PCT=${DELTA_PCT:-1}         # % of pgbench_accounts pages changed before each delta
 PARTS=${PARTS:-"main small sweep delta incr stream"}
+# The sources part (PARTS=sources, not in the default list): on SOURCES_LINK, replica creation
+# from the primary, from a standby of it on host A, seeded from an S3 repository (versitygw on
+# host A) with SOURCES_WAL_MB of WAL archived since the backup, and the re-sync (Patroni's
+# reinit) of a replica that missed DELTA_PCT % of the pages: pgjet against pg_basebackup and
+# `pgbackrest --delta restore`.
+SOURCES_LINK=${SOURCES_LINK:-1gbit/20}
+SOURCES_RUNS=${SOURCES_RUNS:-$RUNS}
+SOURCES_WAL_MB=${SOURCES_WAL_MB:-1024}  # MiB of pgbench WAL archived between the S3 backup and the seeds
+SOURCES_STANDBY_PORT=${SOURCES_STANDBY_PORT:-5433}   # the source standby's port on host A
+SOURCES_S3_PORT=${SOURCES_S3_PORT:-9000}             # versitygw (plain HTTP) on host A
+SOURCES_PGBR_COMPRESS=${SOURCES_PGBR_COMPRESS:-lz4}  # pgBackRest's backups restored by the reinit peer
+SOURCES_PGBR_JOBS=${SOURCES_PGBR_JOBS:-2}            # their process-max, and the restore's
+VERSITYGW=${VERSITYGW:-$(for c in /usr/local/bin/versitygw /root/go/bin/versitygw "$(command -v versitygw || true)"; do
+    if [ -x "$c" ]; then echo "$c"; break; fi; done)}
 # The stream part (issue 18): compression at the source. Datasets: pgb (pgbench only, like the
 # published slow-VPN case) and main (the mixed one); the transports and peers below.
 STREAM_SCALE=${STREAM_SCALE:-100}   # pgbench scale of the pgb dataset
@@ -95,6 +109,17 @@ SAMPLER_PID=""
 DROP_CACHES=unknown
 CG_A=/sys/fs/cgroup/cpuacct/${LAB_PREFIX}-bench-a   # cpuacct cgroup of everything on host A
 CG_B=/sys/fs/cgroup/cpuacct/${LAB_PREFIX}-bench-b   # ... and of the timed command on host B
+CG_P=$CG_A/primary                  # the sources part: the primary alone (a child of CG_A, which still counts it)
+SRC_SB=$BENCH/a/pg-standby          # the sources part: the source standby on host A
+S3DATA=$BENCH/a/s3data              # ... versitygw's posix directory (host A's side)
+S3_CONF=$BENCH/pgjet-s3.conf        # ... pgjet's S3 repository options (0600, postgres)
+PGBR_CONF_R=$BENCH/pgbr-b-restore.conf   # ... pgBackRest on B restoring into the kept replica
+S3_BUCKET=pgjet
+S3_KEY=pgjetbench
+S3_SECRET=pgjet-bench-secret-0123456789
+VGW_PID=""
+ADDR_B=""
+SRC_ARCHIVE_SET=0                   # 1 while the primary's archive_command is the sources part's (ALTER SYSTEM)
 declare -A LOGICAL                  # dataset -> bytes a backup copies (PGDATA without pg_wal segments)
 declare -A LOAD                     # link/phase -> "before / after" load averages
 
@@ -110,10 +135,18 @@ cleanup() {
     stop_sampler
     stop_pgbr_server
     stop_anchor
+    # the sources part's servers: standbys started in B, the source standby on A, versitygw
+    for d in "$OUT"/src-* "$OUT"/reinit-*; do [ -d "$d" ] && pg_stop_cluster "$d"; done
+    pg_stop_cluster "$SRC_SB"
+    stop_versitygw
     for d in main small; do pg_stop_cluster "$BENCH/a/pg-$d"; done
     pg_stop_cluster "$BENCH/b/delta"
+    # a kept cluster must not archive into the S3 server that is gone
+    [ "$SRC_ARCHIVE_SET" = 1 ] && sed -i '/^archive_command/d' "$BENCH/a/pg-main/data/postgresql.auto.conf"
     bash "$ROOT/scripts/netlab.sh" down "$LAB_PREFIX" 2>/dev/null
     rm -rf "/etc/netns/$NB"
+    rm -f "$S3_CONF" "$PGBR_CONF_R"
+    rmdir "$CG_P" 2>/dev/null
     rmdir "$CG_A" "$CG_B" 2>/dev/null
     if [ "$KEEP" != 1 ]; then
         rm -rf "$BENCH/a" "$BENCH/b" "$BENCH/bin"
@@ -207,17 +240,21 @@ make_cgroups() {
 # in_cg_a CMD...: run CMD (exec) inside A's cgroup
 in_cg_a() { sh -c 'echo $$ > "$0/tasks" && exec "$@"' "$CG_A" "$@"; }
 cg_ns() { cat "$1/cpuacct.usage"; }
+# the processes of A's cgroup and of its child (the sources part's primary)
+cg_a_procs() { cat "$CG_A/cgroup.procs" "$CG_A"/*/cgroup.procs 2>/dev/null || true; }
+# CPU ns of the primary alone, while the sources part keeps it in CG_P (else nothing)
+cg_p_ns() { if [ -r "$CG_P/cpuacct.usage" ]; then cat "$CG_P/cpuacct.usage"; fi; }
 # The sampler: every 0.2 s, the largest VmHWM and RssAnon among the processes of A's cgroup
 # that were not there when the run began (backends, walsenders, pgBackRest workers), written
 # to $RES/sampler.
 sampler_loop() {
     local hwm=0 anon=0 p v a t0
     declare -A base=()
-    for p in $(cat "$CG_A/cgroup.procs"); do base[$p]=1; done
+    for p in $(cg_a_procs); do base[$p]=1; done
     t0=${EPOCHREALTIME/./}
     while :; do
         echo "$(( (${EPOCHREALTIME/./} - t0) / 1000 )) $(rx_now)" >>"$SAMPLER_TRACE"
-        for p in $(cat "$CG_A/cgroup.procs"); do
+        for p in $(cg_a_procs); do
             [ -n "${base[$p]:-}" ] && continue
             read -r v a < <(awk '/^VmHWM:/ {h=$2} /^RssAnon:/ {a=$2} END {print h+0, a+0}' "/proc/$p/status" 2>/dev/null || echo "0 0")
             [ "${v:-0}" -gt "$hwm" ] && hwm=$v
@@ -237,18 +274,20 @@ stop_sampler() {
 # ------------------------------------------------------------------ timing
 # timed NAME RUN CMD: cold cache, then `bash -c "CMD && sync"` under GNU time; records wall,
 # peak RSS (largest single process on B), user+sys on B, lab0 rx/tx in B, CPU ticks of the
-# primary's side, its peak backend VmHWM/RssAnon. Row in $TSV. Non-zero on failure.
+# primary's side, its peak backend VmHWM/RssAnon, and (sources part) the primary's own CPU.
+# Row in $TSV. Non-zero on failure.
 timed() {
     local name=$1 run=$2 cmd=$3 base=$LOGS/$1.$CUR_LINK_TAG.run$2 rx0 tx0 rx1 tx1 a0 a1 b0 b1 ok=ok
     local sec rss us ss hwm anon acpu bcpu steady
-    local c0 c1 mcpu
+    local c0 c1 mcpu p0 p1 pcpu=""
     cold_cache
     SAMPLER_TRACE=$base.rx
-    rx0=$(iface rx_bytes); tx0=$(iface tx_bytes); a0=$(cg_ns "$CG_A"); b0=$(cg_ns "$CG_B"); c0=$(cpu_now)
+    rx0=$(iface rx_bytes); tx0=$(iface tx_bytes); a0=$(cg_ns "$CG_A"); b0=$(cg_ns "$CG_B"); c0=$(cpu_now); p0=$(cg_p_ns)
     start_sampler
     if ! /usr/bin/time -f '%e %M %U %S' -o "$base.time" bash -c "echo \$\$ > $CG_B/tasks && $cmd && sync" >"$base.log" 2>&1; then ok=FAIL; fi
     stop_sampler
-    rx1=$(iface rx_bytes); tx1=$(iface tx_bytes); a1=$(cg_ns "$CG_A"); b1=$(cg_ns "$CG_B"); c1=$(cpu_now)
+    rx1=$(iface rx_bytes); tx1=$(iface tx_bytes); a1=$(cg_ns "$CG_A"); b1=$(cg_ns "$CG_B"); c1=$(cpu_now); p1=$(cg_p_ns)
+    [ -n "$p0" ] && [ -n "$p1" ] && pcpu=$(awk -v t=$((p1 - p0)) 'BEGIN {printf "%.2f", t / 1e9}')
     # the whole machine's busy share during the run, in % of all cores
     mcpu=$(echo "$c0 $c1" | awk '{d = $4 - $2; printf "%.0f", (d > 0 ? 100 * ($3 - $1) / d : 0)}')
     # steady wire rate: rx bytes between 25 % and 75 % of the run, per second
@@ -259,13 +298,14 @@ timed() {
     acpu=$(awk -v t=$((a1 - a0)) 'BEGIN {printf "%.2f", t / 1e9}')
     bcpu=$(awk -v t=$((b1 - b0)) 'BEGIN {printf "%.2f", t / 1e9}')
     if [ "$ok" = ok ] && ! [[ "$sec" =~ ^[0-9.]+$ ]]; then ok=FAIL; fi
-    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$CUR_DS" "$CUR_LINK" "$name" "$run" \
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$CUR_DS" "$CUR_LINK" "$name" "$run" \
         "$sec" "$rss" "$bcpu" $((rx1 - rx0)) $((tx1 - tx0)) "$acpu" "$hwm" "$anon" "$ok" \
-        "$(awk -v u="$us" -v s="$ss" 'BEGIN {print u + s}')" "$mcpu" "$steady" >>"$TSV"
+        "$(awk -v u="$us" -v s="$ss" 'BEGIN {print u + s}')" "$mcpu" "$steady" "$pcpu" >>"$TSV"
     if [ "$ok" = ok ]; then
         printf '  %-24s run %d: %7.2f s  rx %5.0f MiB  steady %5.1f MiB/s  B-cpu %5.1f s  A-cpu %5.1f s  machine %3s%%  RSS %4d MiB  A-HWM %4d MiB\n' "$name" "$run" "$sec" \
             "$(awk -v b=$((rx1 - rx0)) 'BEGIN {print b / 1048576}')" "$(awk -v b="${steady:-0}" 'BEGIN {print b / 1048576}')" \
             "$bcpu" "$acpu" "$mcpu" $((rss / 1024)) $((hwm / 1024))
+        [ -z "$pcpu" ] || printf '  %-24s        primary alone: %5.2f s CPU\n' "" "$pcpu"
     else
         printf '  %-26s run %d: FAILED (log %s)\n' "$name" "$run" "$base.log"
         tail -n 6 "$base.log" | sed 's/^/      /'
@@ -279,8 +319,14 @@ fresh_dir() { rm -rf "$1"; mkdir -p "$1"; chown postgres: "$1"; chmod 700 "$1"; 
 # mount namespace of its own, so nothing in B can take a local shortcut to the primary's files)
 in_b() { printf 'cd / && ip netns exec %s sh -c %s -- runuser -u postgres -- env PGPASSFILE=%s %s' "$NB" \
     "$(q 'mount -t tmpfs -o size=1m,mode=755 pgjet-bench-hidden "$BENCH_A" && exec "$@"')" "$PASSFILE" "$(q "$@")"; }
-conninfo() {
-    echo "host=$ADDR_A port=$PORT user=$ROLE dbname=postgres sslmode=verify-full sslrootcert=$PKI/ca.crt passfile=$PASSFILE"
+# in_b_pg ARGS...: in_b for a command that starts a copy of the primary in B (pg_ctl, or
+# replica-create --start): the copy's postgresql.conf names the primary's socket directory,
+# which the empty tmpfs then holds (in that mount namespace only, where the server stays)
+in_b_pg() { printf 'cd / && ip netns exec %s sh -c %s -- runuser -u postgres -- env PGPASSFILE=%s %s' "$NB" \
+    "$(q 'mount -t tmpfs -o size=1m,mode=755 pgjet-bench-hidden "$BENCH_A" && mkdir -p "$BENCH_A/pg-main/sock" &&
+chown postgres: "$BENCH_A/pg-main/sock" && chmod 700 "$BENCH_A/pg-main/sock" && exec "$@"')" "$PASSFILE" "$(q "$@")"; }
+conninfo() {   # [PORT]: the primary's (default), or the source standby's on A
+    echo "host=$ADDR_A port=${1:-$PORT} user=$ROLE dbname=postgres sslmode=verify-full sslrootcert=$PKI/ca.crt passfile=$PASSFILE"
 }
 
 # ------------------------------------------------------------------ set-up
@@ -804,12 +850,309 @@ part_stream() {
     done
 }
 
+# ------------------------------------------------------------------ the sources part
+# Rows src_* and reinit_* (dataset main, link SOURCES_LINK): where a new standby's files come
+# from (the primary, a standby of it on host A, an S3 repository), and the re-sync of a
+# replica that missed DELTA_PCT % of the pages (Patroni's reinit) against its peers.
+
+# versitygw (plain HTTP, path-style bucket $S3_BUCKET) in host A's namespace and cgroup,
+# reached from B through the lab's wire, from A's own processes locally
+start_versitygw() {
+    local i
+    [ -x "${VERSITYGW:-}" ] || die "versitygw not found: run scripts/install-deps.sh or set VERSITYGW"
+    rm -rf "$S3DATA"; mkdir -p "$S3DATA/$S3_BUCKET"
+    # --keep-alive: versitygw otherwise closes every connection, which real object stores do not.
+    # Not through in_cg_a (a function: `&` would fork a subshell, and $! would be that): sh
+    # execs ip, which execs versitygw, so $! is versitygw itself. Credentials in its environment.
+    ROOT_ACCESS_KEY_ID=$S3_KEY ROOT_SECRET_ACCESS_KEY=$S3_SECRET \
+        sh -c 'echo $$ > "$0/tasks" && exec "$@"' "$CG_A" ip netns exec "$NA" "$VERSITYGW" --quiet --keep-alive \
+        --port "$ADDR_A:$SOURCES_S3_PORT" posix "$S3DATA" </dev/null >"$LOGS/versitygw.log" 2>&1 &
+    VGW_PID=$!
+    for i in $(seq 1 100); do
+        if ip netns exec "$NB" curl -s -o /dev/null "http://$ADDR_A:$SOURCES_S3_PORT/"; then
+            say "  versitygw (pid $VGW_PID) serves http://$ADDR_A:$SOURCES_S3_PORT (bucket $S3_BUCKET) from $S3DATA"
+            return 0
+        fi
+        kill -0 "$VGW_PID" 2>/dev/null || break
+        sleep 0.1
+    done
+    cat "$LOGS/versitygw.log" >&2
+    die "versitygw did not start"
+}
+stop_versitygw() {   # by PID, if it still is versitygw (safe under set -e)
+    [ -n "$VGW_PID" ] || return 0
+    if grep -qs versitygw "/proc/$VGW_PID/cmdline"; then
+        kill -TERM "$VGW_PID" 2>/dev/null || true
+        for _ in $(seq 1 50); do kill -0 "$VGW_PID" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL "$VGW_PID" 2>/dev/null || true
+    fi
+    wait "$VGW_PID" 2>/dev/null || true
+    VGW_PID=""
+}
+
+# The primary alone in CG_P (a child of CG_A: A's figures still count it): its postmaster, so
+# every process it forks from now on, and the processes it has.
+primary_cg_in() {
+    local pm c
+    mkdir -p "$CG_P"
+    pm=$(pg_cluster_pid "$BENCH/a/pg-main")
+    [ -n "$pm" ] || die "no primary running"
+    echo "$pm" >"$CG_P/cgroup.procs"
+    for c in $(ps -o pid= --ppid "$pm"); do echo "$c" >"$CG_P/cgroup.procs" 2>/dev/null || true; done
+}
+primary_cg_out() {
+    [ -d "$CG_P" ] || return 0
+    local p
+    for p in $(cat "$CG_P/cgroup.procs" 2>/dev/null); do echo "$p" >"$CG_A/cgroup.procs" 2>/dev/null || true; done
+    rmdir "$CG_P" 2>/dev/null || true
+}
+
+pq() { psql_as "$PGV" "$BENCH/a/pg-main" "$PORT" -Atc "$1"; }   # one query on the primary, as postgres
+src_fact() { printf '%s\t%s\n' "$1" "$2" >>"$RES/sources-facts.tsv"; }
+logical_now() {
+    find "$BENCH/a/pg-main/data" -type f ! -path '*/pg_wal/0*' ! -name postmaster.pid -printf '%s\n' | awk '{s += $1} END {print s + 0}'
+}
+
+# wait_streaming_where COND [SECONDS]: until the primary has a streaming walsender with COND
+wait_streaming_where() {
+    local i
+    for i in $(seq 1 $((${2:-120} * 5))); do
+        [ "$(pq "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming' AND $1")" -ge 1 ] && return 0
+        sleep 0.2
+    done
+    say "  no streaming walsender with $1 after ${2:-120} s"
+    return 1
+}
+
+# start_b_standby DIR: start the copy in DIR inside B (port $PORT there), until it streams
+start_b_standby() {
+    local d=$1
+    if ! (eval "$(in_b_pg "$PGBIN/pg_ctl" -D "$d" -l "$d.log" -w -t 300 -o "-p $PORT" start)") >/dev/null; then
+        tail -n 20 "$d.log"; return 1
+    fi
+    wait_streaming_where "client_addr = '$ADDR_B'" 300
+}
+
+# The source standby: a pg_basebackup of the primary on host A, its own port and socket,
+# streaming from the primary through its socket; in A's cgroup, not in the primary's.
+make_source_standby() {
+    pg_stop_cluster "$SRC_SB"; rm -rf "$SRC_SB"
+    mkdir -p "$SRC_SB/sock"; chown postgres: "$SRC_SB" "$SRC_SB/sock"; chmod 700 "$SRC_SB/sock"
+    as_pg "$PGBIN/pg_basebackup" -h "$BENCH/a/pg-main/sock" -p "$PORT" -U postgres -D "$SRC_SB/data" \
+        -Fp -Xstream -R -c fast >"$LOGS/src-standby-basebackup.log" 2>&1 \
+        || { cat "$LOGS/src-standby-basebackup.log"; die "pg_basebackup of the source standby failed"; }
+    cat >>"$SRC_SB/data/postgresql.conf" <<EOC
+# ---- bench/remote.sh, sources part: a standby of the primary on host A
+port = $SOURCES_STANDBY_PORT
+unix_socket_directories = '$SRC_SB/sock'
+EOC
+    touch "$SRC_SB/log"; chown postgres: "$SRC_SB/log"
+    in_cg_a ip netns exec "$NA" runuser -u postgres -- "$PGBIN/pg_ctl" -D "$SRC_SB/data" -l "$SRC_SB/log" -w -t 120 start >/dev/null \
+        || { tail -n 20 "$SRC_SB/log"; die "the source standby did not start"; }
+    wait_streaming_where "client_addr IS NULL" 120 || die "the source standby does not stream"
+    say "  source standby on A, port $SOURCES_STANDBY_PORT, streaming from the primary"
+}
+
+src_copy() {   # NAME RUN PORT: pgjet replica-create (--transport auto) into an empty dir from the server on A at PORT
+    local o=$OUT/src-copy
+    fresh_dir "$o"
+    timed "$1" "$2" "$(in_b "$PGJET_BIN" --source "$(conninfo "$3")" --pg-path "$o" --output json \
+        replica-create --start-fast)" || true
+    rm -rf "$o"
+}
+src_pgbb() {   # NAME RUN PORT: pg_basebackup -R, the same
+    local o=$OUT/src-pgbb
+    fresh_dir "$o"
+    timed "$1" "$2" "$(in_b "$PGBIN/pg_basebackup" -d "$(conninfo "$3")" -D "$o" -Fp -Xstream -R -c fast)" || true
+    rm -rf "$o"
+}
+# src_start NAME RUN SEED: replica-create --seed SEED --start from the primary into an empty dir
+# in B (timed until the new standby streams); the standby stopped and removed after
+src_start() {
+    local o=$OUT/src-start cfg=()
+    [ "$3" = source ] || cfg=(--config "$S3_CONF" --stanza main)
+    fresh_dir "$o"
+    timed "$1" "$2" "$(in_b_pg "$PGJET_BIN" "${cfg[@]}" --source "$(conninfo)" --pg-path "$o" --output json \
+        replica-create --seed "$3" --start --start-fast)" || true
+    pg_stop_cluster "$o"
+    rm -rf "$o" "$o.log"
+}
+
+# src_make_wal MIB: pgbench on the primary until MIB MiB of WAL were written; prints the bytes
+src_make_wal() {
+    local start now=0 target=$(($1 * 1048576))
+    start=$(pq "SELECT pg_current_wal_lsn()")
+    while :; do
+        now=$(pq "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '$start')::bigint")
+        [ "$now" -ge "$target" ] && break
+        as_pg env PGOPTIONS='-c synchronous_commit=off' "$PGBIN/pgbench" -h "$BENCH/a/pg-main/sock" -p "$PORT" \
+            -U postgres -n -c 2 -j 2 -T 5 postgres >>"$LOGS/src-pgbench.log" 2>&1 \
+            || { tail -n 5 "$LOGS/src-pgbench.log" >&2; return 1; }
+    done
+    echo "$now"
+}
+# src_wait_archived: switch to a new segment and wait until the archiver archived the one closed
+src_wait_archived() {
+    local seg t0=$SECONDS
+    seg=$(pq "SELECT pg_walfile_name(pg_switch_wal())")
+    until [ "$(pq "SELECT coalesce(last_archived_wal, '') >= '$seg' FROM pg_stat_archiver")" = t ]; do
+        if [ $((SECONDS - t0)) -ge 1800 ]; then
+            say "  $seg not archived after 1800 s: $(pq "SELECT last_archived_wal, failed_count, last_failed_wal FROM pg_stat_archiver")"
+            return 1
+        fi
+        sleep 1
+    done
+    say "  archived through $seg ($((SECONDS - t0)) s after the switch)"
+}
+
+part_sources() {
+    local link=$SOURCES_LINK r n pages logical wal kept=$OUT/reinit-pgjet kept_br=$OUT/reinit-pgbr
+    local on_a=(--pg-path "$BENCH/a/pg-main/data" --pg-socket-path "$BENCH/a/pg-main/sock" --pg-port "$PORT")
+    CUR_LINK_TAG=${link//\//_}
+    lab_up "$link" main
+    ADDR_B=$(sed -n 's/^NETLAB_ADDR_B=//p' "$RES/lab.env")
+    phase_begin "sources @ $(link_label "$link")"
+    : >"$RES/sources-facts.tsv"; : >"$RES/sources-changes.tsv"; : >"$RES/sources-seed-auto.txt"
+    iperf_ref
+    primary_cg_in
+    src_fact logical_start "$(logical_now)"
+
+    # 1, 2: a new replica copied from the primary and from a standby of it on A (the primary's
+    # own CPU recorded for each)
+    say "-- replica creation from the primary and from a standby on host A"
+    make_source_standby
+    for r in $(seq 1 "$SOURCES_RUNS"); do
+        say "-- run $r of $SOURCES_RUNS"
+        src_copy src_primary "$r" "$PORT"
+        src_copy src_standby "$r" "$SOURCES_STANDBY_PORT"
+        src_pgbb src_pgbb_primary "$r" "$PORT"
+        src_pgbb src_pgbb_standby "$r" "$SOURCES_STANDBY_PORT"
+    done
+    pg_stop_cluster "$SRC_SB"; rm -rf "$SRC_SB"
+
+    # 3: seeded from an S3 repository: a stanza and a full backup on it (untimed, on A), then
+    # SOURCES_WAL_MB of pgbench WAL archived into it by the primary's archive_command
+    say "-- seeded from an S3 repository (versitygw on host A) with $SOURCES_WAL_MB MiB of WAL since the backup"
+    start_versitygw
+    cat >"$S3_CONF" <<EOC
+[global]
+repo1-type=s3
+repo1-path=/bench
+repo1-s3-bucket=$S3_BUCKET
+repo1-s3-endpoint=http://$ADDR_A
+repo1-storage-port=$SOURCES_S3_PORT
+repo1-s3-region=us-east-1
+repo1-s3-key=$S3_KEY
+repo1-s3-key-secret=$S3_SECRET
+repo1-s3-uri-style=path
+EOC
+    chown postgres: "$S3_CONF"; chmod 600 "$S3_CONF"
+    (cd / && in_cg_a ip netns exec "$NA" runuser -u postgres -- "$PGJET_BIN" --config "$S3_CONF" --stanza main \
+        "${on_a[@]}" stanza-create) >"$LOGS/src-s3-stanza-create.log" 2>&1 \
+        || { cat "$LOGS/src-s3-stanza-create.log"; die "pgjet stanza-create on S3 failed"; }
+    # the primary archives into the S3 repository (and pgBackRest's, for the reinit peer's backups)
+    local cmds=("$PGJET_BIN --config=$S3_CONF --stanza=main archive-push %p")
+    [ "$SKIP_PGBACKREST" = 1 ] || cmds+=("pgbackrest --config=$PGBR_CONF_A --stanza=main --compress-type=none archive-push %p")
+    SRC_ARCHIVE_SET=1
+    pq "ALTER SYSTEM SET archive_command = '$(archive_all "${cmds[@]}")'" >/dev/null
+    pq "SELECT pg_reload_conf()" >/dev/null
+    local t0=$SECONDS
+    (cd / && in_cg_a ip netns exec "$NA" runuser -u postgres -- "$PGJET_BIN" --config "$S3_CONF" --stanza main \
+        "${on_a[@]}" --output json backup --type full --start-fast) >"$LOGS/src-s3-backup.log" 2>&1 \
+        || { tail -n 20 "$LOGS/src-s3-backup.log"; die "pgjet backup into S3 failed"; }
+    say "  full backup into S3 in $((SECONDS - t0)) s (untimed)"
+    t0=$SECONDS
+    wal=$(src_make_wal "$SOURCES_WAL_MB") || die "pgbench failed (log $LOGS/src-pgbench.log)"
+    say "  $((wal >> 20)) MiB of WAL by pgbench in $((SECONDS - t0)) s"
+    src_wait_archived || die "the WAL did not reach the S3 repository"
+    src_fact wal_bytes "$wal"
+    src_fact s3_stored_bytes "$(du -sb "$S3DATA" | cut -f1)"
+    src_fact logical_after_wal "$(logical_now)"
+    for r in $(seq 1 "$SOURCES_RUNS"); do
+        say "-- run $r of $SOURCES_RUNS"
+        src_start src_primary_start "$r" source
+        src_start src_s3_seed "$r" repo
+        src_start src_auto "$r" auto
+        grep -h 'seed auto:' "$LOGS/src_auto.$CUR_LINK_TAG.run$r.log" 2>/dev/null | sed "s/^/run $r: /" >>"$RES/sources-seed-auto.txt" || true
+    done
+    sed 's/^/  /' "$RES/sources-seed-auto.txt"
+
+    # 4: the re-sync of a replica that missed DELTA_PCT % of the pages. A pgjet replica kept in
+    # B; each run: started until it streams, stopped, the pages changed, CHECKPOINT, then pgjet
+    # --delta over it, pg_basebackup into an empty dir (Patroni's default), and pgBackRest's
+    # --delta restore of its newest backup (an incr taken after the change) into a second kept
+    # copy (the directory of the run before's restore: it missed the same pages).
+    say "-- reinit of a replica that missed $DELTA_PCT % of the pages"
+    pages=$(pq "SELECT pg_relation_size('pgbench_accounts') / 8192")
+    fresh_dir "$kept"
+    (eval "$(in_b "$PGJET_BIN" --source "$(conninfo)" --pg-path "$kept" --output json replica-create --start-fast)") \
+        >"$LOGS/src-reinit-first.log" 2>&1 || { tail -n 20 "$LOGS/src-reinit-first.log"; die "the kept replica's first copy failed"; }
+    if [ "$SKIP_PGBACKREST" != 1 ]; then
+        cat >"$PGBR_CONF_R" <<EOC
+[global]
+repo1-path=$PGBR_REPO
+log-path=$BENCH/b/pgbr-log
+lock-path=$BENCH/b/pgbr-lock
+log-level-console=warn
+log-level-file=info
+process-max=$SOURCES_PGBR_JOBS
+
+[main]
+pg1-path=$kept_br
+EOC
+        chmod 644 "$PGBR_CONF_R"
+    fi
+    for r in $(seq 1 "$SOURCES_RUNS"); do
+        say "-- run $r of $SOURCES_RUNS"
+        start_b_standby "$kept" || die "the kept replica did not stream"
+        pg_stop_cluster "$kept"
+        if [ "$r" = 1 ] && [ "$SKIP_PGBACKREST" != 1 ]; then
+            rm -rf "$kept_br"; cp -a "$kept" "$kept_br"
+            (eval "$(pgbr_b --stanza=main --type=full --compress-type="$SOURCES_PGBR_COMPRESS" \
+                --process-max="$SOURCES_PGBR_JOBS" backup)") >"$LOGS/src-pgbr-full.log" 2>&1 \
+                || { tail -n 20 "$LOGS/src-pgbr-full.log"; die "pgBackRest full backup failed"; }
+        fi
+        n=$(change_pages)
+        printf '%s\t%s\t%s\n' "$r" "$n" "$pages" >>"$RES/sources-changes.tsv"
+        say "  changed $n of $pages pgbench_accounts pages (one row each), checkpoint"
+        if [ "$SKIP_PGBACKREST" != 1 ]; then
+            (eval "$(pgbr_b --stanza=main --type=incr --compress-type="$SOURCES_PGBR_COMPRESS" \
+                --process-max="$SOURCES_PGBR_JOBS" backup)") >"$LOGS/src-pgbr-incr.run$r.log" 2>&1 \
+                || { tail -n 20 "$LOGS/src-pgbr-incr.run$r.log"; die "pgBackRest incr backup failed"; }
+        fi
+        timed reinit_pgjet "$r" "$(in_b "$PGJET_BIN" --source "$(conninfo)" --pg-path "$kept" --output json \
+            replica-create --delta --start-fast)" || true
+        cp "$LOGS/reinit_pgjet.$CUR_LINK_TAG.run$r.log" "$RES/reinit_pgjet.run$r.json" 2>/dev/null || true
+        fresh_dir "$OUT/reinit-pgbb"
+        timed reinit_pg_basebackup "$r" "$(in_b "$PGBIN/pg_basebackup" -d "$(conninfo)" -D "$OUT/reinit-pgbb" \
+            -Fp -Xstream -R -c fast)" || true
+        rm -rf "$OUT/reinit-pgbb"
+        if [ "$SKIP_PGBACKREST" != 1 ]; then
+            timed reinit_pgbackrest_delta "$r" "$(in_b pgbackrest --config="$PGBR_CONF_R" --stanza=main --delta restore)" || true
+        fi
+    done
+
+    # back to the primary's own archive_command, once the S3 pushes are done
+    pq "ALTER SYSTEM RESET archive_command" >/dev/null
+    pq "SELECT pg_reload_conf()" >/dev/null
+    SRC_ARCHIVE_SET=0
+    archiver_idle "$BENCH/a/pg-main/data" 300 || true
+    stop_versitygw
+    primary_cg_out
+    rm -rf "$kept" "$kept_br" "$kept.log" "$OUT/src-copy" "$OUT/src-pgbb" "$OUT/src-start"
+    phase_end "sources @ $(link_label "$link")"
+}
+
 # ------------------------------------------------------------------ main
 main() {
     [ "$(id -u)" -eq 0 ] || die "run as root"
     for c in /usr/bin/time pgbackrest runuser setpriv iperf3 python3 openssl "$PGBIN/pg_basebackup" basenc; do
         command -v "$c" >/dev/null || die "missing $c: run scripts/install-deps.sh"
     done
+    case " $PARTS " in *" sources "*)
+        [ -x "${VERSITYGW:-}" ] || die "versitygw not found: run scripts/install-deps.sh or set VERSITYGW"
+        command -v curl >/dev/null || die "missing curl: run scripts/install-deps.sh" ;;
+    esac
     [ -x "$PGJET_SRC" ] || die "no pgjet at $PGJET_SRC (cargo build --release)"
     [ -e "/run/netns/$NA" ] && die "namespace $NA exists (another run?): bash scripts/netlab.sh down $LAB_PREFIX"
     mkdir -p "$BENCH/bin" "$BENCH/a" "$BENCH/b" "$LOGS" "$RES" "$OUT"
@@ -840,7 +1183,7 @@ main() {
     else
         make_pki
         write_pgbr_conf
-        case " $PARTS " in *" main "*|*" sweep "*|*" delta "*|*" incr "*) build_cluster main ;;
+        case " $PARTS " in *" main "*|*" sweep "*|*" delta "*|*" incr "*|*" sources "*) build_cluster main ;;
             *) case " $STREAM_DATASETS " in *" main "*) build_cluster main ;; esac ;; esac
         case " $PARTS " in *" small "*) [ "$SMALL_TABLES" -gt 0 ] && build_cluster small ;; esac
         case " $PARTS " in *" stream "*) case " $STREAM_DATASETS " in *" pgb "*) build_cluster pgb ;; esac ;; esac
@@ -851,6 +1194,7 @@ main() {
     local first ds
     first=$(echo "$LINKS" | awk '{print $1}')
     [ " $PARTS " = " stream " ] && first=$(echo "$STREAM_LINKS" | awk '{print $1}')
+    [ " $PARTS " = " sources " ] && first=$SOURCES_LINK
     CUR_LINK_TAG=setup
     mkdir -p "$PGJET_REPO"; chown postgres: "$PGJET_REPO"
     for ds in main small pgb; do
@@ -870,6 +1214,7 @@ main() {
     case " $PARTS " in *" incr "*) part_incr ;; esac
     case " $PARTS " in *" sweep "*) part_sweep ;; esac
     case " $PARTS " in *" stream "*) part_stream ;; esac
+    case " $PARTS " in *" sources "*) part_sources ;; esac
     if [ -f "$BENCH/a/pg-small/data/PG_VERSION" ]; then
         case " $PARTS " in *" small "*) part_main small "$SMALL_LINKS" "$SMALL_RUNS" ;; esac
     fi
@@ -885,8 +1230,9 @@ main() {
 write_report() {
     local pgjet_commit
     pgjet_commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
-    LOGICAL_PGB=${LOGICAL[pgb]:-0} REPLICA_JOBS=$REPLICA_JOBS python3 - "$RES" "$REPORT" \
-        "SCALE=$SCALE RANDOM_MB=$RANDOM_MB SMALL_TABLES=$SMALL_TABLES RUNS=$RUNS SMALL_RUNS=$SMALL_RUNS SWEEP_RUNS=$SWEEP_RUNS LINKS='$LINKS' JOBS_LIST='$JOBS_LIST' REPLICA_JOBS=$REPLICA_JOBS DELTA_PCT=$DELTA_PCT PARTS='$PARTS' STREAM_SCALE=$STREAM_SCALE STREAM_LINKS='$STREAM_LINKS' STREAM_RUNS=$STREAM_RUNS" \
+    LOGICAL_PGB=${LOGICAL[pgb]:-0} REPLICA_JOBS=$REPLICA_JOBS DELTA_PCT=$DELTA_PCT SKIP_PGBACKREST=$SKIP_PGBACKREST \
+        SOURCES_PGBR_COMPRESS=$SOURCES_PGBR_COMPRESS SOURCES_PGBR_JOBS=$SOURCES_PGBR_JOBS python3 - "$RES" "$REPORT" \
+        "SCALE=$SCALE RANDOM_MB=$RANDOM_MB SMALL_TABLES=$SMALL_TABLES RUNS=$RUNS SMALL_RUNS=$SMALL_RUNS SWEEP_RUNS=$SWEEP_RUNS LINKS='$LINKS' JOBS_LIST='$JOBS_LIST' REPLICA_JOBS=$REPLICA_JOBS DELTA_PCT=$DELTA_PCT PARTS='$PARTS' STREAM_SCALE=$STREAM_SCALE STREAM_LINKS='$STREAM_LINKS' STREAM_RUNS=$STREAM_RUNS$(case " $PARTS " in *" sources "*) echo " SOURCES_LINK=$SOURCES_LINK SOURCES_RUNS=$SOURCES_RUNS SOURCES_WAL_MB=$SOURCES_WAL_MB SOURCES_PGBR_COMPRESS=$SOURCES_PGBR_COMPRESS SOURCES_PGBR_JOBS=$SOURCES_PGBR_JOBS" ;; esac)" \
         "$PGJET_VERSION (commit $pgjet_commit)" "$DROP_CACHES" "${LOGICAL[main]:-0}" "${LOGICAL[small]:-0}" \
         "$(cat "$RES/files-main.txt" 2>/dev/null) $(cat "$RES/files-small.txt" 2>/dev/null)" \
         "$(nproc); $(awk '/model name/ {sub(/.*: /, ""); print; exit}' /proc/cpuinfo); $(uname -r); $("$PGBIN/postgres" --version); $(pgbackrest version); congestion control $(cat /proc/sys/net/ipv4/tcp_congestion_control)" \
@@ -902,7 +1248,8 @@ for r in csv.reader(open(os.path.join(res, "runs.tsv")), delimiter="\t"):
     ds, link, name, run, sec, rss, bcpu, rx, tx, acpu, hwm, anon, ok = r[:13]
     mcpu = float(r[14]) if len(r) > 14 and r[14] else None
     steady = float(r[15]) if len(r) > 15 and r[15] else None
-    rows.append(dict(ds=ds, link=link, name=name, run=int(run), ok=ok == "ok", mcpu=mcpu, steady=steady,
+    pcpu = float(r[16]) if len(r) > 16 and r[16] else None
+    rows.append(dict(ds=ds, link=link, name=name, run=int(run), ok=ok == "ok", mcpu=mcpu, steady=steady, pcpu=pcpu,
                      sec=float(sec) if ok == "ok" else None, rss=int(rss or 0) if ok == "ok" else 0,
                      bcpu=float(bcpu or 0), rx=int(rx), tx=int(tx), acpu=float(acpu),
                      hwm=int(hwm), anon=int(anon)))
@@ -935,6 +1282,7 @@ def stat(ds, link, name):
                 bcpu=med([x["bcpu"] for x in xs]), acpu=med([x["acpu"] for x in xs]),
                 mcpu=med([x["mcpu"] for x in xs if x["mcpu"] is not None]),
                 steady=med([x["steady"] for x in xs if x["steady"] is not None]),
+                pcpu=med([x["pcpu"] for x in xs if x["pcpu"] is not None]),
                 rss=max(x["rss"] for x in xs), hwm=max(x["hwm"] for x in xs), anon=max(x["anon"] for x in xs))
 DESCR = {
     "local_tar_copy": "local `tar -c \\| tar -x` + sync, no network (plain-copy reference)",
@@ -985,7 +1333,7 @@ P(f"- load average (1/5/15 min) at start → end of the whole run: {load_all}")
 P("- both \"hosts\" are network namespaces of one VM: they share its 2 cores, its disk and its page cache.")
 P("")
 def main_table(ds, title, stream=False):
-    keep = (lambda n: n.startswith("s_")) if stream else (lambda n: not n.startswith(("sweep_", "delta", "s_", "incr_")))
+    keep = (lambda n: n.startswith("s_")) if stream else (lambda n: not n.startswith(("sweep_", "delta", "s_", "incr_", "src_", "reinit_")))
     links = []
     for x in rows:
         if x["ds"] == ds and keep(x["name"]) and x["link"] not in links: links.append(x["link"])
@@ -1062,7 +1410,7 @@ def tgt(link, text, val, thr, fmt="{:.2f}×", ge=True, ds="main"):
     P(f"| {label_short(link)} | {text} | {fmt.format(val)} | {'yes' if ok else '**no**'} |")
 links_main = []
 for x in rows:
-    if x["ds"] == "main" and not x["name"].startswith(("sweep_", "delta", "s_", "incr_")) and x["link"] not in links_main: links_main.append(x["link"])
+    if x["ds"] == "main" and not x["name"].startswith(("sweep_", "delta", "s_", "incr_", "src_", "reinit_")) and x["link"] not in links_main: links_main.append(x["link"])
 rep = [n for n in dict.fromkeys(x["name"] for x in rows if x["name"].startswith("pgjet_replica_j"))]
 repn = rep[0] if rep else "pgjet_replica_j4"
 jobs = sorted({n.split("_p")[-1] for n in (x["name"] for x in rows) if n.startswith("pgbackrest_")}, key=int)
@@ -1223,6 +1571,121 @@ if sdl:
                 if a and b: t2(d, link, f"backup auto within 10 % of the best forced, --jobs {j}", a / b, 1.10, "{:.2f}", ge=False)
     srss = [x["rss"] for x in rows if x["ok"] and x["name"].startswith("s_pgjet_")]
     if srss: t2("all", "all", "pgjet peak RSS on B < 200 MiB (stream part)", max(srss) / 1024, 200, "{:.0f} MiB", ge=False)
+    P("")
+# the sources part: where a new standby comes from, and the re-sync of a replica
+srs = [x for x in rows if x["name"].startswith(("src_", "reinit_"))]
+if srs:
+    sds, slink = srs[0]["ds"], srs[0]["link"]
+    def rd(name):
+        try: return list(csv.reader(open(os.path.join(res, name)), delimiter="\t"))
+        except OSError: return []
+    sf = {r[0]: r[1] for r in rd("sources-facts.tsv") if len(r) == 2}
+    def fmib(k): return f"{int(sf[k]) / MiB:.0f}" if sf.get(k, "").isdigit() else "?"
+    pct = os.environ.get("DELTA_PCT", "1")
+    brc, brj = os.environ.get("SOURCES_PGBR_COMPRESS", "lz4"), os.environ.get("SOURCES_PGBR_JOBS", "2")
+    SD = {
+        "src_primary": "`pgjet replica-create` from the primary (`--transport auto`)",
+        "src_pgbb_primary": "`pg_basebackup -Fp -Xstream -R -c fast` from the primary",
+        "src_standby": "`pgjet replica-create --source <standby>` (`--transport auto`: the standby's `BASE_BACKUP` stream)",
+        "src_pgbb_standby": "`pg_basebackup -Fp -Xstream -R -c fast` from the standby",
+        "src_primary_start": "`pgjet replica-create --seed source --start` from the primary",
+        "src_s3_seed": "`pgjet replica-create --seed repo --source <primary> --start`: S3 backup + archived WAL, then streaming",
+        "src_auto": "`pgjet replica-create --seed auto --source <primary> --start`",
+        "reinit_pgjet": "`pgjet replica-create --delta` over the kept replica (`--transport auto`)",
+        "reinit_pg_basebackup": "`pg_basebackup -Fp -Xstream -R -c fast` into an empty dir (Patroni's default)",
+        "reinit_pgbackrest_delta": f"`pgbackrest --delta restore` of the newest backup into the kept replica (process-max {brj})",
+    }
+    JOBS = [
+        ("new replica from the primary", ["src_primary", "src_pgbb_primary"], {"src_primary": ["src_pgbb_primary"]}),
+        ("new replica from a standby on host A", ["src_standby", "src_pgbb_standby"], {"src_standby": ["src_pgbb_standby"]}),
+        ("new standby, started until it streams", ["src_primary_start", "src_s3_seed", "src_auto"], {}),
+        (f"re-sync of a replica that missed {pct} % of the pages", ["reinit_pgjet", "reinit_pg_basebackup", "reinit_pgbackrest_delta"],
+         {"reinit_pgjet": ["reinit_pg_basebackup", "reinit_pgbackrest_delta"]}),
+    ]
+    def best_of(names):
+        got = [(stat(sds, slink, n)["sec"], n) for n in names if stat(sds, slink, n).get("sec")]
+        return min(got) if got else (None, None)
+    P(f"## Where a new standby comes from, and re-syncing one (`PARTS=sources`), {label(slink)}")
+    P("")
+    ip = iperf.get((sds, slink))
+    P(f"The main dataset ({fmib('logical_start')} MiB without pg_wal at the part's start"
+      + (f"; iperf3 1 stream A→B {ip/8/MiB:.1f} MiB/s" if ip else "") + "). "
+      "A standby of the primary runs on host A (a second PostgreSQL, `pg_basebackup -R` of the primary, streaming "
+      "through its socket, its own port). For the S3 seed, versitygw (plain HTTP, `--keep-alive`) runs in host A's "
+      "namespace and B reaches it through the lab's wire: a pgjet stanza and a full backup on it (untimed, run on A), "
+      f"then {fmib('wal_bytes')} MiB of pgbench WAL archived into it by the primary's `archive_command` "
+      f"(`pgjet archive-push`, synchronous), {fmib('s3_stored_bytes')} MiB stored on the server in all; the dataset was "
+      f"{fmib('logical_after_wal')} MiB after it. The `--start` rows are timed until the new standby streams from the "
+      "primary, i.e. for the seed after it replayed the archived WAL (`restore_command` = `pgjet archive-get`, one "
+      "segment per call). *primary CPU*: the primary's postmaster and all its processes alone (a cpuacct cgroup of "
+      "their own); *A CPU*: everything on host A (the primary, the standby, versitygw, pgBackRest's TLS server). "
+      "*best peer / this*: the best peer's median over this row's (above 1: pgjet faster).")
+    P("")
+    P("| job | command | runs | median s | min–max s | rx MiB | wire MiB/s | B CPU s | A CPU s | primary CPU s | best peer / this |")
+    P("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    for job, names, peers in JOBS:
+        for n in names:
+            if not sel(sds, slink, n): continue
+            s = stat(sds, slink, n)
+            if s["n"] == 0:
+                P(f"| {job} | {SD[n]} | 0 ({s['fail']} failed) | FAILED | | | | | | | |"); continue
+            fl = f" ({s['fail']} failed)" if s["fail"] else ""
+            rt = "–"
+            if n in peers:
+                bp, bn = best_of(peers[n])
+                if bp: rt = f"{bp / s['sec']:.2f}× ({bn})"
+            P(f"| {job} | {SD[n]} | {s['n']}{fl} | {s['sec']:.2f} | {s['lo']:.2f}–{s['hi']:.2f} | {s['rx']/MiB:.0f} | "
+              f"{s['wire']/MiB:.1f} | {s['bcpu']:.1f} | {s['acpu']:.1f} | {f(s['pcpu'], 2)} | {rt} |")
+    P("")
+    P("| target | measured | met? |")
+    P("|---|---:|:---:|")
+    def t3(text, val, thr, fmt="{:.2f}×", ge=True, shown=None):
+        if val is None: P(f"| {text} | n/a | – |"); return
+        ok = val >= thr if ge else val <= thr
+        P(f"| {text} | {shown or fmt.format(val)} | {'yes' if ok else '**no**'} |")
+    def sec(n): return stat(sds, slink, n).get("sec")
+    def rt2(a, b): return a / b if a and b else None
+    t3("re-sync ≥ 5× pg_basebackup (Patroni's default)", rt2(sec("reinit_pg_basebackup"), sec("reinit_pgjet")), 5.0)
+    bp, bn = best_of(["reinit_pg_basebackup", "reinit_pgbackrest_delta"])
+    t3(f"re-sync ≥ 1.0× the best peer ({bn})", rt2(bp, sec("reinit_pgjet")), 1.0)
+    t3("replica from the primary ≥ 1.0× pg_basebackup", rt2(sec("src_pgbb_primary"), sec("src_primary")), 1.0)
+    t3("replica from a standby ≥ 1.0× pg_basebackup from the standby", rt2(sec("src_pgbb_standby"), sec("src_standby")), 1.0)
+    ps, pp = stat(sds, slink, "src_standby").get("pcpu"), stat(sds, slink, "src_primary").get("pcpu")
+    if ps is not None and pp is not None:
+        t3("primary CPU during the copy from the standby ~0 (≤ 5 % of the copy from the primary's)", ps, max(0.05 * pp, 0.01),
+           ge=False, shown=f"{ps:.2f} s (from the primary: {pp:.2f} s)")
+    else:
+        t3("primary CPU during the copy from the standby ~0", None, 0)
+    bs, bsn = best_of(["src_primary_start", "src_s3_seed"])
+    t3(f"seed auto within 10 % of the best of the two ({bsn})", rt2(sec("src_auto"), bs), 1.10, "{:.2f}", ge=False)
+    P("")
+    P("No peer was timed for the seed from S3 (pgBackRest's S3 client needs HTTPS): the S3 seed and the copy from the "
+      "primary, both with `--start`, are the two ways to the same standby, and `--seed auto` is judged against the faster.")
+    P("")
+    auto = [l.rstrip("\n") for l in open(os.path.join(res, "sources-seed-auto.txt"))] if os.path.exists(os.path.join(res, "sources-seed-auto.txt")) else []
+    if auto:
+        P("`--seed auto`'s figures and choice, from its log:")
+        P("")
+        P("```")
+        for l in auto: P(l)
+        P("```")
+        P("")
+    ch = rd("sources-changes.tsv")
+    P(f"The re-sync: a pgjet replica kept on B; before each run it was started until it streamed and stopped, then one "
+      f"row was updated on {pct} % of `pgbench_accounts`' heap pages (random pages, by ctid; rows per run: "
+      + ", ".join(f"{c[1]} of {c[2]} pages" for c in ch if len(c) == 3) + "), CHECKPOINT. "
+      "pgjet re-syncs it with `--delta` (only ranges whose hashes differ cross the wire); pg_basebackup copies "
+      "everything into an empty directory (Patroni's `reinit` without a `create_replica_methods` entry). "
+      + ("" if os.environ.get("SKIP_PGBACKREST") == "1" else
+         "pgBackRest, as Patroni's documentation sets it up (`create_replica_methods: [pgbackrest]`, `keep_data`, "
+         "`command: pgbackrest --stanza=... --delta restore`), restores its newest backup — an incremental taken "
+         f"(untimed) after the pages changed, on a full taken before the first run, `compress-type={brc}`, "
+         f"process-max {brj} — over a second kept copy (the directory of the run before's restore, which missed "
+         "the same pages): it checksums every file and copies the files that differ, whole, from its repository, "
+         "which is on B's disk (no network: bytes on the wire ~0). It then leaves a restored **backup**: the standby "
+         "must still replay the WAL from that backup's start (through `archive-get`) before it streams, which is "
+         "not timed here, while pgjet's and pg_basebackup's copies need only the WAL of their own copy.")
+      )
     P("")
 P("## Machine load per phase (1/5/15-minute load average, before → after)")
 P("")
