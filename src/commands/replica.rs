@@ -180,6 +180,7 @@ fn copy_and_configure(
         },
         changes: None,
         page_lsn_since: None,
+        wal_scan: None,
     };
     let bb: BaseBackup = run_base_backup(
         &primary.sess,

@@ -36,6 +36,10 @@ pub struct Tuning {
     /// compares relation pages by their LSN where it can (the benchmark turns it off to
     /// time the comparison by hash on the same cluster).
     pub delta_page_lsn: bool,
+    /// `PGJET_DELTA_WAL_SHARE` (default 8; 0: never): without summaries, a delta on one
+    /// timeline lists the changed blocks from the primary's WAL when that WAL is at most
+    /// 1/N of the data's bytes (the tests set 1, so that their small clusters take it).
+    pub delta_wal_share: u64,
 }
 
 impl Default for Tuning {
@@ -50,6 +54,7 @@ impl Default for Tuning {
             delta_range: None,
             delta_summaries: true,
             delta_page_lsn: true,
+            delta_wal_share: 8,
         }
     }
 }
@@ -98,6 +103,9 @@ impl Tuning {
             delta_range: kib("PGJET_DELTA_RANGE_KIB")?,
             delta_summaries: var("PGJET_DELTA_SUMMARIES").is_none_or(|v| v.trim() != "0"),
             delta_page_lsn: var("PGJET_DELTA_PAGE_LSN").is_none_or(|v| v.trim() != "0"),
+            delta_wal_share: var("PGJET_DELTA_WAL_SHARE")
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(8),
         })
     }
 }

@@ -1420,6 +1420,10 @@ pub const OPTIONS: &[OptionDef] = &[
         "delta-page-lsn",
         "0 makes a delta without WAL summaries compare relation pages by hash instead of by LSN",
     ),
+    tuning(
+        "delta-wal-share",
+        "A delta without WAL summaries lists the changed blocks from the primary's WAL when it is at most 1/N of the data (default 8; 0: never)",
+    ),
 ];
 
 /// Variables in pgjet's `PGJET_` namespace that are not options: the names the project's

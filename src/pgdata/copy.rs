@@ -49,7 +49,16 @@ pub struct DirTarget<'a> {
     /// Without them: the point before which a relation page's LSN proves the target holds
     /// it ([`DeltaSince::page_lsn_point`]); only the other pages are copied.
     pub page_lsn_since: Option<Lsn>,
+    /// Without summaries, on one timeline, with little WAL against the data: the WAL from
+    /// the target's redo point to the copy's start (timeline, from, to), read from the
+    /// source by the first `copy` to list the changed blocks as the summaries would
+    /// ([`crate::pg::walscan`]); the page LSNs when it cannot tell.
+    pub wal_scan: Option<(u32, Lsn, Lsn)>,
 }
+
+// The WAL a delta reads to list the changed blocks is at most 1/8 of the data's bytes
+// (`PGJET_DELTA_WAL_SHARE`): it crosses the link whole, where the page LSNs are read where
+// the data lies (a disk several times faster than most links) and only block numbers cross.
 
 /// The primary's session and facts, and where WAL replay of the target would start
 /// ([`delta::summaries_since`]): what a delta needs to read the changed blocks from the
@@ -71,7 +80,10 @@ type Summarized = std::result::Result<(SummarizedChanges, Vec<(u32, Lsn, Lsn)>),
 
 /// The WAL from the target's redo point to a copy's start as (timeline, from, to) parts, or
 /// why the target is not on the primary's history ([`delta::timeline_path`]).
-type HistoryPath = std::result::Result<Vec<(u32, Lsn, Lsn)>, String>;
+type HistoryPath = std::result::Result<TimelinePath, String>;
+
+/// (timeline, from, to) parts of the WAL from a target's redo point to a copy's start.
+type TimelinePath = Vec<(u32, Lsn, Lsn)>;
 
 impl DeltaSince<'_> {
     /// The blocks WAL changed from the target's redo point to `start_lsn` (this copy's
@@ -122,18 +134,20 @@ impl DeltaSince<'_> {
     /// by WAL the source also has (the history is shared up to this copy's start), so its
     /// LSN on the source is later and it is copied. A target that may hold WAL the source
     /// never had (a former primary after a failover) fails the history test.
-    fn page_lsn_point(&self, start_lsn: Lsn) -> Option<Lsn> {
+    ///
+    /// Also returns the path of (timeline, from, to) from the redo point to `start_lsn`.
+    fn page_lsn_point(&self, start_lsn: Lsn) -> Option<(Lsn, TimelinePath)> {
         if !crate::io::tuning::get().delta_page_lsn {
             tracing::info!("delta: comparing by hash (PGJET_DELTA_PAGE_LSN=0)");
             return None;
         }
         let why = match Session::aside(self.target, |sess| self.path_on(sess, start_lsn)) {
-            Ok(Ok(_)) => {
+            Ok(Ok(path)) => {
                 tracing::info!(
                     "delta: relation pages compared by their LSN against the target's redo point {} (a page the primary last changed before it is the target's already)",
                     self.point.redo
                 );
-                return Some(self.point.redo);
+                return Some((self.point.redo, path));
             }
             Ok(Err(why)) => why,
             Err(e) => e.with_causes(),
@@ -207,13 +221,57 @@ impl DeltaSince<'_> {
     }
 }
 
+/// The blocks WAL changed on timeline `tli` from `from` to `to`, read from the source's
+/// `pg_wal` ([`crate::pg::walscan`], the rules of PostgreSQL's WAL summaries); None, with the
+/// reason in the log, when the source does not serve a segment (recycled, or a source that
+/// reads no WAL) or the WAL cannot tell: the page LSNs are compared then.
+fn scan_wal(
+    source: &dyn Source,
+    info: &ServerInfo,
+    tli: u32,
+    from: Lsn,
+    to: Lsn,
+) -> Option<SummarizedChanges> {
+    let seg_size = info.wal_segment_size;
+    let fetch = |segno: u64| -> Result<Option<Vec<u8>>> {
+        source.wal_segment(&crate::pg::lsn::wal_segment_name(tli, segno, seg_size))
+    };
+    let clock = std::time::Instant::now();
+    match crate::pg::walscan::scan(fetch, seg_size, from, to, &info.tablespace_dir()) {
+        (Ok(c), segments) => {
+            tracing::info!(
+                "delta: the primary's WAL from the target's redo point {from} to {to} ({segments} segments, {:.1} s) lists {} block changes; only those blocks of the relation files are compared",
+                clock.elapsed().as_secs_f64(),
+                c.blocks
+            );
+            Some(c)
+        }
+        (Err(why), _) => {
+            tracing::info!(
+                "delta: the primary's WAL from {from} to {to} cannot list the changed blocks ({why}): the page LSNs are compared"
+            );
+            None
+        }
+    }
+}
+
 impl BackupTarget for DirTarget<'_> {
     fn prepare(&mut self, listing: &Listing, start_lsn: Lsn) -> Result<()> {
         if self.delta {
             if let Some(since) = &self.since {
                 self.changes = since.changes(start_lsn);
                 if self.changes.is_none() {
-                    self.page_lsn_since = since.page_lsn_point(start_lsn);
+                    if let Some((point, path)) = since.page_lsn_point(start_lsn) {
+                        self.page_lsn_since = Some(point);
+                        let total: u64 = listing.files.iter().map(|f| f.size).sum();
+                        let share = crate::io::tuning::get().delta_wal_share;
+                        if let ([(tli, from, to)], true) = (&path[..], share > 0) {
+                            let (tli, from, to) = (*tli, *from, *to);
+                            if to.0.saturating_sub(from.0) <= total / share {
+                                self.wal_scan = Some((tli, from, to));
+                            }
+                        }
+                    }
                 }
             }
             let removed = delta::begin_delta(
@@ -247,6 +305,11 @@ impl BackupTarget for DirTarget<'_> {
     ) -> Result<CopyOutcome> {
         let specs: Vec<(&str, u64, u32)> =
             files.iter().map(|f| (&*f.path, f.size, f.mode)).collect();
+        if let Some((tli, from, to)) = self.wal_scan.take() {
+            if let Some(since) = &self.since {
+                self.changes = scan_wal(source, since.info, tli, from, to);
+            }
+        }
         let (targets, out) = if self.delta {
             let (targets, before) = delta::size_files(self.pg_path, &specs)?;
             let bl = BLCKSZ as u64;

@@ -332,6 +332,23 @@ impl Source for LibpqSource {
         }))
     }
 
+    /// Over the connection, with the function the ranges use (`pg_read_binary_file` with a
+    /// length: the most a bytea holds, 1 GiB - 5 bytes (MaxAllocSize less the varlena header,
+    /// src/backend/utils/adt/genfile.c), reads any segment but a 1 GiB one whole, which
+    /// the WAL reader then finds short and gives up on; missing: NULL).
+    fn wal_segment(&self, name: &str) -> Result<Option<Vec<u8>>> {
+        let path = format!("pg_wal/{name}");
+        let rows = self.query(
+            "read a WAL segment",
+            "SELECT pg_read_binary_file($1, 0, 1073741819, true)",
+            &[(&path, Type::TEXT)],
+        )?;
+        match rows.first() {
+            Some(row) => col::<Option<Vec<u8>>>(row, 0),
+            None => Ok(None),
+        }
+    }
+
     fn changed_blocks(&self, files: &[(String, u64)], lsn: Lsn) -> Result<Option<Vec<Vec<u32>>>> {
         let mut out = vec![Vec::new(); files.len()];
         // At most about a million blocks (8 GiB of relation files) per query.
