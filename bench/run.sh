@@ -443,7 +443,7 @@ write_report() {
         fi
         echo
         echo "What bounds each number, and how earlier designs measured: [benchmark-notes.md](benchmark-notes.md)."
-        echo "Across hosts: [benchmarks-remote.md](benchmarks-remote.md); compressed at the source on slow and fast links (the BASE_BACKUP stream and `--transport auto` against pg_basebackup's server compression): [benchmarks-stream.md](benchmarks-stream.md). On an object store (S3 at 20 ms, 100 000 tables): [benchmarks-s3.md](benchmarks-s3.md). WAL archiving (lag, floods, replay against pgBackRest): [benchmarks-archive.md](benchmarks-archive.md). A stale copy re-synced with WAL summaries: [benchmarks-delta.md](benchmarks-delta.md)."
+        echo "Across hosts: [benchmarks-remote.md](benchmarks-remote.md); compressed at the source on slow and fast links (the BASE_BACKUP stream and `--transport auto` against pg_basebackup's server compression): [benchmarks-stream.md](benchmarks-stream.md). On an object store (S3 at 20 ms, 100 000 tables): [benchmarks-s3.md](benchmarks-s3.md). WAL archiving (lag, floods, replay against pgBackRest): [benchmarks-archive.md](benchmarks-archive.md). A stale copy re-synced with WAL summaries: [benchmarks-delta.md](benchmarks-delta.md). Where a new standby comes from (the primary, a standby, an S3 seed) and a re-sync against Patroni's and pgBackRest's methods: [benchmarks-sources.md](benchmarks-sources.md)."
         echo
         echo "## Machine and versions"
         echo
