@@ -1085,7 +1085,10 @@ EOC
     say "-- reinit of a replica that missed $DELTA_PCT % of the pages"
     pages=$(pq "SELECT pg_relation_size('pgbench_accounts') / 8192")
     fresh_dir "$kept"
-    (eval "$(in_b "$PGJET_BIN" --source "$(conninfo)" --pg-path "$kept" --output json replica-create --start-fast)") \
+    # With a slot of its own on the primary, as Patroni keeps one per member (use_slots):
+    # the primary then holds the WAL from the replica's restart point, which the re-sync
+    # without summaries reads to list the changed blocks.
+    (eval "$(in_b "$PGJET_BIN" --source "$(conninfo)" --pg-path "$kept" --output json replica-create --start-fast --slot reinit_kept)") \
         >"$LOGS/src-reinit-first.log" 2>&1 || { tail -n 20 "$LOGS/src-reinit-first.log"; die "the kept replica's first copy failed"; }
     if [ "$SKIP_PGBACKREST" != 1 ]; then
         cat >"$PGBR_CONF_R" <<EOC
