@@ -122,3 +122,16 @@ per_round_ratio() {
     done | stdin_median)
     if [ -n "$m" ]; then printf '%.2f' "$m"; else echo n/a; fi
 }
+
+# stop_versitygw: stops the versitygw whose PID is VGW_PID, if that PID still is versitygw
+# (bench/s3.sh, bench/remote.sh); safe under set -e.
+stop_versitygw() {   # by PID, if it still is versitygw (safe under set -e)
+    [ -n "$VGW_PID" ] || return 0
+    if grep -qs versitygw "/proc/$VGW_PID/cmdline"; then
+        kill -TERM "$VGW_PID" 2>/dev/null || true
+        for _ in $(seq 1 50); do kill -0 "$VGW_PID" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL "$VGW_PID" 2>/dev/null || true
+    fi
+    wait "$VGW_PID" 2>/dev/null || true
+    VGW_PID=""
+}

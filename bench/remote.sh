@@ -879,16 +879,6 @@ start_versitygw() {
     cat "$LOGS/versitygw.log" >&2
     die "versitygw did not start"
 }
-stop_versitygw() {   # by PID, if it still is versitygw (safe under set -e)
-    [ -n "$VGW_PID" ] || return 0
-    if grep -qs versitygw "/proc/$VGW_PID/cmdline"; then
-        kill -TERM "$VGW_PID" 2>/dev/null || true
-        for _ in $(seq 1 50); do kill -0 "$VGW_PID" 2>/dev/null || break; sleep 0.1; done
-        kill -KILL "$VGW_PID" 2>/dev/null || true
-    fi
-    wait "$VGW_PID" 2>/dev/null || true
-    VGW_PID=""
-}
 
 # The primary alone in CG_P (a child of CG_A: A's figures still count it): its postmaster, so
 # every process it forks from now on, and the processes it has.

@@ -298,17 +298,6 @@ start_versitygw() {
     die "versitygw did not start"
 }
 
-stop_versitygw() {
-    [ -n "$VGW_PID" ] || return 0
-    if tr '\0' ' ' <"/proc/$VGW_PID/cmdline" 2>/dev/null | grep -q versitygw; then
-        kill -TERM "$VGW_PID" 2>/dev/null
-        for _ in $(seq 1 50); do kill -0 "$VGW_PID" 2>/dev/null || break; sleep 0.1; done
-        kill -KILL "$VGW_PID" 2>/dev/null
-    fi
-    wait "$VGW_PID" 2>/dev/null
-    VGW_PID=""
-    return 0
-}
 
 # link_check: ping and iperf3 B <-> A, once, before the runs
 link_check() {
