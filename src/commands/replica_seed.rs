@@ -124,27 +124,26 @@ impl SeedFigures {
     /// One line for the log: the figures and the estimates.
     pub fn describe(&self) -> String {
         let mib = |b: f64| b / 1048576.0;
-        if self.repo_rate.is_infinite() {
-            return format!(
-                "repository: not read, the replay of its WAL alone ({:.0} MiB at {:.0} MiB/s) takes ~{:.1} s; source: {:.0} MiB at {:.0} MiB/s (link {:.1} MiB/s, ratio {:.1}): ~{:.1} s",
+        let repo = if self.repo_rate.is_infinite() {
+            format!(
+                "not read, the replay of its WAL alone ({:.0} MiB at {:.0} MiB/s) takes ~{:.1} s",
                 mib(self.wal_logical as f64),
                 mib(REPLAY_RATE),
-                self.repo_seconds(),
-                mib(self.cluster as f64),
-                mib(self.source_rate()),
-                mib(self.link),
-                self.ratio,
-                self.source_seconds()
-            );
-        }
+                self.repo_seconds()
+            )
+        } else {
+            format!(
+                "backup {:.0} MiB and WAL {:.0} MiB stored at {:.0} MiB/s, WAL {:.0} MiB replayed at {:.0} MiB/s: ~{:.1} s",
+                mib(self.backup_stored as f64),
+                mib(self.wal_stored as f64),
+                mib(self.repo_rate),
+                mib(self.wal_logical as f64),
+                mib(REPLAY_RATE),
+                self.repo_seconds()
+            )
+        };
         format!(
-            "repository: backup {:.0} MiB and WAL {:.0} MiB stored at {:.0} MiB/s, WAL {:.0} MiB replayed at {:.0} MiB/s: ~{:.1} s; source: {:.0} MiB at {:.0} MiB/s (link {:.1} MiB/s, ratio {:.1}): ~{:.1} s",
-            mib(self.backup_stored as f64),
-            mib(self.wal_stored as f64),
-            mib(self.repo_rate),
-            mib(self.wal_logical as f64),
-            mib(REPLAY_RATE),
-            self.repo_seconds(),
+            "repository: {repo}; source: {:.0} MiB at {:.0} MiB/s (link {:.1} MiB/s, ratio {:.1}): ~{:.1} s",
             mib(self.cluster as f64),
             mib(self.source_rate()),
             mib(self.link),
@@ -225,7 +224,7 @@ pub fn wanted(s: &Settings, args: &ReplicaOptions) -> Result<bool> {
             tracing::info!("seed auto: the source (it runs on this host)");
             return Ok(None);
         }
-        measure(s, &st, &label, &sess).map(Some)
+        measure(s, &st, &label, &summary, &sess).map(Some)
     })();
     sess.close();
     let Some(f) = figures? else {
@@ -240,20 +239,20 @@ pub fn wanted(s: &Settings, args: &ReplicaOptions) -> Result<bool> {
     Ok(repo)
 }
 
-/// The figures for backup `label` of `st` against the source behind `sess`.
+/// The figures for backup `label` of `st` (its `summary`) against the source behind `sess`.
 fn measure(
     s: &Settings,
     st: &Stanza,
     label: &str,
+    summary: &crate::repo::manifest_io::BackupSummary,
     sess: &crate::pg::session::Session,
 ) -> Result<SeedFigures> {
-    let summary = st.backup(label).summary()?;
     let mut backup_stored = summary.end.stored_size;
     for r in &summary.end.references {
         backup_stored += st.backup(r).summary()?.end.stored_size;
     }
     let seg_size = summary.header.wal_segment_size;
-    let since = archived_since(st, &summary, seg_size)?;
+    let since = archived_since(st, summary, seg_size)?;
     let jobs = s.jobs.max(1);
     // The source first: when the archive's replay alone takes longer than the copy, the
     // repository is not read at all (a seed could not win, whatever its rate).
