@@ -178,9 +178,10 @@ impl<F: FnMut(u64) -> Result<Option<Vec<u8>>>> WalStream<F> {
 
 /// The blocks WAL changed from `from` (a record boundary: a backup's start LSN, the redo
 /// point of its checkpoint) up to `to`, read from the WAL segments of `seg_size` bytes that
-/// `fetch` gives whole by segment number (None: it cannot be had); `tablespace_dir` names files in tablespaces (as
-/// [`crate::pg::session::ServerInfo::tablespace_dir`]). `Ok(Err(reason))` when the WAL cannot
-/// tell (see the module's doc); also returns the segments read.
+/// `fetch` gives whole by segment number (None: it cannot be had); `tablespace_dir` names
+/// files in tablespaces (as [`crate::pg::session::ServerInfo::tablespace_dir`]).
+/// `Ok(Err(reason))` when the WAL cannot tell (see the module's doc); also returns the
+/// segments read.
 ///
 /// Errors: none of its own; the closure's errors count as "cannot tell".
 pub fn scan(
@@ -190,9 +191,151 @@ pub fn scan(
     to: Lsn,
     tablespace_dir: &str,
 ) -> (std::result::Result<SummarizedChanges, Why>, u64) {
-    let mut w = WalStream::new(fetch, seg_size);
-    let r = scan_stream(&mut w, from, to, tablespace_dir);
-    (r, w.segments)
+    let mut s = Scan::new(from);
+    match s.run(fetch, seg_size, to, tablespace_dir) {
+        Ok(()) => (Ok(s.changes), s.segments),
+        Err(why) => (Err(why), s.segments),
+    }
+}
+
+/// A scan that may read its WAL from more than one place: [`Scan::run`] stops at the first
+/// record its segments do not hold (a segment missing there, or its bytes end: zeros, a
+/// recycled file's old pages, a record that is not the one after the last) and keeps what
+/// it listed up to that record's start ([`Scan::at`]); a later `run` with other segments
+/// (the primary's, after the target's own) goes on from there.
+///
+/// Why the join is exact: every record read starts where the one before it ended and names
+/// that one's start (`xl_prev`, checked) under a CRC that holds, on pages whose headers name
+/// their own address, so the records listed are one unbroken run of this timeline's WAL,
+/// whichever segments held them; one timeline's WAL is the same on every server that has it.
+#[derive(Debug, Default)]
+pub struct Scan {
+    /// The blocks listed so far.
+    pub changes: SummarizedChanges,
+    /// The start of the next record to read.
+    pos: u64,
+    /// The start of the record before it (unknown at the scan's start).
+    prev: Option<u64>,
+    /// Segments read, by every run.
+    pub segments: u64,
+}
+
+impl Scan {
+    /// A scan from `from` (a record boundary).
+    pub fn new(from: Lsn) -> Self {
+        Scan {
+            pos: from.0,
+            ..Scan::default()
+        }
+    }
+
+    /// Where the next record starts: `to` once a run has reached it.
+    pub fn at(&self) -> Lsn {
+        Lsn(self.pos)
+    }
+
+    /// Lists the blocks of the records from [`Scan::at`] up to `to`, in the segments of
+    /// `seg_size` bytes `fetch` gives; `tablespace_dir` as [`scan`]'s. Err says where and
+    /// why it stopped; what it listed before stays.
+    pub fn run(
+        &mut self,
+        fetch: impl FnMut(u64) -> Result<Option<Vec<u8>>>,
+        seg_size: u64,
+        to: Lsn,
+        tablespace_dir: &str,
+    ) -> std::result::Result<(), Why> {
+        let mut w = WalStream::new(fetch, seg_size);
+        let r = self.stream(&mut w, to, tablespace_dir);
+        self.segments += w.segments;
+        r
+    }
+
+    fn stream<F: FnMut(u64) -> Result<Option<Vec<u8>>>>(
+        &mut self,
+        w: &mut WalStream<F>,
+        to: Lsn,
+        tablespace_dir: &str,
+    ) -> std::result::Result<(), Why> {
+        let mut rec = Vec::with_capacity(64 << 10);
+        while self.pos < to.0 {
+            let mut pos = self.pos;
+            if pos.is_multiple_of(XLOG_BLCKSZ) {
+                pos += w.page_header(pos)?;
+                if pos >= to.0 {
+                    // `to` is the first record of this page.
+                    self.pos = pos;
+                    break;
+                }
+            }
+            let start = pos;
+            rec.clear();
+            let after_header = w.read(pos, RECORD_HEADER, &mut rec)?;
+            let tot_len = u32::from_le_bytes(rec[0..4].try_into().unwrap_or_default()) as usize;
+            // A record that starts before `to` ends before it (`to` is a record's start); a
+            // length far past it is not a record.
+            if tot_len < RECORD_HEADER || tot_len as u64 > to.0.saturating_sub(start) + (64 << 20) {
+                return Err(format!(
+                    "no valid WAL record at {} (the WAL ends before {to})",
+                    Lsn(start)
+                ));
+            }
+            let end = w.read(after_header, tot_len - RECORD_HEADER, &mut rec)?;
+            if !crc_holds(&rec) {
+                return Err(format!(
+                    "the WAL record at {} fails its CRC (the WAL ends before {to})",
+                    Lsn(start)
+                ));
+            }
+            let xl_prev = u64::from_le_bytes(rec[8..16].try_into().unwrap_or_default());
+            if self.prev.is_some_and(|p| p != xl_prev) {
+                return Err(format!(
+                    "the WAL record at {} follows {}, not the record before it (the WAL ends before {to})",
+                    Lsn(start),
+                    Lsn(xl_prev)
+                ));
+            }
+            let (info, rmid) = (rec[16], rec[17]);
+            decode(&rec, rmid, info, tablespace_dir, &mut self.changes)
+                .map_err(|why| format!("the WAL record at {}: {why}", Lsn(start)))?;
+            self.prev = Some(start);
+            self.pos = if rmid == RM_XLOG_ID && info & 0xF0 == XLOG_SWITCH {
+                // The rest of the segment is unused.
+                (end / w.seg_size + 1) * w.seg_size
+            } else {
+                end.div_ceil(8) * 8
+            };
+        }
+        Ok(())
+    }
+}
+
+/// The bytes of segment `segno` (of `seg_size` bytes) that a scan from `from` to `to` reads:
+/// from the page holding `from` (in its segment) to the end of the page holding `to` (in
+/// its segment), the whole segment in between. A record that starts before `to` ends
+/// before it, so nothing past that page is read; a source can send just these bytes and
+/// [`padded`] make the segment whole.
+pub fn segment_part(segno: u64, seg_size: u64, from: Lsn, to: Lsn) -> std::ops::Range<u64> {
+    let lo = if from.0 / seg_size == segno {
+        from.0 % seg_size / XLOG_BLCKSZ * XLOG_BLCKSZ
+    } else {
+        0
+    };
+    let hi = if to.0 / seg_size == segno {
+        ((to.0 % seg_size / XLOG_BLCKSZ + 1) * XLOG_BLCKSZ).min(seg_size)
+    } else {
+        seg_size
+    };
+    lo..hi.max(lo)
+}
+
+/// A segment of `seg_size` bytes holding `bytes` (its [`segment_part`] `part`) in place,
+/// zeros elsewhere (bytes the scan does not read). Bytes past `part` are dropped.
+pub fn padded(bytes: &[u8], part: std::ops::Range<u64>, seg_size: u64) -> Vec<u8> {
+    let mut seg = vec![0u8; seg_size as usize];
+    let n = bytes.len().min((part.end - part.start) as usize);
+    let at = part.start as usize;
+    seg[at..at + n].copy_from_slice(&bytes[..n]);
+    seg
 }
 
 /// What a data directory's own WAL holds at an LSN ([`record_at`]).
@@ -270,51 +413,6 @@ fn crc_holds(rec: &[u8]) -> bool {
     let crc = u32::from_le_bytes(rec[20..24].try_into().unwrap_or_default());
     let c = crc32c::crc32c_append(crc32c::crc32c(&rec[RECORD_HEADER..]), &rec[..20]);
     c == crc
-}
-
-fn scan_stream<F: FnMut(u64) -> Result<Option<Vec<u8>>>>(
-    w: &mut WalStream<F>,
-    from: Lsn,
-    to: Lsn,
-    tablespace_dir: &str,
-) -> std::result::Result<SummarizedChanges, Why> {
-    let mut out = SummarizedChanges::default();
-    let mut pos = from.0;
-    let mut rec = Vec::with_capacity(64 << 10);
-    while pos < to.0 {
-        if pos.is_multiple_of(XLOG_BLCKSZ) {
-            pos += w.page_header(pos)?;
-        }
-        let start = pos;
-        rec.clear();
-        let after_header = w.read(pos, RECORD_HEADER, &mut rec)?;
-        let tot_len = u32::from_le_bytes(rec[0..4].try_into().unwrap_or_default()) as usize;
-        // A record that starts before `to` ends before it (`to` is a record's start); a
-        // length far past it is not a record.
-        if tot_len < RECORD_HEADER || tot_len as u64 > to.0.saturating_sub(start) + (64 << 20) {
-            return Err(format!(
-                "no valid WAL record at {} (the WAL ends before {to})",
-                Lsn(start)
-            ));
-        }
-        let end = w.read(after_header, tot_len - RECORD_HEADER, &mut rec)?;
-        if !crc_holds(&rec) {
-            return Err(format!(
-                "the WAL record at {} fails its CRC (the WAL ends before {to})",
-                Lsn(start)
-            ));
-        }
-        let (info, rmid) = (rec[16], rec[17]);
-        decode(&rec, rmid, info, tablespace_dir, &mut out)
-            .map_err(|why| format!("the WAL record at {}: {why}", Lsn(start)))?;
-        pos = if rmid == RM_XLOG_ID && info & 0xF0 == XLOG_SWITCH {
-            // The rest of the segment is unused.
-            (end / w.seg_size + 1) * w.seg_size
-        } else {
-            end.div_ceil(8) * 8
-        };
-    }
-    Ok(out)
 }
 
 /// Little-endian readers over a record.

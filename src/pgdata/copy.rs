@@ -11,6 +11,7 @@ use crate::pg::datadir::Listing;
 use crate::pg::exclude::is_main_fork_file;
 use crate::pg::lsn::Lsn;
 use crate::pg::session::{ServerInfo, Session};
+use crate::pg::walscan;
 use crate::pg::walsummary::SummarizedChanges;
 use crate::transfer::delta::{plan_delta, range_units, ListedBlocks};
 use crate::transfer::sink::DirSink;
@@ -49,16 +50,30 @@ pub struct DirTarget<'a> {
     /// Without them: the point before which a relation page's LSN proves the target holds
     /// it ([`DeltaSince::page_lsn_point`]); only the other pages are copied.
     pub page_lsn_since: Option<Lsn>,
-    /// Without summaries, on one timeline, with little WAL against the data: the WAL from
-    /// the target's redo point to the copy's start (timeline, from, to), read from the
-    /// source by the first `copy` to list the changed blocks as the summaries would
-    /// ([`crate::pg::walscan`]); the page LSNs when it cannot tell.
-    pub wal_scan: Option<(u32, Lsn, Lsn)>,
+    /// Without summaries, on one timeline: the changed blocks listed from the WAL between
+    /// the target's redo point and the copy's start ([`crate::pg::walscan`]), as far as the
+    /// target's own pg_wal holds it (read by `prepare`, before the delta clears pg_wal);
+    /// the first `copy` reads the rest from the source. The page LSNs when it cannot tell.
+    pub wal_scan: Option<WalScan>,
 }
 
-// The WAL a delta reads to list the changed blocks is at most 1/8 of the data's bytes
-// (`PGJET_DELTA_WAL_SHARE`): it crosses the link whole, where the page LSNs are read where
-// the data lies (a disk several times faster than most links) and only block numbers cross.
+/// A WAL listing of a delta's changed blocks, begun on the target's own WAL
+/// ([`DirTarget::wal_scan`]).
+pub struct WalScan {
+    pub timeline: u32,
+    /// Where it started (the target's redo point) and must end (the copy's start).
+    pub from: Lsn,
+    pub to: Lsn,
+    pub scan: walscan::Scan,
+    /// Segments the target's own pg_wal gave.
+    pub own_segments: u64,
+}
+
+// The target's own WAL is read when it is no larger than the data: reading it costs at most
+// what reading the pages would. What the source must send is at most 1/8 of the data's
+// bytes (`PGJET_DELTA_WAL_SHARE`): it crosses the link whole, where the page LSNs are read
+// where the data lies (a disk several times faster than most links) and only block numbers
+// cross.
 
 /// The primary's session and facts, and where WAL replay of the target would start
 /// ([`delta::summaries_since`]): what a delta needs to read the changed blocks from the
@@ -221,34 +236,94 @@ impl DeltaSince<'_> {
     }
 }
 
-/// The blocks WAL changed on timeline `tli` from `from` to `to`, read from the source's
-/// `pg_wal` ([`crate::pg::walscan`], the rules of PostgreSQL's WAL summaries); None, with the
-/// reason in the log, when the source does not serve a segment (recycled, or a source that
-/// reads no WAL) or the WAL cannot tell: the page LSNs are compared then.
-fn scan_wal(
-    source: &dyn Source,
+/// Begins the WAL listing of a delta's changed blocks (timeline `tli`, from the target's
+/// redo point `from` to the copy's start `to`) on the target `dir`'s own pg_wal, before the
+/// delta clears it. Returns the blocks when that WAL reaches `to`; else the scan to go on
+/// from the source, when what is left is at most 1/`share` of `data` bytes; else nothing
+/// (the page LSNs are compared). The log says which.
+fn own_wal_scan(
+    dir: &Path,
     info: &ServerInfo,
-    tli: u32,
-    from: Lsn,
-    to: Lsn,
-) -> Option<SummarizedChanges> {
+    (tli, from, to): (u32, Lsn, Lsn),
+    data: u64,
+    share: u64,
+) -> (Option<SummarizedChanges>, Option<WalScan>) {
     let seg_size = info.wal_segment_size;
+    if share == 0 || to.0.saturating_sub(from.0) > data {
+        return (None, None);
+    }
+    let clock = std::time::Instant::now();
+    let mut scan = walscan::Scan::new(from);
+    let own = delta::own_segment(dir, tli, seg_size);
+    let why = match scan.run(own, seg_size, to, &info.tablespace_dir()) {
+        Ok(()) => {
+            tracing::info!(
+                "delta: the target's own WAL from its redo point {from} to {to} ({} segments, {:.1} s) lists {} block changes; only those blocks of the relation files are compared",
+                scan.segments,
+                clock.elapsed().as_secs_f64(),
+                scan.changes.blocks
+            );
+            return (Some(scan.changes), None);
+        }
+        Err(why) => why,
+    };
+    let at = scan.at();
+    let rest = to.0 - at.0;
+    if rest > data / share {
+        tracing::info!(
+            "delta: the target's own WAL from its redo point {from} ends at {at} ({why}); the {} MiB from there to {to} is more than 1/{share} of the data: the page LSNs are compared",
+            rest >> 20
+        );
+        return (None, None);
+    }
+    let own_segments = scan.segments;
+    (
+        None,
+        Some(WalScan {
+            timeline: tli,
+            from,
+            to,
+            scan,
+            own_segments,
+        }),
+    )
+}
+
+/// Ends a [`WalScan`] with the source's WAL: the blocks WAL changed from its `from` to `to`;
+/// None, with the reason in the log, when the source does not serve a segment (recycled, or
+/// a source that reads no WAL) or the WAL cannot tell: the page LSNs are compared then.
+fn scan_wal(source: &dyn Source, info: &ServerInfo, w: WalScan) -> Option<SummarizedChanges> {
+    let seg_size = info.wal_segment_size;
+    let WalScan {
+        timeline: tli,
+        from,
+        to,
+        mut scan,
+        own_segments,
+    } = w;
+    let at = scan.at();
+    // Only the pages the scan reads cross the link.
     let fetch = |segno: u64| -> Result<Option<Vec<u8>>> {
-        source.wal_segment(&crate::pg::lsn::wal_segment_name(tli, segno, seg_size))
+        let part = walscan::segment_part(segno, seg_size, at, to);
+        let name = crate::pg::lsn::wal_segment_name(tli, segno, seg_size);
+        Ok(source
+            .wal_segment(&name, part.clone())?
+            .map(|b| walscan::padded(&b, part, seg_size)))
     };
     let clock = std::time::Instant::now();
-    match crate::pg::walscan::scan(fetch, seg_size, from, to, &info.tablespace_dir()) {
-        (Ok(c), segments) => {
+    match scan.run(fetch, seg_size, to, &info.tablespace_dir()) {
+        Ok(()) => {
             tracing::info!(
-                "delta: the primary's WAL from the target's redo point {from} to {to} ({segments} segments, {:.1} s) lists {} block changes; only those blocks of the relation files are compared",
+                "delta: the WAL from the target's redo point {from} to {to} ({own_segments} segments from the target's own pg_wal up to {at}, {} from the primary's, {:.1} s) lists {} block changes; only those blocks of the relation files are compared",
+                scan.segments - own_segments,
                 clock.elapsed().as_secs_f64(),
-                c.blocks
+                scan.changes.blocks
             );
-            Some(c)
+            Some(scan.changes)
         }
-        (Err(why), _) => {
+        Err(why) => {
             tracing::info!(
-                "delta: the primary's WAL from {from} to {to} cannot list the changed blocks ({why}): the page LSNs are compared"
+                "delta: the WAL from {from} to {to} cannot list the changed blocks (the target's own pg_wal ends at {at}; from the primary's: {why}): the page LSNs are compared"
             );
             None
         }
@@ -263,13 +338,11 @@ impl BackupTarget for DirTarget<'_> {
                 if self.changes.is_none() {
                     if let Some((point, path)) = since.page_lsn_point(start_lsn) {
                         self.page_lsn_since = Some(point);
-                        let total: u64 = listing.files.iter().map(|f| f.size).sum();
-                        let share = crate::io::tuning::get().delta_wal_share;
-                        if let ([(tli, from, to)], true) = (&path[..], share > 0) {
-                            let (tli, from, to) = (*tli, *from, *to);
-                            if to.0.saturating_sub(from.0) <= total / share {
-                                self.wal_scan = Some((tli, from, to));
-                            }
+                        if let [part] = path[..] {
+                            let total: u64 = listing.files.iter().map(|f| f.size).sum();
+                            let share = crate::io::tuning::get().delta_wal_share;
+                            (self.changes, self.wal_scan) =
+                                own_wal_scan(since.dir, since.info, part, total, share);
                         }
                     }
                 }
@@ -305,9 +378,9 @@ impl BackupTarget for DirTarget<'_> {
     ) -> Result<CopyOutcome> {
         let specs: Vec<(&str, u64, u32)> =
             files.iter().map(|f| (&*f.path, f.size, f.mode)).collect();
-        if let Some((tli, from, to)) = self.wal_scan.take() {
+        if let Some(w) = self.wal_scan.take() {
             if let Some(since) = &self.since {
-                self.changes = scan_wal(source, since.info, tli, from, to);
+                self.changes = scan_wal(source, since.info, w);
             }
         }
         let (targets, out) = if self.delta {

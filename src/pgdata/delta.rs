@@ -206,21 +206,31 @@ pub fn summaries_since(dir: &Path) -> Option<TargetPoint> {
 /// [`timeline_path`]'s test of the target `dir`'s own WAL: what its pg_wal holds at an LSN
 /// on a timeline ([`WalAt`]; segments of `seg_size` bytes, named as PostgreSQL names them).
 pub fn own_wal(dir: &Path, seg_size: u64) -> impl Fn(u32, Lsn) -> WalAt + '_ {
-    move |tli, lsn| {
-        let fetch = |segno: u64| -> Result<Option<Vec<u8>>> {
-            let name = crate::pg::lsn::wal_segment_name(tli, segno, seg_size);
-            // A promoted server renames its old timeline's last segment `.partial`.
-            for n in [name.clone(), format!("{name}.partial")] {
-                let p = dir.join("pg_wal").join(n);
-                match fs::read(&p) {
-                    Ok(b) => return Ok(Some(b)),
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                    Err(e) => return Err(Error::io("read", &p, e)),
-                }
+    move |tli, lsn| crate::pg::walscan::record_at(own_segment(dir, tli, seg_size), seg_size, lsn)
+}
+
+/// The target `dir`'s own WAL segments of timeline `tli` by segment number, as
+/// [`crate::pg::walscan`] reads them: the whole file, or None when pg_wal has no such
+/// segment (a promoted server renames its old timeline's last segment `.partial`: that
+/// one is read too).
+///
+/// Errors: a segment that is there but cannot be read.
+pub fn own_segment(
+    dir: &Path,
+    tli: u32,
+    seg_size: u64,
+) -> impl FnMut(u64) -> Result<Option<Vec<u8>>> + '_ {
+    move |segno| {
+        let name = crate::pg::lsn::wal_segment_name(tli, segno, seg_size);
+        for n in [name.clone(), format!("{name}.partial")] {
+            let p = dir.join("pg_wal").join(n);
+            match fs::read(&p) {
+                Ok(b) => return Ok(Some(b)),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(Error::io("read", &p, e)),
             }
-            Ok(None)
-        };
-        crate::pg::walscan::record_at(fetch, seg_size, lsn)
+        }
+        Ok(None)
     }
 }
 

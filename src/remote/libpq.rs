@@ -332,16 +332,23 @@ impl Source for LibpqSource {
         }))
     }
 
-    /// Over the connection, with the function the ranges use (`pg_read_binary_file` with a
-    /// length: the most a bytea holds, 1 GiB - 5 bytes (MaxAllocSize less the varlena header,
-    /// src/backend/utils/adt/genfile.c), reads any segment but a 1 GiB one whole, which
-    /// the WAL reader then finds short and gives up on; missing: NULL).
-    fn wal_segment(&self, name: &str) -> Result<Option<Vec<u8>>> {
+    /// Over the connection, with the function the ranges use (`pg_read_binary_file` with an
+    /// offset and a length, at most what a bytea holds, 1 GiB - 5 bytes (MaxAllocSize less
+    /// the varlena header, src/backend/utils/adt/genfile.c): any part of a segment but the
+    /// whole of a 1 GiB one, which the WAL reader then finds short and gives up on;
+    /// missing: NULL).
+    fn wal_segment(&self, name: &str, part: std::ops::Range<u64>) -> Result<Option<Vec<u8>>> {
         let path = format!("pg_wal/{name}");
+        let offset = part.start as i64;
+        let len = part.end.saturating_sub(part.start).min(1073741819) as i64;
         let rows = self.query(
             "read a WAL segment",
-            "SELECT pg_read_binary_file($1, 0, 1073741819, true)",
-            &[(&path, Type::TEXT)],
+            "SELECT pg_read_binary_file($1, $2, $3, true)",
+            &[
+                (&path, Type::TEXT),
+                (&offset, Type::INT8),
+                (&len, Type::INT8),
+            ],
         )?;
         match rows.first() {
             Some(row) => col::<Option<Vec<u8>>>(row, 0),

@@ -219,9 +219,12 @@ impl RepoTarget<'_> {
         }
         // The WAL up to this backup's start is in pg_wal only (not archived yet): a source
         // that does not read pg_wal cannot scan it.
-        let last = crate::pg::lsn::wal_segment_name(r.timeline, to.0 / seg_size, seg_size);
-        let mut last_bytes = match source.wal_segment(&last) {
-            Ok(Some(b)) => Some(b),
+        // Only the pages the scan reads are read.
+        let part = |segno| crate::pg::walscan::segment_part(segno, seg_size, from, to);
+        let last_segno = to.0 / seg_size;
+        let last = crate::pg::lsn::wal_segment_name(r.timeline, last_segno, seg_size);
+        let mut last_bytes = match source.wal_segment(&last, part(last_segno)) {
+            Ok(Some(b)) => Some(crate::pg::walscan::padded(&b, part(last_segno), seg_size)),
             Ok(None) => {
                 tracing::debug!("{}: no pg_wal/{last} to scan", source.describe());
                 return None;
@@ -233,7 +236,6 @@ impl RepoTarget<'_> {
                 return None;
             }
         };
-        let last_segno = to.0 / seg_size;
         let stanza = self.sink.backup.stanza();
         let fetch = |segno: u64| -> Result<Option<Vec<u8>>> {
             if segno == last_segno {
@@ -242,8 +244,8 @@ impl RepoTarget<'_> {
                 }
             }
             let name = crate::pg::lsn::wal_segment_name(r.timeline, segno, seg_size);
-            if let Some(b) = source.wal_segment(&name)? {
-                return Ok(Some(b));
+            if let Some(b) = source.wal_segment(&name, part(segno))? {
+                return Ok(Some(crate::pg::walscan::padded(&b, part(segno), seg_size)));
             }
             let file = super::wal::WalFile::parse(&name)?;
             Ok(super::wal::fetch(stanza, &file)?.map(|(_, b)| b))

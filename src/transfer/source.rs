@@ -44,11 +44,12 @@ pub trait Source: Sync {
         Ok(None)
     }
 
-    /// The WAL segment `name` in the cluster's `pg_wal`, whole, when the source reads it
-    /// cheaply (this host's files); None when it does not have it or does not read WAL.
+    /// The bytes `part` (offsets in the file; fewer where it ends) of the WAL segment `name`
+    /// in the cluster's `pg_wal`, when the source reads them cheaply (this host's files, a
+    /// server function); None when it does not have it or does not read WAL.
     ///
     /// Errors: a read that fails for another reason than a missing file.
-    fn wal_segment(&self, _name: &str) -> Result<Option<Vec<u8>>> {
+    fn wal_segment(&self, _name: &str, _part: std::ops::Range<u64>) -> Result<Option<Vec<u8>>> {
         Ok(None)
     }
 }
@@ -275,13 +276,22 @@ impl Source for LocalSource {
             .collect()
     }
 
-    fn wal_segment(&self, name: &str) -> Result<Option<Vec<u8>>> {
+    fn wal_segment(&self, name: &str, part: std::ops::Range<u64>) -> Result<Option<Vec<u8>>> {
+        use std::io::{Read, Seek};
         let p = self.pgdata.join("pg_wal").join(name);
-        match std::fs::read(&p) {
-            Ok(b) => Ok(Some(b)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(Error::io("read", &p, e)),
-        }
+        let mut f = match std::fs::File::open(&p) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(Error::io("open", &p, e)),
+        };
+        let mut b = Vec::new();
+        f.seek(std::io::SeekFrom::Start(part.start))
+            .and_then(|_| {
+                f.take(part.end.saturating_sub(part.start))
+                    .read_to_end(&mut b)
+            })
+            .map_err(|e| Error::io("read", &p, e))?;
+        Ok(Some(b))
     }
 }
 

@@ -223,8 +223,8 @@ impl Remote {
         cmd.args(["-u", "postgres", "--", "env"]);
         if self.cluster.pg().major == "16" {
             // A small cluster: on 16 (no summaries) the delta lists the changed blocks from
-            // the primary's WAL, which here is nearly as large as the data (the default
-            // takes it up to an eighth); 15's delta compares the page LSNs.
+            // the WAL; what the primary sends of it is here nearly as large as the data
+            // (the default takes it up to an eighth).
             cmd.arg("PGJET_DELTA_WAL_SHARE=1");
         }
         if let Some(pw) = password.or((!self.tls).then_some(PASSWORD)) {
@@ -595,23 +595,31 @@ fn delta_onto_stale_standby_run(
         .find(|l| l.contains("WAL summaries"))
         .unwrap_or("");
     step!("{listed}");
-    // On 16 (the test's PGJET_DELTA_WAL_SHARE=1) the delta lists the changed blocks from
-    // the primary's WAL when it is no larger than the data (here it is nearly as large, so
-    // which of the two the run took depends on how much WAL the load wrote): that WAL
-    // crosses the link too; the rest must still be less than a full copy.
+    // Without summaries the delta lists the changed blocks from the WAL since the
+    // standby's redo point: the standby's own pg_wal up to where it stopped, the primary's
+    // after (its wal_keep_size holds it). On 16 (the test's PGJET_DELTA_WAL_SHARE=1, the
+    // primary's part no larger than the data) it must; the primary's segments cross the
+    // link, the rest must still be less than a full copy.
     let mut wal_read = 0u64;
-    if let Some(line) = run
+    let wal_line = run
         .stderr
         .lines()
-        .find(|l| l.contains("the primary's WAL from the target's redo point"))
-    {
+        .find(|l| l.contains("WAL from the target's") && l.contains("block changes"));
+    if let Some(line) = wal_line {
         step!("{line}");
-        let segments: u64 = line
-            .split_once(" (")
-            .and_then(|(_, rest)| rest.split_whitespace().next())
+        let primary: u64 = line
+            .split_once(" from the primary's")
+            .and_then(|(head, _)| head.rsplit(", ").next())
+            .and_then(|n| n.split_whitespace().next())
             .and_then(|n| n.parse().ok())
-            .unwrap_or_else(|| panic!("no segment count in {line:?}"));
-        wal_read = segments << 24;
+            .unwrap_or(0);
+        wal_read = primary << 24;
+    }
+    if r.cluster.pg().major == "16" {
+        assert!(
+            wal_line.is_some_and(|l| l.contains("segments from the target's own pg_wal")),
+            "no WAL listing of the changed blocks from the standby's own WAL:\n{run}"
+        );
     }
     assert_eq!(
         listed.contains("list") && listed.contains("block changes"),
@@ -623,7 +631,13 @@ fn delta_onto_stale_standby_run(
         received < full_bytes + wal_read,
         "delta moved {received} bytes ({wal_read} of WAL read), a full copy {full_bytes}"
     );
-    (check_resynced(r, &dir, summaries), run)
+    (check_resynced(r, &dir, listed_by_rules(r, summaries)), run)
+}
+
+/// Whether a re-sync lists its changed blocks by the rules of the WAL summaries (dropped,
+/// truncated and created relations): with the summaries, and on 16 from the WAL itself.
+fn listed_by_rules(r: &Remote, summaries: bool) -> bool {
+    summaries || r.cluster.pg().major == "16"
 }
 
 /// Patroni's `replicator` (REPLICATION and nothing else) re-syncs the stale standby over the
@@ -776,8 +790,9 @@ fn resync_stale_standby(
     assert_control_reads_as_pg_controldata(r.cluster.pg(), &dir);
     let (bin, a) = pgbench_args(&r.cluster.server, &args!["-n", "-t", "200", "-c", "2"]);
     run_as_postgres(&bin, &a, None).ok();
-    if summaries {
-        // Again on a second re-sync: the same changes, on objects made anew.
+    // The changes the summaries' rules (and the WAL listing's, on 16) cover beyond changed
+    // blocks; again on a second re-sync, on objects made anew.
+    if listed_by_rules(r, summaries) {
         r.cluster
             .psql("postgres", "DROP DATABASE IF EXISTS after_stop");
         r.cluster.psql(

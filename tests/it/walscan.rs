@@ -152,6 +152,55 @@ fn scenario(pg: Pg, tag: &str) {
         changes.blocks, refs,
         "the scan and pg_waldump count different main-fork block references"
     );
+    // The same WAL read as a delta reads it: the target's own pg_wal first, which ends in
+    // the middle of a page (a standby stopped there; past it the bytes of a recycled file,
+    // whole records of older WAL among them), then the rest from the primary, only the
+    // pages the scan needs. The join lists the same blocks.
+    let (from_lsn, to_lsn) = (parse(&from), parse(&to));
+    let cut = from_lsn + (to_lsn - from_lsn) / 2;
+    let cut_seg = cut / seg_size;
+    let older = fetch(cut_seg - 1)
+        .unwrap()
+        .or_else(|| fetch(cut_seg + 1).unwrap());
+    let own = |segno: u64| -> pgjet::error::Result<Option<Vec<u8>>> {
+        if segno > cut_seg {
+            return Ok(None);
+        }
+        let mut b = fetch(segno)?.unwrap();
+        if segno == cut_seg {
+            let at = (cut % seg_size) as usize;
+            match &older {
+                Some(old) => b[at..].copy_from_slice(&old[at..]),
+                None => b[at..].fill(0),
+            }
+        }
+        Ok(Some(b))
+    };
+    let mut joined = pgjet::pg::walscan::Scan::new(pgjet::pg::lsn::Lsn(from_lsn));
+    let why = joined
+        .run(own, seg_size, pgjet::pg::lsn::Lsn(to_lsn), &tsdir)
+        .expect_err("the own WAL ends before `to`");
+    let at = joined.at();
+    assert!(
+        at.0 <= cut && at.0 > from_lsn,
+        "stopped at {at}, cut at {cut:X}: {why}"
+    );
+    let rest = |segno: u64| -> pgjet::error::Result<Option<Vec<u8>>> {
+        let part =
+            pgjet::pg::walscan::segment_part(segno, seg_size, at, pgjet::pg::lsn::Lsn(to_lsn));
+        Ok(fetch(segno)?.map(|b| {
+            let n = (part.end as usize).min(b.len());
+            pgjet::pg::walscan::padded(&b[part.start as usize..n], part, seg_size)
+        }))
+    };
+    joined
+        .run(rest, seg_size, pgjet::pg::lsn::Lsn(to_lsn), &tsdir)
+        .unwrap_or_else(|why| panic!("the rest could not be read: {why}"));
+    step!("{tag}: own WAL cut at {cut:X} ({why}); joined at {at}");
+    assert_eq!(
+        joined.changes.blocks, refs,
+        "the joined scan lists other blocks"
+    );
     let path = |r: &(u32, u32, u32)| match r.0 {
         1664 => format!("global/{}", r.2),
         1663 => format!("base/{}/{}", r.1, r.2),
