@@ -80,7 +80,10 @@ PGJET_SRC=${PGJET:-${CARGO_TARGET_DIR:-$ROOT/target}/release/pgjet}
 # the report gets a section comparing the two.
 PGJET_BASE_SRC=${PGJET_BASE:-}
 PGJET_BASE_BIN=$BENCH/bin/pgjet-base
-REPORT=${REPORT:-$ROOT/docs/benchmarks-remote.md}
+REPORT=$(realpath -m "${REPORT:-$ROOT/docs/benchmarks-remote.md}")
+# REPORT_ONLY=1: write REPORT again from the results a run kept under BENCH_DIR (a report
+# that could not be written, or a report's code changed), running nothing.
+REPORT_ONLY=${REPORT_ONLY:-0}
 KEEP=${KEEP:-0}                     # 1 = keep clusters, repository and outputs
 REUSE=${REUSE:-0}                   # 1 = reuse the clusters a KEEP=1 run left; append to its results
 
@@ -431,6 +434,7 @@ EOF
 measure_dataset() {
     local ds=$1 d=$BENCH/a/pg-$1
     LOGICAL[$ds]=$(find "$d/data" -type f ! -path '*/pg_wal/0*' ! -name postmaster.pid -printf '%s\n' | awk '{s += $1} END {print s + 0}')
+    echo "${LOGICAL[$ds]}" >"$RES/logical-$ds.txt"
     du -sb "$d/data" >"$RES/size-$ds.txt"
     find "$d/data" -type f ! -path '*/pg_wal/*' | wc -l >"$RES/files-$ds.txt"
     say "PGDATA $ds: $(( $(cut -f1 "$RES/size-$ds.txt") >> 20 )) MiB, copied by a backup: $(( LOGICAL[$ds] >> 20 )) MiB in $(cat "$RES/files-$ds.txt") files"
@@ -1139,6 +1143,17 @@ EOC
 # ------------------------------------------------------------------ main
 main() {
     [ "$(id -u)" -eq 0 ] || die "run as root"
+    if [ "$REPORT_ONLY" = 1 ]; then
+        local ds
+        [ -s "$TSV" ] || die "REPORT_ONLY=1: no results in $RES"
+        for ds in main small pgb; do
+            [ -f "$RES/logical-$ds.txt" ] && LOGICAL[$ds]=$(cat "$RES/logical-$ds.txt")
+        done
+        PGJET_VERSION=$("$PGJET_SRC" --version | head -n 1)
+        write_report
+        say "report written to $REPORT"
+        return
+    fi
     for c in /usr/bin/time pgbackrest runuser setpriv iperf3 python3 openssl "$PGBIN/pg_basebackup" basenc; do
         command -v "$c" >/dev/null || die "missing $c: run scripts/install-deps.sh"
     done

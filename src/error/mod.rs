@@ -353,6 +353,19 @@ fn replication_hint(user: &str, e: &ServerError) -> String {
 fn connect_refused_hint(code: &str, message: &str) -> String {
     if message.contains("client certificate") || message.contains("certificate authentication") {
         "HINT: the server's pg_hba.conf asks for a client certificate: give sslcert and sslkey (default ~/.postgresql/postgresql.crt and .key), a certificate signed by a CA in the server's ssl_ca_file whose CN is the user's name (or one its pg_ident.conf maps).".into()
+    } else if code == "28000" && message.contains("no pg_hba.conf entry") {
+        // auth.c: `no pg_hba.conf entry for host "H", user "U", database "D", ...` for an
+        // ordinary session; a replication connection says "replication connection" and
+        // has its own hint (replication_hint).
+        let quoted = |key: &str| {
+            message
+                .split_once(&format!("{key} \""))
+                .and_then(|(_, rest)| rest.split_once('"'))
+                .map(|(v, _)| v.to_string())
+        };
+        let user = quoted("user").unwrap_or_else(|| "<role>".into());
+        let db = quoted("database").unwrap_or_else(|| "postgres".into());
+        format!("HINT: pg_hba.conf has no line for this host, user {user} and database {db}. Besides the replication connection of --transport basebackup, pgjet opens one ordinary session (the database of dbname=, {db} here) for the server's facts and its temporary slot: add a line such as `hostssl {db} {user} <this host's address>/32 scram-sha-256` (a `replication` line does not match it; pg_basebackup needs only that one), then SELECT pg_reload_conf();")
     } else if code == "28P01" || code == "28000" {
         "HINT: the server refused this user from this host: check the user and password (password=, PGPASSWORD or ~/.pgpass) and the server's pg_hba.conf.".into()
     } else {

@@ -258,6 +258,36 @@ fn pg15_replication_only_role_as_patroni_calls() {
             format!("--connstring={connstring}")
         ])
     };
+    // A pg_hba.conf with the replication line only (what pg_basebackup needs): pgjet's
+    // ordinary session is refused, and the hint names the line to add; nothing is written.
+    let hba = cluster.data().join("pg_hba.conf");
+    let full_hba = fs::read_to_string(&hba).unwrap();
+    fs::write(
+        &hba,
+        "local all all trust\nhost replication replicator 127.0.0.1/32 trust\n",
+    )
+    .unwrap();
+    cluster.psql("postgres", "SELECT pg_reload_conf()");
+    let r = pgjet(&args![
+        "replica-create",
+        "--scope=acc",
+        "--role=replica",
+        format!("--datadir={}", data.display()),
+        format!("--connstring={connstring}")
+    ]);
+    assert!(!r.success(), "{r}");
+    assert!(
+        r.stderr
+            .contains("postgres replicator <this host's address>/32")
+            && r.stderr.contains("pg_basebackup needs only"),
+        "the hint must name the pg_hba.conf line for pgjet's session:\n{r}"
+    );
+    assert!(
+        fs::read_dir(&data).map(|d| d.count()).unwrap_or(0) == 0,
+        "nothing may be written"
+    );
+    fs::write(&hba, full_hba).unwrap();
+    cluster.psql("postgres", "SELECT pg_reload_conf()");
     let r = patroni(&data);
     assert!(
         r.stderr.contains("the role may not copy files") && r.stderr.contains("BASE_BACKUP"),

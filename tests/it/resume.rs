@@ -21,7 +21,7 @@ use crate::common;
 
 use crate::common::*;
 use std::fs;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// The save threshold of every attempt: a save of the resume journal every 4 MiB.
@@ -288,6 +288,28 @@ fn resume_after_link_cut_pg15_libpq() {
     step!("{label}: link down after save 5: failed: {err}");
 
     proxy.link_up();
+    // Cancelled as Patroni or systemd cancels (SIGTERM) while it resumes: SIGTERM's status
+    // within seconds, no session of pgjet left on the server (the backup it ran there
+    // ended with it), nothing listed, and the repository lock released (the next run
+    // below resumes at once).
+    let b = Background::spawn(&pgjet_bin(), &a, &c.root.join("term.pid"));
+    let (b, again) = wait_for_journal_save(b, &c.repo.join("main").join("backup"), 2, 2);
+    assert_eq!(again, label, "the second attempt resumes the first");
+    let r = end_on_sigterm(b, "backup");
+    assert!(
+        info_backups(&c.repo, "main").is_empty(),
+        "a cancelled backup is not listed:\n{r}"
+    );
+    let sessions = || {
+        c.psql(
+            "postgres",
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'pgjet%'",
+        )
+    };
+    let _ = wait_for(Duration::from_secs(10), || {
+        (sessions() == "0").then_some(())
+    });
+    assert_eq!(sessions(), "0", "no session of pgjet may be left");
     let r = pgjet(&a).ok();
     let v: serde_json::Value = serde_json::from_str(r.stdout.trim())
         .unwrap_or_else(|e| panic!("backup --output json is not JSON ({e}):\n{r}"));
@@ -306,7 +328,97 @@ fn resume_after_link_cut_pg15_libpq() {
     );
     let fp = fingerprint(&c.server);
     restore_and_check(&c, &label, &fp);
+    cancel_on_a_stuck_repository(&c, &label);
     step!("link cut and resume done in {}", secs(t0));
+}
+
+/// Waits for `b`, sent SIGTERM, to end: within 8 s (Patroni kills after 10), with
+/// SIGTERM's status (143) and the log saying it was cancelled. Returns its run.
+fn end_on_sigterm(mut b: Background, what: &str) -> Run {
+    b.signal(libc::SIGTERM);
+    let t = Instant::now();
+    let ended = wait_for(Duration::from_secs(8), || b.try_wait());
+    let r = b.wait();
+    assert!(
+        ended.is_some(),
+        "{what}: still running 8 s after SIGTERM:\n{r}"
+    );
+    assert_eq!(r.status.code(), Some(143), "{what}:\n{r}");
+    assert!(r.stderr.contains("SIGTERM: stopping"), "{what}:\n{r}");
+    step!(
+        "{what}: SIGTERM ended it in {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+    r
+}
+
+/// A restore and an archive-get waiting on a repository that stops answering (an object
+/// whose open never returns, as on a hung NFS mount: here a named pipe no one writes) end
+/// on SIGTERM within seconds, with SIGTERM's status: the restore leaves no pg_control
+/// (the directory cannot be started), archive-get no file where PostgreSQL would read it.
+fn cancel_on_a_stuck_repository(c: &Cluster, label: &str) {
+    let stick = |p: &Path| {
+        fs::remove_file(p).unwrap();
+        let r = std::process::Command::new("mkfifo")
+            .arg(p)
+            .status()
+            .unwrap();
+        assert!(r.success(), "mkfifo {}", p.display());
+    };
+    // The backup's largest object.
+    let mut objects: Vec<(u64, PathBuf)> = files_under(&backup_dir(&c.repo, "main", label))
+        .into_iter()
+        .filter_map(|p| Some((fs::metadata(&p).ok()?.len(), p)))
+        .collect();
+    objects.sort();
+    let (_, largest) = objects.pop().expect("the backup has objects");
+    stick(&largest);
+    let dir = c.new_dir("restore-stuck");
+    let b = Background::spawn(
+        &pgjet_bin(),
+        &restore_args_no_ts(&c.repo, &dir, label),
+        &c.root.join("restore-stuck.pid"),
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(!dir.join("global/pg_control").exists());
+    end_on_sigterm(b, "restore stuck on the repository");
+    assert!(
+        !dir.join("global/pg_control").exists(),
+        "a cancelled restore must not look complete"
+    );
+
+    // A WAL segment archived, then its object stuck.
+    let wal = c.data().join("pg_wal");
+    let mut segs: Vec<String> = fs::read_dir(&wal)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.len() == 24 && n.chars().all(|ch| ch.is_ascii_hexdigit()))
+        .collect();
+    segs.sort();
+    let seg = segs.first().expect("a WAL segment").clone();
+    c.pgjet_cmd(
+        "archive-push",
+        &c.repo,
+        &[&wal.join(&seg).to_string_lossy()],
+    )
+    .ok();
+    let stored = files_under(&c.repo.join("main").join("archive"))
+        .into_iter()
+        .find(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with(&seg))
+        })
+        .expect("the pushed segment's object");
+    stick(&stored);
+    let dest = c.root.join("RECOVERYXLOG");
+    let mut a = vec!["archive-get".to_string()];
+    a.extend(c.stanza_args(&c.repo));
+    a.extend([seg.clone(), dest.to_string_lossy().into_owned()]);
+    let b = Background::spawn(&pgjet_bin(), &a, &c.root.join("get-stuck.pid"));
+    std::thread::sleep(Duration::from_secs(1));
+    end_on_sigterm(b, "archive-get stuck on the repository");
+    assert!(!dest.exists(), "archive-get must leave no file");
 }
 
 /// What a resume does with damage: a byte flipped in an object the journal names (its
@@ -373,4 +485,20 @@ fn resume_copies_damaged_frames_again_and_refuses_a_bad_journal() {
     );
     restore_and_check(&c, &fresh, &fp);
     step!("damage cases done in {}", secs(t0));
+}
+
+/// The regular files below `dir`, at any depth.
+fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in fs::read_dir(&d).into_iter().flatten().flatten() {
+            match e.file_type() {
+                Ok(t) if t.is_dir() => todo.push(e.path()),
+                Ok(t) if t.is_file() => out.push(e.path()),
+                _ => {}
+            }
+        }
+    }
+    out
 }
