@@ -44,18 +44,20 @@ pub fn run(s: &Settings, args: &ReplicaOptions, progress: &dyn Progress) -> Resu
         None => args,
     };
     // From the repository when told, when there is no source, or when auto finds it faster.
-    if super::replica_seed::wanted(s, args)? {
+    // The source's session, when --seed auto connected to time it.
+    let seed = super::replica_seed::wanted(s, args)?;
+    if seed.repo {
         return super::replica_seed::run(s, args, progress);
     }
     // Settings errors before anything reaches the primary (the auto probe connects).
     let given = source_as_given(s)?;
     if s.transport == crate::options::Transport::Basebackup {
-        return super::replica_stream::run(s, args, None, progress);
+        return super::replica_stream::run(s, args, seed.reached, progress);
     }
     // auto: the stream when the primary is on another host and the probe finds it faster,
     // or when the role may only stream (for --delta only then: the stream sends every file).
     if let Some((stream, reached)) =
-        crate::primary::choose::auto_stream_settings(s, args.delta, true)?
+        crate::primary::choose::auto_stream_settings(s, args.delta, true, seed.reached)?
     {
         return super::replica_stream::run(&stream, args, Some(reached), progress);
     }

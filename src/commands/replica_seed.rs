@@ -19,12 +19,15 @@
 //! The repository is taken when its estimate is [`SEED_MARGIN`] times smaller; the log
 //! gives the figures. The source is timed first: when the replay alone would take longer
 //! than the copy, the repository is not read (timing it over a slow store cost 2.7 s of a
-//! 14 s copy in bench/remote.sh's sources part).
+//! 14 s copy in bench/remote.sh's sources part). The repository's listings run while the
+//! source connects, and a copy from the source keeps that session and the link's rate for
+//! its transport's choice ([`SeedChoice`]): one connection and one reading of the link.
 use crate::error::{Error, Result};
 use crate::options::{ReplicaOptions, RestoreOptions, RestoreType, Seed, Settings};
 use crate::pg::lsn::parse_wal_segment_name;
 use crate::pgdata::own_settings::OwnSettings;
 use crate::pgdata::standby::{standby_app_name, standby_lines, ReplicaSummary};
+use crate::primary::choose::Reached;
 use crate::repo::wal::{self, WalFile};
 use crate::repo::Stanza;
 use crate::transfer::Progress;
@@ -153,19 +156,42 @@ impl SeedFigures {
     }
 }
 
+/// What [`wanted`] decided: whether replica-create seeds from the repository, and the
+/// source's session when it connected to time it (kept for the copy's transport, which then
+/// does not connect again).
+pub struct SeedChoice {
+    pub repo: bool,
+    pub reached: Option<Reached>,
+}
+
+impl SeedChoice {
+    fn source(reached: Option<Reached>) -> Result<SeedChoice> {
+        Ok(SeedChoice {
+            repo: false,
+            reached,
+        })
+    }
+}
+
 /// Whether replica-create seeds from the repository (see the module's documentation): with
 /// `--seed repo` always, `--seed source` never, `auto` with no source or when the
 /// repository is estimated faster. Logs why.
 ///
 /// Errors: `--seed repo` or no source without a stanza; the source's connection and the
 /// repository's reads while measuring.
-pub fn wanted(s: &Settings, args: &ReplicaOptions) -> Result<bool> {
+pub fn wanted(s: &Settings, args: &ReplicaOptions) -> Result<SeedChoice> {
     let no_source = s.source.as_deref().is_none_or(|v| v.trim().is_empty());
+    let repo = |repo| {
+        Ok(SeedChoice {
+            repo,
+            reached: None,
+        })
+    };
     match args.seed {
-        Seed::Source => return Ok(false),
+        Seed::Source => return repo(false),
         Seed::Repo => {
             s.stanza()?;
-            return Ok(true);
+            return repo(true);
         }
         Seed::Auto if no_source => {
             if s.stanza.is_some() {
@@ -177,14 +203,14 @@ pub fn wanted(s: &Settings, args: &ReplicaOptions) -> Result<bool> {
                         ""
                     }
                 );
-                return Ok(true);
+                return repo(true);
             }
-            return Ok(false);
+            return repo(false);
         }
         Seed::Auto => {}
     }
     if s.stanza.is_none() {
-        return Ok(false);
+        return repo(false);
     }
     let target = s.pg_path()?;
     let kept = std::fs::read_dir(target)
@@ -194,65 +220,134 @@ pub fn wanted(s: &Settings, args: &ReplicaOptions) -> Result<bool> {
         tracing::info!(
             "seed auto: the source (a kept copy is re-synced from the source, which sends only what differs)"
         );
-        return Ok(false);
+        return repo(false);
     }
     if args.slot.is_some() {
         tracing::info!(
             "seed auto: the source (--slot: a slot made now holds no WAL from a backup's start)"
         );
-        return Ok(false);
+        return repo(false);
     }
-    let (st, label) = match crate::repo::open::open_stanza_with_set(s, "latest") {
-        Ok(f) => f,
+    // The repository's listings and the source's connection run at once: each is several
+    // round trips on the slow links auto is for.
+    let (side, connected) = std::thread::scope(|scope| {
+        let side = std::thread::Builder::new()
+            .name("pgjet-seed-repo".into())
+            .spawn_scoped(scope, || RepoSide::read(s));
+        let connected = crate::primary::connect_primary(s);
+        let side = match side {
+            Ok(h) => h
+                .join()
+                .unwrap_or_else(|_| Err(Error::Other("the repository's reader panicked".into()))),
+            Err(_) => RepoSide::read(s),
+        };
+        (side, connected)
+    });
+    let (target, sess, info) = connected?;
+    let mut reached = Reached {
+        target,
+        sess,
+        info,
+        early: None,
+        link: None,
+    };
+    let side = match side {
+        Ok(Some(side)) => side,
+        Ok(None) => return SeedChoice::source(Some(reached)),
         Err(e) => {
-            tracing::info!("seed auto: the source (no backup to seed from: {e})");
-            return Ok(false);
+            reached.sess.close();
+            return Err(e);
         }
     };
-    let (_, sess, info) = crate::primary::connect_primary(s)?;
-    let figures = (|| {
-        let summary = st.backup(&label).summary()?;
-        if summary.header.system_identifier != info.system_identifier {
-            tracing::info!(
-                "seed auto: the source (backup {label} is of cluster {}, the source is {})",
-                summary.header.system_identifier,
-                info.system_identifier
-            );
-            return Ok(None);
+    let info = &reached.info;
+    if side.summary.header.system_identifier != info.system_identifier {
+        tracing::info!(
+            "seed auto: the source (backup {} is of cluster {}, the source is {})",
+            side.label,
+            side.summary.header.system_identifier,
+            info.system_identifier
+        );
+        return SeedChoice::source(Some(reached));
+    }
+    if crate::primary::local_data_directory(info).is_some() {
+        tracing::info!("seed auto: the source (it runs on this host)");
+        return SeedChoice::source(Some(reached));
+    }
+    let f = match measure(s, &side, &reached.sess) {
+        Ok(f) => {
+            reached.link = Some(f.link);
+            f
         }
-        if crate::primary::local_data_directory(&info).is_some() {
-            tracing::info!("seed auto: the source (it runs on this host)");
-            return Ok(None);
+        Err(e) => {
+            reached.sess.close();
+            return Err(e);
         }
-        measure(s, &st, &label, &summary, &sess).map(Some)
-    })();
-    sess.close();
-    let Some(f) = figures? else {
-        return Ok(false);
     };
-    let repo = f.repo_wins();
+    let repo_wins = f.repo_wins();
     tracing::info!(
         "seed auto: {}; chose the {}",
         f.describe(),
-        if repo { "repository" } else { "source" }
+        if repo_wins { "repository" } else { "source" }
     );
-    Ok(repo)
+    if repo_wins {
+        reached.sess.close();
+        return repo(true);
+    }
+    SeedChoice::source(Some(reached))
 }
 
-/// The figures for backup `label` of `st` (its `summary`) against the source behind `sess`.
+/// The repository's side of `--seed auto`, read before the source is timed: the stanza's
+/// newest backup, the stored bytes of its chain, and the segments archived since it.
+struct RepoSide {
+    st: Stanza,
+    label: String,
+    summary: crate::repo::manifest_io::BackupSummary,
+    backup_stored: u64,
+    since: Vec<String>,
+}
+
+impl RepoSide {
+    /// None (with the reason in the log) when there is no backup to seed from.
+    ///
+    /// Errors: the repository's reads.
+    fn read(s: &Settings) -> Result<Option<RepoSide>> {
+        let (st, label) = match crate::repo::open::open_stanza_with_set(s, "latest") {
+            Ok(f) => f,
+            Err(e) => {
+                tracing::info!("seed auto: the source (no backup to seed from: {e})");
+                return Ok(None);
+            }
+        };
+        let summary = st.backup(&label).summary()?;
+        let mut backup_stored = summary.end.stored_size;
+        for r in &summary.end.references {
+            backup_stored += st.backup(r).summary()?.end.stored_size;
+        }
+        let since = archived_since(&st, &summary, summary.header.wal_segment_size)?;
+        Ok(Some(RepoSide {
+            st,
+            label,
+            summary,
+            backup_stored,
+            since,
+        }))
+    }
+}
+
+/// The figures for the repository's `side` against the source behind `sess`.
 fn measure(
     s: &Settings,
-    st: &Stanza,
-    label: &str,
-    summary: &crate::repo::manifest_io::BackupSummary,
+    side: &RepoSide,
     sess: &crate::pg::session::Session,
 ) -> Result<SeedFigures> {
-    let mut backup_stored = summary.end.stored_size;
-    for r in &summary.end.references {
-        backup_stored += st.backup(r).summary()?.end.stored_size;
-    }
+    let RepoSide {
+        st,
+        label,
+        summary,
+        backup_stored,
+        since,
+    } = side;
     let seg_size = summary.header.wal_segment_size;
-    let since = archived_since(st, summary, seg_size)?;
     let jobs = s.jobs.max(1);
     // The source first: when the archive's replay alone takes longer than the copy, the
     // repository is not read at all (a seed could not win, whatever its rate).
@@ -268,7 +363,7 @@ fn measure(
     };
     let mut f = SeedFigures {
         cluster,
-        backup_stored,
+        backup_stored: *backup_stored,
         wal_logical: since.len() as u64 * seg_size,
         wal_stored: 0,
         repo_rate: f64::INFINITY,

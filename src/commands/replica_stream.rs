@@ -44,6 +44,7 @@ pub fn run(
         sess,
         info,
         early,
+        ..
     } = match reached {
         Some(r) => r,
         None => Reached::connect(s)?,

@@ -265,14 +265,16 @@ fn relation_files(v: &str) -> Vec<(String, u64)> {
 }
 
 /// Runs the probe on the primary behind `sess`, for the methods `codecs`, sampling `files`
-/// ((path, bytes), largest first). None when there are no relation files worth a sample (a
-/// tiny cluster: any transport will do). Errors: the reads' (a role without EXECUTE on
-/// pg_read_binary_file).
+/// ((path, bytes), largest first). The link's rate is `known_link` (bytes per second on
+/// this session, measured before) when the sample reads too fast to tell it. None when
+/// there are no relation files worth a sample (a tiny cluster: any transport will do).
+/// Errors: the reads' (a role without EXECUTE on pg_read_binary_file).
 pub fn probe(
     sess: &Session,
     files: &[(String, u64)],
     codecs: &[WireCodec],
     workers: u32,
+    known_link: Option<f64>,
 ) -> Result<Option<Probe>> {
     let pieces = sample_pieces(files, SAMPLE_PIECES, SAMPLE_PIECE);
     if pieces.is_empty() {
@@ -286,7 +288,9 @@ pub fn probe(
         return Ok(None);
     }
     let mut link = sample.len() as f64 / secs.max(1e-6);
-    if secs < SHORT_READ {
+    if let (true, Some(known)) = (secs < SHORT_READ, known_link) {
+        link = known;
+    } else if secs < SHORT_READ {
         // The link's rate from a longer read of the largest file (cut at its segment's end),
         // in pieces taken as they arrive: the rate from the first piece's arrival to the
         // last's leaves out the request's round trip and the start of TCP's slow start.
@@ -350,15 +354,16 @@ pub fn describe(p: &Probe, e: &Estimates, c: Choice) -> String {
 /// finds the stream faster by [`STREAM_MARGIN`] and the stream can run (PostgreSQL 15+, a
 /// role with REPLICATION or superuser). `wanted`: `--network-compress` (a method other than
 /// auto is the only one considered; none means ranges); `workers`: zstd threads on the
-/// server (None: its max_parallel_maintenance_workers). Logs the figures and the choice.
+/// server (None: its max_parallel_maintenance_workers). `link`: the link's rate on `sess`,
+/// when measured before ([`probe`]). Logs the figures and the choice.
 ///
 /// Errors: the probe's queries.
 pub fn choose_remote(
     sess: &Session,
     info: &ServerInfo,
     target: &ConnTarget,
-    wanted: NetworkCompress,
-    workers: Option<u32>,
+    (wanted, workers): (NetworkCompress, Option<u32>),
+    link: Option<f64>,
 ) -> Result<(Choice, Option<ReplConn>)> {
     // One round trip for the facts and the files to sample: each would cost a full round
     // trip on the slow links auto is for.
@@ -406,7 +411,7 @@ pub fn choose_remote(
             .spawn(move || super::stream::connect_checked(&target, &info))
             .ok()
     };
-    let Some(p) = probe(sess, &files, &codecs, workers)? else {
+    let Some(p) = probe(sess, &files, &codecs, workers, link)? else {
         tracing::info!("transport auto: too little data to measure; ranges (libpq)");
         return Ok((Choice::Ranges, None));
     };
@@ -443,6 +448,9 @@ pub struct Reached {
     pub info: ServerInfo,
     /// The replication connection opened while the probe ran (IDENTIFY_SYSTEM checked).
     pub early: Option<ReplConn>,
+    /// Logical bytes per second of the link on this session, when already measured
+    /// (`--seed auto` timed it): the probe then does not read for it again.
+    pub link: Option<f64>,
 }
 
 impl Reached {
@@ -455,6 +463,7 @@ impl Reached {
             sess,
             info,
             early: None,
+            link: None,
         })
     }
 }
@@ -469,17 +478,28 @@ impl Reached {
 /// probe, the files whenever the role may copy them (a delta, which reads only what
 /// differs that way). `standby_streams`: a standby source takes the stream (replica-create,
 /// whose file transports copy a primary only); else a standby's files are copied.
+/// `connected`: the primary already reached (`--seed auto` timed it), else it connects.
 ///
 /// Errors: connection, the rights' and the probe's queries.
 pub fn auto_stream_settings(
     s: &Settings,
     files_first: bool,
     standby_streams: bool,
+    connected: Option<Reached>,
 ) -> Result<Option<(Settings, Reached)>> {
     if s.transport != Transport::Auto {
+        if let Some(r) = connected {
+            r.sess.close();
+        }
         return Ok(None);
     }
-    let (target, sess, info) = super::connect_primary(s)?;
+    let (target, sess, info, link) = match connected {
+        Some(r) => (r.target, r.sess, r.info, r.link),
+        None => {
+            let (target, sess, info) = super::connect_primary(s)?;
+            (target, sess, info, None)
+        }
+    };
     let close = |sess: Session| {
         sess.close();
         Ok(None)
@@ -541,6 +561,7 @@ pub fn auto_stream_settings(
                 sess,
                 info,
                 early: None,
+                link,
             },
         )));
     }
@@ -548,7 +569,13 @@ pub fn auto_stream_settings(
         return close(sess);
     }
     let (choice, early) =
-        match choose_remote(&sess, &info, &target, s.network_compress, s.network_workers) {
+        match choose_remote(
+            &sess,
+            &info,
+            &target,
+            (s.network_compress, s.network_workers),
+            link,
+        ) {
             Ok(c) => c,
             Err(e) => {
                 sess.close();
@@ -570,6 +597,7 @@ pub fn auto_stream_settings(
             sess,
             info,
             early,
+            link,
         },
     )))
 }

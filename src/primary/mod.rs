@@ -85,7 +85,7 @@ impl Copier {
     /// ([`choose::auto_stream_settings`]); every other case the files ([`open_primary`],
     /// checking a given --pg-path). Errors: as [`open_primary`], the probe's.
     pub fn open(s: &Settings) -> Result<Copier> {
-        let (s, reached) = match choose::auto_stream_settings(s, false, false)? {
+        let (s, reached) = match choose::auto_stream_settings(s, false, false, None)? {
             Some((stream, reached)) => (std::borrow::Cow::Owned(stream), Some(reached)),
             None => (std::borrow::Cow::Borrowed(s), None),
         };
