@@ -568,20 +568,19 @@ pub fn auto_stream_settings(
     if local || files_first {
         return close(sess);
     }
-    let (choice, early) =
-        match choose_remote(
-            &sess,
-            &info,
-            &target,
-            (s.network_compress, s.network_workers),
-            link,
-        ) {
-            Ok(c) => c,
-            Err(e) => {
-                sess.close();
-                return Err(e);
-            }
-        };
+    let (choice, early) = match choose_remote(
+        &sess,
+        &info,
+        &target,
+        (s.network_compress, s.network_workers),
+        link,
+    ) {
+        Ok(c) => c,
+        Err(e) => {
+            sess.close();
+            return Err(e);
+        }
+    };
     let Choice::Stream {
         codec,
         level,

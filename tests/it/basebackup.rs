@@ -405,16 +405,7 @@ fn pg15_replication_only_role_as_patroni_calls() {
     );
     assert_no_slot_left(&cluster, "after SIGTERM");
     step!("no slot left");
-    let sessions = || {
-        cluster.psql(
-            "postgres",
-            "SELECT count(*) FROM pg_stat_activity WHERE usename = 'replicator'",
-        )
-    };
-    let _ = wait_for(Duration::from_secs(10), || {
-        (sessions() == "0").then_some(())
-    });
-    assert_eq!(sessions(), "0", "no session of pgjet may be left");
+    assert_no_session_left(&cluster, "usename = 'replicator'");
 }
 
 /// Over TLS verify-full with SCRAM-SHA-256 and channel binding required (the replication

@@ -300,16 +300,7 @@ fn resume_after_link_cut_pg15_libpq() {
         info_backups(&c.repo, "main").is_empty(),
         "a cancelled backup is not listed:\n{r}"
     );
-    let sessions = || {
-        c.psql(
-            "postgres",
-            "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'pgjet%'",
-        )
-    };
-    let _ = wait_for(Duration::from_secs(10), || {
-        (sessions() == "0").then_some(())
-    });
-    assert_eq!(sessions(), "0", "no session of pgjet may be left");
+    assert_no_session_left(&c, "application_name LIKE 'pgjet%'");
     let r = pgjet(&a).ok();
     let v: serde_json::Value = serde_json::from_str(r.stdout.trim())
         .unwrap_or_else(|e| panic!("backup --output json is not JSON ({e}):\n{r}"));

@@ -2253,6 +2253,26 @@ pub fn assert_pgbackrest_shape(ours: &serde_json::Value, fixture: &serde_json::V
     }
 }
 
+/// Waits up to 10 s until `cluster` has no session matching `filter` (a condition on
+/// `pg_stat_activity`, e.g. `usename = 'replicator'`); panics if one is left: what a
+/// cancelled pgjet must not leave.
+pub fn assert_no_session_left(cluster: &Cluster, filter: &str) {
+    let sessions = || {
+        cluster.psql(
+            "postgres",
+            &format!("SELECT count(*) FROM pg_stat_activity WHERE {filter}"),
+        )
+    };
+    let _ = wait_for(Duration::from_secs(10), || {
+        (sessions() == "0").then_some(())
+    });
+    assert_eq!(
+        sessions(),
+        "0",
+        "no session of pgjet may be left ({filter})"
+    );
+}
+
 /// Waits (up to 15 s) until `cluster` has no replication slot, then asserts it (`what` in
 /// the message): PostgreSQL drops a session's temporary slot when its backend exits, a
 /// moment after the client (pgjet, which has exited) disconnected.
