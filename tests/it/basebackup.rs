@@ -293,12 +293,27 @@ fn pg15_replication_only_role_as_patroni_calls() {
         r.stderr.contains("the role may not copy files") && r.stderr.contains("BASE_BACKUP"),
         "auto must take the stream for a REPLICATION-only role:\n{r}"
     );
-    // Changes while the copy sits, then Patroni's reinit over the kept data.
+    // Changes while the copy sits, then Patroni's reinit over the kept data, which a crash
+    // left with a postmaster.pid naming a server that is gone (here a process that ended):
+    // removed, and the copy re-synced in place.
     cluster.psql(
         "postgres",
         "UPDATE ts_t SET v = 'changed' WHERE id % 100 = 0; CREATE TABLE after_copy AS SELECT 1 AS x; CHECKPOINT;",
     );
+    let mut gone = std::process::Command::new("true").spawn().unwrap();
+    let gone_pid = gone.id();
+    gone.wait().unwrap();
+    fs::write(
+        data.join("postmaster.pid"),
+        format!("{gone_pid}\n{}\n", data.display()),
+    )
+    .unwrap();
     let r = patroni(&data);
+    assert!(
+        r.stderr
+            .contains(&format!("(PID {gone_pid}) is gone: removed")),
+        "the stale postmaster.pid must be removed, and the log say so:\n{r}"
+    );
     assert!(
         r.stderr.contains("re-synced in place")
             && r.stderr.contains("delta over the BASE_BACKUP stream"),
