@@ -532,6 +532,7 @@ fn pg18_replica_create_basebackup_auto_is_gzip() {
     let pg = Pg::v18();
     let cluster = Cluster::new(&pg, "bb-pg18");
     cluster.listen_on_loopback();
+    cluster.summarize_wal();
     cluster.psql(
         "postgres",
         "CREATE TABLE t AS SELECT i, md5(i::text) AS v FROM generate_series(1, 50000) i; CHECKPOINT;",
@@ -557,6 +558,7 @@ fn pg18_replica_create_basebackup_auto_is_gzip() {
     assert_eq!(summary["network_compress"], "gzip", "{r}");
     let v = pg_verifybackup(&pg, &target);
     assert!(v.success(), "pg_verifybackup:\n{v}");
+    incremental_resync_cancelled(&cluster, &source, &target);
 
     // A backup over the stream (gzip: this build has no lz4/zstd), verified and restored.
     let repo = cluster.new_dir("stream-repo");
@@ -632,6 +634,72 @@ fn pg18_replica_create_basebackup_auto_is_gzip() {
     std::thread::sleep(Duration::from_millis(500));
     refused("postgres", "hostssl replication postgres");
     assert_no_slot_left(&cluster, "after the failure");
+}
+
+/// The copy `target` of `cluster` (PostgreSQL 17+, `summarize_wal = on`) re-synced with
+/// `--delta` over the stream, which is PostgreSQL's incremental `BASE_BACKUP`, cancelled by
+/// SIGTERM mid-copy (held at MAX_RATE 32 kB/s): SIGTERM's status within seconds, the copy
+/// marked unfinished and without pg_control, no slot left; the next `--delta` finishes
+/// it, and the standby holds the primary's rows.
+fn incremental_resync_cancelled(cluster: &Cluster, source: &str, target: &std::path::Path) {
+    cluster.psql(
+        "postgres",
+        "UPDATE t SET v = 'changed' WHERE i % 50 = 0; CHECKPOINT;",
+    );
+    let dir = target.display().to_string();
+    let a = args![
+        "replica-create",
+        "--transport",
+        "basebackup",
+        "--source",
+        source,
+        "--pg-path",
+        dir,
+        "--delta",
+        "--start-fast"
+    ];
+    let mut slow = a.clone();
+    slow.extend(args!["--max-rate", "32k"]);
+    let mut bg = Background::spawn(&pgjet_bin(), &slow, &cluster.root.join("incr-cancel.pid"));
+    let marked = wait_for(Duration::from_secs(30), || {
+        target.join("pgjet.incomplete").exists().then_some(())
+    });
+    assert!(marked.is_some(), "the re-sync never began:\n{}", bg.wait());
+    bg.signal(libc::SIGTERM);
+    let t = std::time::Instant::now();
+    let ended = wait_for(Duration::from_secs(8), || bg.try_wait());
+    let r = bg.wait();
+    assert!(
+        ended.is_some(),
+        "pgjet must end within seconds of SIGTERM:\n{r}"
+    );
+    step!(
+        "incremental re-sync: SIGTERM ended it in {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+    assert_eq!(r.status.code(), Some(143), "{r}");
+    assert!(
+        r.stderr
+            .contains("delta over the BASE_BACKUP stream: incremental"),
+        "the re-sync must be PostgreSQL's incremental stream:\n{r}"
+    );
+    assert!(
+        target.join("pgjet.incomplete").exists() && !target.join("global/pg_control").exists(),
+        "the cancelled copy must stay unfinished"
+    );
+    assert_no_slot_left(cluster, "after the cancelled incremental re-sync");
+    let r = pgjet_ok(&a);
+    assert!(
+        r.stderr.contains("delta over the BASE_BACKUP stream"),
+        "{r}"
+    );
+    assert!(!target.join("pgjet.incomplete").exists());
+    let standby = cluster.start_other(target, free_port());
+    assert_eq!(
+        standby.psql("postgres", "SELECT count(*) FROM t WHERE v = 'changed'"),
+        "1000"
+    );
+    drop(standby);
 }
 
 /// `backup --transport basebackup` (zstd) into a repository: verify passes, the backup is
