@@ -387,7 +387,7 @@ fn pg15_replication_only_role_as_patroni_calls() {
     // Cancelled as Patroni cancels (SIGTERM) mid-copy: the exit status is SIGTERM's within
     // a few seconds, the directory stays unfinished, nothing is left on the server.
     let cancelled = cluster.new_dir("patroni-cancelled");
-    let mut bg = Background::spawn(
+    let bg = Background::spawn(
         &pgjet_bin(),
         &args![
             "replica-create",
@@ -405,13 +405,7 @@ fn pg15_replication_only_role_as_patroni_calls() {
     });
     assert!(started.is_some(), "the copy never started");
     step!("the copy started; SIGTERM");
-    bg.signal(libc::SIGTERM);
-    let t = std::time::Instant::now();
-    let ended = wait_for(Duration::from_secs(8), || bg.try_wait());
-    assert!(ended.is_some(), "pgjet must end within seconds of SIGTERM");
-    let r = bg.wait();
-    step!("SIGTERM: ended in {:.1} s", t.elapsed().as_secs_f64());
-    assert_eq!(r.status.code(), Some(143), "{r}");
+    let r = end_on_sigterm(bg, "Patroni's replica-create");
     assert!(r.stderr.contains("cancelled by SIGTERM"), "{r}");
     assert!(
         cancelled.join("pgjet.incomplete").exists()
@@ -660,24 +654,12 @@ fn incremental_resync_cancelled(cluster: &Cluster, source: &str, target: &std::p
     ];
     let mut slow = a.clone();
     slow.extend(args!["--max-rate", "32k"]);
-    let mut bg = Background::spawn(&pgjet_bin(), &slow, &cluster.root.join("incr-cancel.pid"));
+    let bg = Background::spawn(&pgjet_bin(), &slow, &cluster.root.join("incr-cancel.pid"));
     let marked = wait_for(Duration::from_secs(30), || {
         target.join("pgjet.incomplete").exists().then_some(())
     });
     assert!(marked.is_some(), "the re-sync never began:\n{}", bg.wait());
-    bg.signal(libc::SIGTERM);
-    let t = std::time::Instant::now();
-    let ended = wait_for(Duration::from_secs(8), || bg.try_wait());
-    let r = bg.wait();
-    assert!(
-        ended.is_some(),
-        "pgjet must end within seconds of SIGTERM:\n{r}"
-    );
-    step!(
-        "incremental re-sync: SIGTERM ended it in {:.1} s",
-        t.elapsed().as_secs_f64()
-    );
-    assert_eq!(r.status.code(), Some(143), "{r}");
+    let r = end_on_sigterm(bg, "incremental re-sync");
     assert!(
         r.stderr
             .contains("delta over the BASE_BACKUP stream: incremental"),

@@ -323,26 +323,6 @@ fn resume_after_link_cut_pg15_libpq() {
     step!("link cut and resume done in {}", secs(t0));
 }
 
-/// Waits for `b`, sent SIGTERM, to end: within 8 s (Patroni kills after 10), with
-/// SIGTERM's status (143) and the log saying it was cancelled. Returns its run.
-fn end_on_sigterm(mut b: Background, what: &str) -> Run {
-    b.signal(libc::SIGTERM);
-    let t = Instant::now();
-    let ended = wait_for(Duration::from_secs(8), || b.try_wait());
-    let r = b.wait();
-    assert!(
-        ended.is_some(),
-        "{what}: still running 8 s after SIGTERM:\n{r}"
-    );
-    assert_eq!(r.status.code(), Some(143), "{what}:\n{r}");
-    assert!(r.stderr.contains("SIGTERM: stopping"), "{what}:\n{r}");
-    step!(
-        "{what}: SIGTERM ended it in {:.1} s",
-        t.elapsed().as_secs_f64()
-    );
-    r
-}
-
 /// A restore and an archive-get waiting on a repository that stops answering (an object
 /// whose open never returns, as on a hung NFS mount: here a named pipe no one writes) end
 /// on SIGTERM within seconds, with SIGTERM's status: the restore leaves no pg_control

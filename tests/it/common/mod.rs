@@ -2253,6 +2253,26 @@ pub fn assert_pgbackrest_shape(ours: &serde_json::Value, fixture: &serde_json::V
     }
 }
 
+/// Waits for `b`, sent SIGTERM, to end: within 8 s (Patroni kills after 10), with
+/// SIGTERM's status (143) and the log saying it was cancelled. Returns its run.
+pub fn end_on_sigterm(mut b: Background, what: &str) -> Run {
+    b.signal(libc::SIGTERM);
+    let t = Instant::now();
+    let ended = wait_for(Duration::from_secs(8), || b.try_wait());
+    let r = b.wait();
+    assert!(
+        ended.is_some(),
+        "{what}: still running 8 s after SIGTERM:\n{r}"
+    );
+    assert_eq!(r.status.code(), Some(143), "{what}:\n{r}");
+    assert!(r.stderr.contains("SIGTERM: stopping"), "{what}:\n{r}");
+    step!(
+        "{what}: SIGTERM ended it in {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+    r
+}
+
 /// Waits up to 10 s until `cluster` has no session matching `filter` (a condition on
 /// `pg_stat_activity`, e.g. `usename = 'replicator'`); panics if one is left: what a
 /// cancelled pgjet must not leave.
