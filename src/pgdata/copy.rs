@@ -303,13 +303,7 @@ fn scan_wal(source: &dyn Source, info: &ServerInfo, w: WalScan) -> Option<Summar
     } = w;
     let at = scan.at();
     // Only the pages the scan reads cross the link.
-    let fetch = |segno: u64| -> Result<Option<Vec<u8>>> {
-        let part = walscan::segment_part(segno, seg_size, at, to);
-        let name = crate::pg::lsn::wal_segment_name(tli, segno, seg_size);
-        Ok(source
-            .wal_segment(&name, part.clone())?
-            .map(|b| walscan::padded(&b, part, seg_size)))
-    };
+    let fetch = |segno: u64| source.wal_for_scan(tli, segno, seg_size, (at, to));
     let clock = std::time::Instant::now();
     match scan.run(fetch, seg_size, to, &info.tablespace_dir()) {
         Ok(()) => {

@@ -220,11 +220,11 @@ impl RepoTarget<'_> {
         // The WAL up to this backup's start is in pg_wal only (not archived yet): a source
         // that does not read pg_wal cannot scan it.
         // Only the pages the scan reads are read.
-        let part = |segno| crate::pg::walscan::segment_part(segno, seg_size, from, to);
         let last_segno = to.0 / seg_size;
         let last = crate::pg::lsn::wal_segment_name(r.timeline, last_segno, seg_size);
-        let mut last_bytes = match source.wal_segment(&last, part(last_segno)) {
-            Ok(Some(b)) => Some(crate::pg::walscan::padded(&b, part(last_segno), seg_size)),
+        let mut last_bytes = match source.wal_for_scan(r.timeline, last_segno, seg_size, (from, to))
+        {
+            Ok(Some(b)) => Some(b),
             Ok(None) => {
                 tracing::debug!("{}: no pg_wal/{last} to scan", source.describe());
                 return None;
@@ -243,10 +243,10 @@ impl RepoTarget<'_> {
                     return Ok(Some(b));
                 }
             }
-            let name = crate::pg::lsn::wal_segment_name(r.timeline, segno, seg_size);
-            if let Some(b) = source.wal_segment(&name, part(segno))? {
-                return Ok(Some(crate::pg::walscan::padded(&b, part(segno), seg_size)));
+            if let Some(b) = source.wal_for_scan(r.timeline, segno, seg_size, (from, to))? {
+                return Ok(Some(b));
             }
+            let name = crate::pg::lsn::wal_segment_name(r.timeline, segno, seg_size);
             let file = super::wal::WalFile::parse(&name)?;
             Ok(super::wal::fetch(stanza, &file)?.map(|(_, b)| b))
         };

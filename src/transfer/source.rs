@@ -52,6 +52,25 @@ pub trait Source: Sync {
     fn wal_segment(&self, _name: &str, _part: std::ops::Range<u64>) -> Result<Option<Vec<u8>>> {
         Ok(None)
     }
+
+    /// WAL segment `segno` of timeline `tli` (`seg_size` bytes) as a WAL scan from `from` to
+    /// `to` reads it: only its [`crate::pg::walscan::segment_part`] read through
+    /// [`Source::wal_segment`], zeros elsewhere ([`crate::pg::walscan::padded`]). None and
+    /// errors as `wal_segment`'s.
+    fn wal_for_scan(
+        &self,
+        tli: u32,
+        segno: u64,
+        seg_size: u64,
+        (from, to): (Lsn, Lsn),
+    ) -> Result<Option<Vec<u8>>> {
+        use crate::pg::walscan::{padded, segment_part};
+        let part = segment_part(segno, seg_size, from, to);
+        let name = crate::pg::lsn::wal_segment_name(tli, segno, seg_size);
+        Ok(self
+            .wal_segment(&name, part.clone())?
+            .map(|b| padded(&b, part, seg_size)))
+    }
 }
 
 /// Reads byte ranges for one engine thread.
