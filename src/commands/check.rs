@@ -27,7 +27,13 @@ pub struct Report {
 ///   cluster's identity matches the stanza's, and the repository is writable.
 pub fn run(s: &Settings) -> Result<Report> {
     let target = primary_target(s)?;
-    let sess = Session::connect(&target)?;
+    let sess = match Session::connect(&target) {
+        Ok(sess) => sess,
+        Err(e) if s.source.is_some() && crate::primary::control::refused_by_pg_hba(&e) => {
+            return replication_only(s, &target, e)
+        }
+        Err(e) => return Err(e),
+    };
     // What the connection is, from the server's own view of it (pg_stat_ssl: a role sees
     // its own session's row).
     let tls = sess
@@ -147,6 +153,69 @@ pub fn run(s: &Settings) -> Result<Report> {
     Ok(Report {
         lines,
         failure: stream_failure,
+    })
+}
+
+/// `check --source` for a role pg_hba.conf lets in for replication only (`refused`: the
+/// ordinary session's refusal): what the replication connection reads (IDENTIFY_SYSTEM,
+/// SHOW), the stream's prerequisites, and, as MISSING when the transport asked for or a
+/// stanza needs it, the pg_hba.conf line the file transports and `backup` need.
+///
+/// Errors: the refusal itself when the replication connection is refused too.
+fn replication_only(
+    s: &Settings,
+    target: &crate::pg::conninfo::ConnTarget,
+    refused: Error,
+) -> Result<Report> {
+    let mut conn = match crate::remote::replication::ReplConn::connect(target) {
+        Ok(c) => c,
+        Err(_) => return Err(refused),
+    };
+    let info = crate::primary::control::repl_server_info(&mut conn);
+    let setting = |c: &mut crate::remote::replication::ReplConn, n: &str| {
+        c.show(n).ok().flatten().unwrap_or_else(|| "?".into())
+    };
+    let (level, senders) = (
+        setting(&mut conn, "wal_level"),
+        setting(&mut conn, "max_wal_senders"),
+    );
+    conn.close();
+    let info = info?;
+    let mut lines = vec![
+        format!(
+            "connected to {} for replication only: pg_hba.conf refuses this role an ordinary session",
+            target.describe
+        ),
+        format!(
+            "PostgreSQL {} (system identifier {}{})",
+            info.major(),
+            info.system_identifier,
+            if info.in_recovery { ", a standby" } else { "" }
+        ),
+        "--transport basebackup: a replication connection is accepted from this host (the role may start replication)".into(),
+        format!("--transport basebackup: wal_level = {level}, max_wal_senders = {senders}"),
+        "--transport basebackup: replica-create needs nothing more: the server's facts and the copy's slots come from the replication connection".into(),
+    ];
+    let hint = refused.hint();
+    let needs_session =
+        matches!(s.transport, Transport::Libpq | Transport::Local) || s.stanza.is_some();
+    let tag = if needs_session { "MISSING" } else { "note" };
+    lines.push(format!(
+        "{tag}: --transport libpq and local, and backup: an ordinary session -- fix: {}",
+        hint.trim_start_matches("HINT: ")
+    ));
+    Ok(Report {
+        lines,
+        failure: needs_session.then(|| {
+            Error::Config(format!(
+                "pg_hba.conf lets the role in for replication only; {} needs an ordinary session too (the line above)",
+                if s.stanza.is_some() {
+                    "a backup".to_string()
+                } else {
+                    format!("--transport {}", s.transport.as_str())
+                }
+            ))
+        }),
     })
 }
 

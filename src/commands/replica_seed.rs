@@ -234,7 +234,7 @@ pub fn wanted(s: &Settings, args: &ReplicaOptions) -> Result<SeedChoice> {
         let side = std::thread::Builder::new()
             .name("pgjet-seed-repo".into())
             .spawn_scoped(scope, || RepoSide::read(s));
-        let connected = crate::primary::connect_primary(s);
+        let connected = Reached::connect(s, true);
         let side = match side {
             Ok(h) => h
                 .join()
@@ -243,19 +243,12 @@ pub fn wanted(s: &Settings, args: &ReplicaOptions) -> Result<SeedChoice> {
         };
         (side, connected)
     });
-    let (target, sess, info) = connected?;
-    let mut reached = Reached {
-        target,
-        sess,
-        info,
-        early: None,
-        link: None,
-    };
+    let mut reached = connected?;
     let side = match side {
         Ok(Some(side)) => side,
         Ok(None) => return SeedChoice::source(Some(reached)),
         Err(e) => {
-            reached.sess.close();
+            reached.ctl.close();
             return Err(e);
         }
     };
@@ -273,13 +266,19 @@ pub fn wanted(s: &Settings, args: &ReplicaOptions) -> Result<SeedChoice> {
         tracing::info!("seed auto: the source (it runs on this host)");
         return SeedChoice::source(Some(reached));
     }
-    let f = match measure(s, &side, &reached.sess) {
+    let Some(sess) = reached.ctl.session() else {
+        tracing::info!(
+            "seed auto: the source (the role may connect for replication only: the link cannot be timed without an ordinary session, and the source needs no WAL from the archive)"
+        );
+        return SeedChoice::source(Some(reached));
+    };
+    let f = match measure(s, &side, sess) {
         Ok(f) => {
             reached.link = Some(f.link);
             f
         }
         Err(e) => {
-            reached.sess.close();
+            reached.ctl.close();
             return Err(e);
         }
     };
@@ -290,7 +289,7 @@ pub fn wanted(s: &Settings, args: &ReplicaOptions) -> Result<SeedChoice> {
         if repo_wins { "repository" } else { "source" }
     );
     if repo_wins {
-        reached.sess.close();
+        reached.ctl.close();
         return repo(true);
     }
     SeedChoice::source(Some(reached))

@@ -11,7 +11,7 @@ use crate::pgdata::standby::{
     finish_replica, source_as_given, standby_app_name, standby_lines, undo_failed_replica, Copied,
     ReplicaSummary,
 };
-use crate::pgdata::standby_slot::{plan_slot, settle_slot};
+use crate::pgdata::standby_slot::{plan_slot, reserve_before_copy, settle_slot};
 use crate::pgdata::stream::StreamDir;
 use crate::pgdata::{
     delta, incremental, parse_tablespace_map, plan_locations, prepare_target, tablespace_locations,
@@ -41,13 +41,13 @@ pub fn run(
     let given = source_as_given(s)?;
     let Reached {
         target: conn,
-        sess,
+        ctl,
         info,
         early,
         ..
     } = match reached {
         Some(r) => r,
-        None => Reached::connect(s)?,
+        None => Reached::connect(s, true)?,
     };
     if info.in_recovery {
         // PostgreSQL's BASE_BACKUP on a standby (basebackup.c, xlog.c do_pg_backup_stop):
@@ -58,8 +58,14 @@ pub fn run(
             "the source is a standby: the copy ends at its replay point, with its WAL; the new standby follows it (cascading) unless told otherwise"
         );
     }
-    let tablespaces = sess.tablespaces()?;
     let delta = crate::pgdata::standby::kept_copy(&target, info.system_identifier, args)?;
+    // Over a replication connection nothing lists the tablespaces before the stream: a
+    // kept copy's are its own links, the others come with the stream's header.
+    let tablespaces = match ctl.session() {
+        Some(sess) => sess.tablespaces()?,
+        None if delta => crate::pgdata::kept_tablespaces(&target)?,
+        None => Vec::new(),
+    };
     // Checked before anything is made on the primary: a delta keeps its tablespaces where
     // they are, a new copy needs empty places for them.
     let kept_locations = if delta {
@@ -74,14 +80,11 @@ pub fn run(
     } else {
         OwnSettings::default()
     };
-    let slot = plan_slot(&sess, args.slot.as_deref(), own.slot().as_deref())?;
+    let slot = plan_slot(&*ctl, args.slot.as_deref(), own.slot().as_deref())?;
     let slot_name = slot.as_ref().map(|p| p.name.as_str());
     let mut made = false;
-    let r = sess.query_row("read data_directory_mode", "SHOW data_directory_mode")?;
-    let dir_mode = r
-        .first()
-        .cloned()
-        .flatten()
+    let dir_mode = ctl
+        .show("data_directory_mode")?
         .and_then(|m| u32::from_str_radix(m.trim_start_matches('0'), 8).ok())
         .unwrap_or(0o700)
         & 0o777;
@@ -115,6 +118,9 @@ pub fn run(
     };
     let mut delta_bytes = None;
     let res = (|| -> Result<(u64, u64, String)> {
+        if let Some(slot) = &slot {
+            made = reserve_before_copy(&*ctl, slot)?;
+        }
         let locations = if delta {
             delta::begin_stream_delta(&target, info.system_identifier, &kept_locations, dir_mode)?;
             kept_locations.clone()
@@ -130,12 +136,15 @@ pub fn run(
         let sync = TargetSync::open(&target, &locations)?;
         let modes = DataDirModes::of_mode(dir_mode);
         let mut sink = StreamDir::new(&target, locations, modes.dir, s.jobs, Some(progress));
+        if ctl.session().is_none() {
+            sink = sink.tablespaces_from_header(map.clone());
+        }
         if opts.incremental.is_some() {
             sink = sink.incremental();
         } else if delta {
             sink = sink.delta();
         }
-        let streamed = run_stream_backup(&sess, &info, &conn, early, &opts, &mut sink);
+        let streamed = run_stream_backup(&*ctl, &info, &conn, early, &opts, &mut sink);
         let written = sink.finish();
         progress.finish();
         let sb = streamed?;
@@ -155,7 +164,7 @@ pub fn run(
             delta_bytes = Some((same, wrote));
         }
         if let Some(slot) = &slot {
-            made = settle_slot(&sess, slot, &sb.slot, sb.outcome.start_lsn)?;
+            made |= settle_slot(&*ctl, slot, &sb.slot, sb.outcome.start_lsn)?;
         }
         let d = &sb.outcome.decoded;
         let mut label = d
@@ -217,12 +226,12 @@ pub fn run(
     let (size, wire, codec) = match res {
         Ok(v) => v,
         Err(e) => {
-            undo_failed_replica(&sess, slot_name.filter(|_| made), &target);
+            undo_failed_replica(&*ctl, slot_name.filter(|_| made), &target);
             return Err(e);
         }
     };
     let major = info.major();
-    sess.close();
+    ctl.close();
     let copied = Copied {
         target: &target,
         size,

@@ -365,7 +365,7 @@ fn connect_refused_hint(code: &str, message: &str) -> String {
         };
         let user = quoted("user").unwrap_or_else(|| "<role>".into());
         let db = quoted("database").unwrap_or_else(|| "postgres".into());
-        format!("HINT: pg_hba.conf has no line for this host, user {user} and database {db}. Besides the replication connection of --transport basebackup, pgjet opens one ordinary session (the database of dbname=, {db} here) for the server's facts and its temporary slot: add a line such as `hostssl {db} {user} <this host's address>/32 scram-sha-256` (a `replication` line does not match it; pg_basebackup needs only that one), then SELECT pg_reload_conf();")
+        format!("HINT: pg_hba.conf has no line for this host, user {user} and database {db}. replica-create over the BASE_BACKUP stream needs only the `replication` line; the file transports (libpq, local), backup and check of a stanza open an ordinary session (the database of dbname=, {db} here): add a line such as `hostssl {db} {user} <this host's address>/32 scram-sha-256` (a `replication` line does not match it), then SELECT pg_reload_conf();")
     } else if code == "28P01" || code == "28000" {
         "HINT: the server refused this user from this host: check the user and password (password=, PGPASSWORD or ~/.pgpass) and the server's pg_hba.conf.".into()
     } else {

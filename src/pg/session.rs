@@ -433,16 +433,6 @@ impl Session {
         Ok(())
     }
 
-    /// Fails when the slot's WAL is no longer protected (the backup's WAL may be gone).
-    pub fn check_slot_holds(&self, name: &str) -> Result<()> {
-        match self.slot_wal_status(name)?.as_deref() {
-            Some("reserved") | Some("extended") => Ok(()),
-            other => Err(Error::Unsafe(format!(
-                "replication slot {name} no longer protects the backup's WAL (wal_status {}); check max_slot_wal_keep_size",
-                other.unwrap_or("missing")))),
-        }
-    }
-
     /// Drops a replication slot (used to undo a permanent slot when replica-create fails).
     pub fn drop_slot(&self, name: &str) -> Result<()> {
         self.query_strings(

@@ -121,6 +121,34 @@ pub fn tablespace_locations(
         .collect())
 }
 
+/// The tablespaces of the kept copy at `pg_path`, from its `pg_tblspc` links: (OID, "" (the
+/// name is not stored there), the link's target). Empty when it has none.
+/// Errors: a `pg_tblspc` that cannot be read.
+pub fn kept_tablespaces(pg_path: &Path) -> Result<Vec<(u32, String, String)>> {
+    let dir = pg_path.join("pg_tblspc");
+    let entries = match fs::read_dir(&dir) {
+        Ok(d) => d,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(Error::io("read", &dir, e)),
+    };
+    let mut out = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| Error::io("read", &dir, e))?;
+        let Some(oid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if let Ok(to) = fs::read_link(entry.path()) {
+            out.push((oid, String::new(), to.display().to_string()));
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
 /// Picks the mapped directory for tablespace (oid, name), or None.
 pub fn mapped_dir(map: &[(String, PathBuf)], oid: u32, name: &str) -> Option<PathBuf> {
     map.iter()

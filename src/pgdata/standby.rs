@@ -6,6 +6,7 @@ use crate::pg::conninfo::{ConnInfo, ConnTarget};
 use crate::pg::session::{quote_conf_value, quote_literal, Session};
 use crate::pgdata::debian::{missing_config_files, DebianCluster};
 use crate::pgdata::own_settings::OwnSettings;
+use crate::primary::control::Control;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -42,7 +43,8 @@ pub fn bin_dir(pg_bin: Option<&Path>, local_dir: Option<&Path>, major: &str) -> 
 }
 
 /// Starts the standby and waits (up to 120 s) until the primary shows it streaming in
-/// pg_stat_replication under application_name `app`. A Debian cluster's data directory
+/// pg_stat_replication under application_name `app` (or, for a role pg_hba.conf lets in
+/// for replication only, until the standby's log says it streams). A Debian cluster's data directory
 /// ([`DebianCluster`]) is started with pg_ctlcluster (on `port` only when it is not the
 /// default, its config setting the port), any other with `pg_ctl -D target -o "-p port"`.
 ///
@@ -56,14 +58,16 @@ pub fn start_standby(
     conn: &ConnTarget,
     app: &str,
 ) -> Result<()> {
+    let log_len = |log: &Path| fs::metadata(log).map(|m| m.len()).unwrap_or(0);
     if let Some(cluster) = DebianCluster::of(target) {
         let given = (port != crate::options::DEFAULT_PG_PORT).then_some(port);
-        cluster.start(given)?;
-        let log = format!(
+        let log = PathBuf::from(format!(
             "/var/log/postgresql/postgresql-{}-{}.log",
             cluster.version, cluster.name
-        );
-        return wait_streaming(target, conn, app, Path::new(&log));
+        ));
+        let from = log_len(&log);
+        cluster.start(given)?;
+        return wait_streaming(target, conn, app, (&log, from));
     }
     let missing = missing_config_files(target);
     if missing.contains(&"postgresql.conf") {
@@ -77,6 +81,7 @@ pub fn start_standby(
         ));
     }
     let log = target.join("pgjet-start.log");
+    let from = log_len(&log);
     let status = Command::new(bin.join("pg_ctl"))
         .args(["-D"])
         .arg(target)
@@ -95,15 +100,28 @@ pub fn start_standby(
             log.display()
         )));
     }
-    wait_streaming(target, conn, app, &log)
+    wait_streaming(target, conn, app, (&log, from))
 }
 
 /// Waits (up to 120 s) until the primary (`conn`) shows a walsender of application_name
-/// `app`; `log` is named in the error.
-fn wait_streaming(target: &Path, conn: &ConnTarget, app: &str, log: &Path) -> Result<()> {
+/// `app`, or, when pg_hba.conf refuses the role an ordinary session, until the standby's
+/// log past byte `from` says it streams ([`log_says_streaming`]); `log` is named in the
+/// error.
+fn wait_streaming(
+    target: &Path,
+    conn: &ConnTarget,
+    app: &str,
+    (log, from): (&Path, u64),
+) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
-        let sess = Session::connect(conn)?;
+        let sess = match Session::connect(conn) {
+            Ok(s) => s,
+            Err(e) if crate::primary::control::refused_by_pg_hba(&e) => {
+                return wait_receiver_streaming(target, (log, from), deadline)
+            }
+            Err(e) => return Err(e),
+        };
         // pg_stat_replication hides a walsender's state from roles without
         // pg_read_all_stats; pg_stat_activity still shows the role's own walsenders.
         let rows = sess.query_strings(
@@ -140,6 +158,84 @@ fn wait_streaming(target: &Path, conn: &ConnTarget, app: &str, log: &Path) -> Re
         }
         std::thread::sleep(Duration::from_millis(300));
     }
+}
+
+/// [`wait_streaming`] for a role that may not open an ordinary session on the primary: the
+/// standby's own WAL receiver, by its process title ([`receiver_streams`]) or its log from
+/// byte `from` (what this start wrote), until `deadline`.
+fn wait_receiver_streaming(
+    target: &Path,
+    (log, from): (&Path, u64),
+    deadline: Instant,
+) -> Result<()> {
+    loop {
+        let text = fs::read(log)
+            .map(|b| {
+                String::from_utf8_lossy(b.get(from as usize..).unwrap_or_default()).into_owned()
+            })
+            .unwrap_or_default();
+        if receiver_streams(target) || log_says_streaming(&text) {
+            tracing::info!(
+                "standby {} is streaming (its WAL receiver says so; pg_stat_replication needs an ordinary session on the primary)",
+                target.display()
+            );
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(Error::Other(format!(
+                "the standby in {} started but its log {} does not say it streams after 120 s",
+                target.display(),
+                log.display()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+/// Whether the server running in `target` (its postmaster.pid) has a WAL receiver whose
+/// process title says it streams: `postgres: walreceiver streaming 0/3000148`
+/// (walreceiver.c sets it with set_ps_display while update_process_title is on, the default).
+fn receiver_streams(target: &Path) -> bool {
+    let Some(postmaster) = fs::read_to_string(target.join("postmaster.pid"))
+        .ok()
+        .and_then(|p| p.lines().next()?.trim().parse::<u32>().ok())
+    else {
+        return false;
+    };
+    let Ok(procs) = fs::read_dir("/proc") else {
+        return false;
+    };
+    procs.flatten().any(|e| {
+        let pid = e.file_name();
+        let Some(pid) = pid
+            .to_str()
+            .filter(|p| p.bytes().all(|b| b.is_ascii_digit()))
+        else {
+            return false;
+        };
+        let parent = fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| {
+                s.rsplit_once(')')?
+                    .1
+                    .split_whitespace()
+                    .nth(1)?
+                    .parse::<u32>()
+                    .ok()
+            });
+        parent == Some(postmaster)
+            && fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
+                let title = String::from_utf8_lossy(&c);
+                title.contains("walreceiver") && title.contains("streaming")
+            })
+    })
+}
+
+/// Whether a standby's log says its WAL receiver streams: walreceiver.c logs `started
+/// streaming WAL from primary at %X/%X on timeline %u` when it starts (in English unless
+/// lc_messages says otherwise).
+fn log_says_streaming(text: &str) -> bool {
+    text.contains("started streaming WAL from primary")
 }
 
 /// application_name the standby uses in primary_conninfo (to find it in
@@ -313,10 +409,10 @@ pub fn standby_lines(
 /// dropped (a slot left behind would hold WAL on the primary for a standby that never
 /// came; a slot it reused is left as it was), and the target's pg_control removed, so
 /// PostgreSQL never starts on the half-written directory.
-pub fn undo_failed_replica(sess: &Session, made: Option<&str>, target: &Path) {
+pub fn undo_failed_replica(ctl: &dyn Control, made: Option<&str>, target: &Path) {
     if let Some(name) = made {
-        if sess.slot_wal_status(name).ok().flatten().is_some() {
-            if let Err(d) = sess.drop_slot(name) {
+        if ctl.slot_state(name).ok().flatten().is_some() {
+            if let Err(d) = ctl.drop_slot(name) {
                 tracing::warn!(
                     "could not drop slot {name} after the failure: {}",
                     d.with_causes()

@@ -11,11 +11,16 @@
 //! - a reused slot that lost its WAL, or whose restart LSN is past the copy's start, is
 //!   replaced by a copy of the copy's temporary slot; a missing one is made that way;
 //! - a slot made by this run is dropped when the run fails; a reused one is left as it was;
+//! - over a replication connection in the SQL session's place ([`crate::primary::control`]:
+//!   a role let in for replication only) a slot cannot be copied: a missing or lost one is
+//!   made before the copy, reserving WAL from before the copy's start
+//!   (`CREATE_REPLICATION_SLOT ... RESERVE_WAL`), and whether a walsender uses one cannot
+//!   be seen (a slot that advanced past the copy's start is refused after it);
 //! - a re-sync onto another `--slot` drops the standby's former slot once the copy is good,
 //!   if nothing uses it.
 use crate::error::{Error, Result};
 use crate::pg::lsn::Lsn;
-use crate::pg::session::Session;
+use crate::primary::control::Control;
 
 /// The standby's slot for one run of replica-create.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,14 +38,14 @@ pub struct StandbySlot {
 ///
 /// Errors: [`Error::Unsafe`] when the slot is in use or logical; a query error.
 pub fn plan_slot(
-    sess: &Session,
+    ctl: &dyn Control,
     wanted: Option<&str>,
     own: Option<&str>,
 ) -> Result<Option<StandbySlot>> {
     let Some(name) = wanted.or(own) else {
         return Ok(None);
     };
-    let reuse = match sess.slot_state(name)? {
+    let reuse = match ctl.slot_state(name)? {
         None => false,
         Some(st) if !st.physical => {
             return Err(Error::Unsafe(format!(
@@ -55,13 +60,17 @@ pub fn plan_slot(
         }
         Some(_) => true,
     };
-    if reuse {
+    if reuse && ctl.session().is_none() {
+        tracing::info!(
+            "replication slot {name} exists on the primary: it is reused (whether a standby streams from it cannot be read over a replication connection; if one does, the copy is refused once it ends)"
+        );
+    } else if reuse {
         tracing::info!(
             "replication slot {name} exists on the primary and is not in use: it is reused"
         );
     }
     let abandoned = match (wanted, own) {
-        (Some(w), Some(o)) if w != o => match sess.slot_state(o)? {
+        (Some(w), Some(o)) if w != o => match ctl.slot_state(o)? {
             Some(st) if st.physical && st.active_pid.is_none() => Some(o.to_string()),
             _ => None,
         },
@@ -74,22 +83,58 @@ pub fn plan_slot(
     }))
 }
 
+/// Before the copy, over a replication connection in the SQL session's place (which cannot
+/// copy a slot afterwards): makes the standby's slot now, reserving WAL from before the
+/// copy's start, unless a reused one still holds WAL; a lost one is made again. Returns
+/// true when this run made the slot (the caller drops it should a later step fail). Over
+/// the SQL session nothing is done here ([`settle_slot`] copies the temporary slot).
+///
+/// Errors: the server's (the slot could not be made or dropped).
+pub fn reserve_before_copy(ctl: &dyn Control, slot: &StandbySlot) -> Result<bool> {
+    if ctl.session().is_some() {
+        return Ok(false);
+    }
+    let name = &slot.name;
+    match ctl.slot_state(name)? {
+        Some(st) if st.restart_lsn.is_some() => return Ok(false),
+        Some(_) => {
+            tracing::info!("replication slot {name} has lost its WAL: it is made again");
+            ctl.drop_slot(name)?;
+        }
+        None => {}
+    }
+    ctl.create_slot(name, false)?;
+    tracing::info!("replication slot {name} made on the primary, holding WAL from now on");
+    Ok(true)
+}
+
 /// After a good copy whose WAL from `start` on the temporary slot `temporary` protects:
 /// makes the standby's slot (or keeps the reused one when it still holds WAL from `start`),
 /// then drops the abandoned one. Returns true when this run made the slot (the caller drops
-/// it should a later step fail).
+/// it should a later step fail). Over a replication connection the slot was made before
+/// the copy ([`reserve_before_copy`]): it must hold WAL from `start`, else the copy is
+/// refused (a standby streamed from it meanwhile).
 ///
-/// Errors: a query error (the slot could not be made).
+/// Errors: a query error (the slot could not be made); the slot in use.
 pub fn settle_slot(
-    sess: &Session,
+    ctl: &dyn Control,
     slot: &StandbySlot,
     temporary: &str,
     start: Lsn,
 ) -> Result<bool> {
     let name = &slot.name;
-    let made = match sess.slot_state(name)? {
-        Some(st) if slot.reuse && holds_from(&st, start) => false,
-        Some(st) => {
+    let made = match (ctl.session(), ctl.slot_state(name)?) {
+        (None, Some(st)) if holds_from(&st, start) => false,
+        (None, st) => {
+            return Err(Error::Unsafe(format!(
+                "replication slot {name} no longer holds the WAL from the copy's start {start} (restart LSN {}): a standby streamed from it during the copy; stop that standby or choose another --slot",
+                st.and_then(|s| s.restart_lsn)
+                    .map(|l| l.to_string())
+                    .unwrap_or_else(|| "none".into())
+            )))
+        }
+        (Some(_), Some(st)) if slot.reuse && holds_from(&st, start) => false,
+        (Some(sess), Some(st)) => {
             tracing::info!(
                 "replication slot {name} no longer holds the WAL from {start} (wal_status {}, restart LSN {}): it is made again",
                 st.wal_status,
@@ -104,14 +149,14 @@ pub fn settle_slot(
             sess.copy_slot_permanent(temporary, name)?;
             true
         }
-        None => {
+        (Some(sess), None) => {
             sess.copy_slot_permanent(temporary, name)?;
             true
         }
     };
     if let Some(old) = &slot.abandoned {
-        match sess.slot_state(old)? {
-            Some(st) if st.active_pid.is_none() => match sess.drop_slot(old) {
+        match ctl.slot_state(old)? {
+            Some(st) if st.active_pid.is_none() => match ctl.drop_slot(old) {
                 Ok(()) => tracing::info!(
                     "replication slot {old}, the standby's former slot, was dropped: it streams from {name} now"
                 ),

@@ -136,6 +136,9 @@ pub struct StreamDir<'a> {
     incremental: bool,
     /// The `INCREMENTAL.` file being applied.
     incr: Option<IncrementalFile>,
+    /// Tablespaces are learned from the stream's header (no SQL session listed them before):
+    /// the `--tablespace-map` entries, by OID or original location.
+    from_header: Option<Vec<(String, PathBuf)>>,
 }
 
 impl<'a> StreamDir<'a> {
@@ -190,7 +193,48 @@ impl<'a> StreamDir<'a> {
             delta: None,
             incremental: false,
             incr: None,
+            from_header: None,
         }
+    }
+
+    /// This sink making, when the stream starts, the tablespaces its header lists that
+    /// `locations` lacks (a replication-only role: nothing listed them before): each in its
+    /// `map` entry (by OID or original location) or its original location, which must be
+    /// empty, with its `pg_tblspc` link.
+    pub fn tablespaces_from_header(mut self, map: Vec<(String, PathBuf)>) -> Self {
+        self.from_header = Some(map);
+        self
+    }
+
+    /// See [`StreamDir::tablespaces_from_header`]. Errors: a map entry that names no
+    /// tablespace, a directory that is not empty or cannot be made.
+    fn make_listed_tablespaces(&mut self, listed: &[(u32, String)]) -> Result<()> {
+        let Some(map) = &self.from_header else {
+            return Ok(());
+        };
+        super::check_map_used(map, listed)?;
+        for (oid, location) in listed {
+            if self.locations.iter().any(|(o, _)| o == oid) {
+                continue;
+            }
+            let dir = super::mapped_dir(map, *oid, location).unwrap_or_else(|| location.into());
+            super::check_empty_target(&dir, &format!("tablespace OID {oid} directory"))?;
+            super::create_cluster_dir(&dir, self.dir_mode)?;
+            let tblspc = self.pg_path.join("pg_tblspc");
+            crate::io::fs::create_dir_all(&tblspc, self.dir_mode)?;
+            let link = tblspc.join(oid.to_string());
+            match fs::remove_file(&link) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(Error::io("remove", &link, e))
+                }
+                _ => {}
+            }
+            std::os::unix::fs::symlink(&dir, &link)
+                .map_err(|e| Error::io("create tablespace link", &link, e))?;
+            tracing::info!("tablespace OID {oid} goes to {}", dir.display());
+            self.locations.push((*oid, dir));
+        }
+        Ok(())
     }
 
     /// This sink as a delta over a kept copy (see the module's documentation).
@@ -482,6 +526,7 @@ impl StreamSink for StreamDir<'_> {
     }
 
     fn started(&mut self, start: &StreamStart) -> Result<()> {
+        self.make_listed_tablespaces(&start.tablespaces)?;
         if let Some(p) = self.progress {
             p.begin("replica-create", start.total_bytes);
         }

@@ -15,6 +15,7 @@
 //!
 //! The target then finishes on its own terms (a manifest written last, or pg_control written
 //! last into a data directory).
+use super::control::Control;
 use crate::error::{Error, Result};
 use crate::pg::datadir::Listing;
 use crate::pg::lsn::Lsn;
@@ -89,30 +90,19 @@ pub fn require_all(files: &[SourceFile], vanished: &[bool]) -> Result<()> {
     }
 }
 
-/// Runs the sequence on the primary or standby behind `sess` (whose facts are `info`),
-/// reading files from `source` into `target`. `tablespaces`: (oid, name, location) from pg_tablespace.
-///
 /// Says, before a backup starts, that it waits for PostgreSQL's next checkpoint unless
 /// `fast`: a spread checkpoint takes up to checkpoint_completion_target × checkpoint_timeout
 /// (PostgreSQL doc/src/sgml/wal.sgml, "WAL Configuration"; both settings readable by every
 /// role), and nothing else is printed meanwhile.
-pub fn announce_checkpoint(sess: &Session, fast: bool) {
+pub fn announce_checkpoint(ctl: &dyn Control, fast: bool) {
     if fast {
         tracing::info!("asking PostgreSQL for an immediate checkpoint (start-fast)");
         return;
     }
-    let setting = |name: &str| -> Option<f64> {
-        let r = sess
-            .query_row(
-                "read a checkpoint setting",
-                &format!("SELECT setting FROM pg_settings WHERE name = '{name}'"),
-            )
-            .ok()?;
-        r.first().cloned().flatten()?.trim().parse().ok()
-    };
+    let setting = |name: &str| ctl.show(name).ok().flatten();
     let within = match (
-        setting("checkpoint_timeout"),
-        setting("checkpoint_completion_target"),
+        setting("checkpoint_timeout").as_deref().and_then(seconds),
+        setting("checkpoint_completion_target").and_then(|c| c.trim().parse::<f64>().ok()),
     ) {
         (Some(t), Some(c)) => format!(
             ", up to {:.0} s (checkpoint_timeout {t:.0} s × checkpoint_completion_target {c})",
@@ -125,6 +115,26 @@ pub fn announce_checkpoint(sess: &Session, fast: bool) {
     );
 }
 
+/// Seconds from a time setting as `SHOW` prints it: a number and `ms`, `s`, `min`, `h` or
+/// `d` (guc.c's time units), or a bare number of seconds.
+fn seconds(v: &str) -> Option<f64> {
+    let v = v.trim();
+    let digits = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
+    let n: f64 = v[..digits].parse().ok()?;
+    let unit = match v[digits..].trim() {
+        "ms" => 0.001,
+        "" | "s" => 1.0,
+        "min" => 60.0,
+        "h" => 3600.0,
+        "d" => 86400.0,
+        _ => return None,
+    };
+    Some(n * unit)
+}
+
+/// Runs the sequence on the primary or standby behind `sess` (whose facts are `info`),
+/// reading files from `source` into `target`. `tablespaces`: (oid, name, location) from pg_tablespace.
+///
 /// Errors: any step's; the session's temporary slot and the backup in progress end with the
 /// session.
 pub fn run_base_backup<T: BackupTarget>(
@@ -227,7 +237,7 @@ pub fn run_base_backup<T: BackupTarget>(
     progress.begin("WAL", wal.iter().map(|f| f.size).sum());
     let wal_out = target.copy(source, &wal, &wal_opts, progress)?;
     require_all(&wal, &wal_out.vanished)?;
-    sess.check_slot_holds(&slot)?;
+    Control::check_slot_holds(sess, &slot)?;
     progress.finish();
     Ok(BaseBackup {
         slot,
@@ -242,4 +252,16 @@ pub fn run_base_backup<T: BackupTarget>(
         wal,
         wal_out,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn time_settings_as_show_prints_them() {
+        assert_eq!(super::seconds("5min"), Some(300.0));
+        assert_eq!(super::seconds("30s"), Some(30.0));
+        assert_eq!(super::seconds("1h"), Some(3600.0));
+        assert_eq!(super::seconds("300"), Some(300.0));
+        assert_eq!(super::seconds("0.9"), None);
+    }
 }

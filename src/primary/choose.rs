@@ -23,6 +23,7 @@
 //! lighter on the server is taken. The stream is chosen when that estimate is at least
 //! [`STREAM_MARGIN`] times the ranges': the ranges cost the primary no compression CPU, and
 //! their estimate is low.
+use super::control::Control;
 use crate::error::{Error, Result};
 use crate::options::{NetworkCompress, Settings, Transport};
 use crate::pg::conninfo::ConnTarget;
@@ -443,8 +444,10 @@ pub fn choose_remote(
 pub struct Reached {
     /// How to reach it.
     pub target: ConnTarget,
-    /// The session the probe ran on (kept, so the stream does not connect again).
-    pub sess: Session,
+    /// The session the probe ran on (kept, so the stream does not connect again), or for a
+    /// role pg_hba.conf lets in for replication only, a replication connection in its place
+    /// ([`super::control`]).
+    pub ctl: Box<dyn Control>,
     pub info: ServerInfo,
     /// The replication connection opened while the probe ran (IDENTIFY_SYSTEM checked).
     pub early: Option<ReplConn>,
@@ -454,13 +457,15 @@ pub struct Reached {
 }
 
 impl Reached {
-    /// Connects to the primary for the stream (no replication connection yet): as
-    /// [`super::connect_primary`], whose errors it returns.
-    pub fn connect(s: &Settings) -> Result<Reached> {
-        let (target, sess, info) = super::connect_primary(s)?;
+    /// Connects to the primary for the stream (no replication connection yet): the SQL
+    /// session, or with `replication_only` allowed a replication connection in its place
+    /// ([`super::control::connect_control`], whose errors it returns).
+    pub fn connect(s: &Settings, replication_only: bool) -> Result<Reached> {
+        let target = super::primary_target(s)?;
+        let (ctl, info) = super::control::connect_control(&target, replication_only)?;
         Ok(Reached {
             target,
-            sess,
+            ctl,
             info,
             early: None,
             link: None,
@@ -489,16 +494,48 @@ pub fn auto_stream_settings(
 ) -> Result<Option<(Settings, Reached)>> {
     if s.transport != Transport::Auto {
         if let Some(r) = connected {
-            r.sess.close();
+            r.ctl.close();
         }
         return Ok(None);
     }
-    let (target, sess, info, link) = match connected {
-        Some(r) => (r.target, r.sess, r.info, r.link),
-        None => {
-            let (target, sess, info) = super::connect_primary(s)?;
-            (target, sess, info, None)
-        }
+    let Reached {
+        target,
+        ctl,
+        info,
+        link,
+        ..
+    } = match connected {
+        Some(r) => r,
+        None => Reached::connect(s, standby_streams)?,
+    };
+    if ctl.session().is_none() {
+        // pg_hba.conf lets the role in for replication only: the stream is all it may run,
+        // and without a session neither the rights nor the link can be read.
+        tracing::info!(
+            "transport auto: the role may connect for replication only: the server's BASE_BACKUP stream ({}); the link is not probed (the probe reads over an ordinary session)",
+            match s.network_compress {
+                NetworkCompress::Auto =>
+                    "the best method the server has: zstd, lz4, then gzip".to_string(),
+                c => c.as_str().to_string(),
+            }
+        );
+        let stream = Settings {
+            transport: Transport::Basebackup,
+            ..s.clone()
+        };
+        return Ok(Some((
+            stream,
+            Reached {
+                target,
+                ctl,
+                info,
+                early: None,
+                link,
+            },
+        )));
+    }
+    let Some(sess) = ctl.into_session() else {
+        return Ok(None);
     };
     let close = |sess: Session| {
         sess.close();
@@ -558,7 +595,7 @@ pub fn auto_stream_settings(
             stream_settings(s, codec, None, workers),
             Reached {
                 target,
-                sess,
+                ctl: Box::new(sess),
                 info,
                 early: None,
                 link,
@@ -593,7 +630,7 @@ pub fn auto_stream_settings(
         stream_settings(s, codec, level, workers),
         Reached {
             target,
-            sess,
+            ctl: Box::new(sess),
             info,
             early,
             link,

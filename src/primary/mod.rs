@@ -5,6 +5,7 @@
 pub mod archiving;
 pub mod base_backup;
 pub mod choose;
+pub mod control;
 pub mod repo_copy;
 pub mod stream;
 pub mod stream_needs;
@@ -92,11 +93,15 @@ impl Copier {
         if s.transport == Transport::Basebackup {
             let r = match reached {
                 Some(r) => r,
-                None => choose::Reached::connect(&s)?,
+                None => choose::Reached::connect(&s, false)?,
             };
+            // Reached without the replication-only fallback: always a session.
+            let sess = r.ctl.into_session().ok_or_else(|| {
+                Error::Other("a backup needs an ordinary session on the primary".into())
+            })?;
             return Ok(Copier::Stream(StreamPrimary {
                 target: r.target,
-                sess: r.sess,
+                sess,
                 info: r.info,
                 early: std::sync::Mutex::new(r.early),
                 compress: s.network_compress,

@@ -4,14 +4,17 @@
 //! ([`crate::remote::basebackup`]) into the caller's sink.
 //!
 //! Order of work:
-//! 1. a temporary physical replication slot on the SQL session reserves WAL (it dies with
-//!    the session, so a killed pgjet leaks nothing);
-//! 2. a replication connection; `IDENTIFY_SYSTEM` must give the SQL session's system
-//!    identifier (both reach the same cluster);
+//! 1. a temporary physical replication slot on the control connection (the SQL session, or
+//!    a replication connection for a role let in for replication only:
+//!    [`super::control`]) reserves WAL (it dies with that connection, so a killed pgjet
+//!    leaks nothing);
+//! 2. a replication connection for the stream; `IDENTIFY_SYSTEM` must give the control
+//!    connection's system identifier (both reach the same cluster);
 //! 3. `BASE_BACKUP` with the chosen compression; the stream is decoded into the sink,
 //!    backup_label, tablespace_map and pg_control held back;
 //! 4. every file is checked against the server's backup_manifest (size and CRC-32C);
 //! 5. the slot is checked: had it lost its WAL, the copy could hold recycled segments.
+use super::control::Control;
 use crate::error::{Error, Result};
 use crate::options::NetworkCompress;
 use crate::pg::conninfo::ConnTarget;
@@ -99,28 +102,41 @@ pub fn codecs_from_enumvals(values: &str) -> Option<Vec<WireCodec>> {
 /// gzip in turn (a server built without one refuses it at once, before the checkpoint:
 /// parse_basebackup_options in basebackup.c). Threads that cannot be read: none.
 pub fn stream_methods(
-    sess: &Session,
+    ctl: &dyn Control,
     wanted: NetworkCompress,
     given: Option<u32>,
 ) -> (Vec<WireCodec>, u32) {
     let ask_workers =
         given.is_none() && matches!(wanted, NetworkCompress::Auto | NetworkCompress::Zstd);
-    let row = (wanted == NetworkCompress::Auto || ask_workers)
-        .then(|| {
-            sess.query_row(
-                "read the server's compression methods and max_parallel_maintenance_workers",
-                &format!("SELECT ({CODECS_QUERY}), {WORKERS_QUERY}"),
-            )
-            .ok()
-        })
-        .flatten()
-        .unwrap_or_default();
-    let col = |i: usize| row.get(i).cloned().flatten();
+    let (codecs, workers) = match ctl.session() {
+        Some(sess) => {
+            let row = (wanted == NetworkCompress::Auto || ask_workers)
+                .then(|| {
+                    sess.query_row(
+                        "read the server's compression methods and max_parallel_maintenance_workers",
+                        &format!("SELECT ({CODECS_QUERY}), {WORKERS_QUERY}"),
+                    )
+                    .ok()
+                })
+                .flatten()
+                .unwrap_or_default();
+            let col = |i: usize| row.get(i).cloned().flatten();
+            (col(0), col(1))
+        }
+        // A replication connection: SHOW gives the threads; the methods are tried in turn
+        // (SHOW prints wal_compression's value, not the values it accepts).
+        None => (
+            None,
+            ask_workers
+                .then(|| ctl.show("max_parallel_maintenance_workers").ok().flatten())
+                .flatten(),
+        ),
+    };
     methods_from(
         wanted,
         given,
-        col(0),
-        col(1),
+        codecs,
+        workers,
         &[WireCodec::Zstd, WireCodec::Lz4, WireCodec::Gzip],
     )
 }
@@ -187,8 +203,9 @@ pub fn connect_checked(target: &ConnTarget, info: &ServerInfo) -> Result<ReplCon
     Ok(conn)
 }
 
-/// Runs the sequence (see the module's documentation) on the primary behind `sess` (facts
-/// `info`), reached again at `target` for the replication connection, decoding into `sink`.
+/// Runs the sequence (see the module's documentation) on the primary behind `ctl` (its SQL
+/// session or a replication connection: [`super::control`]; facts `info`), reached again
+/// at `target` for the stream's replication connection, decoding into `sink`.
 ///
 /// Errors: the replication connection refused ([`Error::Replication`], whose hint names
 /// `ALTER ROLE ... REPLICATION` or the pg_hba.conf line); another cluster behind the
@@ -197,7 +214,7 @@ pub fn connect_checked(target: &ConnTarget, info: &ServerInfo) -> Result<ReplCon
 /// `early`: a replication connection to the same cluster opened already ([`connect_checked`],
 /// as `--transport auto` does while its probe runs), used first.
 pub fn run_stream_backup(
-    sess: &Session,
+    ctl: &dyn Control,
     info: &ServerInfo,
     target: &ConnTarget,
     early: Option<ReplConn>,
@@ -206,16 +223,16 @@ pub fn run_stream_backup(
 ) -> Result<StreamBackup> {
     // A standby streams its base backup as a primary does (PostgreSQL's BASE_BACKUP on a
     // standby: backup_label says "BACKUP FROM: standby", the WAL comes from the standby).
-    let (candidates, mut workers) = stream_methods(sess, opts.compress, opts.workers);
+    let (candidates, mut workers) = stream_methods(ctl, opts.compress, opts.workers);
     // The replication connection first: a role without REPLICATION or a missing pg_hba.conf
     // line is reported by it, with its fix, before anything is made on the primary.
     let mut first = Some(match early {
         Some(c) => c,
         None => connect_checked(target, info)?,
     });
-    super::base_backup::announce_checkpoint(sess, opts.fast);
+    super::base_backup::announce_checkpoint(ctl, opts.fast);
     let slot = format!("pgjet_{}", std::process::id());
-    sess.create_physical_slot(&slot, true)?;
+    ctl.create_slot(&slot, true)?;
     let mut last_err = None;
     let mut incremental = opts.incremental.as_deref();
     let mut i = 0;
@@ -278,7 +295,7 @@ pub fn run_stream_backup(
                         });
                     }
                 }
-                sess.check_slot_holds(&slot)?;
+                ctl.check_slot_holds(&slot)?;
                 tracing::info!(
                     "BASE_BACKUP ({}{}): {} bytes of files in {} bytes on the wire, LSN {} to {}",
                     codec.name(),

@@ -258,41 +258,39 @@ fn pg15_replication_only_role_as_patroni_calls() {
             format!("--connstring={connstring}")
         ])
     };
-    // A pg_hba.conf with the replication line only (what pg_basebackup needs): pgjet's
-    // ordinary session is refused, and the hint names the line to add; nothing is written.
+    // A pg_hba.conf with the replication line only (what pg_basebackup needs): pgjet asks
+    // the server's facts and holds its slots on a replication connection. The standbys made
+    // below copy this pg_hba.conf, so the clone from a standby runs this way too.
     let hba = cluster.data().join("pg_hba.conf");
     let full_hba = fs::read_to_string(&hba).unwrap();
-    fs::write(
-        &hba,
-        "local all all trust\nhost replication replicator 127.0.0.1/32 trust\n",
-    )
-    .unwrap();
-    cluster.psql("postgres", "SELECT pg_reload_conf()");
-    let r = pgjet(&args![
-        "replica-create",
-        "--scope=acc",
-        "--role=replica",
-        format!("--datadir={}", data.display()),
-        format!("--connstring={connstring}")
-    ]);
-    assert!(!r.success(), "{r}");
+    let set_hba = |text: &str| {
+        fs::write(&hba, text).unwrap();
+        cluster.psql("postgres", "SELECT pg_reload_conf()");
+    };
+    let replication_only_hba =
+        "local all all trust\nhost replication replicator 127.0.0.1/32 trust\n";
+    set_hba(replication_only_hba);
+    let r = pgjet_ok(&args!["check", "--source", source]);
     assert!(
-        r.stderr
-            .contains("postgres replicator <this host's address>/32")
-            && r.stderr.contains("pg_basebackup needs only"),
-        "the hint must name the pg_hba.conf line for pgjet's session:\n{r}"
+        r.stdout.contains("for replication only")
+            && r.stdout.contains("replica-create needs nothing more")
+            && r.stdout
+                .contains("note: --transport libpq and local, and backup: an ordinary session")
+            && r.stdout
+                .contains("postgres replicator <this host's address>/32"),
+        "{r}"
     );
-    assert!(
-        fs::read_dir(&data).map(|d| d.count()).unwrap_or(0) == 0,
-        "nothing may be written"
-    );
-    fs::write(&hba, full_hba).unwrap();
-    cluster.psql("postgres", "SELECT pg_reload_conf()");
+    pgjet(&args!["check", "--source", source, "--transport", "libpq"])
+        .fails_with("lets the role in for replication only");
     let r = patroni(&data);
     assert!(
-        r.stderr.contains("the role may not copy files") && r.stderr.contains("BASE_BACKUP"),
-        "auto must take the stream for a REPLICATION-only role:\n{r}"
+        r.stderr
+            .contains("in for replication only: the server's facts and the copy's slots")
+            && r.stderr
+                .contains("the role may connect for replication only"),
+        "auto must take the stream over replication connections alone:\n{r}"
     );
+    assert_no_slot_left(&cluster, "after a copy over replication connections alone");
     // Changes while the copy sits, then Patroni's reinit over the kept data, which a crash
     // left with a postmaster.pid naming a server that is gone (here a process that ended):
     // removed, and the copy re-synced in place.
@@ -374,18 +372,65 @@ fn pg15_replication_only_role_as_patroni_calls() {
     );
     cascaded.stop();
     standby.stop();
+    // --slot and --start with replication connections alone: the slot is made before the
+    // copy (it cannot be copied from the temporary one without SQL) and kept; the standby's
+    // own WAL receiver tells that it streams (pg_stat_replication needs a session).
+    let slotted = cluster.new_dir("slotted");
+    let slotted_port = free_port();
+    let r = pgjet(&args![
+        "replica-create",
+        "--source",
+        source,
+        "--pg-path",
+        slotted.display(),
+        "--pg-port",
+        slotted_port,
+        "--slot",
+        "ro_slot",
+        "--start-fast",
+        "--start"
+    ]);
+    let slotted_server = Server::adopt(cluster.pg(), &slotted, &slotted.join("pgjet-start.log"));
+    assert!(r.success(), "{r}");
+    assert!(
+        r.stderr
+            .contains("replication slot ro_slot made on the primary")
+            && r.stderr.contains("is streaming (its WAL receiver says so"),
+        "{r}"
+    );
+    assert_eq!(
+        cluster.psql(
+            "postgres",
+            "SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'ro_slot' AND active"
+        ),
+        "1",
+        "the standby must stream from its slot"
+    );
+    if let Some(mut s) = slotted_server {
+        s.stop();
+    }
+    cluster.psql("postgres", "SELECT pg_drop_replication_slot('ro_slot')");
+    set_hba(&full_hba);
+    step!("replication connections alone: copy, re-sync, clone of a standby, --slot, --start");
     // A kept directory that proves nothing (no pg_control, no marker): replaced.
     let junk = cluster.new_dir("patroni-junk");
     fs::write(junk.join("stray"), b"x").unwrap();
     chown_pg_recursive(&junk);
     let r = patroni(&junk);
     assert!(r.stderr.contains("is replaced by a full copy"), "{r}");
+    assert!(
+        r.stderr.contains("the role may not copy files") && r.stderr.contains("BASE_BACKUP"),
+        "auto must take the stream for a REPLICATION-only role:\n{r}"
+    );
     assert!(junk.join("global/pg_control").exists() && !junk.join("stray").exists());
     assert_no_slot_left(&cluster, "after the Patroni calls");
     step!("Patroni's calls done");
 
-    // Cancelled as Patroni cancels (SIGTERM) mid-copy: the exit status is SIGTERM's within
-    // a few seconds, the directory stays unfinished, nothing is left on the server.
+    // Cancelled as Patroni cancels (SIGTERM) mid-copy, the temporary slot held by a
+    // replication connection (pg_hba.conf's replication line alone): the exit status is
+    // SIGTERM's within a few seconds, the directory stays unfinished, nothing is left on the
+    // server.
+    set_hba(replication_only_hba);
     let cancelled = cluster.new_dir("patroni-cancelled");
     let bg = Background::spawn(
         &pgjet_bin(),
