@@ -673,6 +673,45 @@ fn pg18_replica_create_basebackup_auto_is_gzip() {
     std::thread::sleep(Duration::from_millis(500));
     refused("postgres", "hostssl replication postgres");
     assert_no_slot_left(&cluster, "after the failure");
+
+    // pg_hba.conf's replication line alone, for a role with REPLICATION only: the re-sync is
+    // still PostgreSQL's incremental stream, everything asked on replication connections.
+    fs::write(
+        cluster.data().join("pg_hba.conf"),
+        "local all all trust\nhost replication replicator 127.0.0.1/32 trust\n",
+    )
+    .unwrap();
+    cluster.psql(
+        "postgres",
+        "CREATE ROLE replicator WITH REPLICATION LOGIN; SELECT pg_reload_conf(); \
+         UPDATE t SET v = 'again' WHERE i % 100 = 1; CHECKPOINT;",
+    );
+    let replicator = tcp_conninfo(&cluster, "replicator");
+    let r = pgjet_ok(&[
+        "replica-create",
+        "--source",
+        &replicator,
+        "--pg-path",
+        &dir,
+        "--delta",
+        "--start-fast",
+    ]);
+    assert!(
+        r.stderr.contains("in for replication only")
+            && r.stderr
+                .contains("delta over the BASE_BACKUP stream: incremental"),
+        "{r}"
+    );
+    assert_no_slot_left(&cluster, "after the re-sync over replication connections");
+    let standby = cluster.start_other(&target, free_port());
+    let rows = wait_for(Duration::from_secs(60), || {
+        let n = standby.psql_run("postgres", "SELECT count(*) FROM t WHERE v = 'again'");
+        (n.success() && n.stdout.trim() == "500").then_some(())
+    });
+    assert!(
+        rows.is_some(),
+        "the re-synced standby must hold the new rows"
+    );
 }
 
 /// The copy `target` of `cluster` (PostgreSQL 17+, `summarize_wal = on`) re-synced with
