@@ -104,9 +104,9 @@ pub fn start_standby(
 }
 
 /// Waits (up to 120 s) until the primary (`conn`) shows a walsender of application_name
-/// `app`, or, when pg_hba.conf refuses the role an ordinary session, until the standby's
-/// log past byte `from` says it streams ([`log_says_streaming`]); `log` is named in the
-/// error.
+/// `app` ([`primary_sees`]), or, when pg_hba.conf refuses the role an ordinary session,
+/// until the standby's WAL receiver says it streams ([`receiver_says`]: its process title,
+/// or its log `log` past byte `from`). `log` is named in the error.
 fn wait_streaming(
     target: &Path,
     conn: &ConnTarget,
@@ -114,39 +114,22 @@ fn wait_streaming(
     (log, from): (&Path, u64),
 ) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(120);
+    let mut session_refused = false;
     loop {
-        let sess = match Session::connect(conn) {
-            Ok(s) => s,
-            Err(e) if crate::primary::control::refused_by_pg_hba(&e) => {
-                return wait_receiver_streaming(target, (log, from), deadline)
+        let seen = if session_refused {
+            receiver_says(target, (log, from))
+        } else {
+            match primary_sees(conn, app) {
+                Ok(seen) => seen,
+                Err(e) if crate::primary::control::refused_by_pg_hba(&e) => {
+                    session_refused = true;
+                    continue;
+                }
+                Err(e) => return Err(e),
             }
-            Err(e) => return Err(e),
         };
-        // pg_stat_replication hides a walsender's state from roles without
-        // pg_read_all_stats; pg_stat_activity still shows the role's own walsenders.
-        let rows = sess.query_strings(
-            "pg_stat_replication",
-            &format!(
-                "SELECT coalesce(r.state, 'hidden') FROM pg_stat_activity a \
-                 LEFT JOIN pg_stat_replication r ON r.pid = a.pid \
-                 WHERE a.backend_type = 'walsender' AND a.application_name = {}",
-                quote_literal(app)
-            ),
-        )?;
-        sess.close();
-        let states: Vec<String> = rows
-            .iter()
-            .filter_map(|r| r.first().cloned().flatten())
-            .collect();
-        if states.iter().any(|s| s == "streaming") {
-            tracing::info!("standby {} is streaming", target.display());
-            return Ok(());
-        }
-        if states.iter().any(|s| s == "hidden") {
-            tracing::info!(
-                "standby {} is connected to the primary (its state is visible only with pg_read_all_stats)",
-                target.display()
-            );
+        if let Some(how) = seen {
+            tracing::info!("standby {} is {how}", target.display());
             return Ok(());
         }
         if Instant::now() > deadline {
@@ -160,36 +143,45 @@ fn wait_streaming(
     }
 }
 
-/// [`wait_streaming`] for a role that may not open an ordinary session on the primary: the
-/// standby's own WAL receiver, by its process title ([`receiver_streams`]) or its log from
-/// byte `from` (what this start wrote), until `deadline`.
-fn wait_receiver_streaming(
-    target: &Path,
-    (log, from): (&Path, u64),
-    deadline: Instant,
-) -> Result<()> {
-    loop {
-        let text = fs::read(log)
-            .map(|b| {
-                String::from_utf8_lossy(b.get(from as usize..).unwrap_or_default()).into_owned()
-            })
-            .unwrap_or_default();
-        if receiver_streams(target) || log_says_streaming(&text) {
-            tracing::info!(
-                "standby {} is streaming (its WAL receiver says so; pg_stat_replication needs an ordinary session on the primary)",
-                target.display()
-            );
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            return Err(Error::Other(format!(
-                "the standby in {} started but its log {} does not say it streams after 120 s",
-                target.display(),
-                log.display()
-            )));
-        }
-        std::thread::sleep(Duration::from_millis(300));
-    }
+/// What the primary (`conn`) shows of the walsender of application_name `app`: streaming,
+/// connected (its state hidden), or None yet. Errors: the session's.
+fn primary_sees(conn: &ConnTarget, app: &str) -> Result<Option<&'static str>> {
+    let sess = Session::connect(conn)?;
+    // pg_stat_replication hides a walsender's state from roles without
+    // pg_read_all_stats; pg_stat_activity still shows the role's own walsenders.
+    let rows = sess.query_strings(
+        "pg_stat_replication",
+        &format!(
+            "SELECT coalesce(r.state, 'hidden') FROM pg_stat_activity a \
+             LEFT JOIN pg_stat_replication r ON r.pid = a.pid \
+             WHERE a.backend_type = 'walsender' AND a.application_name = {}",
+            quote_literal(app)
+        ),
+    );
+    sess.close();
+    let states: Vec<String> = rows?
+        .iter()
+        .filter_map(|r| r.first().cloned().flatten())
+        .collect();
+    Ok(if states.iter().any(|s| s == "streaming") {
+        Some("streaming")
+    } else if states.iter().any(|s| s == "hidden") {
+        Some("connected to the primary (its state is visible only with pg_read_all_stats)")
+    } else {
+        None
+    })
+}
+
+/// What the standby in `target` itself says for a role that may not open an ordinary
+/// session on the primary: streaming when its WAL receiver's process title
+/// ([`receiver_streams`]) or its log past byte `from` ([`log_says_streaming`]) says so.
+fn receiver_says(target: &Path, (log, from): (&Path, u64)) -> Option<&'static str> {
+    let text = fs::read(log)
+        .map(|b| String::from_utf8_lossy(b.get(from as usize..).unwrap_or_default()).into_owned())
+        .unwrap_or_default();
+    (receiver_streams(target) || log_says_streaming(&text)).then_some(
+        "streaming (its WAL receiver says so; pg_stat_replication needs an ordinary session on the primary)",
+    )
 }
 
 /// Whether the server running in `target` (its postmaster.pid) has a WAL receiver whose
