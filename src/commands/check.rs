@@ -29,7 +29,7 @@ pub fn run(s: &Settings) -> Result<Report> {
     let target = primary_target(s)?;
     let sess = match Session::connect(&target) {
         Ok(sess) => sess,
-        Err(e) if s.source.is_some() && crate::primary::control::refused_by_pg_hba(&e) => {
+        Err(e) if s.source.is_some() && crate::remote::control::refused_by_pg_hba(&e) => {
             return replication_only(s, &target, e)
         }
         Err(e) => return Err(e),
@@ -171,7 +171,7 @@ fn replication_only(
         Ok(c) => c,
         Err(_) => return Err(refused),
     };
-    let info = crate::primary::control::repl_server_info(&mut conn);
+    let info = crate::remote::control::repl_server_info(&mut conn);
     let setting = |c: &mut crate::remote::replication::ReplConn, n: &str| {
         c.show(n).ok().flatten().unwrap_or_else(|| "?".into())
     };

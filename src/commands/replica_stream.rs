@@ -42,7 +42,7 @@ pub fn run(
     let Reached {
         target: conn,
         ctl,
-        info,
+        mut info,
         early,
         ..
     } = match reached {
@@ -59,19 +59,25 @@ pub fn run(
         );
     }
     let delta = crate::pgdata::standby::kept_copy(&target, info.system_identifier, args)?;
+    if delta && info.catalog_version == 0 {
+        // No replication command gives the catalog version; a kept copy of the same major
+        // has the server's (it changes only between majors).
+        info.catalog_version = crate::pgdata::kept_catalog_version(&target, &info.major());
+    }
     // Over a replication connection nothing lists the tablespaces before the stream: a
-    // kept copy's are its own links, the others come with the stream's header.
-    let tablespaces = match ctl.session() {
-        Some(sess) => sess.tablespaces()?,
-        None if delta => crate::pgdata::kept_tablespaces(&target)?,
-        None => Vec::new(),
+    // kept copy's are its own links, the others come with the stream's header, which
+    // --tablespace-map is then checked against (StreamDir::tablespaces_from_header).
+    let (tablespaces, map_now) = match ctl.session() {
+        Some(sess) => (sess.tablespaces()?, map.clone()),
+        None if delta => (crate::pgdata::kept_tablespaces(&target)?, Vec::new()),
+        None => (Vec::new(), Vec::new()),
     };
     // Checked before anything is made on the primary: a delta keeps its tablespaces where
     // they are, a new copy needs empty places for them.
     let kept_locations = if delta {
-        tablespace_locations(&tablespaces, &map)?
+        tablespace_locations(&tablespaces, &map_now)?
     } else {
-        plan_locations(&target, &tablespaces, &map)?;
+        plan_locations(&target, &tablespaces, &map_now)?;
         Vec::new()
     };
     // A re-synced standby keeps its own settings and slot (pgdata::own_settings).
@@ -129,7 +135,7 @@ pub fn run(
                 &target,
                 info.system_identifier,
                 &tablespaces,
-                &map,
+                &map_now,
                 &[("global".into(), dir_mode)],
             )?
         };

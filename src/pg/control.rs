@@ -59,8 +59,8 @@ impl DbState {
 /// What pgjet reads from a control file: the cluster and its latest checkpoint.
 ///
 /// The offsets are those of `ControlFileData` in PostgreSQL 11 to 18 (pg_control.h; 11
-/// removed `prevCheckPoint`): `system_identifier` u64 at 0, `state` (an enum, 4 bytes) at
-/// 16, `checkPoint` at 32, and `checkPointCopy` at 40, whose `redo` is at 40 and
+/// removed `prevCheckPoint`): `system_identifier` u64 at 0, `catalog_version_no` u32 at 12,
+/// `state` (an enum, 4 bytes) at 16, `checkPoint` at 32, and `checkPointCopy` at 40, whose `redo` is at 40 and
 /// `ThisTimeLineID` at 48; after `checkPointCopy` (88 bytes: 17's `wal_level` took padding)
 /// and `unloggedLSN` come `minRecoveryPoint` at 136 and `minRecoveryPointTLI` at 144. All
 /// little-endian here (x86-64). The test suite compares them with pg_controldata's output on
@@ -68,6 +68,9 @@ impl DbState {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ControlFacts {
     pub system_identifier: u64,
+    /// `catalog_version_no`: the catalog version of the server that wrote it (the
+    /// tablespace directories' `PG_<major>_<catalog version>`).
+    pub catalog_version: u32,
     pub state: DbState,
     /// The latest checkpoint record's location.
     pub checkpoint: crate::pg::lsn::Lsn,
@@ -92,6 +95,7 @@ pub fn parse_control(bytes: &[u8]) -> Option<ControlFacts> {
     let u32_at = |o: usize| Some(u32::from_le_bytes(bytes.get(o..o + 4)?.try_into().ok()?));
     Some(ControlFacts {
         system_identifier: u64_at(0)?,
+        catalog_version: u32_at(12)?,
         state: DbState::from_raw(u32_at(16)?),
         checkpoint: crate::pg::lsn::Lsn(u64_at(32)?),
         redo: crate::pg::lsn::Lsn(u64_at(40)?),

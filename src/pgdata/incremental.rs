@@ -143,6 +143,11 @@ pub fn plan(
     if locations.len() != links.len() {
         return whole("the kept copy's tablespaces are not the primary's");
     }
+    if info.catalog_version == 0 && !locations.is_empty() {
+        return whole(
+            "the catalog version, which names the tablespaces' directories, is not known (no ordinary session, and the kept copy's pg_control does not give it)",
+        );
+    }
     let (system_identifier, tli, pos) = conn.identify_system()?;
     let Ok(pos) = pos.parse::<Lsn>() else {
         return whole(&format!("IDENTIFY_SYSTEM gave the position '{pos}'"));

@@ -121,6 +121,17 @@ pub fn tablespace_locations(
         .collect())
 }
 
+/// The catalog version of the kept copy at `pg_path` (its pg_control) when its `PG_VERSION`
+/// is `major`; 0 (not known) otherwise.
+pub fn kept_catalog_version(pg_path: &Path, major: &str) -> u32 {
+    let same_major =
+        fs::read_to_string(pg_path.join("PG_VERSION")).is_ok_and(|v| v.trim() == major);
+    match crate::pg::control::read_control(pg_path) {
+        Ok(c) if same_major => c.catalog_version,
+        _ => 0,
+    }
+}
+
 /// The tablespaces of the kept copy at `pg_path`, from its `pg_tblspc` links: (OID, "" (the
 /// name is not stored there), the link's target). Empty when it has none.
 /// Errors: a `pg_tblspc` that cannot be read.

@@ -6,7 +6,7 @@ use crate::pg::conninfo::{ConnInfo, ConnTarget};
 use crate::pg::session::{quote_conf_value, quote_literal, Session};
 use crate::pgdata::debian::{missing_config_files, DebianCluster};
 use crate::pgdata::own_settings::OwnSettings;
-use crate::primary::control::Control;
+use crate::remote::control::Control;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -121,7 +121,7 @@ fn wait_streaming(
         } else {
             match primary_sees(conn, app) {
                 Ok(seen) => seen,
-                Err(e) if crate::primary::control::refused_by_pg_hba(&e) => {
+                Err(e) if crate::remote::control::refused_by_pg_hba(&e) => {
                     session_refused = true;
                     continue;
                 }

@@ -11,7 +11,7 @@
 //! - a reused slot that lost its WAL, or whose restart LSN is past the copy's start, is
 //!   replaced by a copy of the copy's temporary slot; a missing one is made that way;
 //! - a slot made by this run is dropped when the run fails; a reused one is left as it was;
-//! - over a replication connection in the SQL session's place ([`crate::primary::control`]:
+//! - over a replication connection in the SQL session's place ([`crate::remote::control`]:
 //!   a role let in for replication only) a slot cannot be copied: a missing or lost one is
 //!   made before the copy, reserving WAL from before the copy's start
 //!   (`CREATE_REPLICATION_SLOT ... RESERVE_WAL`), and whether a walsender uses one cannot
@@ -20,7 +20,7 @@
 //!   if nothing uses it.
 use crate::error::{Error, Result};
 use crate::pg::lsn::Lsn;
-use crate::primary::control::Control;
+use crate::remote::control::Control;
 
 /// The standby's slot for one run of replica-create.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -15,13 +15,13 @@
 //!
 //! The target then finishes on its own terms (a manifest written last, or pg_control written
 //! last into a data directory).
-use super::control::Control;
 use crate::error::{Error, Result};
 use crate::pg::datadir::Listing;
 use crate::pg::lsn::Lsn;
 use crate::pg::lsn::{parse_backup_label, BackupLabel};
 use crate::pg::session::BackupStop;
 use crate::pg::session::{ServerInfo, Session};
+use crate::remote::control::Control;
 use crate::transfer::source::{read_control, wal_files};
 use crate::transfer::{BackupTarget, CopyOutcome, Progress, ReadOptions, Source, SourceFile};
 

@@ -23,13 +23,13 @@
 //! lighter on the server is taken. The stream is chosen when that estimate is at least
 //! [`STREAM_MARGIN`] times the ranges': the ranges cost the primary no compression CPU, and
 //! their estimate is low.
-use super::control::Control;
 use crate::error::{Error, Result};
 use crate::options::{NetworkCompress, Settings, Transport};
 use crate::pg::conninfo::ConnTarget;
 use crate::pg::privileges::Copying;
 use crate::pg::session::{ServerInfo, Session};
 use crate::remote::basebackup::WireCodec;
+use crate::remote::control::Control;
 use crate::remote::replication::ReplConn;
 use std::io::Write;
 use std::time::Instant;
@@ -446,7 +446,7 @@ pub struct Reached {
     pub target: ConnTarget,
     /// The session the probe ran on (kept, so the stream does not connect again), or for a
     /// role pg_hba.conf lets in for replication only, a replication connection in its place
-    /// ([`super::control`]).
+    /// ([`crate::remote::control`]).
     pub ctl: Box<dyn Control>,
     pub info: ServerInfo,
     /// The replication connection opened while the probe ran (IDENTIFY_SYSTEM checked).
@@ -459,10 +459,10 @@ pub struct Reached {
 impl Reached {
     /// Connects to the primary for the stream (no replication connection yet): the SQL
     /// session, or with `replication_only` allowed a replication connection in its place
-    /// ([`super::control::connect_control`], whose errors it returns).
+    /// ([`crate::remote::control::connect_control`], whose errors it returns).
     pub fn connect(s: &Settings, replication_only: bool) -> Result<Reached> {
         let target = super::primary_target(s)?;
-        let (ctl, info) = super::control::connect_control(&target, replication_only)?;
+        let (ctl, info) = crate::remote::control::connect_control(&target, replication_only)?;
         Ok(Reached {
             target,
             ctl,

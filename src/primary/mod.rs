@@ -5,7 +5,6 @@
 pub mod archiving;
 pub mod base_backup;
 pub mod choose;
-pub mod control;
 pub mod repo_copy;
 pub mod stream;
 pub mod stream_needs;

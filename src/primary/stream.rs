@@ -6,7 +6,7 @@
 //! Order of work:
 //! 1. a temporary physical replication slot on the control connection (the SQL session, or
 //!    a replication connection for a role let in for replication only:
-//!    [`super::control`]) reserves WAL (it dies with that connection, so a killed pgjet
+//!    [`crate::remote::control`]) reserves WAL (it dies with that connection, so a killed pgjet
 //!    leaks nothing);
 //! 2. a replication connection for the stream; `IDENTIFY_SYSTEM` must give the control
 //!    connection's system identifier (both reach the same cluster);
@@ -14,7 +14,6 @@
 //!    backup_label, tablespace_map and pg_control held back;
 //! 4. every file is checked against the server's backup_manifest (size and CRC-32C);
 //! 5. the slot is checked: had it lost its WAL, the copy could hold recycled segments.
-use super::control::Control;
 use crate::error::{Error, Result};
 use crate::options::NetworkCompress;
 use crate::pg::conninfo::ConnTarget;
@@ -22,6 +21,7 @@ use crate::pg::session::{ServerInfo, Session};
 use crate::remote::basebackup::{
     check_manifest, run_stream, BaseBackupCommand, StreamOutcome, StreamSink, WireCodec,
 };
+use crate::remote::control::Control;
 use crate::remote::replication::ReplConn;
 
 /// How to run the stream.
@@ -204,7 +204,7 @@ pub fn connect_checked(target: &ConnTarget, info: &ServerInfo) -> Result<ReplCon
 }
 
 /// Runs the sequence (see the module's documentation) on the primary behind `ctl` (its SQL
-/// session or a replication connection: [`super::control`]; facts `info`), reached again
+/// session or a replication connection: [`crate::remote::control`]; facts `info`), reached again
 /// at `target` for the stream's replication connection, decoding into `sink`.
 ///
 /// Errors: the replication connection refused ([`Error::Replication`], whose hint names

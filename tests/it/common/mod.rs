@@ -1427,6 +1427,10 @@ pub fn assert_control_reads_as_pg_controldata(pg: &Pg, dir: &Path) {
         field("Database system identifier"),
         c.system_identifier.to_string()
     );
+    assert_eq!(
+        field("Catalog version number"),
+        c.catalog_version.to_string()
+    );
     assert_eq!(lsn("Latest checkpoint location"), c.checkpoint);
     assert_eq!(lsn("Latest checkpoint's REDO location"), c.redo);
     assert_eq!(
