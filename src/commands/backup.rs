@@ -54,14 +54,28 @@ pub fn run(s: &Settings, args: &BackupOptions, progress: &dyn Progress) -> Resul
     let stanza = open_stanza(s)?;
     let stanza_info = stanza.info()?;
     let copier = Copier::open(s)?;
-    let sess = copier.sess();
-    let info = &copier.info().clone();
-    let spcs = sess.tablespaces()?;
+    let ctl = copier.ctl();
+    // None: pg_hba.conf lets the role in for replication only; the stream runs on
+    // replication connections alone (docs/commands.md, "With the replication line alone").
+    let sess = ctl.session();
+    let replication_only = sess.is_none();
+    let mut info = copier.info().clone();
+    if info.catalog_version == 0 {
+        // No replication command gives it; the stanza's is the cluster's (same system
+        // identifier and major, checked below), and the copy's pg_control is compared with
+        // it after the copy.
+        info.catalog_version = stanza_info.catalog_version;
+    }
+    let info = &info;
+    let spcs = match sess {
+        Some(sess) => sess.tablespaces()?,
+        None => Vec::new(),
+    };
     repo::check_same_cluster(&stanza_info, info.system_identifier, &info.major())?;
     // When the cluster archives WAL, the backup's WAL must reach the archive too (a
     // point-in-time recovery starts from it); the backup still holds its own WAL.
     let archive_check = backup_waits_for_archive(
-        &sess.archiving()?,
+        &ctl.archiving()?,
         info,
         s.archive.check,
         &archive_command_line(s.config_file.as_deref(), stanza.name()),
@@ -69,11 +83,21 @@ pub fn run(s: &Settings, args: &BackupOptions, progress: &dyn Progress) -> Resul
     let lock = stanza.lock("backup")?;
     // The databases now: a diff or incr takes a database's blocks from its reference only
     // while the database is the same one (checked again after the copy).
-    let databases = sess.databases()?;
-    let timeline = checkpoint_timeline(sess)?;
+    let databases = match sess {
+        Some(sess) => sess.databases()?,
+        None => Vec::new(),
+    };
+    let timeline = ctl.timeline()?;
     // A diff or incr: its reference, read into memory, or the reason it is a full after all.
     let reference = match args.backup_type {
         BackupType::Full => None,
+        t if sess.is_none() => {
+            tracing::warn!(
+                "backup --type {}: the role may connect for replication only, so the databases (pg_database) cannot be listed to compare with a reference; taking a full backup instead",
+                t.as_str()
+            );
+            None
+        }
         t => reference_for(&stanza, info, timeline, &databases, t == BackupType::Diff)?,
     };
     let (backup_type, format) = match (&reference, args.backup_type) {
@@ -131,7 +155,12 @@ pub fn run(s: &Settings, args: &BackupOptions, progress: &dyn Progress) -> Resul
     let mut journal = JournalStart {
         attempt: 1,
         timeline,
-        started: server_clock(sess)?,
+        // Without a session, no clock of the server: a resumed attempt then trusts no
+        // file's modification time (repo/resume.rs) and reads every file again.
+        started: match sess {
+            Some(sess) => server_clock(sess)?,
+            None => 0,
+        },
         threshold: s.manifest_save_threshold,
         first_new_object: 1,
     };
@@ -168,7 +197,7 @@ pub fn run(s: &Settings, args: &BackupOptions, progress: &dyn Progress) -> Resul
         }
         Copier::Stream(stream) => {
             let c = copy_stream(s, &stream, &sink, header, &spcs, args, &pg_label, progress);
-            stream.sess.close();
+            stream.ctl.close();
             c?
         }
     };
@@ -208,8 +237,16 @@ pub fn run(s: &Settings, args: &BackupOptions, progress: &dyn Progress) -> Resul
         // The copy's session has ended: the archiver is read on one of its own, opened
         // only if the segment is late.
         let mut side: Option<crate::pg::session::Session> = None;
+        if replication_only {
+            tracing::info!(
+                "the role may connect for replication only: pg_stat_archiver cannot be read, so a failing archive_command shows only as the wait's timeout ({} s)",
+                s.archive.timeout
+            );
+        }
         let mut archiver = || match &side {
             Some(x) => x.archiver(),
+            // Nothing known of the archiver: the wait only watches the repository.
+            None if replication_only => Ok(crate::pg::session::ArchiverStats::default()),
             None => {
                 let x = crate::pg::session::Session::connect(&crate::primary::primary_target(s)?)?;
                 let a = x.archiver();
@@ -299,17 +336,6 @@ fn query_value<T: std::str::FromStr>(
         .flatten()
         .and_then(|t| t.parse().ok())
         .ok_or_else(|| crate::error::Error::Other(format!("{sql} gave no {what}")))
-}
-
-/// The timeline of the cluster's latest checkpoint (pg_control_checkpoint()).
-///
-/// Errors: the server's.
-fn checkpoint_timeline(sess: &crate::pg::session::Session) -> Result<u32> {
-    query_value(
-        sess,
-        "timeline",
-        "SELECT timeline_id::text FROM pg_control_checkpoint()",
-    )
 }
 
 /// The server's clock, Unix seconds (`clock_timestamp()`): the files' modification times

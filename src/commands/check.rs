@@ -201,7 +201,7 @@ fn replication_only(
         matches!(s.transport, Transport::Libpq | Transport::Local) || s.stanza.is_some();
     let tag = if needs_session { "MISSING" } else { "note" };
     lines.push(format!(
-        "{tag}: --transport libpq and local, and backup: an ordinary session -- fix: {}",
+        "{tag}: --transport libpq and local, stanza-create and check of a stanza: an ordinary session (backup and replica-create run over the stream without one) -- fix: {}",
         hint.trim_start_matches("HINT: ")
     ));
     Ok(Report {
@@ -210,7 +210,7 @@ fn replication_only(
             Error::Config(format!(
                 "pg_hba.conf lets the role in for replication only; {} needs an ordinary session too (the line above)",
                 if s.stanza.is_some() {
-                    "a backup".to_string()
+                    "check of a stanza".to_string()
                 } else {
                     format!("--transport {}", s.transport.as_str())
                 }

@@ -57,7 +57,10 @@ impl ServerInfo {
     }
 }
 
-/// The server's archiving settings (see [`Session::archiving`]).
+/// The server's archiving settings: `archive_mode` and whether an archive_command or
+/// archive_library is set. WAL is archived when the mode is not `off` and one is set
+/// (`XLogArchivingActive` and the archiver's checks in src/backend/postmaster/pgarch.c).
+/// Read by `crate::remote::control::Control::archiving`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Archiving {
     /// `archive_mode`: off, on or always.
@@ -490,23 +493,6 @@ impl Session {
             }
             std::thread::sleep(std::time::Duration::from_millis(50));
         }
-    }
-
-    /// The server's archiving settings: `archive_mode` and whether an archive_command or
-    /// archive_library is set. WAL is archived when the mode is not `off` and one is set
-    /// (`XLogArchivingActive` and the archiver's checks in src/backend/postmaster/pgarch.c).
-    pub fn archiving(&self) -> Result<Archiving> {
-        let r = self.query_row(
-            "read the archiving settings",
-            "SELECT current_setting('archive_mode'), current_setting('archive_command'), \
-             coalesce(current_setting('archive_library', true), '')",
-        )?;
-        let col = |i: usize| r.get(i).cloned().flatten().unwrap_or_default();
-        Ok(Archiving {
-            mode: col(0),
-            command: col(1),
-            library: col(2),
-        })
     }
 
     /// The archiver's statistics (pg_stat_archiver, readable by every role; PostgreSQL

@@ -166,7 +166,7 @@ pub fn check_archiving(
     timeout: f64,
     command_line: &str,
 ) -> Result<(Vec<String>, Option<Error>)> {
-    let a = sess.archiving()?;
+    let a = crate::remote::control::Control::archiving(sess)?;
     if let Some(what) = nothing_archived(&a) {
         let e = Error::Unsafe(what).with_hint(format!(
             "set {command_line} and reload (SELECT pg_reload_conf())"

@@ -506,7 +506,7 @@ pub fn auto_stream_settings(
         ..
     } = match connected {
         Some(r) => r,
-        None => Reached::connect(s, standby_streams)?,
+        None => Reached::connect(s, true)?,
     };
     if ctl.session().is_none() {
         // pg_hba.conf lets the role in for replication only: the stream is all it may run,

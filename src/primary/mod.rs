@@ -56,11 +56,12 @@ impl Primary {
 }
 
 /// The primary reached for the server's own `BASE_BACKUP` stream: no file source, only the
-/// SQL session (for the slot and the facts) and how to reach it again for the replication
-/// connection.
+/// control connection (for the slot and the facts: the SQL session, or a replication
+/// connection for a role let in for replication only) and how to reach it again for the
+/// stream's replication connection.
 pub struct StreamPrimary {
     pub target: ConnTarget,
-    pub sess: Session,
+    pub ctl: Box<dyn crate::remote::control::Control>,
     pub info: ServerInfo,
     /// A replication connection opened already (by `--transport auto`'s probe), taken by
     /// the stream.
@@ -92,15 +93,11 @@ impl Copier {
         if s.transport == Transport::Basebackup {
             let r = match reached {
                 Some(r) => r,
-                None => choose::Reached::connect(&s, false)?,
+                None => choose::Reached::connect(&s, true)?,
             };
-            // Reached without the replication-only fallback: always a session.
-            let sess = r.ctl.into_session().ok_or_else(|| {
-                Error::Other("a backup needs an ordinary session on the primary".into())
-            })?;
             return Ok(Copier::Stream(StreamPrimary {
                 target: r.target,
-                sess,
+                ctl: r.ctl,
                 info: r.info,
                 early: std::sync::Mutex::new(r.early),
                 compress: s.network_compress,
@@ -111,11 +108,12 @@ impl Copier {
         Ok(Copier::Files(open_primary(&s, true)?))
     }
 
-    /// The SQL session on the primary.
-    pub fn sess(&self) -> &Session {
+    /// The control connection on the primary: the SQL session, or for the stream a
+    /// replication connection in its place ([`crate::remote::control`]).
+    pub fn ctl(&self) -> &dyn crate::remote::control::Control {
         match self {
             Copier::Files(p) => &p.sess,
-            Copier::Stream(p) => &p.sess,
+            Copier::Stream(p) => &*p.ctl,
         }
     }
 

@@ -106,6 +106,7 @@ pub fn copy_stream(
     progress: &dyn Progress,
 ) -> Result<Copied> {
     let info = &stream.info;
+    let catalog_version = header.catalog_version;
     let mut collector = StreamManifest::new(sink, header, spcs);
     let read_opts = ReadOptions {
         jobs: s.jobs,
@@ -125,7 +126,7 @@ pub fn copy_stream(
     };
     let run = |units: &mut dyn StreamSink| {
         let early = stream.early.lock().ok().and_then(|mut e| e.take());
-        run_stream_backup(&stream.sess, info, &stream.target, early, &opts, units)
+        run_stream_backup(&*stream.ctl, info, &stream.target, early, &opts, units)
     };
     let streamed = stream_units(
         sink,
@@ -147,6 +148,16 @@ pub fn copy_stream(
     let label = parse_backup_label(&backup_label)
         .map_err(|e| Error::Other(format!("the stream's backup_label cannot be read: {e}")))?;
     let control = d.control.clone().unwrap_or_default();
+    // The manifest's catalog version is the stanza's when no session could read it
+    // (replication only): the copy's own pg_control must agree.
+    if let Some(c) = crate::pg::control::parse_control(&control.bytes) {
+        if c.catalog_version != catalog_version {
+            return Err(Error::Unsafe(format!(
+                "the copy's pg_control has catalog version {}, the stanza {catalog_version}: the cluster is not the stanza's",
+                c.catalog_version
+            )));
+        }
+    }
     let control_file = SourceFile {
         mtime: control.mtime,
         mode: if control.mode == 0 {
@@ -157,7 +168,12 @@ pub fn copy_stream(
         ..SourceFile::plain("global/pg_control", control.bytes.len() as u64)
     };
     let control_entry = store_control(sink, &control_file, &control.bytes)?;
-    let databases = stream.sess.databases()?;
+    // Without a session (replication only) the databases are not known: the backup is a
+    // full (commands/backup.rs), which compares none.
+    let databases = match stream.ctl.session() {
+        Some(sess) => sess.databases()?,
+        None => Vec::new(),
+    };
     let mut manifest = collector.manifest.take().ok_or_else(manifest_not_started)?;
     manifest.file(&control_entry)?;
     tracing::info!(

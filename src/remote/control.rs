@@ -18,7 +18,7 @@
 use crate::error::{Error, Result};
 use crate::pg::conninfo::ConnTarget;
 use crate::pg::lsn::Lsn;
-use crate::pg::session::{ServerInfo, Session, SlotState, MIN_VERSION_NUM};
+use crate::pg::session::{Archiving, ServerInfo, Session, SlotState, MIN_VERSION_NUM};
 use crate::remote::replication::ReplConn;
 use std::sync::Mutex;
 
@@ -45,6 +45,22 @@ pub trait Control {
     fn drop_slot(&self, name: &str) -> Result<()>;
     /// Ends the connection (and with it the temporary slots made on it).
     fn close(self: Box<Self>);
+    /// The cluster's timeline now: the latest checkpoint's over SQL
+    /// (`pg_control_checkpoint()`), `IDENTIFY_SYSTEM`'s over replication (the timeline WAL is
+    /// written on: the same but for the moment between a promotion and its checkpoint).
+    /// Errors: the server's.
+    fn timeline(&self) -> Result<u32>;
+
+    /// The server's archiving settings (archive_mode, archive_command and, PostgreSQL 15+,
+    /// archive_library: every role may read them, guc_tables.c marks none superuser-only).
+    /// Errors: the connection's.
+    fn archiving(&self) -> Result<Archiving> {
+        Ok(Archiving {
+            mode: self.show("archive_mode")?.unwrap_or_default(),
+            command: self.show("archive_command")?.unwrap_or_default(),
+            library: self.show("archive_library")?.unwrap_or_default(),
+        })
+    }
 
     /// Fails when slot `name` no longer protects its WAL (the copy's WAL may be gone).
     fn check_slot_holds(&self, name: &str) -> Result<()> {
@@ -86,6 +102,17 @@ impl Control for Session {
     }
     fn close(self: Box<Self>) {
         Session::close(*self)
+    }
+    fn timeline(&self) -> Result<u32> {
+        let r = self.query_row(
+            "read the checkpoint's timeline",
+            "SELECT timeline_id::text FROM pg_control_checkpoint()",
+        )?;
+        r.first()
+            .cloned()
+            .flatten()
+            .and_then(|t| t.parse().ok())
+            .ok_or_else(|| Error::Other("pg_control_checkpoint() gave no timeline".into()))
     }
 }
 
@@ -159,6 +186,10 @@ impl Control for ReplControl {
         if let Ok(c) = self.conn.into_inner() {
             c.close();
         }
+    }
+    fn timeline(&self) -> Result<u32> {
+        let (_, tli, _) = self.with(|c| c.identify_system())?;
+        Ok(tli)
     }
 }
 

@@ -275,7 +275,7 @@ fn pg15_replication_only_role_as_patroni_calls() {
         r.stdout.contains("for replication only")
             && r.stdout.contains("replica-create needs nothing more")
             && r.stdout
-                .contains("note: --transport libpq and local, and backup: an ordinary session")
+                .contains("note: --transport libpq and local, stanza-create and check of a stanza: an ordinary session")
             && r.stdout
                 .contains("postgres replicator <this host's address>/32"),
         "{r}"
@@ -772,6 +772,52 @@ fn pg18_replica_create_basebackup_auto_is_gzip() {
     assert!(
         rows.is_some(),
         "the re-synced standby must hold the new rows"
+    );
+    drop(standby);
+
+    // A backup by the same role over replication connections alone: an incr asked for is a
+    // full (no session lists the databases to compare), the tablespace is named by its OID;
+    // verified, restored with the tablespace mapped by OID, and it holds the rows.
+    let r = run(&[
+        "--source",
+        &replicator,
+        "--output",
+        "json",
+        "backup",
+        "--start-fast",
+        "--type",
+        "incr",
+    ]);
+    assert!(
+        r.stderr.contains("in for replication only")
+            && r.stderr.contains("taking a full backup instead"),
+        "{r}"
+    );
+    let label = serde_json::from_str::<serde_json::Value>(r.stdout.trim()).unwrap()["label"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_no_slot_left(&cluster, "after the backup over replication connections");
+    run(&["verify", "--set", &label]);
+    let restored = cluster.new_dir("restored-replication-only");
+    let ts_restored = cluster.new_dir("ts-restored");
+    run(&[
+        "--pg-path",
+        &restored.display().to_string(),
+        "restore",
+        "--set",
+        &label,
+        "--tablespace-map",
+        &format!("{ts_oid}={}", ts_restored.display()),
+    ]);
+    let server = cluster.start_other(&restored, free_port());
+    server.wait_promoted(Duration::from_secs(120));
+    assert_eq!(
+        server.psql(
+            "postgres",
+            "SELECT (SELECT count(*) FROM t WHERE v = 'again') || ' ' || (SELECT count(*) FROM tt WHERE v = 'moved')"
+        ),
+        "500 2000"
     );
 }
 
