@@ -201,7 +201,7 @@ fn replication_only(
         matches!(s.transport, Transport::Libpq | Transport::Local) || s.stanza.is_some();
     let tag = if needs_session { "MISSING" } else { "note" };
     lines.push(format!(
-        "{tag}: --transport libpq and local, stanza-create and check of a stanza: an ordinary session (backup and replica-create run over the stream without one) -- fix: {}",
+        "{tag}: --transport libpq and local, and check of a stanza: an ordinary session (replica-create, stanza-create and backup run over the stream without one) -- fix: {}",
         hint.trim_start_matches("HINT: ")
     ));
     Ok(Report {

@@ -1,7 +1,7 @@
 //! `stanza-create`: records the cluster's identity in the repository.
 use crate::error::{Error, Result};
 use crate::options::Settings;
-use crate::primary::{check_pg_path, connect_primary, local_data_directory};
+use crate::primary::{check_pg_path, local_data_directory, primary_target};
 use crate::repo::open::open_stanzas;
 use crate::repo::{self, StanzaInfo, REPO_FORMAT};
 
@@ -16,7 +16,24 @@ pub fn run(s: &Settings) -> Result<String> {
     }
     // Every repository in scope opens (credentials, bucket) before anything is written.
     let stanzas = open_stanzas(s)?;
-    let (_, sess, info) = connect_primary(s)?;
+    // With --source, a role pg_hba.conf lets in for replication only is asked over a
+    // replication connection (remote/control.rs), which gives no catalog version: that of
+    // the major's release is taken, and each backup checks it against its pg_control.
+    let (ctl, mut info) =
+        crate::remote::control::connect_control(&primary_target(s)?, s.source.is_some())?;
+    if info.catalog_version == 0 {
+        info.catalog_version = match crate::pg::control::released_catalog_version(info.version_num)
+        {
+            Some(v) => v,
+            None => {
+                ctl.close();
+                return Err(Error::Unsafe(format!(
+                    "the role may connect for replication only, and the catalog version of PostgreSQL {} is not known to this pgjet: run stanza-create once with a role pg_hba.conf lets open an ordinary session",
+                    info.major()
+                )));
+            }
+        };
+    }
     let local = match s.transport {
         crate::options::Transport::Libpq | crate::options::Transport::Basebackup => false,
         _ => s.source.is_none() || local_data_directory(&info).is_some(),
@@ -24,7 +41,7 @@ pub fn run(s: &Settings) -> Result<String> {
     if local {
         check_pg_path(s.pg_path()?, &info)?;
     }
-    sess.close();
+    ctl.close();
     let si = StanzaInfo {
         format: REPO_FORMAT,
         stanza: stanza.into(),

@@ -107,6 +107,22 @@ pub fn parse_control(bytes: &[u8]) -> Option<ControlFacts> {
     })
 }
 
+/// The catalog version (`CATALOG_VERSION_NO`, src/include/catalog/catversion.h) of the
+/// released PostgreSQL major of `version_num` (server_version_num): fixed for a major from
+/// its first release on (it changes only during development). None for a major not listed;
+/// a beta of a listed major may have another, which the backup's check of the copy's
+/// pg_control then refuses. Compared with pg_controldata on every major the tests run
+/// (`assert_control_reads_as_pg_controldata`).
+pub fn released_catalog_version(version_num: u32) -> Option<u32> {
+    match version_num / 10000 {
+        15 => Some(202209061),
+        16 => Some(202307071),
+        17 => Some(202406281),
+        18 => Some(202506291),
+        _ => None,
+    }
+}
+
 /// Reads `<pgdata>/global/pg_control` and checks its CRC; a read that races with the
 /// server's rewrite is tried again, up to [`READ_ATTEMPTS`] times.
 ///

@@ -274,8 +274,9 @@ fn pg15_replication_only_role_as_patroni_calls() {
     assert!(
         r.stdout.contains("for replication only")
             && r.stdout.contains("replica-create needs nothing more")
-            && r.stdout
-                .contains("note: --transport libpq and local, stanza-create and check of a stanza: an ordinary session")
+            && r.stdout.contains(
+                "note: --transport libpq and local, and check of a stanza: an ordinary session"
+            )
             && r.stdout
                 .contains("postgres replicator <this host's address>/32"),
         "{r}"
@@ -775,9 +776,23 @@ fn pg18_replica_create_basebackup_auto_is_gzip() {
     );
     drop(standby);
 
-    // A backup by the same role over replication connections alone: an incr asked for is a
-    // full (no session lists the databases to compare), the tablespace is named by its OID;
-    // verified, restored with the tablespace mapped by OID, and it holds the rows.
+    // A stanza and a backup by the same role over replication connections alone: the
+    // stanza's catalog version is the release's (the backup checks it against the copy's
+    // pg_control), an incr asked for is a full (no session lists the databases to compare),
+    // the tablespace is named by its OID; verified, restored with the tablespace mapped by
+    // OID, and it holds the rows.
+    let repl_repo = cluster.new_dir("replication-only-repo");
+    let repl_repo = repl_repo.display().to_string();
+    let run = |extra: &[&str]| {
+        pgjet_ok(
+            &[
+                &["--stanza", "main", "--repo-path", repl_repo.as_str()][..],
+                extra,
+            ]
+            .concat(),
+        )
+    };
+    run(&["--source", &replicator, "stanza-create"]);
     let r = run(&[
         "--source",
         &replicator,

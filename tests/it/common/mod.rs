@@ -1431,6 +1431,14 @@ pub fn assert_control_reads_as_pg_controldata(pg: &Pg, dir: &Path) {
         field("Catalog version number"),
         c.catalog_version.to_string()
     );
+    // The release's catalog version, which stanza-create records for a role that may
+    // connect for replication only.
+    let major: u32 = pg.major.parse().unwrap();
+    assert_eq!(
+        pgjet::pg::control::released_catalog_version(major * 10000),
+        Some(c.catalog_version),
+        "PostgreSQL {major}'s catalog version"
+    );
     assert_eq!(lsn("Latest checkpoint location"), c.checkpoint);
     assert_eq!(lsn("Latest checkpoint's REDO location"), c.redo);
     assert_eq!(
