@@ -393,12 +393,6 @@ impl Session {
         parse_lsn(r.first().cloned().flatten())
     }
 
-    /// The WAL reservation state of slot `name` (`wal_status` of pg_replication_slots:
-    /// reserved, extended, unreserved or lost); None when the slot does not exist.
-    pub fn slot_wal_status(&self, name: &str) -> Result<Option<String>> {
-        Ok(self.slot_state(name)?.map(|s| s.wal_status))
-    }
-
     /// Slot `name` as pg_replication_slots shows it (a view every role may read); None
     /// when there is no such slot.
     pub fn slot_state(&self, name: &str) -> Result<Option<SlotState>> {
