@@ -728,6 +728,20 @@ fn incremental_refused_takes_the_whole_stream(
 ) -> Server {
     let dir = standby.data.clone();
     let (run, received) = resync_stale_standby(r, standby, true, |r| {
+        // The summarizer first reaches the last checkpoint's redo point: removed before it
+        // does, the summaries of the re-sync's range would be written after the removal.
+        let caught_up = wait_for(Duration::from_secs(60), || {
+            let done = r.cluster.psql(
+                "postgres",
+                "SELECT summarized_lsn >= (SELECT redo_lsn FROM pg_control_checkpoint()) \
+                 FROM pg_get_wal_summarizer_state()",
+            );
+            (done == "t").then_some(())
+        });
+        assert!(
+            caught_up.is_some(),
+            "the WAL summarizer never reached the checkpoint's redo point"
+        );
         let summaries = r.cluster.data().join("pg_wal/summaries");
         for e in fs::read_dir(&summaries).unwrap() {
             fs::remove_file(e.unwrap().path()).unwrap();
