@@ -12,6 +12,8 @@
 # Usage: bash bench/netlab-check.sh            (as root; about 3 minutes)
 # Env:   PINGS (20), IPERF_S (10), IPERF_OMIT (2), TOL_PCT (5), LAB_ID (200..203 used),
 #        SKIP_NO_OFFLOAD=1 to skip the OFFLOAD=0 comparison run,
+#        SETTINGS ("1gbit/20 200mbit/50 -/0"): the RATE/RTT_MS settings checked, "-" for an
+#          unshaped link (the smoke checks one),
 #        IPERF_NICE (-10): iperf3 runs at this nice value, like the delay line, so that the
 #          figures measure the lab rather than whoever else compiles on the machine,
 #        QUIET_WAIT_S (300): before each setting, wait up to this long for a quiet machine
@@ -182,9 +184,11 @@ scenario() { # RATE RTT_MS OFFLOAD
     echo "   ping median $med ms; wire $wire Mbit/s; 1 stream $mb1 Mbit/s ($retr1 retr); 4 streams $mb4 Mbit/s ($retr4 retr); delay line CPU $cpu %, machine $mbusy % of 1 core" >&2
 }
 
-scenario 1gbit 20 1
-scenario 200mbit 50 1
-scenario "" 0 1
+for setting in ${SETTINGS:-1gbit/20 200mbit/50 -/0}; do
+    rate=${setting%/*}
+    [ "$rate" != - ] || rate=""
+    scenario "$rate" "${setting#*/}" 1
+done
 if [ "${SKIP_NO_OFFLOAD:-0}" != 1 ]; then
     scenario 1gbit 20 0
 fi

@@ -112,19 +112,19 @@ for b in $SMOKE; do
         archive)
             # the S3 target only (the posix one differs by its repository settings): all four tools
             one archive "$d.md" BENCH_DIR="$d" REPORT="$d.md" LAB_PREFIX=smkar LAB_ID=182 TARGETS=s3 ASCALE=1 \
-                DURATION=2 FLOOD_SEGS=1 FLOOD_UPDATE_SEGS=1 SKIP_S5CMD=1 RTT_MS=1 -- bash bench/archive.sh ;;
+                DURATION=2 FLOOD_SEGS=1 FLOOD_KINDS=random SKIP_S5CMD=1 RTT_MS=1 -- bash bench/archive.sh ;;
         remote)
             one remote "$d.md" BENCH_DIR="$d" REPORT="$d.md" LAB_PREFIX=smkrm LAB_ID=183 SCALE=1 RANDOM_MB=8 \
                 SMALL_TABLES=100 RUNS=1 LINKS=1gbit/1 SMALL_LINKS=unshaped SWEEP_LINKS=200mbit/1 SWEEP_JOBS=2 \
                 JOBS_LIST=2 DELTA_LINK=1gbit/1 DELTA_RANGES=64 QUIET_WAIT=0 IPERF_S=2 \
-                STREAM_SCALE=2 STREAM_LINKS="100mbit/5 unshaped" STREAM_DATASETS=main STREAM_JOBS=2 \
+                STREAM_SCALE=2 STREAM_LINKS=unshaped STREAM_DATASETS=main STREAM_JOBS=2 \
                 STREAM_SLOW_MBIT=100 \
                 -- bash bench/remote.sh ;;
         rates)
             one rates "$d.md" RATES_DIR="$d" REPORT="$d.md" MB=16 -- bash bench/rates.sh ;;
         netlab)
             one netlab "$d.md" REPORT="$d.md" LAB_ID=184 PINGS=3 IPERF_S=3 IPERF_OMIT=1 SKIP_NO_OFFLOAD=1 \
-                QUIET_WAIT_S=0 -- bash bench/netlab-check.sh ;;
+                QUIET_WAIT_S=0 SETTINGS=1gbit/20 -- bash bench/netlab-check.sh ;;
         *) echo "smoke: unknown benchmark '$b' (run restore incr resume delta cipher million s3 archive remote netlab rates)" >&2; exit 2 ;;
     esac
 done
