@@ -38,6 +38,9 @@ stop() { as_pg "$BIN/pg_ctl" -D "$1" -m fast -w stop >/dev/null; }
 src="host=127.0.0.1 port=$P1 user=postgres dbname=postgres"
 
 as_pg "$BIN/initdb" -D "$W/primary" -A trust >/dev/null
+# The primary's WAL is kept aside (not in a repository pgjet reads) for pg_waldump's count.
+as_pg mkdir "$W/wal"
+printf "archive_mode = on\narchive_command = 'cp %%p $W/wal/%%f'\n" >>"$W/primary/postgresql.conf"
 start "$W/primary" "$P1"
 # INIT_STEPS=dtGp: rows made by INSERT ... SELECT on the server and no VACUUM, so that no
 # tuple is frozen or hinted when the standby first reads it (pgbench's default client-side
@@ -53,7 +56,18 @@ sql "$P2" "SELECT count(*) FROM pgbench_accounts" >/dev/null
 stop "$W/standby"
 as_pg "$BIN/pgbench" -h "$W" -p "$P1" -U postgres -c 1 -t "$TXNS" -n postgres >/dev/null 2>&1
 sql "$P1" CHECKPOINT >/dev/null
+last=$(sql "$P1" "SELECT pg_walfile_name(pg_switch_wal())")
+until [ "$(sql "$P1" "SELECT last_archived_wal >= '$last' FROM pg_stat_archiver")" = t ]; do sleep 0.2; done
 cp -a "$W/standby" "$W/hash"
+# The pages WAL changed since the standby's redo point (distinct relation blocks that
+# pg_waldump lists from there to the end of the primary's WAL), against what each delta moves.
+redo=$(as_pg "$BIN/pg_controldata" "$W/standby" | sed -n "s/^Latest checkpoint's REDO location: *//p")
+# pg_waldump stops with an error where the kept WAL ends: that is its end here.
+dump=$(as_pg "$BIN/pg_waldump" -p "$W/wal" -s "$redo" 2>/dev/null || true)
+end=$(tail -n 1 <<<"$dump" | sed -n 's/.* lsn: \([0-9A-F]*\/[0-9A-F]*\).*/\1/p')
+changed=$(grep -o 'blkref #[0-9]*: rel [0-9/]* \(fork [a-z]* \)\?blk [0-9]*' <<<"$dump" \
+    | sed 's/blkref #[0-9]*: //' | sort -u | wc -l)
+wal_bytes=$(sql "$P1" "SELECT pg_wal_lsn_diff('$end', '$redo')")
 delta() {  # delta DIR ENV: the bytes copied, from the summary
     as_pg env "$2" "$W/pgjet" --source "$src" --transport libpq --pg-path "$1" --output json \
         replica-create --delta --start-fast 2>"$1.delta.log" \
@@ -76,4 +90,5 @@ echo "PostgreSQL 15, pgbench scale $SCALE (init steps $INIT_STEPS), $TXNS transa
 echo "full copy:           $(mib "$full") MiB"
 echo "delta by page LSN:   $(mib "$lsn_copied") MiB copied ($(pct "$lsn_copied" "$full") % of a full copy), $(mib "$lsn_same") MiB unchanged"
 echo "delta by hash:       $(mib "$hash_copied") MiB copied ($(pct "$hash_copied" "$full") % of a full copy), $(mib "$hash_same") MiB unchanged"
+echo "changed by WAL:      $changed blocks ($(mib $((changed * 8192))) MiB) in $(mib "$wal_bytes") MiB of WAL since the standby's redo point $redo (the copy also carries the WAL its own run needs, whole 16 MiB segments)"
 echo "both re-synced standbys hold the primary's pgbench_accounts ($want)"
