@@ -10,6 +10,7 @@
 //! Nothing here assumes rename, flock or a local path: completeness is an object written last,
 //! locks are conditional creates ([`Storage::create_new`]) with a lease (see `repo::lock`).
 
+pub mod fault;
 pub mod object;
 use crate::io::direct;
 pub mod posix;

@@ -417,6 +417,24 @@ impl ObjectStorage {
         Ok(s)
     }
 
+    /// A store held in this process's memory (OpenDAL's Memory service), empty, gone when
+    /// dropped: for tests and for programs that embed pgjet and want a repository without a
+    /// disk or a server. `label` names it in messages (`memory LABEL`).
+    ///
+    /// Errors: the runtime cannot start ([`Error::Other`]).
+    pub fn in_memory(label: &str) -> Result<ObjectStorage> {
+        let op = Operator::new(opendal::services::Memory::default().root("/"))
+            .map_err(|e| config_err("memory store", e))?;
+        let (cancel_tx, _) = tokio::sync::watch::channel(false);
+        Ok(ObjectStorage {
+            op,
+            rt: crate::io::runtime::get()?,
+            desc: format!("memory {label}"),
+            target_prefix: format!("memory://{label}/"),
+            cancel_tx,
+        })
+    }
+
     fn target(&self, name: &str) -> String {
         format!("{}{name}", self.target_prefix)
     }
