@@ -975,4 +975,108 @@ mod tests {
             b"one"
         );
     }
+
+    /// The encrypting store over a store that fails: a refused key-file write fails the
+    /// object's write by the store's error (not as a key problem) and leaves no key behind,
+    /// so the retry makes one key and everything reads back; a transient failure reading a
+    /// key file is not remembered (the next read opens it); a byte flipped on the way back
+    /// is refused as not authenticating, naming the object.
+    #[test]
+    fn over_a_failing_store_errors_are_the_stores_and_nothing_is_remembered() {
+        use crate::error::StorageFault;
+        use crate::storage::fault::{Fault, FaultyStorage, Op};
+        use crate::storage::object::ObjectStorage;
+        let mem: Arc<dyn Storage> = Arc::new(ObjectStorage::in_memory("cipher").unwrap());
+        let faulty = Arc::new(FaultyStorage::new(mem.clone()));
+        let pass = "correct horse battery staple";
+        let enc = CipherStorage::new(faulty.clone(), 1, pass);
+        enc.put("main/stanza.json", b"{}").unwrap();
+        faulty.inject(
+            Op::Create,
+            "main/backup/L1/key",
+            1,
+            1,
+            Fault::Fail(StorageFault::Transient),
+        );
+        let e = enc.put("main/backup/L1/data/000001", b"one").unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::Storage {
+                    fault: StorageFault::Transient,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        assert!(!mem.exists("main/backup/L1/key").unwrap());
+        assert!(!mem.exists("main/backup/L1/data/000001").unwrap());
+        enc.put("main/backup/L1/data/000001", b"one").unwrap();
+        enc.put("main/backup/L1/data/000002", b"two").unwrap();
+        assert_eq!(faulty.calls(Op::Create, "main/backup/L1/key"), 2);
+        // A fresh store (no cached keys) whose first key-file read fails.
+        let fresh = CipherStorage::new(faulty.clone(), 1, pass);
+        faulty.inject(
+            Op::Get,
+            "main/backup/L1/key",
+            1,
+            1,
+            Fault::Fail(StorageFault::Transient),
+        );
+        let e = fresh.get("main/backup/L1/data/000001").unwrap_err();
+        assert!(!e.to_string().contains("passphrase"), "{e}");
+        assert_eq!(fresh.get("main/backup/L1/data/000001").unwrap(), b"one");
+        // A damaged read.
+        faulty.inject(
+            Op::Get,
+            "main/backup/L1/data/000002",
+            1,
+            1,
+            Fault::Corrupt(40),
+        );
+        let e = fresh.get("main/backup/L1/data/000002").unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.contains("does not authenticate") && text.contains("000002"),
+            "{text}"
+        );
+        assert_eq!(fresh.get("main/backup/L1/data/000002").unwrap(), b"two");
+    }
+
+    /// A passphrase change cut short by the store (the second key file's write refused):
+    /// the change fails by the store's error, the old passphrase still opens every object,
+    /// and running the change again finishes it.
+    #[test]
+    fn a_passphrase_change_cut_short_by_the_store_is_finished_by_a_second_run() {
+        use crate::error::StorageFault;
+        use crate::storage::fault::{Fault, FaultyStorage, Op};
+        use crate::storage::object::ObjectStorage;
+        let mem: Arc<dyn Storage> = Arc::new(ObjectStorage::in_memory("rewrap").unwrap());
+        let faulty = Arc::new(FaultyStorage::new(mem.clone()));
+        let old = "correct horse battery staple";
+        let enc = CipherStorage::new(faulty.clone(), 1, old);
+        let objects = [
+            ("main/stanza.json", b"stanza".as_slice()),
+            ("main/backup/L1/data/000001", b"one"),
+            ("main/backup/L2/data/000001", b"two"),
+            ("main/backup/L3/data/000001", b"three"),
+        ];
+        for (n, b) in objects {
+            enc.put(n, b).unwrap();
+        }
+        faulty.inject(Op::Put, "/key", 2, 1, Fault::Fail(StorageFault::Transient));
+        assert!(enc.change_passphrase("main", "the new one").is_err());
+        let with = |pass: &str| CipherStorage::new(mem.clone(), 1, pass);
+        for (n, b) in objects {
+            assert_eq!(with(old).get(n).unwrap(), b, "{n} under the old passphrase");
+        }
+        assert_eq!(enc.change_passphrase("main", "the new one").unwrap(), 3);
+        for (n, b) in objects {
+            assert_eq!(
+                with("the new one").get(n).unwrap(),
+                b,
+                "{n} under the new one"
+            );
+        }
+    }
 }

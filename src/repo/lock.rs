@@ -782,4 +782,65 @@ mod tests {
         assert!(e.contains("lost the lock"), "{e}");
         drop(l);
     }
+
+    /// The lock on an object store's conditional create (the in-memory store: OpenDAL's
+    /// `if_not_exists`, as S3's `If-None-Match: *`): of eight racing takers exactly one wins.
+    #[test]
+    fn on_an_object_store_racing_takers_leave_one_holder() {
+        let store: Arc<dyn Storage> =
+            Arc::new(crate::storage::object::ObjectStorage::in_memory("lock").unwrap());
+        drop(StanzaLock::acquire(store.clone(), "main", "backup").unwrap());
+        let go = Arc::new(std::sync::Barrier::new(8));
+        let takers: Vec<_> = (0..8)
+            .map(|_| {
+                let (store, go) = (store.clone(), go.clone());
+                std::thread::spawn(move || {
+                    go.wait();
+                    StanzaLock::acquire(store, "main", "backup")
+                })
+            })
+            .collect();
+        let results: Vec<_> = takers.into_iter().map(|t| t.join().unwrap()).collect();
+        let won: Vec<&StanzaLock> = results.iter().filter_map(|r| r.as_ref().ok()).collect();
+        assert_eq!(won.len(), 1);
+        assert_eq!(current(&*store, "main").unwrap().unwrap().0, won[0].epoch);
+    }
+
+    /// A store that refuses every renewal: the lock is lost once its lease runs out (check
+    /// says so, the backup must not complete); when the store is back the loser still
+    /// releases its record on drop (it is still the current one), so the next taker gets
+    /// the lock at once instead of waiting out a lease.
+    #[test]
+    fn renewals_refused_by_the_store_lose_the_lock_and_the_release_still_lands() {
+        use crate::error::StorageFault;
+        use crate::storage::fault::{Fault, FaultyStorage, Op};
+        let mem: Arc<dyn Storage> =
+            Arc::new(crate::storage::object::ObjectStorage::in_memory("lease").unwrap());
+        let faulty = Arc::new(FaultyStorage::new(mem.clone()));
+        let (lease, every) = (Duration::from_secs(2), Duration::from_millis(300));
+        let l = StanzaLock::acquire_timed(faulty.clone(), "main", "backup", lease, every).unwrap();
+        faulty.inject(
+            Op::Put,
+            "main/lock/",
+            1,
+            u32::MAX,
+            Fault::Fail(StorageFault::Transient),
+        );
+        let t = std::time::Instant::now();
+        while l.check().is_ok() {
+            assert!(t.elapsed() < Duration::from_secs(10), "never lost");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        assert!(
+            l.renewal.lost.load(Ordering::SeqCst)
+                || now_unix() > l.renewal.lease_until.load(Ordering::SeqCst)
+        );
+        assert!(faulty.calls(Op::Put, "main/lock/") >= 2);
+        faulty.heal();
+        drop(l);
+        assert!(current(&*mem, "main").unwrap().unwrap().1.unwrap().released);
+        let t = std::time::Instant::now();
+        drop(StanzaLock::acquire(mem.clone(), "main", "backup").unwrap());
+        assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+    }
 }
