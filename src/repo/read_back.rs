@@ -1200,3 +1200,223 @@ mod tests {
         assert!(window_counts(0, &[], &[]).is_empty());
     }
 }
+
+#[cfg(test)]
+mod fault_tests {
+    use super::*;
+    use crate::codec::Compression;
+    use crate::error::StorageFault;
+    use crate::repo::handle::Stanza;
+    use crate::repo::sink::tests::{memory, sample_files, store_all, TestFile, LABEL, MTIME};
+    use crate::repo::sink::RepoSink;
+    use crate::storage::fault::{Fault, FaultyStorage, Op};
+    use crate::transfer::NoProgress;
+
+    /// `files` stored through a sink with `kind` into stanza `s` of `store`: their lines.
+    fn backed_up(stanza: &Stanza, kind: CompressType, files: &[TestFile]) -> Vec<FileEntry> {
+        let backup = stanza.backup(LABEL);
+        let sink = RepoSink::new(&backup, Compression::new(kind, None).unwrap());
+        let (_, units) = sample_files();
+        store_all(&sink, files, &units).unwrap()
+    }
+
+    /// What a restore's planner does with a line: a file of one piece is created by its
+    /// writer, any other created here at its size.
+    fn prepare_into(root: &Path) -> impl FnMut(&FileEntry) -> Result<Want> + Send + '_ {
+        move |f: &FileEntry| {
+            if f.pieces.len() == 1 {
+                return Ok(Want::Create(f.mode));
+            }
+            let path = root.join(&f.path);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            let file = std::fs::File::create(&path).unwrap();
+            file.set_len(f.size).unwrap();
+            Ok(Want::All)
+        }
+    }
+
+    fn read_back<'a>(
+        backup: &'a Backup<'a>,
+        kind: CompressType,
+        target: Option<&'a Path>,
+    ) -> ReadBack<'a> {
+        ReadBack {
+            backup,
+            kind,
+            chain: &[],
+            contiguous: true,
+            target,
+            overwrite: false,
+            jobs: 2,
+        }
+    }
+
+    fn mtime(path: &Path) -> i64 {
+        let m = std::fs::metadata(path).unwrap().modified().unwrap();
+        m.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64
+    }
+
+    /// Files written through the sink read back byte for byte, with their modification
+    /// time: through the restore's stages into a data directory, through `restore_one`
+    /// file by file, and through verify (nothing bad).
+    #[test]
+    fn stored_files_restore_byte_for_byte() {
+        for kind in [CompressType::Zstd, CompressType::None, CompressType::Gzip] {
+            let stanza = Stanza::new(1, memory(), "s");
+            let (files, _) = sample_files();
+            let entries = backed_up(&stanza, kind, &files);
+            let backup = stanza.backup(LABEL);
+
+            let dir = tempfile::tempdir().unwrap();
+            let mut prepare = prepare_into(dir.path());
+            let out = read_back(&backup, kind, Some(dir.path()))
+                .run(
+                    entries.clone().into_iter().map(Ok),
+                    &mut prepare,
+                    &NoProgress,
+                )
+                .unwrap();
+            assert!(out.bad.is_empty(), "{kind}: {:?}", out.bad);
+            for (path, data) in &files {
+                let p = dir.path().join(path);
+                assert_eq!(std::fs::read(&p).unwrap(), *data, "{kind} {path}");
+                assert_eq!(mtime(&p), MTIME, "{kind} {path}");
+            }
+
+            let one = tempfile::tempdir().unwrap();
+            for (e, (_, data)) in entries.iter().zip(&files) {
+                let p = one.path().join(e.path.replace('/', "_"));
+                std::fs::File::create(&p).unwrap().set_len(e.size).unwrap();
+                restore_one(&backup, kind, e, &p).unwrap();
+                assert_eq!(std::fs::read(&p).unwrap(), *data, "{kind} {}", e.path);
+            }
+
+            let mut nothing = |_: &FileEntry| Ok(Want::All);
+            let out = read_back(&backup, kind, None)
+                .run(entries.into_iter().map(Ok), &mut nothing, &NoProgress)
+                .unwrap();
+            assert!(out.bad.is_empty(), "{kind}: {:?}", out.bad);
+        }
+    }
+
+    /// A stored object read back with one byte flipped inside one file's frame: verify
+    /// names that file and no other of the object; a restore fails with `Error::Corrupt`
+    /// naming it, writes none of the damaged bytes and does not create a damaged small file
+    /// at all; `restore_one` fails the same way and leaves its target as it was.
+    #[test]
+    fn a_damaged_frame_fails_the_read_back_naming_its_file() {
+        let kind = CompressType::Zstd;
+        let faulty = Arc::new(FaultyStorage::new(memory()));
+        let stanza = Stanza::new(1, faulty.clone(), "s");
+        let (files, _) = sample_files();
+        let entries = backed_up(&stanza, kind, &files);
+        let backup = stanza.backup(LABEL);
+        let (rel, map) = (&entries[1], &entries[2]);
+        assert_eq!(rel.path, "base/1/16384");
+        assert_eq!(map.path, "global/pg_filenode.map");
+        // Both frames in the first object, with the small PG_VERSION's.
+        assert!(
+            rel.pieces[0].object == map.pieces[0].object
+                && entries[0].pieces[0].object == map.pieces[0].object
+        );
+        let object = format!("/data/{}", rel.pieces[0].object);
+        let inside = |p: &Piece| p.offset as usize + p.stored_size as usize / 2;
+
+        // Verify: every file of the object is checked, only the damaged one is bad.
+        faulty.inject(
+            Op::Get,
+            &object,
+            1,
+            u32::MAX,
+            Fault::Corrupt(inside(&rel.pieces[0])),
+        );
+        let mut all = |_: &FileEntry| Ok(Want::All);
+        let out = read_back(&backup, kind, None)
+            .run(entries.clone().into_iter().map(Ok), &mut all, &NoProgress)
+            .unwrap();
+        assert_eq!(out.bad, vec![rel.path.clone()]);
+
+        // Restore: fails naming the file; the damaged range holds none of the frame's bytes.
+        let dir = tempfile::tempdir().unwrap();
+        let mut prepare = prepare_into(dir.path());
+        let e = read_back(&backup, kind, Some(dir.path()))
+            .run(
+                entries.clone().into_iter().map(Ok),
+                &mut prepare,
+                &NoProgress,
+            )
+            .unwrap_err();
+        match e.kind() {
+            Error::Corrupt { label, files } => {
+                assert_eq!(files, &vec![rel.path.clone()]);
+                assert!(label.contains(LABEL), "{label}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(e.to_string().contains(&rel.path), "{e}");
+        let p = dir.path().join(&rel.path);
+        let first = rel.pieces[0].logical_size as usize;
+        let on_disk = std::fs::read(&p).unwrap();
+        assert!(
+            on_disk[..first].iter().all(|b| *b == 0),
+            "unchecked bytes were written"
+        );
+        assert_ne!(mtime(&p), MTIME, "a damaged file looks restored");
+
+        // A damaged small file (created by its writer) is never created.
+        faulty.heal();
+        faulty.inject(
+            Op::Get,
+            &object,
+            1,
+            u32::MAX,
+            Fault::Corrupt(inside(&map.pieces[0])),
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let mut prepare = prepare_into(dir.path());
+        let e = read_back(&backup, kind, Some(dir.path()))
+            .run(
+                entries.clone().into_iter().map(Ok),
+                &mut prepare,
+                &NoProgress,
+            )
+            .unwrap_err();
+        assert!(
+            matches!(e.kind(), Error::Corrupt { files, .. } if files == &vec![map.path.clone()]),
+            "{e:?}"
+        );
+        assert!(!dir.path().join(&map.path).exists());
+
+        // restore_one reads the frame alone (a ranged read): damaged, nothing is written.
+        faulty.heal();
+        faulty.inject(Op::Get, &object, 1, 1, Fault::Corrupt(3));
+        let p = dir.path().join("one");
+        std::fs::File::create(&p)
+            .unwrap()
+            .set_len(rel.size)
+            .unwrap();
+        let e = restore_one(&backup, kind, rel, &p).unwrap_err();
+        assert!(
+            matches!(e.kind(), Error::Corrupt { files, .. } if files == &vec![rel.path.clone()]),
+            "{e:?}"
+        );
+        assert!(std::fs::read(&p).unwrap().iter().all(|b| *b == 0));
+        // Healed (the rule was for one read), the same call restores the file.
+        restore_one(&backup, kind, rel, &p).unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), files[1].1);
+
+        // A read that fails outright is the store's error, not a damaged file.
+        faulty.inject(Op::Get, &object, 1, 1, Fault::Fail(StorageFault::Transient));
+        let e = restore_one(&backup, kind, rel, &p).unwrap_err();
+        assert!(
+            matches!(
+                e.kind(),
+                Error::Storage {
+                    fault: StorageFault::Transient,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+    }
+}

@@ -644,3 +644,288 @@ mod line_tests {
         }
     }
 }
+
+#[cfg(test)]
+mod fault_tests {
+    use super::*;
+    use crate::codec::CompressType;
+    use crate::error::StorageFault;
+    use crate::pg::checksum::BLCKSZ;
+    use crate::repo::handle::Stanza;
+    use crate::repo::sink::tests::{file_bytes, memory, store_unit, TestFile, LABEL, MTIME};
+    use crate::repo::sink::{object_id, RepoSink};
+    use crate::storage::fault::{Fault, FaultyStorage, Op};
+
+    /// The header of the test backup (stanza `s`, zstd level 1, one database).
+    fn header() -> ManifestHeader {
+        let mut h = crate::repo::manifest::tests::sample().header;
+        h.label = LABEL.into();
+        h.stanza = "s".into();
+        h.databases = vec![(5, 1)];
+        h
+    }
+
+    /// Four files of 2, 3, 1 and 2 pages, one unit (object) each.
+    fn four_files() -> Vec<TestFile> {
+        vec![
+            ("base/5/100", file_bytes(1, 2, 0, &[])),
+            ("base/5/101", file_bytes(2, 3, 0, &[1])),
+            ("base/5/102", file_bytes(3, 1, 0, &[])),
+            ("base/5/103", file_bytes(4, 2, 0, &[])),
+        ]
+    }
+
+    /// Names of the backup's stored data objects.
+    fn data_objects(stanza: &Stanza) -> Vec<String> {
+        crate::storage::list_sorted(stanza.store(), &format!("s/backup/{LABEL}/data")).unwrap()
+    }
+
+    /// A first attempt of the backup as the copy runs it: each file stored as one unit
+    /// through a sink with a resume journal (saved every `threshold` bytes of files), its
+    /// line added once stored; the upload of the fourth object fails (transient) and the
+    /// attempt ends there, its manifest never finished. Returns that failure.
+    fn failed_attempt(
+        faulty: &FaultyStorage,
+        stanza: &Stanza,
+        files: &[TestFile],
+        threshold: u64,
+    ) -> Error {
+        let backup = stanza.backup(LABEL);
+        let mut sink = RepoSink::new(&backup, header().compression);
+        sink.journal = Some(JournalStart {
+            attempt: 1,
+            timeline: 1,
+            started: MTIME + 100,
+            threshold,
+            first_new_object: 1,
+        });
+        let mut manifest = sink.begin_manifest(header()).unwrap();
+        faulty.inject(
+            Op::Put,
+            "/data/",
+            4,
+            1,
+            Fault::Fail(StorageFault::Transient),
+        );
+        let mut st = crate::transfer::UnitSink::new_state(&sink).unwrap();
+        for (i, f) in files.iter().enumerate() {
+            let unit = vec![(i, 0, f.1.len() as u64)];
+            match store_unit(&sink, &mut st, files, &unit) {
+                Ok(stored) => {
+                    let pieces = stored.into_iter().map(|s| s.1).collect();
+                    manifest
+                        .file(&crate::repo::sink::tests::entry(f, pieces))
+                        .unwrap();
+                    assert_eq!(manifest.reused(), 0, "a first attempt reuses nothing");
+                }
+                Err(e) => {
+                    faulty.heal();
+                    return e;
+                }
+            }
+        }
+        panic!("the fourth upload did not fail");
+    }
+
+    fn kept_paths(it: &Interrupted) -> Vec<&str> {
+        let mut v: Vec<&str> = it.files.keys().map(String::as_str).collect();
+        v.sort();
+        v
+    }
+
+    /// A backup interrupted by a failed upload: its journal keeps the files whose lines
+    /// were saved (their objects stored before the fault), not the one stored after the
+    /// last save nor the one whose upload failed; the next backup of the same kind resumes
+    /// it ([`find`]): the unsaved object is removed, the next attempt numbers its objects
+    /// after the highest, and the kept lines read back byte for byte. A backup of another
+    /// timeline or compression may not resume it.
+    #[test]
+    fn an_upload_failure_leaves_a_journal_of_what_was_stored_before_it() {
+        let faulty = Arc::new(FaultyStorage::new(memory()));
+        let stanza = Stanza::new(1, faulty.clone(), "s");
+        let files = four_files();
+        let page = BLCKSZ as u64;
+        // Saved once the first two files are stored (5 pages); the third waits.
+        let e = failed_attempt(&faulty, &stanza, &files, 5 * page);
+        assert!(
+            matches!(
+                e.kind(),
+                Error::Storage {
+                    fault: StorageFault::Transient,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        assert_eq!(
+            data_objects(&stanza),
+            vec![object_id(1), object_id(2), object_id(3)]
+        );
+        let backup = stanza.backup(LABEL);
+        assert!(!backup.is_complete().unwrap());
+
+        let it = Interrupted::load(&backup).unwrap().expect("a journal");
+        assert_eq!(it.label, LABEL);
+        assert_eq!(it.attempts.len(), 1);
+        assert_eq!(it.next_attempt(), 2);
+        assert_eq!(it.start_lsn(), header().start_lsn);
+        assert_eq!(kept_paths(&it), vec!["base/5/100", "base/5/101"]);
+        assert_eq!(it.bytes(), 5 * page);
+        assert!(it
+            .files
+            .values()
+            .all(|k| k.trusted && k.covered == k.entry.size));
+
+        assert_eq!(it.resumable(&header(), 1), Ok(()));
+        let why = it.resumable(&header(), 2).unwrap_err();
+        assert!(why.contains("timeline"), "{why}");
+        let mut other = header();
+        other.compression = crate::codec::Compression::new(CompressType::Lz4, None).unwrap();
+        let why = it.resumable(&other, 1).unwrap_err();
+        assert!(why.contains("compressed"), "{why}");
+
+        let (it, next) = find(&stanza, &header(), 1, 2).unwrap().expect("resumed");
+        assert_eq!(kept_paths(&it), vec!["base/5/100", "base/5/101"]);
+        assert_eq!(next, 4, "after the highest object seen");
+        assert_eq!(data_objects(&stanza), vec![object_id(1), object_id(2)]);
+        let dir = tempfile::tempdir().unwrap();
+        for (path, data) in &files[..2] {
+            let k = &it.files[*path];
+            let p = dir.path().join(path.replace('/', "_"));
+            std::fs::File::create(&p)
+                .unwrap()
+                .set_len(k.entry.size)
+                .unwrap();
+            crate::repo::read_back::restore_one(&backup, CompressType::Zstd, &k.entry, &p).unwrap();
+            assert_eq!(std::fs::read(&p).unwrap(), *data, "{path}");
+        }
+        assert!(
+            find(&stanza, &header(), 2, 2).unwrap().is_none(),
+            "another timeline"
+        );
+    }
+
+    /// Of the files a journal saved, one whose object reads back damaged and one whose
+    /// object is gone are dropped by verify (to be copied again) and their objects removed;
+    /// the second attempt's journal counts the kept frames as reused, adds its own lines
+    /// after the first attempt's, and is removed when the backup completes.
+    #[test]
+    fn kept_files_with_damaged_or_missing_frames_are_copied_again() {
+        let faulty = Arc::new(FaultyStorage::new(memory()));
+        let stanza = Stanza::new(1, faulty.clone(), "s");
+        let files = four_files();
+        // Saved after every file: the first three are in the journal.
+        let e = failed_attempt(&faulty, &stanza, &files, 1);
+        assert!(
+            matches!(
+                e.kind(),
+                Error::Storage {
+                    fault: StorageFault::Transient,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        let backup = stanza.backup(LABEL);
+        let mut it = Interrupted::load(&backup).unwrap().expect("a journal");
+        assert_eq!(
+            kept_paths(&it),
+            vec!["base/5/100", "base/5/101", "base/5/102"]
+        );
+
+        let sizes: Vec<u64> = (1..=3)
+            .map(|n| {
+                stanza
+                    .store()
+                    .size(&backup.object_name(&object_id(n)))
+                    .unwrap()
+                    .unwrap()
+            })
+            .collect();
+        faulty.inject(
+            Op::Get,
+            &format!("/data/{}", object_id(2)),
+            1,
+            u32::MAX,
+            Fault::Corrupt(7),
+        );
+        stanza
+            .store()
+            .delete(&backup.object_name(&object_id(3)))
+            .unwrap();
+        let read = it.verify(&backup, 2).unwrap();
+        assert_eq!(
+            read,
+            sizes[0] + sizes[1],
+            "the objects there are read whole"
+        );
+        assert_eq!(kept_paths(&it), vec!["base/5/100"]);
+        faulty.heal();
+        assert_eq!(it.clean(&backup).unwrap(), 3);
+        assert_eq!(data_objects(&stanza), vec![object_id(1)]);
+
+        // The second attempt: the kept file's line names its old frame; the others are
+        // stored again, after it.
+        let mut sink = RepoSink::new(&backup, header().compression);
+        sink.next_object
+            .store(3, std::sync::atomic::Ordering::Relaxed);
+        sink.journal = Some(JournalStart {
+            attempt: it.next_attempt(),
+            timeline: 1,
+            started: MTIME + 200,
+            threshold: 1,
+            first_new_object: 3,
+        });
+        let mut manifest = sink.begin_manifest(header()).unwrap();
+        manifest.file(&it.files["base/5/100"].entry).unwrap();
+        assert_eq!(manifest.reused(), files[0].1.len() as u64);
+        let mut st = crate::transfer::UnitSink::new_state(&sink).unwrap();
+        let stored = store_unit(
+            &sink,
+            &mut st,
+            &files,
+            &vec![(1, 0, files[1].1.len() as u64)],
+        )
+        .unwrap();
+        let entry =
+            crate::repo::sink::tests::entry(&files[1], stored.into_iter().map(|s| s.1).collect());
+        assert_eq!(entry.pieces[0].object, object_id(3));
+        manifest.file(&entry).unwrap();
+        assert_eq!(manifest.reused(), files[0].1.len() as u64);
+        drop(manifest); // interrupted again
+
+        let again = Interrupted::load(&backup).unwrap().expect("a journal");
+        assert_eq!(
+            again.attempts.iter().map(|a| a.attempt).collect::<Vec<_>>(),
+            vec![1, 2]
+        );
+        // The first attempt's lines of 101 and 102 are back (a journal keeps every line;
+        // verify drops the damaged ones), 101 replaced by the second attempt's.
+        assert_eq!(
+            kept_paths(&again),
+            vec!["base/5/100", "base/5/101", "base/5/102"]
+        );
+        assert_eq!(
+            again.files["base/5/101"].entry.pieces[0].object,
+            object_id(3)
+        );
+        // Not written since well before either attempt started: its stored part is trusted.
+        assert!(again.files["base/5/101"].trusted);
+
+        // A third attempt completes the backup: its journal is removed with it.
+        sink.journal = Some(JournalStart {
+            attempt: again.next_attempt(),
+            timeline: 1,
+            started: MTIME + 300,
+            threshold: 1,
+            first_new_object: 4,
+        });
+        let mut manifest = sink.begin_manifest(header()).unwrap();
+        manifest.file(&again.files["base/5/100"].entry).unwrap();
+        manifest.file(&again.files["base/5/101"].entry).unwrap();
+        let sample = crate::repo::manifest::tests::sample();
+        manifest.finish(sample.stop, 0).unwrap();
+        assert!(backup.is_complete().unwrap());
+        assert!(Interrupted::load(&backup).unwrap().is_none());
+    }
+}

@@ -250,3 +250,255 @@ impl UnitSink for RepoSink<'_> {
         self.backup.store().cancel();
     }
 }
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::codec::CompressType;
+    use crate::pg::datadir::SourceFile;
+    use crate::repo::handle::Stanza;
+    use crate::repo::manifest::{file_entry, FileEntry};
+    use crate::storage::object::ObjectStorage;
+    use crate::storage::Storage;
+    use crate::transfer::PieceSpec;
+    use std::sync::Arc;
+
+    /// The label of the test backups.
+    pub(crate) const LABEL: &str = "20260101-000000F";
+    /// The modification time of the test files (Unix seconds).
+    pub(crate) const MTIME: i64 = 1_700_000_000;
+
+    /// An empty in-memory repository.
+    pub(crate) fn memory() -> Arc<dyn Storage> {
+        Arc::new(ObjectStorage::in_memory("sink-test").unwrap())
+    }
+
+    /// `pages` 8 KiB pages and `tail` more bytes of a pattern seeded by `seed`, the pages
+    /// listed in `zero` all-zero.
+    pub(crate) fn file_bytes(seed: u8, pages: usize, tail: usize, zero: &[usize]) -> Vec<u8> {
+        let mut data: Vec<u8> = (0..pages * BLCKSZ + tail)
+            .map(|i| ((i * 7 + seed as usize) % 251 + 1) as u8)
+            .collect();
+        for &z in zero {
+            data[z * BLCKSZ..(z + 1) * BLCKSZ].fill(0);
+        }
+        data
+    }
+
+    /// A file of a test backup: its path and bytes.
+    pub(crate) type TestFile = (&'static str, Vec<u8>);
+
+    /// A unit: ranges (file number, offset, length) stored as one object.
+    pub(crate) type TestUnit = Vec<(usize, u64, u64)>;
+
+    /// The range `len` bytes at `offset` of file number `file` as the read stage hands it
+    /// to a sink: its all-zero pages found, its hashes computed.
+    pub(crate) fn read_piece(
+        files: &[TestFile],
+        file: usize,
+        offset: u64,
+        len: u64,
+    ) -> ReadPiece<'_> {
+        let (path, data) = &files[file];
+        let data = &data[offset as usize..(offset + len) as usize];
+        ReadPiece {
+            spec: PieceSpec::new(file, offset, len).unwrap(),
+            path,
+            data,
+            zero_pages: crate::transfer::zero_page_runs(data),
+            xxh3: crate::codec::xxh3_hex(data),
+            crc32c: crate::codec::crc32c(data),
+        }
+    }
+
+    /// The manifest line of `file` from the pieces its ranges were stored as, in file order.
+    pub(crate) fn entry(file: &TestFile, pieces: Vec<Vec<Piece>>) -> FileEntry {
+        let f = SourceFile {
+            mtime: MTIME,
+            ..SourceFile::plain(file.0, file.1.len() as u64)
+        };
+        file_entry(&f, pieces, Vec::new())
+    }
+
+    /// Stores one unit through `sink`; returns each range's pieces with its file number.
+    pub(crate) fn store_unit(
+        sink: &RepoSink,
+        st: &mut RepoState,
+        files: &[TestFile],
+        unit: &TestUnit,
+    ) -> Result<Vec<(usize, Vec<Piece>)>> {
+        let read: Vec<ReadPiece> = unit
+            .iter()
+            .map(|&(f, off, len)| read_piece(files, f, off, len))
+            .collect();
+        let stored = sink.write_unit(st, &read, &mut || {})?;
+        assert_eq!(stored.len(), unit.len(), "one result per range");
+        Ok(unit.iter().map(|u| u.0).zip(stored).collect())
+    }
+
+    /// Stores every unit through `sink` on one worker state, then returns the manifest
+    /// lines of `files` (every range of each file must be in some unit).
+    pub(crate) fn store_all(
+        sink: &RepoSink,
+        files: &[TestFile],
+        units: &[TestUnit],
+    ) -> Result<Vec<FileEntry>> {
+        let mut st = sink.new_state()?;
+        let mut per_file: Vec<Vec<Vec<Piece>>> = vec![Vec::new(); files.len()];
+        for unit in units {
+            for (f, pieces) in store_unit(sink, &mut st, files, unit)? {
+                per_file[f].push(pieces);
+            }
+        }
+        Ok(files
+            .iter()
+            .zip(per_file)
+            .map(|(f, mut p)| {
+                p.sort_by_key(|v| v.first().map_or(0, |x| x.logical_offset));
+                entry(f, p)
+            })
+            .collect())
+    }
+
+    /// Three files over two units: two small files bundled in one object, and a relation
+    /// file with zero pages whose ranges go one to each object.
+    pub(crate) fn sample_files() -> (Vec<TestFile>, Vec<TestUnit>) {
+        let files: Vec<TestFile> = vec![
+            ("PG_VERSION", b"15\n".to_vec()),
+            ("base/1/16384", file_bytes(3, 6, 0, &[1, 2, 5])),
+            ("global/pg_filenode.map", file_bytes(9, 0, 512, &[])),
+        ];
+        let page = BLCKSZ as u64;
+        let units = vec![
+            vec![(0, 0, 3), (1, 0, 4 * page), (2, 0, 512)],
+            vec![(1, 4 * page, 2 * page)],
+        ];
+        (files, units)
+    }
+
+    /// Each unit becomes one numbered object of the backup; each range a frame of it whose
+    /// stored bytes hash to the piece's `stored_xxh3`, all-zero pages left out, and which
+    /// decodes back to the range's bytes. Without compression a frame is the range's
+    /// non-zero pages as they are.
+    #[test]
+    fn units_become_numbered_objects_of_checked_frames() {
+        for kind in [CompressType::Zstd, CompressType::None, CompressType::Lz4] {
+            let stanza = Stanza::new(1, memory(), "s");
+            let backup = stanza.backup(LABEL);
+            let sink = RepoSink::new(&backup, Compression::new(kind, None).unwrap());
+            let (files, units) = sample_files();
+            let entries = store_all(&sink, &files, &units).unwrap();
+
+            let names =
+                crate::storage::list_sorted(stanza.store(), &format!("s/backup/{LABEL}/data"))
+                    .unwrap();
+            assert_eq!(names, vec![object_id(1), object_id(2)], "{kind}");
+            assert_eq!(sink.next_object.load(Ordering::Relaxed), 3);
+            let objects: Vec<Vec<u8>> = names
+                .iter()
+                .map(|n| stanza.store().get(&backup.object_name(n)).unwrap())
+                .collect();
+            let total: u64 = objects.iter().map(|o| o.len() as u64).sum();
+            assert_eq!(sink.stored.load(Ordering::Relaxed), total, "{kind}");
+
+            let mut cache = crate::repo::read_back::FrameCache::new();
+            let mut logical = aligned_buf(0);
+            for (e, (path, data)) in entries.iter().zip(&files) {
+                assert_eq!(e.path, *path);
+                assert_eq!(e.size, data.len() as u64);
+                assert_eq!(e.crc32c, Some(crate::codec::crc32c(data)), "{path}");
+                let mut covered = 0;
+                for p in &e.pieces {
+                    assert_eq!(p.logical_offset, covered, "{path}: pieces in file order");
+                    covered += p.logical_size;
+                    let n: usize = p.object.parse().unwrap();
+                    let frame =
+                        &objects[n - 1][p.offset as usize..(p.offset + p.stored_size) as usize];
+                    assert_eq!(
+                        crate::codec::xxh3_hex(frame),
+                        p.stored_xxh3,
+                        "{kind} {path}"
+                    );
+                    let want = &data[p.logical_offset as usize..covered as usize];
+                    assert_eq!(p.zero_pages, crate::transfer::zero_page_runs(want));
+                    if kind == CompressType::None {
+                        let nonzero: Vec<u8> = crate::transfer::nonzero_runs(want, &p.zero_pages)
+                            .into_iter()
+                            .flat_map(|(_, run)| run.iter().copied())
+                            .collect();
+                        assert_eq!(frame, &nonzero[..], "{path}: stored as is, holes left out");
+                    }
+                    crate::repo::read_back::decode_piece(kind, frame, p, &mut logical, &mut cache)
+                        .unwrap();
+                    assert_eq!(&logical[..], want, "{kind} {path}");
+                }
+                assert_eq!(covered, e.size, "{path}: pieces cover the file");
+            }
+            // The relation file's zero pages are not stored: page 1-2 in the first range,
+            // page 5 (the second of the second range) in the other.
+            let rel = &entries[1].pieces;
+            assert_eq!(rel[0].zero_pages, vec![[1, 2]]);
+            assert_eq!(rel[1].zero_pages, vec![[1, 1]]);
+            if kind == CompressType::None {
+                assert_eq!(rel[0].stored_size, 2 * BLCKSZ as u64);
+            }
+        }
+    }
+
+    /// A store that fails the upload of a unit: the sink returns the store's error
+    /// (transient, so retryable), the object is not there, the objects before it are, and
+    /// the sink's stored bytes count only what was stored.
+    #[test]
+    fn a_failed_upload_is_the_units_error_and_stores_nothing() {
+        use crate::error::StorageFault;
+        use crate::storage::fault::{Fault, FaultyStorage, Op};
+        let faulty = Arc::new(FaultyStorage::new(memory()));
+        let stanza = Stanza::new(1, faulty.clone(), "s");
+        let backup = stanza.backup(LABEL);
+        let sink = RepoSink::new(&backup, Compression::new(CompressType::Zstd, None).unwrap());
+        faulty.inject(
+            Op::Put,
+            "/data/",
+            2,
+            1,
+            Fault::Fail(StorageFault::Transient),
+        );
+        let (files, units) = sample_files();
+        let mut st = sink.new_state().unwrap();
+        store_unit(&sink, &mut st, &files, &units[0]).unwrap();
+        let after_first = sink.stored.load(Ordering::Relaxed);
+        let e = store_unit(&sink, &mut st, &files, &units[1]).unwrap_err();
+        assert!(
+            matches!(
+                e.kind(),
+                Error::Storage {
+                    fault: StorageFault::Transient,
+                    op: "write",
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        assert!(
+            e.to_string().contains(&object_id(2)),
+            "names the object: {e}"
+        );
+        assert_eq!(faulty.calls(Op::Put, "/data/"), 2);
+        assert!(stanza
+            .store()
+            .exists(&backup.object_name(&object_id(1)))
+            .unwrap());
+        assert!(!stanza
+            .store()
+            .exists(&backup.object_name(&object_id(2)))
+            .unwrap());
+        assert_eq!(sink.stored.load(Ordering::Relaxed), after_first);
+        // The worker state survives a failed upload (its buffer went to the store): the
+        // next unit, past the fault, is stored under the next number.
+        store_unit(&sink, &mut st, &files, &units[1]).unwrap();
+        assert!(stanza
+            .store()
+            .exists(&backup.object_name(&object_id(3)))
+            .unwrap());
+    }
+}
