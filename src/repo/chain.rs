@@ -97,8 +97,8 @@ pub fn choose_reference(
         || now.block_size != crate::pg::checksum::BLCKSZ as u32
     {
         Some(format!(
-            "the block size is {} bytes; changed blocks are found in 8 KiB blocks only",
-            now.block_size
+            "the block size is {} bytes (backup {label}: {} bytes); changed blocks are found in 8 KiB blocks only",
+            now.block_size, h.block_size
         ))
     } else if now.data_checksums && !h.data_checksums {
         Some(format!(
@@ -120,4 +120,243 @@ pub fn choose_reference(
         Some(w) => Err(w),
         None => Ok(s),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codec::Compression;
+    use crate::error::StorageFault;
+    use crate::repo::stanza::tests::{
+        complete_backup, faulty, manifest, memory, D1, F1, F2, F3, I1, I2,
+    };
+    use crate::repo::Stanza;
+    use crate::storage::fault::{Fault, Op};
+
+    /// The cluster the test manifests describe, as it is now (timeline 1).
+    fn now() -> ClusterNow {
+        ClusterNow {
+            system_identifier: 1,
+            pg_version: "15".into(),
+            block_size: 8192,
+            data_checksums: true,
+            timeline: 1,
+        }
+    }
+
+    /// The reference `choose_reference` picks among the stanza's complete backups, or why
+    /// there is none.
+    fn reference(
+        st: &Stanza,
+        diff_only: bool,
+        now: &ClusterNow,
+    ) -> std::result::Result<String, String> {
+        choose_reference(st, &st.complete().unwrap(), diff_only, now)
+            .unwrap()
+            .map(|s| s.header.label)
+    }
+
+    #[test]
+    fn a_full_backup_has_no_chain_and_an_incr_names_its_references_oldest_first() {
+        let st = Stanza::new(1, memory(), "s");
+        let mut full = manifest(F1, &[]);
+        full.header.compression = Compression::new(CompressType::Lz4, None).unwrap();
+        st.backup(F1).write_manifest(&full).unwrap();
+        complete_backup(&st, D1, &[F1]);
+        // The incr's pieces name the diff before the full: the chain is still oldest first.
+        complete_backup(&st, I1, &[D1, F1]);
+
+        let b = st.backup(F1);
+        assert!(open_chain(&b, &b.summary().unwrap()).unwrap().is_empty());
+        let b = st.backup(D1);
+        assert_eq!(
+            open_chain(&b, &b.summary().unwrap()).unwrap(),
+            vec![(F1.to_string(), CompressType::Lz4)]
+        );
+        let b = st.backup(I1);
+        let s = b.summary().unwrap();
+        assert_eq!(s.header.reference.as_deref(), Some(F1));
+        assert_eq!(
+            open_chain(&b, &s).unwrap(),
+            vec![
+                (F1.to_string(), CompressType::Lz4),
+                (D1.to_string(), CompressType::Zstd)
+            ]
+        );
+    }
+
+    #[test]
+    fn a_chain_with_a_missing_newer_or_foreign_reference_is_refused_by_name() {
+        let st = Stanza::new(1, memory(), "s");
+        complete_backup(&st, F1, &[]);
+        complete_backup(&st, D1, &[F1]);
+        let d = st.backup(D1);
+        let s = d.summary().unwrap();
+
+        // The reference is of another cluster.
+        let mut foreign = manifest(F1, &[]);
+        foreign.header.system_identifier = 2;
+        st.backup(F1).write_manifest(&foreign).unwrap();
+        let e = open_chain(&d, &s).unwrap_err();
+        assert!(matches!(e, Error::Repo(_)), "{e:?}");
+        let e = e.to_string();
+        assert!(
+            e.contains(&format!(
+                "depends on backup {F1}, which is of another cluster"
+            )),
+            "{e}"
+        );
+
+        // The reference lost its summary (an interrupted expire): incomplete.
+        st.store()
+            .delete("s/backup/20260101-000000F/summary.json")
+            .unwrap();
+        let e = open_chain(&d, &s).unwrap_err().to_string();
+        assert!(
+            e.contains(&format!("depends on backup {F1}, which cannot be read"))
+                && e.contains("does not exist or is incomplete"),
+            "{e}"
+        );
+
+        // A summary naming a newer backup, or the backup itself, as its reference.
+        complete_backup(&st, F2, &[]);
+        complete_backup(&st, F3, &[]);
+        let f2 = st.backup(F2);
+        let mut s = f2.summary().unwrap();
+        for r in [F3, F2] {
+            s.end.references = vec![r.to_string()];
+            let e = open_chain(&f2, &s).unwrap_err().to_string();
+            assert!(
+                e.contains(&format!(
+                    "backup {F2} names backup {r} as a reference, but a reference must be older"
+                )),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_reference_summary_that_reads_back_damaged_is_refused_by_name() {
+        let (f, st) = faulty();
+        complete_backup(&st, F1, &[]);
+        complete_backup(&st, D1, &[F1]);
+        let d = st.backup(D1);
+        let s = d.summary().unwrap();
+        f.inject(
+            Op::Get,
+            "20260101-000000F/summary.json",
+            1,
+            1,
+            Fault::Corrupt(0),
+        );
+        let e = open_chain(&d, &s).unwrap_err().to_string();
+        assert!(
+            e.contains(&format!("depends on backup {F1}, which cannot be read"))
+                && e.contains("s/backup/20260101-000000F/summary.json is not valid"),
+            "{e}"
+        );
+        f.inject(
+            Op::Get,
+            "20260101-000000F/summary.json",
+            1,
+            1,
+            Fault::Fail(StorageFault::Transient),
+        );
+        let e = open_chain(&d, &s).unwrap_err().to_string();
+        assert!(e.contains(F1) && e.contains("injected Transient"), "{e}");
+        // Read cleanly, the same chain opens.
+        assert_eq!(open_chain(&d, &s).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_diff_takes_the_newest_full_and_an_incr_the_newest_complete_backup() {
+        let st = Stanza::new(1, memory(), "s");
+        complete_backup(&st, F1, &[]);
+        complete_backup(&st, D1, &[F1]);
+        assert_eq!(reference(&st, true, &now()), Ok(F1.to_string()));
+        assert_eq!(reference(&st, false, &now()), Ok(D1.to_string()));
+
+        complete_backup(&st, F2, &[]);
+        complete_backup(&st, I2, &[F2]);
+        assert_eq!(reference(&st, true, &now()), Ok(F2.to_string()));
+        assert_eq!(reference(&st, false, &now()), Ok(I2.to_string()));
+
+        // A newer interrupted backup (no summary) is never a reference.
+        st.backup(F3).put_object("000001", b"frames").unwrap();
+        assert_eq!(reference(&st, true, &now()), Ok(F2.to_string()));
+        assert_eq!(reference(&st, false, &now()), Ok(I2.to_string()));
+    }
+
+    #[test]
+    fn without_a_full_or_a_readable_summary_there_is_no_reference() {
+        let st = Stanza::new(1, memory(), "s");
+        assert_eq!(
+            reference(&st, true, &now()),
+            Err("the stanza holds no full backup".to_string())
+        );
+        assert_eq!(
+            reference(&st, false, &now()),
+            Err("the stanza holds no complete backup".to_string())
+        );
+        // A label said complete whose summary is gone: an error, not a silent full.
+        let e = choose_reference(&st, &[F1.to_string()], false, &now())
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            e.contains(&format!("backup '{F1}' of stanza 's' does not exist")),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_reference_of_another_cluster_block_size_checksum_state_or_timeline_is_refused() {
+        type Change = Box<dyn Fn(&mut crate::repo::BackupManifest, &mut ClusterNow)>;
+        let cases: Vec<(Change, String)> = vec![
+            (
+                Box::new(|_, n| n.system_identifier = 2),
+                format!("backup {F1} is of another cluster or major version"),
+            ),
+            (
+                Box::new(|_, n| n.pg_version = "16".into()),
+                format!("backup {F1} is of another cluster or major version"),
+            ),
+            (
+                Box::new(|_, n| n.block_size = 16384),
+                "the block size is 16384 bytes".into(),
+            ),
+            (
+                Box::new(|m, _| m.header.block_size = 16384),
+                format!("backup {F1}: 16384 bytes); changed blocks are found in 8 KiB blocks only"),
+            ),
+            (
+                Box::new(|m, _| m.header.data_checksums = false),
+                format!("data checksums were turned on after backup {F1}"),
+            ),
+            (
+                Box::new(|m, _| m.header.databases.clear()),
+                format!("backup {F1} was taken by an older pgjet"),
+            ),
+            (
+                Box::new(|_, n| n.timeline = 2),
+                format!("backup {F1} is of timeline 1, the cluster is on timeline 2 now"),
+            ),
+        ];
+        for (change, why) in cases {
+            let st = Stanza::new(1, memory(), "s");
+            let (mut m, mut n) = (manifest(F1, &[]), now());
+            change(&mut m, &mut n);
+            st.backup(F1).write_manifest(&m).unwrap();
+            for diff_only in [true, false] {
+                let got = reference(&st, diff_only, &n).unwrap_err();
+                assert!(got.contains(&why), "expected '{why}' in: {got}");
+            }
+        }
+        // Checksums turned off since the backup do not change its blocks: still a reference.
+        let st = Stanza::new(1, memory(), "s");
+        complete_backup(&st, F1, &[]);
+        let mut n = now();
+        n.data_checksums = false;
+        assert_eq!(reference(&st, true, &n), Ok(F1.to_string()));
+    }
 }

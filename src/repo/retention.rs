@@ -273,6 +273,11 @@ fn expire_wal(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::StorageFault;
+    use crate::repo::chain::open_chain;
+    use crate::repo::stanza::tests::{faulty, info, manifest, memory, D1, F1, F2, I1, I2};
+    use crate::repo::wal::Gap;
+    use crate::storage::fault::{Fault, Op};
 
     /// A summary of backup `label` that stopped `days_ago` days ago, depending on `refs`.
     fn summary(label: &str, days_ago: i64, refs: &[&str]) -> BackupSummary {
@@ -359,5 +364,316 @@ mod tests {
             expired(&policy(Some(10), true, None), &b),
             vec![f1.to_string(), i1, d1, i2, d2]
         );
+    }
+
+    /// A second diff of F1's chain, after I1.
+    const D2: &str = "20260101-000000F_20260104-000000D";
+    const SEG: u64 = 16 << 20;
+
+    /// Name of WAL segment `n` of timeline 1.
+    fn seg(n: u64) -> String {
+        lsn::wal_segment_name(1, n, SEG)
+    }
+
+    /// Writes complete backup `label` (pieces naming `refs`) whose WAL runs from LSN
+    /// `start` to `stop`, stopped `days_ago` days ago.
+    fn backup(st: &Stanza, label: &str, refs: &[&str], start: &str, stop: &str, days_ago: i64) {
+        let mut m = manifest(label, refs);
+        m.header.start_lsn = start.parse().unwrap();
+        m.stop.stop_lsn = stop.parse().unwrap();
+        m.stop.stop_time =
+            crate::repo::rfc3339(chrono::Utc::now() - chrono::Duration::days(days_ago));
+        st.backup(label).put_object("000001", b"frames").unwrap();
+        st.backup(label).write_manifest(&m).unwrap();
+    }
+
+    /// Stanza `s` with F1 (WAL segments 1-2, stopped 30 days ago), D1 of F1 (segment 3,
+    /// 29 days), F2 (segments 5-6, 20 days) and I2 of F2 (segment 7, 19 days); the
+    /// archive holds segments 1 to 8 of timeline 1, F1's backup history file and
+    /// timeline 2's history file.
+    fn populate(st: &Stanza) {
+        st.create(&info("s")).unwrap();
+        backup(st, F1, &[], "0/1000028", "0/2000100", 30);
+        backup(st, D1, &[F1], "0/3000028", "0/3000100", 29);
+        backup(st, F2, &[], "0/5000028", "0/6000100", 20);
+        backup(st, I2, &[F2], "0/7000028", "0/7000100", 19);
+        let mut names: Vec<String> = (1..=8).map(seg).collect();
+        names.push(format!("{}.00000028.backup", seg(1)));
+        names.push("00000002.history".into());
+        for n in names {
+            let f = WalFile::parse(&n).unwrap();
+            st.store().put(&f.object_name(st.name()), b"wal").unwrap();
+        }
+    }
+
+    /// Records a gap of segment `n` of timeline 1.
+    fn gap(st: &Stanza, n: u64) {
+        wal::record_gap(
+            st,
+            &Gap {
+                first: seg(n),
+                last: seg(n),
+                segments: 1,
+                recorded: "2026-01-01T00:00:00Z".into(),
+                reason: "test".into(),
+            },
+        )
+        .unwrap();
+    }
+
+    /// Every archived WAL file name, timeline by timeline.
+    fn archived(st: &Stanza) -> Vec<String> {
+        let mut out = Vec::new();
+        for tli in wal::timelines(st).unwrap() {
+            out.extend(wal::list_timeline(st, tli).unwrap());
+        }
+        out
+    }
+
+    /// Every complete backup's chain opens: no kept backup names a removed one.
+    fn chains_whole(st: &Stanza) {
+        for label in st.complete().unwrap() {
+            let b = st.backup(&label);
+            open_chain(&b, &b.summary().unwrap()).unwrap();
+        }
+    }
+
+    #[test]
+    fn without_a_retention_policy_every_backup_and_all_wal_are_kept() {
+        let st = Stanza::new(1, memory(), "s");
+        populate(&st);
+        let (labels, wal) = (st.labels().unwrap(), archived(&st));
+        let lines = expire_repo(&policy(None, false, None), &st, false).unwrap();
+        assert_eq!(lines.len(), 1);
+        assert!(lines[0].starts_with("none of retention-full"), "{lines:?}");
+        assert_eq!(st.labels().unwrap(), labels);
+        assert_eq!(archived(&st), wal);
+    }
+
+    #[test]
+    fn retention_full_expires_the_older_full_with_its_chain_and_the_wal_before_the_kept_backups() {
+        let st = Stanza::new(1, memory(), "s");
+        populate(&st);
+        gap(&st, 3);
+        gap(&st, 7);
+        let lines = expire_repo(&policy(Some(1), false, None), &st, false).unwrap();
+        assert_eq!(st.labels().unwrap(), vec![F2, I2]);
+        assert_eq!(st.complete().unwrap(), vec![F2, I2]);
+        chains_whole(&st);
+        // The diff goes before the full it depends on.
+        assert!(
+            lines[0].starts_with(&format!("expired backup {D1} (stopped ")),
+            "{lines:?}"
+        );
+        assert!(
+            lines[1].starts_with(&format!("expired backup {F1} (stopped ")),
+            "{lines:?}"
+        );
+        assert_eq!(
+            lines[2],
+            format!("kept 2 backup(s): {F2} (full), {I2} (incr)")
+        );
+        // The archive stays from F2's first segment on; F1's backup history file goes,
+        // the timeline history file stays, as does the gap after the kept start.
+        let mut left: Vec<String> = (5..=8).map(seg).collect();
+        left.push("00000002.history".into());
+        assert_eq!(archived(&st), left);
+        let gaps: Vec<String> = wal::gaps(&st)
+            .unwrap()
+            .into_iter()
+            .map(|g| g.first)
+            .collect();
+        assert_eq!(gaps, vec![seg(7)]);
+        assert!(lines.contains(&format!("removed the gap record {} to {}", seg(3), seg(3))));
+        assert_eq!(
+            lines.last().unwrap(),
+            &format!(
+                "removed 5 archived WAL file(s) up to {}; the archive is continuous from {} (backup {F2})",
+                seg(4),
+                seg(5)
+            )
+        );
+    }
+
+    #[test]
+    fn a_dry_run_says_what_expire_would_do_and_changes_nothing() {
+        let st = Stanza::new(1, memory(), "s");
+        populate(&st);
+        gap(&st, 3);
+        let (labels, wal) = (st.labels().unwrap(), archived(&st));
+        let p = policy(Some(1), false, None);
+        let dry = expire_repo(&p, &st, true).unwrap();
+        assert_eq!(st.labels().unwrap(), labels);
+        assert_eq!(archived(&st), wal);
+        assert_eq!(wal::gaps(&st).unwrap().len(), 1);
+        assert!(
+            dry[0].starts_with(&format!("would expire backup {D1}")),
+            "{dry:?}"
+        );
+        // The real run does what the dry run said, line for line.
+        let done = expire_repo(&p, &st, false).unwrap();
+        let said: Vec<String> = dry
+            .iter()
+            .map(|l| {
+                l.replace("would expire", "expired")
+                    .replace("would keep", "kept")
+                    .replace("would remove", "removed")
+            })
+            .collect();
+        assert_eq!(said, done);
+        assert_ne!(archived(&st), wal);
+    }
+
+    #[test]
+    fn retention_archive_keeps_only_their_own_wal_for_older_kept_backups() {
+        let st = Stanza::new(1, memory(), "s");
+        populate(&st);
+        let lines = expire_repo(
+            &Retention {
+                archive: Some(1),
+                ..policy(Some(2), false, None)
+            },
+            &st,
+            false,
+        )
+        .unwrap();
+        assert_eq!(st.complete().unwrap(), vec![F1, D1, F2, I2]);
+        assert!(
+            lines[0].starts_with("no backup expires under retention-full=2"),
+            "{lines:?}"
+        );
+        assert!(lines[0].contains("retention-archive=1"), "{lines:?}");
+        // Only I2 keeps a continuous archive (from segment 7); F1, D1 and F2 keep their
+        // own segments (1-2 with F1's backup history file, 3, 5-6): segment 4 goes.
+        let mut left: Vec<String> = vec![
+            seg(1),
+            format!("{}.00000028.backup", seg(1)),
+            seg(2),
+            seg(3),
+        ];
+        left.extend((5..=8).map(seg));
+        left.push("00000002.history".into());
+        assert_eq!(archived(&st), left);
+        assert_eq!(
+            lines.last().unwrap(),
+            &format!(
+                "removed 1 archived WAL file(s) up to {}; the archive is continuous from {} (backup {I2})",
+                seg(4),
+                seg(7)
+            )
+        );
+    }
+
+    #[test]
+    fn retention_diff_expires_older_diffs_with_the_incrs_built_on_them() {
+        let st = Stanza::new(1, memory(), "s");
+        st.create(&info("s")).unwrap();
+        backup(&st, F1, &[], "0/1000028", "0/1000100", 10);
+        backup(&st, D1, &[F1], "0/2000028", "0/2000100", 9);
+        backup(&st, I1, &[F1, D1], "0/3000028", "0/3000100", 8);
+        backup(&st, D2, &[F1], "0/4000028", "0/4000100", 7);
+        let lines = expire_repo(&policy(None, false, Some(1)), &st, false).unwrap();
+        assert_eq!(st.labels().unwrap(), vec![F1, D2]);
+        chains_whole(&st);
+        assert!(
+            lines[0].starts_with(&format!("expired backup {I1}")),
+            "{lines:?}"
+        );
+        assert!(
+            lines[1].starts_with(&format!("expired backup {D1}")),
+            "{lines:?}"
+        );
+        assert_eq!(
+            lines[2],
+            format!("kept 2 backup(s): {F1} (full), {D2} (diff)")
+        );
+    }
+
+    #[test]
+    fn retention_full_time_keeps_the_newest_full_before_the_window() {
+        let st = Stanza::new(1, memory(), "s");
+        populate(&st);
+        let time = |days| policy(Some(days), true, None);
+        // F2 stopped within 25 days, F1 is the newest full before: both stay.
+        let lines = expire_repo(&time(25), &st, false).unwrap();
+        assert!(
+            lines[0].starts_with(
+                "no backup expires under retention-full=25 with retention-full-type=time"
+            ),
+            "{lines:?}"
+        );
+        assert_eq!(st.complete().unwrap(), vec![F1, D1, F2, I2]);
+        // No full within 10 days: F2 is the newest before the window, F1's chain goes.
+        expire_repo(&time(10), &st, false).unwrap();
+        assert_eq!(st.labels().unwrap(), vec![F2, I2]);
+        chains_whole(&st);
+    }
+
+    #[test]
+    fn backups_of_different_wal_segment_sizes_are_left_alone() {
+        let st = Stanza::new(1, memory(), "s");
+        st.create(&info("s")).unwrap();
+        backup(&st, F1, &[], "0/1000028", "0/1000100", 10);
+        let mut m = manifest(F2, &[]);
+        m.header.wal_segment_size = 64 << 20;
+        st.backup(F2).write_manifest(&m).unwrap();
+        let e = expire_repo(&policy(Some(1), false, None), &st, false).unwrap_err();
+        assert!(matches!(e, Error::Repo(_)), "{e:?}");
+        assert!(
+            e.to_string().contains(&format!(
+                "backup {F2} has WAL segments of 67108864 bytes, others of 16777216"
+            )),
+            "{e}"
+        );
+        assert_eq!(st.complete().unwrap(), vec![F1, F2]);
+    }
+
+    #[test]
+    fn a_failed_removal_stops_expire_without_a_complete_backup_missing_its_reference() {
+        // The full's summary cannot be deleted: its diff is already gone (newest first),
+        // the full is still whole, the archive untouched.
+        let (f, st) = faulty();
+        populate(&st);
+        let wal = archived(&st);
+        f.inject(
+            Op::Delete,
+            "20260101-000000F/summary.json",
+            1,
+            1,
+            Fault::Fail(StorageFault::Transient),
+        );
+        let e = expire_repo(&policy(Some(1), false, None), &st, false).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("s/backup/20260101-000000F/summary.json"),
+            "{e}"
+        );
+        assert_eq!(st.labels().unwrap(), vec![F1, F2, I2]);
+        assert_eq!(st.complete().unwrap(), vec![F1, F2, I2]);
+        chains_whole(&st);
+        assert_eq!(f.calls(Op::Delete, "/archive/"), 0);
+        assert_eq!(archived(&st), wal);
+        // Healed, the next expire finishes the job.
+        f.heal();
+        expire_repo(&policy(Some(1), false, None), &st, false).unwrap();
+        assert_eq!(st.labels().unwrap(), vec![F2, I2]);
+        assert_eq!(archived(&st)[0], seg(5));
+
+        // The diff's directory cannot be removed once its summary is gone: it is left
+        // incomplete (for the next backup to remove), never complete-looking.
+        let (f, st) = faulty();
+        populate(&st);
+        f.inject(Op::Delete, D1, 2, 1, Fault::Fail(StorageFault::Transient));
+        let e = expire_repo(&policy(Some(1), false, None), &st, false).unwrap_err();
+        assert!(e.to_string().contains(&format!("s/backup/{D1}")), "{e}");
+        assert_eq!(st.complete().unwrap(), vec![F1, F2, I2]);
+        assert_eq!(st.incomplete().unwrap(), vec![D1]);
+        chains_whole(&st);
+        f.heal();
+        expire_repo(&policy(Some(1), false, None), &st, false).unwrap();
+        assert_eq!(st.complete().unwrap(), vec![F2, I2]);
+        assert_eq!(st.incomplete().unwrap(), vec![D1]);
+        st.remove_incomplete(None).unwrap();
+        assert_eq!(st.labels().unwrap(), vec![F2, I2]);
     }
 }

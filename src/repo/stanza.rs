@@ -17,9 +17,11 @@ pub fn missing_stanza_hint(name: &str, store: &Arc<dyn Storage>) -> String {
             "this repository holds the stanza(s) {}: check --stanza (or stanza= in the config file); a new stanza '{name}' is made with `pgjet --stanza {name} stanza-create`",
             names.join(", ")
         ),
-        _ => format!(
+        Ok(_) => format!(
             "this repository holds no stanza yet: create it with `pgjet --stanza {name} stanza-create` (or check --repo-path: is it the repository you meant?)"
         ),
+        // A store that fails now says nothing of which stanzas it holds.
+        Err(e) => format!("the repository's stanzas could not be listed to check --stanza: {e}"),
     }
 }
 
@@ -279,13 +281,440 @@ pub fn stanza_names(store: &Arc<dyn Storage>) -> Result<Vec<String>> {
     let mut out = Vec::new();
     for name in store.list("")? {
         let name = name?;
-        if Stanza::new(0, store.clone(), &name)
-            .exists()
-            .unwrap_or(false)
-        {
+        if Stanza::new(0, store.clone(), &name).exists()? {
             out.push(name);
         }
     }
     out.sort();
     Ok(out)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::error::StorageFault;
+    use crate::repo::manifest::FileEntry;
+    use crate::storage::fault::{Fault, FaultyStorage, Op};
+    use crate::storage::object::ObjectStorage;
+
+    // Backup labels (pgBackRest's form): fulls F1 < F2 < F3, a diff and an incr of F1's
+    // chain, an incr of F2's.
+    pub(crate) const F1: &str = "20260101-000000F";
+    pub(crate) const D1: &str = "20260101-000000F_20260102-000000D";
+    pub(crate) const I1: &str = "20260101-000000F_20260103-000000I";
+    pub(crate) const F2: &str = "20260108-000000F";
+    pub(crate) const I2: &str = "20260108-000000F_20260109-000000I";
+    pub(crate) const F3: &str = "20260115-000000F";
+
+    /// An empty in-memory repository.
+    pub(crate) fn memory() -> Arc<dyn Storage> {
+        Arc::new(ObjectStorage::in_memory("stanza-test").unwrap())
+    }
+
+    /// An empty in-memory repository behind a fault wrapper, the wrapper, and stanza `s`
+    /// of it (repo1).
+    pub(crate) fn faulty() -> (Arc<FaultyStorage>, Stanza) {
+        let f = Arc::new(FaultyStorage::new(memory()));
+        let st = Stanza::new(1, f.clone(), "s");
+        (f, st)
+    }
+
+    /// The stanza info of stanza `name` of the cluster the test manifests describe.
+    pub(crate) fn info(name: &str) -> StanzaInfo {
+        StanzaInfo {
+            format: REPO_FORMAT,
+            stanza: name.into(),
+            system_identifier: 1,
+            pg_version: "15".into(),
+            pg_version_num: 150000,
+            catalog_version: 1,
+            created: "2026-01-01T00:00:00Z".into(),
+            wal_segment_size: 16 << 20,
+        }
+    }
+
+    /// A small valid manifest of backup `label` of stanza `s` (type from the label's last
+    /// letter), whose pieces name the older backups `refs` (one file each).
+    pub(crate) fn manifest(label: &str, refs: &[&str]) -> BackupManifest {
+        let mut m = crate::repo::manifest::tests::sample();
+        m.header.label = label.into();
+        m.header.stanza = "s".into();
+        m.header.backup_type = match label.chars().last() {
+            Some('D') => "diff",
+            Some('I') => "incr",
+            _ => "full",
+        }
+        .into();
+        m.header.databases = vec![(5, 1)];
+        if !refs.is_empty() {
+            m.header.format = crate::repo::CHAIN_FORMAT;
+            m.header.reference = refs.last().map(|r| r.to_string());
+        }
+        for (i, r) in refs.iter().enumerate() {
+            let mut piece = m.files[0].pieces[0].clone();
+            piece.backup = Some(r.to_string());
+            m.files.push(FileEntry {
+                path: format!("base/1/{}", 100 + i),
+                pieces: vec![piece],
+                ..m.files[0].clone()
+            });
+        }
+        m
+    }
+
+    /// Writes backup `label` whole (one data object, manifest, summary): a complete backup.
+    pub(crate) fn complete_backup(st: &Stanza, label: &str, refs: &[&str]) {
+        let b = st.backup(label);
+        b.put_object("000001", b"frames").unwrap();
+        let mut m = manifest(label, refs);
+        m.header.stanza = st.name().into();
+        b.write_manifest(&m).unwrap();
+    }
+
+    /// Leaves backup `label` as an interrupted backup does: data objects stored and a
+    /// manifest begun, never finished (no summary).
+    fn interrupted_backup(st: &Stanza, label: &str) {
+        let b = st.backup(label);
+        b.put_object("000001", b"frames").unwrap();
+        let mut w = b.begin(manifest(label, &[]).header).unwrap();
+        w.dir(&manifest(label, &[]).directories[0]).unwrap();
+        drop(w);
+    }
+
+    #[test]
+    fn stanza_create_writes_the_info_that_info_reads_back_and_refuses_others() {
+        let st = Stanza::new(1, memory(), "s");
+        assert!(!st.exists().unwrap());
+        let e = st.info().unwrap_err();
+        assert!(
+            matches!(e.kind(), Error::Repo(m) if m.contains("stanza 's' does not exist")),
+            "{e:?}"
+        );
+        assert!(e.hint().contains("stanza-create"), "{}", e.hint());
+
+        let e = st.create(&info("other")).unwrap_err().to_string();
+        assert!(e.contains("'other'") && e.contains("'s'"), "{e}");
+        assert!(!st.exists().unwrap(), "a refused create writes nothing");
+
+        st.create(&info("s")).unwrap();
+        assert!(st.exists().unwrap());
+        assert_eq!(st.info().unwrap(), info("s"));
+
+        // Another format version, and an encrypted stanza.json, are refused by name.
+        let mut newer = info("s");
+        newer.format = REPO_FORMAT + 1;
+        st.create(&newer).unwrap();
+        let e = st.info().unwrap_err().to_string();
+        assert!(e.contains("s/stanza.json has format"), "{e}");
+        let mut sealed = super::super::cipher::MAGIC.to_vec();
+        sealed.extend_from_slice(b"opaque");
+        st.store().put_durable("s/stanza.json", &sealed).unwrap();
+        let e = st.info().unwrap_err().to_string();
+        assert!(
+            e.contains("is encrypted") && e.contains("repo1-cipher-pass"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_backup_without_its_summary_is_listed_incomplete_never_complete() {
+        let st = Stanza::new(1, memory(), "s");
+        assert!(st.labels().unwrap().is_empty());
+        complete_backup(&st, F1, &[]);
+        interrupted_backup(&st, F2);
+        // A whole manifest whose summary is gone (a removal cut short).
+        complete_backup(&st, F3, &[]);
+        st.store()
+            .delete("s/backup/20260115-000000F/summary.json")
+            .unwrap();
+        // A temporary directory is neither.
+        st.store()
+            .put("s/backup/20260120-000000F.tmp/x", b"x")
+            .unwrap();
+
+        assert_eq!(
+            st.labels().unwrap(),
+            vec![F1, F2, F3, "20260120-000000F.tmp"]
+        );
+        assert_eq!(st.complete().unwrap(), vec![F1]);
+        assert_eq!(st.incomplete().unwrap(), vec![F2, F3]);
+        assert!(st.backup(F1).is_complete().unwrap());
+        assert!(!st.backup(F2).is_complete().unwrap());
+        // Nothing of an incomplete backup reads as a backup.
+        for l in [F2, F3] {
+            let e = st.backup(l).summary().unwrap_err().to_string();
+            assert!(e.contains("does not exist or is incomplete"), "{e}");
+            assert!(st.backup(l).manifest_reader().is_err());
+        }
+        assert_eq!(st.backup(F1).manifest().unwrap().header.label, F1);
+    }
+
+    #[test]
+    fn resolve_set_finds_the_newest_complete_backup_or_names_those_there_are() {
+        let st = Stanza::new(1, memory(), "s");
+        let e = st.resolve_set("latest").err().unwrap().to_string();
+        assert!(e.contains("stanza 's' has no complete backup"), "{e}");
+
+        complete_backup(&st, F1, &[]);
+        complete_backup(&st, D1, &[F1]);
+        interrupted_backup(&st, F2);
+        // The interrupted backup is newer, but `latest` is the newest complete one.
+        assert_eq!(st.resolve_set("latest").unwrap().label(), D1);
+        assert_eq!(st.resolve_set(F1).unwrap().label(), F1);
+        for missing in [F2, F3] {
+            let e = st.resolve_set(missing).err().unwrap().to_string();
+            assert!(
+                e.contains(&format!("backup '{missing}' not found"))
+                    && e.contains(&format!("complete backups: {F1}, {D1}")),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn remove_incomplete_spares_the_resumed_backup_and_every_complete_one() {
+        let st = Stanza::new(1, memory(), "s");
+        complete_backup(&st, F1, &[]);
+        interrupted_backup(&st, F2);
+        interrupted_backup(&st, F3);
+        st.remove_incomplete(Some(F3)).unwrap();
+        assert_eq!(st.labels().unwrap(), vec![F1, F3]);
+        assert_eq!(st.incomplete().unwrap(), vec![F3]);
+        st.remove_incomplete(None).unwrap();
+        assert_eq!(st.labels().unwrap(), vec![F1]);
+        // The complete backup is whole: its manifest and objects are still there.
+        let b = st.backup(F1);
+        assert_eq!(b.manifest().unwrap().files.len(), 3);
+        assert_eq!(b.some_data_objects(10).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_failed_manifest_or_summary_write_names_the_object_and_leaves_the_backup_incomplete() {
+        let (f, st) = faulty();
+        let m = manifest(F1, &[]);
+
+        // The summary is refused: the manifest is there, the backup is not complete.
+        f.inject(
+            Op::Put,
+            "summary.json",
+            1,
+            1,
+            Fault::Fail(StorageFault::Transient),
+        );
+        let e = st.backup(F1).write_manifest(&m).unwrap_err();
+        assert!(
+            matches!(
+                e.kind(),
+                Error::Storage {
+                    fault: StorageFault::Transient,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        assert!(
+            e.to_string()
+                .contains("s/backup/20260101-000000F/summary.json"),
+            "{e}"
+        );
+        assert!(st
+            .store()
+            .exists("s/backup/20260101-000000F/manifest.jsonl.zst")
+            .unwrap());
+        assert!(!st.backup(F1).is_complete().unwrap());
+        assert_eq!(st.incomplete().unwrap(), vec![F1]);
+        assert!(st.complete().unwrap().is_empty());
+        assert!(st.resolve_set("latest").is_err());
+
+        // The sync before the summary fails: the summary is never even attempted.
+        let puts = f.calls(Op::Put, "summary.json");
+        f.inject(Op::Sync, "", 1, 1, Fault::Fail(StorageFault::Transient));
+        assert!(st.backup(F1).write_manifest(&m).is_err());
+        assert_eq!(f.calls(Op::Put, "summary.json"), puts);
+        assert!(!st.backup(F1).is_complete().unwrap());
+
+        // The manifest cannot be started: the error names it and nothing is written.
+        f.inject(
+            Op::Writer,
+            "manifest.jsonl.zst",
+            1,
+            1,
+            Fault::Fail(StorageFault::Denied),
+        );
+        let m2 = manifest(F2, &[]);
+        let e = st.backup(F2).write_manifest(&m2).unwrap_err().to_string();
+        assert!(
+            e.contains("s/backup/20260108-000000F/manifest.jsonl.zst"),
+            "{e}"
+        );
+        assert_eq!(st.labels().unwrap(), vec![F1]);
+
+        // Healed, the same backup completes and reads back whole.
+        f.heal();
+        st.backup(F1).write_manifest(&m).unwrap();
+        assert_eq!(st.complete().unwrap(), vec![F1]);
+        assert_eq!(st.backup(F1).manifest().unwrap().files, m.files);
+    }
+
+    #[test]
+    fn an_interrupted_backup_removal_never_leaves_a_complete_looking_backup() {
+        let (f, st) = faulty();
+        complete_backup(&st, F1, &[]);
+        complete_backup(&st, F2, &[]);
+
+        // The summary cannot be removed: nothing else is touched, the backup stays whole.
+        f.inject(
+            Op::Delete,
+            "20260101-000000F/summary.json",
+            1,
+            1,
+            Fault::Fail(StorageFault::Transient),
+        );
+        let e = st.backup(F1).remove().unwrap_err().to_string();
+        assert!(e.contains("s/backup/20260101-000000F/summary.json"), "{e}");
+        assert_eq!(st.complete().unwrap(), vec![F1, F2]);
+        assert_eq!(st.backup(F1).manifest().unwrap().header.label, F1);
+
+        // The summary goes, then the directory cannot be removed: an incomplete backup is
+        // left, which the next remove_incomplete takes away.
+        f.inject(
+            Op::Delete,
+            "s/backup/20260108-000000F",
+            2,
+            1,
+            Fault::Fail(StorageFault::Transient),
+        );
+        let e = st.backup(F2).remove().unwrap_err().to_string();
+        assert!(
+            e.contains("delete memory stanza-test s/backup/20260108-000000F:"),
+            "{e}"
+        );
+        assert!(!st.backup(F2).is_complete().unwrap());
+        assert_eq!(st.complete().unwrap(), vec![F1]);
+        assert_eq!(st.incomplete().unwrap(), vec![F2]);
+        assert_eq!(st.backup(F2).some_data_objects(10).unwrap().len(), 1);
+        st.remove_incomplete(None).unwrap();
+        assert_eq!(st.labels().unwrap(), vec![F1]);
+    }
+
+    #[test]
+    fn a_store_failure_is_an_error_never_a_missing_stanza_or_no_backup() {
+        let (f, st) = faulty();
+        st.create(&info("s")).unwrap();
+        complete_backup(&st, F1, &[]);
+
+        f.inject(
+            Op::Get,
+            "s/stanza.json",
+            1,
+            1,
+            Fault::Fail(StorageFault::Transient),
+        );
+        let e = st.info().unwrap_err();
+        assert!(
+            matches!(
+                e.kind(),
+                Error::Storage {
+                    fault: StorageFault::Transient,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("s/stanza.json"), "{e}");
+
+        // A flipped byte: the stanza info is refused as not valid, by name.
+        f.inject(Op::Get, "s/stanza.json", 1, 1, Fault::Corrupt(0));
+        let e = st.info().unwrap_err().to_string();
+        assert!(e.contains("s/stanza.json is not valid"), "{e}");
+
+        // A failed check for the summary fails the listing instead of hiding the backup.
+        f.inject(
+            Op::Exists,
+            "summary.json",
+            1,
+            1,
+            Fault::Fail(StorageFault::Transient),
+        );
+        let e = st.complete().unwrap_err().to_string();
+        assert!(e.contains("s/backup/20260101-000000F/summary.json"), "{e}");
+        f.inject(
+            Op::List,
+            "s/backup",
+            1,
+            1,
+            Fault::Fail(StorageFault::Transient),
+        );
+        assert!(st.incomplete().is_err());
+        assert_eq!(st.complete().unwrap(), vec![F1]);
+        assert_eq!(st.info().unwrap(), info("s"));
+    }
+
+    #[test]
+    fn new_unique_label_skips_a_label_any_repository_holds() {
+        let (own_faults, st) = faulty();
+        let (other_faults, other) = faulty();
+        let unreadable = {
+            let (f, s) = faulty();
+            f.inject(Op::List, "", 1, u32::MAX, Fault::Fail(StorageFault::Denied));
+            s
+        };
+        complete_backup(&st, F1, &[]);
+        interrupted_backup(&other, F2);
+        // The labels `make` proposes, in turn: F1 is taken here, F2 in the other
+        // repository (even incomplete), F3 is free. A repository that cannot be listed
+        // is skipped.
+        let proposals = [F1, F2, F3];
+        let asked = std::sync::atomic::AtomicUsize::new(0);
+        let make = |_: chrono::DateTime<chrono::Utc>| {
+            let i = asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            proposals[i.min(2)].to_string()
+        };
+        let (_, label) =
+            new_unique_label(&st, &[other.clone(), unreadable.clone()], &make).unwrap();
+        assert_eq!(label, F3);
+        assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 3);
+        assert!(other_faults.calls(Op::List, "s/backup") >= 3);
+
+        // The backup's own repository cannot be listed: an error, no label.
+        own_faults.inject(
+            Op::List,
+            "s/backup",
+            1,
+            1,
+            Fault::Fail(StorageFault::Transient),
+        );
+        let e = new_unique_label(&st, &[], &|_| F3.to_string())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("s/backup"), "{e}");
+    }
+
+    #[test]
+    fn stanza_names_lists_created_stanzas_and_the_hint_names_them() {
+        let store = memory();
+        let hint = missing_stanza_hint("main", &store);
+        assert!(hint.contains("holds no stanza yet"), "{hint}");
+        for name in ["b", "a"] {
+            Stanza::new(1, store.clone(), name)
+                .create(&info(name))
+                .unwrap();
+        }
+        // A directory with backups but no stanza.json is not a stanza.
+        let c = Stanza::new(1, store.clone(), "c");
+        complete_backup(&c, F1, &[]);
+        assert_eq!(stanza_names(&store).unwrap(), vec!["a", "b"]);
+        let hint = missing_stanza_hint("main", &store);
+        assert!(
+            hint.contains("stanza(s) a, b") && hint.contains("--stanza main stanza-create"),
+            "{hint}"
+        );
+        // check_writable leaves no probe behind.
+        let a = Stanza::new(1, store.clone(), "a");
+        a.check_writable().unwrap();
+        assert_eq!(
+            crate::storage::list_sorted(&*store, "a").unwrap(),
+            vec!["stanza.json"]
+        );
+    }
 }
