@@ -999,16 +999,7 @@ mod tests {
             Fault::Fail(StorageFault::Transient),
         );
         let e = enc.put("main/backup/L1/data/000001", b"one").unwrap_err();
-        assert!(
-            matches!(
-                e,
-                Error::Storage {
-                    fault: StorageFault::Transient,
-                    ..
-                }
-            ),
-            "{e:?}"
-        );
+        crate::storage::fault::assert_transient(&e, None);
         assert!(!mem.exists("main/backup/L1/key").unwrap());
         assert!(!mem.exists("main/backup/L1/data/000001").unwrap());
         enc.put("main/backup/L1/data/000001", b"one").unwrap();

@@ -1408,15 +1408,6 @@ mod fault_tests {
         // A read that fails outright is the store's error, not a damaged file.
         faulty.inject(Op::Get, &object, 1, 1, Fault::Fail(StorageFault::Transient));
         let e = restore_one(&backup, kind, rel, &p).unwrap_err();
-        assert!(
-            matches!(
-                e.kind(),
-                Error::Storage {
-                    fault: StorageFault::Transient,
-                    ..
-                }
-            ),
-            "{e:?}"
-        );
+        crate::storage::fault::assert_transient(&e, None);
     }
 }

@@ -274,6 +274,11 @@ pub struct Interrupted {
     /// The files stored, by path (a later line replacing an earlier one, except a part of a
     /// file shorter than what an earlier line had).
     pub files: HashMap<String, Kept>,
+    /// The highest data object number any journal line names, kept or not: a line that
+    /// [`Interrupted::verify`] drops stays in the journal, so its number is never handed
+    /// out again ([`Interrupted::clean`]), or the next load would find that line naming
+    /// another file's frame.
+    pub highest_named: usize,
 }
 
 /// Attempt number and save number of a journal object's name, or None for another name.
@@ -304,6 +309,7 @@ impl Interrupted {
         let bad = |n: &str, e: String| Error::Repo(format!("resume journal {dir}/{n}: {e}"));
         let mut attempts: Vec<AttemptHeader> = Vec::new();
         let mut files = HashMap::new();
+        let mut highest_named = 0;
         for ((attempt, save), n) in names {
             let bytes = store.get(&format!("{dir}/{n}"))?;
             match save {
@@ -335,6 +341,12 @@ impl Interrupted {
                             }
                             JournalLine::Partial { partial, covered } => (partial, covered),
                         };
+                        highest_named = entry
+                            .pieces
+                            .iter()
+                            .filter(|p| p.backup.is_none())
+                            .filter_map(|p| p.object.parse::<usize>().ok())
+                            .fold(highest_named, usize::max);
                         let trusted = started > 0 && entry.mtime < started - 1;
                         // A whole file replaces what an earlier line had of it; a part only
                         // a shorter part (a later attempt that has not got as far yet).
@@ -365,6 +377,7 @@ impl Interrupted {
             label: backup.label().to_string(),
             attempts,
             files,
+            highest_named,
         }))
     }
 
@@ -517,7 +530,8 @@ impl Interrupted {
 
     /// Removes every data object of the backup that no kept line names (those of files
     /// stored after the last save, and any left half-written). Returns the number after
-    /// the highest object number seen: the next attempt's first object.
+    /// the highest object number seen in the store or named by the journal: the next
+    /// attempt's first object.
     ///
     /// Errors: the store's.
     pub fn clean(&self, backup: &Backup) -> Result<usize> {
@@ -529,7 +543,7 @@ impl Interrupted {
             .map(|p| p.object.as_str())
             .collect();
         let dir = backup.file_name("data");
-        let mut next = 1;
+        let mut next = self.highest_named + 1;
         let mut removed = 0u64;
         for name in crate::storage::list_sorted(backup.store(), &dir)? {
             if let Ok(n) = name.parse::<usize>() {
@@ -747,16 +761,7 @@ mod fault_tests {
         let page = BLCKSZ as u64;
         // Saved once the first two files are stored (5 pages); the third waits.
         let e = failed_attempt(&faulty, &stanza, &files, 5 * page);
-        assert!(
-            matches!(
-                e.kind(),
-                Error::Storage {
-                    fault: StorageFault::Transient,
-                    ..
-                }
-            ),
-            "{e:?}"
-        );
+        crate::storage::fault::assert_transient(&e, None);
         assert_eq!(
             data_objects(&stanza),
             vec![object_id(1), object_id(2), object_id(3)]
@@ -816,16 +821,7 @@ mod fault_tests {
         let files = four_files();
         // Saved after every file: the first three are in the journal.
         let e = failed_attempt(&faulty, &stanza, &files, 1);
-        assert!(
-            matches!(
-                e.kind(),
-                Error::Storage {
-                    fault: StorageFault::Transient,
-                    ..
-                }
-            ),
-            "{e:?}"
-        );
+        crate::storage::fault::assert_transient(&e, None);
         let backup = stanza.backup(LABEL);
         let mut it = Interrupted::load(&backup).unwrap().expect("a journal");
         assert_eq!(
@@ -861,20 +857,23 @@ mod fault_tests {
         );
         assert_eq!(kept_paths(&it), vec!["base/5/100"]);
         faulty.heal();
-        assert_eq!(it.clean(&backup).unwrap(), 3);
+        // Object 3 is gone, but the journal still names it (102's dropped line): the next
+        // attempt's objects start after it, never reusing a number a line names.
+        assert_eq!(it.highest_named, 3);
+        assert_eq!(it.clean(&backup).unwrap(), 4);
         assert_eq!(data_objects(&stanza), vec![object_id(1)]);
 
         // The second attempt: the kept file's line names its old frame; the others are
         // stored again, after it.
         let mut sink = RepoSink::new(&backup, header().compression);
         sink.next_object
-            .store(3, std::sync::atomic::Ordering::Relaxed);
+            .store(4, std::sync::atomic::Ordering::Relaxed);
         sink.journal = Some(JournalStart {
             attempt: it.next_attempt(),
             timeline: 1,
             started: MTIME + 200,
             threshold: 1,
-            first_new_object: 3,
+            first_new_object: 4,
         });
         let mut manifest = sink.begin_manifest(header()).unwrap();
         manifest.file(&it.files["base/5/100"].entry).unwrap();
@@ -889,12 +888,12 @@ mod fault_tests {
         .unwrap();
         let entry =
             crate::repo::sink::tests::entry(&files[1], stored.into_iter().map(|s| s.1).collect());
-        assert_eq!(entry.pieces[0].object, object_id(3));
+        assert_eq!(entry.pieces[0].object, object_id(4));
         manifest.file(&entry).unwrap();
         assert_eq!(manifest.reused(), files[0].1.len() as u64);
         drop(manifest); // interrupted again
 
-        let again = Interrupted::load(&backup).unwrap().expect("a journal");
+        let mut again = Interrupted::load(&backup).unwrap().expect("a journal");
         assert_eq!(
             again.attempts.iter().map(|a| a.attempt).collect::<Vec<_>>(),
             vec![1, 2]
@@ -907,10 +906,15 @@ mod fault_tests {
         );
         assert_eq!(
             again.files["base/5/101"].entry.pieces[0].object,
-            object_id(3)
+            object_id(4)
         );
         // Not written since well before either attempt started: its stored part is trusted.
         assert!(again.files["base/5/101"].trusted);
+        // 102's old line names the removed object 3: dropped again, and only it (had 3 been
+        // handed out again, 101's good frame there would have been dropped with it).
+        again.verify(&backup, 2).unwrap();
+        assert_eq!(kept_paths(&again), vec!["base/5/100", "base/5/101"]);
+        assert_eq!(again.clean(&backup).unwrap(), 5);
 
         // A third attempt completes the backup: its journal is removed with it.
         sink.journal = Some(JournalStart {
@@ -918,7 +922,7 @@ mod fault_tests {
             timeline: 1,
             started: MTIME + 300,
             threshold: 1,
-            first_new_object: 4,
+            first_new_object: 5,
         });
         let mut manifest = sink.begin_manifest(header()).unwrap();
         manifest.file(&again.files["base/5/100"].entry).unwrap();

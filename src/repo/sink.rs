@@ -468,17 +468,7 @@ pub(crate) mod tests {
         store_unit(&sink, &mut st, &files, &units[0]).unwrap();
         let after_first = sink.stored.load(Ordering::Relaxed);
         let e = store_unit(&sink, &mut st, &files, &units[1]).unwrap_err();
-        assert!(
-            matches!(
-                e.kind(),
-                Error::Storage {
-                    fault: StorageFault::Transient,
-                    op: "write",
-                    ..
-                }
-            ),
-            "{e:?}"
-        );
+        crate::storage::fault::assert_transient(&e, Some("write"));
         assert!(
             e.to_string().contains(&object_id(2)),
             "names the object: {e}"

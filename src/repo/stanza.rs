@@ -502,16 +502,7 @@ pub(crate) mod tests {
             Fault::Fail(StorageFault::Transient),
         );
         let e = st.backup(F1).write_manifest(&m).unwrap_err();
-        assert!(
-            matches!(
-                e.kind(),
-                Error::Storage {
-                    fault: StorageFault::Transient,
-                    ..
-                }
-            ),
-            "{e:?}"
-        );
+        crate::storage::fault::assert_transient(&e, None);
         assert!(
             e.to_string()
                 .contains("s/backup/20260101-000000F/summary.json"),
@@ -611,16 +602,7 @@ pub(crate) mod tests {
             Fault::Fail(StorageFault::Transient),
         );
         let e = st.info().unwrap_err();
-        assert!(
-            matches!(
-                e.kind(),
-                Error::Storage {
-                    fault: StorageFault::Transient,
-                    ..
-                }
-            ),
-            "{e:?}"
-        );
+        crate::storage::fault::assert_transient(&e, None);
         assert!(e.to_string().contains("s/stanza.json"), "{e}");
 
         // A flipped byte: the stanza info is refused as not valid, by name.

@@ -157,6 +157,20 @@ impl FaultyStorage {
     }
 }
 
+/// Panics unless `e` is a transient [`Error::Storage`] (through any hint), of the operation
+/// `op` when given (`"write"`, `"read"`, ...): what an injected
+/// `Fault::Fail(StorageFault::Transient)` must come back as. For tests.
+pub fn assert_transient(e: &Error, op: Option<&str>) {
+    match e.kind() {
+        Error::Storage {
+            fault: StorageFault::Transient,
+            op: o,
+            ..
+        } if op.is_none_or(|op| op == *o) => {}
+        other => panic!("not a transient storage error of {op:?}: {other:?}"),
+    }
+}
+
 fn flip(bytes: &mut [u8], at: Option<usize>) {
     if let Some(at) = at {
         if !bytes.is_empty() {
@@ -275,17 +289,7 @@ mod tests {
         f.put("data/1", b"one").unwrap();
         f.put("other", b"x").unwrap();
         let e = f.put("data/2", b"two").unwrap_err();
-        assert!(
-            matches!(
-                e,
-                Error::Storage {
-                    fault: StorageFault::Transient,
-                    op: "write",
-                    ..
-                }
-            ),
-            "{e:?}"
-        );
+        crate::storage::fault::assert_transient(&e, Some("write"));
         // Past its one call, the rule is spent: the retry goes through.
         f.put("data/2", b"two").unwrap();
         assert_eq!(f.get("data/2").unwrap(), b"two");
