@@ -1220,9 +1220,8 @@ fn pg15_check_reports_stream_needs() {
     let r = check("postgres", &[]);
     assert!(r.success(), "a missing stream need is a note only:\n{r}");
     assert!(
-        r.stdout.contains(&format!(
-            "note: --transport basebackup: pg_hba.conf has no line"
-        )),
+        r.stdout
+            .contains(&"note: --transport basebackup: pg_hba.conf has no line".to_string()),
         "{r}"
     );
     assert!(r.stdout.contains(line), "{r}");

@@ -1049,7 +1049,7 @@ fn clone_cancel_and_repository(acc: &mut Acc, pg: &Pg) {
     let ended = watch.join().unwrap();
     step!("reinit --force during the re-sync: pgjet {first} ended {ended:?} after it was sent");
     // Patroni sends SIGTERM, polls for 10 s, then kills.
-    if !ended.is_some_and(|e| e < Duration::from_secs(8)) {
+    if ended.is_none_or(|e| e >= Duration::from_secs(8)) {
         acc.fail(&format!(
             "pgjet must end on Patroni's SIGTERM, before its SIGKILL 10 s later ({ended:?})"
         ));

@@ -902,7 +902,7 @@ fn resync_keeps_the_standby_and_its_slot(r: &Remote, dir: &Path, standby: Server
                 "SELECT string_agg(application_name || ':' || state, ',') FROM pg_stat_replication"
             ),
             fs::read_to_string(dir.join("postgresql.auto.conf")).unwrap_or_default(),
-            format!(
+            format_args!(
                 "standby {} (port {}): wal receiver: {}\n{}",
                 standby.data.display(),
                 standby.port,

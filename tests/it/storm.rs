@@ -286,7 +286,7 @@ fn storm(tag: &str, encrypted: bool, store: Store) {
             while !stop.load(Ordering::Relaxed) {
                 i += 1;
                 let mut sql = format!("INSERT INTO counter VALUES ({i});");
-                if i % 25 == 0 {
+                if i.is_multiple_of(25) {
                     // A segment every 25 rows: archive-push always has work.
                     sql.push_str(" SELECT pg_switch_wal();");
                 }

@@ -8,13 +8,12 @@
 use crate::common::*;
 use std::collections::{BTreeMap, BTreeSet};
 
+/// Blocks by relation: (tablespace, database, relfilenumber) → block numbers.
+type RelationBlocks = BTreeMap<(u32, u32, u32), BTreeSet<u32>>;
+
 /// (tablespace, database, relfilenumber) → main-fork blocks pg_waldump lists, with the
 /// number of main-fork block references in all.
-fn waldump_blocks(
-    c: &Cluster,
-    from: &str,
-    to: &str,
-) -> (BTreeMap<(u32, u32, u32), BTreeSet<u32>>, u64) {
+fn waldump_blocks(c: &Cluster, from: &str, to: &str) -> (RelationBlocks, u64) {
     let r = run_as_postgres(
         &c.pg().tool("pg_waldump"),
         &args![
@@ -94,8 +93,7 @@ fn scenario(pg: Pg, tag: &str) {
     let trunc_before = node("trunc_t");
     c.psql(
         "postgres",
-        &format!(
-            "UPDATE keep_t SET v = 'changed' WHERE i % 50 = 0;\n\
+        "UPDATE keep_t SET v = 'changed' WHERE i % 50 = 0;\n\
              CREATE INDEX ON keep_t (i);\n\
              DELETE FROM trunc_t WHERE i > 100;\n\
              VACUUM trunc_t;\n\
@@ -103,8 +101,7 @@ fn scenario(pg: Pg, tag: &str) {
              CREATE TABLE new_t TABLESPACE ts_scan AS SELECT i FROM generate_series(1, 5000) i;\n\
              CREATE DATABASE db_copy STRATEGY FILE_COPY;\n\
              CREATE DATABASE db_wal STRATEGY WAL_LOG;\n\
-             DROP DATABASE db_copy;"
-        ),
+             DROP DATABASE db_copy;",
     );
     let to = c.psql("postgres", "SELECT pg_current_wal_insert_lsn()");
     let (dumped, refs) = waldump_blocks(&c, &from, &to);

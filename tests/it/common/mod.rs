@@ -485,7 +485,7 @@ pub fn pgjet_ok<S: AsRef<OsStr>>(args: &[S]) -> Run {
 /// Build an argument vector from anything printable: `args!["backup", "--jobs", 2]`.
 #[macro_export]
 macro_rules! args {
-    ($($a:expr),* $(,)?) => { vec![$(format!("{}", $a)),*] };
+    ($($a:expr),* $(,)?) => { Vec::<String>::from([$(format!("{}", $a)),*]) };
 }
 
 /// Parse an LSN "X/Y" into a number.
