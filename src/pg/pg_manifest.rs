@@ -1,4 +1,5 @@
-//! Writer of the PostgreSQL-format `backup_manifest`, the file `pg_verifybackup` reads.
+//! Writer and reader of the PostgreSQL-format `backup_manifest`, the file
+//! `pg_verifybackup` reads and `BASE_BACKUP` sends after its archives.
 //!
 //! The output is byte-for-byte what the server's `src/backend/backup/backup_manifest.c`
 //! writes for a backup taken with `--manifest-checksums=CRC32C`, so that
@@ -9,6 +10,7 @@ use sha2::{Digest, Sha256};
 use std::io::Write;
 
 use super::lsn::Lsn;
+use crate::error::{Error, Result};
 
 /// One file entry of the manifest.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -263,6 +265,136 @@ fn x2nmodp(mut n: u64, mut k: u32) -> u32 {
     p
 }
 
+/// A manifest's WAL range: timeline, start LSN, end LSN.
+pub type WalRange = (u32, Lsn, Lsn);
+
+/// One file entry of a PostgreSQL backup_manifest (src/backend/backup/backup_manifest.c):
+/// path, size in bytes, CRC-32C when the manifest's checksums are CRC32C.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ManifestEntry {
+    pub path: String,
+    pub size: u64,
+    pub crc32c: Option<u32>,
+}
+
+/// Reads a backup_manifest (version 1 or 2; `Path` or hex `Encoded-Path`) line by line,
+/// as backup_manifest.c writes it (one file entry per line inside `"Files"`, one WAL range
+/// per line inside `"WAL-Ranges"`, `"Manifest-Checksum"` on the last line), handing each file
+/// entry to `file`, and checks the manifest's own SHA-256 (over every byte before the
+/// `"Manifest-Checksum"` line). Memory: one line, whatever the file count. Returns the WAL
+/// ranges' (timeline, start, end).
+///
+/// Errors: [`Error::Corrupt`] when the manifest is malformed or truncated, or its checksum
+/// is wrong; `file`'s errors.
+pub fn read_manifest_lines(
+    r: &mut dyn std::io::BufRead,
+    file: &mut dyn FnMut(ManifestEntry) -> Result<()>,
+) -> Result<Vec<WalRange>> {
+    let bad = |d: &str| Error::Corrupt {
+        label: "backup_manifest".into(),
+        files: vec![format!("backup_manifest: {d}")],
+    };
+    let mut sha = Sha256::new();
+    let mut line = Vec::new();
+    let (mut first, mut files, mut wal, mut want) = (true, 0usize, Vec::new(), None);
+    let mut section = "";
+    loop {
+        line.clear();
+        let n = r
+            .read_until(b'\n', &mut line)
+            .map_err(|e| bad(&format!("cannot be read: {e}")))?;
+        if n == 0 {
+            break;
+        }
+        let text = std::str::from_utf8(&line).map_err(|_| bad("not UTF-8"))?;
+        let t = text.trim();
+        if first {
+            if !t.starts_with("{ \"PostgreSQL-Backup-Manifest-Version\"") {
+                return Err(bad("not a backup manifest (no version on its first line)"));
+            }
+            first = false;
+        }
+        if let Some(rest) = t.strip_prefix("\"Manifest-Checksum\":") {
+            let v: String = serde_json::from_str(rest.trim().trim_end_matches('}'))
+                .map_err(|e| bad(&format!("a malformed Manifest-Checksum: {e}")))?;
+            want = Some(v);
+            break;
+        }
+        sha.update(&line);
+        if t.starts_with("\"Files\"") {
+            section = "files";
+            continue;
+        }
+        if t.starts_with("\"WAL-Ranges\"") {
+            section = "wal";
+            continue;
+        }
+        if !t.starts_with('{') || t.starts_with("{ \"PostgreSQL-Backup-Manifest-Version\"") {
+            continue;
+        }
+        let v: serde_json::Value = serde_json::from_str(t.trim_end_matches(','))
+            .map_err(|e| bad(&format!("a line that is not valid JSON ({e}): {t}")))?;
+        match section {
+            "files" => {
+                file(manifest_entry(&v).map_err(|d| bad(&d))?)?;
+                files += 1;
+            }
+            "wal" => {
+                let tli = v["Timeline"].as_u64().unwrap_or(0) as u32;
+                let lsn = |k: &str| v[k].as_str().and_then(|s| s.parse::<Lsn>().ok());
+                if let (Some(s), Some(e)) = (lsn("Start-LSN"), lsn("End-LSN")) {
+                    wal.push((tli, s, e));
+                }
+            }
+            _ => return Err(bad(&format!("an entry outside Files and WAL-Ranges: {t}"))),
+        }
+    }
+    let want = want.ok_or_else(|| bad("no Manifest-Checksum (truncated?)"))?;
+    let got = hex::encode(sha.finalize());
+    if !want.eq_ignore_ascii_case(&got) {
+        return Err(bad("its checksum does not match its contents"));
+    }
+    if files == 0 {
+        return Err(bad("no file entries"));
+    }
+    Ok(wal)
+}
+
+/// One file line of a manifest, parsed. Errors: what is wrong with it.
+fn manifest_entry(f: &serde_json::Value) -> std::result::Result<ManifestEntry, String> {
+    let path = match (f["Path"].as_str(), f["Encoded-Path"].as_str()) {
+        (Some(p), _) => p.to_string(),
+        (None, Some(e)) => String::from_utf8_lossy(
+            &hex::decode(e).map_err(|_| "an Encoded-Path that is not hex".to_string())?,
+        )
+        .into_owned(),
+        _ => return Err("a file without a path".into()),
+    };
+    let size = f["Size"].as_u64().ok_or("a file without a size")?;
+    let crc32c = match f["Checksum-Algorithm"].as_str() {
+        Some("CRC32C") => {
+            let h = hex::decode(f["Checksum"].as_str().unwrap_or_default())
+                .ok()
+                .filter(|b| b.len() == 4)
+                .ok_or_else(|| format!("{path}: a malformed CRC32C checksum"))?;
+            // pg_checksum_final copies the native (little-endian) uint32.
+            Some(u32::from_le_bytes([h[0], h[1], h[2], h[3]]))
+        }
+        _ => None,
+    };
+    Ok(ManifestEntry { path, size, crc32c })
+}
+
+/// [`read_manifest_lines`] over bytes in memory, collecting the file entries.
+pub fn parse_manifest(bytes: &[u8]) -> Result<(Vec<ManifestEntry>, Vec<WalRange>)> {
+    let mut files = Vec::new();
+    let wal = read_manifest_lines(&mut &bytes[..], &mut |e| {
+        files.push(e);
+        Ok(())
+    })?;
+    Ok((files, wal))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -388,6 +520,39 @@ mod tests {
                 &render_pg_manifest(version_num, sysid, &files, &ranges),
                 text.as_bytes(),
             );
+        }
+    }
+
+    /// The reader takes what PostgreSQL wrote and what the writer writes: the same files
+    /// (path, size, CRC-32C) and WAL ranges; one changed byte fails its checksum.
+    #[test]
+    fn the_reader_reads_real_and_written_manifests() {
+        for text in [TRIMMED_PG15, TRIMMED_PG18] {
+            let (_, sysid, files, ranges) = parse(text.as_bytes());
+            for bytes in [
+                text.as_bytes().to_vec(),
+                render_pg_manifest(180006, sysid, &files, &ranges),
+            ] {
+                let (read, wal) = parse_manifest(&bytes).unwrap();
+                let want: Vec<(String, u64, Option<u32>)> = files
+                    .iter()
+                    .map(|f| (f.path.clone(), f.size, Some(f.crc32c)))
+                    .collect();
+                let got: Vec<(String, u64, Option<u32>)> = read
+                    .into_iter()
+                    .map(|e| (e.path, e.size, e.crc32c))
+                    .collect();
+                assert_eq!(got, want);
+                let want_wal: Vec<WalRange> = ranges
+                    .iter()
+                    .map(|r| (r.timeline, r.start, r.end))
+                    .collect();
+                assert_eq!(wal, want_wal);
+                let mut damaged = bytes.clone();
+                let at = damaged.len() / 2;
+                damaged[at] = if damaged[at] == b'0' { b'1' } else { b'0' };
+                assert!(parse_manifest(&damaged).is_err());
+            }
         }
     }
 

@@ -173,10 +173,10 @@ proptest! {
             }
             let _ = pgjet::pgdata::pitr::parse_history(&t);
         }
-        if let Err(e) = pgjet::remote::basebackup::parse_manifest(&bytes) {
+        if let Err(e) = pgjet::pg::pg_manifest::parse_manifest(&bytes) {
             prop_assert!(!e.to_string().is_empty());
         }
-        if let Err(e) = pgjet::remote::basebackup::parse_manifest(text.as_bytes()) {
+        if let Err(e) = pgjet::pg::pg_manifest::parse_manifest(text.as_bytes()) {
             prop_assert!(!e.to_string().is_empty());
         }
         let _ = pgjet::remote::replication::parse_error_fields(&bytes);

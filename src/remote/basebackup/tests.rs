@@ -1,5 +1,5 @@
 use super::*;
-use crate::pg::pg_manifest::{render_pg_manifest, PgManifestFile, PgWalRange};
+use crate::pg::pg_manifest::{parse_manifest, render_pg_manifest, PgManifestFile, PgWalRange};
 use std::io::Write;
 
 /// A ustar header as src/port/tar.c writes it (octal numbers, "ustar\0" "00").
