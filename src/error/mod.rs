@@ -45,6 +45,11 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// The server's side of a replication connection did not follow the protocol (a
+    /// message malformed, out of order, or missing from a reply; see the protocol chapter
+    /// "Streaming Replication Protocol"): `target` the connection, `detail` what arrived.
+    #[error("replication protocol error on {target}: {detail}")]
+    Protocol { target: String, detail: String },
     /// The repository is missing, belongs to another cluster or is malformed.
     #[error("repository: {0}")]
     Repo(String),
@@ -263,6 +268,7 @@ impl Error {
             Error::Query { source, .. } if source.as_db_error().map(|d| d.code() != &tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE).unwrap_or(false) => "HINT: the server refused the statement; its message above says why.".into(),
             Error::Query { .. } => "HINT: pgjet needs a superuser or a role with the rights the README lists (\"A role for pgjet\"); `pgjet check` names each missing one with the GRANT that fixes it.".into(),
             Error::Replication { user, error, .. } => replication_hint(user, error),
+            Error::Protocol { .. } => "HINT: the server's answers did not follow PostgreSQL's replication protocol: check that --source reaches PostgreSQL 15 or later itself (a pooler such as PgBouncer passes no replication connection), then run again with --log-level debug.".into(),
             Error::Repo(_) => "HINT: check --repo-path and --stanza; a new stanza is made with `pgjet stanza-create`.".into(),
             Error::Corrupt { .. } => "HINT: the repository bytes changed after they were written; take a new backup and check the storage.".into(),
             Error::CorruptWal { .. } => "HINT: the archived WAL changed after it was written; recovery cannot pass this file: take a new backup (its own WAL is in it) and check the storage.".into(),
@@ -291,6 +297,7 @@ impl Error {
             Error::Connect { .. }
             | Error::Query { .. }
             | Error::Replication { .. }
+            | Error::Protocol { .. }
             | Error::Lost { .. } => 3,
             Error::Repo(_) => 4,
             Error::Corrupt { .. } | Error::CorruptWal { .. } => 5,

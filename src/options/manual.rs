@@ -49,7 +49,7 @@ const EXIT_STATUS: &[(&str, &str)] = &[
     ("0", "success"),
     ("1", "another error; archive-get: the WAL file is not in the archive (the normal end of recovery)"),
     ("2", "configuration: a flag, variable or config file key (check: a right the role lacks)"),
-    ("3", "PostgreSQL could not be reached or refused a query or the replication connection"),
+    ("3", "PostgreSQL could not be reached, refused a query or the replication connection, or broke the replication protocol"),
     ("4", "repository: missing stanza, another cluster's, malformed; a store that refused the credentials or the bucket"),
     ("5", "corruption: stored bytes that do not match their hashes"),
     ("6", "unsafe: pgjet refuses to risk data (a non-empty target, a running server, WAL that cannot reach the archive)"),

@@ -259,6 +259,14 @@ pub const MAX_HELD: u64 = 16 << 20;
 /// Bytes read from the decompressor at a time for a file's content.
 const FILE_CHUNK: usize = 256 << 10;
 
+/// An [`Error::Protocol`] of the stream's contents (the decoder sees no connection).
+fn stream_protocol(detail: impl Into<String>) -> Error {
+    Error::Protocol {
+        target: "the BASE_BACKUP stream".into(),
+        detail: detail.into(),
+    }
+}
+
 fn corrupt(what: &str, detail: String) -> Error {
     Error::Corrupt {
         label: format!("BASE_BACKUP stream ({what})"),
@@ -322,8 +330,8 @@ impl<M: CopyMessages + ?Sized> Read for ArchiveReader<'_, M> {
                         Some(b'n') => self.next = Some(Next::Archive(m)),
                         Some(b'm') => self.next = Some(Next::Manifest),
                         other => {
-                            let e = Error::Other(format!(
-                                "BASE_BACKUP stream: unknown CopyData message type {:?}",
+                            let e = stream_protocol(format!(
+                                "unknown CopyData message type {:?}",
                                 other.map(|b| b.escape_ascii().to_string())
                             ));
                             let s = e.to_string();
@@ -344,7 +352,7 @@ fn parse_new_archive(m: &[u8]) -> Result<(String, String)> {
     let name = parts.next().unwrap_or(&[]);
     let path = parts
         .next()
-        .ok_or_else(|| Error::Other("BASE_BACKUP stream: malformed new-archive message".into()))?;
+        .ok_or_else(|| stream_protocol("a malformed new-archive message"))?;
     Ok((
         String::from_utf8_lossy(name).into_owned(),
         String::from_utf8_lossy(path).into_owned(),
@@ -374,11 +382,7 @@ pub fn decode_copy_stream<M: CopyMessages + ?Sized>(
             match m.first() {
                 Some(b'n') => Next::Archive(m),
                 Some(b'm') => Next::Manifest,
-                _ => {
-                    return Err(Error::Other(
-                        "BASE_BACKUP stream: data before the first archive".into(),
-                    ))
-                }
+                _ => return Err(stream_protocol("data before the first archive")),
             }
         }
     };
@@ -402,9 +406,8 @@ pub fn decode_copy_stream<M: CopyMessages + ?Sized>(
                                 }
                                 Some(b'p') => {}
                                 _ => {
-                                    return Err(Error::Other(
-                                        "BASE_BACKUP stream: unexpected message after the manifest"
-                                            .into(),
+                                    return Err(stream_protocol(
+                                        "an unexpected message after the manifest",
                                     ))
                                 }
                             }
@@ -421,8 +424,8 @@ pub fn decode_copy_stream<M: CopyMessages + ?Sized>(
                     let from_list = tablespaces.iter().find(|(_, l)| *l == path).map(|t| t.0);
                     let from_name = name.split('.').next().and_then(|s| s.parse().ok());
                     Some(from_list.or(from_name).ok_or_else(|| {
-                        Error::Other(format!(
-                            "BASE_BACKUP stream: archive {name} for tablespace {path}, which the server did not list"
+                        stream_protocol(format!(
+                            "archive {name} for tablespace {path}, which the server did not list"
                         ))
                     })?)
                 };
@@ -726,9 +729,8 @@ impl CopyMessages for ConnCopy<'_> {
             b'd' => Ok(Some(m.body)),
             b'c' => Ok(None),
             b'E' => Err(self.conn.server_error(&m.body)),
-            t => Err(Error::Other(format!(
-                "{}: unexpected message '{}' in the BASE_BACKUP stream",
-                self.conn.describe(),
+            t => Err(self.conn.protocol(format!(
+                "unexpected message '{}' in the BASE_BACKUP stream",
                 t.escape_ascii()
             ))),
         }
@@ -776,9 +778,8 @@ fn result_sets(conn: &mut ReplConn, stop: u8) -> Result<Vec<Rows>> {
             }
             t if t == stop => return Ok(sets),
             t => {
-                return Err(Error::Other(format!(
-                    "{}: unexpected message '{}' before the BASE_BACKUP stream",
-                    conn.describe(),
+                return Err(conn.protocol(format!(
+                    "unexpected message '{}' before the BASE_BACKUP stream",
                     t.escape_ascii()
                 )))
             }
@@ -787,23 +788,15 @@ fn result_sets(conn: &mut ReplConn, stop: u8) -> Result<Vec<Rows>> {
 }
 
 fn lsn_tli(conn: &ReplConn, rows: Option<&Rows>, what: &str) -> Result<(Lsn, u32)> {
-    let r = rows.and_then(|r| r.first()).ok_or_else(|| {
-        Error::Other(format!(
-            "{}: BASE_BACKUP sent no {what} position",
-            conn.describe()
-        ))
-    })?;
+    let r = rows
+        .and_then(|r| r.first())
+        .ok_or_else(|| conn.protocol(format!("BASE_BACKUP sent no {what} position")))?;
     let lsn = r
         .first()
         .cloned()
         .flatten()
         .and_then(|s| s.parse::<Lsn>().ok())
-        .ok_or_else(|| {
-            Error::Other(format!(
-                "{}: BASE_BACKUP sent an invalid {what} LSN",
-                conn.describe()
-            ))
-        })?;
+        .ok_or_else(|| conn.protocol(format!("BASE_BACKUP sent an invalid {what} LSN")))?;
     let tli = r
         .get(1)
         .cloned()

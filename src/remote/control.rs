@@ -266,9 +266,8 @@ pub fn connect_control(
 pub fn repl_server_info(conn: &mut ReplConn) -> Result<ServerInfo> {
     let (system_identifier, _, _) = conn.identify_system()?;
     let mut show = |name: &str| -> Result<String> {
-        conn.show(name)?.ok_or_else(|| {
-            Error::Other(format!("{}: SHOW {name} returned nothing", conn.describe()))
-        })
+        conn.show(name)?
+            .ok_or_else(|| conn.protocol(format!("SHOW {name} returned nothing")))
     };
     let number = |name: &str, v: &str| -> Result<u64> {
         v.trim()

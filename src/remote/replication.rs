@@ -100,7 +100,10 @@ pub type Rows = Vec<Vec<Option<String>>>;
 
 /// Parses a DataRow body into text columns. Errors: a malformed row.
 pub fn parse_data_row(body: &[u8]) -> Result<Vec<Option<String>>> {
-    let bad = || Error::Other("replication connection: malformed DataRow message".into());
+    let bad = || Error::Protocol {
+        target: "a replication connection".into(),
+        detail: "a malformed DataRow message".into(),
+    };
     let n = u16::from_be_bytes(
         body.get(0..2)
             .ok_or_else(bad)?
@@ -283,9 +286,8 @@ impl ReplConn {
                 .map_err(|e| Error::lost("read from", &self.describe, e))?;
             let len = u32::from_be_bytes([head[1], head[2], head[3], head[4]]) as usize;
             if !(4..=MAX_MESSAGE).contains(&len) {
-                return Err(Error::Other(format!(
-                    "{}: the server sent a message of {len} bytes (type '{}'); the stream is broken",
-                    self.describe,
+                return Err(self.protocol(format!(
+                    "the server sent a message of {len} bytes (type '{}'); the stream is broken",
                     head[0].escape_ascii()
                 )));
             }
@@ -298,6 +300,15 @@ impl ReplConn {
                 b'S' => {}
                 tag => return Ok(Message { tag, body }),
             }
+        }
+    }
+
+    /// An [`Error::Protocol`] on this connection: the server sent `detail`, which the
+    /// protocol does not allow here.
+    pub fn protocol(&self, detail: impl Into<String>) -> Error {
+        Error::Protocol {
+            target: self.describe.clone(),
+            detail: detail.into(),
         }
     }
 
@@ -360,7 +371,7 @@ impl ReplConn {
                                 .body
                                 .get(4..8)
                                 .and_then(|s| s.try_into().ok())
-                                .ok_or_else(|| Error::Other("malformed md5 request".into()))?;
+                                .ok_or_else(|| self.protocol("a malformed MD5 password request"))?;
                             let h = postgres_protocol::authentication::md5_hash(
                                 self.user.as_bytes(),
                                 &pw,
@@ -401,24 +412,20 @@ impl ReplConn {
                             scram = Some(s);
                         }
                         11 => {
-                            let s = scram.as_mut().ok_or_else(|| {
-                                Error::Other("SASL continue without a start".into())
-                            })?;
-                            s.update(m.body.get(4..).unwrap_or(&[])).map_err(|e| {
-                                Error::Other(format!("{}: SCRAM: {e}", self.describe))
-                            })?;
+                            let s = scram
+                                .as_mut()
+                                .ok_or_else(|| self.protocol("SASL continue without a start"))?;
+                            s.update(m.body.get(4..).unwrap_or(&[]))
+                                .map_err(|e| self.protocol(format!("SCRAM: {e}")))?;
                             frontend::sasl_response(s.message(), &mut out)
                                 .map_err(|e| Error::Other(format!("SASL message: {e}")))?;
                         }
                         12 => {
-                            let s = scram.as_mut().ok_or_else(|| {
-                                Error::Other("SASL final without a start".into())
-                            })?;
+                            let s = scram
+                                .as_mut()
+                                .ok_or_else(|| self.protocol("SASL final without a start"))?;
                             s.finish(m.body.get(4..).unwrap_or(&[])).map_err(|e| {
-                                Error::Other(format!(
-                                    "{}: the server's SCRAM proof is wrong: {e}",
-                                    self.describe
-                                ))
+                                self.protocol(format!("the server's SCRAM proof is wrong: {e}"))
                             })?;
                             continue;
                         }
@@ -439,9 +446,8 @@ impl ReplConn {
                 b'Z' => return Ok(()),
                 b'E' => return Err(self.server_error(&m.body)),
                 other => {
-                    return Err(Error::Other(format!(
-                        "{}: unexpected message '{}' during startup",
-                        self.describe,
+                    return Err(self.protocol(format!(
+                        "unexpected message '{}' during startup",
                         other.escape_ascii()
                     )))
                 }
@@ -507,17 +513,13 @@ impl ReplConn {
     /// Errors: the server's refusal, or a reply without the expected columns.
     pub fn identify_system(&mut self) -> Result<(u64, u32, String)> {
         let rows = self.simple_query("IDENTIFY_SYSTEM")?;
-        let r = rows.first().ok_or_else(|| {
-            Error::Other(format!(
-                "{}: IDENTIFY_SYSTEM returned no row",
-                self.describe
-            ))
-        })?;
+        let r = rows
+            .first()
+            .ok_or_else(|| self.protocol("IDENTIFY_SYSTEM returned no row"))?;
         let col = |i: usize| r.get(i).cloned().flatten().unwrap_or_default();
         let id = col(0).parse().map_err(|_| {
-            Error::Other(format!(
-                "{}: IDENTIFY_SYSTEM returned system identifier '{}'",
-                self.describe,
+            self.protocol(format!(
+                "IDENTIFY_SYSTEM returned system identifier '{}'",
                 col(0)
             ))
         })?;
@@ -543,9 +545,8 @@ impl ReplConn {
                 return Err(e);
             }
             other => {
-                return Err(Error::Other(format!(
-                    "{}: unexpected message '{}' after UPLOAD_MANIFEST",
-                    self.describe,
+                return Err(self.protocol(format!(
+                    "unexpected message '{}' after UPLOAD_MANIFEST",
                     other.escape_ascii()
                 )))
             }
@@ -578,12 +579,7 @@ impl ReplConn {
         let rows = self.simple_query(&format!("TIMELINE_HISTORY {tli}"))?;
         rows.first()
             .and_then(|r| r.get(1).cloned().flatten())
-            .ok_or_else(|| {
-                Error::Other(format!(
-                    "{}: TIMELINE_HISTORY {tli} returned no file",
-                    self.describe
-                ))
-            })
+            .ok_or_else(|| self.protocol(format!("TIMELINE_HISTORY {tli} returned no file")))
     }
 
     /// `SHOW name` on the replication connection (walsender.c: any setting the role may

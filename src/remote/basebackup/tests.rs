@@ -356,23 +356,31 @@ fn a_corrupt_archive_is_refused() {
         &mut Recorder::default()
     )
     .is_err());
-    // Garbage CopyData types and a stream without an archive start.
+    // Garbage CopyData types and a stream without an archive start: the server broke the
+    // protocol (its own kind: exit code 3 and the hint about what --source reaches).
+    let protocol = |e: Error| {
+        assert!(matches!(e.kind(), Error::Protocol { .. }), "{e:?}");
+        assert_eq!(e.exit_code(), 3);
+        assert!(e.hint().contains("replication protocol"), "{}", e.hint());
+    };
     let e = decode_copy_stream(
         &mut vec![b"zz".to_vec()].into_iter(),
         WireCodec::None,
         &[],
         &mut Recorder::default(),
     );
-    assert!(e.is_err());
+    protocol(e.unwrap_err());
     let mut msgs = messages(&[("base.tar", "", base)], &manifest, 4096);
     msgs.insert(3, vec![b'q', 1, 2]);
-    assert!(decode_copy_stream(
-        &mut msgs.into_iter(),
-        WireCodec::None,
-        &[],
-        &mut Recorder::default()
-    )
-    .is_err());
+    protocol(
+        decode_copy_stream(
+            &mut msgs.into_iter(),
+            WireCodec::None,
+            &[],
+            &mut Recorder::default(),
+        )
+        .unwrap_err(),
+    );
 }
 
 /// The received entry of `path`, to change it.
