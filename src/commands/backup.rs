@@ -3,7 +3,7 @@
 //! the blocks and files changed since its reference ([`crate::repo::incremental`]) and names
 //! the older backups that hold the rest.
 //!
-//! The copy is the shared base-backup sequence ([`crate::primary::base_backup`]); then all stored
+//! The copy is the shared base-backup sequence ([`crate::primary::backup_sequence`]); then all stored
 //! bytes are made durable and the manifest is written last: only its presence makes the
 //! backup complete.
 use crate::error::Result;

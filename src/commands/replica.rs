@@ -3,7 +3,7 @@
 //! (files read locally) or on another one (files read over libpq connections; nothing is
 //! installed on the primary).
 //!
-//! The copy is the shared base-backup sequence ([`crate::primary::base_backup`]) under a temporary
+//! The copy is the shared base-backup sequence ([`crate::primary::backup_sequence`]) under a temporary
 //! slot made before the backup starts, so nothing the standby needs is recycled and a killed
 //! clone leaks nothing. --slot is made permanent only after a good copy, as a copy of the
 //! temporary slot (same restart LSN); the standby then streams from it. The WAL from the
@@ -21,10 +21,10 @@ use crate::pgdata::standby::{
 };
 use crate::pgdata::standby_slot::{plan_slot, settle_slot, StandbySlot};
 use crate::pgdata::{
-    delta, parse_tablespace_map, plan_locations, remap_tablespace_map, set_mtimes,
+    delta_target, parse_tablespace_map, plan_locations, remap_tablespace_map, set_mtimes,
     tablespace_locations,
 };
-use crate::primary::base_backup::{run_base_backup, BaseBackup, BaseBackupOptions};
+use crate::primary::backup_sequence::{run_base_backup, BaseBackup, BaseBackupOptions};
 use crate::primary::{open_primary, Primary};
 use crate::transfer::Progress;
 use std::path::{Path, PathBuf};
@@ -171,7 +171,7 @@ fn copy_and_configure(
         same: 0,
         copied: 0,
         since: if delta {
-            delta::summaries_since(target).map(|point| DeltaSince {
+            delta_target::summaries_since(target).map(|point| DeltaSince {
                 target: &primary.target,
                 info: &primary.info,
                 point,

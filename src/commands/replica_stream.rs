@@ -1,6 +1,6 @@
 //! `replica-create --transport basebackup`: the new standby written from the server's own
 //! `BASE_BACKUP` stream (compressed on the primary, decoded here; see
-//! [`crate::primary::stream`] and docs/basebackup-transport.md), then the same finish as the
+//! [`crate::primary::stream_sequence`] and docs/basebackup-transport.md), then the same finish as the
 //! other transports: standby settings, the slot made permanent from the temporary one, the
 //! server's backup_manifest kept (pg_verifybackup passes), pg_control last.
 use crate::error::{Error, Result};
@@ -12,13 +12,14 @@ use crate::pgdata::standby::{
     ReplicaSummary,
 };
 use crate::pgdata::standby_slot::{plan_slot, reserve_before_copy, settle_slot};
-use crate::pgdata::stream::StreamDir;
+use crate::pgdata::stream_dir::StreamDir;
 use crate::pgdata::{
-    delta, incremental, parse_tablespace_map, plan_locations, prepare_target, tablespace_locations,
+    delta_target, incremental, parse_tablespace_map, plan_locations, prepare_target,
+    tablespace_locations,
 };
 use crate::pgdata::{DataDirModes, TargetSync};
 use crate::primary::choose::Reached;
-use crate::primary::stream::{connect_checked, run_stream_backup, StreamOptions};
+use crate::primary::stream_sequence::{connect_checked, run_stream_backup, StreamOptions};
 use crate::transfer::Progress;
 use std::time::Instant;
 
@@ -128,7 +129,12 @@ pub fn run(
             made = reserve_before_copy(&*ctl, slot)?;
         }
         let locations = if delta {
-            delta::begin_stream_delta(&target, info.system_identifier, &kept_locations, dir_mode)?;
+            delta_target::begin_stream_delta(
+                &target,
+                info.system_identifier,
+                &kept_locations,
+                dir_mode,
+            )?;
             kept_locations.clone()
         } else {
             prepare_target(
@@ -156,7 +162,7 @@ pub fn run(
         let sb = streamed?;
         written?;
         if let Some(got) = sink.take_delta() {
-            let removed = delta::remove_unlisted(&target, &got.dirs, &got.files)?;
+            let removed = delta_target::remove_unlisted(&target, &got.dirs, &got.files)?;
             use std::sync::atomic::Ordering::Relaxed;
             let (same, wrote) = (
                 got.count.same.load(Relaxed),

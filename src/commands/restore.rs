@@ -10,7 +10,9 @@ use crate::error::{Error, Result};
 use crate::options::Settings;
 use crate::options::{ArchiveMode, RestoreOptions, RestoreType};
 use crate::pgdata::restore::{restore_into, Files, RestoreInto};
-use crate::pgdata::{delta, parse_tablespace_map, prepare_target, recovery, tablespace_locations};
+use crate::pgdata::{
+    delta_target, parse_tablespace_map, prepare_target, recovery, tablespace_locations,
+};
 use crate::repo;
 use crate::repo::open::{open_stanza_with_set, open_stanzas};
 use crate::repo::read_back::PieceWant;
@@ -124,14 +126,15 @@ pub fn run_with(
         .map(|d| (d.path.clone(), d.mode))
         .collect();
     let delta = args.delta
-        && delta::check_delta_target(&pg_path, h.system_identifier)?
-            == delta::DeltaTarget::SameCluster;
+        && delta_target::check_delta_target(&pg_path, h.system_identifier)?
+            == delta_target::DeltaTarget::SameCluster;
     let (locations, files) = if delta {
         let m = backup.manifest()?;
         let locations = tablespace_locations(&tablespaces, &map)?;
         let listing = m.listing();
-        let removed = delta::begin_delta(&pg_path, h.system_identifier, &locations, &listing)?;
-        let needed = repo::delta::pieces_needed(&m, &pg_path, s.jobs)?;
+        let removed =
+            delta_target::begin_delta(&pg_path, h.system_identifier, &locations, &listing)?;
+        let needed = repo::restore_delta::pieces_needed(&m, &pg_path, s.jobs)?;
         let count = |w: PieceWant| needed.iter().flatten().filter(|n| **n == w).count();
         let all: usize = needed.iter().map(Vec::len).sum();
         tracing::info!(

@@ -2,7 +2,7 @@
 //! tablespace links are made once the listing is known, every file is created sparse at its
 //! size and written in place; with `delta`, an existing copy of the same cluster is
 //! re-synced range by range instead.
-use super::delta;
+use super::delta_target;
 use super::{create_files, prepare_target, TargetSync};
 use crate::error::Result;
 use crate::pg::checksum::BLCKSZ;
@@ -13,7 +13,7 @@ use crate::pg::lsn::Lsn;
 use crate::pg::session::{ServerInfo, Session};
 use crate::pg::walscan;
 use crate::pg::walsummary::SummarizedChanges;
-use crate::transfer::delta::{plan_delta, range_units, ListedBlocks};
+use crate::transfer::range_delta::{plan_delta, range_units, ListedBlocks};
 use crate::transfer::sink::DirSink;
 use crate::transfer::{
     copy_files, copy_units, BackupTarget, CopyOutcome, Progress, ReadOptions, Source, SourceFile,
@@ -76,7 +76,7 @@ pub struct WalScan {
 // cross.
 
 /// The primary's session and facts, and where WAL replay of the target would start
-/// ([`delta::summaries_since`]): what a delta needs to read the changed blocks from the
+/// ([`delta_target::summaries_since`]): what a delta needs to read the changed blocks from the
 /// primary's WAL summaries.
 pub struct DeltaSince<'a> {
     /// How to reach the primary: the summaries are read on a session of their own
@@ -84,8 +84,8 @@ pub struct DeltaSince<'a> {
     /// its slot alone.
     pub target: &'a ConnTarget,
     pub info: &'a ServerInfo,
-    pub point: delta::TargetPoint,
-    /// The target data directory (its own WAL: [`delta::own_wal`]).
+    pub point: delta_target::TargetPoint,
+    /// The target data directory (its own WAL: [`delta_target::own_wal`]).
     pub dir: &'a Path,
 }
 
@@ -94,7 +94,7 @@ pub struct DeltaSince<'a> {
 type Summarized = std::result::Result<(SummarizedChanges, Vec<(u32, Lsn, Lsn)>), String>;
 
 /// The WAL from the target's redo point to a copy's start as (timeline, from, to) parts, or
-/// why the target is not on the primary's history ([`delta::timeline_path`]).
+/// why the target is not on the primary's history ([`delta_target::timeline_path`]).
 type HistoryPath = std::result::Result<TimelinePath, String>;
 
 /// (timeline, from, to) parts of the WAL from a target's redo point to a copy's start.
@@ -103,7 +103,7 @@ type TimelinePath = Vec<(u32, Lsn, Lsn)>;
 impl DeltaSince<'_> {
     /// The blocks WAL changed from the target's redo point to `start_lsn` (this copy's
     /// start), from the primary's WAL summaries, along its timeline history when the target
-    /// is on an ancestor timeline ([`delta::timeline_path`]). None, with the reason in the
+    /// is on an ancestor timeline ([`delta_target::timeline_path`]). None, with the reason in the
     /// log, when they cannot tell (PostgreSQL before 17, `summarize_wal` off, summaries no
     /// longer kept from that far back, a query the role may not run) or must not be used
     /// (the target may hold WAL the primary never had): the delta then compares by hash.
@@ -137,7 +137,7 @@ impl DeltaSince<'_> {
     /// Where a page's LSN tells whether the target holds the source's version of it
     /// (PostgreSQL before 17, or without summaries): the target's redo point, when it lies
     /// on the source's timeline history up to this copy's start `start_lsn`
-    /// ([`delta::timeline_path`], the condition the summaries need too). None (with the
+    /// ([`delta_target::timeline_path`], the condition the summaries need too). None (with the
     /// reason in the log) otherwise: the delta then compares by hash.
     ///
     /// Why it is exact: every page on the target holds every change made before its redo
@@ -226,12 +226,12 @@ impl DeltaSince<'_> {
         } else {
             Vec::new()
         };
-        Ok(delta::timeline_path(
+        Ok(delta_target::timeline_path(
             &history,
             tli,
             &self.point,
             start_lsn,
-            &delta::own_wal(self.dir, self.info.wal_segment_size),
+            &delta_target::own_wal(self.dir, self.info.wal_segment_size),
         ))
     }
 }
@@ -254,7 +254,7 @@ fn own_wal_scan(
     }
     let clock = std::time::Instant::now();
     let mut scan = walscan::Scan::new(from);
-    let own = delta::own_segment(dir, tli, seg_size);
+    let own = delta_target::own_segment(dir, tli, seg_size);
     let why = match scan.run(own, seg_size, to, &info.tablespace_dir()) {
         Ok(()) => {
             tracing::info!(
@@ -341,7 +341,7 @@ impl BackupTarget for DirTarget<'_> {
                     }
                 }
             }
-            let removed = delta::begin_delta(
+            let removed = delta_target::begin_delta(
                 self.pg_path,
                 self.system_identifier,
                 &self.locations,
@@ -378,7 +378,7 @@ impl BackupTarget for DirTarget<'_> {
             }
         }
         let (targets, out) = if self.delta {
-            let (targets, before) = delta::size_files(self.pg_path, &specs)?;
+            let (targets, before) = delta_target::size_files(self.pg_path, &specs)?;
             let bl = BLCKSZ as u64;
             let listable = |f: &SourceFile, target_size: u64| {
                 is_main_fork_file(&f.path)

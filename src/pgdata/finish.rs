@@ -101,7 +101,7 @@ pub fn finish(
     // Last: pg_control. Until it exists the directory is not a cluster PostgreSQL would start.
     write_control()?;
     fsync_dir(&pg_path.join("global"))?;
-    super::delta::remove_marker(pg_path)
+    super::delta_target::remove_marker(pg_path)
 }
 
 /// The setting a postgresql.auto.conf line sets, when it sets one: `name = value` or

@@ -10,7 +10,7 @@
 //! point is R holds every change made before R (the checkpoint flushed them), and a page
 //! changed after R was changed by WAL at or after R, which the summaries from R list. So R
 //! is the manifest's start, along the path of timelines from R to the source's
-//! ([`super::delta::timeline_path`], which refuses a copy that may hold WAL the source never
+//! ([`super::delta_target::timeline_path`], which refuses a copy that may hold WAL the source never
 //! had). The server checks that path against its history and its WAL summaries
 //! (basebackup_incremental.c PrepareForIncrementalBackup).
 //!
@@ -61,7 +61,7 @@ pub fn plain_name(path: &str) -> Option<String> {
 /// `tablespace_dir`; the server looks only at the relation files' paths, and sends a file
 /// not listed whole), without checksums, and the WAL ranges of `path` (the (timeline, from,
 /// to) parts from the copy's redo point to the source's timeline, oldest first:
-/// [`super::delta::timeline_path`]), newest first as PostgreSQL writes them. The last range
+/// [`super::delta_target::timeline_path`]), newest first as PostgreSQL writes them. The last range
 /// ends where it starts: the server wants it to end at or before the new backup's start,
 /// and a range of an earlier timeline to end at its switch point, as those do.
 ///
@@ -90,7 +90,7 @@ pub fn kept_manifest(
 /// with the reason in the log, when the server sends the whole stream instead: a server
 /// before 17, `summarize_wal` off (and the setting that turns it on), a copy that proves no
 /// redo point, a tablespace that moves, or a copy not on the server's timeline history
-/// ([`super::delta::timeline_path`]). Everything is read on the replication connection
+/// ([`super::delta_target::timeline_path`]). Everything is read on the replication connection
 /// (`SHOW`, `IDENTIFY_SYSTEM`, `TIMELINE_HISTORY`): REPLICATION is all the role needs.
 /// Call before the kept copy's pg_control is removed.
 ///
@@ -122,7 +122,7 @@ pub fn plan(
             "summarize_wal is off on the server (ALTER SYSTEM SET summarize_wal = on and a reload make the next re-sync send only the changed blocks)",
         );
     }
-    let Some(point) = super::delta::summaries_since(target) else {
+    let Some(point) = super::delta_target::summaries_since(target) else {
         return whole("the kept copy proves no redo point (pg_control missing or damaged, or an unfinished copy)");
     };
     // The kept files are described where they are now: a tablespace moved elsewhere
@@ -157,8 +157,8 @@ pub fn plan(
     } else {
         Vec::new()
     };
-    let own = super::delta::own_wal(target, info.wal_segment_size);
-    let path = match super::delta::timeline_path(&history, tli, &point, pos, &own) {
+    let own = super::delta_target::own_wal(target, info.wal_segment_size);
+    let path = match super::delta_target::timeline_path(&history, tli, &point, pos, &own) {
         Ok(p) => p,
         Err(why) => return whole(&why),
     };

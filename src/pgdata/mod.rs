@@ -1,6 +1,6 @@
 //! Writing a data directory: checking and preparing the target (the data directory and
 //! each tablespace's), creating files sparse at their size, the settings appended to
-//! postgresql.auto.conf, the sync at the end, and (in [`delta`]) re-syncing an existing copy
+//! postgresql.auto.conf, the sync at the end, and (in [`delta_target`]) re-syncing an existing copy
 //! of the same cluster with the marker that proves an unfinished directory's identity.
 //! `restore` and `replica-create` both write through here.
 //!
@@ -11,7 +11,7 @@
 //! restores recorded modes the same way, under its neutral umask).
 pub mod copy;
 pub mod debian;
-pub mod delta;
+pub mod delta_target;
 pub mod finish;
 pub mod incremental;
 pub mod own_settings;
@@ -20,7 +20,7 @@ pub mod recovery;
 pub mod restore;
 pub mod standby;
 pub mod standby_slot;
-pub mod stream;
+pub mod stream_dir;
 
 use crate::error::{Error, Result};
 use crate::io::fs::{create_new_file, set_mtime, SyncHandle};
@@ -252,7 +252,7 @@ fn normalize(p: &Path) -> Result<PathBuf> {
 /// mode ([`DataDirModes::of_listing`]), every directory of `dirs` exactly its recorded mode
 /// (0: the cluster's). `tablespaces`: (oid, name, original location). Right after the data
 /// directory, before anything is made in it, comes the marker of an unfinished copy of the
-/// cluster `system_identifier` ([`delta::write_marker`]): a copy killed at any moment after
+/// cluster `system_identifier` ([`delta_target::write_marker`]): a copy killed at any moment after
 /// this returns or fails is one `--delta` takes up. Returns (oid, chosen location).
 pub fn prepare_target(
     pg_path: &Path,
@@ -265,7 +265,7 @@ pub fn prepare_target(
     let modes = DataDirModes::of_listing(dirs);
     create_cluster_dir(pg_path, modes.dir)?;
     // The marker first: a copy killed at any later moment is one `--delta` may take up.
-    delta::write_marker(pg_path, system_identifier)?;
+    delta_target::write_marker(pg_path, system_identifier)?;
     for (oid, dir) in &locations {
         create_cluster_dir(dir, modes.dir)?;
         let tblspc = pg_path.join("pg_tblspc");
@@ -440,8 +440,8 @@ mod tests {
                     let tablespaces = [(16500, "ts1".to_string(), ts.display().to_string())];
                     prepare_target(&pg, 1, &tablespaces, &[], &dirs).unwrap();
                     // The unfinished copy's marker, removed once a copy ends.
-                    assert!(pg.join(delta::MARKER).exists());
-                    delta::remove_marker(&pg).unwrap();
+                    assert!(pg.join(delta_target::MARKER).exists());
+                    delta_target::remove_marker(&pg).unwrap();
                     create_files(
                         &pg,
                         &[

@@ -38,7 +38,7 @@ impl OwnSettings {
     ///
     /// Errors: the file exists but cannot be read.
     pub fn read(pg_path: &Path) -> Result<OwnSettings> {
-        if pg_path.join(super::delta::MARKER).exists()
+        if pg_path.join(super::delta_target::MARKER).exists()
             || !pg_path.join("global/pg_control").exists()
         {
             return Ok(OwnSettings::default());
@@ -197,9 +197,9 @@ mod tests {
         std::fs::write(d.path().join("global/pg_control"), b"x").unwrap();
         assert!(OwnSettings::read(d.path()).unwrap().sets("port"));
         // pgjet's marker: unfinished.
-        std::fs::write(d.path().join(crate::pgdata::delta::MARKER), b"").unwrap();
+        std::fs::write(d.path().join(crate::pgdata::delta_target::MARKER), b"").unwrap();
         assert!(!OwnSettings::read(d.path()).unwrap().sets("port"));
-        std::fs::remove_file(d.path().join(crate::pgdata::delta::MARKER)).unwrap();
+        std::fs::remove_file(d.path().join(crate::pgdata::delta_target::MARKER)).unwrap();
         // A sparse, half-written file.
         std::fs::write(d.path().join("postgresql.auto.conf"), [0u8; 64]).unwrap();
         assert!(OwnSettings::read(d.path())

@@ -3,7 +3,7 @@
 //! `backup_manifest` written as they pass, then the one finish ([`super::finish`]) with
 //! pg_control read from the repository last.
 use super::finish::{finish, Finish};
-use super::{create_file, delta, remap_tablespace_map, TargetSync};
+use super::{create_file, delta_target, remap_tablespace_map, TargetSync};
 use crate::codec::CompressType;
 use crate::error::{Error, Result};
 use crate::io::direct::DIRECT_MIN_WRITE;
@@ -23,7 +23,7 @@ pub enum Files {
     /// empty and each file is created as its line passes.
     Streamed,
     /// The manifest's files, read whole for a delta restore, and for each file what to do
-    /// with each piece (`crate::repo::delta::pieces_needed`).
+    /// with each piece (`crate::repo::restore_delta::pieces_needed`).
     InMemory(Vec<FileEntry>, Vec<Vec<PieceWant>>),
 }
 
@@ -134,7 +134,7 @@ fn write_files(
         }
         let (path, file, want) = match wanted {
             Some(w) => {
-                let (p, file, _) = delta::size_file(r.pg_path, &f.path, f.size, f.mode)?;
+                let (p, file, _) = delta_target::size_file(r.pg_path, &f.path, f.size, f.mode)?;
                 (p, file, Want::Pieces(w))
             }
             None => {

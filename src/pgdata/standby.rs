@@ -481,7 +481,7 @@ pub fn source_as_given(s: &Settings) -> Result<ConnInfo> {
 }
 
 /// Whether `target` is re-synced in place (`--delta` over a kept copy of the cluster of
-/// `system_identifier`: [`crate::pgdata::delta::check_delta_target`]) rather than written whole. Under
+/// `system_identifier`: [`crate::pgdata::delta_target::check_delta_target`]) rather than written whole. Under
 /// Patroni, which deletes the directory itself when every method fails, a kept directory
 /// that is no copy of this cluster (another cluster's, an unreadable one, one left with a
 /// stale postmaster.pid by a crash) is emptied and written whole, and the log says which and
@@ -491,17 +491,17 @@ pub fn kept_copy(target: &Path, system_identifier: u64, args: &ReplicaOptions) -
         return Ok(false);
     }
     if args.patroni.is_some() {
-        crate::pgdata::delta::remove_stale_pid(target)?;
+        crate::pgdata::delta_target::remove_stale_pid(target)?;
     }
-    match crate::pgdata::delta::check_delta_target(target, system_identifier) {
-        Ok(t) => Ok(t == crate::pgdata::delta::DeltaTarget::SameCluster),
+    match crate::pgdata::delta_target::check_delta_target(target, system_identifier) {
+        Ok(t) => Ok(t == crate::pgdata::delta_target::DeltaTarget::SameCluster),
         Err(e @ Error::Unsafe(_)) if args.patroni.is_some() => {
             tracing::warn!(
                 "{} is replaced by a full copy: {}",
                 target.display(),
                 e.with_causes()
             );
-            crate::pgdata::delta::empty_dir(target)?;
+            crate::pgdata::delta_target::empty_dir(target)?;
             Ok(false)
         }
         Err(e) => Err(e),

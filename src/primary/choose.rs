@@ -67,7 +67,7 @@ pub enum Choice {
     /// The parallel ranges over libpq connections.
     Ranges,
     /// The server's stream, compressed with this method; `level` to ask for (None: see
-    /// [`super::stream::codec_level`]).
+    /// [`super::stream_sequence::codec_level`]).
     Stream {
         codec: WireCodec,
         level: Option<i32>,
@@ -372,15 +372,15 @@ pub fn choose_remote(
         "read the role's replication right and the server's compression methods",
         &format!(
             "SELECT (SELECT rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user), ({}), {}, ({FILES_QUERY})",
-            super::stream::CODECS_QUERY,
-            super::stream::WORKERS_QUERY
+            super::stream_sequence::CODECS_QUERY,
+            super::stream_sequence::WORKERS_QUERY
         ),
     )?;
     let col = |i: usize| row.get(i).cloned().flatten();
     let files = relation_files(&col(3).unwrap_or_default());
     // A server whose methods cannot be read is weighed with gzip, which every build has.
     let (mut codecs, workers) =
-        super::stream::methods_from(wanted, workers, col(1), col(2), &[WireCodec::Gzip]);
+        super::stream_sequence::methods_from(wanted, workers, col(1), col(2), &[WireCodec::Gzip]);
     let can = col(0).is_some_and(|v| v == "t");
     if info.version_num < 150000 || !can || wanted == NetworkCompress::None {
         tracing::info!(
@@ -409,7 +409,7 @@ pub fn choose_remote(
         let (target, info) = (target.clone(), info.clone());
         std::thread::Builder::new()
             .name("pgjet-replication-connect".into())
-            .spawn(move || super::stream::connect_checked(&target, &info))
+            .spawn(move || super::stream_sequence::connect_checked(&target, &info))
             .ok()
     };
     let Some(p) = probe(sess, &files, &codecs, workers, link)? else {
@@ -564,7 +564,7 @@ pub fn auto_stream_settings(
         // point, its own WAL included), where the file transports would need the primary.
         // A role with REPLICATION only (Patroni's replicator, CloudNativePG's
         // streaming_replica): the stream is what it may run, as pg_basebackup does.
-        let (mut codecs, workers) = super::stream::stream_methods(
+        let (mut codecs, workers) = super::stream_sequence::stream_methods(
             &sess,
             if local && s.network_compress == NetworkCompress::Auto {
                 NetworkCompress::None
@@ -639,7 +639,7 @@ pub fn auto_stream_settings(
 }
 
 /// `s` for the stream with `codec` (its level given, else `level`; gzip chosen here gets
-/// level 1, as auto's gzip does: [`super::stream::codec_level`]) and `workers` zstd threads.
+/// level 1, as auto's gzip does: [`super::stream_sequence::codec_level`]) and `workers` zstd threads.
 fn stream_settings(s: &Settings, codec: WireCodec, level: Option<i32>, workers: u32) -> Settings {
     Settings {
         transport: Transport::Basebackup,

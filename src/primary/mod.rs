@@ -1,13 +1,13 @@
 //! The cluster being copied: how to reach it (`--source`, else the local socket), the
 //! session and its facts, and where its files are read from: this host's filesystem when the
 //! server provably runs here, else libpq connections (the transport choice). The one
-//! base-backup sequence that backup and replica-create share is in [`base_backup`].
+//! base-backup sequence that backup and replica-create share is in [`backup_sequence`].
 pub mod archiving;
-pub mod base_backup;
+pub mod backup_sequence;
 pub mod choose;
 pub mod repo_copy;
-pub mod stream;
 pub mod stream_needs;
+pub mod stream_sequence;
 
 use crate::error::{Error, Result};
 use crate::options::Settings;

@@ -1,10 +1,10 @@
 //! A backup's copy into the repository, by transport: the primary's files (this host's, or
-//! ranges over libpq) through the shared base-backup sequence ([`super::base_backup`]), or
-//! the server's own `BASE_BACKUP` stream ([`super::stream`]) cut into the repository's units
+//! ranges over libpq) through the shared base-backup sequence ([`super::backup_sequence`]), or
+//! the server's own `BASE_BACKUP` stream ([`super::stream_sequence`]) cut into the repository's units
 //! as it arrives. Either way pg_control is stored last and listed in the manifest; the
 //! caller writes the manifest's end line once everything is durable.
-use super::base_backup::{run_base_backup, BaseBackupOptions};
-use super::stream::{run_stream_backup, StreamOptions};
+use super::backup_sequence::{run_base_backup, BaseBackupOptions};
+use super::stream_sequence::{run_stream_backup, StreamOptions};
 use super::{Primary, StreamPrimary};
 use crate::error::{Error, Result};
 use crate::options::{BackupOptions, Settings};
@@ -14,7 +14,7 @@ use crate::repo::backup::{manifest_not_started, store_control, RepoTarget, Strea
 use crate::repo::manifest_io::ManifestWriter;
 use crate::repo::sink::RepoSink;
 use crate::repo::ManifestHeader;
-use crate::transfer::stream::{stream_units, StreamSink};
+use crate::transfer::stream_units::{stream_units, StreamSink};
 use crate::transfer::{bundle_limits, Progress, ReadOptions, SourceFile};
 use std::sync::atomic::Ordering;
 

@@ -116,7 +116,7 @@ pub fn stream_needs(sess: &Session, info: &ServerInfo, target: &ConnTarget) -> R
             e.hint().trim_start_matches("HINT: ").to_string(),
         ),
     });
-    needs.push(match super::stream::server_codecs(sess) {
+    needs.push(match super::stream_sequence::server_codecs(sess) {
         Some(v) => {
             let has = |c| if v.contains(&c) { "yes" } else { "no" };
             ok(format!(

@@ -134,7 +134,7 @@ impl CopyMessages for std::vec::IntoIter<Vec<u8>> {
     }
 }
 
-pub use crate::transfer::stream::{StreamSink, StreamStart};
+pub use crate::transfer::stream_units::{StreamSink, StreamStart};
 
 /// A file held back from the sink (backup_label, tablespace_map, global/pg_control).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -8,7 +8,7 @@ use super::{DirEntry, FileEntry, ManifestHeader, Piece, Tablespace};
 use crate::error::{Error, Result};
 use crate::pg::datadir::Listing;
 use crate::pg::lsn::Lsn;
-use crate::transfer::stream::{StreamCollector, StreamStart};
+use crate::transfer::stream_units::{StreamCollector, StreamStart};
 use crate::transfer::{
     copy_units_into, BackupTarget, CopyOutcome, FileAssembler, PieceOffset, PieceSpec, Progress,
     ReadOptions, ReadPiece, Source, SourceFile, UnitSink, CHUNK_SIZE,
@@ -292,7 +292,7 @@ pub fn store_control(sink: &RepoSink, control: &SourceFile, bytes: &[u8]) -> Res
     Ok(super::manifest::file_entry(&f, pieces, Vec::new()))
 }
 
-/// The manifest of a backup written from a stream ([`crate::transfer::stream`]): the header
+/// The manifest of a backup written from a stream ([`crate::transfer::stream_units`]): the header
 /// once the stream announces its start LSN and tablespaces, then each directory and file
 /// as it is stored.
 pub struct StreamManifest<'a> {

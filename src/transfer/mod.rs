@@ -15,11 +15,11 @@
 //! write from corruption), finds all-zero 8 KiB pages, and hashes the logical bytes (XXH3-128
 //! and CRC32C); the [`UnitSink`] then stores or writes them. That per-piece step knows
 //! neither where the bytes came from nor where they go.
-pub mod delta;
+pub mod range_delta;
 
 pub mod sink;
 pub mod source;
-pub mod stream;
+pub mod stream_units;
 pub mod target;
 
 pub use crate::pg::datadir::SourceFile;

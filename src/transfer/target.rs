@@ -1,5 +1,5 @@
 //! The [`BackupTarget`] seam: where a base backup's bytes go (a repository backup, or a
-//! data directory). The base-backup sequence (`crate::primary::base_backup`) drives it.
+//! data directory). The base-backup sequence (`crate::primary::backup_sequence`) drives it.
 use super::{CopyOutcome, Progress, ReadOptions, Source, SourceFile};
 use crate::error::Result;
 use crate::pg::datadir::Listing;

@@ -2141,7 +2141,7 @@ pub struct CountingSink {
     pub archives: Vec<(String, Option<u32>)>,
 }
 
-impl pgjet::transfer::stream::StreamSink for CountingSink {
+impl pgjet::transfer::stream_units::StreamSink for CountingSink {
     fn begin_archive(&mut self, name: &str, ts: Option<u32>) -> pgjet::error::Result<()> {
         self.archives.push((name.to_string(), ts));
         Ok(())

@@ -230,7 +230,7 @@ pub fn run_stream_backup(
         Some(c) => c,
         None => connect_checked(target, info)?,
     });
-    super::base_backup::announce_checkpoint(ctl, opts.fast);
+    super::backup_sequence::announce_checkpoint(ctl, opts.fast);
     let slot = format!("pgjet_{}", std::process::id());
     ctl.create_slot(&slot, true)?;
     let mut last_err = None;
@@ -395,7 +395,7 @@ impl StreamSink for Watched<'_> {
     fn file_end(&mut self) -> Result<()> {
         self.sink.file_end()
     }
-    fn started(&mut self, start: &crate::transfer::stream::StreamStart) -> Result<()> {
+    fn started(&mut self, start: &crate::transfer::stream_units::StreamStart) -> Result<()> {
         self.started = true;
         self.sink.started(start)
     }

@@ -1,5 +1,5 @@
 //! A data directory written from the `BASE_BACKUP` stream ([`StreamDir`], a
-//! [`crate::transfer::stream::StreamSink`]): the decoder hands over tar entries in order on
+//! [`crate::transfer::stream_units::StreamSink`]): the decoder hands over tar entries in order on
 //! its one thread; each file is created sparse at its size with its recorded mode and its
 //! bytes are written in place by a pool of writer threads (pieces of up to [`PIECE`] bytes,
 //! all-zero 8 KiB blocks left as holes), so decompression and writing overlap and the
@@ -22,7 +22,7 @@
 //! each file is opened where it is and set to its size, each 8 KiB block read back and
 //! written only where it differs (zeros included: no holes), through the page cache; the
 //! directories and files received are recorded, so that what the server did not send can be
-//! removed afterwards ([`super::delta::remove_unlisted`]). As an incremental delta
+//! removed afterwards ([`super::delta_target::remove_unlisted`]). As an incremental delta
 //! ([`StreamDir::incremental`]), each `INCREMENTAL.<name>` file of the stream is applied to
 //! `<name>` on the decoder's thread as it arrives ([`super::incremental::IncrementalFile`]:
 //! it holds only the changed blocks, few by design).
@@ -30,7 +30,7 @@ use super::create_file;
 use super::incremental::{plain_name, IncrementalFile};
 use crate::error::{Error, Result};
 use crate::io::direct::{aligned_buf, AlignedBuf, Writer, DIRECT_MIN_WRITE};
-use crate::transfer::stream::{StreamSink, StreamStart};
+use crate::transfer::stream_units::{StreamSink, StreamStart};
 use crate::transfer::Progress;
 use crossbeam_channel::{bounded, Receiver, Sender};
 use std::fs;
@@ -475,7 +475,7 @@ impl StreamSink for StreamDir<'_> {
         }
         let (path, file) = if self.delta.is_some() {
             let rel = self.in_data_dir(path);
-            let (p, f, _) = super::delta::size_file(&self.root, path, size, mode)?;
+            let (p, f, _) = super::delta_target::size_file(&self.root, path, size, mode)?;
             if let Some(d) = &mut self.delta {
                 d.files.insert(rel);
             }
