@@ -1251,6 +1251,21 @@ mod fault_tests {
         }
     }
 
+    /// Restores `entries` of `backup` into `dir` through the restore's stages.
+    fn restore_into(
+        backup: &Backup,
+        kind: CompressType,
+        entries: &[FileEntry],
+        dir: &Path,
+    ) -> Result<ReadOutcome> {
+        let mut prepare = prepare_into(dir);
+        read_back(backup, kind, Some(dir)).run(
+            entries.iter().cloned().map(Ok),
+            &mut prepare,
+            &NoProgress,
+        )
+    }
+
     fn mtime(path: &Path) -> i64 {
         let m = std::fs::metadata(path).unwrap().modified().unwrap();
         m.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64
@@ -1268,14 +1283,7 @@ mod fault_tests {
             let backup = stanza.backup(LABEL);
 
             let dir = tempfile::tempdir().unwrap();
-            let mut prepare = prepare_into(dir.path());
-            let out = read_back(&backup, kind, Some(dir.path()))
-                .run(
-                    entries.clone().into_iter().map(Ok),
-                    &mut prepare,
-                    &NoProgress,
-                )
-                .unwrap();
+            let out = restore_into(&backup, kind, &entries, dir.path()).unwrap();
             assert!(out.bad.is_empty(), "{kind}: {:?}", out.bad);
             for (path, data) in &files {
                 let p = dir.path().join(path);
@@ -1338,14 +1346,7 @@ mod fault_tests {
 
         // Restore: fails naming the file; the damaged range holds none of the frame's bytes.
         let dir = tempfile::tempdir().unwrap();
-        let mut prepare = prepare_into(dir.path());
-        let e = read_back(&backup, kind, Some(dir.path()))
-            .run(
-                entries.clone().into_iter().map(Ok),
-                &mut prepare,
-                &NoProgress,
-            )
-            .unwrap_err();
+        let e = restore_into(&backup, kind, &entries, dir.path()).unwrap_err();
         match e.kind() {
             Error::Corrupt { label, files } => {
                 assert_eq!(files, &vec![rel.path.clone()]);
@@ -1373,14 +1374,7 @@ mod fault_tests {
             Fault::Corrupt(inside(&map.pieces[0])),
         );
         let dir = tempfile::tempdir().unwrap();
-        let mut prepare = prepare_into(dir.path());
-        let e = read_back(&backup, kind, Some(dir.path()))
-            .run(
-                entries.clone().into_iter().map(Ok),
-                &mut prepare,
-                &NoProgress,
-            )
-            .unwrap_err();
+        let e = restore_into(&backup, kind, &entries, dir.path()).unwrap_err();
         assert!(
             matches!(e.kind(), Error::Corrupt { files, .. } if files == &vec![map.path.clone()]),
             "{e:?}"
