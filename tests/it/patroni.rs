@@ -374,12 +374,19 @@ postgresql:
     fn stop(&mut self) {
         let mut bg = self.patroni.take().expect("Patroni runs");
         bg.signal(libc::SIGTERM);
-        let ended = wait_for(Duration::from_secs(60), || bg.try_wait());
-        assert!(
-            ended.is_some(),
-            "{}: Patroni ignored SIGTERM for 60 s",
-            self.name
-        );
+        // A leader's Patroni stops its PostgreSQL (a shutdown checkpoint its replicas must
+        // receive) before it gives up the key: slow on a loaded machine, so 120 s, and the
+        // log's end says where it waited if even that is not enough.
+        let ended = wait_for(Duration::from_secs(120), || bg.try_wait());
+        if ended.is_none() {
+            let log = self.log_text();
+            let tail: Vec<&str> = log.lines().rev().take(40).collect();
+            panic!(
+                "{}: Patroni ignored SIGTERM for 120 s; the end of its log:\n{}",
+                self.name,
+                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            );
+        }
         if let Some(pid) = read_pid(&self.data()) {
             let gone = wait_for(Duration::from_secs(30), || (!pid_alive(pid)).then_some(()));
             assert!(
