@@ -374,9 +374,10 @@ postgresql:
     fn stop(&mut self) {
         let mut bg = self.patroni.take().expect("Patroni runs");
         bg.signal(libc::SIGTERM);
-        // A leader's Patroni stops its PostgreSQL (a shutdown checkpoint its replicas must
-        // receive) before it gives up the key: slow on a loaded machine, so 120 s, and the
-        // log's end says where it waited if even that is not enough.
+        // A leader's Patroni stops its PostgreSQL before it gives up the key, and the
+        // postmaster first archives what is left (here: archive-push to S3) and writes its
+        // shutdown checkpoint (Patroni's ha.py, shutdown): slow on a loaded machine, so
+        // 120 s, and the log's end says where it waited if even that is not enough.
         let ended = wait_for(Duration::from_secs(120), || bg.try_wait());
         if ended.is_none() {
             let log = self.log_text();
