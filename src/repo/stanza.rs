@@ -699,4 +699,24 @@ pub(crate) mod tests {
             vec!["stanza.json"]
         );
     }
+
+    /// A store that fails while the stanzas are looked up: an error (not "no stanza here"),
+    /// and the hint says the listing failed instead of sending the user to stanza-create.
+    #[test]
+    fn a_store_failure_while_listing_stanzas_is_not_an_empty_repository() {
+        let faulty = Arc::new(FaultyStorage::new(memory()));
+        let store: Arc<dyn Storage> = faulty.clone();
+        Stanza::new(1, store.clone(), "a")
+            .create(&info("a"))
+            .unwrap();
+        faulty.inject(Op::Exists, "a/", 1, 1, Fault::Fail(StorageFault::Transient));
+        crate::storage::fault::assert_transient(&stanza_names(&store).unwrap_err(), None);
+        faulty.inject(Op::List, "", 1, 1, Fault::Fail(StorageFault::Transient));
+        let hint = missing_stanza_hint("main", &store);
+        assert!(
+            hint.contains("could not be listed") && !hint.contains("stanza-create"),
+            "{hint}"
+        );
+        assert_eq!(stanza_names(&store).unwrap(), vec!["a"]);
+    }
 }
