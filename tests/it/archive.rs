@@ -1266,7 +1266,7 @@ fn field(v: &serde_json::Value, key: &str) -> String {
 
 /// The segment number of WAL segment `name` (16 MiB segments, the tests' clusters).
 fn segno(name: &str) -> u64 {
-    pgjet::pg::lsn::parse_wal_segment_name(name, 16 << 20)
+    pgjet_core::pg::lsn::parse_wal_segment_name(name, 16 << 20)
         .unwrap_or_else(|| panic!("not a WAL segment name: {name}"))
         .1
 }
@@ -1409,16 +1409,16 @@ fn pg15_posix_retention_archive() {
 /// Moves backup `label`'s start and stop times `days` days into the past: its manifest and
 /// summary are read and written again with pgjet's own reader and writer (the objects stay).
 fn age_backup(repo_dir: &Path, label: &str, days: i64) {
-    use pgjet::storage::posix::PosixStorage;
+    use pgjet_core::storage::posix::PosixStorage;
     let store = PosixStorage::open(repo_dir).unwrap();
-    let stanza = pgjet::repo::Stanza::new(1, std::sync::Arc::new(store), "main");
+    let stanza = pgjet_core::repo::Stanza::new(1, std::sync::Arc::new(store), "main");
     let backup = stanza.backup(label);
     let mut m = backup.manifest().unwrap();
     let back = |t: &str| {
         let t = chrono::DateTime::parse_from_rfc3339(t)
             .unwrap_or_else(|e| panic!("{label}: time {t}: {e}"))
             .with_timezone(&chrono::Utc);
-        pgjet::repo::rfc3339(t - chrono::Duration::days(days))
+        pgjet_core::repo::rfc3339(t - chrono::Duration::days(days))
     };
     m.header.start_time = back(&m.header.start_time);
     m.stop.stop_time = back(&m.stop.stop_time);
@@ -1684,9 +1684,9 @@ fn pg15_posix_encrypted_backup_archive_pitr_and_refusals() {
     assert!(r.stdout.contains("WAL archive: ok"), "{r}");
     // The lock's record is sealed like everything else: read through the cipher store.
     let sealed =
-        std::sync::Arc::new(pgjet::storage::posix::PosixStorage::open(&cluster.repo).unwrap());
-    let opened = pgjet::repo::cipher_store::CipherStorage::new(sealed, 1, NEW);
-    let (_, lock) = pgjet::repo::lock::current(&opened, "main")
+        std::sync::Arc::new(pgjet_core::storage::posix::PosixStorage::open(&cluster.repo).unwrap());
+    let opened = pgjet_core::repo::cipher_store::CipherStorage::new(sealed, 1, NEW);
+    let (_, lock) = pgjet_core::repo::lock::current(&opened, "main")
         .unwrap()
         .unwrap();
     assert!(

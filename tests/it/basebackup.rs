@@ -1,4 +1,4 @@
-//! The `BASE_BACKUP` transport (src/remote/replication.rs, src/remote/basebackup.rs,
+//! The `BASE_BACKUP` transport (crates/pgjet-core/src/remote/replication.rs, crates/pgjet-core/src/remote/basebackup.rs,
 //! `replica-create --transport basebackup`) against PostgreSQL 15 over loopback TCP:
 //! - the replication connection and the stream decoder on their own: IDENTIFY_SYSTEM, then
 //!   BASE_BACKUP with gzip decoded and every file checked against the server's manifest;
@@ -11,8 +11,8 @@
 //!   into the kept copy, a directory that proves nothing replaced.
 
 use crate::common::*;
-use pgjet::remote::basebackup::{check_manifest, run_stream, BaseBackupCommand, WireCodec};
-use pgjet::remote::replication::ReplConn;
+use pgjet_core::remote::basebackup::{check_manifest, run_stream, BaseBackupCommand, WireCodec};
+use pgjet_core::remote::replication::ReplConn;
 use std::fs;
 use std::time::Duration;
 
@@ -51,7 +51,8 @@ fn tcp_conninfo(cluster: &Cluster, user: &str) -> String {
 #[test]
 fn pg15_stream_decodes_against_manifest() {
     let cluster = loopback_cluster("bb-decode");
-    let target = pgjet::pg::session::parse_conninfo(&tcp_conninfo(&cluster, "postgres")).unwrap();
+    let target =
+        pgjet_core::pg::session::parse_conninfo(&tcp_conninfo(&cluster, "postgres")).unwrap();
     let mut conn = ReplConn::connect(&target).expect("replication connection");
     let (sysid, tli, _) = conn.identify_system().unwrap();
     assert_eq!(sysid.to_string(), cluster.system_identifier());
@@ -464,7 +465,7 @@ fn pg15_replication_only_role_as_patroni_calls() {
 }
 
 /// Over TLS verify-full with SCRAM-SHA-256 and channel binding required (the replication
-/// connection's own handshake, src/remote/replication.rs), zstd: the new directory passes
+/// connection's own handshake, crates/pgjet-core/src/remote/replication.rs), zstd: the new directory passes
 /// pg_verifybackup and starts.
 #[test]
 fn pg15_replica_create_basebackup_tls_scram_zstd() {

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 /// The settings of a configuration file PostgreSQL would read, in file order: (name
 /// lower-cased, value with its quotes removed), as pgjet reads them.
 fn active_settings(text: &str) -> Vec<(String, String)> {
-    pgjet::pgdata::own_settings::settings_in(text)
+    pgjet_core::pgdata::own_settings::settings_in(text)
 }
 
 /// Values of the active lines setting `name` in `text`, in file order.
@@ -87,7 +87,7 @@ fn auto_conf(data: &Path) -> String {
 
 /// Every recovery setting pgjet's finish comments out when inherited, to check that no
 /// other one is left active.
-use pgjet::pgdata::finish::RECOVERY_SETTINGS;
+use pgjet_core::pgdata::finish::RECOVERY_SETTINGS;
 
 /// The active recovery settings of `text` (names, file order).
 fn active_recovery_names(text: &str) -> Vec<String> {

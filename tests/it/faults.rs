@@ -1092,22 +1092,22 @@ impl GatedCluster {
 
     /// The stanza's current lock record (of the highest epoch) with its epoch, when there
     /// is a readable one.
-    fn current_lock(&self) -> Option<(u64, pgjet::repo::lock::LockRecord)> {
-        let store = pgjet::storage::posix::PosixStorage::open(&self.c.repo).ok()?;
-        match pgjet::repo::lock::current(&store, "main").ok()?? {
+    fn current_lock(&self) -> Option<(u64, pgjet_core::repo::lock::LockRecord)> {
+        let store = pgjet_core::storage::posix::PosixStorage::open(&self.c.repo).ok()?;
+        match pgjet_core::repo::lock::current(&store, "main").ok()?? {
             (epoch, Some(rec)) => Some((epoch, rec)),
             _ => None,
         }
     }
 
     /// The stanza's current lock record, when there is a readable one.
-    fn lock(&self) -> Option<pgjet::repo::lock::LockRecord> {
+    fn lock(&self) -> Option<pgjet_core::repo::lock::LockRecord> {
         self.current_lock().map(|(_, r)| r)
     }
 
     /// Starts `pgjet backup` in the background, its stderr (the log) into `log`; returns it
     /// once it holds the stanza's lock, with the lock's record.
-    fn spawn_backup(&self, log: &Path) -> (Background, pgjet::repo::lock::LockRecord) {
+    fn spawn_backup(&self, log: &Path) -> (Background, pgjet_core::repo::lock::LockRecord) {
         let c = &self.c;
         let mut a = args![
             "-c",
@@ -1227,30 +1227,32 @@ fn n_lock_taken_over_during_backup() {
     let log = c.root.join("n-backup.log");
     let (mut backup, ours) = g.spawn_backup(&log);
     let now = chrono::Utc::now();
-    let theirs = pgjet::repo::lock::LockRecord {
+    let theirs = pgjet_core::repo::lock::LockRecord {
         host: "elsewhere".into(),
         pid: 4242,
         command: "backup".into(),
         token: "taken-over-by-the-test".into(),
-        acquired: pgjet::repo::rfc3339(now),
+        acquired: pgjet_core::repo::rfc3339(now),
         lease_until: now.timestamp() + 3600,
         released: false,
     };
     assert_ne!(ours.token, theirs.token);
-    let store = pgjet::storage::posix::PosixStorage::open(&c.repo).unwrap();
+    let store = pgjet_core::storage::posix::PosixStorage::open(&c.repo).unwrap();
     // Taken as another pgjet takes a lock it judged stale: it creates the next epoch's
     // record; owned by the cluster's OS user (the repository's files are 0640, so one left
     // to root could not be read by the backup).
     let (epoch, _) = g.current_lock().unwrap();
-    let theirs_name = pgjet::repo::lock::record_name("main", epoch + 1);
+    let theirs_name = pgjet_core::repo::lock::record_name("main", epoch + 1);
     let theirs_json = serde_json::to_vec(&theirs).unwrap();
     {
-        use pgjet::storage::Storage;
+        use pgjet_core::storage::Storage;
         assert!(store.create_new(&theirs_name, &theirs_json).unwrap());
     }
     chown_pg_recursive(&c.repo.join(&theirs_name));
     // Never written over, and the backup's own record is not renewed again.
-    let ours_path = c.repo.join(pgjet::repo::lock::record_name("main", epoch));
+    let ours_path = c
+        .repo
+        .join(pgjet_core::repo::lock::record_name("main", epoch));
     wait_log(
         &mut backup,
         &log,
@@ -1278,7 +1280,7 @@ fn n_lock_taken_over_during_backup() {
         "n: the lost holder wrote its record again (renewed or released it)"
     );
     // The other holder ends and releases its lock.
-    let released = pgjet::repo::lock::LockRecord {
+    let released = pgjet_core::repo::lock::LockRecord {
         released: true,
         ..theirs
     };

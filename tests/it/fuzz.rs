@@ -13,9 +13,9 @@
 //! archives.
 
 use crate::common::CountingSink;
-use pgjet::codec::{CompressType, Compression, Compressor};
-use pgjet::repo::cipher::{self, DataKey, ObjectCipher};
-use pgjet::repo::{FrameSlice, Piece};
+use pgjet_core::codec::{CompressType, Compression, Compressor};
+use pgjet_core::repo::cipher::{self, DataKey, ObjectCipher};
+use pgjet_core::repo::{FrameSlice, Piece};
 use proptest::prelude::*;
 
 fn config(cases: u32) -> ProptestConfig {
@@ -49,7 +49,7 @@ fn wal_object(kind: CompressType, data: &[u8]) -> Vec<u8> {
         level: if kind == CompressType::Gzip { 6 } else { 1 },
     };
     let mut comp = Compressor::new(c).unwrap();
-    pgjet::repo::wal::encode("000000010000000000000001", data, c, &mut comp, 42).unwrap()
+    pgjet_core::repo::wal::encode("000000010000000000000001", data, c, &mut comp, 42).unwrap()
 }
 
 fn kinds() -> impl Strategy<Value = CompressType> {
@@ -75,14 +75,14 @@ proptest! {
         let obj = wal_object(kind, &data);
         let name = "main/archive/00000001/0000000000000000/000000010000000000000001";
         // The object as written decodes to the data.
-        let (_, back) = pgjet::repo::wal::decode(name, "000000010000000000000001", &obj).unwrap();
+        let (_, back) = pgjet_core::repo::wal::decode(name, "000000010000000000000001", &obj).unwrap();
         prop_assert_eq!(&back, &data);
         for bytes in [mutate(obj, &edits, cut), noise] {
-            match pgjet::repo::wal::decode(name, "000000010000000000000001", &bytes) {
+            match pgjet_core::repo::wal::decode(name, "000000010000000000000001", &bytes) {
                 Ok((h, out)) => prop_assert_eq!(out.len() as u64, h.size),
                 Err(e) => prop_assert!(!e.to_string().is_empty()),
             }
-            let _ = pgjet::repo::wal::parse_header(name, &bytes);
+            let _ = pgjet_core::repo::wal::parse_header(name, &bytes);
         }
     }
 
@@ -95,7 +95,7 @@ proptest! {
         slice in prop::option::of((0u64..(80 << 10), 0u64..(80 << 10))),
     ) {
         let zero_pages: Vec<[u32; 2]> = zero_pages.into_iter().map(|(a, b)| [a, b]).collect();
-        let hash = pgjet::codec::xxh3_hex(&frame);
+        let hash = pgjet_core::codec::xxh3_hex(&frame);
         let piece = Piece {
             backup: None,
             object: "000001".into(),
@@ -114,9 +114,9 @@ proptest! {
                 xxh3: "0".repeat(32),
             }),
         };
-        let mut out = pgjet::io::direct::aligned_buf(0);
-        let mut cache = pgjet::repo::read_back::FrameCache::new();
-        match pgjet::repo::read_back::decode_piece(kind, &frame, &piece, &mut out, &mut cache) {
+        let mut out = pgjet_core::io::direct::aligned_buf(0);
+        let mut cache = pgjet_core::repo::read_back::FrameCache::new();
+        match pgjet_core::repo::read_back::decode_piece(kind, &frame, &piece, &mut out, &mut cache) {
             // Random bytes cannot match the logical hash.
             Ok(()) => prop_assert!(false, "random frame accepted"),
             Err(why) => prop_assert!(!why.is_empty()),
@@ -157,30 +157,30 @@ proptest! {
         bytes in prop::collection::vec(any::<u8>(), 0..400),
         label_edits in prop::collection::vec((any::<usize>(), any::<u8>()), 0..4),
     ) {
-        if let Err(e) = pgjet::repo::wal::WalFile::parse(&text) {
+        if let Err(e) = pgjet_core::repo::wal::WalFile::parse(&text) {
             prop_assert!(!e.to_string().is_empty());
         }
-        let _ = pgjet::pg::lsn::parse_wal_segment_name(&text, 16 << 20);
+        let _ = pgjet_core::pg::lsn::parse_wal_segment_name(&text, 16 << 20);
         let label = "START WAL LOCATION: 0/2000028 (file 000000010000000000000002)\n\
                      CHECKPOINT LOCATION: 0/2000060\nBACKUP METHOD: streamed\n\
                      BACKUP FROM: primary\nSTART TIME: 2026-11-26 10:00:00 UTC\n\
                      LABEL: pgjet\nSTART TIMELINE: 1\n";
         let mutated = mutate(label.as_bytes().to_vec(), &label_edits, None);
         for t in [text.clone(), String::from_utf8_lossy(&mutated).into_owned()] {
-            if let Err(e) = pgjet::pg::lsn::parse_backup_label(&t) {
+            if let Err(e) = pgjet_core::pg::lsn::parse_backup_label(&t) {
                 let said = format!("{e:?}");
                 prop_assert!(!said.is_empty());
             }
-            let _ = pgjet::pgdata::pitr::parse_history(&t);
+            let _ = pgjet_core::pgdata::pitr::parse_history(&t);
         }
-        if let Err(e) = pgjet::pg::pg_manifest::parse_manifest(&bytes) {
+        if let Err(e) = pgjet_core::pg::pg_manifest::parse_manifest(&bytes) {
             prop_assert!(!e.to_string().is_empty());
         }
-        if let Err(e) = pgjet::pg::pg_manifest::parse_manifest(text.as_bytes()) {
+        if let Err(e) = pgjet_core::pg::pg_manifest::parse_manifest(text.as_bytes()) {
             prop_assert!(!e.to_string().is_empty());
         }
-        let _ = pgjet::remote::replication::parse_error_fields(&bytes);
-        if let Err(e) = pgjet::remote::replication::parse_data_row(&bytes) {
+        let _ = pgjet_core::remote::replication::parse_error_fields(&bytes);
+        if let Err(e) = pgjet_core::remote::replication::parse_data_row(&bytes) {
             prop_assert!(!e.to_string().is_empty());
         }
     }
@@ -193,7 +193,7 @@ proptest! {
     ) {
         let kv: String = kv.iter().map(|(k, v)| format!("{k}={v} ")).collect();
         for s in [text, format!("postgresql://{uri_tail}"), kv] {
-            if let Err(e) = pgjet::pg::conninfo::ConnInfo::parse(&s) {
+            if let Err(e) = pgjet_core::pg::conninfo::ConnInfo::parse(&s) {
                 prop_assert!(!e.to_string().is_empty());
             }
         }
@@ -220,29 +220,37 @@ proptest! {
         let f = dir.path().join("pgjet.conf");
         std::fs::write(&f, lines.join("\n")).unwrap();
         let env: std::collections::HashMap<String, String> = Default::default();
-        let args = ["pgjet", "--config", f.to_str().unwrap(), "--stanza", "main", "info"];
-        match pgjet::options::resolve::parse_with_env(args, &env) {
-            Ok(_) => {}
-            Err(pgjet::options::resolve::ParseError::Config { error, .. }) => {
-                prop_assert!(!error.to_string().is_empty());
-            }
-            Err(pgjet::options::resolve::ParseError::Clap(_)) => {}
+        // What `pgjet --config F --stanza main info` parses to (the core has no clap).
+        let values = [("config", f.to_str().unwrap()), ("stanza", "main")]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), vec![v.to_string()]))
+            .collect();
+        let parsed = pgjet_core::options::resolve::Parsed {
+            cmd: pgjet_core::options::table::Cmd::Info,
+            values,
+            args: Vec::new(),
+        };
+        let mut warnings = Vec::new();
+        if let Err(error) =
+            pgjet_core::options::resolve::resolve_invocation(parsed, &env, &mut warnings)
+        {
+            prop_assert!(!error.to_string().is_empty());
         }
     }
 }
 
 /// A posix repository in a temporary directory with stanza "s" and backup "L" (the
 /// manifest of a small backup and its summary, written by pgjet's own writer).
-fn repository_with_a_backup() -> (tempfile::TempDir, pgjet::repo::Stanza) {
+fn repository_with_a_backup() -> (tempfile::TempDir, pgjet_core::repo::Stanza) {
     let dir = tempfile::tempdir().unwrap();
-    let store = pgjet::storage::posix::PosixStorage::open(dir.path()).unwrap();
-    let st = pgjet::repo::Stanza::new(1, std::sync::Arc::new(store), "s");
+    let store = pgjet_core::storage::posix::PosixStorage::open(dir.path()).unwrap();
+    let st = pgjet_core::repo::Stanza::new(1, std::sync::Arc::new(store), "s");
     let piece = |off: u64, size: u64| {
         serde_json::json!({"object": "000001", "offset": 0, "stored_size": 10, "stored_xxh3": "x",
             "logical_offset": off, "logical_size": size, "xxh3": "y", "crc32c": 0})
     };
-    let m: pgjet::repo::manifest::BackupManifest = serde_json::from_value(serde_json::json!({
-        "format": pgjet::repo::REPO_FORMAT, "label": "L", "type": "full", "stanza": "s",
+    let m: pgjet_core::repo::manifest::BackupManifest = serde_json::from_value(serde_json::json!({
+        "format": pgjet_core::repo::REPO_FORMAT, "label": "L", "type": "full", "stanza": "s",
         "system_identifier": "1", "pg_version": "15", "pg_version_num": 150000,
         "catalog_version": 1, "start_time": "", "stop_time": "", "start_lsn": "0/1",
         "stop_lsn": "0/2", "timeline": 1, "wal_segment_size": 16777216, "block_size": 8192,
@@ -319,20 +327,20 @@ proptest! {
                 prop_assert!(!e.to_string().is_empty());
             }
         }
-        let gap = pgjet::repo::wal::Gap {
+        let gap = pgjet_core::repo::wal::Gap {
             first: "000000010000000000000002".into(),
             last: "000000010000000000000004".into(),
             segments: 3,
             recorded: "2026-11-26T00:00:00Z".into(),
             reason: "archive-push-queue-max exceeded".into(),
         };
-        pgjet::repo::wal::record_gap(&st, &gap).unwrap();
+        pgjet_core::repo::wal::record_gap(&st, &gap).unwrap();
         let gaps = dir.path().join("s/archive/gap");
         let record = std::fs::read_dir(&gaps).unwrap().next().unwrap().unwrap().path();
         let good = std::fs::read(&record).unwrap();
         for bytes in [mutate(good, &edits, cut), noise] {
             std::fs::write(&record, &bytes).unwrap();
-            if let Err(e) = pgjet::repo::wal::gaps(&st) {
+            if let Err(e) = pgjet_core::repo::wal::gaps(&st) {
                 prop_assert!(!e.to_string().is_empty());
             }
         }
@@ -349,7 +357,7 @@ proptest! {
         split in 1usize..2000,
         noise in prop::collection::vec(any::<u8>(), 0..1500),
     ) {
-        use pgjet::remote::basebackup::{decode_copy_stream, WireCodec};
+        use pgjet_core::remote::basebackup::{decode_copy_stream, WireCodec};
         let mut tar = tar_entry("base", b'5', &[]);
         tar.extend(tar_entry("base/PG_VERSION", b'0', &data));
         tar.extend([0u8; 1024]);

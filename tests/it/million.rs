@@ -9,22 +9,22 @@
 //! the peak between phases through /proc/self/clear_refs) and fails on a phase over the
 //! limit, and the parent asserts the child succeeded and reported every phase under 200 MiB.
 //! There is no separate child test that could pass without doing anything.
-use pgjet::codec::{self, CompressType, Compression};
-use pgjet::pg::lsn::Lsn;
-use pgjet::repo::manifest_io::ManifestWriter;
-use pgjet::repo::read_back::{ReadBack, Want};
-use pgjet::repo::{
+use pgjet_core::codec::{self, CompressType, Compression};
+use pgjet_core::pg::lsn::Lsn;
+use pgjet_core::repo::manifest_io::ManifestWriter;
+use pgjet_core::repo::read_back::{ReadBack, Want};
+use pgjet_core::repo::{
     Backup, DirEntry, FileEntry, ManifestHeader, Piece, Stanza, StopInfo, REPO_FORMAT,
 };
-use pgjet::storage::posix::PosixStorage;
-use pgjet::transfer::NoProgress;
+use pgjet_core::storage::posix::PosixStorage;
+use pgjet_core::transfer::NoProgress;
 use std::path::Path;
 use std::time::Instant;
 
 const FILES: usize = 1_000_000;
 const PER_DIR: usize = 1000;
 /// Files per bundle object (the backup's own limit, `BUNDLE_MAX_FILES`).
-const PER_OBJECT: usize = pgjet::transfer::BUNDLE_MAX_FILES;
+const PER_OBJECT: usize = pgjet_core::transfer::BUNDLE_MAX_FILES;
 const STANZA: &str = "million";
 const LABEL: &str = "20261122-120000F";
 /// The limit the issue sets for a million files.
@@ -115,7 +115,7 @@ fn write_backup(backup: &Backup) {
                      n: &mut usize,
                      pending: &mut Vec<FileEntry>,
                      w: &mut ManifestWriter| {
-        let name = pgjet::repo::sink::object_id(*n);
+        let name = pgjet_core::repo::sink::object_id(*n);
         backup.put_object(&name, object).unwrap();
         stored += object.len() as u64;
         for f in pending.drain(..) {
@@ -133,7 +133,7 @@ fn write_backup(backup: &Backup) {
         let piece = Piece {
             backup: None,
             frame: None,
-            object: pgjet::repo::sink::object_id(n),
+            object: pgjet_core::repo::sink::object_id(n),
             offset: object.len() as u64,
             stored_size: data.len() as u64,
             stored_xxh3: codec::xxh3_hex(&data),
@@ -236,7 +236,7 @@ fn child_workload(dir: &Path) {
                 if f.pieces.len() == 1 && f.size < 1 << 20 {
                     return Ok(Want::Create(f.mode));
                 }
-                pgjet::pgdata::create_file(&target, &f.path, f.size, f.mode)?;
+                pgjet_core::pgdata::create_file(&target, &f.path, f.size, f.mode)?;
                 Ok(Want::All)
             },
             &NoProgress,

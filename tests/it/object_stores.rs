@@ -128,7 +128,7 @@ fn store_scenario(kind: StoreKind, encrypted: bool) {
         "one lock record, the backup's: {objects:?}"
     );
     if !encrypted {
-        let rec: pgjet::repo::lock::LockRecord =
+        let rec: pgjet_core::repo::lock::LockRecord =
             serde_json::from_slice(&s3.object_bytes("/repo", locks[0])).unwrap();
         assert!(rec.released, "the backup let its lock go: {rec:?}");
     }
@@ -293,8 +293,8 @@ fn s3_refusals_name_their_cause() {
     // backup fails naming it (exit 6) and leaves no backup behind; once the holder lets go,
     // the next backup succeeds.
     let cfg = s3.repo_config("/r");
-    let store = pgjet::storage::open(&cfg).expect("open the S3 repository from the library");
-    let lock = pgjet::repo::StanzaLock::acquire(store.clone(), "main", "backup").unwrap();
+    let store = pgjet_core::storage::open(&cfg).expect("open the S3 repository from the library");
+    let lock = pgjet_core::repo::StanzaLock::acquire(store.clone(), "main", "backup").unwrap();
     assert!(s3
         .objects("/r")
         .iter()
@@ -314,7 +314,7 @@ fn s3_refusals_name_their_cause() {
         s3.objects("/r")
     );
     drop(lock);
-    let (_, released) = pgjet::repo::lock::current(&*store, "main")
+    let (_, released) = pgjet_core::repo::lock::current(&*store, "main")
         .unwrap()
         .unwrap();
     assert!(released.unwrap().released, "the lock was let go");
@@ -693,13 +693,13 @@ fn posix_and_s3_repositories_together() {
 #[test]
 fn s3_split_reads_return_whole_objects_and_notice_wrong_sizes() {
     let s3 = StoreServer::start(StoreKind::S3, "s3-split");
-    let store = pgjet::storage::open(&s3.repo_config("/split")).unwrap();
+    let store = pgjet_core::storage::open(&s3.repo_config("/split")).unwrap();
     let len = (5usize << 20) + 12345;
     let data: Vec<u8> = (0..len as u32)
         .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
         .collect();
     store.put("big", &data).unwrap();
-    let mut buf = pgjet::io::direct::aligned_buf(8 << 20);
+    let mut buf = pgjet_core::io::direct::aligned_buf(8 << 20);
 
     store.get_into("big", Some(len as u64), &mut buf).unwrap();
     assert!(buf[..] == data[..], "a split read must return the object");
@@ -731,7 +731,7 @@ fn s3_split_reads_return_whole_objects_and_notice_wrong_sizes() {
 /// period; a released lock is taken at once.
 #[test]
 fn the_lock_on_every_store() {
-    use pgjet::repo::lock::{self, LockRecord, StanzaLock};
+    use pgjet_core::repo::lock::{self, LockRecord, StanzaLock};
     for kind in [
         StoreKind::S3,
         StoreKind::Azure,
@@ -739,7 +739,7 @@ fn the_lock_on_every_store() {
         StoreKind::Sftp,
     ] {
         let server = StoreServer::start(kind, &format!("lock-{kind:?}").to_lowercase());
-        let store = pgjet::storage::open(&server.repo_config("/lk")).unwrap();
+        let store = pgjet_core::storage::open(&server.repo_config("/lk")).unwrap();
         let (lease, every) = (Duration::from_secs(3), Duration::from_millis(500));
         let take = || StanzaLock::acquire_timed(store.clone(), "main", "backup", lease, every);
         let a = take().unwrap();

@@ -868,7 +868,7 @@ fn check_resynced(r: &Remote, dir: &Path, summaries: bool) -> Server {
 /// and its own settings, streams from `standby1`, and no slot is left that nothing uses.
 /// Run again as a user would, with `--slot standby1`: the slot is reused, not refused.
 fn resync_keeps_the_standby_and_its_slot(r: &Remote, dir: &Path, standby: Server) -> Server {
-    use pgjet::pgdata::own_settings::OwnSettings;
+    use pgjet_core::pgdata::own_settings::OwnSettings;
     let check_slot = |standby: &Server, what: &str, slot: &str| {
         step!("{what}: checking the standby's settings and slot");
         let own = OwnSettings::read(dir).unwrap();

@@ -1,4 +1,4 @@
-//! Which server certificates pgjet trusts, on both of its TLS paths (src/io/tls.rs), each
+//! Which server certificates pgjet trusts, on both of its TLS paths (crates/pgjet-core/src/io/tls.rs), each
 //! case checked against the OpenSSL client that users compare pgjet with:
 //!
 //! - libpq (`--source "host=127.0.0.1 ... sslmode=verify-full sslrootcert=..."`, `pgjet

@@ -1,4 +1,4 @@
-//! pgjet's WAL scan (src/pg/walscan.rs) against PostgreSQL's own reading of the same WAL:
+//! pgjet's WAL scan (crates/pgjet-core/src/pg/walscan.rs) against PostgreSQL's own reading of the same WAL:
 //! after a workload (inserts, updates with full-page images, an index, a truncation, a drop,
 //! a database created by each strategy and dropped, a table in a tablespace), every main-fork
 //! block reference `pg_waldump` prints between the checkpoint's redo point and the end is one
@@ -128,15 +128,15 @@ fn scenario(pg: Pg, tag: &str) {
         )
     );
     let pg_wal = c.data().join("pg_wal");
-    let fetch = |segno: u64| -> pgjet::error::Result<Option<Vec<u8>>> {
-        let name = pgjet::pg::lsn::wal_segment_name(1, segno, seg_size);
+    let fetch = |segno: u64| -> pgjet_core::error::Result<Option<Vec<u8>>> {
+        let name = pgjet_core::pg::lsn::wal_segment_name(1, segno, seg_size);
         Ok(std::fs::read(pg_wal.join(name)).ok())
     };
-    let (scanned, segments) = pgjet::pg::walscan::scan(
+    let (scanned, segments) = pgjet_core::pg::walscan::scan(
         fetch,
         seg_size,
-        pgjet::pg::lsn::Lsn(parse(&from)),
-        pgjet::pg::lsn::Lsn(parse(&to)),
+        pgjet_core::pg::lsn::Lsn(parse(&from)),
+        pgjet_core::pg::lsn::Lsn(parse(&to)),
         &tsdir,
     );
     let changes = scanned.unwrap_or_else(|why| panic!("the scan could not tell: {why}"));
@@ -159,7 +159,7 @@ fn scenario(pg: Pg, tag: &str) {
     let older = fetch(cut_seg - 1)
         .unwrap()
         .or_else(|| fetch(cut_seg + 1).unwrap());
-    let own = |segno: u64| -> pgjet::error::Result<Option<Vec<u8>>> {
+    let own = |segno: u64| -> pgjet_core::error::Result<Option<Vec<u8>>> {
         if segno > cut_seg {
             return Ok(None);
         }
@@ -173,25 +173,29 @@ fn scenario(pg: Pg, tag: &str) {
         }
         Ok(Some(b))
     };
-    let mut joined = pgjet::pg::walscan::Scan::new(pgjet::pg::lsn::Lsn(from_lsn));
+    let mut joined = pgjet_core::pg::walscan::Scan::new(pgjet_core::pg::lsn::Lsn(from_lsn));
     let why = joined
-        .run(own, seg_size, pgjet::pg::lsn::Lsn(to_lsn), &tsdir)
+        .run(own, seg_size, pgjet_core::pg::lsn::Lsn(to_lsn), &tsdir)
         .expect_err("the own WAL ends before `to`");
     let at = joined.at();
     assert!(
         at.0 <= cut && at.0 > from_lsn,
         "stopped at {at}, cut at {cut:X}: {why}"
     );
-    let rest = |segno: u64| -> pgjet::error::Result<Option<Vec<u8>>> {
-        let part =
-            pgjet::pg::walscan::segment_part(segno, seg_size, at, pgjet::pg::lsn::Lsn(to_lsn));
+    let rest = |segno: u64| -> pgjet_core::error::Result<Option<Vec<u8>>> {
+        let part = pgjet_core::pg::walscan::segment_part(
+            segno,
+            seg_size,
+            at,
+            pgjet_core::pg::lsn::Lsn(to_lsn),
+        );
         Ok(fetch(segno)?.map(|b| {
             let n = (part.end as usize).min(b.len());
-            pgjet::pg::walscan::padded(&b[part.start as usize..n], part, seg_size)
+            pgjet_core::pg::walscan::padded(&b[part.start as usize..n], part, seg_size)
         }))
     };
     joined
-        .run(rest, seg_size, pgjet::pg::lsn::Lsn(to_lsn), &tsdir)
+        .run(rest, seg_size, pgjet_core::pg::lsn::Lsn(to_lsn), &tsdir)
         .unwrap_or_else(|why| panic!("the rest could not be read: {why}"));
     step!("{tag}: own WAL cut at {cut:X} ({why}); joined at {at}");
     assert_eq!(

@@ -1400,12 +1400,12 @@ pub fn pg_verifybackup(pg: &Pg, dir: &Path) -> Run {
     run_as_postgres(&pg.tool("pg_verifybackup"), &args![dir.display()], None)
 }
 
-/// pgjet's reading of `dir`'s pg_control (`pgjet::pg::control::read_control`) must agree
+/// pgjet's reading of `dir`'s pg_control (`pgjet_core::pg::control::read_control`) must agree
 /// with `pg_controldata` of the same major: the system identifier, the cluster's state, the
 /// latest checkpoint, its redo point and its timeline. PostgreSQL 17 has no pg_controldata
 /// of its own here (its clients are 18's): said in the test's log instead.
 pub fn assert_control_reads_as_pg_controldata(pg: &Pg, dir: &Path) {
-    use pgjet::pg::control::DbState;
+    use pgjet_core::pg::control::DbState;
     if pg.major == "17" {
         step!(
             "pg_control of {}: not compared: no pg_controldata 17 here",
@@ -1421,8 +1421,8 @@ pub fn assert_control_reads_as_pg_controldata(pg: &Pg, dir: &Path) {
             .map(|v| v.trim_start_matches(':').trim().to_string())
             .unwrap_or_else(|| panic!("pg_controldata printed no {name:?}:\n{}", out.stdout))
     };
-    let lsn = |name: &str| -> pgjet::pg::lsn::Lsn { field(name).parse().unwrap() };
-    let c = pgjet::pg::control::read_control(dir).unwrap();
+    let lsn = |name: &str| -> pgjet_core::pg::lsn::Lsn { field(name).parse().unwrap() };
+    let c = pgjet_core::pg::control::read_control(dir).unwrap();
     assert_eq!(
         field("Database system identifier"),
         c.system_identifier.to_string()
@@ -1435,7 +1435,7 @@ pub fn assert_control_reads_as_pg_controldata(pg: &Pg, dir: &Path) {
     // connect for replication only.
     let major: u32 = pg.major.parse().unwrap();
     assert_eq!(
-        pgjet::pg::control::released_catalog_version(major * 10000),
+        pgjet_core::pg::control::released_catalog_version(major * 10000),
         Some(c.catalog_version),
         "PostgreSQL {major}'s catalog version"
     );
@@ -2141,26 +2141,26 @@ pub struct CountingSink {
     pub archives: Vec<(String, Option<u32>)>,
 }
 
-impl pgjet::transfer::stream_units::StreamSink for CountingSink {
-    fn begin_archive(&mut self, name: &str, ts: Option<u32>) -> pgjet::error::Result<()> {
+impl pgjet_core::transfer::stream_units::StreamSink for CountingSink {
+    fn begin_archive(&mut self, name: &str, ts: Option<u32>) -> pgjet_core::error::Result<()> {
         self.archives.push((name.to_string(), ts));
         Ok(())
     }
-    fn directory(&mut self, _: &str, _: u32) -> pgjet::error::Result<()> {
+    fn directory(&mut self, _: &str, _: u32) -> pgjet_core::error::Result<()> {
         Ok(())
     }
-    fn symlink(&mut self, _: &str, _: &str) -> pgjet::error::Result<()> {
+    fn symlink(&mut self, _: &str, _: &str) -> pgjet_core::error::Result<()> {
         Ok(())
     }
-    fn file_begin(&mut self, _: &str, _: u64, _: u32, _: i64) -> pgjet::error::Result<()> {
+    fn file_begin(&mut self, _: &str, _: u64, _: u32, _: i64) -> pgjet_core::error::Result<()> {
         self.files += 1;
         Ok(())
     }
-    fn file_data(&mut self, d: &[u8]) -> pgjet::error::Result<()> {
+    fn file_data(&mut self, d: &[u8]) -> pgjet_core::error::Result<()> {
         self.bytes += d.len() as u64;
         Ok(())
     }
-    fn file_end(&mut self) -> pgjet::error::Result<()> {
+    fn file_end(&mut self) -> pgjet_core::error::Result<()> {
         Ok(())
     }
 }

@@ -8,7 +8,7 @@
 //! scripts/install-deps.sh installs them (Go modules versitygw and fake-gcs-server, npm
 //! packages azurite and @azure/storage-blob, Debian's openssh-server).
 use super::*;
-use pgjet::options::RepoConfig;
+use pgjet_core::options::RepoConfig;
 use std::process::Child;
 
 /// Access key and secret of the S3 test server.
@@ -430,7 +430,7 @@ impl StoreServer {
                 .join(name);
             return fs::read(&p).unwrap_or_else(|e| panic!("read {}: {e}", p.display()));
         }
-        let store = pgjet::storage::open(&self.repo_config(prefix))
+        let store = pgjet_core::storage::open(&self.repo_config(prefix))
             .unwrap_or_else(|e| panic!("open the {:?} repository: {e}", self.kind));
         store.get(name).unwrap().to_vec()
     }
@@ -464,7 +464,7 @@ impl StoreServer {
             out.sort();
             return out;
         }
-        let store = pgjet::storage::open(&self.repo_config(prefix))
+        let store = pgjet_core::storage::open(&self.repo_config(prefix))
             .unwrap_or_else(|e| panic!("open the {:?} repository: {e}", self.kind));
         let mut out = Vec::new();
         let mut dirs = vec![String::new()];

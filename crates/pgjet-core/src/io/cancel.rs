@@ -17,11 +17,15 @@
 //!    processes) and ends the process with status 128 + the signal's number, as a shell
 //!    reports a process a signal ended. A second signal skips the wait.
 //!
+//! The library holds the state and the hooks ([`CancelHandle`]); listening for the signals
+//! and ending the process are the binary's (crates/pgjet/signals.rs), so a program that
+//! embeds pgjet cancels through [`handle`] and keeps its own process.
+//!
 //! Nothing of this is needed for safety (a pgjet killed with SIGKILL leaves nothing that looks
 //! complete, and the server drops a temporary slot when its session ends), but it makes the
 //! server side end at once, even a backend waiting on a spread checkpoint, which would only
 //! notice its client is gone after the checkpoint.
-use crate::error::{signal_name, Error, Result};
+use crate::error::{Error, Result};
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -93,65 +97,47 @@ fn run_hooks(stage: Stage) {
     }
 }
 
-/// Starts listening for SIGTERM and SIGINT (see the module's documentation). `last` runs
-/// just before a process that did not end on its own within [`GRACE`] exits (the binary's
-/// own exit: its runtime drained, its ssh masters ended). Call once, early in `main`, after
-/// anything that sets the environment. Errors: the runtime cannot start, or the handlers
-/// cannot be installed.
-pub fn install(last: fn()) -> Result<()> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let rt = crate::io::runtime::get()?;
-    let (mut term, mut int) = rt
-        .block_on(async {
-            Ok::<_, std::io::Error>((
-                signal(SignalKind::terminate())?,
-                signal(SignalKind::interrupt())?,
-            ))
-        })
-        .map_err(|e| Error::Other(format!("cannot handle SIGTERM and SIGINT: {e}")))?;
-    // The signals are awaited by this thread itself (block_on), not by a task on the
-    // runtime: a task would keep the runtime from ever draining (runtime::drain). Returns
-    // the signal, or 0 when `limit` passed first.
-    let mut wait = move |limit: Option<Duration>| -> i32 {
-        rt.block_on(async {
-            let sig = async {
-                tokio::select! {
-                    Some(()) = term.recv() => libc::SIGTERM,
-                    Some(()) = int.recv() => libc::SIGINT,
-                    else => 0,
-                }
-            };
-            match limit {
-                None => sig.await,
-                Some(d) => tokio::time::timeout(d, sig).await.unwrap_or(0),
-            }
-        })
-    };
-    std::thread::Builder::new()
-        .name("pgjet-cancel".into())
-        .spawn(move || {
-            let sig = wait(None);
-            if sig == 0 {
-                return;
-            }
-            SIGNAL.store(sig, Ordering::SeqCst);
-            tracing::warn!(
-                "{}: stopping (the server's backup and temporary slots are cancelled; a target being written stays marked unfinished)",
-                signal_name(sig)
-            );
-            run_hooks(Stage::Interrupt);
-            let again = wait(Some(GRACE)) != 0;
-            tracing::warn!(
-                "{}: ending now{}",
-                signal_name(sig),
-                if again { " (signalled again)" } else { "" }
-            );
-            run_hooks(Stage::Release);
-            last();
-            std::process::exit(128 + sig);
-        })
-        .map_err(|e| Error::Other(format!("cannot start the cancellation thread: {e}")))?;
-    Ok(())
+/// The process's one cancellation handle: what SIGTERM and SIGINT set in the binary (its
+/// signal listener calls [`CancelHandle::cancel`], then [`CancelHandle::release`] when the
+/// command has not ended within [`GRACE`]), and what a program that embeds pgjet calls
+/// itself. Every worker of [`crate::io::parallel`], the stream decoders, the connections to
+/// the server (their cancel requests) and the repository lock see it. Copies are the same
+/// handle: the state is the process's.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CancelHandle;
+
+/// The process's cancellation handle (see [`CancelHandle`]).
+pub fn handle() -> CancelHandle {
+    CancelHandle
+}
+
+impl CancelHandle {
+    /// Cancels the process's work as signal `signal` would (libc::SIGTERM, 15, for a plain
+    /// cancel; the binary exits with 128 + it): [`cancelled`] turns true and the interrupt
+    /// hooks run at once (cancel requests to the server, an object store's requests end).
+    /// Returns false, and does nothing, when it was cancelled already.
+    pub fn cancel(&self, signal: i32) -> bool {
+        let signal = if signal > 0 { signal } else { libc::SIGTERM };
+        if SIGNAL
+            .compare_exchange(0, signal, Ordering::SeqCst, Ordering::SeqCst)
+            .is_err()
+        {
+            return false;
+        }
+        run_hooks(Stage::Interrupt);
+        true
+    }
+
+    /// Runs the release hooks (the repository lock given back, child processes ended): for a
+    /// cancelled process about to end without waiting for its command to return.
+    pub fn release(&self) {
+        run_hooks(Stage::Release);
+    }
+
+    /// The signal the process was cancelled with, if any.
+    pub fn cancelled(&self) -> Option<i32> {
+        cancelled()
+    }
 }
 
 #[cfg(test)]

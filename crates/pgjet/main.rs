@@ -1,11 +1,16 @@
 //! The pgjet binary: parse the command line, run the command, map errors to exit codes.
+mod cli;
+#[cfg(test)]
+mod cli_tests;
+mod manual;
+mod signals;
 mod term;
 
-use pgjet::commands;
-use pgjet::error::Error;
-use pgjet::options::resolve::ParseError;
-use pgjet::options::table::Cmd;
-use pgjet::options::{Command, InfoFormat, Invocation, Output};
+use cli::ParseError;
+use pgjet_core::commands;
+use pgjet_core::error::Error;
+use pgjet_core::options::table::Cmd;
+use pgjet_core::options::{Command, InfoFormat, Invocation, Output};
 
 fn init_logging(level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_new(format!("pgjet={level}"))
@@ -68,7 +73,7 @@ fn print_json<T: serde::Serialize>(v: &T) -> Result<(), Error> {
 fn run(inv: Invocation) -> Result<(), Error> {
     let s = inv.settings;
     init_logging(&s.log_level);
-    pgjet::io::tuning::init()?;
+    pgjet_core::io::tuning::init()?;
     for w in &inv.warnings {
         tracing::warn!("{w}");
     }
@@ -97,7 +102,7 @@ fn run(inv: Invocation) -> Result<(), Error> {
             } else {
                 say_line!(
                     "backup {} complete: {} files, {} logical, {} stored, {:.1} s, {:.0} MiB/s, LSN {} - {}{}",
-                    r.label, r.files, pgjet::io::mib(r.size), pgjet::io::mib(r.stored_size), r.seconds, r.mib_per_sec,
+                    r.label, r.files, pgjet_core::io::mib(r.size), pgjet_core::io::mib(r.stored_size), r.seconds, r.mib_per_sec,
                     r.start_lsn, r.stop_lsn,
                     if r.page_errors > 0 { format!(", {} page checksum error(s)", r.page_errors) } else { String::new() }
                 );
@@ -148,7 +153,7 @@ fn run(inv: Invocation) -> Result<(), Error> {
         Command::ArchivePush { wal_path } => commands::archive_push::run(&s, &wal_path)?,
         Command::ArchiveGet { wal_file, dest } => {
             if commands::archive_get::run(&s, &wal_file, &dest)?
-                == pgjet::archive::get::GetOutcome::Missing
+                == pgjet_core::archive::get::GetOutcome::Missing
             {
                 // The normal end of recovery from the archive: PostgreSQL asks for the next
                 // file until one is missing, and a standby asks again every few seconds, so
@@ -159,10 +164,10 @@ fn run(inv: Invocation) -> Result<(), Error> {
             }
         }
         Command::ArchivePushAsync { wal_dir } => {
-            pgjet::archive::pusher::push_background(&s, &wal_dir)?
+            pgjet_core::archive::pusher::push_background(&s, &wal_dir)?
         }
         Command::ArchiveGetAsync { first_request } => {
-            pgjet::archive::prefetcher::get_background(&s, &first_request)?
+            pgjet_core::archive::prefetcher::get_background(&s, &first_request)?
         }
         Command::ReplicaCreate(a) => {
             let r = commands::replica::run(&s, &a, &progress)?;
@@ -172,7 +177,7 @@ fn run(inv: Invocation) -> Result<(), Error> {
                 say_line!(
                     "standby created in {}: {} in {:.1} s ({:.0} MiB/s, {} with {} job(s)){}{}",
                     r.pg_path,
-                    pgjet::io::mib(r.size),
+                    pgjet_core::io::mib(r.size),
                     r.seconds,
                     r.mib_per_sec,
                     r.transport,
@@ -180,12 +185,13 @@ fn run(inv: Invocation) -> Result<(), Error> {
                     match (r.delta_same, r.delta_copied) {
                         (Some(same), Some(copied)) => format!(
                             "; delta: {} unchanged, {} copied",
-                            pgjet::io::mib(same),
-                            pgjet::io::mib(copied)
+                            pgjet_core::io::mib(same),
+                            pgjet_core::io::mib(copied)
                         ),
                         _ => String::new(),
                     } + &match (r.wire_bytes, &r.network_compress) {
-                        (Some(w), Some(c)) => format!("; {} on the wire ({c})", pgjet::io::mib(w)),
+                        (Some(w), Some(c)) =>
+                            format!("; {} on the wire ({c})", pgjet_core::io::mib(w)),
                         _ => String::new(),
                     },
                     if r.started {
@@ -228,7 +234,7 @@ fn abort_recovery() -> ! {
 fn exit(code: i32) -> ! {
     before_exit();
     // Cancelled (SIGTERM, SIGINT): the signal's status, whatever the error it caused.
-    let code = match pgjet::io::cancel::cancelled() {
+    let code = match pgjet_core::io::cancel::cancelled() {
         Some(signal) if code != 0 => 128 + signal,
         _ => code,
     };
@@ -238,12 +244,12 @@ fn exit(code: i32) -> ! {
 /// What every exit does first: the runtime drained, the ssh masters ended (see [`exit`]).
 fn before_exit() {
     // Cancelled: the connections' tasks were sent their cancel requests; a short wait.
-    let limit = match pgjet::io::cancel::cancelled() {
+    let limit = match pgjet_core::io::cancel::cancelled() {
         Some(_) => 1,
         None => 10,
     };
-    pgjet::io::runtime::drain(std::time::Duration::from_secs(limit));
-    let stopped = pgjet::storage::ssh::stop_masters();
+    pgjet_core::io::runtime::drain(std::time::Duration::from_secs(limit));
+    let stopped = pgjet_core::storage::ssh::stop_masters();
     if stopped > 0 {
         tracing::debug!("ended {stopped} ssh control master(s) left by the SFTP store");
     }
@@ -255,7 +261,7 @@ fn print_error(e: &Error) {
 }
 
 fn main() {
-    if let Some(doc) = pgjet::options::cli::document(std::env::args_os()) {
+    if let Some(doc) = cli::document(std::env::args_os()) {
         match doc {
             Ok(bytes) => {
                 use std::io::Write;
@@ -269,11 +275,11 @@ fn main() {
         }
     }
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    let (args, patroni) = match pgjet::options::patroni::translate(&args) {
+    let (args, patroni) = match pgjet_core::options::patroni::translate(&args) {
         Some((translated, call)) => (translated, Some(call)),
         None => (args, None),
     };
-    let mut inv = match pgjet::options::resolve::parse(args) {
+    let mut inv = match cli::parse(args) {
         Ok(inv) => inv,
         Err(ParseError::Clap(e)) => e.exit(),
         Err(ParseError::Config {
@@ -296,13 +302,13 @@ fn main() {
         .settings
         .repos
         .iter()
-        .any(|(_, r)| matches!(r, pgjet::options::RepoConfig::Sftp { .. }))
+        .any(|(_, r)| matches!(r, pgjet_core::options::RepoConfig::Sftp { .. }))
     {
         // Before any thread starts: it sets XDG_STATE_HOME (see storage::ssh).
-        pgjet::storage::ssh::own_control_dir();
+        pgjet_core::storage::ssh::own_control_dir();
     }
     // After the environment is set, before any work: SIGTERM and SIGINT cancel the command.
-    if let Err(e) = pgjet::io::cancel::install(before_exit) {
+    if let Err(e) = signals::install(before_exit) {
         tracing::warn!("{e}");
     }
     if let (Some(call), Command::ReplicaCreate(a)) = (&patroni, &mut inv.command) {

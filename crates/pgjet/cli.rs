@@ -2,12 +2,15 @@
 //! the options that apply to it; every other known option is accepted hidden so that it is
 //! refused with a clear error ([`from_matches`]) rather than clap's "unexpected argument".
 //! Options may come before the command (`pgjet --stanza=main archive-push %p`) or after it.
-use super::resolve::CliValues;
-use super::table::{self, Cmd, CommandDef, Kind, OptionDef, COMMANDS, OPTIONS};
-use crate::error::{Error, Result};
+use crate::manual;
 use clap::builder::{PossibleValue, PossibleValuesParser};
 use clap::parser::ValueSource;
 use clap::{value_parser, Arg, ArgAction, ArgMatches};
+use pgjet_core::error::{Error, Result};
+use pgjet_core::options::resolve::{
+    resolve_invocation, CliValues, Env, Invocation, Parsed, ProcessEnv,
+};
+use pgjet_core::options::table::{self, Cmd, CommandDef, Kind, OptionDef, COMMANDS, OPTIONS};
 use std::collections::HashSet;
 
 /// The whole command line.
@@ -106,7 +109,7 @@ fn render_document(args: &[std::ffi::OsString]) -> std::result::Result<Vec<u8>, 
             clap_mangen::Man::new(page)
                 .render(&mut out)
                 .map_err(|e| clap::Error::raw(clap::error::ErrorKind::Io, e))?;
-            out.extend_from_slice(super::manual::sections(name.as_deref()).as_bytes());
+            out.extend_from_slice(manual::sections(name.as_deref()).as_bytes());
         }
         _ => {
             return Err(clap::Error::raw(
@@ -228,15 +231,6 @@ fn hidden_arg(def: &'static OptionDef) -> Arg {
     }
 }
 
-/// What the command line says: the command, the option values given (by option name, in
-/// order), and the command's positional arguments.
-#[derive(Debug)]
-pub struct Parsed {
-    pub cmd: Cmd,
-    pub values: CliValues,
-    pub args: Vec<String>,
-}
-
 /// Reads clap's matches: options given before and after the command (after wins), each
 /// checked against the command.
 ///
@@ -320,4 +314,53 @@ fn raw_strings(m: &ArgMatches, id: &str) -> Result<Vec<String>> {
             .ok_or_else(|| Error::Config(format!("--{id}: the value is not valid UTF-8")))
     })
     .collect()
+}
+
+/// Parses the command line `args` (the first is the program) and resolves the settings
+/// with the process's environment and the config file.
+///
+/// Errors: [`ParseError::Clap`] for what clap reports (help and version included: the
+/// caller prints it and exits); [`ParseError::Config`] for the rest (an option that does
+/// not apply, a bad value, an unreadable config file, an unsupported option), with the
+/// warnings found before it.
+pub fn parse<I, T>(args: I) -> std::result::Result<Invocation, ParseError>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    parse_with_env(args, &ProcessEnv)
+}
+
+/// [`parse`] with the environment `env`.
+pub fn parse_with_env<I, T>(args: I, env: &dyn Env) -> std::result::Result<Invocation, ParseError>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let m = command()
+        .try_get_matches_from(args)
+        .map_err(ParseError::Clap)?;
+    let cmd = m.subcommand_name().and_then(table::command).map(|c| c.cmd);
+    let mut warnings = Vec::new();
+    from_matches(&m)
+        .and_then(|parsed| resolve_invocation(parsed, env, &mut warnings))
+        .map_err(|error| ParseError::Config {
+            error,
+            warnings,
+            cmd,
+        })
+}
+
+/// Why the command line could not be turned into an [`Invocation`].
+#[derive(Debug)]
+pub enum ParseError {
+    /// clap's own report (usage errors, `--help`, `--version`).
+    Clap(clap::Error),
+    /// A configuration error, the warnings found before it, and the command named on the
+    /// command line.
+    Config {
+        error: Error,
+        warnings: Vec<String>,
+        cmd: Option<Cmd>,
+    },
 }

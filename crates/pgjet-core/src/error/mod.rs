@@ -28,7 +28,7 @@ pub enum Error {
         source: tokio_postgres::Error,
     },
     /// The server refused or ended a replication connection (the BASE_BACKUP transport,
-    /// src/remote/replication.rs): `error` is its ErrorResponse; `user` the role that
+    /// crates/pgjet-core/src/remote/replication.rs): `error` is its ErrorResponse; `user` the role that
     /// connected, for the hint.
     #[error("replication connection to {target} failed: {error}")]
     Replication {

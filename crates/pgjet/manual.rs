@@ -1,5 +1,5 @@
 //! The sections of pgjet's manual pages that the command line cannot say by itself
-//! (`pgjet man [COMMAND]`, rendered by clap_mangen from [`super::cli::command`]): EXAMPLES,
+//! (`pgjet man [COMMAND]`, rendered by clap_mangen from [`crate::cli::command`]): EXAMPLES,
 //! FILES and EXIT STATUS, in roff (man(7)).
 
 /// Examples per command (None: pgjet's own page): (what it does, the command line).
@@ -97,7 +97,10 @@ mod tests {
 
     #[test]
     fn every_command_has_examples_and_every_exit_code_is_listed() {
-        for c in super::super::table::COMMANDS.iter().filter(|c| !c.hidden) {
+        for c in pgjet_core::options::table::COMMANDS
+            .iter()
+            .filter(|c| !c.hidden)
+        {
             assert!(!examples(Some(c.name)).is_empty(), "{}", c.name);
         }
         assert_eq!(roff(".x\n'y\na\\b"), "\\&.x\n\\&'y\na\\eb");

@@ -1,9 +1,13 @@
-//! Tests of the option table, the command line built from it and the layering.
-use super::resolve::{parse_with_env, Invocation, ParseError};
-use super::table::{classify, classify_env, Key, COMMANDS, OPTIONS};
-use super::*;
-use crate::codec::CompressType;
+//! Tests of the option table, the command line built from it and the layering (here, beside
+//! the command line: the core library has no clap).
+use crate::cli::{self, parse_with_env, ParseError};
+use pgjet_core::codec::CompressType;
+use pgjet_core::error::Error;
+use pgjet_core::options::resolve::Invocation;
+use pgjet_core::options::table::{classify, classify_env, Key, COMMANDS, OPTIONS};
+use pgjet_core::options::*;
 use std::collections::{HashMap, HashSet};
+use std::path::Path;
 
 /// An environment of `vars`.
 fn env(vars: &[(&str, &str)]) -> HashMap<String, String> {
@@ -750,11 +754,11 @@ fn a_background_process_resolves_the_same_settings() {
     // The names the archive commands start their background processes with are the table's.
     for (name, cmd) in [
         (
-            crate::archive::pusher::PUSH_COMMAND,
+            pgjet_core::archive::pusher::PUSH_COMMAND,
             table::Cmd::ArchivePushAsync,
         ),
         (
-            crate::archive::prefetcher::GET_COMMAND,
+            pgjet_core::archive::prefetcher::GET_COMMAND,
             table::Cmd::ArchiveGetAsync,
         ),
     ] {

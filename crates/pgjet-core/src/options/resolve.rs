@@ -291,63 +291,36 @@ impl Sources<'_> {
     }
 }
 
-/// Parses the command line `args` (the first is the program) and resolves the settings
-/// with the process's environment and the config file.
-///
-/// Errors: [`ParseError::Clap`] for what clap reports (help and version included: the
-/// caller prints it and exits); [`ParseError::Config`] for the rest (an option that does
-/// not apply, a bad value, an unreadable config file, an unsupported option), with the
-/// warnings found before it.
-pub fn parse<I, T>(args: I) -> std::result::Result<Invocation, ParseError>
-where
-    I: IntoIterator<Item = T>,
-    T: Into<std::ffi::OsString> + Clone,
-{
-    parse_with_env(args, &ProcessEnv)
+/// What a command line says, once parsed (by the binary's clap parser, or built by a program
+/// that embeds pgjet): the command, the option values given (by option name, in order), and
+/// the command's positional arguments.
+#[derive(Debug, Clone)]
+pub struct Parsed {
+    pub cmd: Cmd,
+    pub values: CliValues,
+    pub args: Vec<String>,
 }
 
-/// [`parse`] with the environment `env`.
-pub fn parse_with_env<I, T>(args: I, env: &dyn Env) -> std::result::Result<Invocation, ParseError>
-where
-    I: IntoIterator<Item = T>,
-    T: Into<std::ffi::OsString> + Clone,
-{
-    let m = cli::command()
-        .try_get_matches_from(args)
-        .map_err(ParseError::Clap)?;
-    let named = m.subcommand_name().and_then(table::command).map(|c| c.cmd);
-    let mut warnings = Vec::new();
-    let fail = |error: Error, warnings: &Vec<String>| ParseError::Config {
-        error,
-        warnings: warnings.clone(),
-        cmd: named,
-    };
-    let mut parsed = cli::from_matches(&m).map_err(|e| fail(e, &warnings))?;
+/// Resolves what the command line said (`parsed`) with the environment `env` and the config
+/// file into an [`Invocation`]: the settings, the command's plain options. Warnings found on
+/// the way are appended to `warnings` (also when it fails).
+///
+/// Errors ([`Error::Config`]): an option that does not apply, a bad value, an unreadable
+/// config file, an unsupported option (see [`resolve_settings`]).
+pub fn resolve_invocation(
+    mut parsed: Parsed,
+    env: &dyn Env,
+    warnings: &mut Vec<String>,
+) -> Result<Invocation> {
     let cmd = table::command_def(parsed.cmd).options_of;
-    let settings = resolve_settings(Some(cmd), &parsed.values, env, &mut warnings)
-        .map_err(|e| fail(e, &warnings))?;
-    command_values_from_file(cmd, &mut parsed.values, env).map_err(|e| fail(e, &warnings))?;
-    let command =
-        build_command(parsed.cmd, &parsed.values, &parsed.args).map_err(|e| fail(e, &warnings))?;
+    let settings = resolve_settings(Some(cmd), &parsed.values, env, warnings)?;
+    command_values_from_file(cmd, &mut parsed.values, env)?;
+    let command = build_command(parsed.cmd, &parsed.values, &parsed.args)?;
     Ok(Invocation {
         command,
         settings,
-        warnings,
+        warnings: warnings.clone(),
     })
-}
-
-/// Why the command line could not be turned into an [`Invocation`].
-#[derive(Debug)]
-pub enum ParseError {
-    /// clap's own report (usage errors, `--help`, `--version`).
-    Clap(clap::Error),
-    /// A configuration error, the warnings found before it, and the command named on the
-    /// command line.
-    Config {
-        error: Error,
-        warnings: Vec<String>,
-        cmd: Option<Cmd>,
-    },
 }
 
 /// Reads the config file: `--config` / `PGJET_CONFIG` (an error when it cannot be read),

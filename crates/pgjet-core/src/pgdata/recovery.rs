@@ -597,16 +597,32 @@ mod tests {
         assert!(w.contains("config file"), "{w}");
     }
 
+    /// The restore options `flags` give (`--name value` pairs, a lone `--name` a switch),
+    /// resolved as the command line's would be, with no environment and no config file.
     fn restore_args(flags: &[&str]) -> RestoreOptions {
-        let mut argv = vec!["pgjet", "restore"];
-        argv.extend(flags);
-        let env = crate::options::resolve::NoEnv;
-        match crate::options::resolve::parse_with_env(argv, &env)
+        use crate::options::resolve::{resolve_invocation, CliValues, NoEnv, Parsed};
+        use crate::options::table::{self, Cmd, Kind};
+        let mut values = CliValues::new();
+        let mut it = flags.iter();
+        while let Some(flag) = it.next() {
+            let name = flag.trim_start_matches("--");
+            let value = match table::find(name, Some(Cmd::Restore)) {
+                Some(d) if d.kind == Kind::Switch => "true".to_string(),
+                _ => it.next().expect("a value").to_string(),
+            };
+            values.entry(name.to_string()).or_default().push(value);
+        }
+        let parsed = Parsed {
+            cmd: Cmd::Restore,
+            values,
+            args: Vec::new(),
+        };
+        match resolve_invocation(parsed, &NoEnv, &mut Vec::new())
             .unwrap()
             .command
         {
             crate::options::Command::Restore(a) => a,
-            _ => unreachable!("parsed a restore"),
+            _ => unreachable!("resolved a restore"),
         }
     }
 

@@ -329,7 +329,7 @@ mod tests {
             .iter()
             .map(|(name, blkno, runs)| (name.to_string(), *blkno, sparse_page(runs)))
             .collect();
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/pg");
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/pg");
         for name in PAGE_FIXTURES {
             let path = dir.join(name);
             let page = std::fs::read(&path).unwrap_or_else(|e| {

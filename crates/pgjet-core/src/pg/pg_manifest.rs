@@ -562,7 +562,7 @@ mod tests {
     /// there); a missing fixture fails the test.
     #[test]
     fn rerender_full_real_manifests() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/pg");
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/pg");
         for (name, version_num, expected_version) in [
             ("pg15-fetch-backup_manifest", 150020u32, 1u64),
             ("pg18-fetch-backup_manifest", 180006, 2),

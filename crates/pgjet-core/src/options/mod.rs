@@ -27,9 +27,7 @@
 //!   and where it was;
 //! - a pgBackRest option pgjet does not implement is an error naming it; so is a cipher
 //!   type other than `none` and `aes-256-gcm`, and a cipher key that is not pgjet's.
-pub mod cli;
 pub mod command;
-pub mod manual;
 pub mod patroni;
 pub mod pgbackrest;
 pub mod repo;
@@ -301,9 +299,6 @@ impl Settings {
             .collect()
     }
 }
-
-#[cfg(test)]
-mod tests;
 
 /// The one cipher of an encrypted repository (`repoN-cipher-type`; docs/encryption.md).
 pub const CIPHER_TYPE: &str = "aes-256-gcm";

@@ -1,7 +1,7 @@
 //! Progress on the terminal: a bar (bytes, rate, ETA) when stderr is a terminal, a quiet
 //! line every 10 seconds otherwise.
 use indicatif::{ProgressBar, ProgressStyle};
-use pgjet::transfer::Progress;
+use pgjet_core::transfer::Progress;
 use std::io::IsTerminal;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
