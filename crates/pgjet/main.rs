@@ -65,7 +65,8 @@ macro_rules! say_line {
 }
 
 fn print_json<T: serde::Serialize>(v: &T) -> Result<(), Error> {
-    let s = serde_json::to_string_pretty(v).map_err(|e| Error::Other(e.to_string()))?;
+    let s = serde_json::to_string_pretty(v)
+        .map_err(|e| Error::Other("cannot encode the JSON output".into()).because(e))?;
     say_line!("{s}");
     Ok(())
 }

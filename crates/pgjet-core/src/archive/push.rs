@@ -87,7 +87,7 @@ impl Archiver {
     /// A compressor for [`Archiver::push`] (one per thread).
     pub fn compressor(&self) -> Result<Compressor> {
         Compressor::new(self.compression)
-            .map_err(|e| Error::Other(format!("cannot create a compressor: {e}")))
+            .map_err(|e| Error::Other("cannot create a compressor".into()).because(e))
     }
 
     /// Reads the WAL file at `path`, checks it against the stanza and archives it into every
@@ -183,9 +183,10 @@ impl Archiver {
             lsn::check_wal_segment_header(data, tli, segno, size, info.system_identifier).map_err(
                 |e| {
                     Error::Repo(format!(
-                        "{} does not belong to stanza '{}' of repo{n}: {e}",
+                        "{} does not belong to stanza '{}' of repo{n}",
                         file.name, self.stanza
                     ))
+                    .because(e)
                 },
             )?;
             let magic = lsn::wal_page_magic(data);

@@ -102,7 +102,7 @@ pub fn drop_segments(
         };
         let p = spool.gap_dir().join(format!("{first}-{last}.json"));
         let json = serde_json::to_vec_pretty(&gap)
-            .map_err(|e| Error::Other(format!("cannot encode a gap record: {e}")))?;
+            .map_err(|e| Error::Other("cannot encode a gap record".into()).because(e))?;
         let tmp = p.with_extension("tmp");
         fs::OpenOptions::new()
             .write(true)

@@ -58,7 +58,7 @@ pub fn run(s: &Settings) -> Result<String> {
         if st.exists()? {
             let n = st.repo();
             repo::check_same_cluster(&st.info()?, info.system_identifier, &info.major())
-                .map_err(|e| Error::Repo(format!("repo{n}: {e}")))?;
+                .map_err(|e| Error::Repo(format!("repo{n}")).because(e))?;
             existing.push(n);
         }
     }

@@ -7,6 +7,9 @@ use std::path::PathBuf;
 /// Result alias used across the library.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// A cause another library or the operating system reported, kept as a value.
+pub type Cause = Box<dyn std::error::Error + Send + Sync + 'static>;
+
 /// What went wrong, in kinds a caller can act on.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -81,7 +84,11 @@ pub enum Error {
         /// The repository and object, e.g. `s3://bucket/prefix/main/stanza.json`.
         target: String,
         fault: StorageFault,
+        /// The store's answer, short (its kind, message and causes, for the message line).
         detail: String,
+        /// The store client's own error, kept as a value (none for a fault pgjet raised).
+        #[source]
+        source: Option<Cause>,
     },
     /// The process was asked to stop (SIGTERM, SIGINT: [`crate::io::cancel`]).
     #[error("cancelled by {}", signal_name(*signal))]
@@ -93,6 +100,15 @@ pub enum Error {
     /// classifies as `error`, and [`Error::hint`] is `hint` (see [`Error::with_hint`]).
     #[error("{error}")]
     Hinted { error: Box<Error>, hint: String },
+    /// `error` (what failed, in pgjet's words; its kind decides the hint and exit code) with
+    /// the cause another library or the operating system reported, kept as a value: its
+    /// [`std::error::Error::source`] (see [`Error::because`]). Displayed as `error: cause`.
+    #[error("{error}: {cause}")]
+    Caused {
+        error: Box<Error>,
+        #[source]
+        cause: Cause,
+    },
 }
 
 /// Why a storage request failed, in the terms that decide what the user does next.
@@ -178,12 +194,31 @@ impl Error {
         }
     }
 
-    /// The error under any hint given by [`Error::with_hint`]: what callers that act on
-    /// the kind look at.
+    /// This error, caused by `cause` (kept as its source, not turned into text):
+    /// `Error::Repo(format!("{name} is not valid")).because(e)`. The message reads
+    /// "{self}: {cause}"; the kind, hint and exit code stay this error's.
+    pub fn because(self, cause: impl Into<Cause>) -> Error {
+        Error::Caused {
+            error: Box::new(self),
+            cause: cause.into(),
+        }
+    }
+
+    /// The error under any hint given by [`Error::with_hint`] and any cause given by
+    /// [`Error::because`]: what callers that act on the kind look at.
     pub fn kind(&self) -> &Error {
         match self {
-            Error::Hinted { error, .. } => error.kind(),
+            Error::Hinted { error, .. } | Error::Caused { error, .. } => error.kind(),
             e => e,
+        }
+    }
+
+    /// The cause kept by [`Error::because`], if any (under a hint too).
+    pub fn cause(&self) -> Option<&(dyn std::error::Error + Send + Sync + 'static)> {
+        match self {
+            Error::Hinted { error, .. } => error.cause(),
+            Error::Caused { cause, .. } => Some(cause.as_ref()),
+            _ => None,
         }
     }
 
@@ -225,8 +260,27 @@ impl Error {
     /// cause of a query error): what `pgjet: ERROR:` prints, and what a log line that
     /// explains a fallback should say.
     pub fn with_causes(&self) -> String {
-        let inner = self.kind();
+        let inner = match self {
+            Error::Hinted { error, .. } => error.as_ref(),
+            e => e,
+        };
+        if let Error::Caused { error, cause } = inner {
+            let mut msg = error.with_causes();
+            let mut src: Option<&(dyn std::error::Error + 'static)> = Some(cause.as_ref());
+            while let Some(s) = src {
+                let t = s.to_string();
+                if !msg.contains(&t) {
+                    msg.push_str(&format!(": {t}"));
+                }
+                src = s.source();
+            }
+            return msg;
+        }
         let mut msg = inner.to_string();
+        if let Error::Storage { .. } = inner {
+            // `detail` says the client's error and its causes already, shortened.
+            return msg;
+        }
         let mut src = std::error::Error::source(inner);
         while let Some(s) = src {
             let t = s.to_string();
@@ -247,6 +301,7 @@ impl Error {
     pub fn hint(&self) -> String {
         match self {
             Error::Hinted { hint, .. } => format!("HINT: {hint}"),
+            Error::Caused { error, .. } => error.hint(),
             Error::Config(_) => "HINT: check the flags, the PGJET_* environment and the config file (--config).".into(),
             Error::Connect { source, .. } => match crate::error::tls::tls_error_in(source) {
                 Some(tls) => format!(
@@ -292,7 +347,7 @@ impl Error {
     /// 128 + the signal's number when cancelled (143 SIGTERM, 130 SIGINT), 1 anything else.
     pub fn exit_code(&self) -> i32 {
         match self {
-            Error::Hinted { error, .. } => error.exit_code(),
+            Error::Hinted { error, .. } | Error::Caused { error, .. } => error.exit_code(),
             Error::Config(_) => 2,
             Error::Connect { .. }
             | Error::Query { .. }

@@ -10,12 +10,13 @@
 //! uses all three at once.
 use crate::error::{Error, Result};
 use std::future::Future;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 /// Worker threads of the runtime (see the module's documentation).
 pub const WORKERS: usize = 4;
 
-static RUNTIME: OnceLock<std::result::Result<tokio::runtime::Runtime, String>> = OnceLock::new();
+static RUNTIME: OnceLock<std::result::Result<tokio::runtime::Runtime, Arc<std::io::Error>>> =
+    OnceLock::new();
 
 /// The runtime, started on first use.
 ///
@@ -28,10 +29,10 @@ pub fn get() -> Result<&'static tokio::runtime::Runtime> {
                 .thread_name("pgjet-io")
                 .enable_all()
                 .build()
-                .map_err(|e| e.to_string())
+                .map_err(Arc::new)
         })
         .as_ref()
-        .map_err(|e| Error::Other(format!("cannot start the async runtime: {e}")))
+        .map_err(|e| Error::Other("cannot start the async runtime".into()).because(e.clone()))
 }
 
 /// Runs `f` to completion on the calling thread, its spawned tasks on the runtime's workers.

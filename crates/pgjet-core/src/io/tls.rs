@@ -112,10 +112,7 @@ fn provider() -> Arc<CryptoProvider> {
 pub fn read_pem_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>> {
     use rustls::pki_types::pem::PemObject;
     let unreadable = |e: rustls::pki_types::pem::Error| {
-        Error::Config(format!(
-            "cannot read certificates from {}: {e}",
-            path.display()
-        ))
+        Error::Config(format!("cannot read certificates from {}", path.display())).because(e)
     };
     let certs: Vec<_> = CertificateDer::pem_file_iter(path)
         .map_err(unreadable)?
@@ -136,10 +133,7 @@ pub fn read_pem_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>> {
 pub fn read_private_key(path: &Path) -> Result<PrivateKeyDer<'static>> {
     use rustls::pki_types::pem::PemObject;
     PrivateKeyDer::from_pem_file(path).map_err(|e| {
-        Error::Config(format!(
-            "cannot read the TLS client key {}: {e}",
-            path.display()
-        ))
+        Error::Config(format!("cannot read the TLS client key {}", path.display())).because(e)
     })
 }
 
@@ -172,7 +166,7 @@ pub fn client_config(
     let provider = provider();
     let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
-        .map_err(|e| Error::Config(format!("TLS set-up failed: {e}")))?;
+        .map_err(|e| Error::Config("TLS set-up failed".into()).because(e))?;
     let verifier: Arc<dyn ServerCertVerifier> = match trust {
         ServerTrust::Any => Arc::new(NoVerifier(provider)),
         ServerTrust::File { path, names } => {
@@ -201,10 +195,8 @@ pub fn client_config(
             let chain = read_pem_certs(&id.cert)?;
             let key = read_private_key(&id.key)?;
             builder.with_client_auth_cert(chain, key).map_err(|e| {
-                Error::Config(format!(
-                    "bad TLS client certificate {}: {e}",
-                    id.cert.display()
-                ))
+                Error::Config(format!("bad TLS client certificate {}", id.cert.display()))
+                    .because(e)
             })
         }
         None => Ok(builder.with_no_client_auth()),
@@ -240,7 +232,7 @@ impl TrustVerifier {
                 if pinned.is_empty() {
                     tracing::debug!("system CA certificate skipped: {e}");
                 } else {
-                    return Err(Error::Config(format!("bad certificate in {source}: {e}")));
+                    return Err(Error::Config(format!("bad certificate in {source}")).because(e));
                 }
             }
         }

@@ -338,8 +338,9 @@ fn read_config_file(cli: &CliValues, env: &dyn Env) -> Result<Option<ConfigFile>
     if !explicit && !path.exists() {
         return Ok(None);
     }
-    let ini = ini::Ini::load_from_file(&path)
-        .map_err(|e| Error::Config(format!("cannot read config file {}: {e}", path.display())))?;
+    let ini = ini::Ini::load_from_file(&path).map_err(|e| {
+        Error::Config(format!("cannot read config file {}", path.display())).because(e)
+    })?;
     Ok(Some(ConfigFile { path, ini }))
 }
 
@@ -460,9 +461,10 @@ fn command_values_from_file(cmd: Cmd, cli: &mut CliValues, env: &dyn Env) -> Res
             if def.kind == table::Kind::Switch {
                 let on = crate::options::parse_bool(def.name, last).map_err(|e| {
                     Error::Config(format!(
-                        "config file {}, section [{section}]: {e}",
+                        "config file {}, section [{section}]",
                         f.path.display()
                     ))
+                    .because(e)
                 })?;
                 if on {
                     add.push((def.name, vec![String::new()]));

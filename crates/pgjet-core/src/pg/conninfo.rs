@@ -492,6 +492,7 @@ fn os_user_name(env: &dyn Fn(&str) -> Option<String>) -> String {
 pub fn source_error(e: Error) -> Error {
     match e {
         Error::Config(m) => Error::Config(format!("--source: {m}")),
+        Error::Caused { error, cause } => source_error(*error).because(cause),
         other => other,
     }
 }

@@ -75,7 +75,7 @@ pub fn kept_manifest(
 ) -> Result<Vec<u8>> {
     let listing =
         crate::pg::datadir::list_data_directory(pg_path, version_num, tablespace_dir, false)?;
-    let mem = |e: std::io::Error| Error::Other(format!("manifest in memory: {e}"));
+    let mem = |e: std::io::Error| Error::Other("manifest in memory".into()).because(e);
     let mut w = PgManifestWriter::new(Vec::new(), version_num.max(170000), system_identifier)
         .map_err(mem)?;
     for f in &listing.files {

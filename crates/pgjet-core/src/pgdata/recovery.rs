@@ -155,9 +155,10 @@ fn stop_instant(b: &BackupSummary) -> Result<DateTime<Utc>> {
         .map(|d| d.with_timezone(&Utc))
         .map_err(|e| {
             Error::Repo(format!(
-                "backup {}: stop_time '{}' is not valid: {e}",
+                "backup {}: stop_time '{}' is not valid",
                 b.header.label, b.end.stop.stop_time
             ))
+            .because(e)
         })
 }
 

@@ -24,9 +24,9 @@ pub fn bin_dir(pg_bin: Option<&Path>, local_dir: Option<&Path>, major: &str) -> 
         let text = fs::read_to_string(&pidfile).map_err(|e| Error::io("read", &pidfile, e))?;
         let pid = text.lines().next().unwrap_or("").trim().to_string();
         let exe = fs::read_link(format!("/proc/{pid}/exe")).map_err(|e| {
-            Error::Config(format!(
-                "cannot find the primary's binaries from PID {pid} ({e}); pass --pg-bin"
-            ))
+            Error::Config(format!("cannot find the primary's binaries from PID {pid}"))
+                .because(e)
+                .with_hint("pass --pg-bin")
         })?;
         return exe.parent().map(Path::to_path_buf).ok_or_else(|| {
             Error::Config("cannot find the primary's binaries; pass --pg-bin".into())

@@ -210,9 +210,7 @@ pub fn run_base_backup<T: BackupTarget>(
     progress.advance(control.size);
     let stop = sess.backup_stop()?;
     let label = parse_backup_label(&stop.backup_label).map_err(|e| {
-        Error::Other(format!(
-            "pg_backup_stop returned a backup_label pgjet cannot read: {e}"
-        ))
+        Error::Other("pg_backup_stop returned a backup_label pgjet cannot read".into()).because(e)
     })?;
     tracing::info!("{} stopped at LSN {}", opts.phase, stop.lsn);
     progress.finish();

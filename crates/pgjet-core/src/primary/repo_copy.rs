@@ -146,7 +146,7 @@ pub fn copy_stream(
     };
     let backup_label = text(&d.backup_label).unwrap_or_default();
     let label = parse_backup_label(&backup_label)
-        .map_err(|e| Error::Other(format!("the stream's backup_label cannot be read: {e}")))?;
+        .map_err(|e| Error::Other("the stream's backup_label cannot be read".into()).because(e))?;
     let control = d.control.clone().unwrap_or_default();
     // The manifest's catalog version is the stanza's when no session could read it
     // (replication only): the copy's own pg_control must agree.

@@ -234,9 +234,7 @@ fn col<'a, T: tokio_postgres::types::FromSql<'a>>(
     i: usize,
 ) -> Result<T> {
     row.try_get(i).map_err(|e| {
-        Error::Other(format!(
-            "unexpected reply from the server (column {i}): {e}"
-        ))
+        Error::Other(format!("unexpected reply from the server (column {i})")).because(e)
     })
 }
 
@@ -603,7 +601,7 @@ impl SourceReader for LibpqReader<'_> {
             .src
             .rt
             .block_on(task)
-            .map_err(|e| Error::Other(format!("{}: the reading task failed: {e}", what())))?
+            .map_err(|e| Error::Other(format!("{}: the reading task failed", what())).because(e))?
             .map_err(|source| Error::Query {
                 what: what(),
                 source,

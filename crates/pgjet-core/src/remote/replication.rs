@@ -336,7 +336,7 @@ impl ReplConn {
         }
         let mut buf = BytesMut::new();
         frontend::startup_message(params.iter().copied(), &mut buf)
-            .map_err(|e| Error::Other(format!("startup message: {e}")))?;
+            .map_err(|e| Error::Other("startup message".into()).because(e))?;
         self.send(&buf)?;
         let password = c.get_password().map(<[u8]>::to_vec);
         let need_pw = |me: &ReplConn| {
@@ -363,7 +363,7 @@ impl ReplConn {
                         3 => {
                             let pw = need_pw(self)?;
                             frontend::password_message(&pw, &mut out)
-                                .map_err(|e| Error::Other(format!("password message: {e}")))?;
+                                .map_err(|e| Error::Other("password message".into()).because(e))?;
                         }
                         5 => {
                             let pw = need_pw(self)?;
@@ -378,7 +378,7 @@ impl ReplConn {
                                 salt,
                             );
                             frontend::password_message(h.as_bytes(), &mut out)
-                                .map_err(|e| Error::Other(format!("password message: {e}")))?;
+                                .map_err(|e| Error::Other("password message".into()).because(e))?;
                         }
                         10 => {
                             let pw = need_pw(self)?;
@@ -408,7 +408,7 @@ impl ReplConn {
                             };
                             let s = ScramSha256::new(&pw, cb);
                             frontend::sasl_initial_response(mech, s.message(), &mut out)
-                                .map_err(|e| Error::Other(format!("SASL message: {e}")))?;
+                                .map_err(|e| Error::Other("SASL message".into()).because(e))?;
                             scram = Some(s);
                         }
                         11 => {
@@ -418,7 +418,7 @@ impl ReplConn {
                             s.update(m.body.get(4..).unwrap_or(&[]))
                                 .map_err(|e| self.protocol(format!("SCRAM: {e}")))?;
                             frontend::sasl_response(s.message(), &mut out)
-                                .map_err(|e| Error::Other(format!("SASL message: {e}")))?;
+                                .map_err(|e| Error::Other("SASL message".into()).because(e))?;
                         }
                         12 => {
                             let s = scram
@@ -505,7 +505,7 @@ impl ReplConn {
     /// Sends `sql` with the simple query protocol; the caller reads the replies.
     pub fn send_query(&mut self, sql: &str) -> Result<()> {
         let mut buf = BytesMut::new();
-        frontend::query(sql, &mut buf).map_err(|e| Error::Other(format!("query: {e}")))?;
+        frontend::query(sql, &mut buf).map_err(|e| Error::Other("query".into()).because(e))?;
         self.send(&buf)
     }
 
@@ -555,7 +555,7 @@ impl ReplConn {
         for chunk in manifest.chunks(1 << 20) {
             buf.clear();
             frontend::CopyData::new(chunk)
-                .map_err(|e| Error::Other(format!("UPLOAD_MANIFEST: {e}")))?
+                .map_err(|e| Error::Other("UPLOAD_MANIFEST".into()).because(e))?
                 .write(&mut buf);
             self.send(&buf)?;
         }
@@ -687,7 +687,7 @@ fn start_tls(
     let name = rustls::pki_types::ServerName::try_from(host.to_string())
         .map_err(|_| Error::Config(format!("'{host}' is not a valid TLS server name")))?;
     let mut conn = rustls::ClientConnection::new(cfg, name)
-        .map_err(|e| Error::Other(format!("{describe}: TLS set-up: {e}")))?;
+        .map_err(|e| Error::Other(format!("{describe}: TLS set-up")).because(e))?;
     // Run the handshake now, so a refused certificate is reported as such.
     let _ = tcp.set_read_timeout(Some(Duration::from_secs(60)));
     while conn.is_handshaking() {

@@ -26,9 +26,10 @@ pub fn open_chain(backup: &Backup, summary: &BackupSummary) -> Result<Vec<(Strin
         let other = backup.stanza().backup(r);
         let s = other.summary().map_err(|e| {
             Error::Repo(format!(
-                "backup {label} depends on backup {r}, which cannot be read ({e}); \
-                 restore or verify another backup, or take a new full backup"
+                "backup {label} depends on backup {r}, which cannot be read"
             ))
+            .because(e)
+            .with_hint("restore or verify another backup, or take a new full backup")
         })?;
         let o = &s.header;
         if o.system_identifier != h.system_identifier

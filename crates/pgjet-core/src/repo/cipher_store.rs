@@ -164,7 +164,8 @@ impl Sealing {
 }
 
 fn to_json<T: Serialize>(v: &T) -> Result<Vec<u8>> {
-    serde_json::to_vec_pretty(v).map_err(|e| Error::Other(e.to_string()))
+    serde_json::to_vec_pretty(v)
+        .map_err(|e| Error::Other("cannot encode a cipher file".into()).because(e))
 }
 
 fn hex_array<const N: usize>(what: &str, s: &str) -> Result<[u8; N]> {
@@ -210,8 +211,9 @@ impl CipherStorage {
     /// Opens `cipher.json`'s keys with the passphrase. Errors: a wrong passphrase; a file
     /// that is not one pgjet wrote.
     fn open_keys(&self, name: &str, bytes: &[u8]) -> Result<StanzaKeys> {
-        let f: CipherFile = serde_json::from_slice(bytes)
-            .map_err(|e| Error::Repo(format!("{name}: not a cipher file pgjet can read: {e}")))?;
+        let f: CipherFile = serde_json::from_slice(bytes).map_err(|e| {
+            Error::Repo(format!("{name}: not a cipher file pgjet can read")).because(e)
+        })?;
         if f.format != 1 || f.cipher != CIPHER_TYPE || f.kdf.algorithm != "argon2id" {
             return Err(Error::Repo(format!(
                 "{name}: format {} cipher {} kdf {} is not one this pgjet reads (1, {CIPHER_TYPE}, argon2id)",
@@ -346,7 +348,7 @@ impl CipherStorage {
             match self.inner.get(&name) {
                 Ok(bytes) => {
                     let f: KeyFile = serde_json::from_slice(&bytes)
-                        .map_err(|e| Error::Repo(format!("{name}: not a key file: {e}")))?;
+                        .map_err(|e| Error::Repo(format!("{name}: not a key file")).because(e))?;
                     let wrapped = f
                         .wrapped_for(&keys.kek_tag)
                         .and_then(|h| hex::decode(h).ok())
@@ -438,7 +440,7 @@ impl CipherStorage {
         })?;
         let name = format!("{stanza}/{CIPHER_FILE}");
         let old: CipherFile = serde_json::from_slice(&self.inner.get(&name)?)
-            .map_err(|e| Error::Repo(format!("{name}: {e}")))?;
+            .map_err(|e| Error::Repo(name.to_string()).because(e))?;
         let kdf = Kdf::new()?;
         let kek = self.derive(&kdf, &keys.repo_id, new.as_bytes())?;
         let tag = hex::encode(kdf.salt);
@@ -449,7 +451,7 @@ impl CipherStorage {
             let key_name = format!("{stanza}/backup/{label}/{KEY_FILE}");
             let mut f: KeyFile = match self.inner.get(&key_name) {
                 Ok(b) => serde_json::from_slice(&b)
-                    .map_err(|e| Error::Repo(format!("{key_name}: not a key file: {e}")))?,
+                    .map_err(|e| Error::Repo(format!("{key_name}: not a key file")).because(e))?,
                 Err(e) if e.is_not_found() => continue,
                 Err(e) => return Err(e),
             };

@@ -308,7 +308,8 @@ impl StanzaLock {
                 released: false,
             };
             let name = record_name(stanza, next);
-            let json = serde_json::to_vec(&rec).map_err(|e| Error::Other(e.to_string()))?;
+            let json = serde_json::to_vec(&rec)
+                .map_err(|e| Error::Other("cannot encode the lock record".into()).because(e))?;
             // Only one create of the next epoch wins; a loser looks again.
             if !store.create_new(&name, &json)? {
                 continue;
@@ -330,7 +331,7 @@ impl StanzaLock {
                 std::thread::Builder::new()
                     .name("pgjet-lock".into())
                     .spawn(move || renew(&*store, &stanza, next, rec, &renewal, lease, renew_every))
-                    .map_err(|e| Error::Other(format!("cannot start the lock renewal: {e}")))?
+                    .map_err(|e| Error::Other("cannot start the lock renewal".into()).because(e))?
             };
             let cancel = {
                 let (store, stanza, rec) = (store.clone(), stanza.to_string(), rec.clone());
@@ -437,7 +438,7 @@ fn renew(
                 };
                 // Our own record: no other process writes it.
                 match serde_json::to_vec(&next)
-                    .map_err(|e| Error::Other(e.to_string()))
+                    .map_err(|e| Error::Other("cannot encode the lock record".into()).because(e))
                     .and_then(|j| store.put_durable(&name, &j))
                 {
                     Ok(()) => {
@@ -485,7 +486,7 @@ fn release(store: &dyn Storage, stanza: &str, epoch: u64, record: &LockRecord) {
         };
         let name = record_name(stanza, epoch);
         let written = serde_json::to_vec(&released)
-            .map_err(|e| Error::Other(e.to_string()))
+            .map_err(|e| Error::Other("cannot encode the lock record".into()).because(e))
             .and_then(|j| store.put_durable(&name, &j));
         if let Err(e) = written {
             tracing::warn!("could not release the lock {name}: {e}");

@@ -176,7 +176,7 @@ impl ManifestWriter {
             failed: None,
         };
         let z = zstd::stream::write::Encoder::new(sink, MANIFEST_ZSTD_LEVEL)
-            .map_err(|e| Error::Other(format!("cannot start the manifest {name}: {e}")))?;
+            .map_err(|e| Error::Other(format!("cannot start the manifest {name}")).because(e))?;
         let mut w = ManifestWriter {
             name,
             store,
@@ -206,7 +206,7 @@ impl ManifestWriter {
     /// The store's own error when a write failed there, else an encoding error.
     fn error(&mut self, e: std::io::Error) -> Error {
         self.z.get_mut().failed.take().unwrap_or_else(|| {
-            Error::Other(format!("cannot write the manifest {}: {e}", self.name))
+            Error::Other(format!("cannot write the manifest {}", self.name)).because(e)
         })
     }
 
@@ -307,10 +307,9 @@ impl ManifestWriter {
             .do_finish()
             .and_then(|_| self.z.get_mut().flush_buf());
         done.map_err(|e| self.error(e))?;
-        let sink = self
-            .z
-            .finish()
-            .map_err(|e| Error::Other(format!("cannot write the manifest {}: {e}", self.name)))?;
+        let sink = self.z.finish().map_err(|e| {
+            Error::Other(format!("cannot write the manifest {}", self.name)).because(e)
+        })?;
         let manifest = ManifestRef {
             object: MANIFEST_OBJECT.into(),
             stored_size: sink.bytes,
@@ -323,7 +322,7 @@ impl ManifestWriter {
             manifest,
         };
         let json = serde_json::to_vec_pretty(&summary)
-            .map_err(|e| Error::Other(format!("cannot encode the summary: {e}")))?;
+            .map_err(|e| Error::Other("cannot encode the summary".into()).because(e))?;
         self.store.sync()?;
         self.store.put_durable(&self.summary_name, &json)?;
         if let Some(j) = journal {
@@ -347,7 +346,7 @@ pub(super) fn read_summary(backup: &Backup) -> Result<BackupSummary> {
         Err(e) => return Err(e),
     };
     let s: BackupSummary = serde_json::from_slice(&bytes)
-        .map_err(|e| Error::Repo(format!("{name} is not valid: {e}")))?;
+        .map_err(|e| Error::Repo(format!("{name} is not valid")).because(e))?;
     let h = &s.header;
     if h.format != REPO_FORMAT && h.format != super::CHAIN_FORMAT {
         return Err(Error::Repo(format!(

@@ -116,8 +116,9 @@ impl Journal {
             started: start.started,
             header: header.clone(),
         };
-        let json = serde_json::to_vec(&h)
-            .map_err(|e| Error::Other(format!("cannot encode the resume journal's header: {e}")))?;
+        let json = serde_json::to_vec(&h).map_err(|e| {
+            Error::Other("cannot encode the resume journal's header".into()).because(e)
+        })?;
         store.put_durable(&format!("{dir}/{:04}.json", start.attempt), &json)?;
         Ok(Journal {
             store,
@@ -139,7 +140,7 @@ impl Journal {
     pub fn add(&mut self, f: &FileEntry) -> Result<()> {
         let before = self.partials.remove(&f.path).map_or(0, |p| p.1);
         serde_json::to_writer(&mut self.pending, f)
-            .map_err(|e| Error::Other(format!("cannot encode a resume journal line: {e}")))?;
+            .map_err(|e| Error::Other("cannot encode a resume journal line".into()).because(e))?;
         self.pending.push(b'\n');
         self.pending_bytes += f.size.saturating_sub(before);
         let first_new = self.start.first_new_object;
@@ -211,8 +212,9 @@ impl Journal {
                 partial: f.clone(),
                 covered: *covered,
             };
-            serde_json::to_writer(&mut lines, &line)
-                .map_err(|e| Error::Other(format!("cannot encode a resume journal line: {e}")))?;
+            serde_json::to_writer(&mut lines, &line).map_err(|e| {
+                Error::Other("cannot encode a resume journal line".into()).because(e)
+            })?;
             lines.push(b'\n');
         }
         self.pending_bytes = 0;
@@ -220,7 +222,7 @@ impl Journal {
         let store = self.store.clone();
         self.saving = Some(std::thread::spawn(move || {
             let z = zstd::bulk::compress(&lines, 3)
-                .map_err(|e| Error::Other(format!("cannot compress {name}: {e}")))?;
+                .map_err(|e| Error::Other(format!("cannot compress {name}")).because(e))?;
             store.sync()?;
             store.put_durable(&name, &z)
         }));
@@ -306,7 +308,7 @@ impl Interrupted {
         }
         // Header first within an attempt (None sorts before Some).
         names.sort();
-        let bad = |n: &str, e: String| Error::Repo(format!("resume journal {dir}/{n}: {e}"));
+        let bad = |n: &str, e: String| Error::Repo(format!("resume journal {dir}/{n}")).because(e);
         let mut attempts: Vec<AttemptHeader> = Vec::new();
         let mut files = HashMap::new();
         let mut highest_named = 0;

@@ -118,9 +118,10 @@ impl RepoSink<'_> {
         st.payload = payload;
         compressed.map_err(|e| {
             Error::Other(format!(
-                "{} compression failed at offset {offset}: {e}",
+                "{} compression failed at offset {offset}",
                 self.compression.kind
             ))
+            .because(e)
         })?;
         let frame = &object[start..];
         Ok(Piece {
@@ -200,9 +201,10 @@ impl UnitSink for RepoSink<'_> {
     fn new_state(&self) -> Result<RepoState> {
         let compressor = Compressor::new(self.compression).map_err(|e| {
             Error::Other(format!(
-                "cannot set up {} compression: {e}",
+                "cannot set up {} compression",
                 self.compression.kind
             ))
+            .because(e)
         })?;
         Ok(RepoState {
             compressor,

@@ -59,7 +59,7 @@ impl Stanza {
             )));
         }
         let info: StanzaInfo = serde_json::from_slice(&bytes)
-            .map_err(|e| Error::Repo(format!("{name} is not valid: {e}")))?;
+            .map_err(|e| Error::Repo(format!("{name} is not valid")).because(e))?;
         if info.format != REPO_FORMAT {
             return Err(Error::Repo(format!(
                 "{name} has format {}, this pgjet reads {REPO_FORMAT}",
@@ -81,7 +81,7 @@ impl Stanza {
             )));
         }
         let json = serde_json::to_vec_pretty(info)
-            .map_err(|e| Error::Other(format!("cannot encode the stanza info: {e}")))?;
+            .map_err(|e| Error::Other("cannot encode the stanza info".into()).because(e))?;
         self.store().put_durable(&self.info_name(), &json)
     }
 

@@ -188,7 +188,7 @@ pub fn encode_hashed(
 ) -> Result<()> {
     let frame = compressor
         .compress_frame(data)
-        .map_err(|e| Error::Other(format!("cannot compress {name}: {e}")))?;
+        .map_err(|e| Error::Other(format!("cannot compress {name}")).because(e))?;
     let header = WalHeader {
         pgjet_wal: WAL_OBJECT_FORMAT,
         file: name.to_string(),
@@ -202,7 +202,7 @@ pub fn encode_hashed(
     };
     out.clear();
     serde_json::to_writer(&mut *out, &header)
-        .map_err(|e| Error::Other(format!("cannot encode the header of {name}: {e}")))?;
+        .map_err(|e| Error::Other(format!("cannot encode the header of {name}")).because(e))?;
     out.push(b'\n');
     out.extend_from_slice(frame);
     Ok(())
@@ -491,7 +491,7 @@ pub fn remove_gap(st: &Stanza, gap: &Gap) -> Result<()> {
 /// Errors: the store's.
 pub fn record_gap(st: &Stanza, gap: &Gap) -> Result<()> {
     let json = serde_json::to_vec_pretty(gap)
-        .map_err(|e| Error::Other(format!("cannot encode a gap record: {e}")))?;
+        .map_err(|e| Error::Other("cannot encode a gap record".into()).because(e))?;
     st.store().put_durable(&gap_name(st.name(), gap), &json)
 }
 
@@ -508,7 +508,7 @@ pub fn gaps(st: &Stanza) -> Result<Vec<Gap>> {
         }
         let name = format!("{dir}/{n}");
         let g: Gap = serde_json::from_slice(&st.store().get(&name)?)
-            .map_err(|e| Error::Repo(format!("gap record {name} is not valid: {e}")))?;
+            .map_err(|e| Error::Repo(format!("gap record {name} is not valid")).because(e))?;
         out.push(g);
     }
     out.sort_by(|a, b| a.first.cmp(&b.first));

@@ -149,6 +149,7 @@ impl FaultyStorage {
                         target: format!("{} {name}", self.inner.describe()),
                         fault,
                         detail: format!("injected {fault:?} on {op:?}"),
+                        source: None,
                     })
                 }
             }

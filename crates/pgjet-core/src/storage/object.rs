@@ -112,7 +112,7 @@ fn http_client(tls: &StorageTls) -> Result<reqwest::Client> {
         .http1_only()
         .pool_max_idle_per_host(64)
         .build()
-        .map_err(|e| Error::Config(format!("cannot set up the HTTP client: {e}")))
+        .map_err(|e| Error::Config("cannot set up the HTTP client".into()).because(e))
 }
 
 /// Puts our HTTP client under an operator.
@@ -125,7 +125,7 @@ fn with_client(op: Operator, client: reqwest::Client) -> Operator {
 }
 
 fn config_err(what: &str, e: opendal::Error) -> Error {
-    Error::Config(format!("{what}: {e}"))
+    Error::Config(what.to_string()).because(e)
 }
 
 /// A store's operator as its settings make it, before our HTTP client and the retry and
@@ -397,6 +397,7 @@ impl ObjectStorage {
                     target: desc,
                     fault: StorageFault::Tls(crate::error::tls::TlsFailure::of(tls)),
                     detail: format!("TLS: {}: {}", crate::error::tls::reason(tls), causes(e)),
+                    source: None,
                 });
             }
         }
@@ -486,6 +487,7 @@ impl ObjectStorage {
                     target: self.target(name),
                     fault: StorageFault::Transient,
                     detail: "cancelled".into(),
+                    source: None,
                 }),
             }
         })
@@ -580,6 +582,7 @@ fn storage_error(op: &'static str, target: String, e: opendal::Error) -> Error {
         target,
         fault,
         detail,
+        source: Some(Box::new(e)),
     };
     match expected_region(&msg) {
         Some(r) => err.with_hint(format!(
@@ -769,6 +772,7 @@ impl Storage for ObjectStorage {
                     "asked for {len} bytes at offset {offset}, got {}",
                     buf.len()
                 ),
+                source: None,
             });
         }
         Ok(buf.to_vec())
