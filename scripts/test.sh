@@ -35,5 +35,8 @@ echo "---- tests/it/patroni.rs (run beside the others) ----"
 cat "$patroni_log"
 rm -f "$patroni_log"
 [ "$rc" -eq 0 ] && [ "$patroni_rc" -eq 0 ] || exit 1
+# The Debian package (docs/packaging.md): built from the binary just tested, installed and
+# purged on a clean Debian 12 root, its units verified and their command lines run.
+PGJET_BIN=target/release/pgjet bash scripts/test-package.sh
 # The whole suite ends with the README's tour, run as written.
 PGJET=target/release/pgjet bash scripts/tour.sh
