@@ -6,6 +6,7 @@ use pgjet_core::error::Error;
 use pgjet_core::options::resolve::Invocation;
 use pgjet_core::options::table::{classify, classify_env, Key, COMMANDS, OPTIONS};
 use pgjet_core::options::*;
+use pgjet_core::storage::config::RepoConfig;
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 

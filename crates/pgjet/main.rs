@@ -165,10 +165,10 @@ fn run(inv: Invocation) -> Result<(), Error> {
             }
         }
         Command::ArchivePushAsync { wal_dir } => {
-            pgjet_core::archive::pusher::push_background(&s, &wal_dir)?
+            pgjet_core::archive::pusher::push_background(&s.archive_config(), &wal_dir)?
         }
         Command::ArchiveGetAsync { first_request } => {
-            pgjet_core::archive::prefetcher::get_background(&s, &first_request)?
+            pgjet_core::archive::prefetcher::get_background(&s.archive_config(), &first_request)?
         }
         Command::ReplicaCreate(a) => {
             let r = commands::replica::run(&s, &a, &progress)?;
@@ -303,7 +303,7 @@ fn main() {
         .settings
         .repos
         .iter()
-        .any(|(_, r)| matches!(r, pgjet_core::options::RepoConfig::Sftp { .. }))
+        .any(|(_, r)| matches!(r, pgjet_core::storage::config::RepoConfig::Sftp { .. }))
     {
         // Before any thread starts: it sets XDG_STATE_HOME (see storage::ssh).
         pgjet_core::storage::ssh::own_control_dir();

@@ -8,7 +8,7 @@
 //! scripts/install-deps.sh installs them (Go modules versitygw and fake-gcs-server, npm
 //! packages azurite and @azure/storage-blob, Debian's openssh-server).
 use super::*;
-use pgjet_core::options::RepoConfig;
+use pgjet_core::storage::config::RepoConfig;
 use std::process::Child;
 
 /// Access key and secret of the S3 test server.

@@ -7,7 +7,7 @@
 //! exits with status 1 and says little. Any other failure is an error.
 use super::push::resolve_path;
 use crate::error::Result;
-use crate::options::Settings;
+use crate::options::ArchiveConfig;
 use crate::repo::wal::{self, WalFile};
 use crate::repo::Stanza;
 use std::path::Path;
@@ -26,12 +26,12 @@ pub enum GetOutcome {
 /// Fetches `file` from the repositories in order into `dest` (see [`run`]).
 ///
 /// Errors: as [`run`].
-pub fn fetch_direct(s: &Settings, file: &WalFile, dest: &Path) -> Result<GetOutcome> {
+pub fn fetch_direct(s: &ArchiveConfig, file: &WalFile, dest: &Path) -> Result<GetOutcome> {
     let stanza = s.stanza()?;
     let dest = resolve_path(dest);
     let mut failed = None;
-    for (n, cfg) in crate::repo::open::repos_in_scope(s)? {
-        let got = crate::repo::open::open_store(s, n, cfg).and_then(|store| {
+    for (n, cfg) in crate::repo::open::repos_in_scope(&s.repo_set)? {
+        let got = crate::repo::open::open_store(&s.repo_set, n, cfg).and_then(|store| {
             let st = Stanza::new(n, store, stanza);
             let got = wal::fetch(&st, file)?;
             // "Not archived" counts only from a repository that holds the stanza: a wrong

@@ -9,7 +9,7 @@ use super::spool::{
     IDLE_EXIT, SCAN_EVERY,
 };
 use crate::error::{Error, Result};
-use crate::options::Settings;
+use crate::options::ArchiveConfig;
 use crate::pg::lsn;
 use crate::repo::wal::{self, WalFile, WalFileKind};
 use crate::repo::Stanza;
@@ -32,7 +32,7 @@ fn in_dir(spool: &Spool) -> PathBuf {
 
 /// Starts the prefetcher unless one runs ([`GET_COMMAND`] `request`, same options); true
 /// when it started one.
-fn ensure_prefetcher(s: &Settings, spool: &Spool, request: &str) -> Result<bool> {
+fn ensure_prefetcher(s: &ArchiveConfig, spool: &Spool, request: &str) -> Result<bool> {
     ensure_running(s, spool, "get", GET_COMMAND, std::ffi::OsStr::new(request))
 }
 
@@ -41,7 +41,7 @@ fn ensure_prefetcher(s: &Settings, spool: &Spool, request: &str) -> Result<bool>
 /// segments after it.
 ///
 /// Errors: as [`fetch_direct`].
-pub fn get_foreground(s: &Settings, wal_file: &str, dest: &Path) -> Result<GetOutcome> {
+pub fn get_foreground(s: &ArchiveConfig, wal_file: &str, dest: &Path) -> Result<GetOutcome> {
     let stanza = s.stanza()?;
     let file = WalFile::parse(wal_file)?;
     if file.kind != WalFileKind::Segment {
@@ -288,7 +288,7 @@ fn stanza_segment_size(stanzas: &[Stanza]) -> Result<u64> {
 /// primary is still archiving). Exits after [`IDLE_EXIT`] without a new request.
 ///
 /// Errors: the spool cannot be used; the repositories cannot be opened.
-pub fn get_background(s: &Settings, first_request: &str) -> Result<()> {
+pub fn get_background(s: &ArchiveConfig, first_request: &str) -> Result<()> {
     let stanza = s.stanza()?.to_string();
     let spool = Spool::open(s, &stanza)?;
     let Some(mut lock) = spool.try_lock("get")? else {
@@ -297,7 +297,7 @@ pub fn get_background(s: &Settings, first_request: &str) -> Result<()> {
     let token = write_lock_owner(&mut lock, &settings_fingerprint(s));
     let dir = in_dir(&spool);
     remove_leftovers(&dir);
-    let stanzas = crate::repo::open::open_stanzas(s)?;
+    let stanzas = crate::repo::open::open_stanzas(&s.repo_set)?;
     let seg_size = stanza_segment_size(&stanzas)?;
     let window = (s.archive.get_queue_max / seg_size.max(1)).max(1);
     tracing::info!(

@@ -7,7 +7,7 @@
 //! repository. A file archived before is compared, never replaced (see [`wal::store`]).
 use crate::codec::{Compression, Compressor};
 use crate::error::{Error, Result};
-use crate::options::Settings;
+use crate::options::ArchiveConfig;
 use crate::pg::lsn;
 use crate::repo::wal::{self, PushOutcome, WalFile, WalFileKind};
 use crate::repo::{Stanza, StanzaInfo};
@@ -37,10 +37,10 @@ impl Archiver {
     ///
     /// Errors: no stanza or repository configured; a repository that cannot be opened or
     /// lacks the stanza; the data directory's pg_control naming another cluster.
-    pub fn open(s: &Settings) -> Result<Archiver> {
+    pub fn open(s: &ArchiveConfig) -> Result<Archiver> {
         let stanza = s.stanza()?.to_string();
         let mut repos = Vec::new();
-        for st in crate::repo::open::open_stanzas(s)? {
+        for st in crate::repo::open::open_stanzas(&s.repo_set)? {
             let info = st.info()?;
             repos.push((st, info));
         }

@@ -15,7 +15,7 @@ use super::spool::{
 };
 use crate::error::{Error, Result};
 use crate::io::mib;
-use crate::options::Settings;
+use crate::options::ArchiveConfig;
 use crate::repo::wal::{WalFile, WalFileKind};
 use std::collections::{HashMap, HashSet};
 use std::fs;
@@ -31,7 +31,7 @@ pub const PUSH_COMMAND: &str = "archive-push-async";
 const RETRY_AFTER: Duration = Duration::from_secs(1);
 
 /// Starts the background pusher for `wal_path`'s pg_wal directory unless one runs.
-fn ensure_background(s: &Settings, spool: &Spool, wal_path: &Path) -> Result<()> {
+fn ensure_background(s: &ArchiveConfig, spool: &Spool, wal_path: &Path) -> Result<()> {
     let wal_dir = wal_path.parent().unwrap_or(Path::new("."));
     ensure_running(s, spool, "push", PUSH_COMMAND, wal_dir.as_os_str()).map(|_| ())
 }
@@ -42,7 +42,7 @@ fn ensure_background(s: &Settings, spool: &Spool, wal_path: &Path) -> Result<()>
 /// Errors: the pusher's error for this file (the `.error` file is removed, so the next call
 /// waits for a new attempt) or its start-up error; no acknowledgement within
 /// archive-timeout ([`Error::Unsafe`]).
-pub fn push_foreground(s: &Settings, wal_path: &Path) -> Result<()> {
+pub fn push_foreground(s: &ArchiveConfig, wal_path: &Path) -> Result<()> {
     let stanza = s.stanza()?;
     let path = resolve_path(wal_path);
     let name = path
@@ -194,7 +194,7 @@ type PushResult = (String, Result<String, String>);
 ///
 /// Errors: the spool cannot be used; the repositories cannot be opened (written to
 /// `global.error` for the foreground too).
-pub fn push_background(s: &Settings, wal_dir: &Path) -> Result<()> {
+pub fn push_background(s: &ArchiveConfig, wal_dir: &Path) -> Result<()> {
     let stanza = s.stanza()?;
     let spool = Spool::open(s, stanza)?;
     let Some(mut lock) = spool.try_lock("push")? else {
@@ -275,7 +275,7 @@ pub fn push_background(s: &Settings, wal_dir: &Path) -> Result<()> {
 /// `global.error` for the foreground, else an earlier `global.error` is removed.
 ///
 /// Errors: as [`Archiver::open`].
-fn open_archiver(s: &Settings, spool: &Spool) -> Result<Arc<Archiver>> {
+fn open_archiver(s: &ArchiveConfig, spool: &Spool) -> Result<Arc<Archiver>> {
     let archiver = match Archiver::open(s) {
         Ok(a) => Arc::new(a),
         Err(e) => {

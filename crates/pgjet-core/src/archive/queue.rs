@@ -5,7 +5,7 @@ use super::push::Archiver;
 use super::spool::Spool;
 use crate::error::{Error, Result};
 use crate::io::mib;
-use crate::options::Settings;
+use crate::options::ArchiveConfig;
 use crate::pg::lsn;
 use crate::repo::wal::{self, Gap, WalFile, WalFileKind};
 use std::fs;
@@ -160,7 +160,7 @@ pub fn segment_size(wal_dir: &Path, names: &[String]) -> u64 {
 /// (this file included) passes `max` bytes, a segment is dropped instead of archived, and the
 /// gap recorded. Returns the warning when it dropped the file.
 pub fn drop_if_queue_full(
-    s: &Settings,
+    s: &ArchiveConfig,
     archiver: &Archiver,
     path: &Path,
     max: u64,

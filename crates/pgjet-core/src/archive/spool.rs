@@ -24,7 +24,7 @@
 //! under PostgreSQL's umask (077) that is 0700/0600; never world access.
 use crate::error::{Error, Result};
 use crate::io::fs::{DIR_MODE, FILE_MODE};
-use crate::options::Settings;
+use crate::options::ArchiveConfig;
 use std::fs;
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::io::AsRawFd;
@@ -57,7 +57,7 @@ impl Spool {
     ///
     /// Errors: [`Error::Io`] when the spool path cannot be created (it must belong to the
     /// cluster's OS user).
-    pub fn open(s: &Settings, stanza: &str) -> Result<Spool> {
+    pub fn open(s: &ArchiveConfig, stanza: &str) -> Result<Spool> {
         let dir = Spool::dir_of(s, stanza);
         for d in [dir.join("out"), dir.join("gap")] {
             crate::io::fs::create_dir_all(&d, DIR_MODE)?;
@@ -66,7 +66,7 @@ impl Spool {
     }
 
     /// `<spool-path>/archive/<stanza>`, the stanza's spool directory (nothing is created).
-    pub fn dir_of(s: &Settings, stanza: &str) -> PathBuf {
+    pub fn dir_of(s: &ArchiveConfig, stanza: &str) -> PathBuf {
         s.archive.spool_path.join("archive").join(stanza)
     }
 
@@ -136,7 +136,7 @@ impl Spool {
 /// A fingerprint of this invocation's resolved settings (flags, `PGJET_*` environment and
 /// config file together): a background process started with other settings (the
 /// archive_command or pgjet.conf changed) is replaced.
-pub(super) fn settings_fingerprint(s: &Settings) -> String {
+pub(super) fn settings_fingerprint(s: &ArchiveConfig) -> String {
     format!(
         "{:032x}",
         xxhash_rust::xxh3::xxh3_128(format!("{s:?}").as_bytes())
@@ -177,7 +177,7 @@ pub(super) fn lock_owner(spool: &Spool, name: &str) -> (i32, String, String) {
 /// settings; one that runs with other settings is stopped (SIGTERM: like a kill -9, it
 /// leaves nothing half-done) and replaced. True when it started one.
 pub(super) fn ensure_running(
-    s: &Settings,
+    s: &ArchiveConfig,
     spool: &Spool,
     name: &str,
     command: &str,
@@ -212,7 +212,7 @@ pub(super) fn ensure_running(
 /// [`crate::archive::prefetcher::GET_COMMAND`]), in a session of its own (the environment is
 /// inherited), its output appended to the spool's `<log>.log`.
 pub(super) fn spawn_self(
-    s: &Settings,
+    s: &ArchiveConfig,
     spool: &Spool,
     log: &str,
     command: &str,
@@ -230,7 +230,7 @@ pub(super) fn spawn_self(
         .try_clone()
         .map_err(|e| Error::io("open", &log_path, e))?;
     let mut cmd = std::process::Command::new(exe);
-    cmd.args(s.command_line_flags())
+    cmd.args(s.command_line_flags.clone())
         .args([
             std::ffi::OsStr::new(command),
             std::ffi::OsStr::new("--"),
@@ -277,11 +277,11 @@ pub(super) fn move_into(src: &Path, dest: &Path) -> Result<bool> {
     Ok(true)
 }
 
-/// Settings of a unit test: stanza "main", a posix repository `<dir>/repo`, asynchronous
+/// The archive settings of a unit test: stanza "main", a posix repository `<dir>/repo`, asynchronous
 /// archiving through `<dir>/spool`, archive-timeout `timeout` seconds.
 #[cfg(test)]
-pub(crate) fn test_settings(dir: &Path, timeout: f64) -> Settings {
-    Settings::from_flags(&[
+pub(crate) fn test_settings(dir: &Path, timeout: f64) -> ArchiveConfig {
+    crate::options::Settings::from_flags(&[
         ("stanza", "main".into()),
         ("repo-path", dir.join("repo").display().to_string()),
         ("archive-async", "y".into()),
@@ -289,6 +289,7 @@ pub(crate) fn test_settings(dir: &Path, timeout: f64) -> Settings {
         ("archive-timeout", timeout.to_string()),
     ])
     .unwrap()
+    .archive_config()
 }
 
 #[cfg(test)]

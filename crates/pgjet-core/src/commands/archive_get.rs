@@ -15,7 +15,7 @@ use std::path::Path;
 pub fn run(s: &Settings, wal_file: &str, dest: &Path) -> Result<GetOutcome> {
     let file = WalFile::parse(wal_file)?;
     if s.archive.asynchronous {
-        return prefetcher::get_foreground(s, wal_file, dest);
+        return prefetcher::get_foreground(&s.archive_config(), wal_file, dest);
     }
-    fetch_direct(s, &file, dest)
+    fetch_direct(&s.archive_config(), &file, dest)
 }

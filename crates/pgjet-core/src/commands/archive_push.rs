@@ -14,7 +14,7 @@ use std::path::Path;
 /// Errors: as [`push_sync`] and [`pusher::push_foreground`].
 pub fn run(s: &Settings, wal_path: &Path) -> Result<()> {
     if s.archive.asynchronous {
-        return pusher::push_foreground(s, wal_path);
+        return pusher::push_foreground(&s.archive_config(), wal_path);
     }
     push_sync(s, wal_path)
 }
@@ -24,12 +24,13 @@ pub fn run(s: &Settings, wal_path: &Path) -> Result<()> {
 ///
 /// Errors: as [`push::Archiver::open`] and [`push::Archiver::push`].
 fn push_sync(s: &Settings, wal_path: &Path) -> Result<()> {
+    let archive_cfg = s.archive_config();
     let path = push::resolve_path(wal_path);
-    let archiver = push::Archiver::open(s)?;
+    let archiver = push::Archiver::open(&archive_cfg)?;
     if let Some(max) = s.archive.push_queue_max {
         // Gap records that could not reach a repository yet go first.
-        queue::flush_gaps(&Spool::open(s, archiver.stanza())?, &archiver);
-        if let Some(warning) = queue::drop_if_queue_full(s, &archiver, &path, max)? {
+        queue::flush_gaps(&Spool::open(&archive_cfg, archiver.stanza())?, &archiver);
+        if let Some(warning) = queue::drop_if_queue_full(&archive_cfg, &archiver, &path, max)? {
             tracing::warn!("{warning}");
             return Ok(());
         }

@@ -51,9 +51,11 @@ pub struct BackupSummary {
 /// server's stream), the WAL in the archive, every object durable, the lock checked, the
 /// manifest and summary last, then expire. Split up, that order would be hidden.
 pub fn run(s: &Settings, args: &BackupOptions, progress: &dyn Progress) -> Result<BackupSummary> {
-    let stanza = open_stanza(s)?;
+    let repo_set = s.repo_set();
+    let primary_conn = s.primary_conn();
+    let stanza = open_stanza(&repo_set)?;
     let stanza_info = stanza.info()?;
-    let copier = Copier::open(s)?;
+    let copier = Copier::open(&primary_conn)?;
     let ctl = copier.ctl();
     // None: pg_hba.conf lets the role in for replication only; the stream runs on
     // replication connections alone (docs/commands.md, "With the replication line alone").
@@ -135,7 +137,7 @@ pub fn run(s: &Settings, args: &BackupOptions, progress: &dyn Progress) -> Resul
     let (started, label) = match &resumed {
         Some((it, _)) => (chrono::Utc::now(), it.label.clone()),
         None => {
-            let others = open_other_stanzas(s, stanza.repo())?;
+            let others = open_other_stanzas(&repo_set, stanza.repo())?;
             let make_label = |t| match &reference {
                 None => repo::new_label(t),
                 Some(r) => {
@@ -196,7 +198,16 @@ pub fn run(s: &Settings, args: &BackupOptions, progress: &dyn Progress) -> Resul
             copy_ranges(primary, &sink, header, &spcs, args, &pg_label, progress)?
         }
         Copier::Stream(stream) => {
-            let c = copy_stream(s, &stream, &sink, header, &spcs, args, &pg_label, progress);
+            let c = copy_stream(
+                &primary_conn,
+                &stream,
+                &sink,
+                header,
+                &spcs,
+                args,
+                &pg_label,
+                progress,
+            );
             stream.ctl.close();
             c?
         }
@@ -248,7 +259,9 @@ pub fn run(s: &Settings, args: &BackupOptions, progress: &dyn Progress) -> Resul
             // Nothing known of the archiver: the wait only watches the repository.
             None if replication_only => Ok(crate::pg::session::ArchiverStats::default()),
             None => {
-                let x = crate::pg::session::Session::connect(&crate::primary::primary_target(s)?)?;
+                let x = crate::pg::session::Session::connect(&crate::primary::primary_target(
+                    &primary_conn,
+                )?)?;
                 let a = x.archiver();
                 side = Some(x);
                 a

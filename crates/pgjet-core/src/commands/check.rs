@@ -26,7 +26,8 @@ pub struct Report {
 /// - With a repository and a stanza: --pg-path is the data_directory (when local), the
 ///   cluster's identity matches the stanza's, and the repository is writable.
 pub fn run(s: &Settings) -> Result<Report> {
-    let target = primary_target(s)?;
+    let primary_conn = s.primary_conn();
+    let target = primary_target(&primary_conn)?;
     let sess = match Session::connect(&target) {
         Ok(sess) => sess,
         Err(e) if s.source.is_some() && crate::remote::control::refused_by_pg_hba(&e) => {
@@ -99,7 +100,7 @@ pub fn run(s: &Settings) -> Result<Report> {
             }
         }
         None => {
-            let n = libpq_connections(s, &sess, &info)?;
+            let n = libpq_connections(&primary_conn, &sess, &info)?;
             lines.push(format!(
                 "files are read over libpq: {n} copy connection(s) fit in the server's free slots"
             ));
@@ -115,7 +116,7 @@ pub fn run(s: &Settings) -> Result<Report> {
         None
     };
     if let (Some(stanza), false) = (&s.stanza, s.repos.is_empty()) {
-        let repos = open_stanzas(s)?;
+        let repos = open_stanzas(&s.repo_set())?;
         for st in &repos {
             let n = st.repo();
             repo::check_same_cluster(&st.info()?, info.system_identifier, &info.major())?;

@@ -32,7 +32,7 @@ const BACKREST_FORMAT: i64 = 5;
 ///
 /// Errors: a repository that cannot be opened or listed; a stanza's error is its status.
 pub fn collect(s: &Settings) -> Result<Vec<Value>> {
-    let repos = open_repos(s)?;
+    let repos = open_repos(&s.repo_set())?;
     let mut names: Vec<String> = match &s.stanza {
         Some(n) => vec![n.clone()],
         None => {

@@ -136,7 +136,7 @@ pub fn queues(s: &Settings, v: &[StanzaView]) -> Vec<(String, QueueView)> {
     };
     v.iter()
         .map(|st| {
-            let out = Spool::dir_of(s, &st.stanza).join("out");
+            let out = Spool::dir_of(&s.archive_config(), &st.stanza).join("out");
             (
                 st.stanza.clone(),
                 queue_view(pg, &out, std::time::SystemTime::now()),

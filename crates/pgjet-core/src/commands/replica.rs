@@ -32,6 +32,7 @@ use std::time::Instant;
 
 /// Runs `replica-create`.
 pub fn run(s: &Settings, args: &ReplicaOptions, progress: &dyn Progress) -> Result<ReplicaSummary> {
+    let primary_conn = s.primary_conn();
     if !s.pg_path()?.is_absolute() {
         return Err(Error::Config("--pg-path must be an absolute path".into()));
     }
@@ -50,20 +51,20 @@ pub fn run(s: &Settings, args: &ReplicaOptions, progress: &dyn Progress) -> Resu
         return super::replica_seed::run(s, args, progress);
     }
     // Settings errors before anything reaches the primary (the auto probe connects).
-    let given = source_as_given(s)?;
+    let given = source_as_given(&primary_conn)?;
     if s.transport == crate::options::Transport::Basebackup {
-        return super::replica_stream::run(s, args, seed.reached, progress);
+        return super::replica_stream::run(&primary_conn, args, seed.reached, progress);
     }
     // auto: the stream when the primary is on another host and the probe finds it faster,
     // or when the role may only stream (for --delta only then: the stream sends every file).
     if let Some((stream, reached)) =
-        crate::primary::choose::auto_stream_settings(s, args.delta, true, seed.reached)?
+        crate::primary::choose::auto_stream_settings(&primary_conn, args.delta, true, seed.reached)?
     {
         return super::replica_stream::run(&stream, args, Some(reached), progress);
     }
     let target = s.pg_path()?.to_path_buf();
     let map = parse_tablespace_map(&args.tablespace_map)?;
-    let primary = open_primary(s, false)?;
+    let primary = open_primary(&primary_conn, false)?;
     if primary.info.in_recovery {
         return Err(Error::Unsafe(format!(
             "the source is a standby: --transport {} copies from a primary only; use --transport basebackup (auto takes it), which a standby serves",
@@ -134,7 +135,7 @@ pub fn run(s: &Settings, args: &ReplicaOptions, progress: &dyn Progress) -> Resu
     Ok(ReplicaSummary {
         delta_same: delta.then_some(same),
         delta_copied: delta.then_some(copied_bytes),
-        ..finish_replica(s, args, &copied, &conn, &app)?
+        ..finish_replica(&primary_conn, args, &copied, &conn, &app)?
     })
 }
 
@@ -206,7 +207,7 @@ fn copy_and_configure(
     set_mtimes(&paths, &mtimes)?;
 
     let lines = standby_lines(
-        s,
+        &s.primary_conn(),
         args,
         &primary.target,
         standby.app,

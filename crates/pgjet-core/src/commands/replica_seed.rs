@@ -234,7 +234,7 @@ pub fn wanted(s: &Settings, args: &ReplicaOptions) -> Result<SeedChoice> {
         let side = std::thread::Builder::new()
             .name("pgjet-seed-repo".into())
             .spawn_scoped(scope, || RepoSide::read(s));
-        let connected = Reached::connect(s, true);
+        let connected = Reached::connect(&s.primary_conn(), true);
         let side = match side {
             Ok(h) => h
                 .join()
@@ -310,7 +310,7 @@ impl RepoSide {
     ///
     /// Errors: the repository's reads.
     fn read(s: &Settings) -> Result<Option<RepoSide>> {
-        let (st, label) = match crate::repo::open::open_stanza_with_set(s, "latest") {
+        let (st, label) = match crate::repo::open::open_stanza_with_set(&s.repo_set(), "latest") {
             Ok(f) => f,
             Err(e) => {
                 tracing::info!("seed auto: the source (no backup to seed from: {e})");
@@ -452,20 +452,21 @@ fn database_sizes(sess: &crate::pg::session::Session) -> u64 {
 /// Errors: `--slot` (the slot a standby needs from its backup's start is not on the
 /// source); the restore's.
 pub fn run(s: &Settings, args: &ReplicaOptions, progress: &dyn Progress) -> Result<ReplicaSummary> {
+    let primary_conn = s.primary_conn();
     if args.slot.is_some() {
         return Err(Error::Config(
             "--slot with a seed from the repository: the standby replays the archive from the backup's start, which no new slot holds; create the slot on the primary and set primary_slot_name, or use --seed source".into(),
         ));
     }
     let target = s.pg_path()?.to_path_buf();
-    let (st, label) = crate::repo::open::open_stanza_with_set(s, "latest")?;
+    let (st, label) = crate::repo::open::open_stanza_with_set(&s.repo_set(), "latest")?;
     let summary = st.backup(&label).summary()?;
     let delta = crate::pgdata::standby::kept_copy(&target, summary.header.system_identifier, args)?;
     let source = s
         .source
         .as_deref()
         .filter(|v| !v.trim().is_empty())
-        .map(|_| crate::pgdata::standby::source_as_given(s))
+        .map(|_| crate::pgdata::standby::source_as_given(&primary_conn))
         .transpose()?;
     let patroni = args.patroni.is_some();
     let own = if delta {
@@ -475,9 +476,17 @@ pub fn run(s: &Settings, args: &ReplicaOptions, progress: &dyn Progress) -> Resu
     };
     let lines = match &source {
         Some(given) if !patroni => {
-            let conn = crate::primary::primary_target(s)?;
+            let conn = crate::primary::primary_target(&primary_conn)?;
             let app = standby_app_name(given, &own, None, s.pg_port);
-            standby_lines(s, args, &conn, &app, None, &own, &OwnSettings::default())
+            standby_lines(
+                &primary_conn,
+                args,
+                &conn,
+                &app,
+                None,
+                &own,
+                &OwnSettings::default(),
+            )
         }
         _ => Vec::new(),
     };
@@ -539,13 +548,14 @@ fn start_seeded(
     has_source: bool,
     major: &str,
 ) -> Result<()> {
+    let primary_conn = s.primary_conn();
     if !has_source {
         return Err(Error::Config(
             "--start needs --source: a standby seeded from the repository streams from it".into(),
         ));
     }
-    let given = crate::pgdata::standby::source_as_given(s)?;
-    let conn = crate::primary::primary_target(s)?;
+    let given = crate::pgdata::standby::source_as_given(&primary_conn)?;
+    let conn = crate::primary::primary_target(&primary_conn)?;
     let app = standby_app_name(&given, &OwnSettings::default(), None, s.pg_port);
     let bin = crate::pgdata::standby::bin_dir(args.pg_bin.as_deref(), None, major)?;
     crate::pgdata::standby::start_standby(&bin, s.pg_port, target, &conn, &app)

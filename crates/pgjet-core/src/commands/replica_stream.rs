@@ -4,7 +4,7 @@
 //! other transports: standby settings, the slot made permanent from the temporary one, the
 //! server's backup_manifest kept (pg_verifybackup passes), pg_control last.
 use crate::error::{Error, Result};
-use crate::options::{ReplicaOptions, Settings};
+use crate::options::{PrimaryConn, ReplicaOptions};
 use crate::pgdata::finish::{finish, Finish};
 use crate::pgdata::own_settings::OwnSettings;
 use crate::pgdata::standby::{
@@ -29,7 +29,7 @@ use std::time::Instant;
 /// ([`StreamDir::delta`]), and what the server did not send is removed. Errors: as the
 /// other transports', plus the replication connection's ([`Error::Replication`]).
 pub fn run(
-    s: &Settings,
+    s: &PrimaryConn,
     args: &ReplicaOptions,
     reached: Option<Reached>,
     progress: &dyn Progress,

@@ -37,6 +37,7 @@ pub fn run_with(
     extra: Vec<String>,
     progress: &dyn Progress,
 ) -> Result<String> {
+    let repo_set = s.repo_set();
     let stanza = s.stanza()?;
     let pg_path = s.pg_path()?.to_path_buf();
     if !pg_path.is_absolute() {
@@ -45,7 +46,11 @@ pub fn run_with(
     let map = parse_tablespace_map(&args.tablespace_map)?;
     let target = recovery::parse_target(args)?;
     // Every setting is checked before a byte is written.
-    let mut recovery = recovery::plan(args, &target, &recovery::restore_command(s, stanza))?;
+    let mut recovery = recovery::plan(
+        args,
+        &target,
+        &recovery::restore_command(&s.archive_config(), stanza),
+    )?;
     if recovery.signal.is_some()
         && !args
             .recovery_option
@@ -63,9 +68,9 @@ pub fn run_with(
         recovery::Target::Time(..) | recovery::Target::Lsn(_)
     );
     let (repo, label) = if pitr && args.set == "latest" {
-        recovery::choose_backup(s, &target)?
+        recovery::choose_backup(&repo_set, &target)?
     } else {
-        open_stanza_with_set(s, &args.set)?
+        open_stanza_with_set(&repo_set, &args.set)?
     };
     let backup = repo.backup(&label);
     tracing::info!(
@@ -89,7 +94,7 @@ pub fn run_with(
     // restore_command reads every repository: a gap recorded in any of them counts (a
     // repository that cannot be read now is skipped with a warning).
     let mut gaps = repo::wal::gaps(&repo)?;
-    for other in open_stanzas(s)? {
+    for other in open_stanzas(&repo_set)? {
         if other.repo() == repo.repo() {
             continue;
         }
@@ -100,7 +105,7 @@ pub fn run_with(
     }
     recovery::check_gaps(args.restore_type, &target, &scan.summary, &gaps)?;
     crate::pgdata::pitr::check_timelines(
-        &open_stanzas(s)?,
+        &open_stanzas(&repo_set)?,
         &scan.summary,
         &label,
         &target,

@@ -15,12 +15,14 @@ pub fn run(s: &Settings) -> Result<String> {
         )));
     }
     // Every repository in scope opens (credentials, bucket) before anything is written.
-    let stanzas = open_stanzas(s)?;
+    let stanzas = open_stanzas(&s.repo_set())?;
     // With --source, a role pg_hba.conf lets in for replication only is asked over a
     // replication connection (remote/control.rs), which gives no catalog version: that of
     // the major's release is taken, and each backup checks it against its pg_control.
-    let (ctl, mut info) =
-        crate::remote::control::connect_control(&primary_target(s)?, s.source.is_some())?;
+    let (ctl, mut info) = crate::remote::control::connect_control(
+        &primary_target(&s.primary_conn())?,
+        s.source.is_some(),
+    )?;
     if info.catalog_version == 0 {
         info.catalog_version = match crate::pg::control::released_catalog_version(info.version_num)
         {

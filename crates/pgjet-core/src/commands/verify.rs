@@ -11,13 +11,14 @@ use crate::transfer::Progress;
 /// Runs `verify`. Returns one line per backup checked; errors with [`Error::Corrupt`] naming
 /// every file with a missing or damaged frame.
 pub fn run(s: &Settings, set: Option<&str>, progress: &dyn Progress) -> Result<Vec<String>> {
+    let repo_set = s.repo_set();
     // With --set: the repository that holds it. Without: every backup of every repository
     // in scope.
     let mut work: Vec<(Stanza, String)> = Vec::new();
     match set {
-        Some(l) => work.push(open_stanza_with_set(s, l)?),
+        Some(l) => work.push(open_stanza_with_set(&repo_set, l)?),
         None => {
-            for st in open_stanzas(s)? {
+            for st in open_stanzas(&repo_set)? {
                 st.info()?;
                 for label in st.complete()? {
                     work.push((st.clone(), label));
@@ -75,7 +76,7 @@ pub fn run(s: &Settings, set: Option<&str>, progress: &dyn Progress) -> Result<V
     }
     // Without --set, the WAL archive of every repository in scope too.
     if set.is_none() {
-        for st in open_stanzas(s)? {
+        for st in open_stanzas(&repo_set)? {
             let shown = if several {
                 format!("repo{} WAL archive", st.repo())
             } else {

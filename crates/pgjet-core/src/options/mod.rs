@@ -33,17 +33,20 @@ pub mod pgbackrest;
 pub mod repo;
 pub mod resolve;
 pub mod table;
+pub mod views;
 
 pub use command::{
     ArchiveMode, BackupOptions, BackupType, Command, ExpireOptions, InfoFormat, InfoOptions,
     NetworkCompress, ReplicaOptions, RestoreOptions, RestoreType, Seed, TargetAction, Transport,
     VerifyOptions,
 };
-pub use repo::{RepoConfig, StorageTls, UriStyle, MAX_REPOS};
+pub use repo::MAX_REPOS;
 pub use resolve::{Given, Invocation};
+pub use views::{ArchiveConfig, PrimaryConn, RepoSet};
 
 use crate::codec::Compression;
 use crate::error::{Error, Result};
+use crate::storage::config::RepoConfig;
 use std::path::{Path, PathBuf};
 
 /// Default config file, read only if it exists.
@@ -224,55 +227,25 @@ impl Settings {
 
     /// The stanza, required by most commands.
     pub fn stanza(&self) -> Result<&str> {
-        self.stanza
-            .as_deref()
-            .ok_or_else(|| Error::Config(format!("--stanza is required; {}", self.config_note())))
+        need_stanza(self.stanza.as_deref(), self.config_file.as_deref())
     }
 
     /// The repository a command uses: `--repo N`, else the first configured one.
     ///
     /// Errors: no repository configured, or `--repo N` names one that is not.
     pub fn repo(&self) -> Result<(u8, &RepoConfig)> {
-        match self.repo {
-            Some(n) => self
-                .repos
-                .iter()
-                .find(|(k, _)| *k == n)
-                .map(|(k, c)| (*k, c))
-                .ok_or_else(|| {
-                    Error::Config(format!(
-                        "--repo {n}: repository {n} is not configured (set repo{n}-type and repo{n}-path or its store's options)"
-                    ))
-                }),
-            None => self.repos.first().map(|(k, c)| (*k, c)).ok_or_else(|| {
-                Error::Config(format!(
-                    "no repository configured: --repo-path is required (or repo-type=s3|gcs|azure|sftp with its options); {}",
-                    self.config_note()
-                ))
-                .with_hint(format!(
-                    "set repo1-path (or repo1-type and its options) in the config file; a command PostgreSQL runs (archive_command, restore_command) has none of your shell's PGJET_* variables, so give it the file: archive_command = 'pgjet --config {} --stanza=NAME archive-push %p'",
-                    self.config_file.as_deref().map(|p| p.display().to_string()).unwrap_or_else(|| "/path/to/pgjet.conf".into())
-                ))
-            }),
-        }
+        need_repo(&self.repos, self.repo, self.config_file.as_deref())
     }
 
     /// Which config file was read, for messages: "config file F read", or that the
     /// default one does not exist.
     pub fn config_note(&self) -> String {
-        match &self.config_file {
-            Some(p) => format!("config file {} read", p.display()),
-            None => format!(
-                "no config file read ({DEFAULT_CONFIG} does not exist; --config FILE or PGJET_CONFIG names another)"
-            ),
-        }
+        config_note(self.config_file.as_deref())
     }
 
     /// The data directory (`--pg-path`).
     pub fn pg_path(&self) -> Result<&Path> {
-        self.pg_path
-            .as_deref()
-            .ok_or_else(|| Error::Config(format!("--pg-path is required; {}", self.config_note())))
+        need_pg_path(self.pg_path.as_deref(), self.config_file.as_deref())
     }
 
     /// The repository options restore_command carries, as `--name=value` words: repository
@@ -297,6 +270,68 @@ impl Settings {
             .filter(|g| !g.from_env)
             .map(Given::flag)
             .collect()
+    }
+}
+
+/// The stanza `stanza`. Errors: none given ([`config_note`] says which file was read).
+fn need_stanza<'a>(stanza: Option<&'a str>, config_file: Option<&Path>) -> Result<&'a str> {
+    stanza.ok_or_else(|| {
+        Error::Config(format!(
+            "--stanza is required; {}",
+            config_note(config_file)
+        ))
+    })
+}
+
+/// The repository of `repos` a command uses: `repo` (`--repo N`), else the first configured.
+///
+/// Errors: no repository configured, or `repo` names one that is not.
+fn need_repo<'a>(
+    repos: &'a [(u8, RepoConfig)],
+    repo: Option<u8>,
+    config_file: Option<&Path>,
+) -> Result<(u8, &'a RepoConfig)> {
+    match repo {
+        Some(n) => repos
+            .iter()
+            .find(|(k, _)| *k == n)
+            .map(|(k, c)| (*k, c))
+            .ok_or_else(|| {
+                Error::Config(format!(
+                    "--repo {n}: repository {n} is not configured (set repo{n}-type and repo{n}-path or its store's options)"
+                ))
+            }),
+        None => repos.first().map(|(k, c)| (*k, c)).ok_or_else(|| {
+            Error::Config(format!(
+                "no repository configured: --repo-path is required (or repo-type=s3|gcs|azure|sftp with its options); {}",
+                config_note(config_file)
+            ))
+            .with_hint(format!(
+                "set repo1-path (or repo1-type and its options) in the config file; a command PostgreSQL runs (archive_command, restore_command) has none of your shell's PGJET_* variables, so give it the file: archive_command = 'pgjet --config {} --stanza=NAME archive-push %p'",
+                config_file.map(|p| p.display().to_string()).unwrap_or_else(|| "/path/to/pgjet.conf".into())
+            ))
+        }),
+    }
+}
+
+/// The data directory `pg_path` (`--pg-path`). Errors: not given.
+fn need_pg_path<'a>(pg_path: Option<&'a Path>, config_file: Option<&Path>) -> Result<&'a Path> {
+    pg_path.ok_or_else(|| {
+        Error::Config(format!(
+            "--pg-path is required; {}",
+            config_note(config_file)
+        ))
+    })
+}
+
+/// Which config file was read, for messages: "config file F read", or that the default
+/// one does not exist.
+fn config_note(config_file: Option<&Path>) -> String {
+    match config_file {
+        Some(p) => format!("config file {} read", p.display()),
+        None => format!(
+            "no config file read ({DEFAULT_CONFIG} does not exist; --config FILE or PGJET_CONFIG names another)"
+        ),
     }
 }
 

@@ -7,93 +7,13 @@
 //! for repository 1 also `PGJET_REPO_<OPTION>`), then the config file (stanza section, then
 //! `[global]`).
 use crate::error::{Error, Result};
+use crate::storage::config::{RepoConfig, StorageTls, UriStyle};
 use std::path::PathBuf;
 
 /// How many repositories can be configured (`repo1-*` .. `repo4-*`), as in pgBackRest.
 pub const MAX_REPOS: u8 = 4;
 
-/// TLS settings of an HTTPS object store (`repo-storage-verify-tls`, `repo-storage-ca-file`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StorageTls {
-    /// Verify the server's certificate and name (default yes).
-    pub verify: bool,
-    /// CA certificates (PEM) to trust instead of the system's.
-    pub ca_file: Option<PathBuf>,
-}
-
-/// `repo-s3-uri-style`: bucket in the host name (`host`, AWS's default) or in the path
-/// (`path`, what most S3-compatible servers expect).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum UriStyle {
-    Host,
-    Path,
-}
-
-/// One configured repository.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RepoConfig {
-    /// A local (or mounted) directory.
-    Posix { path: PathBuf },
-    /// Amazon S3 or an S3-compatible server.
-    S3 {
-        bucket: String,
-        /// `https://host[:port]`, or `http://...` when the endpoint was given with that scheme.
-        endpoint: String,
-        region: String,
-        key: String,
-        key_secret: String,
-        /// Session token of temporary credentials (`repo-s3-token`).
-        token: Option<String>,
-        uri_style: UriStyle,
-        /// Prefix of the repository inside the bucket ("/" = the bucket's root).
-        path: String,
-        tls: StorageTls,
-    },
-    /// Google Cloud Storage.
-    Gcs {
-        bucket: String,
-        endpoint: String,
-        /// Service account key file (JSON), or None for anonymous access (test servers).
-        key_file: Option<PathBuf>,
-        path: String,
-        tls: StorageTls,
-    },
-    /// Azure Blob Storage.
-    Azure {
-        account: String,
-        container: String,
-        /// Shared key (base64), or a SAS token when `sas` is true.
-        key: String,
-        sas: bool,
-        /// `https://<account>.blob.core.windows.net` or, path style, `https://host/<account>`.
-        endpoint: String,
-        path: String,
-        tls: StorageTls,
-    },
-    /// A directory on an SSH server, over SFTP (uses the `ssh` client).
-    Sftp {
-        host: String,
-        port: u16,
-        user: String,
-        private_key_file: Option<PathBuf>,
-        /// `strict` (default), `accept-new` or `none` (`repo-sftp-host-key-check-type`).
-        host_key_check: String,
-        path: String,
-    },
-}
-
 impl RepoConfig {
-    /// The repository's kind as `repo-type` spells it.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            RepoConfig::Posix { .. } => "posix",
-            RepoConfig::S3 { .. } => "s3",
-            RepoConfig::Gcs { .. } => "gcs",
-            RepoConfig::Azure { .. } => "azure",
-            RepoConfig::Sftp { .. } => "sftp",
-        }
-    }
-
     /// Reads repository `n` (1-based) through `get`, which answers an option name such as
     /// `repo2-s3-bucket` with its value. None when repository `n` is not configured
     /// (neither a type nor a path is set).

@@ -5,7 +5,7 @@
 //! of its manual (runtime-config-wal); `recovery.signal` asks for archive recovery,
 //! `standby.signal` for standby mode.
 use crate::error::{Error, Result};
-use crate::options::{RestoreOptions, RestoreType, Settings, TargetAction};
+use crate::options::{ArchiveConfig, RepoSet, RestoreOptions, RestoreType, TargetAction};
 use crate::pg::lsn::{self, Lsn};
 use crate::repo::open::open_stanzas;
 use crate::repo::{BackupSummary, Stanza};
@@ -177,7 +177,7 @@ pub fn ends_before(b: &BackupSummary, target: &Target) -> Result<bool> {
 /// repository, and its label.
 ///
 /// Errors: no backup ends before the target (naming the oldest one's end); the stores'.
-pub fn choose_backup(s: &Settings, target: &Target) -> Result<(Stanza, String)> {
+pub fn choose_backup(s: &RepoSet, target: &Target) -> Result<(Stanza, String)> {
     let stanza = s.stanza()?;
     let mut best: Option<(String, Stanza)> = None;
     let mut oldest: Option<(String, String)> = None;
@@ -269,29 +269,29 @@ pub fn check_gaps(
 /// cluster's configuration: they must come from the config file or the server's environment
 /// ([`environment_warning`]); `--recovery-option restore_command=...` replaces the whole
 /// command.
-pub fn restore_command(s: &Settings, stanza: &str) -> String {
+pub fn restore_command(s: &ArchiveConfig, stanza: &str) -> String {
     let exe = std::env::current_exe()
         .map(|p| p.display().to_string())
         .unwrap_or_else(|_| "pgjet".into());
     // PostgreSQL replaces %-escapes in restore_command: a literal % is written %%.
     let word = |w: &str| shell_word(w).replace('%', "%%");
     let mut cmd = vec![word(&exe)];
-    if let Some(f) = &s.config_file {
+    if let Some(f) = s.config_file() {
         cmd.push(word(&format!("--config={}", f.display())));
     }
     cmd.push(word(&format!("--stanza={stanza}")));
-    let carried = s.carried_flags();
+    let carried = &s.carried_flags;
     cmd.extend(carried.iter().map(|w| word(w)));
     if !carried.iter().any(|w| w.starts_with("--repo-path=")) {
-        for (n, cfg) in &s.repos {
-            if let crate::options::RepoConfig::Posix { path } = cfg {
+        for (n, cfg) in &s.repo_set.repos {
+            if let crate::storage::config::RepoConfig::Posix { path } = cfg {
                 if *n == 1 {
                     cmd.push(word(&format!("--repo-path={}", path.display())));
                 }
             }
         }
     }
-    if let Some(n) = s.repo {
+    if let Some(n) = s.repo_set.repo {
         cmd.push(format!("--repo={n}"));
     }
     if s.archive.asynchronous {
@@ -545,7 +545,7 @@ mod tests {
             "[global]\nrepo1-s3-key=AKEY\nrepo1-s3-key-secret=ASECRET\n",
         )
         .unwrap();
-        let s = Settings::from_flags(&[
+        let s = crate::options::Settings::from_flags(&[
             ("config", f.display().to_string()),
             ("stanza", "main".into()),
             ("repo-type", "s3".into()),
@@ -555,7 +555,7 @@ mod tests {
             ("repo-s3-region", "eu-west-1".into()),
         ])
         .unwrap();
-        let c = restore_command(&s, "main");
+        let c = restore_command(&s.archive_config(), "main");
         for w in [
             format!("--config={}", f.display()),
             "--stanza=main".into(),

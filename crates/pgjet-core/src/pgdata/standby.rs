@@ -1,7 +1,7 @@
 //! Starting a new standby in a written data directory and waiting until the primary sees it
 //! stream (`replica-create --start`).
 use crate::error::{Error, Result};
-use crate::options::{ReplicaOptions, Settings};
+use crate::options::{PrimaryConn, ReplicaOptions};
 use crate::pg::conninfo::{ConnInfo, ConnTarget};
 use crate::pg::session::{quote_conf_value, quote_literal, Session};
 use crate::pgdata::debian::{missing_config_files, DebianCluster};
@@ -352,7 +352,7 @@ pub struct ReplicaSummary {
 /// `--pg-port` when given (or with `--start`, unless the standby is a Debian cluster, whose
 /// port its config in /etc/postgresql sets), else the standby's own.
 pub fn standby_lines(
-    s: &Settings,
+    s: &PrimaryConn,
     args: &ReplicaOptions,
     target: &crate::pg::conninfo::ConnTarget,
     app: &str,
@@ -439,7 +439,7 @@ pub struct Copied<'a> {
 ///
 /// Errors: as [`bin_dir`] and [`start_standby`].
 pub fn finish_replica(
-    s: &Settings,
+    s: &PrimaryConn,
     args: &ReplicaOptions,
     c: &Copied,
     conn: &ConnTarget,
@@ -471,7 +471,7 @@ pub fn finish_replica(
 /// defaults), from which the standby's application_name comes ([`standby_app_name`]).
 ///
 /// Errors: no `--source`; a connection string that does not parse.
-pub fn source_as_given(s: &Settings) -> Result<ConnInfo> {
+pub fn source_as_given(s: &PrimaryConn) -> Result<ConnInfo> {
     let source = s.source.as_deref().ok_or_else(|| {
         Error::Config("replica-create needs --source: the primary's connection string (or --stanza, to seed from the repository's newest backup)".into())
     })?;

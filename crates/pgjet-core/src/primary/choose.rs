@@ -24,7 +24,7 @@
 //! [`STREAM_MARGIN`] times the ranges': the ranges cost the primary no compression CPU, and
 //! their estimate is low.
 use crate::error::{Error, Result};
-use crate::options::{NetworkCompress, Settings, Transport};
+use crate::options::{NetworkCompress, PrimaryConn, Transport};
 use crate::pg::conninfo::ConnTarget;
 use crate::pg::privileges::Copying;
 use crate::pg::session::{ServerInfo, Session};
@@ -460,7 +460,7 @@ impl Reached {
     /// Connects to the primary for the stream (no replication connection yet): the SQL
     /// session, or with `replication_only` allowed a replication connection in its place
     /// ([`crate::remote::control::connect_control`], whose errors it returns).
-    pub fn connect(s: &Settings, replication_only: bool) -> Result<Reached> {
+    pub fn connect(s: &PrimaryConn, replication_only: bool) -> Result<Reached> {
         let target = super::primary_target(s)?;
         let (ctl, info) = crate::remote::control::connect_control(&target, replication_only)?;
         Ok(Reached {
@@ -487,11 +487,11 @@ impl Reached {
 ///
 /// Errors: connection, the rights' and the probe's queries.
 pub fn auto_stream_settings(
-    s: &Settings,
+    s: &PrimaryConn,
     files_first: bool,
     standby_streams: bool,
     connected: Option<Reached>,
-) -> Result<Option<(Settings, Reached)>> {
+) -> Result<Option<(PrimaryConn, Reached)>> {
     if s.transport != Transport::Auto {
         if let Some(r) = connected {
             r.ctl.close();
@@ -519,7 +519,7 @@ pub fn auto_stream_settings(
                 c => c.as_str().to_string(),
             }
         );
-        let stream = Settings {
+        let stream = PrimaryConn {
             transport: Transport::Basebackup,
             ..s.clone()
         };
@@ -640,8 +640,13 @@ pub fn auto_stream_settings(
 
 /// `s` for the stream with `codec` (its level given, else `level`; gzip chosen here gets
 /// level 1, as auto's gzip does: [`super::stream_sequence::codec_level`]) and `workers` zstd threads.
-fn stream_settings(s: &Settings, codec: WireCodec, level: Option<i32>, workers: u32) -> Settings {
-    Settings {
+fn stream_settings(
+    s: &PrimaryConn,
+    codec: WireCodec,
+    level: Option<i32>,
+    workers: u32,
+) -> PrimaryConn {
+    PrimaryConn {
         transport: Transport::Basebackup,
         network_compress: match codec {
             WireCodec::None => NetworkCompress::None,

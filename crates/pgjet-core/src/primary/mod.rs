@@ -10,7 +10,7 @@ pub mod stream_needs;
 pub mod stream_sequence;
 
 use crate::error::{Error, Result};
-use crate::options::Settings;
+use crate::options::PrimaryConn;
 use crate::options::Transport;
 use crate::pg::conninfo::ConnTarget;
 use crate::pg::session::{self, ServerInfo, Session};
@@ -27,7 +27,7 @@ pub const DEFAULT_LIBPQ_JOBS: usize = 4;
 
 /// How to reach the primary: --source, else --pg-socket-path/--pg-port/--pg-user.
 /// Errors: a bad connection string or TLS setting.
-pub fn primary_target(s: &Settings) -> Result<ConnTarget> {
+pub fn primary_target(s: &PrimaryConn) -> Result<ConnTarget> {
     match &s.source {
         Some(c) => session::parse_conninfo(c),
         None => session::local_config(&s.pg_socket_path, s.pg_port, &s.pg_user),
@@ -85,7 +85,7 @@ impl Copier {
     /// primary is on another host and the probe finds it faster
     /// ([`choose::auto_stream_settings`]); every other case the files ([`open_primary`],
     /// checking a given --pg-path). Errors: as [`open_primary`], the probe's.
-    pub fn open(s: &Settings) -> Result<Copier> {
+    pub fn open(s: &PrimaryConn) -> Result<Copier> {
         let (s, reached) = match choose::auto_stream_settings(s, false, false, None)? {
             Some((stream, reached)) => (std::borrow::Cow::Owned(stream), Some(reached)),
             None => (std::borrow::Cow::Borrowed(s), None),
@@ -128,7 +128,7 @@ impl Copier {
 
 /// Connects to the primary: --source, else --pg-socket-path/--pg-port/--pg-user. Returns how
 /// it was reached, the session and the server's facts. Errors: configuration, connection.
-pub fn connect_primary(s: &Settings) -> Result<(ConnTarget, Session, ServerInfo)> {
+pub fn connect_primary(s: &PrimaryConn) -> Result<(ConnTarget, Session, ServerInfo)> {
     let target = primary_target(s)?;
     let sess = Session::connect(&target)?;
     let info = sess.server_info()?;
@@ -142,7 +142,7 @@ pub fn connect_primary(s: &Settings) -> Result<(ConnTarget, Session, ServerInfo)
 ///
 /// Errors: connection, a --transport local the server's host does not allow, a wrong
 /// --pg-path, too few free connection slots.
-pub fn open_primary(s: &Settings, check_pg_path_arg: bool) -> Result<Primary> {
+pub fn open_primary(s: &PrimaryConn, check_pg_path_arg: bool) -> Result<Primary> {
     let (target, sess, info) = connect_primary(s)?;
     let transport = s.transport;
     let local = match transport {
@@ -237,7 +237,7 @@ pub fn local_data_directory(info: &ServerInfo) -> Option<PathBuf> {
 
 /// How many copy connections a libpq source opens: --jobs, or [`DEFAULT_LIBPQ_JOBS`] when
 /// not given, fitted to the server's free slots ([`fit_connections`]).
-pub fn libpq_connections(s: &Settings, sess: &Session, info: &ServerInfo) -> Result<usize> {
+pub fn libpq_connections(s: &PrimaryConn, sess: &Session, info: &ServerInfo) -> Result<usize> {
     let wanted = if s.jobs_given {
         s.jobs
     } else {

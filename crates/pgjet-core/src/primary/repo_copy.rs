@@ -7,7 +7,7 @@ use super::backup_sequence::{run_base_backup, BaseBackupOptions};
 use super::stream_sequence::{run_stream_backup, StreamOptions};
 use super::{Primary, StreamPrimary};
 use crate::error::{Error, Result};
-use crate::options::{BackupOptions, Settings};
+use crate::options::{BackupOptions, PrimaryConn};
 use crate::pg::lsn::{self, parse_backup_label, Lsn};
 use crate::remote::basebackup::HeldFile;
 use crate::repo::backup::{manifest_not_started, store_control, RepoTarget, StreamManifest};
@@ -96,7 +96,7 @@ pub fn copy_ranges(
 /// the stream; then pg_control (CRC checked).
 #[allow(clippy::too_many_arguments)]
 pub fn copy_stream(
-    s: &Settings,
+    s: &PrimaryConn,
     stream: &StreamPrimary,
     sink: &RepoSink,
     header: ManifestHeader,

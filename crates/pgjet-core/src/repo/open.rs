@@ -3,7 +3,8 @@
 use super::cipher_store::CipherStorage;
 use super::Stanza;
 use crate::error::{Error, Result};
-use crate::options::{RepoConfig, Settings};
+use crate::options::RepoSet;
+use crate::storage::config::RepoConfig;
 use crate::storage::Storage;
 use std::sync::Arc;
 
@@ -12,7 +13,7 @@ use std::sync::Arc;
 ///
 /// Errors: no stanza given, none configured, a posix path that is not a directory, an
 /// object store that refuses the credentials or lacks the bucket.
-pub fn open_stanza(s: &Settings) -> Result<Stanza> {
+pub fn open_stanza(s: &RepoSet) -> Result<Stanza> {
     let stanza = s.stanza()?;
     let (n, cfg) = s.repo()?;
     Ok(Stanza::new(n, open_store(s, n, cfg)?, stanza))
@@ -22,7 +23,7 @@ pub fn open_stanza(s: &Settings) -> Result<Stanza> {
 /// `repoN-cipher-type=aes-256-gcm` ([`CipherStorage`]), else as it is.
 ///
 /// Errors: as [`crate::storage::open`].
-pub fn open_store(s: &Settings, n: u8, cfg: &RepoConfig) -> Result<Arc<dyn Storage>> {
+pub fn open_store(s: &RepoSet, n: u8, cfg: &RepoConfig) -> Result<Arc<dyn Storage>> {
     let store = crate::storage::open(cfg)?;
     Ok(match s.ciphers.iter().find(|(k, _)| *k == n) {
         Some((_, pass)) => Arc::new(CipherStorage::new(store, n, pass.expose())),
@@ -35,7 +36,7 @@ pub fn open_store(s: &Settings, n: u8, cfg: &RepoConfig) -> Result<Arc<dyn Stora
 /// everywhere, such as a new backup label's uniqueness).
 ///
 /// Errors: no stanza given.
-pub fn open_other_stanzas(s: &Settings, except: u8) -> Result<Vec<Stanza>> {
+pub fn open_other_stanzas(s: &RepoSet, except: u8) -> Result<Vec<Stanza>> {
     let stanza = s.stanza()?;
     Ok(s.repos
         .iter()
@@ -54,7 +55,7 @@ pub fn open_other_stanzas(s: &Settings, except: u8) -> Result<Vec<Stanza>> {
 /// alone, else every configured one in order (repo1 first).
 ///
 /// Errors: none configured, or `--repo N` not configured.
-pub fn repos_in_scope(s: &Settings) -> Result<Vec<(u8, &RepoConfig)>> {
+pub fn repos_in_scope(s: &RepoSet) -> Result<Vec<(u8, &RepoConfig)>> {
     if s.repo.is_some() {
         return Ok(vec![s.repo()?]);
     }
@@ -65,7 +66,7 @@ pub fn repos_in_scope(s: &Settings) -> Result<Vec<(u8, &RepoConfig)>> {
 /// Opens every repository in scope ([`repos_in_scope`]), in order.
 ///
 /// Errors: as [`crate::storage::open`], for the first repository that cannot be opened.
-pub fn open_repos(s: &Settings) -> Result<Vec<(u8, Arc<dyn Storage>)>> {
+pub fn open_repos(s: &RepoSet) -> Result<Vec<(u8, Arc<dyn Storage>)>> {
     repos_in_scope(s)?
         .into_iter()
         .map(|(n, cfg)| Ok((n, open_store(s, n, cfg)?)))
@@ -77,7 +78,7 @@ pub fn open_repos(s: &Settings) -> Result<Vec<(u8, Arc<dyn Storage>)>> {
 ///
 /// Errors: no stanza given; as [`crate::storage::open`], for the first repository that
 /// cannot be opened.
-pub fn open_stanzas(s: &Settings) -> Result<Vec<Stanza>> {
+pub fn open_stanzas(s: &RepoSet) -> Result<Vec<Stanza>> {
     let stanza = s.stanza()?;
     Ok(open_repos(s)?
         .into_iter()
@@ -92,7 +93,7 @@ pub fn open_stanzas(s: &Settings) -> Result<Vec<Stanza>> {
 ///
 /// Returns the stanza in that repository and the backup's label. Errors: no stanza given;
 /// no repository has the set (the message names what each one said).
-pub fn open_stanza_with_set(s: &Settings, set: &str) -> Result<(Stanza, String)> {
+pub fn open_stanza_with_set(s: &RepoSet, set: &str) -> Result<(Stanza, String)> {
     let stanza = s.stanza()?;
     let scope = repos_in_scope(s)?;
     let single = scope.len() == 1;

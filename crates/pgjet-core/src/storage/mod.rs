@@ -10,6 +10,7 @@
 //! Nothing here assumes rename, flock or a local path: completeness is an object written last,
 //! locks are conditional creates ([`Storage::create_new`]) with a lease (see `repo::lock`).
 
+pub mod config;
 pub mod fault;
 pub mod object;
 use crate::io::direct;
@@ -17,7 +18,7 @@ pub mod posix;
 pub mod ssh;
 
 use crate::error::Result;
-use crate::options::RepoConfig;
+use config::RepoConfig;
 use std::io::Read;
 use std::sync::Arc;
 

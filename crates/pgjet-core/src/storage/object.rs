@@ -10,10 +10,10 @@
 //! HTTP goes through our own reqwest client over rustls, set up by [`crate::io::tls`] like the
 //! libpq TLS, so `repo-storage-ca-file` and `repo-storage-verify-tls` apply, and a store's
 //! self-signed certificate given as `repo-storage-ca-file` is accepted as OpenSSL does.
+use super::config::{RepoConfig, StorageTls, UriStyle};
 use super::{Names, ObjectWriter, Storage};
 use crate::error::{Error, Result, StorageFault};
 use crate::io::direct::AlignedBuf;
-use crate::options::{RepoConfig, StorageTls, UriStyle};
 use futures::StreamExt;
 use opendal::layers::{RetryEvent, RetryInterceptor, RetryLayer, TimeoutLayer};
 use opendal::{ErrorKind, Operator};
