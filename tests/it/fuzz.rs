@@ -115,8 +115,8 @@ proptest! {
             }),
         };
         let mut out = pgjet_core::io::direct::aligned_buf(0);
-        let mut cache = pgjet_core::repo::read_back::FrameCache::new();
-        match pgjet_core::repo::read_back::decode_piece(kind, &frame, &piece, &mut out, &mut cache) {
+        let mut cache = pgjet_core::repo::frame::FrameCache::new();
+        match pgjet_core::repo::frame::decode_piece(kind, &frame, &piece, &mut out, &mut cache) {
             // Random bytes cannot match the logical hash.
             Ok(()) => prop_assert!(false, "random frame accepted"),
             Err(why) => prop_assert!(!why.is_empty()),

@@ -188,3 +188,54 @@ pub fn drop_if_queue_full(
     );
     drop_segments(&spool, archiver, &[name.to_string()], size, &reason).map(Some)
 }
+
+/// What the archive-push queue and the spool show on this host, for one stanza.
+#[derive(Debug, Default, PartialEq)]
+pub struct QueueView {
+    /// Segments (and other WAL files) PostgreSQL marked ready and pgjet has not archived.
+    pub ready: u64,
+    /// Seconds since the oldest of them was marked (0 when none).
+    pub oldest_age: f64,
+    /// Error files in the spool (a segment's last attempt failed, or the pusher could not
+    /// start).
+    pub errors: u64,
+    /// Unix seconds of the newest of them (None when none).
+    pub last_error: Option<f64>,
+}
+
+/// The queue of `pg_wal/archive_status` under `pg_path` and the error files of the
+/// asynchronous pusher in `spool_out` (`<spool-path>/archive/<stanza>/out`); a missing
+/// directory counts as empty. Errors: none (unreadable entries are skipped).
+pub fn queue_view(
+    pg_path: &std::path::Path,
+    spool_out: &std::path::Path,
+    now: std::time::SystemTime,
+) -> QueueView {
+    let modified = |p: std::path::PathBuf| std::fs::metadata(p).ok()?.modified().ok();
+    let wal = pg_path.join("pg_wal");
+    let ready = ready_files(&wal).unwrap_or_default();
+    let status = wal.join("archive_status");
+    let oldest = ready
+        .iter()
+        .filter_map(|n| modified(status.join(format!("{n}.ready"))))
+        .min();
+    let errors: Vec<std::time::SystemTime> = std::fs::read_dir(spool_out)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".error"))
+        .filter_map(|e| modified(e.path()))
+        .collect();
+    QueueView {
+        ready: ready.len() as u64,
+        oldest_age: oldest
+            .and_then(|t| now.duration_since(t).ok())
+            .map_or(0.0, |d| d.as_secs_f64().round()),
+        errors: errors.len() as u64,
+        last_error: errors.iter().max().and_then(|t| {
+            t.duration_since(std::time::UNIX_EPOCH)
+                .ok()
+                .map(|d| d.as_secs() as f64)
+        }),
+    }
+}

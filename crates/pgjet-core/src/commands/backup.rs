@@ -9,8 +9,10 @@
 use crate::error::Result;
 use crate::options::Settings;
 use crate::options::{BackupOptions, BackupType};
-use crate::pg::lsn::{self, Lsn};
-use crate::primary::archiving::{archive_command_line, backup_waits_for_archive, wait_for_archive};
+use crate::pg::lsn::Lsn;
+use crate::primary::archiving::{
+    archive_command_line, backup_waits_for_archive, wait_for_backup_wal,
+};
 use crate::primary::repo_copy::{copy_ranges, copy_stream};
 use crate::primary::Copier;
 use crate::repo;
@@ -100,7 +102,9 @@ pub fn run(s: &Settings, args: &BackupOptions, progress: &dyn Progress) -> Resul
             );
             None
         }
-        t => reference_for(&stanza, info, timeline, &databases, t == BackupType::Diff)?,
+        t => {
+            repo::chain::reference_for(&stanza, info, timeline, &databases, t == BackupType::Diff)?
+        }
     };
     let (backup_type, format) = match (&reference, args.backup_type) {
         (None, _) => (BackupType::Full, repo::REPO_FORMAT),
@@ -138,17 +142,9 @@ pub fn run(s: &Settings, args: &BackupOptions, progress: &dyn Progress) -> Resul
         Some((it, _)) => (chrono::Utc::now(), it.label.clone()),
         None => {
             let others = open_other_stanzas(&repo_set, stanza.repo())?;
-            let make_label = |t| match &reference {
-                None => repo::new_label(t),
-                Some(r) => {
-                    let kind = if backup_type == BackupType::Diff {
-                        'D'
-                    } else {
-                        'I'
-                    };
-                    repo::label::new_chain_label(repo::label::full_of(&r.label), t, kind)
-                }
-            };
+            let (reference, diff) = (reference.as_ref(), backup_type == BackupType::Diff);
+            let make_label =
+                |t| repo::label::backup_label(reference.map(|r| r.label.as_str()), diff, t);
             repo::new_unique_label(&stanza, &others, &make_label)?
         }
     };
@@ -160,7 +156,7 @@ pub fn run(s: &Settings, args: &BackupOptions, progress: &dyn Progress) -> Resul
         // Without a session, no clock of the server: a resumed attempt then trusts no
         // file's modification time (repo/resume.rs) and reads every file again.
         started: match sess {
-            Some(sess) => server_clock(sess)?,
+            Some(sess) => sess.server_clock()?,
             None => 0,
         },
         threshold: s.manifest_save_threshold,
@@ -219,58 +215,18 @@ pub fn run(s: &Settings, args: &BackupOptions, progress: &dyn Progress) -> Resul
         copied.page_errors,
     );
     if let Some(r) = &reference {
-        // A database created again under its OID between the listing and the backup's
-        // start would have been compared with the wrong reference: refuse it. (Changes
-        // after the start are replayed from the backup's WAL at restore.)
-        if let Some((oid, _)) = databases
-            .iter()
-            .find(|(oid, x)| copied.databases.iter().any(|(o, y)| o == oid && y != x))
-        {
-            return Err(crate::error::Error::Other(format!(
-                "database {oid} was altered or created again during the backup; its blocks cannot be compared with backup {}: run the backup again",
-                r.label
-            )));
-        }
-        // The timeline was checked before the copy; a promotion during it (a standby's
-        // backup) leaves references that may not hold.
-        if tli != r.timeline {
-            return Err(crate::error::Error::Other(format!(
-                "the cluster switched to timeline {tli} during the backup; its reference {} is of timeline {}: run the backup again (it will be a full)",
-                r.label, r.timeline
-            )));
-        }
+        r.still_holds(&databases, &copied.databases, tli)?;
     }
     let (manifest, stored_size) = (copied.manifest, copied.stored_size);
-    let seg_size = info.wal_segment_size;
     let (archive_start, archive_stop) = if archive_check {
-        let first = lsn::wal_segment_name(tli, lsn::segno_of(start_lsn, seg_size), seg_size);
-        let last = lsn::wal_segment_name(tli, lsn::prev_segno_of(stop_lsn, seg_size), seg_size);
-        // The copy's session has ended: the archiver is read on one of its own, opened
-        // only if the segment is late.
-        let mut side: Option<crate::pg::session::Session> = None;
-        if replication_only {
-            tracing::info!(
-                "the role may connect for replication only: pg_stat_archiver cannot be read, so a failing archive_command shows only as the wait's timeout ({} s)",
-                s.archive.timeout
-            );
-        }
-        let mut archiver = || match &side {
-            Some(x) => x.archiver(),
-            // Nothing known of the archiver: the wait only watches the repository.
-            None if replication_only => Ok(crate::pg::session::ArchiverStats::default()),
-            None => {
-                let x = crate::pg::session::Session::connect(&crate::primary::primary_target(
-                    &primary_conn,
-                )?)?;
-                let a = x.archiver();
-                side = Some(x);
-                a
-            }
-        };
-        let waited = wait_for_archive(&mut archiver, &stanza, &last, s.archive.timeout, true)?;
-        tracing::info!(
-            "WAL segment {last} is in the archive (waited {waited:.1} s); the backup needs {first} to {last}"
-        );
+        let (first, last) = wait_for_backup_wal(
+            &primary_conn,
+            &stanza,
+            (start_lsn, stop_lsn, tli),
+            info.wal_segment_size,
+            s.archive.timeout,
+            replication_only,
+        )?;
         (Some(first), Some(last))
     } else {
         (None, None)
@@ -333,70 +289,4 @@ pub fn run(s: &Settings, args: &BackupOptions, progress: &dyn Progress) -> Resul
         resumed: resuming,
         reused,
     })
-}
-
-/// The one value `sql` returns (as text), parsed; `what` names it in errors.
-///
-/// Errors: the server's; no value, or one that does not parse.
-fn query_value<T: std::str::FromStr>(
-    sess: &crate::pg::session::Session,
-    what: &str,
-    sql: &str,
-) -> Result<T> {
-    let row = sess.query_row(what, sql)?;
-    row.first()
-        .cloned()
-        .flatten()
-        .and_then(|t| t.parse().ok())
-        .ok_or_else(|| crate::error::Error::Other(format!("{sql} gave no {what}")))
-}
-
-/// The server's clock, Unix seconds (`clock_timestamp()`): the files' modification times
-/// are of that clock.
-///
-/// Errors: the server's.
-fn server_clock(sess: &crate::pg::session::Session) -> Result<i64> {
-    query_value(
-        sess,
-        "time",
-        "SELECT floor(extract(epoch FROM clock_timestamp()))::bigint::text",
-    )
-}
-
-/// The reference of a diff (`diff`) or incr backup of the cluster on `timeline`, loaded;
-/// None, with the reason logged, when the backup must be a full
-/// ([`repo::chain::choose_reference`]).
-///
-/// Errors: the repository's.
-fn reference_for(
-    stanza: &repo::Stanza,
-    info: &crate::pg::session::ServerInfo,
-    timeline: u32,
-    databases: &[(u32, u32)],
-    diff: bool,
-) -> Result<Option<Reference>> {
-    let now = repo::chain::ClusterNow {
-        system_identifier: info.system_identifier,
-        pg_version: info.major(),
-        block_size: info.block_size,
-        data_checksums: info.data_checksums,
-        timeline,
-    };
-    let kind = if diff { "diff" } else { "incr" };
-    match repo::chain::choose_reference(stanza, &stanza.complete()?, diff, &now)? {
-        Err(why) => {
-            tracing::warn!("backup --type {kind}: {why}; taking a full backup instead");
-            Ok(None)
-        }
-        Ok(summary) => {
-            let r = Reference::load(&stanza.backup(&summary.header.label), databases)?;
-            tracing::info!(
-                "backup --type {kind}: against backup {} ({} files, start LSN {})",
-                r.label,
-                r.len(),
-                r.start_lsn
-            );
-            Ok(Some(r))
-        }
-    }
 }

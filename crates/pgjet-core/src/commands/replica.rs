@@ -46,7 +46,7 @@ pub fn run(s: &Settings, args: &ReplicaOptions, progress: &dyn Progress) -> Resu
     };
     // From the repository when told, when there is no source, or when auto finds it faster.
     // The source's session, when --seed auto connected to time it.
-    let seed = super::replica_seed::wanted(s, args)?;
+    let seed = crate::primary::seed_choice::wanted(&s.repo_set(), &s.primary_conn(), args)?;
     if seed.repo {
         return super::replica_seed::run(s, args, progress);
     }

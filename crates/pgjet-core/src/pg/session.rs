@@ -491,6 +491,20 @@ impl Session {
 
     /// The archiver's statistics (pg_stat_archiver, readable by every role; PostgreSQL
     /// src/backend/utils/activity/pgstat_archiver.c).
+    /// The server's clock, Unix seconds (`clock_timestamp()`): a data directory's file
+    /// modification times are of that clock.
+    ///
+    /// Errors: the server's; no value, or one that does not parse.
+    pub fn server_clock(&self) -> Result<i64> {
+        let sql = "SELECT floor(extract(epoch FROM clock_timestamp()))::bigint::text";
+        self.query_row("time", sql)?
+            .first()
+            .cloned()
+            .flatten()
+            .and_then(|t| t.parse().ok())
+            .ok_or_else(|| Error::Other(format!("{sql} gave no time")))
+    }
+
     pub fn archiver(&self) -> Result<ArchiverStats> {
         let r = self.query_row(
             "read pg_stat_archiver",

@@ -125,6 +125,51 @@ pub const STUCK_SECONDS: f64 = 2.0;
 /// either it was failing on an earlier file when first looked at and has done nothing since
 /// (PostgreSQL's archiver waits a minute after [`ARCHIVER_TRIES`] failures), or it has
 /// failed [`ARCHIVER_TRIES`] more times since (one failure may be followed by a retry that
+/// Waits until the last WAL segment a backup needs is in the archive of `stanza`: the
+/// backup ran from `lsns` (start, stop, timeline) on a cluster of `seg_size`-byte segments.
+/// The archiver's progress (pg_stat_archiver) is read on a session of its own to `conn`,
+/// opened only if the segment is late; with `replication_only` it cannot be read, and the
+/// wait watches the repository alone. Returns the first and last segment names the backup
+/// needs.
+///
+/// Errors: the segment not archived within `timeout` seconds (naming the archiver's last
+/// failure when known); the server's; the repository's.
+pub fn wait_for_backup_wal(
+    conn: &crate::options::PrimaryConn,
+    stanza: &Stanza,
+    lsns: (crate::pg::lsn::Lsn, crate::pg::lsn::Lsn, u32),
+    seg_size: u64,
+    timeout: f64,
+    replication_only: bool,
+) -> Result<(String, String)> {
+    use crate::pg::lsn;
+    let (start_lsn, stop_lsn, tli) = lsns;
+    let first = lsn::wal_segment_name(tli, lsn::segno_of(start_lsn, seg_size), seg_size);
+    let last = lsn::wal_segment_name(tli, lsn::prev_segno_of(stop_lsn, seg_size), seg_size);
+    let mut side: Option<Session> = None;
+    if replication_only {
+        tracing::info!(
+            "the role may connect for replication only: pg_stat_archiver cannot be read, so a failing archive_command shows only as the wait's timeout ({timeout} s)"
+        );
+    }
+    let mut archiver = || match &side {
+        Some(x) => x.archiver(),
+        // Nothing known of the archiver: the wait only watches the repository.
+        None if replication_only => Ok(ArchiverStats::default()),
+        None => {
+            let x = Session::connect(&super::primary_target(conn)?)?;
+            let a = x.archiver();
+            side = Some(x);
+            a
+        }
+    };
+    let waited = wait_for_archive(&mut archiver, stanza, &last, timeout, true)?;
+    tracing::info!(
+        "WAL segment {last} is in the archive (waited {waited:.1} s); the backup needs {first} to {last}"
+    );
+    Ok((first, last))
+}
+
 /// works).
 pub fn archiver_blocks(
     start: &ArchiverStats,

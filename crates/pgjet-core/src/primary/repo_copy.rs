@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::options::{BackupOptions, PrimaryConn};
 use crate::pg::lsn::{self, parse_backup_label, Lsn};
 use crate::remote::basebackup::HeldFile;
-use crate::repo::backup::{manifest_not_started, store_control, RepoTarget, StreamManifest};
+use crate::repo::backup_target::{manifest_not_started, store_control, RepoTarget, StreamManifest};
 use crate::repo::manifest_io::ManifestWriter;
 use crate::repo::sink::RepoSink;
 use crate::repo::ManifestHeader;

@@ -123,6 +123,47 @@ pub fn choose_reference(
     })
 }
 
+/// The reference of a diff (`diff`) or incr backup of the cluster on `timeline`, loaded;
+/// None, with the reason logged, when the backup must be a full
+/// ([`choose_reference`]).
+///
+/// Errors: the repository's.
+pub fn reference_for(
+    stanza: &super::Stanza,
+    info: &crate::pg::session::ServerInfo,
+    timeline: u32,
+    databases: &[(u32, u32)],
+    diff: bool,
+) -> Result<Option<super::incremental::Reference>> {
+    let now = ClusterNow {
+        system_identifier: info.system_identifier,
+        pg_version: info.major(),
+        block_size: info.block_size,
+        data_checksums: info.data_checksums,
+        timeline,
+    };
+    let kind = if diff { "diff" } else { "incr" };
+    match choose_reference(stanza, &stanza.complete()?, diff, &now)? {
+        Err(why) => {
+            tracing::warn!("backup --type {kind}: {why}; taking a full backup instead");
+            Ok(None)
+        }
+        Ok(summary) => {
+            let r = super::incremental::Reference::load(
+                &stanza.backup(&summary.header.label),
+                databases,
+            )?;
+            tracing::info!(
+                "backup --type {kind}: against backup {} ({} files, start LSN {})",
+                r.label,
+                r.len(),
+                r.start_lsn
+            );
+            Ok(Some(r))
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

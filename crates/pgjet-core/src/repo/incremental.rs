@@ -73,6 +73,38 @@ pub enum Plan {
 }
 
 impl Reference {
+    /// Checks, after the copy, that the blocks compared with this reference could be: no
+    /// database of `before` (the listing the copy compared against, (OID, its
+    /// pg_database row's xmin)) was altered or created again under its OID by the backup's
+    /// start (`after`), and the cluster stayed on this reference's timeline (`timeline`, the
+    /// copy's). Changes after the start are replayed from the backup's WAL at restore.
+    ///
+    /// Errors ([`Error::Other`], run the backup again): a database changed, or the timeline
+    /// switched (a standby promoted during the copy).
+    pub fn still_holds(
+        &self,
+        before: &[(u32, u32)],
+        after: &[(u32, u32)],
+        timeline: u32,
+    ) -> Result<()> {
+        if let Some((oid, _)) = before
+            .iter()
+            .find(|(oid, x)| after.iter().any(|(o, y)| o == oid && y != x))
+        {
+            return Err(Error::Other(format!(
+                "database {oid} was altered or created again during the backup; its blocks cannot be compared with backup {}: run the backup again",
+                self.label
+            )));
+        }
+        if timeline != self.timeline {
+            return Err(Error::Other(format!(
+                "the cluster switched to timeline {timeline} during the backup; its reference {} is of timeline {}: run the backup again (it will be a full)",
+                self.label, self.timeline
+            )));
+        }
+        Ok(())
+    }
+
     /// Reads the manifest of `backup` into memory; `databases` are the cluster's now
     /// ((OID, xmin), [`crate::pg::session::Session::databases`]).
     ///

@@ -14,6 +14,16 @@ pub fn new_chain_label(full: &str, now: DateTime<Utc>, kind: char) -> String {
     format!("{full}_{}{kind}", now.format("%Y%m%d-%H%M%S"))
 }
 
+/// The label of a new backup started at `now`: a full's ([`new_label`]) without a
+/// `reference` (a label), else a differential's (`diff`) or incremental's under the
+/// reference's full backup ([`new_chain_label`]).
+pub fn backup_label(reference: Option<&str>, diff: bool, now: DateTime<Utc>) -> String {
+    match reference {
+        None => new_label(now),
+        Some(r) => new_chain_label(full_of(r), now, if diff { 'D' } else { 'I' }),
+    }
+}
+
 /// The full backup a label belongs to: the label itself for a full, the part before `_`
 /// for a diff or incr.
 pub fn full_of(label: &str) -> &str {

@@ -11,10 +11,11 @@
 //! <stanza>/backup/<label>/data/<object>  stored frames
 //! <stanza>/archive/<TLI>/...          the WAL archive (see [`wal`])
 //! ```
-pub mod backup;
+pub mod backup_target;
 pub mod chain;
 pub mod cipher;
 pub mod cipher_store;
+pub mod frame;
 pub mod handle;
 pub mod incremental;
 pub mod kek_cache;

@@ -1,13 +1,14 @@
 //! The repository's sink of the read pipeline: each unit of a backup becomes one stored
 //! object `data/<number>` of frames (compressed pieces, zero pages left out), and each piece
 //! a manifest [`Piece`] naming its frame and its hashes.
+use super::frame::encode_frame;
 use super::incremental::{self, Plan, Reference};
 use super::{Backup, Piece};
 use crate::codec::{CompressType, Compression, Compressor};
 use crate::error::{Error, Result};
 use crate::io::direct::{aligned_buf, AlignedBuf};
 use crate::pg::checksum::BLCKSZ;
-use crate::transfer::{nonzero_runs, ReadPiece, UnitSink, CHUNK_SIZE};
+use crate::transfer::{ReadPiece, UnitSink, CHUNK_SIZE};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// Stores each unit as one object `data/<unit number>` of a backup.
@@ -104,19 +105,15 @@ impl RepoSink<'_> {
         hashes: (String, u32),
     ) -> Result<Piece> {
         let plain = zero_pages.is_empty();
-        let mut payload = std::mem::take(&mut st.payload);
-        if !plain {
-            payload.clear();
-            for (_, run) in nonzero_runs(logical, &zero_pages) {
-                payload.extend_from_slice(run);
-            }
-        }
         let start = object.len();
-        let compressed = st
-            .compressor
-            .compress(if plain { logical } else { &payload }, object);
-        st.payload = payload;
-        compressed.map_err(|e| {
+        encode_frame(
+            &mut st.compressor,
+            logical,
+            &zero_pages,
+            &mut st.payload,
+            object,
+        )
+        .map_err(|e| {
             Error::Other(format!(
                 "{} compression failed at offset {offset}",
                 self.compression.kind
@@ -403,7 +400,7 @@ pub(crate) mod tests {
             let total: u64 = objects.iter().map(|o| o.len() as u64).sum();
             assert_eq!(sink.stored.load(Ordering::Relaxed), total, "{kind}");
 
-            let mut cache = crate::repo::read_back::FrameCache::new();
+            let mut cache = crate::repo::frame::FrameCache::new();
             let mut logical = aligned_buf(0);
             for (e, (path, data)) in entries.iter().zip(&files) {
                 assert_eq!(e.path, *path);
@@ -430,7 +427,7 @@ pub(crate) mod tests {
                             .collect();
                         assert_eq!(frame, &nonzero[..], "{path}: stored as is, holes left out");
                     }
-                    crate::repo::read_back::decode_piece(kind, frame, p, &mut logical, &mut cache)
+                    crate::repo::frame::decode_piece(kind, frame, p, &mut logical, &mut cache)
                         .unwrap();
                     assert_eq!(&logical[..], want, "{kind} {path}");
                 }
