@@ -14,6 +14,7 @@
 pub mod backup_target;
 pub mod chain;
 pub mod cipher;
+pub mod cipher_keys;
 pub mod cipher_store;
 pub mod frame;
 pub mod handle;
