@@ -6,6 +6,7 @@ pub mod archiving;
 pub mod backup_sequence;
 pub mod choose;
 pub mod repo_copy;
+pub mod rights;
 pub mod seed_choice;
 pub mod stream_needs;
 pub mod stream_sequence;
