@@ -196,9 +196,7 @@ fn visible_arg(def: &'static OptionDef) -> Arg {
         Kind::Switch => a.action(ArgAction::SetTrue),
         Kind::List => a.action(ArgAction::Append),
         Kind::Choice(words) => {
-            let a = a.value_parser(PossibleValuesParser::new(
-                words.iter().map(|(w, h)| PossibleValue::new(*w).help(*h)),
-            ));
+            let a = a.value_parser(PossibleValuesParser::new(words.iter().map(possible_value)));
             match def.default {
                 Some(d) => a.default_value(d),
                 None => a,
@@ -215,6 +213,19 @@ fn visible_arg(def: &'static OptionDef) -> Arg {
         Kind::Usize => a.value_parser(value_parser!(usize)),
         Kind::I32 => a.value_parser(value_parser!(i32)),
         Kind::F64 => a.value_parser(value_parser!(f64)),
+    }
+}
+
+/// A word of a choice as clap lists it: its meaning as help, its other spellings as hidden
+/// aliases.
+fn possible_value(
+    &(word, help, other): &(&'static str, &'static str, &'static [&'static str]),
+) -> PossibleValue {
+    let v = PossibleValue::new(word).aliases(other.iter().copied());
+    if help.is_empty() {
+        v
+    } else {
+        v.help(help)
     }
 }
 

@@ -8,6 +8,7 @@
 //! ([`OptionDef::repo`]) exists once per repository: `repoN-<name>` in the file and
 //! `PGJET_REPON_<NAME>` in the environment, N from 1 to [`MAX_REPOS`]; the unnumbered
 //! `repo-<name>` (flag, key, `PGJET_REPO_<NAME>`) is repository 1.
+use super::command::{ArchiveMode, BackupType, InfoFormat, RestoreType, Seed, TargetAction};
 use super::repo::MAX_REPOS;
 
 /// The commands, as the command line spells them ([`CommandDef::name`]).
@@ -262,9 +263,13 @@ pub enum Kind {
     Switch,
     /// A repeatable text value (every occurrence kept, in order).
     List,
-    /// One of these words: (word, what it means).
-    Choice(&'static [(&'static str, &'static str)]),
+    /// One of these words.
+    Choice(Words),
 }
+
+/// The words of a choice, in order: (word, what it means, other spellings accepted). Declared
+/// by the type the option's value becomes (the `words!` macro: `Seed::WORDS`).
+pub type Words = &'static [(&'static str, &'static str, &'static [&'static str])];
 
 /// One option.
 #[derive(Debug, PartialEq, Eq)]
@@ -526,82 +531,6 @@ const fn opt(
         repo: false,
     }
 }
-
-const BACKUP_TYPES: &[(&str, &str)] = &[
-    ("full", "A full backup: every file stored (default)"),
-    (
-        "diff",
-        "Differential: only the blocks and files changed since the newest full backup",
-    ),
-    (
-        "incr",
-        "Incremental: only the blocks and files changed since the newest backup of any type",
-    ),
-];
-const RESTORE_TYPES: &[(&str, &str)] = &[
-    (
-        "default",
-        "Recover from the archive to its end, then promote (default)",
-    ),
-    ("immediate", "Recover to the first consistent point"),
-    (
-        "time",
-        "Recover to a time (--target '2026-11-22 14:15:02+00')",
-    ),
-    ("lsn", "Recover to an LSN (--target 0/3000060)"),
-    ("xid", "Recover to a transaction ID (--target 1234)"),
-    (
-        "name",
-        "Recover to a restore point (--target NAME, made with pg_create_restore_point())",
-    ),
-    (
-        "standby",
-        "Start as a standby (standby.signal), reading the archive",
-    ),
-    (
-        "preserve",
-        "Keep the recovery settings the backup had; write none",
-    ),
-    (
-        "none",
-        "No recovery settings: crash recovery from backup_label with the WAL the backup holds",
-    ),
-];
-const TARGET_ACTIONS: &[(&str, &str)] = &[
-    (
-        "pause",
-        "Pause recovery, so the state can be inspected before promoting (PostgreSQL's default)",
-    ),
-    (
-        "promote",
-        "End recovery and open for writes on a new timeline",
-    ),
-    ("shutdown", "Shut the server down"),
-];
-const ARCHIVE_MODES: &[(&str, &str)] = &[
-    ("preserve", "Keep the backed-up setting"),
-    ("off", "Write archive_mode = off"),
-];
-
-const INFO_FORMATS: &[(&str, &str)] = &[
-    ("pgjet", "pgjet's own report (default)"),
-    (
-        "pgbackrest",
-        "pgBackRest 2.45's info, for its monitoring tools (with --output json: the same keys and types)",
-    ),
-];
-
-const SEEDS: &[(&str, &str)] = &[
-    (
-        "auto",
-        "The repository's newest backup when it and the WAL archived since are estimated faster than a copy from the source, or when no source is given; else the source (default)",
-    ),
-    ("source", "Copy from the source (--source)"),
-    (
-        "repo",
-        "Restore the repository's newest backup; the standby replays the archived WAL, then streams from the source",
-    ),
-];
 
 const BACKUP: Cmds = Cmds::of(&[Cmd::Backup]);
 const RESTORE: Cmds = Cmds::of(&[Cmd::Restore]);
@@ -1173,7 +1102,7 @@ pub const OPTIONS: &[OptionDef] = &[
     // backup.
     cmd_opt(
         "type",
-        Kind::Choice(BACKUP_TYPES),
+        Kind::Choice(BackupType::WORDS),
         "TYPE",
         Some("full"),
         BACKUP,
@@ -1232,7 +1161,7 @@ pub const OPTIONS: &[OptionDef] = &[
     ),
     cmd_opt(
         "type",
-        Kind::Choice(RESTORE_TYPES),
+        Kind::Choice(RestoreType::WORDS),
         "TYPE",
         Some("default"),
         RESTORE,
@@ -1256,7 +1185,7 @@ pub const OPTIONS: &[OptionDef] = &[
     ),
     cmd_opt(
         "target-action",
-        Kind::Choice(TARGET_ACTIONS),
+        Kind::Choice(TargetAction::WORDS),
         "TARGET_ACTION",
         Some("pause"),
         RESTORE,
@@ -1288,7 +1217,7 @@ pub const OPTIONS: &[OptionDef] = &[
     ),
     file_cmd_opt(
         "archive-mode",
-        Kind::Choice(ARCHIVE_MODES),
+        Kind::Choice(ArchiveMode::WORDS),
         "ARCHIVE_MODE",
         Some("preserve"),
         RESTORE,
@@ -1362,7 +1291,7 @@ pub const OPTIONS: &[OptionDef] = &[
     ),
     file_cmd_opt(
         "seed",
-        Kind::Choice(SEEDS),
+        Kind::Choice(Seed::WORDS),
         "SEED",
         Some("auto"),
         REPLICA,
@@ -1371,7 +1300,7 @@ pub const OPTIONS: &[OptionDef] = &[
     // info.
     file_cmd_opt(
         "format",
-        Kind::Choice(INFO_FORMATS),
+        Kind::Choice(InfoFormat::WORDS),
         "FORMAT",
         Some("pgjet"),
         Cmds::of(&[Cmd::Info]),
