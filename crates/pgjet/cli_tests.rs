@@ -159,9 +159,10 @@ fn defaults_in_the_table_agree_with_the_constants() {
     assert_eq!(s.compression.kind, CompressType::Zstd);
     assert_eq!((s.output, s.log_level.as_str()), (Output::Text, "info"));
     assert_eq!(s.transport, Transport::Auto);
+    // Every default is a value its option takes.
     for d in OPTIONS {
-        if let (Some(v), table::Kind::U16) = (d.default, d.kind) {
-            assert!(v.parse::<u16>().is_ok(), "{}", d.name);
+        if let Some(v) = d.default {
+            assert!(d.kind.check(d.name, v).is_ok(), "{}: {v}", d.name);
         }
     }
     match parse(&["restore"], &[]).unwrap().command {

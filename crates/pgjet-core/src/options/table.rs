@@ -3,13 +3,24 @@
 //! flags a restored cluster's restore_command carries ([`OptionDef::carried`]) all come from
 //! [`OPTIONS`].
 //!
+//! Each option declares what it takes ([`Kind`]: a boolean, a size, seconds, a range of whole
+//! numbers, one of some words, ...); [`Kind::check`] checks a value against it, wherever it
+//! was given. The words of a choice are declared by the type its value becomes
+//! (`Kind::Choice(Transport::WORDS)`).
+//!
 //! Names are the long flags without `--` and the config file's keys. The environment
 //! variable of an option is `PGJET_<NAME>` (upper case, `-` as `_`). A repository option
 //! ([`OptionDef::repo`]) exists once per repository: `repoN-<name>` in the file and
 //! `PGJET_REPON_<NAME>` in the environment, N from 1 to [`MAX_REPOS`]; the unnumbered
 //! `repo-<name>` (flag, key, `PGJET_REPO_<NAME>`) is repository 1.
-use super::command::{ArchiveMode, BackupType, InfoFormat, RestoreType, Seed, TargetAction};
-use super::repo::MAX_REPOS;
+use super::command::{
+    ArchiveMode, BackupType, InfoFormat, NetworkCompress, RestoreType, Seed, TargetAction,
+    Transport,
+};
+pub use super::kind::{Kind, Words};
+use super::repo::{AzureKeyType, GcsKeyType, HostKeyCheck, RepoType, UriStyle, MAX_REPOS};
+use super::{CipherType, Output, RetentionFullType, MAX_JOBS};
+use crate::codec::CompressType;
 
 /// The commands, as the command line spells them ([`CommandDef::name`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -243,33 +254,6 @@ pub const ENV_ONLY: Places = Places {
     env: true,
     file: false,
 };
-
-/// The shape of an option's value, which picks its command-line parser.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    /// Text, checked where it is used.
-    Text,
-    /// A file or directory.
-    Path,
-    /// An integer of that type.
-    U8,
-    U16,
-    U32,
-    Usize,
-    I32,
-    /// A decimal number.
-    F64,
-    /// A flag without a value (true when given).
-    Switch,
-    /// A repeatable text value (every occurrence kept, in order).
-    List,
-    /// One of these words.
-    Choice(Words),
-}
-
-/// The words of a choice, in order: (word, what it means, other spellings accepted). Declared
-/// by the type the option's value becomes (the `words!` macro: `Seed::WORDS`).
-pub type Words = &'static [(&'static str, &'static str, &'static [&'static str])];
 
 /// One option.
 #[derive(Debug, PartialEq, Eq)]
@@ -532,6 +516,22 @@ const fn opt(
     }
 }
 
+/// A TCP port.
+const PORT: Kind = Kind::Range {
+    min: 0,
+    max: u16::MAX as i64,
+};
+/// A count read into a u32, 0 allowed.
+const COUNT: Kind = Kind::Range {
+    min: 0,
+    max: u32::MAX as i64,
+};
+/// A count read into a u32, at least 1 (retention).
+const AT_LEAST_1: Kind = Kind::Range {
+    min: 1,
+    max: u32::MAX as i64,
+};
+
 const BACKUP: Cmds = Cmds::of(&[Cmd::Backup]);
 const RESTORE: Cmds = Cmds::of(&[Cmd::Restore]);
 const REPLICA: Cmds = Cmds::of(&[Cmd::ReplicaCreate]);
@@ -563,6 +563,8 @@ pub const OPTIONS: &[OptionDef] = &[
     OptionDef {
         // pgBackRest's names for what it prints (pgjet logs to stderr only).
         aliases: &["log-level-console", "log-level-stderr"],
+        // Text, not a choice: pgBackRest's levels (off, detail) read as pgjet's, and the
+        // message for another word names both (resolve.rs, `log_level`).
         ..opt(
             "log-level",
             Kind::Text,
@@ -575,7 +577,7 @@ pub const OPTIONS: &[OptionDef] = &[
     },
     opt(
         "output",
-        Kind::Text,
+        Kind::Choice(Output::WORDS),
         "FORMAT",
         Some("text"),
         H_GENERAL,
@@ -586,7 +588,10 @@ pub const OPTIONS: &[OptionDef] = &[
         visible_aliases: &["process-max"],
         ..opt(
             "jobs",
-            Kind::Usize,
+            Kind::Range {
+                min: 1,
+                max: MAX_JOBS as i64,
+            },
             "N",
             None,
             H_GENERAL,
@@ -604,7 +609,7 @@ pub const OPTIONS: &[OptionDef] = &[
     },
     opt(
         "compress-type",
-        Kind::Text,
+        Kind::Choice(CompressType::WORDS),
         "TYPE",
         Some("zstd"),
         H_GENERAL,
@@ -613,7 +618,10 @@ pub const OPTIONS: &[OptionDef] = &[
     ),
     opt(
         "compress-level",
-        Kind::I32,
+        Kind::Range {
+            min: i32::MIN as i64,
+            max: i32::MAX as i64,
+        },
         "N",
         None,
         H_GENERAL,
@@ -625,7 +633,10 @@ pub const OPTIONS: &[OptionDef] = &[
         repo: false,
         ..repo_opt(
             "repo",
-            Kind::U8,
+            Kind::Range {
+                min: 1,
+                max: MAX_REPOS as i64,
+            },
             "N",
             None,
             false,
@@ -642,7 +653,7 @@ pub const OPTIONS: &[OptionDef] = &[
     ),
     repo_opt(
         "repo-type",
-        Kind::Text,
+        Kind::Choice(RepoType::WORDS),
         "TYPE",
         Some("posix"),
         false,
@@ -674,7 +685,7 @@ pub const OPTIONS: &[OptionDef] = &[
     ),
     repo_opt(
         "repo-cipher-type",
-        Kind::Text,
+        Kind::Choice(CipherType::WORDS),
         "TYPE",
         Some("none"),
         false,
@@ -698,7 +709,7 @@ pub const OPTIONS: &[OptionDef] = &[
     ),
     repo_opt(
         "repo-s3-uri-style",
-        Kind::Text,
+        Kind::Choice(UriStyle::WORDS),
         "STYLE",
         Some("host"),
         false,
@@ -746,7 +757,7 @@ pub const OPTIONS: &[OptionDef] = &[
     ),
     repo_opt(
         "repo-gcs-key-type",
-        Kind::Text,
+        Kind::Choice(GcsKeyType::WORDS),
         "TYPE",
         Some("service"),
         false,
@@ -786,7 +797,7 @@ pub const OPTIONS: &[OptionDef] = &[
     ),
     repo_opt(
         "repo-azure-uri-style",
-        Kind::Text,
+        Kind::Choice(UriStyle::WORDS),
         "STYLE",
         Some("host"),
         false,
@@ -794,7 +805,7 @@ pub const OPTIONS: &[OptionDef] = &[
     ),
     repo_opt(
         "repo-azure-key-type",
-        Kind::Text,
+        Kind::Choice(AzureKeyType::WORDS),
         "TYPE",
         Some("shared"),
         false,
@@ -818,7 +829,7 @@ pub const OPTIONS: &[OptionDef] = &[
     ),
     repo_opt(
         "repo-sftp-host-port",
-        Kind::U16,
+        PORT,
         "PORT",
         Some("22"),
         false,
@@ -842,7 +853,7 @@ pub const OPTIONS: &[OptionDef] = &[
     ),
     repo_opt(
         "repo-sftp-host-key-check-type",
-        Kind::Text,
+        Kind::Choice(HostKeyCheck::WORDS),
         "TYPE",
         Some("strict"),
         false,
@@ -850,7 +861,7 @@ pub const OPTIONS: &[OptionDef] = &[
     ),
     repo_opt(
         "repo-storage-verify-tls",
-        Kind::Text,
+        Kind::Bool,
         "Y|N",
         Some("y"),
         false,
@@ -874,7 +885,7 @@ pub const OPTIONS: &[OptionDef] = &[
     ),
     repo_opt(
         "repo-storage-port",
-        Kind::U16,
+        PORT,
         "PORT",
         None,
         false,
@@ -897,7 +908,7 @@ pub const OPTIONS: &[OptionDef] = &[
         aliases: &["pg1-port"],
         ..opt(
             "pg-port",
-            Kind::U16,
+            PORT,
             "N",
             Some("5432"),
             H_PG,
@@ -944,7 +955,7 @@ pub const OPTIONS: &[OptionDef] = &[
     },
     opt(
         "transport",
-        Kind::Text,
+        Kind::Choice(Transport::WORDS),
         "HOW",
         Some("auto"),
         H_PG,
@@ -953,7 +964,7 @@ pub const OPTIONS: &[OptionDef] = &[
     ),
     opt(
         "network-compress",
-        Kind::Text,
+        Kind::Choice(NetworkCompress::WORDS),
         "TYPE",
         Some("auto"),
         H_PG,
@@ -962,7 +973,10 @@ pub const OPTIONS: &[OptionDef] = &[
     ),
     opt(
         "compress-level-network",
-        Kind::I32,
+        Kind::Range {
+            min: i32::MIN as i64,
+            max: i32::MAX as i64,
+        },
         "N",
         None,
         H_PG,
@@ -971,7 +985,7 @@ pub const OPTIONS: &[OptionDef] = &[
     ),
     opt(
         "network-compress-workers",
-        Kind::U32,
+        COUNT,
         "N",
         None,
         H_PG,
@@ -980,7 +994,7 @@ pub const OPTIONS: &[OptionDef] = &[
     ),
     opt(
         "max-rate",
-        Kind::Text,
+        Kind::Size,
         "BYTES",
         None,
         H_PG,
@@ -990,7 +1004,7 @@ pub const OPTIONS: &[OptionDef] = &[
     // WAL archiving.
     opt(
         "archive-timeout",
-        Kind::F64,
+        Kind::Seconds { max: 86400 },
         "SECONDS",
         Some("60"),
         H_ARCHIVE,
@@ -999,7 +1013,7 @@ pub const OPTIONS: &[OptionDef] = &[
     ),
     opt(
         "archive-async",
-        Kind::Text,
+        Kind::Bool,
         "Y|N",
         Some("n"),
         H_ARCHIVE,
@@ -1017,7 +1031,7 @@ pub const OPTIONS: &[OptionDef] = &[
     ),
     opt(
         "archive-push-queue-max",
-        Kind::Text,
+        Kind::Size,
         "SIZE",
         None,
         H_ARCHIVE,
@@ -1026,7 +1040,7 @@ pub const OPTIONS: &[OptionDef] = &[
     ),
     opt(
         "archive-get-queue-max",
-        Kind::Text,
+        Kind::Size,
         "SIZE",
         Some("128MB"),
         H_ARCHIVE,
@@ -1035,7 +1049,7 @@ pub const OPTIONS: &[OptionDef] = &[
     ),
     opt(
         "archive-check",
-        Kind::Text,
+        Kind::Bool,
         "Y|N",
         Some("y"),
         H_ARCHIVE,
@@ -1049,7 +1063,7 @@ pub const OPTIONS: &[OptionDef] = &[
         aliases: &["repo1-retention-full"],
         ..opt(
             "retention-full",
-            Kind::U32,
+            AT_LEAST_1,
             "N",
             None,
             H_RETENTION,
@@ -1063,7 +1077,7 @@ pub const OPTIONS: &[OptionDef] = &[
         aliases: &["repo1-retention-full-type"],
         ..opt(
             "retention-full-type",
-            Kind::Text,
+            Kind::Choice(RetentionFullType::WORDS),
             "TYPE",
             Some("count"),
             H_RETENTION,
@@ -1077,7 +1091,7 @@ pub const OPTIONS: &[OptionDef] = &[
         aliases: &["repo1-retention-diff"],
         ..opt(
             "retention-diff",
-            Kind::U32,
+            AT_LEAST_1,
             "N",
             None,
             H_RETENTION,
@@ -1091,7 +1105,7 @@ pub const OPTIONS: &[OptionDef] = &[
         aliases: &["repo1-retention-archive"],
         ..opt(
             "retention-archive",
-            Kind::U32,
+            AT_LEAST_1,
             "N",
             None,
             H_RETENTION,
@@ -1134,7 +1148,7 @@ pub const OPTIONS: &[OptionDef] = &[
     ),
     opt(
         "resume",
-        Kind::Text,
+        Kind::Bool,
         "Y|N",
         Some("y"),
         H_REPO,
@@ -1143,7 +1157,7 @@ pub const OPTIONS: &[OptionDef] = &[
     ),
     opt(
         "manifest-save-threshold",
-        Kind::Text,
+        Kind::Size,
         "BYTES",
         Some("64MiB"),
         H_REPO,

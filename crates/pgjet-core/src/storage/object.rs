@@ -13,7 +13,7 @@
 use super::{Names, ObjectWriter, Storage};
 use crate::error::{Error, Result, StorageFault};
 use crate::io::direct::AlignedBuf;
-use crate::options::{RepoConfig, StorageTls, UriStyle};
+use crate::options::{HostKeyCheck, RepoConfig, StorageTls, UriStyle};
 use futures::StreamExt;
 use opendal::layers::{RetryEvent, RetryInterceptor, RetryLayer, TimeoutLayer};
 use opendal::{ErrorKind, Operator};
@@ -251,8 +251,8 @@ fn azure_store<'a>(
     })
 }
 
-/// An SFTP store ([`RepoConfig::Sftp`]'s fields): `host_key_check` (`strict`, `accept-new`,
-/// `none`) becomes OpenDAL's known-hosts strategy.
+/// An SFTP store ([`RepoConfig::Sftp`]'s fields): `host_key_check` becomes OpenDAL's
+/// known-hosts strategy.
 ///
 /// Errors: settings OpenDAL refuses ([`Error::Config`]).
 fn sftp_store(
@@ -260,7 +260,7 @@ fn sftp_store(
     port: u16,
     user: &str,
     private_key_file: Option<&std::path::Path>,
-    host_key_check: &str,
+    host_key_check: HostKeyCheck,
     path: &str,
 ) -> Result<Store<'static>> {
     let mut b = opendal::services::Sftp::default()
@@ -268,9 +268,9 @@ fn sftp_store(
         .user(user)
         .root(&root_of(path))
         .known_hosts_strategy(match host_key_check {
-            "none" => "Accept",
-            "accept-new" => "Add",
-            _ => "Strict",
+            HostKeyCheck::None => "Accept",
+            HostKeyCheck::AcceptNew => "Add",
+            HostKeyCheck::Strict => "Strict",
         });
     if let Some(k) = private_key_file {
         b = b.key(&k.display().to_string());
@@ -340,7 +340,7 @@ fn store(cfg: &RepoConfig) -> Result<Store<'_>> {
             *port,
             user,
             private_key_file.as_deref(),
-            host_key_check,
+            *host_key_check,
             path,
         ),
         RepoConfig::Posix { .. } => Err(Error::Config(
