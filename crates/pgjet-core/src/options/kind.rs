@@ -200,3 +200,133 @@ impl Value {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::options::command::Transport;
+
+    #[test]
+    fn booleans_are_pgbackrests_and_the_usual_spellings() {
+        for (v, b) in [
+            ("y", true),
+            ("Yes", true),
+            ("true", true),
+            (" on ", true),
+            ("1", true),
+            ("n", false),
+            ("NO", false),
+            ("false", false),
+            ("off", false),
+            ("0", false),
+        ] {
+            assert_eq!(Kind::Bool.check("resume", v), Ok(Value::Bool(b)), "{v}");
+            assert_eq!(Kind::Switch.check("delta", v), Ok(Value::Bool(b)), "{v}");
+        }
+        assert_eq!(
+            Kind::Bool.check("resume", "maybe"),
+            Err("resume: 'maybe' is not y or n".into())
+        );
+    }
+
+    #[test]
+    fn sizes_take_pgbackrests_suffixes() {
+        for (v, n) in [
+            ("4096", 4096),
+            ("1GB", 1 << 30),
+            ("256mb", 256 << 20),
+            ("2 MiB", 2 << 20),
+            ("64k", 64 << 10),
+            ("1TB", 1 << 40),
+        ] {
+            assert_eq!(Kind::Size.check("max-rate", v), Ok(Value::Size(n)), "{v}");
+        }
+        for bad in ["", "MB", "1.5GB", "-1", "1PB", "99999999999TB"] {
+            assert_eq!(
+                Kind::Size.check("max-rate", bad),
+                Err(format!(
+                    "max-rate: '{bad}' is not a size (a number with an optional KB, MB, GB or TB)"
+                ))
+            );
+        }
+    }
+
+    #[test]
+    fn seconds_are_more_than_0_and_at_most_the_bound() {
+        let k = Kind::Seconds { max: 86400 };
+        assert_eq!(k.check("archive-timeout", "0.5"), Ok(Value::Seconds(0.5)));
+        assert_eq!(
+            k.check("archive-timeout", "86400"),
+            Ok(Value::Seconds(86400.0))
+        );
+        for (bad, shown) in [("0", "0"), ("-3", "-3"), ("86401", "86401"), ("NaN", "NaN")] {
+            assert_eq!(
+                k.check("archive-timeout", bad),
+                Err(format!(
+                    "archive-timeout must be between 0 and 86400 seconds, not {shown}"
+                ))
+            );
+        }
+        assert_eq!(
+            k.check("archive-timeout", "soon"),
+            Err("'archive-timeout=soon' is not valid (seconds, a decimal number)".into())
+        );
+    }
+
+    #[test]
+    fn ranges_name_their_bounds() {
+        let jobs = Kind::Range { min: 1, max: 256 };
+        assert_eq!(jobs.check("jobs", " 8 "), Ok(Value::Int(8)));
+        assert_eq!(
+            jobs.check("jobs", "0"),
+            Err("jobs must be between 1 and 256, not 0".into())
+        );
+        assert_eq!(
+            jobs.check("jobs", "257"),
+            Err("jobs must be between 1 and 256, not 257".into())
+        );
+        assert_eq!(
+            jobs.check("process-max", "two"),
+            Err("'process-max=two' is not valid (a whole number between 1 and 256)".into())
+        );
+        let count = Kind::Range {
+            min: 1,
+            max: u32::MAX as i64,
+        };
+        assert_eq!(
+            count.check("retention-full", "0"),
+            Err("retention-full must be at least 1, not 0".into())
+        );
+        assert_eq!(
+            count.check("retention-full", "4294967296"),
+            Err("'retention-full=4294967296' is not valid (a whole number, at least 1)".into())
+        );
+        let level = Kind::Range {
+            min: i32::MIN as i64,
+            max: i32::MAX as i64,
+        };
+        assert_eq!(level.check("compress-level", "-5"), Ok(Value::Int(-5)));
+        assert_eq!(
+            level.check("compress-level", "1.5"),
+            Err("'compress-level=1.5' is not valid (a whole number)".into())
+        );
+        assert_eq!(Value::Int(70000).int::<u16>(), None);
+        assert_eq!(Value::Int(5432).int::<u16>(), Some(5432));
+    }
+
+    #[test]
+    fn a_choice_takes_its_words_and_other_spellings_and_lists_the_words() {
+        let k = Kind::Choice(Transport::WORDS);
+        assert_eq!(k.check("transport", " libpq"), Ok(Value::Word("libpq")));
+        assert_eq!(
+            k.check("transport", "ssh"),
+            Err("transport 'ssh' is not one of auto, local, libpq, basebackup".into())
+        );
+        let k = Kind::Choice(crate::codec::CompressType::WORDS);
+        assert_eq!(k.check("compress-type", "zst"), Ok(Value::Word("zstd")));
+        assert_eq!(
+            k.check("compress-type", "xz"),
+            Err("compress-type 'xz' is not one of none, lz4, zstd, gzip".into())
+        );
+    }
+}

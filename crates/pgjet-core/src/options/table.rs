@@ -1504,3 +1504,107 @@ pub fn classify_env(var: &str) -> Option<(String, Key)> {
     let class = classify(&key);
     Some((key, class))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::str::FromStr;
+
+    /// The words of `T` each parse into a `T` whose word is that word, its other spellings
+    /// too; the words as `T` lists them.
+    fn words_of<T: FromStr<Err = String> + Copy + PartialEq + std::fmt::Debug>(
+        as_str: fn(T) -> &'static str,
+        words: Words,
+    ) -> Words {
+        for (w, _, other) in words {
+            let v: T = w.parse().unwrap_or_else(|e| panic!("{w}: {e}"));
+            assert_eq!(as_str(v), *w);
+            for o in *other {
+                assert_eq!(o.parse::<T>(), Ok(v), "{o}");
+            }
+        }
+        words
+    }
+
+    #[test]
+    fn every_choice_takes_the_words_of_the_type_it_becomes() {
+        // (option, the words of the type its value becomes, checked to parse into it).
+        let types: &[(&str, Words)] = &[
+            ("output", words_of(Output::as_str, Output::WORDS)),
+            (
+                "compress-type",
+                words_of(CompressType::as_str, CompressType::WORDS),
+            ),
+            ("repo-type", words_of(RepoType::as_str, RepoType::WORDS)),
+            (
+                "repo-cipher-type",
+                words_of(CipherType::as_str, CipherType::WORDS),
+            ),
+            (
+                "repo-s3-uri-style",
+                words_of(UriStyle::as_str, UriStyle::WORDS),
+            ),
+            (
+                "repo-gcs-key-type",
+                words_of(GcsKeyType::as_str, GcsKeyType::WORDS),
+            ),
+            (
+                "repo-azure-uri-style",
+                words_of(UriStyle::as_str, UriStyle::WORDS),
+            ),
+            (
+                "repo-azure-key-type",
+                words_of(AzureKeyType::as_str, AzureKeyType::WORDS),
+            ),
+            (
+                "repo-sftp-host-key-check-type",
+                words_of(HostKeyCheck::as_str, HostKeyCheck::WORDS),
+            ),
+            ("transport", words_of(Transport::as_str, Transport::WORDS)),
+            (
+                "network-compress",
+                words_of(NetworkCompress::as_str, NetworkCompress::WORDS),
+            ),
+            (
+                "retention-full-type",
+                words_of(RetentionFullType::as_str, RetentionFullType::WORDS),
+            ),
+            ("type", words_of(BackupType::as_str, BackupType::WORDS)),
+            ("type", words_of(RestoreType::as_str, RestoreType::WORDS)),
+            (
+                "target-action",
+                words_of(TargetAction::as_str, TargetAction::WORDS),
+            ),
+            (
+                "archive-mode",
+                words_of(ArchiveMode::as_str, ArchiveMode::WORDS),
+            ),
+            ("seed", words_of(Seed::as_str, Seed::WORDS)),
+            ("format", words_of(InfoFormat::as_str, InfoFormat::WORDS)),
+        ];
+        let choices: Vec<(&str, Words)> = OPTIONS
+            .iter()
+            .filter_map(|d| match d.kind {
+                Kind::Choice(w) => Some((d.name, w)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(choices, types, "a choice of the table is not listed here");
+        // Each word, and each other spelling, names one value; defaults are words.
+        for d in OPTIONS {
+            if let Kind::Choice(words) = d.kind {
+                let mut all: Vec<&str> = words
+                    .iter()
+                    .flat_map(|(w, _, o)| std::iter::once(*w).chain(o.iter().copied()))
+                    .collect();
+                let n = all.len();
+                all.sort_unstable();
+                all.dedup();
+                assert_eq!(all.len(), n, "{}: a word twice", d.name);
+            }
+            if let Some(v) = d.default {
+                assert!(d.kind.check(d.name, v).is_ok(), "{}: default {v}", d.name);
+            }
+        }
+    }
+}
