@@ -3,14 +3,16 @@
 //! refused with a clear error ([`from_matches`]) rather than clap's "unexpected argument".
 //! Options may come before the command (`pgjet --stanza=main archive-push %p`) or after it.
 use crate::manual;
-use clap::builder::{PossibleValue, PossibleValuesParser};
+use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use clap::parser::ValueSource;
 use clap::{value_parser, Arg, ArgAction, ArgMatches};
 use pgjet_core::error::{Error, Result};
 use pgjet_core::options::resolve::{
     resolve_invocation, CliValues, Env, Invocation, Parsed, ProcessEnv,
 };
-use pgjet_core::options::table::{self, Cmd, CommandDef, Kind, OptionDef, COMMANDS, OPTIONS};
+use pgjet_core::options::table::{
+    self, Cmd, CommandDef, Kind, OptionDef, Words, COMMANDS, OPTIONS,
+};
 use std::collections::HashSet;
 
 /// The whole command line.
@@ -177,7 +179,11 @@ fn help(def: &OptionDef) -> String {
     }
 }
 
-/// The flag of `def` as help shows it, with its parser.
+/// The flag of `def` as help shows it, with its parser, from its kind. The values of the
+/// general options (which may come from the flag, the environment or the config file) are
+/// checked by the core, the same way for the three ([`Kind::check`]): here they are text, a
+/// choice's words listed for completion. A command's own choice (`--type`,
+/// `--target-action`, ...) is checked here by clap, which suggests the nearest word.
 fn visible_arg(def: &'static OptionDef) -> Arg {
     let mut a = Arg::new(def.name).long(def.name).help(help(def));
     if !def.heading.is_empty() {
@@ -195,26 +201,56 @@ fn visible_arg(def: &'static OptionDef) -> Arg {
     match def.kind {
         Kind::Switch => a.action(ArgAction::SetTrue),
         Kind::List => a.action(ArgAction::Append),
-        Kind::Choice(words) => {
-            let a = a.value_parser(PossibleValuesParser::new(
-                words.iter().map(|(w, h)| PossibleValue::new(*w).help(*h)),
-            ));
+        Kind::Choice(words) if def.command_specific() => {
+            let a = a.value_parser(PossibleValuesParser::new(words.iter().map(possible_value)));
             match def.default {
                 Some(d) => a.default_value(d),
                 None => a,
             }
         }
+        // Help lists the words in the option's own text already.
+        Kind::Choice(words) => a.value_parser(Listed(words)).hide_possible_values(true),
         Kind::Text => match (def.command_specific(), def.default) {
             (true, Some(d)) => a.default_value(d),
             _ => a,
         },
         Kind::Path => a.value_parser(value_parser!(std::path::PathBuf)),
-        Kind::U8 => a.value_parser(value_parser!(u8)),
-        Kind::U16 => a.value_parser(value_parser!(u16)),
-        Kind::U32 => a.value_parser(value_parser!(u32)),
-        Kind::Usize => a.value_parser(value_parser!(usize)),
-        Kind::I32 => a.value_parser(value_parser!(i32)),
-        Kind::F64 => a.value_parser(value_parser!(f64)),
+        Kind::Bool | Kind::Size | Kind::Seconds { .. } | Kind::Range { .. } => a,
+    }
+}
+
+/// A word of a choice as clap lists it: its meaning as help, its other spellings as hidden
+/// aliases.
+fn possible_value(
+    &(word, help, other): &(&'static str, &'static str, &'static [&'static str]),
+) -> PossibleValue {
+    let v = PossibleValue::new(word).aliases(other.iter().copied());
+    if help.is_empty() {
+        v
+    } else {
+        v.help(help)
+    }
+}
+
+/// A general option's words, for completion; any value passes, to be checked by the core as
+/// the same value from the environment or the config file is.
+#[derive(Clone)]
+struct Listed(Words);
+
+impl TypedValueParser for Listed {
+    type Value = std::ffi::OsString;
+
+    fn parse_ref(
+        &self,
+        _cmd: &clap::Command,
+        _arg: Option<&Arg>,
+        value: &std::ffi::OsStr,
+    ) -> std::result::Result<Self::Value, clap::Error> {
+        Ok(value.to_owned())
+    }
+
+    fn possible_values(&self) -> Option<Box<dyn Iterator<Item = PossibleValue> + '_>> {
+        Some(Box::new(self.0.iter().map(possible_value)))
     }
 }
 

@@ -160,9 +160,10 @@ fn defaults_in_the_table_agree_with_the_constants() {
     assert_eq!(s.compression.kind, CompressType::Zstd);
     assert_eq!((s.output, s.log_level.as_str()), (Output::Text, "info"));
     assert_eq!(s.transport, Transport::Auto);
+    // Every default is a value its option takes.
     for d in OPTIONS {
-        if let (Some(v), table::Kind::U16) = (d.default, d.kind) {
-            assert!(v.parse::<u16>().is_ok(), "{}", d.name);
+        if let Some(v) = d.default {
+            assert!(d.kind.check(d.name, v).is_ok(), "{}: {v}", d.name);
         }
     }
     match parse(&["restore"], &[]).unwrap().command {
@@ -304,6 +305,109 @@ fn bad_values_are_config_errors() {
     }
     let e = Settings::from_flags(&[("transport", "bogus".into())]).unwrap_err();
     assert!(e.to_string().contains("transport 'bogus'"), "{e}");
+}
+
+/// A value an option does not take (its kind in the table) is refused in the same words
+/// from a flag, a `PGJET_*` variable and the config file, each naming where it was.
+#[test]
+fn a_bad_value_is_refused_alike_from_each_place() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, value, said) in [
+        ("jobs", "0", "jobs must be between 1 and 256, not 0"),
+        (
+            "jobs",
+            "x",
+            "'jobs=x' is not valid (a whole number between 1 and 256)",
+        ),
+        (
+            "pg-port",
+            "70000",
+            "pg-port must be between 0 and 65535, not 70000",
+        ),
+        (
+            "retention-full",
+            "0",
+            "retention-full must be at least 1, not 0",
+        ),
+        (
+            "archive-timeout",
+            "0",
+            "archive-timeout must be between 0 and 86400 seconds, not 0",
+        ),
+        (
+            "max-rate",
+            "1PB",
+            "max-rate: '1PB' is not a size (a number with an optional KB, MB, GB or TB)",
+        ),
+        ("resume", "maybe", "resume: 'maybe' is not y or n"),
+        (
+            "network-compress",
+            "bzip",
+            "network-compress 'bzip' is not one of auto, none, gzip, lz4, zstd",
+        ),
+        (
+            "compress-type",
+            "xz",
+            "compress-type 'xz' is not one of none, lz4, zstd, gzip",
+        ),
+    ] {
+        let flag = format!("--{name}");
+        let (e, _) = config_error(parse(&["--stanza", "main", &flag, value, "backup"], &[]));
+        assert!(e.ends_with(&format!("command line: {said}")), "{e}");
+        let var = format!("PGJET_{}", name.to_uppercase().replace('-', "_"));
+        let (e, _) = config_error(parse(&["--stanza", "main", "backup"], &[(&var, value)]));
+        assert!(e.ends_with(&format!("environment ({var}): {said}")), "{e}");
+        let f = conf(&dir, &format!("[global]\n{name}={value}\n"));
+        let (e, _) = config_error(parse(&["--config", &f, "--stanza", "main", "backup"], &[]));
+        assert!(
+            e.ends_with(&format!("config file {f}, section [global]: {said}")),
+            "{e}"
+        );
+    }
+    // A repository's option, by its number, also when its repository's type does not read
+    // it.
+    let (e, _) = config_error(parse(
+        &["--repo-path", "/r", "info"],
+        &[("PGJET_REPO2_STORAGE_PORT", "x")],
+    ));
+    assert!(
+        e.ends_with(
+            "environment (PGJET_REPO2_STORAGE_PORT): 'repo2-storage-port=x' is not valid (a whole number between 0 and 65535)"
+        ),
+        "{e}"
+    );
+    let f = conf(
+        &dir,
+        "[global]\nrepo1-path=/r\nrepo3-s3-uri-style=virtual\n",
+    );
+    let (e, _) = config_error(parse(&["--config", &f, "info"], &[]));
+    assert!(
+        e.ends_with(&format!(
+            "config file {f}, section [global]: repo3-s3-uri-style 'virtual' is not one of host, path"
+        )),
+        "{e}"
+    );
+    // pgBackRest's spellings of words are words.
+    let f = conf(
+        &dir,
+        "[global]\nrepo1-type=cifs\nrepo1-path=/r\ncompress-type=gz\n",
+    );
+    let i = parse(&["--config", &f, "backup"], &[]).unwrap();
+    assert_eq!(i.settings.compression.kind, CompressType::Gzip);
+    assert_eq!(i.settings.repo().unwrap().1.kind(), "posix");
+    // A command's own choice: clap refuses the flag; the file's value is checked here.
+    assert!(matches!(
+        parse(&["restore", "--archive-mode", "on"], &[]),
+        Err(ParseError::Clap(_))
+    ));
+    let f = conf(&dir, "[global]\narchive-mode=on\n");
+    let (e, _) = config_error(parse(&["--config", &f, "restore"], &[]));
+    assert!(
+        e.ends_with(&format!(
+            "config file {f}, section [global]: archive-mode 'on' is not one of preserve, off"
+        )),
+        "{e}"
+    );
 }
 
 #[test]
@@ -878,6 +982,8 @@ fn completion_and_man_pages() {
         );
     }
     assert!(text.contains("--repo-path"));
+    // A general option's words, from the table (any value passes clap; the core checks it).
+    assert!(text.contains("auto local libpq basebackup"), "{text}");
     assert_eq!(
         run_with_input("bash", &["-n"], &bash),
         (Some(0), String::new())

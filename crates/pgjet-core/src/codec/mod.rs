@@ -23,29 +23,17 @@ pub enum CompressType {
     Gzip,
 }
 
-impl std::str::FromStr for CompressType {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "none" => Ok(CompressType::None),
-            "lz4" => Ok(CompressType::Lz4),
-            "zstd" | "zst" => Ok(CompressType::Zstd),
-            "gzip" | "gz" => Ok(CompressType::Gzip),
-            _ => Err(format!(
-                "unknown compress-type '{s}' (none, lz4, zstd or gzip)"
-            )),
-        }
-    }
-}
+// The words of `compress-type`; `zst` and `gz` are pgBackRest's.
+words!(CompressType, "compress type", {
+    "none" => None: "",
+    "lz4" => Lz4: "",
+    "zstd" | "zst" => Zstd: "",
+    "gzip" | "gz" => Gzip: "",
+});
 
 impl std::fmt::Display for CompressType {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            CompressType::None => "none",
-            CompressType::Lz4 => "lz4",
-            CompressType::Zstd => "zstd",
-            CompressType::Gzip => "gzip",
-        })
+        f.write_str(self.as_str())
     }
 }
 

@@ -1,39 +1,8 @@
 //! The options of one command, plain: what the library's commands take (never clap types).
-//! The values come from the command line through the table ([`super::table`]); the enums
-//! parse from the words the command line uses ([`std::str::FromStr`]).
+//! The values come from the command line through the table ([`super::table`]). Each enum
+//! declares the words it is written with (`WORDS`, the table's `Kind::Choice`), once, and parses
+//! from them ([`std::str::FromStr`]).
 use std::path::PathBuf;
-use std::str::FromStr;
-
-/// Joins literals with ", " at compile time (for the messages of [`words!`]).
-macro_rules! join {
-    ($first:literal $(, $rest:literal)*) => { concat!($first $(, ", ", $rest)*) };
-}
-
-/// Implements `FromStr` and `as_str` for a plain enum from its (word, variant) pairs.
-macro_rules! words {
-    ($t:ty, $what:literal, [$(($w:literal, $v:path)),* $(,)?]) => {
-        impl $t {
-            /// The word the command line uses for this value.
-            pub fn as_str(self) -> &'static str {
-                match self {
-                    $($v => $w,)*
-                }
-            }
-        }
-        impl FromStr for $t {
-            type Err = String;
-            fn from_str(s: &str) -> Result<Self, String> {
-                match s.trim() {
-                    $($w => Ok($v),)*
-                    o => Err(format!(
-                        concat!("'{}' is not a ", $what, " (", join!($($w),*), ")"),
-                        o
-                    )),
-                }
-            }
-        }
-    };
-}
 
 /// Backup types, with pgBackRest's names and meaning.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -46,15 +15,11 @@ pub enum BackupType {
     /// Only what changed since the newest backup of any type.
     Incr,
 }
-words!(
-    BackupType,
-    "backup type",
-    [
-        ("full", BackupType::Full),
-        ("diff", BackupType::Diff),
-        ("incr", BackupType::Incr)
-    ]
-);
+words!(BackupType, "backup type", {
+    "full" => Full: "A full backup: every file stored (default)",
+    "diff" => Diff: "Differential: only the blocks and files changed since the newest full backup",
+    "incr" => Incr: "Incremental: only the blocks and files changed since the newest backup of any type",
+});
 
 /// How the files of a primary are read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -71,16 +36,12 @@ pub enum Transport {
     /// (`--network-compress`): nothing to install on the primary; the role needs REPLICATION.
     Basebackup,
 }
-words!(
-    Transport,
-    "transport",
-    [
-        ("auto", Transport::Auto),
-        ("local", Transport::Local),
-        ("libpq", Transport::Libpq),
-        ("basebackup", Transport::Basebackup)
-    ]
-);
+words!(Transport, "transport", {
+    "auto" => Auto: "",
+    "local" => Local: "",
+    "libpq" => Libpq: "",
+    "basebackup" => Basebackup: "",
+});
 
 /// How the server compresses the `BASE_BACKUP` stream (`--network-compress`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -94,17 +55,13 @@ pub enum NetworkCompress {
     Lz4,
     Zstd,
 }
-words!(
-    NetworkCompress,
-    "network compression",
-    [
-        ("auto", NetworkCompress::Auto),
-        ("none", NetworkCompress::None),
-        ("gzip", NetworkCompress::Gzip),
-        ("lz4", NetworkCompress::Lz4),
-        ("zstd", NetworkCompress::Zstd)
-    ]
-);
+words!(NetworkCompress, "network compression", {
+    "auto" => Auto: "",
+    "none" => None: "",
+    "gzip" => Gzip: "",
+    "lz4" => Lz4: "",
+    "zstd" => Zstd: "",
+});
 
 /// What a restored cluster does when it starts (pgBackRest's `--type` values).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -128,21 +85,17 @@ pub enum RestoreType {
     /// No recovery settings: crash recovery from backup_label with the WAL the backup holds.
     None,
 }
-words!(
-    RestoreType,
-    "restore type",
-    [
-        ("default", RestoreType::Default),
-        ("immediate", RestoreType::Immediate),
-        ("time", RestoreType::Time),
-        ("lsn", RestoreType::Lsn),
-        ("xid", RestoreType::Xid),
-        ("name", RestoreType::Name),
-        ("standby", RestoreType::Standby),
-        ("preserve", RestoreType::Preserve),
-        ("none", RestoreType::None),
-    ]
-);
+words!(RestoreType, "restore type", {
+    "default" => Default: "Recover from the archive to its end, then promote (default)",
+    "immediate" => Immediate: "Recover to the first consistent point",
+    "time" => Time: "Recover to a time (--target '2026-11-22 14:15:02+00')",
+    "lsn" => Lsn: "Recover to an LSN (--target 0/3000060)",
+    "xid" => Xid: "Recover to a transaction ID (--target 1234)",
+    "name" => Name: "Recover to a restore point (--target NAME, made with pg_create_restore_point())",
+    "standby" => Standby: "Start as a standby (standby.signal), reading the archive",
+    "preserve" => Preserve: "Keep the recovery settings the backup had; write none",
+    "none" => None: "No recovery settings: crash recovery from backup_label with the WAL the backup holds",
+});
 
 /// What the restored cluster does once it reaches the recovery target
 /// (recovery_target_action).
@@ -156,15 +109,11 @@ pub enum TargetAction {
     /// Shut the server down.
     Shutdown,
 }
-words!(
-    TargetAction,
-    "target action",
-    [
-        ("pause", TargetAction::Pause),
-        ("promote", TargetAction::Promote),
-        ("shutdown", TargetAction::Shutdown)
-    ]
-);
+words!(TargetAction, "target action", {
+    "pause" => Pause: "Pause recovery, so the state can be inspected before promoting (PostgreSQL's default)",
+    "promote" => Promote: "End recovery and open for writes on a new timeline",
+    "shutdown" => Shutdown: "Shut the server down",
+});
 
 /// What restore does with the restored cluster's archive_mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -175,14 +124,10 @@ pub enum ArchiveMode {
     /// Write archive_mode = off.
     Off,
 }
-words!(
-    ArchiveMode,
-    "archive mode",
-    [
-        ("preserve", ArchiveMode::Preserve),
-        ("off", ArchiveMode::Off)
-    ]
-);
+words!(ArchiveMode, "archive mode", {
+    "preserve" => Preserve: "Keep the backed-up setting",
+    "off" => Off: "Write archive_mode = off",
+});
 
 /// `backup`'s options.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -279,15 +224,11 @@ pub enum Seed {
     /// The newest backup in the repository and the archived WAL since, always.
     Repo,
 }
-words!(
-    Seed,
-    "seed",
-    [
-        ("auto", Seed::Auto),
-        ("source", Seed::Source),
-        ("repo", Seed::Repo)
-    ]
-);
+words!(Seed, "seed", {
+    "auto" => Auto: "The repository's newest backup when it and the WAL archived since are estimated faster than a copy from the source, or when no source is given; else the source (default)",
+    "source" => Source: "Copy from the source (--source)",
+    "repo" => Repo: "Restore the repository's newest backup; the standby replays the archived WAL, then streams from the source",
+});
 
 /// Which report `info` prints (`--format`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -298,14 +239,10 @@ pub enum InfoFormat {
     /// pgBackRest 2.45's, for its monitoring tools.
     Pgbackrest,
 }
-words!(
-    InfoFormat,
-    "info format",
-    [
-        ("pgjet", InfoFormat::Pgjet),
-        ("pgbackrest", InfoFormat::Pgbackrest)
-    ]
-);
+words!(InfoFormat, "info format", {
+    "pgjet" => Pgjet: "pgjet's own report (default)",
+    "pgbackrest" => Pgbackrest: "pgBackRest 2.45's info, for its monitoring tools (with --output json: the same keys and types)",
+});
 
 /// `info`'s options.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -28,6 +28,7 @@
 //! - a pgBackRest option pgjet does not implement is an error naming it; so is a cipher
 //!   type other than `none` and `aes-256-gcm`, and a cipher key that is not pgjet's.
 pub mod command;
+pub mod kind;
 pub mod patroni;
 pub mod pgbackrest;
 pub mod repo;
@@ -40,6 +41,7 @@ pub use command::{
     NetworkCompress, ReplicaOptions, RestoreOptions, RestoreType, Seed, TargetAction, Transport,
     VerifyOptions,
 };
+pub use kind::{Kind, Value};
 pub use repo::MAX_REPOS;
 pub use resolve::{Given, Invocation};
 pub use views::{ArchiveConfig, PrimaryConn, RepoSet};
@@ -61,6 +63,8 @@ pub const DEFAULT_ARCHIVE_TIMEOUT: f64 = 60.0;
 pub const DEFAULT_SPOOL_PATH: &str = "/var/spool/pgjet";
 /// Default `archive-get-queue-max`, bytes (pgBackRest's default too).
 pub const DEFAULT_ARCHIVE_GET_QUEUE_MAX: u64 = 128 << 20;
+/// The most `jobs` (the table's bound; the number of cores is taken up to it).
+pub const MAX_JOBS: usize = 256;
 
 /// Output format of commands that print data.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,6 +74,11 @@ pub enum Output {
     /// Prometheus' text exposition format (`info` only).
     Prometheus,
 }
+words!(Output, "output", {
+    "text" => Text: "",
+    "json" => Json: "",
+    "prometheus" => Prometheus: "",
+});
 
 /// Validated settings of one invocation: what every command may read, plain.
 #[derive(Debug, Clone)]
@@ -135,6 +144,10 @@ pub enum RetentionFullType {
     /// whole window can be recovered to).
     Time,
 }
+words!(RetentionFullType, "retention-full type", {
+    "count" => Count: "",
+    "time" => Time: "",
+});
 
 /// The retention policy.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -173,40 +186,24 @@ pub struct ArchiveSettings {
     pub check: bool,
 }
 
-/// Parses a size: digits with an optional suffix B, KB, MB, GB, TB (powers of 1024, as
-/// pgBackRest reads them; KiB, MiB, GiB, TiB too), case-insensitive.
+/// Parses a size ([`Kind::Size`]): digits with an optional suffix B, KB, MB, GB, TB (powers of
+/// 1024, as pgBackRest reads them; KiB, MiB, GiB, TiB too), case-insensitive.
 ///
 /// Errors: [`Error::Config`] naming `key`.
 pub fn parse_size(key: &str, v: &str) -> Result<u64> {
-    let t = v.trim().to_ascii_lowercase();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let mult: u64 = match unit.trim() {
-        "" | "b" => 1,
-        "k" | "kb" | "kib" => 1 << 10,
-        "m" | "mb" | "mib" => 1 << 20,
-        "g" | "gb" | "gib" => 1 << 30,
-        "t" | "tb" | "tib" => 1 << 40,
-        _ => u64::MAX,
-    };
-    num.parse::<u64>()
-        .ok()
-        .filter(|_| mult != u64::MAX)
-        .and_then(|n| n.checked_mul(mult))
-        .ok_or_else(|| {
-            Error::Config(format!(
-                "{key}: '{v}' is not a size (a number with an optional KB, MB, GB or TB)"
-            ))
-        })
+    let value = Kind::Size.check(key, v).map_err(Error::Config)?;
+    value
+        .size()
+        .ok_or_else(|| Error::Config(format!("{key}: '{v}' is not a size")))
 }
 
-/// Parses y/n (also true/false, on/off, 1/0). Errors: [`Error::Config`] naming `key`.
+/// Parses y/n (also true/false, on/off, 1/0: [`Kind::Bool`]). Errors: [`Error::Config`]
+/// naming `key`.
 pub fn parse_bool(key: &str, v: &str) -> Result<bool> {
-    match v.trim().to_ascii_lowercase().as_str() {
-        "y" | "yes" | "true" | "on" | "1" => Ok(true),
-        "n" | "no" | "false" | "off" | "0" => Ok(false),
-        _ => Err(Error::Config(format!("{key}: '{v}' is not y or n"))),
-    }
+    let value = Kind::Bool.check(key, v).map_err(Error::Config)?;
+    value
+        .bool()
+        .ok_or_else(|| Error::Config(format!("{key}: '{v}' is not y or n")))
 }
 
 impl Settings {
@@ -335,8 +332,19 @@ fn config_note(config_file: Option<&Path>) -> String {
     }
 }
 
+/// `repoN-cipher-type`: whether repository N is encrypted (docs/encryption.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CipherType {
+    None,
+    Aes256Gcm,
+}
+words!(CipherType, "cipher type", {
+    "none" => None: "",
+    "aes-256-gcm" => Aes256Gcm: "",
+});
+
 /// The one cipher of an encrypted repository (`repoN-cipher-type`; docs/encryption.md).
-pub const CIPHER_TYPE: &str = "aes-256-gcm";
+pub const CIPHER_TYPE: &str = CipherType::Aes256Gcm.as_str();
 
 /// A repository's passphrase (`repoN-cipher-pass`): never printed, wiped when dropped.
 #[derive(Clone, PartialEq, Eq)]

@@ -6,40 +6,61 @@
 //! only), then the environment (`PGJET_REPON_<OPTION>`, e.g. `PGJET_REPO2_S3_KEY_SECRET`, and
 //! for repository 1 also `PGJET_REPO_<OPTION>`), then the config file (stanza section, then
 //! `[global]`).
+use super::kind::Value;
+use super::table;
 use crate::error::{Error, Result};
-use crate::storage::config::{RepoConfig, StorageTls, UriStyle};
+use crate::storage::config::{RepoConfig, RepoType, StorageTls, UriStyle};
 use std::path::PathBuf;
 
 /// How many repositories can be configured (`repo1-*` .. `repo4-*`), as in pgBackRest.
 pub const MAX_REPOS: u8 = 4;
+
+/// `repo-gcs-key-type`: a service account key file, or anonymous access (test servers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GcsKeyType {
+    Service,
+    None,
+}
+words!(GcsKeyType, "GCS key type", {
+    "service" => Service: "",
+    "none" => None: "",
+});
+
+/// `repo-azure-key-type`: the account's shared key, or a SAS token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AzureKeyType {
+    Shared,
+    Sas,
+}
+words!(AzureKeyType, "Azure key type", {
+    "shared" => Shared: "",
+    "sas" => Sas: "",
+});
 
 impl RepoConfig {
     /// Reads repository `n` (1-based) through `get`, which answers an option name such as
     /// `repo2-s3-bucket` with its value. None when repository `n` is not configured
     /// (neither a type nor a path is set).
     ///
-    /// Errors: an unknown type, a missing required option (named with its environment
-    /// variable), a malformed value.
+    /// Each value is checked against its option's kind in the table
+    /// ([`super::kind::Kind::check`]); an unset option takes the table's default.
+    ///
+    /// Errors: a value its option does not take (an unknown type, a port that is not a
+    /// number, ...), a missing required option (named with its environment variable).
     pub fn resolve(n: u8, get: &dyn Fn(&str) -> Option<String>) -> Result<Option<RepoConfig>> {
         let o = RepoOptions { n, get };
-        let kind = o.opt("type");
-        let path = o.opt("path");
-        if kind.is_none() && path.is_none() {
+        if o.opt("type").is_none() && o.opt("path").is_none() {
             return Ok(None);
         }
-        let cfg = match kind.as_deref().unwrap_or("posix") {
-            "posix" | "cifs" => RepoConfig::Posix {
+        let path = o.opt("path");
+        let cfg = match o.word::<RepoType>("type")? {
+            RepoType::Posix => RepoConfig::Posix {
                 path: PathBuf::from(o.need("path")?),
             },
-            "s3" => s3(&o, path.as_deref())?,
-            "gcs" => gcs(&o, path.as_deref())?,
-            "azure" => azure(&o, path.as_deref())?,
-            "sftp" => sftp(&o)?,
-            other => {
-                return Err(Error::Config(format!(
-                    "repo{n}-type '{other}' is not one of posix, s3, gcs, azure, sftp"
-                )))
-            }
+            RepoType::S3 => s3(&o, path.as_deref())?,
+            RepoType::Gcs => gcs(&o, path.as_deref())?,
+            RepoType::Azure => azure(&o, path.as_deref())?,
+            RepoType::Sftp => sftp(&o)?,
         };
         Ok(Some(cfg))
     }
@@ -79,27 +100,59 @@ impl RepoOptions<'_> {
         })
     }
 
-    /// `repoN-storage-verify-tls` and `repoN-storage-ca-file`.
-    fn tls(&self) -> Result<StorageTls> {
-        let n = self.n;
-        Ok(StorageTls {
-            verify: match self.opt("storage-verify-tls").as_deref() {
-                None => true,
-                Some(v) => yes_no(&format!("repo{n}-storage-verify-tls"), v)?,
-            },
-            ca_file: self.opt("storage-ca-file").map(PathBuf::from),
-        })
+    /// `repoN-<name>` checked against its kind in the option table, else the table's
+    /// default (checked likewise); None when neither.
+    ///
+    /// Errors: a value the option does not take, naming `repoN-<name>`.
+    fn checked(&self, name: &str) -> Result<Option<Value>> {
+        let suffix = format!("-{name}");
+        let def = table::OPTIONS
+            .iter()
+            .find(|d| d.repo && d.name.strip_prefix("repo") == Some(suffix.as_str()))
+            .ok_or_else(|| Error::Config(format!("repo-{name} is not an option")))?;
+        let key = format!("repo{}-{name}", self.n);
+        match self.opt(name).or_else(|| def.default.map(str::to_string)) {
+            Some(v) => def.kind.check(&key, &v).map(Some).map_err(Error::Config),
+            None => Ok(None),
+        }
     }
 
-    /// `repoN-storage-port`, if set.
-    fn port(&self) -> Result<Option<u16>> {
-        let n = self.n;
-        self.opt("storage-port")
-            .map(|v| {
-                v.parse()
-                    .map_err(|_| Error::Config(format!("repo{n}-storage-port '{v}' is not a port")))
-            })
-            .transpose()
+    /// The word of choice `repoN-<name>` (or its default) as a `T`.
+    fn word<T: std::str::FromStr<Err = String>>(&self, name: &str) -> Result<T> {
+        let value = self.checked(name)?;
+        value
+            .as_ref()
+            .and_then(Value::word)
+            .unwrap_or_default()
+            .parse()
+            .map_err(Error::Config)
+    }
+
+    /// Port `repoN-<name>` (or its default), if set.
+    fn port(&self, name: &str) -> Result<Option<u16>> {
+        Ok(self.checked(name)?.and_then(|v| v.int()))
+    }
+
+    /// Text `repoN-<name>`, else its default.
+    fn text(&self, name: &str) -> Result<String> {
+        let value = self.checked(name)?;
+        Ok(value
+            .as_ref()
+            .and_then(Value::text)
+            .unwrap_or_default()
+            .trim()
+            .to_string())
+    }
+
+    /// `repoN-storage-verify-tls` and `repoN-storage-ca-file`.
+    fn tls(&self) -> Result<StorageTls> {
+        Ok(StorageTls {
+            verify: self
+                .checked("storage-verify-tls")?
+                .and_then(|v| v.bool())
+                .unwrap_or(true),
+            ca_file: self.opt("storage-ca-file").map(PathBuf::from),
+        })
     }
 }
 
@@ -110,9 +163,12 @@ fn prefix(path: Option<&str>) -> String {
 
 /// An S3 repository (`repoN-s3-*`).
 fn s3(o: &RepoOptions, path: Option<&str>) -> Result<RepoConfig> {
-    let n = o.n;
     let bucket = o.need("s3-bucket")?;
-    let endpoint = endpoint_url(&o.need("s3-endpoint")?, o.opt("storage-host"), o.port()?);
+    let endpoint = endpoint_url(
+        &o.need("s3-endpoint")?,
+        o.opt("storage-host"),
+        o.port("storage-port")?,
+    );
     Ok(RepoConfig::S3 {
         bucket,
         endpoint,
@@ -120,15 +176,7 @@ fn s3(o: &RepoOptions, path: Option<&str>) -> Result<RepoConfig> {
         key: o.need("s3-key")?,
         key_secret: o.need("s3-key-secret")?,
         token: o.opt("s3-token"),
-        uri_style: match o.opt("s3-uri-style").as_deref() {
-            None | Some("host") => UriStyle::Host,
-            Some("path") => UriStyle::Path,
-            Some(other) => {
-                return Err(Error::Config(format!(
-                    "repo{n}-s3-uri-style must be host or path, not '{other}'"
-                )))
-            }
-        },
+        uri_style: o.word("s3-uri-style")?,
         path: prefix(path),
         tls: o.tls()?,
     })
@@ -136,23 +184,16 @@ fn s3(o: &RepoOptions, path: Option<&str>) -> Result<RepoConfig> {
 
 /// A Google Cloud Storage repository (`repoN-gcs-*`).
 fn gcs(o: &RepoOptions, path: Option<&str>) -> Result<RepoConfig> {
-    let n = o.n;
     Ok(RepoConfig::Gcs {
         bucket: o.need("gcs-bucket")?,
         endpoint: endpoint_url(
-            &o.opt("gcs-endpoint")
-                .unwrap_or_else(|| "storage.googleapis.com".into()),
+            &o.text("gcs-endpoint")?,
             o.opt("storage-host"),
-            o.port()?,
+            o.port("storage-port")?,
         ),
-        key_file: match o.opt("gcs-key-type").as_deref() {
-            None | Some("service") => Some(PathBuf::from(o.need("gcs-key")?)),
-            Some("none") => None,
-            Some(other) => {
-                return Err(Error::Config(format!(
-                    "repo{n}-gcs-key-type must be service or none, not '{other}'"
-                )))
-            }
+        key_file: match o.word("gcs-key-type")? {
+            GcsKeyType::Service => Some(PathBuf::from(o.need("gcs-key")?)),
+            GcsKeyType::None => None,
         },
         path: prefix(path),
         tls: o.tls()?,
@@ -162,28 +203,14 @@ fn gcs(o: &RepoOptions, path: Option<&str>) -> Result<RepoConfig> {
 /// An Azure Blob Storage repository (`repoN-azure-*`): the endpoint is
 /// `https://<account>.<host>`, or `https://<host>/<account>` path style.
 fn azure(o: &RepoOptions, path: Option<&str>) -> Result<RepoConfig> {
-    let n = o.n;
     let account = o.need("azure-account")?;
-    let host = o
-        .opt("azure-endpoint")
-        .unwrap_or_else(|| "blob.core.windows.net".into());
-    let path_style = match o.opt("azure-uri-style").as_deref() {
-        None | Some("host") => false,
-        Some("path") => true,
-        Some(other) => {
-            return Err(Error::Config(format!(
-                "repo{n}-azure-uri-style must be host or path, not '{other}'"
-            )))
-        }
-    };
+    let host = o.text("azure-endpoint")?;
+    let path_style = o.word::<UriStyle>("azure-uri-style")? == UriStyle::Path;
+    let port = o.port("storage-port")?;
     let base = if path_style {
-        endpoint_url(&host, o.opt("storage-host"), o.port()?)
+        endpoint_url(&host, o.opt("storage-host"), port)
     } else {
-        endpoint_url(
-            &format!("{account}.{host}"),
-            o.opt("storage-host"),
-            o.port()?,
-        )
+        endpoint_url(&format!("{account}.{host}"), o.opt("storage-host"), port)
     };
     Ok(RepoConfig::Azure {
         endpoint: if path_style {
@@ -193,15 +220,7 @@ fn azure(o: &RepoOptions, path: Option<&str>) -> Result<RepoConfig> {
         },
         container: o.need("azure-container")?,
         key: o.need("azure-key")?,
-        sas: match o.opt("azure-key-type").as_deref() {
-            None | Some("shared") => false,
-            Some("sas") => true,
-            Some(other) => {
-                return Err(Error::Config(format!(
-                    "repo{n}-azure-key-type must be shared or sas, not '{other}'"
-                )))
-            }
-        },
+        sas: o.word::<AzureKeyType>("azure-key-type")? == AzureKeyType::Sas,
         account,
         path: prefix(path),
         tls: o.tls()?,
@@ -210,37 +229,15 @@ fn azure(o: &RepoOptions, path: Option<&str>) -> Result<RepoConfig> {
 
 /// An SFTP repository (`repoN-sftp-*`); its path is required.
 fn sftp(o: &RepoOptions) -> Result<RepoConfig> {
-    let n = o.n;
     Ok(RepoConfig::Sftp {
         host: o.need("sftp-host")?,
-        port: match o.opt("sftp-host-port") {
-            None => 22,
-            Some(v) => v.parse().map_err(|_| {
-                Error::Config(format!("repo{n}-sftp-host-port '{v}' is not a port"))
-            })?,
-        },
+        // Never unset: the table's default is 22.
+        port: o.port("sftp-host-port")?.unwrap_or_default(),
         user: o.need("sftp-host-user")?,
         private_key_file: o.opt("sftp-private-key-file").map(PathBuf::from),
-        host_key_check: match o.opt("sftp-host-key-check-type").as_deref() {
-            None => "strict".into(),
-            Some(v @ ("strict" | "accept-new" | "none")) => v.into(),
-            Some(other) => {
-                return Err(Error::Config(format!(
-                    "repo{n}-sftp-host-key-check-type must be strict, accept-new or none, not '{other}'"
-                )))
-            }
-        },
+        host_key_check: o.word("sftp-host-key-check-type")?,
         path: o.need("path")?,
     })
-}
-
-/// `y`/`n` (pgBackRest's booleans), also `yes`/`no`, `true`/`false`, `on`/`off`, `1`/`0`.
-fn yes_no(key: &str, v: &str) -> Result<bool> {
-    match v.to_ascii_lowercase().as_str() {
-        "y" | "yes" | "true" | "on" | "1" => Ok(true),
-        "n" | "no" | "false" | "off" | "0" => Ok(false),
-        _ => Err(Error::Config(format!("{key} must be y or n, not '{v}'"))),
-    }
 }
 
 /// The base URL of an endpoint given as pgBackRest does (a host name, HTTPS implied) or as a

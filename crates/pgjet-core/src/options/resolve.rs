@@ -15,10 +15,12 @@
 //!   stanza (`[global]`, `[global:*]`, `[<stanza>]`, `[<stanza>:*]`) or the environment:
 //!   an error; a cipher key that is not `repoN-cipher-type`/`-pass`/`-pass-new`: an error.
 use super::command::*;
+use super::kind::Value;
 use super::table::{self, Cmd, Key, OptionDef, OPTIONS};
 use super::*;
 use crate::codec::CompressType;
 use std::collections::HashMap;
+use std::str::FromStr;
 
 /// Values given on the command line, by option name (repository options by their
 /// unnumbered name, i.e. repository 1), every occurrence in order.
@@ -206,7 +208,11 @@ impl Sources<'_> {
                     return Ok(Some(Found {
                         value: v,
                         origin: Origin::Environment(var.clone()),
-                        key: def.name.to_string(),
+                        key: if def.repo {
+                            def.indexed(n).0
+                        } else {
+                            def.name.to_string()
+                        },
                     }));
                 }
             }
@@ -259,20 +265,74 @@ impl Sources<'_> {
         })
     }
 
-    /// The value of `name` parsed as a `T`. Errors: one that does not parse, naming the
-    /// value and where it was.
-    fn parsed<T: std::str::FromStr>(&self, name: &str) -> Result<Option<T>> {
-        let Some(f) = self.get(name)? else {
+    /// `f`, found for `def`, checked against `def`'s kind ([`table::Kind::check`]).
+    /// Errors: what is wrong with it, after where it was.
+    fn check(&self, def: &OptionDef, f: &Found) -> Result<Value> {
+        def.kind
+            .check(&f.key, &f.value)
+            .map_err(|e| Error::Config(format!("{}: {e}", self.place(f))))
+    }
+
+    /// The value of general option `name` checked against its kind, else its default from
+    /// the table (checked likewise); None when neither.
+    fn value(&self, name: &str) -> Result<Option<Value>> {
+        let Some(def) = table::find(name, self.cmd) else {
             return Ok(None);
         };
-        f.value.trim().parse().map(Some).map_err(|_| {
-            Error::Config(format!(
-                "{}: '{}={}' is not valid",
-                self.place(&f),
-                f.key,
-                f.value
-            ))
-        })
+        match self.lookup(def, None)? {
+            Some(f) => self.check(def, &f).map(Some),
+            None => def
+                .default
+                .map(|d| def.kind.check(def.name, d).map_err(Error::Config))
+                .transpose(),
+        }
+    }
+
+    /// The value of `name`, a [`table::Kind::Bool`] with a default.
+    fn bool(&self, name: &str) -> Result<bool> {
+        self.typed(name, "y or n", Value::bool)
+            .map(Option::unwrap_or_default)
+    }
+
+    /// The value of `name`, a [`table::Kind::Size`], in bytes.
+    fn size(&self, name: &str) -> Result<Option<u64>> {
+        self.typed(name, "a size", Value::size)
+    }
+
+    /// The value of `name`, a [`table::Kind::Seconds`].
+    fn seconds(&self, name: &str) -> Result<Option<f64>> {
+        self.typed(name, "seconds", Value::seconds)
+    }
+
+    /// The value of `name`, a [`table::Kind::Range`], as a `T` (the table's bounds fit it).
+    fn int<T: TryFrom<i64>>(&self, name: &str) -> Result<Option<T>> {
+        self.typed(name, "a whole number", Value::int::<T>)
+    }
+
+    /// The value of `name`, a [`table::Kind::Choice`] with a default, as the type whose words
+    /// the table lists.
+    fn choice<T: FromStr<Err = String>>(&self, name: &str) -> Result<T> {
+        let word = self.typed(name, "a word", Value::word)?;
+        word.unwrap_or_default().parse().map_err(Error::Config)
+    }
+
+    /// The value of `name` through `read`, which answers for the kind the table gives it.
+    /// Errors: a bad value ([`Self::value`]); an option read as a kind it is not (a mistake
+    /// here, which the tests of the table's defaults catch).
+    fn typed<T>(
+        &self,
+        name: &str,
+        what: &str,
+        read: impl Fn(&Value) -> Option<T>,
+    ) -> Result<Option<T>> {
+        match self.value(name)? {
+            None => Ok(None),
+            Some(v) => read(&v).map(Some).ok_or_else(|| {
+                Error::Config(format!(
+                    "option {name} is read as {what}, but its table entry is {v:?}"
+                ))
+            }),
+        }
     }
 
     /// Where `f` was, for messages.
@@ -370,6 +430,7 @@ pub fn resolve_settings(
     check_environment(&src, warnings, &mut refused)?;
     check_file(&src, warnings, &mut refused);
     refused.into_result()?;
+    check_given(&src)?;
     let compression = compression(&src)?;
     Ok(Settings {
         config_file: src.file.as_ref().map(|f| f.path.clone()),
@@ -378,44 +439,29 @@ pub fn resolve_settings(
         repos: repos(&src)?,
         ciphers: ciphers(&src, "cipher-pass")?,
         ciphers_new: ciphers(&src, "cipher-pass-new")?,
-        repo: repo_number(&src)?,
+        repo: src.int("repo")?,
         pg_path: src.get("pg-path")?.map(|f| PathBuf::from(f.value)),
-        pg_port: src.parsed("pg-port")?.unwrap_or(DEFAULT_PG_PORT),
+        pg_port: src.int("pg-port")?.unwrap_or(DEFAULT_PG_PORT),
         pg_socket_path: PathBuf::from(src.get_or_default("pg-socket-path")?.unwrap_or_default()),
         pg_user: src.get_or_default("pg-user")?.unwrap_or_default(),
         jobs_given: src.get("jobs")?.is_some(),
         jobs: jobs(&src)?,
         source: source(&src)?,
-        transport: transport(&src)?,
-        network_compress: match src.get_or_default("network-compress")? {
-            None => NetworkCompress::Auto,
-            Some(v) => v.parse().map_err(|_| {
-                Error::Config(format!(
-                    "network-compress '{v}' is not one of auto, none, gzip, lz4, zstd"
-                ))
-            })?,
-        },
-        network_level: src.parsed("compress-level-network")?,
-        network_workers: src.parsed("network-compress-workers")?,
-        max_rate: match src.get("max-rate")? {
-            None => None,
-            Some(f) => Some(crate::options::parse_size("max-rate", &f.value)?),
-        },
+        transport: src.choice("transport")?,
+        network_compress: src.choice("network-compress")?,
+        network_level: src.int("compress-level-network")?,
+        network_workers: src.int("network-compress-workers")?,
+        max_rate: src.size("max-rate")?,
         compression,
         log_level: log_level(&src)?,
-        output: output(&src)?,
+        output: src.choice("output")?,
         archive: archive(&src)?,
         retention: retention(&src)?,
-        resume: crate::options::parse_bool(
-            "resume",
-            &src.get_or_default("resume")?.unwrap_or_default(),
-        )?,
-        manifest_save_threshold: crate::options::parse_size(
-            "manifest-save-threshold",
-            &src.get_or_default("manifest-save-threshold")?
-                .unwrap_or_default(),
-        )?
-        .max(1 << 20),
+        resume: src.bool("resume")?,
+        manifest_save_threshold: src
+            .size("manifest-save-threshold")?
+            .unwrap_or_default()
+            .max(1 << 20),
     })
 }
 
@@ -424,8 +470,8 @@ pub fn resolve_settings(
 /// not give, from the first section that has them (a list option takes every line of that
 /// section). A switch is added only when the file's value is true.
 ///
-/// Errors: a switch whose value is not a boolean (y/n, true/false, on/off, 1/0), naming
-/// the file and section.
+/// Errors: a value its option does not take (a switch that is not y/n, true/false, on/off
+/// or 1/0; a word that is not one of a choice's), naming the file and section.
 fn command_values_from_file(cmd: Cmd, cli: &mut CliValues, env: &dyn Env) -> Result<()> {
     let Some(file) = read_config_file(cli, env)? else {
         return Ok(());
@@ -458,21 +504,20 @@ fn command_values_from_file(cmd: Cmd, cli: &mut CliValues, env: &dyn Env) -> Res
             let Some(last) = values.last() else {
                 continue;
             };
-            if def.kind == table::Kind::Switch {
-                let on = crate::options::parse_bool(def.name, last).map_err(|e| {
-                    Error::Config(format!(
-                        "config file {}, section [{section}]",
-                        f.path.display()
-                    ))
-                    .because(e)
-                })?;
-                if on {
-                    add.push((def.name, vec![String::new()]));
+            let value = def.kind.check(def.name, last).map_err(|e| {
+                Error::Config(format!(
+                    "config file {}, section [{section}]: {e}",
+                    f.path.display()
+                ))
+            })?;
+            match def.kind {
+                table::Kind::Switch => {
+                    if value.bool() == Some(true) {
+                        add.push((def.name, vec![String::new()]));
+                    }
                 }
-            } else if def.kind == table::Kind::List {
-                add.push((def.name, values));
-            } else {
-                add.push((def.name, vec![last.clone()]));
+                table::Kind::List => add.push((def.name, values)),
+                _ => add.push((def.name, vec![last.clone()])),
             }
             break;
         }
@@ -480,6 +525,35 @@ fn command_values_from_file(cmd: Cmd, cli: &mut CliValues, env: &dyn Env) -> Res
     drop(src);
     for (name, v) in add {
         cli.insert(name.to_string(), v);
+    }
+    Ok(())
+}
+
+/// Checks every value given for an option that applies to the command (a flag, a `PGJET_*`
+/// variable, a key of a section read), each against its kind, whether or not this run reads
+/// it: a bad value is refused where it is, before anything else is read. (A command's own
+/// options are checked by the command line, and in the file by [`command_values_from_file`].)
+///
+/// Errors: the first bad value, in table order, with where it was.
+fn check_given(src: &Sources) -> Result<()> {
+    // repo-cipher-type is checked by `ciphers`: in any case, and pgBackRest's aes-256-cbc
+    // refused with the reason.
+    for def in OPTIONS.iter().filter(|d| {
+        !d.command_specific()
+            && d.places != table::ENV_ONLY
+            && d.name != "repo-cipher-type"
+            && src.cmd.is_none_or(|c| d.commands.contains(c))
+    }) {
+        let repos: Vec<Option<u8>> = if def.repo {
+            (1..=MAX_REPOS).map(Some).collect()
+        } else {
+            vec![None]
+        };
+        for repo in repos {
+            if let Some(f) = src.lookup(def, repo)? {
+                src.check(def, &f)?;
+            }
+        }
     }
     Ok(())
 }
@@ -559,60 +633,52 @@ fn repos(src: &Sources) -> Result<Vec<(u8, RepoConfig)>> {
 fn ciphers(src: &Sources, which: &str) -> Result<Vec<(u8, super::CipherPass)>> {
     let mut out = Vec::new();
     for n in 1..=MAX_REPOS {
-        let get = |name: &str| -> Result<Option<String>> {
+        let get = |name: &str| -> Result<Option<(&'static OptionDef, Found)>> {
             let key = format!("repo{n}-{name}");
             match table::classify(&key) {
                 Key::Option {
                     def, repo: Some(k), ..
-                } => Ok(src.lookup(def, Some(k))?.map(|f| f.value)),
+                } => Ok(src.lookup(def, Some(k))?.map(|f| (def, f))),
                 _ => Ok(None),
             }
         };
-        let kind = get("cipher-type")?;
-        let pass = get(which)?;
-        let kind = kind.as_deref().map(str::trim).map(str::to_ascii_lowercase);
-        match (kind.as_deref(), pass) {
-            (None | Some("none"), None) => {}
-            (Some(super::CIPHER_TYPE), Some(p)) if !p.is_empty() => {
+        // In any case, as pgjet always read it; pgBackRest's CBC is refused with the reason.
+        let kind = match get("cipher-type")? {
+            None => CipherType::None,
+            Some((def, f)) => {
+                let value = f.value.trim().to_ascii_lowercase();
+                if value == "aes-256-cbc" {
+                    return Err(Error::Config(format!(
+                        "repo{n}-cipher-type=aes-256-cbc (pgBackRest's) is not offered: CBC does not authenticate, and pgjet refuses data it cannot authenticate; use aes-256-gcm (in a new repository)"
+                    )));
+                }
+                let word = src.check(def, &Found { value, ..f })?;
+                word.word()
+                    .unwrap_or_default()
+                    .parse()
+                    .map_err(Error::Config)?
+            }
+        };
+        let pass = get(which)?.map(|(_, f)| f.value);
+        match (kind, pass) {
+            (CipherType::None, None) => {}
+            (CipherType::Aes256Gcm, Some(p)) if !p.is_empty() => {
                 out.push((n, super::CipherPass::new(p)))
             }
-            (Some(super::CIPHER_TYPE), None) if which != "cipher-pass" => {}
-            (Some(super::CIPHER_TYPE), _) => {
+            (CipherType::Aes256Gcm, None) if which != "cipher-pass" => {}
+            (CipherType::Aes256Gcm, _) => {
                 return Err(Error::Config(format!(
-                    "repo{n}-cipher-type=aes-256-gcm needs repo{n}-cipher-pass (config file or PGJET_REPO{n}_CIPHER_PASS)"
+                    "repo{n}-cipher-type={CIPHER_TYPE} needs repo{n}-cipher-pass (config file or PGJET_REPO{n}_CIPHER_PASS)"
                 )))
             }
-            (None | Some("none"), Some(_)) => {
+            (CipherType::None, Some(_)) => {
                 return Err(Error::Config(format!(
-                    "repo{n}-{which} is set but repo{n}-cipher-type is not aes-256-gcm: set both to encrypt repo{n}, or neither"
-                )))
-            }
-            (Some("aes-256-cbc"), _) => {
-                return Err(Error::Config(format!(
-                    "repo{n}-cipher-type=aes-256-cbc (pgBackRest's) is not offered: CBC does not authenticate, and pgjet refuses data it cannot authenticate; use aes-256-gcm (in a new repository)"
-                )))
-            }
-            (Some(other), _) => {
-                return Err(Error::Config(format!(
-                    "repo{n}-cipher-type '{other}' is not one of none, aes-256-gcm"
+                    "repo{n}-{which} is set but repo{n}-cipher-type is not {CIPHER_TYPE}: set both to encrypt repo{n}, or neither"
                 )))
             }
         }
     }
     Ok(out)
-}
-
-/// `--repo N`, checked against [`MAX_REPOS`].
-fn repo_number(src: &Sources) -> Result<Option<u8>> {
-    let repo: Option<u8> = src.parsed("repo")?;
-    if let Some(n) = repo {
-        if n == 0 || n > MAX_REPOS {
-            return Err(Error::Config(format!(
-                "--repo must be between 1 and {MAX_REPOS}, not {n}"
-            )));
-        }
-    }
-    Ok(repo)
 }
 
 /// `--source`: a bare host name becomes `host=NAME`; empty is unset.
@@ -630,41 +696,22 @@ fn source(src: &Sources) -> Result<Option<String>> {
         }))
 }
 
-fn transport(src: &Sources) -> Result<Transport> {
-    match src.get("transport")? {
-        None => Ok(Transport::Auto),
-        Some(f) => f.value.parse().map_err(|_| {
-            Error::Config(format!(
-                "transport '{}' is not one of auto, local, libpq, basebackup",
-                f.value
-            ))
-        }),
-    }
-}
-
-/// `--jobs`, default the number of cores; 1 to 256.
+/// `--jobs` (1 to [`MAX_JOBS`]), default the number of cores, at most [`MAX_JOBS`].
 fn jobs(src: &Sources) -> Result<usize> {
-    let jobs = match src.parsed("jobs")? {
+    Ok(match src.int("jobs")? {
         Some(j) => j,
         None => std::thread::available_parallelism()
             .map(|n| n.get())
-            .unwrap_or(2),
-    };
-    if jobs == 0 || jobs > 256 {
-        return Err(Error::Config(format!(
-            "jobs must be between 1 and 256, not {jobs}"
-        )));
-    }
-    Ok(jobs)
+            .unwrap_or(2)
+            .min(MAX_JOBS),
+    })
 }
 
+/// `compress-type` and `compress-level`, whose range depends on the type (checked by
+/// [`Compression::new`]).
 fn compression(src: &Sources) -> Result<Compression> {
-    let kind: CompressType = src
-        .get_or_default("compress-type")?
-        .unwrap_or_default()
-        .parse()
-        .map_err(Error::Config)?;
-    let level = src.parsed("compress-level")?;
+    let kind: CompressType = src.choice("compress-type")?;
+    let level = src.int("compress-level")?;
     Compression::new(kind, level).map_err(Error::Config)
 }
 
@@ -685,67 +732,27 @@ fn log_level(src: &Sources) -> Result<String> {
     Ok(level)
 }
 
-fn output(src: &Sources) -> Result<Output> {
-    match src.get_or_default("output")?.as_deref() {
-        None | Some("text") => Ok(Output::Text),
-        Some("json") => Ok(Output::Json),
-        Some("prometheus") => Ok(Output::Prometheus),
-        Some(o) => Err(Error::Config(format!(
-            "output must be text, json or prometheus (info only), not '{o}'"
-        ))),
-    }
-}
-
 fn archive(src: &Sources) -> Result<ArchiveSettings> {
-    let yes_no = |name: &str| -> Result<bool> {
-        parse_bool(name, &src.get_or_default(name)?.unwrap_or_default())
-    };
-    let archive = ArchiveSettings {
+    Ok(ArchiveSettings {
         timeout: src
-            .parsed("archive-timeout")?
+            .seconds("archive-timeout")?
             .unwrap_or(DEFAULT_ARCHIVE_TIMEOUT),
-        asynchronous: yes_no("archive-async")?,
+        asynchronous: src.bool("archive-async")?,
         spool_path: PathBuf::from(src.get_or_default("spool-path")?.unwrap_or_default()),
-        push_queue_max: match src.get("archive-push-queue-max")? {
-            Some(f) => Some(parse_size("archive-push-queue-max", &f.value)?),
-            None => None,
-        },
-        get_queue_max: match src.get("archive-get-queue-max")? {
-            Some(f) => parse_size("archive-get-queue-max", &f.value)?,
-            None => DEFAULT_ARCHIVE_GET_QUEUE_MAX,
-        },
-        check: yes_no("archive-check")?,
-    };
-    if !(archive.timeout > 0.0 && archive.timeout <= 86400.0) {
-        return Err(Error::Config(format!(
-            "archive-timeout must be between 0 and 86400 seconds, not {}",
-            archive.timeout
-        )));
-    }
-    Ok(archive)
+        push_queue_max: src.size("archive-push-queue-max")?,
+        get_queue_max: src
+            .size("archive-get-queue-max")?
+            .unwrap_or(DEFAULT_ARCHIVE_GET_QUEUE_MAX),
+        check: src.bool("archive-check")?,
+    })
 }
 
 fn retention(src: &Sources) -> Result<Retention> {
-    let count = |key: &str| -> Result<Option<u32>> {
-        let v = src.parsed(key)?;
-        if v == Some(0) {
-            return Err(Error::Config(format!("{key} must be at least 1")));
-        }
-        Ok(v)
-    };
     Ok(Retention {
-        full: count("retention-full")?,
-        full_type: match src.get_or_default("retention-full-type")?.as_deref() {
-            None | Some("count") => RetentionFullType::Count,
-            Some("time") => RetentionFullType::Time,
-            Some(o) => {
-                return Err(Error::Config(format!(
-                    "retention-full-type must be count or time, not '{o}'"
-                )))
-            }
-        },
-        diff: count("retention-diff")?,
-        archive: count("retention-archive")?,
+        full: src.int("retention-full")?,
+        full_type: src.choice("retention-full-type")?,
+        diff: src.int("retention-diff")?,
+        archive: src.int("retention-archive")?,
     })
 }
 

@@ -3,12 +3,25 @@
 //! flags a restored cluster's restore_command carries ([`OptionDef::carried`]) all come from
 //! [`OPTIONS`].
 //!
+//! Each option declares what it takes ([`Kind`]: a boolean, a size, seconds, a range of whole
+//! numbers, one of some words, ...); [`Kind::check`] checks a value against it, wherever it
+//! was given. The words of a choice are declared by the type its value becomes
+//! (`Kind::Choice(Transport::WORDS)`).
+//!
 //! Names are the long flags without `--` and the config file's keys. The environment
 //! variable of an option is `PGJET_<NAME>` (upper case, `-` as `_`). A repository option
 //! ([`OptionDef::repo`]) exists once per repository: `repoN-<name>` in the file and
 //! `PGJET_REPON_<NAME>` in the environment, N from 1 to [`MAX_REPOS`]; the unnumbered
 //! `repo-<name>` (flag, key, `PGJET_REPO_<NAME>`) is repository 1.
-use super::repo::MAX_REPOS;
+use super::command::{
+    ArchiveMode, BackupType, InfoFormat, NetworkCompress, RestoreType, Seed, TargetAction,
+    Transport,
+};
+pub use super::kind::{Kind, Words};
+use super::repo::{AzureKeyType, GcsKeyType, MAX_REPOS};
+use super::{CipherType, Output, RetentionFullType, MAX_JOBS};
+use crate::codec::CompressType;
+use crate::storage::config::{HostKeyCheck, RepoType, UriStyle};
 
 /// The commands, as the command line spells them ([`CommandDef::name`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -242,29 +255,6 @@ pub const ENV_ONLY: Places = Places {
     env: true,
     file: false,
 };
-
-/// The shape of an option's value, which picks its command-line parser.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    /// Text, checked where it is used.
-    Text,
-    /// A file or directory.
-    Path,
-    /// An integer of that type.
-    U8,
-    U16,
-    U32,
-    Usize,
-    I32,
-    /// A decimal number.
-    F64,
-    /// A flag without a value (true when given).
-    Switch,
-    /// A repeatable text value (every occurrence kept, in order).
-    List,
-    /// One of these words: (word, what it means).
-    Choice(&'static [(&'static str, &'static str)]),
-}
 
 /// One option.
 #[derive(Debug, PartialEq, Eq)]
@@ -527,81 +517,21 @@ const fn opt(
     }
 }
 
-const BACKUP_TYPES: &[(&str, &str)] = &[
-    ("full", "A full backup: every file stored (default)"),
-    (
-        "diff",
-        "Differential: only the blocks and files changed since the newest full backup",
-    ),
-    (
-        "incr",
-        "Incremental: only the blocks and files changed since the newest backup of any type",
-    ),
-];
-const RESTORE_TYPES: &[(&str, &str)] = &[
-    (
-        "default",
-        "Recover from the archive to its end, then promote (default)",
-    ),
-    ("immediate", "Recover to the first consistent point"),
-    (
-        "time",
-        "Recover to a time (--target '2026-11-22 14:15:02+00')",
-    ),
-    ("lsn", "Recover to an LSN (--target 0/3000060)"),
-    ("xid", "Recover to a transaction ID (--target 1234)"),
-    (
-        "name",
-        "Recover to a restore point (--target NAME, made with pg_create_restore_point())",
-    ),
-    (
-        "standby",
-        "Start as a standby (standby.signal), reading the archive",
-    ),
-    (
-        "preserve",
-        "Keep the recovery settings the backup had; write none",
-    ),
-    (
-        "none",
-        "No recovery settings: crash recovery from backup_label with the WAL the backup holds",
-    ),
-];
-const TARGET_ACTIONS: &[(&str, &str)] = &[
-    (
-        "pause",
-        "Pause recovery, so the state can be inspected before promoting (PostgreSQL's default)",
-    ),
-    (
-        "promote",
-        "End recovery and open for writes on a new timeline",
-    ),
-    ("shutdown", "Shut the server down"),
-];
-const ARCHIVE_MODES: &[(&str, &str)] = &[
-    ("preserve", "Keep the backed-up setting"),
-    ("off", "Write archive_mode = off"),
-];
-
-const INFO_FORMATS: &[(&str, &str)] = &[
-    ("pgjet", "pgjet's own report (default)"),
-    (
-        "pgbackrest",
-        "pgBackRest 2.45's info, for its monitoring tools (with --output json: the same keys and types)",
-    ),
-];
-
-const SEEDS: &[(&str, &str)] = &[
-    (
-        "auto",
-        "The repository's newest backup when it and the WAL archived since are estimated faster than a copy from the source, or when no source is given; else the source (default)",
-    ),
-    ("source", "Copy from the source (--source)"),
-    (
-        "repo",
-        "Restore the repository's newest backup; the standby replays the archived WAL, then streams from the source",
-    ),
-];
+/// A TCP port.
+const PORT: Kind = Kind::Range {
+    min: 0,
+    max: u16::MAX as i64,
+};
+/// A count read into a u32, 0 allowed.
+const COUNT: Kind = Kind::Range {
+    min: 0,
+    max: u32::MAX as i64,
+};
+/// A count read into a u32, at least 1 (retention).
+const AT_LEAST_1: Kind = Kind::Range {
+    min: 1,
+    max: u32::MAX as i64,
+};
 
 const BACKUP: Cmds = Cmds::of(&[Cmd::Backup]);
 const RESTORE: Cmds = Cmds::of(&[Cmd::Restore]);
@@ -634,6 +564,8 @@ pub const OPTIONS: &[OptionDef] = &[
     OptionDef {
         // pgBackRest's names for what it prints (pgjet logs to stderr only).
         aliases: &["log-level-console", "log-level-stderr"],
+        // Text, not a choice: pgBackRest's levels (off, detail) read as pgjet's, and the
+        // message for another word names both (resolve.rs, `log_level`).
         ..opt(
             "log-level",
             Kind::Text,
@@ -646,7 +578,7 @@ pub const OPTIONS: &[OptionDef] = &[
     },
     opt(
         "output",
-        Kind::Text,
+        Kind::Choice(Output::WORDS),
         "FORMAT",
         Some("text"),
         H_GENERAL,
@@ -657,7 +589,10 @@ pub const OPTIONS: &[OptionDef] = &[
         visible_aliases: &["process-max"],
         ..opt(
             "jobs",
-            Kind::Usize,
+            Kind::Range {
+                min: 1,
+                max: MAX_JOBS as i64,
+            },
             "N",
             None,
             H_GENERAL,
@@ -675,7 +610,7 @@ pub const OPTIONS: &[OptionDef] = &[
     },
     opt(
         "compress-type",
-        Kind::Text,
+        Kind::Choice(CompressType::WORDS),
         "TYPE",
         Some("zstd"),
         H_GENERAL,
@@ -684,7 +619,10 @@ pub const OPTIONS: &[OptionDef] = &[
     ),
     opt(
         "compress-level",
-        Kind::I32,
+        Kind::Range {
+            min: i32::MIN as i64,
+            max: i32::MAX as i64,
+        },
         "N",
         None,
         H_GENERAL,
@@ -696,7 +634,10 @@ pub const OPTIONS: &[OptionDef] = &[
         repo: false,
         ..repo_opt(
             "repo",
-            Kind::U8,
+            Kind::Range {
+                min: 1,
+                max: MAX_REPOS as i64,
+            },
             "N",
             None,
             false,
@@ -713,7 +654,7 @@ pub const OPTIONS: &[OptionDef] = &[
     ),
     repo_opt(
         "repo-type",
-        Kind::Text,
+        Kind::Choice(RepoType::WORDS),
         "TYPE",
         Some("posix"),
         false,
@@ -745,7 +686,7 @@ pub const OPTIONS: &[OptionDef] = &[
     ),
     repo_opt(
         "repo-cipher-type",
-        Kind::Text,
+        Kind::Choice(CipherType::WORDS),
         "TYPE",
         Some("none"),
         false,
@@ -769,7 +710,7 @@ pub const OPTIONS: &[OptionDef] = &[
     ),
     repo_opt(
         "repo-s3-uri-style",
-        Kind::Text,
+        Kind::Choice(UriStyle::WORDS),
         "STYLE",
         Some("host"),
         false,
@@ -817,7 +758,7 @@ pub const OPTIONS: &[OptionDef] = &[
     ),
     repo_opt(
         "repo-gcs-key-type",
-        Kind::Text,
+        Kind::Choice(GcsKeyType::WORDS),
         "TYPE",
         Some("service"),
         false,
@@ -857,7 +798,7 @@ pub const OPTIONS: &[OptionDef] = &[
     ),
     repo_opt(
         "repo-azure-uri-style",
-        Kind::Text,
+        Kind::Choice(UriStyle::WORDS),
         "STYLE",
         Some("host"),
         false,
@@ -865,7 +806,7 @@ pub const OPTIONS: &[OptionDef] = &[
     ),
     repo_opt(
         "repo-azure-key-type",
-        Kind::Text,
+        Kind::Choice(AzureKeyType::WORDS),
         "TYPE",
         Some("shared"),
         false,
@@ -889,7 +830,7 @@ pub const OPTIONS: &[OptionDef] = &[
     ),
     repo_opt(
         "repo-sftp-host-port",
-        Kind::U16,
+        PORT,
         "PORT",
         Some("22"),
         false,
@@ -913,7 +854,7 @@ pub const OPTIONS: &[OptionDef] = &[
     ),
     repo_opt(
         "repo-sftp-host-key-check-type",
-        Kind::Text,
+        Kind::Choice(HostKeyCheck::WORDS),
         "TYPE",
         Some("strict"),
         false,
@@ -921,7 +862,7 @@ pub const OPTIONS: &[OptionDef] = &[
     ),
     repo_opt(
         "repo-storage-verify-tls",
-        Kind::Text,
+        Kind::Bool,
         "Y|N",
         Some("y"),
         false,
@@ -945,7 +886,7 @@ pub const OPTIONS: &[OptionDef] = &[
     ),
     repo_opt(
         "repo-storage-port",
-        Kind::U16,
+        PORT,
         "PORT",
         None,
         false,
@@ -968,7 +909,7 @@ pub const OPTIONS: &[OptionDef] = &[
         aliases: &["pg1-port"],
         ..opt(
             "pg-port",
-            Kind::U16,
+            PORT,
             "N",
             Some("5432"),
             H_PG,
@@ -1015,7 +956,7 @@ pub const OPTIONS: &[OptionDef] = &[
     },
     opt(
         "transport",
-        Kind::Text,
+        Kind::Choice(Transport::WORDS),
         "HOW",
         Some("auto"),
         H_PG,
@@ -1024,7 +965,7 @@ pub const OPTIONS: &[OptionDef] = &[
     ),
     opt(
         "network-compress",
-        Kind::Text,
+        Kind::Choice(NetworkCompress::WORDS),
         "TYPE",
         Some("auto"),
         H_PG,
@@ -1033,7 +974,10 @@ pub const OPTIONS: &[OptionDef] = &[
     ),
     opt(
         "compress-level-network",
-        Kind::I32,
+        Kind::Range {
+            min: i32::MIN as i64,
+            max: i32::MAX as i64,
+        },
         "N",
         None,
         H_PG,
@@ -1042,7 +986,7 @@ pub const OPTIONS: &[OptionDef] = &[
     ),
     opt(
         "network-compress-workers",
-        Kind::U32,
+        COUNT,
         "N",
         None,
         H_PG,
@@ -1051,7 +995,7 @@ pub const OPTIONS: &[OptionDef] = &[
     ),
     opt(
         "max-rate",
-        Kind::Text,
+        Kind::Size,
         "BYTES",
         None,
         H_PG,
@@ -1061,7 +1005,7 @@ pub const OPTIONS: &[OptionDef] = &[
     // WAL archiving.
     opt(
         "archive-timeout",
-        Kind::F64,
+        Kind::Seconds { max: 86400 },
         "SECONDS",
         Some("60"),
         H_ARCHIVE,
@@ -1070,7 +1014,7 @@ pub const OPTIONS: &[OptionDef] = &[
     ),
     opt(
         "archive-async",
-        Kind::Text,
+        Kind::Bool,
         "Y|N",
         Some("n"),
         H_ARCHIVE,
@@ -1088,7 +1032,7 @@ pub const OPTIONS: &[OptionDef] = &[
     ),
     opt(
         "archive-push-queue-max",
-        Kind::Text,
+        Kind::Size,
         "SIZE",
         None,
         H_ARCHIVE,
@@ -1097,7 +1041,7 @@ pub const OPTIONS: &[OptionDef] = &[
     ),
     opt(
         "archive-get-queue-max",
-        Kind::Text,
+        Kind::Size,
         "SIZE",
         Some("128MB"),
         H_ARCHIVE,
@@ -1106,7 +1050,7 @@ pub const OPTIONS: &[OptionDef] = &[
     ),
     opt(
         "archive-check",
-        Kind::Text,
+        Kind::Bool,
         "Y|N",
         Some("y"),
         H_ARCHIVE,
@@ -1120,7 +1064,7 @@ pub const OPTIONS: &[OptionDef] = &[
         aliases: &["repo1-retention-full"],
         ..opt(
             "retention-full",
-            Kind::U32,
+            AT_LEAST_1,
             "N",
             None,
             H_RETENTION,
@@ -1134,7 +1078,7 @@ pub const OPTIONS: &[OptionDef] = &[
         aliases: &["repo1-retention-full-type"],
         ..opt(
             "retention-full-type",
-            Kind::Text,
+            Kind::Choice(RetentionFullType::WORDS),
             "TYPE",
             Some("count"),
             H_RETENTION,
@@ -1148,7 +1092,7 @@ pub const OPTIONS: &[OptionDef] = &[
         aliases: &["repo1-retention-diff"],
         ..opt(
             "retention-diff",
-            Kind::U32,
+            AT_LEAST_1,
             "N",
             None,
             H_RETENTION,
@@ -1162,7 +1106,7 @@ pub const OPTIONS: &[OptionDef] = &[
         aliases: &["repo1-retention-archive"],
         ..opt(
             "retention-archive",
-            Kind::U32,
+            AT_LEAST_1,
             "N",
             None,
             H_RETENTION,
@@ -1173,7 +1117,7 @@ pub const OPTIONS: &[OptionDef] = &[
     // backup.
     cmd_opt(
         "type",
-        Kind::Choice(BACKUP_TYPES),
+        Kind::Choice(BackupType::WORDS),
         "TYPE",
         Some("full"),
         BACKUP,
@@ -1205,7 +1149,7 @@ pub const OPTIONS: &[OptionDef] = &[
     ),
     opt(
         "resume",
-        Kind::Text,
+        Kind::Bool,
         "Y|N",
         Some("y"),
         H_REPO,
@@ -1214,7 +1158,7 @@ pub const OPTIONS: &[OptionDef] = &[
     ),
     opt(
         "manifest-save-threshold",
-        Kind::Text,
+        Kind::Size,
         "BYTES",
         Some("64MiB"),
         H_REPO,
@@ -1232,7 +1176,7 @@ pub const OPTIONS: &[OptionDef] = &[
     ),
     cmd_opt(
         "type",
-        Kind::Choice(RESTORE_TYPES),
+        Kind::Choice(RestoreType::WORDS),
         "TYPE",
         Some("default"),
         RESTORE,
@@ -1256,7 +1200,7 @@ pub const OPTIONS: &[OptionDef] = &[
     ),
     cmd_opt(
         "target-action",
-        Kind::Choice(TARGET_ACTIONS),
+        Kind::Choice(TargetAction::WORDS),
         "TARGET_ACTION",
         Some("pause"),
         RESTORE,
@@ -1288,7 +1232,7 @@ pub const OPTIONS: &[OptionDef] = &[
     ),
     file_cmd_opt(
         "archive-mode",
-        Kind::Choice(ARCHIVE_MODES),
+        Kind::Choice(ArchiveMode::WORDS),
         "ARCHIVE_MODE",
         Some("preserve"),
         RESTORE,
@@ -1362,7 +1306,7 @@ pub const OPTIONS: &[OptionDef] = &[
     ),
     file_cmd_opt(
         "seed",
-        Kind::Choice(SEEDS),
+        Kind::Choice(Seed::WORDS),
         "SEED",
         Some("auto"),
         REPLICA,
@@ -1371,7 +1315,7 @@ pub const OPTIONS: &[OptionDef] = &[
     // info.
     file_cmd_opt(
         "format",
-        Kind::Choice(INFO_FORMATS),
+        Kind::Choice(InfoFormat::WORDS),
         "FORMAT",
         Some("pgjet"),
         Cmds::of(&[Cmd::Info]),
@@ -1560,4 +1504,108 @@ pub fn classify_env(var: &str) -> Option<(String, Key)> {
     let key = rest.to_ascii_lowercase().replace('_', "-");
     let class = classify(&key);
     Some((key, class))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::str::FromStr;
+
+    /// The words of `T` each parse into a `T` whose word is that word, its other spellings
+    /// too; the words as `T` lists them.
+    fn words_of<T: FromStr<Err = String> + Copy + PartialEq + std::fmt::Debug>(
+        as_str: fn(T) -> &'static str,
+        words: Words,
+    ) -> Words {
+        for (w, _, other) in words {
+            let v: T = w.parse().unwrap_or_else(|e| panic!("{w}: {e}"));
+            assert_eq!(as_str(v), *w);
+            for o in *other {
+                assert_eq!(o.parse::<T>(), Ok(v), "{o}");
+            }
+        }
+        words
+    }
+
+    #[test]
+    fn every_choice_takes_the_words_of_the_type_it_becomes() {
+        // (option, the words of the type its value becomes, checked to parse into it).
+        let types: &[(&str, Words)] = &[
+            ("output", words_of(Output::as_str, Output::WORDS)),
+            (
+                "compress-type",
+                words_of(CompressType::as_str, CompressType::WORDS),
+            ),
+            ("repo-type", words_of(RepoType::as_str, RepoType::WORDS)),
+            (
+                "repo-cipher-type",
+                words_of(CipherType::as_str, CipherType::WORDS),
+            ),
+            (
+                "repo-s3-uri-style",
+                words_of(UriStyle::as_str, UriStyle::WORDS),
+            ),
+            (
+                "repo-gcs-key-type",
+                words_of(GcsKeyType::as_str, GcsKeyType::WORDS),
+            ),
+            (
+                "repo-azure-uri-style",
+                words_of(UriStyle::as_str, UriStyle::WORDS),
+            ),
+            (
+                "repo-azure-key-type",
+                words_of(AzureKeyType::as_str, AzureKeyType::WORDS),
+            ),
+            (
+                "repo-sftp-host-key-check-type",
+                words_of(HostKeyCheck::as_str, HostKeyCheck::WORDS),
+            ),
+            ("transport", words_of(Transport::as_str, Transport::WORDS)),
+            (
+                "network-compress",
+                words_of(NetworkCompress::as_str, NetworkCompress::WORDS),
+            ),
+            (
+                "retention-full-type",
+                words_of(RetentionFullType::as_str, RetentionFullType::WORDS),
+            ),
+            ("type", words_of(BackupType::as_str, BackupType::WORDS)),
+            ("type", words_of(RestoreType::as_str, RestoreType::WORDS)),
+            (
+                "target-action",
+                words_of(TargetAction::as_str, TargetAction::WORDS),
+            ),
+            (
+                "archive-mode",
+                words_of(ArchiveMode::as_str, ArchiveMode::WORDS),
+            ),
+            ("seed", words_of(Seed::as_str, Seed::WORDS)),
+            ("format", words_of(InfoFormat::as_str, InfoFormat::WORDS)),
+        ];
+        let choices: Vec<(&str, Words)> = OPTIONS
+            .iter()
+            .filter_map(|d| match d.kind {
+                Kind::Choice(w) => Some((d.name, w)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(choices, types, "a choice of the table is not listed here");
+        // Each word, and each other spelling, names one value; defaults are words.
+        for d in OPTIONS {
+            if let Kind::Choice(words) = d.kind {
+                let mut all: Vec<&str> = words
+                    .iter()
+                    .flat_map(|(w, _, o)| std::iter::once(*w).chain(o.iter().copied()))
+                    .collect();
+                let n = all.len();
+                all.sort_unstable();
+                all.dedup();
+                assert_eq!(all.len(), n, "{}: a word twice", d.name);
+            }
+            if let Some(v) = d.default {
+                assert!(d.kind.check(d.name, v).is_ok(), "{}: default {v}", d.name);
+            }
+        }
+    }
 }

@@ -1,7 +1,7 @@
 //! The configuration of a repository's store: which store (posix, S3, GCS, Azure, SFTP),
 //! where, with which credentials and TLS. Built by the options layer from `repoN-*` names
 //! (crates/pgjet-core/src/options/repo.rs), or by a program that embeds pgjet; opened by
-//! [`super::open`].
+//! [`super::open`]. The words of its choices (`words!`) are the option table's.
 use std::path::PathBuf;
 
 /// TLS settings of an HTTPS object store (`repo-storage-verify-tls`, `repo-storage-ca-file`).
@@ -20,6 +20,44 @@ pub enum UriStyle {
     Host,
     Path,
 }
+words!(UriStyle, "URI style", {
+    "host" => Host: "",
+    "path" => Path: "",
+});
+
+/// `repo-type`: the kind of store (`cifs`, pgBackRest's, is posix).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RepoType {
+    Posix,
+    S3,
+    Gcs,
+    Azure,
+    Sftp,
+}
+words!(RepoType, "repository type", {
+    "posix" | "cifs" => Posix: "",
+    "s3" => S3: "",
+    "gcs" => Gcs: "",
+    "azure" => Azure: "",
+    "sftp" => Sftp: "",
+});
+
+/// `repo-sftp-host-key-check-type`: how the SFTP server's host key is checked against
+/// `known_hosts`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostKeyCheck {
+    /// A key that is not in `known_hosts` is refused.
+    Strict,
+    /// A new host's key is added; a changed key is refused.
+    AcceptNew,
+    /// Any key is accepted.
+    None,
+}
+words!(HostKeyCheck, "host key check", {
+    "strict" => Strict: "",
+    "accept-new" => AcceptNew: "",
+    "none" => None: "",
+});
 
 /// One configured repository.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,8 +106,8 @@ pub enum RepoConfig {
         port: u16,
         user: String,
         private_key_file: Option<PathBuf>,
-        /// `strict` (default), `accept-new` or `none` (`repo-sftp-host-key-check-type`).
-        host_key_check: String,
+        /// `repo-sftp-host-key-check-type`.
+        host_key_check: HostKeyCheck,
         path: String,
     },
 }
@@ -78,11 +116,12 @@ impl RepoConfig {
     /// The repository's kind as `repo-type` spells it.
     pub fn kind(&self) -> &'static str {
         match self {
-            RepoConfig::Posix { .. } => "posix",
-            RepoConfig::S3 { .. } => "s3",
-            RepoConfig::Gcs { .. } => "gcs",
-            RepoConfig::Azure { .. } => "azure",
-            RepoConfig::Sftp { .. } => "sftp",
+            RepoConfig::Posix { .. } => RepoType::Posix,
+            RepoConfig::S3 { .. } => RepoType::S3,
+            RepoConfig::Gcs { .. } => RepoType::Gcs,
+            RepoConfig::Azure { .. } => RepoType::Azure,
+            RepoConfig::Sftp { .. } => RepoType::Sftp,
         }
+        .as_str()
     }
 }

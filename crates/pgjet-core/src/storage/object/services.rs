@@ -3,7 +3,7 @@
 //! TLS settings) and the retry and timeout layers.
 use super::*;
 use crate::error::{Error, Result};
-use crate::storage::config::{RepoConfig, StorageTls, UriStyle};
+use crate::storage::config::{HostKeyCheck, RepoConfig, StorageTls, UriStyle};
 use opendal::layers::{RetryEvent, RetryInterceptor, RetryLayer, TimeoutLayer};
 use opendal::Operator;
 
@@ -208,8 +208,8 @@ pub(super) fn azure_store<'a>(
     })
 }
 
-/// An SFTP store ([`RepoConfig::Sftp`]'s fields): `host_key_check` (`strict`, `accept-new`,
-/// `none`) becomes OpenDAL's known-hosts strategy.
+/// An SFTP store ([`RepoConfig::Sftp`]'s fields): `host_key_check` becomes OpenDAL's
+/// known-hosts strategy.
 ///
 /// Errors: settings OpenDAL refuses ([`Error::Config`]).
 pub(super) fn sftp_store(
@@ -217,7 +217,7 @@ pub(super) fn sftp_store(
     port: u16,
     user: &str,
     private_key_file: Option<&std::path::Path>,
-    host_key_check: &str,
+    host_key_check: HostKeyCheck,
     path: &str,
 ) -> Result<Store<'static>> {
     let mut b = opendal::services::Sftp::default()
@@ -225,9 +225,9 @@ pub(super) fn sftp_store(
         .user(user)
         .root(&root_of(path))
         .known_hosts_strategy(match host_key_check {
-            "none" => "Accept",
-            "accept-new" => "Add",
-            _ => "Strict",
+            HostKeyCheck::None => "Accept",
+            HostKeyCheck::AcceptNew => "Add",
+            HostKeyCheck::Strict => "Strict",
         });
     if let Some(k) = private_key_file {
         b = b.key(&k.display().to_string());
@@ -297,7 +297,7 @@ pub(super) fn store(cfg: &RepoConfig) -> Result<Store<'_>> {
             *port,
             user,
             private_key_file.as_deref(),
-            host_key_check,
+            *host_key_check,
             path,
         ),
         RepoConfig::Posix { .. } => Err(Error::Config(
