@@ -490,18 +490,23 @@ fn check_given(src: &Sources) -> Result<()> {
             && d.name != "repo-cipher-type"
             && src.cmd.is_none_or(|c| d.commands.contains(c))
     }) {
-        let repos: Vec<Option<u8>> = if def.repo {
-            (1..=MAX_REPOS).map(Some).collect()
-        } else {
-            vec![None]
-        };
-        for repo in repos {
+        for repo in repo_numbers(def) {
             if let Some(f) = src.lookup(def, repo)? {
                 src.check(def, &f)?;
             }
         }
     }
     Ok(())
+}
+
+/// The repositories an option exists for: 1 to [`MAX_REPOS`] for a repository option, else
+/// one unnumbered (None).
+fn repo_numbers(def: &OptionDef) -> Vec<Option<u8>> {
+    if def.repo {
+        (1..=MAX_REPOS).map(Some).collect()
+    } else {
+        vec![None]
+    }
 }
 
 /// The options given as flags or environment variables, secrets left out, in table order.
@@ -514,12 +519,7 @@ fn given(src: &Sources) -> Result<Vec<Given>> {
         if def.places == table::ENV_ONLY {
             continue;
         }
-        let repos: Vec<Option<u8>> = if def.repo {
-            (1..=MAX_REPOS).map(Some).collect()
-        } else {
-            vec![None]
-        };
-        for repo in repos {
+        for repo in repo_numbers(def) {
             if let Some(f) = src.lookup(def, repo)? {
                 let from_env = match f.origin {
                     Origin::CommandLine => false,
