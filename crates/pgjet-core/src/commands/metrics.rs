@@ -87,9 +87,10 @@ pub fn queues(s: &Settings, v: &[StanzaView]) -> Vec<(String, QueueView)> {
     let Some(pg) = &s.pg_path else {
         return Vec::new();
     };
+    let archive = s.archive_config();
     v.iter()
         .map(|st| {
-            let out = Spool::dir_of(&s.archive_config(), &st.stanza).join("out");
+            let out = Spool::dir_of(&archive, &st.stanza).join("out");
             (
                 st.stanza.clone(),
                 queue_view(pg, &out, std::time::SystemTime::now()),

@@ -10,8 +10,8 @@
 //! start to the stop LSN is copied into the new pg_wal as well, so the standby reaches
 //! consistency even before it connects.
 use crate::error::{Error, Result};
-use crate::options::ReplicaOptions;
 use crate::options::Settings;
+use crate::options::{PrimaryConn, ReplicaOptions};
 use crate::pgdata::copy::{DeltaSince, DirTarget};
 use crate::pgdata::finish::{finish, Finish};
 use crate::pgdata::own_settings::OwnSettings;
@@ -46,7 +46,7 @@ pub fn run(s: &Settings, args: &ReplicaOptions, progress: &dyn Progress) -> Resu
     };
     // From the repository when told, when there is no source, or when auto finds it faster.
     // The source's session, when --seed auto connected to time it.
-    let seed = crate::primary::seed_choice::wanted(&s.repo_set(), &s.primary_conn(), args)?;
+    let seed = crate::primary::seed_choice::wanted(&s.repo_set(), &primary_conn, args)?;
     if seed.repo {
         return super::replica_seed::run(s, args, progress);
     }
@@ -96,7 +96,7 @@ pub fn run(s: &Settings, args: &ReplicaOptions, progress: &dyn Progress) -> Resu
     let app = standby_app_name(&given, &own, slot_name, s.pg_port);
     let mut made = false;
     let res = copy_and_configure(
-        s,
+        &primary_conn,
         args,
         &primary,
         &target,
@@ -148,7 +148,7 @@ struct Standby<'a> {
 
 #[allow(clippy::too_many_arguments)]
 fn copy_and_configure(
-    s: &Settings,
+    conn: &PrimaryConn,
     args: &ReplicaOptions,
     primary: &Primary,
     target: &Path,
@@ -207,7 +207,7 @@ fn copy_and_configure(
     set_mtimes(&paths, &mtimes)?;
 
     let lines = standby_lines(
-        &s.primary_conn(),
+        conn,
         args,
         &primary.target,
         standby.app,
