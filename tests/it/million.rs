@@ -11,8 +11,10 @@
 //! There is no separate child test that could pass without doing anything.
 use pgjet_core::codec::{self, CompressType, Compression};
 use pgjet_core::pg::lsn::Lsn;
+use pgjet_core::pgdata::write::DataDirWriter;
 use pgjet_core::repo::manifest_io::ManifestWriter;
 use pgjet_core::repo::read_back::{ReadBack, Want};
+use pgjet_core::repo::restore_target::RestoreTarget;
 use pgjet_core::repo::{
     Backup, DirEntry, FileEntry, ManifestHeader, Piece, Stanza, StopInfo, REPO_FORMAT,
 };
@@ -176,7 +178,7 @@ fn write_backup(backup: &Backup) {
 fn read_back<'a>(
     backup: &'a Backup<'a>,
     contiguous: bool,
-    target: Option<&'a Path>,
+    target: Option<&'a dyn RestoreTarget>,
 ) -> ReadBack<'a> {
     ReadBack {
         backup,
@@ -184,7 +186,6 @@ fn read_back<'a>(
         chain: &[],
         contiguous,
         target,
-        overwrite: false,
         jobs: 2,
     }
 }
@@ -223,7 +224,11 @@ fn child_workload(dir: &Path) {
     }
     let files = backup.manifest_reader().unwrap().files();
     let mut created = 0usize;
-    let bad = read_back(&backup, scan.contiguous, Some(&target))
+    let writer = DataDirWriter {
+        root: &target,
+        overwrite: false,
+    };
+    let bad = read_back(&backup, scan.contiguous, Some(&writer))
         .run(
             files,
             &mut |f| {

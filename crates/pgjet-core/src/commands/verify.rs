@@ -54,7 +54,6 @@ pub fn run(s: &Settings, set: Option<&str>, progress: &dyn Progress) -> Result<V
             chain: &chain,
             contiguous: scan.contiguous,
             target: None,
-            overwrite: false,
             jobs: s.jobs,
         };
         let stream = backup.manifest_reader()?.files();

@@ -3,6 +3,7 @@
 //! size and written in place; with `delta`, an existing copy of the same cluster is
 //! re-synced range by range instead.
 use super::delta_target;
+use super::write::DirSink;
 use super::{create_files, prepare_target, TargetSync};
 use crate::error::Result;
 use crate::pg::checksum::BLCKSZ;
@@ -14,7 +15,6 @@ use crate::pg::session::{ServerInfo, Session};
 use crate::pg::walscan;
 use crate::pg::walsummary::SummarizedChanges;
 use crate::transfer::range_delta::{plan_delta, range_units, ListedBlocks};
-use crate::transfer::sink::DirSink;
 use crate::transfer::{
     copy_files, copy_units, BackupTarget, CopyOutcome, Progress, ReadOptions, Source, SourceFile,
 };

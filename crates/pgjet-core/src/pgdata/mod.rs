@@ -21,6 +21,7 @@ pub mod restore;
 pub mod standby;
 pub mod standby_slot;
 pub mod stream_dir;
+pub mod write;
 
 use crate::error::{Error, Result};
 use crate::io::fs::{create_new_file, set_mtime, SyncHandle};

@@ -3,13 +3,14 @@
 //! `backup_manifest` written as they pass, then the one finish ([`super::finish`]) with
 //! pg_control read from the repository last.
 use super::finish::{finish, Finish};
+use super::write::{allocate_pieces, DataDirWriter};
 use super::{create_file, delta_target, remap_tablespace_map, TargetSync};
 use crate::codec::CompressType;
 use crate::error::{Error, Result};
 use crate::io::direct::DIRECT_MIN_WRITE;
 use crate::io::fs::set_mtime;
 use crate::pg::pg_manifest::{PgManifestWriter, PgWalRange};
-use crate::repo::read_back::{allocate_pieces, restore_one, PieceWant, ReadBack, Want};
+use crate::repo::read_back::{restore_one, PieceWant, ReadBack, Want};
 use crate::repo::{Backup, FileEntry, ScannedManifest};
 use crate::transfer::Progress;
 use std::fs::{File, OpenOptions};
@@ -100,13 +101,16 @@ fn write_files(
 ) -> Result<u64> {
     let (h, end) = (&r.scan.summary.header, &r.scan.summary.end);
     let delta = matches!(files, Files::InMemory(..));
+    let writer = DataDirWriter {
+        root: r.pg_path,
+        overwrite: delta,
+    };
     let rb = ReadBack {
         backup: r.backup,
         kind: h.compression.kind,
         chain: r.chain,
         contiguous: r.scan.contiguous,
-        target: Some(r.pg_path),
-        overwrite: delta,
+        target: Some(&writer),
         jobs: r.jobs,
     };
     let mut can_allocate = true;
@@ -222,7 +226,11 @@ fn finish_restore(
         phase("syncfs done");
         let cf = &r.scan.control;
         let (path, _) = create_file(r.pg_path, &cf.path, cf.size, cf.mode)?;
-        restore_one(r.backup, h.compression.kind, cf, &path)?;
+        let writer = DataDirWriter {
+            root: r.pg_path,
+            overwrite: false,
+        };
+        restore_one(r.backup, h.compression.kind, cf, &writer)?;
         set_mtime(&path, cf.mtime)?;
         File::open(&path)
             .and_then(|f| f.sync_all())

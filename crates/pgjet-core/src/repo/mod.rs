@@ -27,6 +27,7 @@ pub mod manifest_io;
 pub mod open;
 pub mod read_back;
 pub mod restore_delta;
+pub mod restore_target;
 pub mod resume;
 pub mod retention;
 pub mod sink;

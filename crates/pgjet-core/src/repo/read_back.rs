@@ -3,15 +3,14 @@
 //! runs the same checks without writing.
 use crate::codec::{self, CompressType};
 use crate::error::{Error, Result};
-use crate::io::direct::{self, aligned_buf, AlignedBuf, DIRECT_MIN_WRITE};
+use crate::io::direct::{aligned_buf, AlignedBuf};
 use crate::io::parallel::Stop;
 use crate::repo::frame::{decode_piece, FrameCache};
+use crate::repo::restore_target::RestoreTarget;
 use crate::repo::{Backup, FileEntry, Piece};
 use crate::storage::Storage;
-use crate::transfer::sink::{punch_zero_pages, write_runs};
 use crate::transfer::{Progress, CHUNK_SIZE};
 use crossbeam_channel::{Receiver, Sender};
-use std::path::Path;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::sync::Mutex;
@@ -65,8 +64,8 @@ struct FileJob {
 }
 
 /// The span, in bytes, whose dirty pages a restore hands to the disk as soon as every
-/// piece in it is written. A chain's file is written in runs between the blocks its
-/// incrementals changed, most shorter than [`DIRECT_MIN_WRITE`] and so through the page
+/// piece in it is written ([`RestoreTarget::written`]). A chain's file is written in runs between the blocks its
+/// incrementals changed, most shorter than `DIRECT_MIN_WRITE` and so through the page
 /// cache; left to the kernel, they would be written back only by the final syncfs (the
 /// background threshold is a share of memory), with the disk idle until then.
 pub const WRITEBACK_WINDOW: u64 = 8 << 20;
@@ -152,7 +151,7 @@ const LOADED_QUEUE: usize = 1;
 /// requests in flight (docs/benchmark-notes.md, restore section: 2 054 MiB took 5.7 s with
 /// one `dd` and 4.2 to 2.6 s with four to eight at once), and a restore writes four times
 /// the bytes it reads, so the writes get the depth. The ranges are allocated when a file is
-/// created ([`allocate_pieces`]): on ext4 direct writes that fill holes in one file go one
+/// created (`crate::pgdata::write::allocate_pieces`): on ext4 direct writes that fill holes in one file go one
 /// at a time. Independent of `--jobs`, which sizes the CPU stage.
 pub const WRITERS: usize = 4;
 /// Checked pieces waiting for a writer, beyond the ones being written: keeps the writers
@@ -275,7 +274,7 @@ impl Stages<'_> {
             ));
         }
         match self.rb.target {
-            Some(root) => crate::io::fs::set_mtime(&root.join(&file.entry.path), file.entry.mtime),
+            Some(target) => target.finish(&file.entry.path, file.entry.mtime),
             None => Ok(()),
         }
     }
@@ -329,12 +328,10 @@ pub struct ReadBack<'a> {
     /// its size checked (at least its named frames). Otherwise an object may be read once per run of lines,
     /// and only its frames are checked.
     pub contiguous: bool,
-    /// The data directory to write into (files must exist at their final size when
-    /// `prepare` returns for them); None to check only (`verify`).
-    pub target: Option<&'a Path>,
-    /// The target files may hold other bytes (a delta restore): the all-zero pages of the
-    /// written pieces are punched out rather than left as they are.
-    pub overwrite: bool,
+    /// Where the checked pieces are written (files must exist at their final size when
+    /// `prepare` returns for them, but those it asks its writer to create); None to check
+    /// only (`verify`).
+    pub target: Option<&'a dyn RestoreTarget>,
     /// Threads checking and expanding frames.
     pub jobs: usize,
 }
@@ -496,9 +493,9 @@ impl ReadBack<'_> {
     ) {
         while let Ok(piece) = clocked(&st.clock.write_wait_piece, || rx.recv()) {
             if !st.aborted() {
-                if let Some(root) = self.target {
+                if let Some(target) = self.target {
                     let n = piece.logical.len() as u64;
-                    match clocked(&st.clock.write, || self.write_piece(st, root, &piece)) {
+                    match clocked(&st.clock.write, || write_piece(st, target, &piece)) {
                         Ok(()) => progress.advance(n),
                         Err(e) => st.fail(e),
                     }
@@ -648,50 +645,6 @@ impl ReadBack<'_> {
             if !send(w) {
                 break;
             }
-        }
-        Ok(())
-    }
-
-    /// Writes one checked piece; the file's last sets its mtime.
-    fn write_piece(&self, st: &Stages, root: &Path, piece: &CheckedPiece) -> Result<()> {
-        let path = root.join(&piece.file.entry.path);
-        if let Some(mode) = piece.file.create {
-            let f = &piece.file.entry;
-            create_with(
-                &path,
-                mode,
-                f.size,
-                f.mtime,
-                &piece.logical,
-                &piece.zero_pages,
-            )?;
-            if piece.file.crcs.is_some() {
-                st.file_done(&piece.file)?;
-            }
-            return Ok(());
-        }
-        let len = piece.logical.len() as u64;
-        if piece.compare && same_bytes(&path, piece.offset, &piece.logical)? {
-            st.equal.0.fetch_add(1, Ordering::Relaxed);
-            st.equal.1.fetch_add(len, Ordering::Relaxed);
-        } else {
-            write_runs(&path, piece.offset, &piece.logical, &piece.zero_pages)?;
-            if self.overwrite && !piece.zero_pages.is_empty() {
-                punch_zero_pages(&path, piece.offset, &piece.zero_pages)?;
-            }
-        }
-        if len > 0 && !piece.file.windows.is_empty() {
-            let first = piece.offset / WRITEBACK_WINDOW;
-            let last = (piece.offset + len - 1) / WRITEBACK_WINDOW;
-            for w in first..=last {
-                let left = piece.file.windows.get(w as usize);
-                if left.is_some_and(|c| c.fetch_sub(1, Ordering::AcqRel) == 1) {
-                    crate::io::fs::start_writeback(&path, w * WRITEBACK_WINDOW, WRITEBACK_WINDOW);
-                }
-            }
-        }
-        if piece.file.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
-            st.file_done(&piece.file)?;
         }
         Ok(())
     }
@@ -860,84 +813,48 @@ fn decode_object(
     waited
 }
 
-/// True when the `want.len()` bytes of file `path` at `offset` are `want` (a delta restore's
-/// compare before a write; a short file differs).
-///
-/// Errors: the file cannot be opened or read.
-fn same_bytes(path: &Path, offset: u64, want: &[u8]) -> Result<bool> {
-    use std::os::unix::fs::FileExt;
-    let f = std::fs::File::open(path).map_err(|e| Error::io("open", path, e))?;
-    let mut have = vec![0u8; want.len()];
-    match f.read_exact_at(&mut have, offset) {
-        Ok(()) => Ok(have == want),
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(false),
-        Err(e) => Err(Error::io("read", path, e)),
+/// Writes one checked piece into `target`; the file's last sets its mtime.
+fn write_piece(st: &Stages, target: &dyn RestoreTarget, piece: &CheckedPiece) -> Result<()> {
+    let f = &piece.file.entry;
+    if let Some(mode) = piece.file.create {
+        target.create(
+            &f.path,
+            mode,
+            f.size,
+            f.mtime,
+            &piece.logical,
+            &piece.zero_pages,
+        )?;
+        if piece.file.crcs.is_some() {
+            st.file_done(&piece.file)?;
+        }
+        return Ok(());
     }
-}
-
-/// Creates the file `path` (it must not exist; a missing parent directory is made) with
-/// permission bits `mode` (0: 0600), writes `data` at its start but for the all-zero pages
-/// `zero_pages` (left as holes), sets its size to `size` bytes and its mtime to `mtime`
-/// (Unix seconds) on the open file. Through the page cache: for small files.
-pub fn create_with(
-    path: &Path,
-    mode: u32,
-    size: u64,
-    mtime: i64,
-    data: &[u8],
-    zero_pages: &[[u32; 2]],
-) -> Result<()> {
-    use std::os::unix::fs::FileExt;
-    let file = crate::io::fs::create_new_file(path, mode)?;
-    let mut end = 0u64;
-    for (off, run) in crate::transfer::nonzero_runs(data, zero_pages) {
-        file.write_all_at(run, off as u64)
-            .map_err(|e| Error::io("write", path, e))?;
-        end = off as u64 + run.len() as u64;
+    let len = piece.logical.len() as u64;
+    if piece.compare && target.holds(&f.path, piece.offset, &piece.logical)? {
+        st.equal.0.fetch_add(1, Ordering::Relaxed);
+        st.equal.1.fetch_add(len, Ordering::Relaxed);
+    } else {
+        target.write(&f.path, piece.offset, &piece.logical, &piece.zero_pages)?;
     }
-    if end != size {
-        file.set_len(size).map_err(|e| Error::io("size", path, e))?;
-    }
-    let when = std::time::UNIX_EPOCH + std::time::Duration::from_secs(mtime.max(0) as u64);
-    file.set_modified(when)
-        .map_err(|e| Error::io("set mtime", path, e))
-}
-
-/// Allocates, in the open target file `file` at `path`, the ranges `f`'s pieces will
-/// write: everything but the zero pages, which stay holes ([`direct::allocate`]), so the
-/// writers' direct writes overwrite allocated blocks and several run in one file at once.
-/// Small files are left alone (they are written through the page cache). Returns false
-/// when the filesystem cannot allocate ahead (the caller may stop trying). Errors (ENOSPC
-/// first of all) name the file.
-pub fn allocate_pieces(file: &std::fs::File, path: &Path, f: &FileEntry) -> Result<bool> {
-    // Non-zero ranges of the file, adjacent ones merged (across pieces too).
-    let mut ranges: Vec<(u64, u64)> = Vec::new();
-    for p in &f.pieces {
-        let runs =
-            crate::repo::manifest::nonzero_ranges(p.logical_size as usize, &p.range_zero_pages())
-                .unwrap_or_default();
-        for (off, n) in runs {
-            let (start, len) = (p.logical_offset + off as u64, n as u64);
-            match ranges.last_mut() {
-                Some(r) if r.0 + r.1 == start => r.1 += len,
-                _ => ranges.push((start, len)),
+    if len > 0 && !piece.file.windows.is_empty() {
+        let first = piece.offset / WRITEBACK_WINDOW;
+        let last = (piece.offset + len - 1) / WRITEBACK_WINDOW;
+        for w in first..=last {
+            let left = piece.file.windows.get(w as usize);
+            if left.is_some_and(|c| c.fetch_sub(1, Ordering::AcqRel) == 1) {
+                target.written(&f.path, w * WRITEBACK_WINDOW, WRITEBACK_WINDOW);
             }
         }
     }
-    let bytes: u64 = ranges.iter().map(|r| r.1).sum();
-    if ranges.is_empty() || bytes < DIRECT_MIN_WRITE as u64 {
-        return Ok(true);
+    if piece.file.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
+        st.file_done(&piece.file)?;
     }
-    for (start, len) in ranges {
-        if !direct::allocate(file, start, len).map_err(|e| Error::io("allocate", path, e))? {
-            return Ok(false);
-        }
-    }
-    Ok(true)
+    Ok(())
 }
 
 /// Reads, checks and writes one file on its own (restore uses it for pg_control, last):
-/// `f` of `backup`, frames compressed with `kind`, into the existing `target`.
+/// `f` of `backup`, frames compressed with `kind`, into its existing file of `target`.
 ///
 /// Errors: [`Error::Corrupt`] naming `f` when a frame does not match its checksums; the
 /// store's; a failed write.
@@ -945,7 +862,7 @@ pub fn restore_one(
     backup: &Backup,
     kind: CompressType,
     f: &FileEntry,
-    target: &Path,
+    target: &dyn RestoreTarget,
 ) -> Result<()> {
     let mut logical = aligned_buf(CHUNK_SIZE as usize);
     let mut cache = FrameCache::new();
@@ -967,7 +884,7 @@ pub fn restore_one(
                 files: vec![f.path.clone()],
             }
         })?;
-        write_runs(target, p.logical_offset, &logical, &p.range_zero_pages())?;
+        target.write(&f.path, p.logical_offset, &logical, &p.range_zero_pages())?;
     }
     Ok(())
 }
@@ -1083,6 +1000,7 @@ mod fault_tests {
     use crate::codec::Compression;
     use crate::error::StorageFault;
     use crate::repo::handle::Stanza;
+    use crate::repo::restore_target::MemoryTarget;
     use crate::repo::sink::tests::{memory, sample_files, store_all, TestFile, LABEL, MTIME};
     use crate::repo::sink::RepoSink;
     use crate::storage::fault::{Fault, FaultyStorage, Op};
@@ -1097,16 +1015,13 @@ mod fault_tests {
     }
 
     /// What a restore's planner does with a line: a file of one piece is created by its
-    /// writer, any other created here at its size.
-    fn prepare_into(root: &Path) -> impl FnMut(&FileEntry) -> Result<Want> + Send + '_ {
+    /// writer, any other made here at its size.
+    fn prepare_into(target: &MemoryTarget) -> impl FnMut(&FileEntry) -> Result<Want> + Send + '_ {
         move |f: &FileEntry| {
             if f.pieces.len() == 1 {
                 return Ok(Want::Create(f.mode));
             }
-            let path = root.join(&f.path);
-            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-            let file = std::fs::File::create(&path).unwrap();
-            file.set_len(f.size).unwrap();
+            target.make(&f.path, f.size);
             Ok(Want::All)
         }
     }
@@ -1114,7 +1029,7 @@ mod fault_tests {
     fn read_back<'a>(
         backup: &'a Backup<'a>,
         kind: CompressType,
-        target: Option<&'a Path>,
+        target: Option<&'a dyn RestoreTarget>,
     ) -> ReadBack<'a> {
         ReadBack {
             backup,
@@ -1122,29 +1037,23 @@ mod fault_tests {
             chain: &[],
             contiguous: true,
             target,
-            overwrite: false,
             jobs: 2,
         }
     }
 
-    /// Restores `entries` of `backup` into `dir` through the restore's stages.
+    /// Restores `entries` of `backup` into `target` through the restore's stages.
     fn restore_into(
         backup: &Backup,
         kind: CompressType,
         entries: &[FileEntry],
-        dir: &Path,
+        target: &MemoryTarget,
     ) -> Result<ReadOutcome> {
-        let mut prepare = prepare_into(dir);
-        read_back(backup, kind, Some(dir)).run(
+        let mut prepare = prepare_into(target);
+        read_back(backup, kind, Some(target)).run(
             entries.iter().cloned().map(Ok),
             &mut prepare,
             &NoProgress,
         )
-    }
-
-    fn mtime(path: &Path) -> i64 {
-        let m = std::fs::metadata(path).unwrap().modified().unwrap();
-        m.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64
     }
 
     /// Files written through the sink read back byte for byte, with their modification
@@ -1158,21 +1067,22 @@ mod fault_tests {
             let entries = backed_up(&stanza, kind, &files);
             let backup = stanza.backup(LABEL);
 
-            let dir = tempfile::tempdir().unwrap();
-            let out = restore_into(&backup, kind, &entries, dir.path()).unwrap();
+            let dir = MemoryTarget::default();
+            let out = restore_into(&backup, kind, &entries, &dir).unwrap();
             assert!(out.bad.is_empty(), "{kind}: {:?}", out.bad);
             for (path, data) in &files {
-                let p = dir.path().join(path);
-                assert_eq!(std::fs::read(&p).unwrap(), *data, "{kind} {path}");
-                assert_eq!(mtime(&p), MTIME, "{kind} {path}");
+                assert_eq!(
+                    dir.file(path),
+                    Some((data.clone(), Some(MTIME))),
+                    "{kind} {path}"
+                );
             }
 
-            let one = tempfile::tempdir().unwrap();
+            let one = MemoryTarget::default();
             for (e, (_, data)) in entries.iter().zip(&files) {
-                let p = one.path().join(e.path.replace('/', "_"));
-                std::fs::File::create(&p).unwrap().set_len(e.size).unwrap();
-                restore_one(&backup, kind, e, &p).unwrap();
-                assert_eq!(std::fs::read(&p).unwrap(), *data, "{kind} {}", e.path);
+                one.make(&e.path, e.size);
+                restore_one(&backup, kind, e, &one).unwrap();
+                assert_eq!(one.file(&e.path).unwrap().0, *data, "{kind} {}", e.path);
             }
 
             let mut nothing = |_: &FileEntry| Ok(Want::All);
@@ -1221,8 +1131,8 @@ mod fault_tests {
         assert_eq!(out.bad, vec![rel.path.clone()]);
 
         // Restore: fails naming the file; the damaged range holds none of the frame's bytes.
-        let dir = tempfile::tempdir().unwrap();
-        let e = restore_into(&backup, kind, &entries, dir.path()).unwrap_err();
+        let dir = MemoryTarget::default();
+        let e = restore_into(&backup, kind, &entries, &dir).unwrap_err();
         match e.kind() {
             Error::Corrupt { label, files } => {
                 assert_eq!(files, &vec![rel.path.clone()]);
@@ -1231,14 +1141,13 @@ mod fault_tests {
             other => panic!("{other:?}"),
         }
         assert!(e.to_string().contains(&rel.path), "{e}");
-        let p = dir.path().join(&rel.path);
         let first = rel.pieces[0].logical_size as usize;
-        let on_disk = std::fs::read(&p).unwrap();
+        let (written, mtime) = dir.file(&rel.path).unwrap();
         assert!(
-            on_disk[..first].iter().all(|b| *b == 0),
+            written[..first].iter().all(|b| *b == 0),
             "unchecked bytes were written"
         );
-        assert_ne!(mtime(&p), MTIME, "a damaged file looks restored");
+        assert_eq!(mtime, None, "a damaged file looks restored");
 
         // A damaged small file (created by its writer) is never created.
         faulty.heal();
@@ -1249,35 +1158,32 @@ mod fault_tests {
             u32::MAX,
             Fault::Corrupt(inside(&map.pieces[0])),
         );
-        let dir = tempfile::tempdir().unwrap();
-        let e = restore_into(&backup, kind, &entries, dir.path()).unwrap_err();
+        let dir = MemoryTarget::default();
+        let e = restore_into(&backup, kind, &entries, &dir).unwrap_err();
         assert!(
             matches!(e.kind(), Error::Corrupt { files, .. } if files == &vec![map.path.clone()]),
             "{e:?}"
         );
-        assert!(!dir.path().join(&map.path).exists());
+        assert_eq!(dir.file(&map.path), None);
 
         // restore_one reads the frame alone (a ranged read): damaged, nothing is written.
         faulty.heal();
         faulty.inject(Op::Get, &object, 1, 1, Fault::Corrupt(3));
-        let p = dir.path().join("one");
-        std::fs::File::create(&p)
-            .unwrap()
-            .set_len(rel.size)
-            .unwrap();
-        let e = restore_one(&backup, kind, rel, &p).unwrap_err();
+        let one = MemoryTarget::default();
+        one.make(&rel.path, rel.size);
+        let e = restore_one(&backup, kind, rel, &one).unwrap_err();
         assert!(
             matches!(e.kind(), Error::Corrupt { files, .. } if files == &vec![rel.path.clone()]),
             "{e:?}"
         );
-        assert!(std::fs::read(&p).unwrap().iter().all(|b| *b == 0));
+        assert!(one.file(&rel.path).unwrap().0.iter().all(|b| *b == 0));
         // Healed (the rule was for one read), the same call restores the file.
-        restore_one(&backup, kind, rel, &p).unwrap();
-        assert_eq!(std::fs::read(&p).unwrap(), files[1].1);
+        restore_one(&backup, kind, rel, &one).unwrap();
+        assert_eq!(one.file(&rel.path).unwrap().0, files[1].1);
 
         // A read that fails outright is the store's error, not a damaged file.
         faulty.inject(Op::Get, &object, 1, 1, Fault::Fail(StorageFault::Transient));
-        let e = restore_one(&backup, kind, rel, &p).unwrap_err();
+        let e = restore_one(&backup, kind, rel, &one).unwrap_err();
         crate::storage::fault::assert_transient(&e, None);
     }
 }

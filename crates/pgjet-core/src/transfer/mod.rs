@@ -18,8 +18,6 @@
 pub mod assemble;
 pub mod engine;
 pub mod range_delta;
-
-pub mod sink;
 pub mod source;
 pub mod stream_units;
 pub mod target;
