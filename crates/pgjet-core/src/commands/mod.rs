@@ -8,6 +8,7 @@ pub mod cipher_pass;
 pub mod expire;
 pub mod info;
 pub mod info_pgbackrest;
+pub mod info_pgbackrest_text;
 pub mod metrics;
 pub mod replica;
 pub mod replica_seed;
