@@ -20,6 +20,7 @@ pub struct DataDirWriter<'a> {
 }
 
 impl RestoreTarget for DataDirWriter<'_> {
+    /// A missing parent directory is made; written through the page cache (small files).
     fn create(
         &self,
         path: &str,
@@ -29,16 +30,32 @@ impl RestoreTarget for DataDirWriter<'_> {
         data: &[u8],
         zero_pages: &[[u32; 2]],
     ) -> Result<()> {
-        create_with(&self.root.join(path), mode, size, mtime, data, zero_pages)
+        use std::os::unix::fs::FileExt;
+        let path = self.root.join(path);
+        let file = crate::io::fs::create_new_file(&path, mode)?;
+        let mut end = 0u64;
+        for (off, run) in nonzero_runs(data, zero_pages) {
+            file.write_all_at(run, off as u64)
+                .map_err(|e| Error::io("write", &path, e))?;
+            end = off as u64 + run.len() as u64;
+        }
+        if end != size {
+            file.set_len(size)
+                .map_err(|e| Error::io("size", &path, e))?;
+        }
+        let when = std::time::UNIX_EPOCH + std::time::Duration::from_secs(mtime.max(0) as u64);
+        file.set_modified(when)
+            .map_err(|e| Error::io("set mtime", &path, e))
     }
 
     fn write(&self, path: &str, offset: u64, data: &[u8], zero_pages: &[[u32; 2]]) -> Result<()> {
-        let path = self.root.join(path);
-        write_runs(&path, offset, data, zero_pages)?;
-        if self.overwrite && !zero_pages.is_empty() {
-            punch_zero_pages(&path, offset, zero_pages)?;
-        }
-        Ok(())
+        write_piece(
+            &self.root.join(path),
+            offset,
+            data,
+            zero_pages,
+            self.overwrite,
+        )
     }
 
     fn holds(&self, path: &str, offset: u64, want: &[u8]) -> Result<bool> {
@@ -79,13 +96,26 @@ impl UnitSink for DirSink<'_> {
     ) -> Result<Vec<()>> {
         for p in pieces {
             let path = &self.targets[p.spec.index()];
-            write_runs(path, p.spec.offset, p.data, &p.zero_pages)?;
-            if self.overwrite && !p.zero_pages.is_empty() {
-                punch_zero_pages(path, p.spec.offset, &p.zero_pages)?;
-            }
+            write_piece(path, p.spec.offset, p.data, &p.zero_pages, self.overwrite)?;
         }
         Ok(vec![(); pieces.len()])
     }
+}
+
+/// Writes a piece in place in the existing file `path` ([`write_runs`]); over old bytes
+/// (`overwrite`) its all-zero pages are cleared too ([`punch_zero_pages`]).
+fn write_piece(
+    path: &Path,
+    offset: u64,
+    data: &[u8],
+    zero_pages: &[[u32; 2]],
+    overwrite: bool,
+) -> Result<()> {
+    write_runs(path, offset, data, zero_pages)?;
+    if overwrite && !zero_pages.is_empty() {
+        punch_zero_pages(path, offset, zero_pages)?;
+    }
+    Ok(())
 }
 
 /// Writes the non-zero pages of `data` into the existing file `path` at `offset`: direct
@@ -155,34 +185,6 @@ fn same_bytes(path: &Path, offset: u64, want: &[u8]) -> Result<bool> {
         Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(false),
         Err(e) => Err(Error::io("read", path, e)),
     }
-}
-
-/// Creates the file `path` (it must not exist; a missing parent directory is made) with
-/// permission bits `mode` (0: 0600), writes `data` at its start but for the all-zero pages
-/// `zero_pages` (left as holes), sets its size to `size` bytes and its mtime to `mtime`
-/// (Unix seconds) on the open file. Through the page cache: for small files.
-pub fn create_with(
-    path: &Path,
-    mode: u32,
-    size: u64,
-    mtime: i64,
-    data: &[u8],
-    zero_pages: &[[u32; 2]],
-) -> Result<()> {
-    use std::os::unix::fs::FileExt;
-    let file = crate::io::fs::create_new_file(path, mode)?;
-    let mut end = 0u64;
-    for (off, run) in nonzero_runs(data, zero_pages) {
-        file.write_all_at(run, off as u64)
-            .map_err(|e| Error::io("write", path, e))?;
-        end = off as u64 + run.len() as u64;
-    }
-    if end != size {
-        file.set_len(size).map_err(|e| Error::io("size", path, e))?;
-    }
-    let when = std::time::UNIX_EPOCH + std::time::Duration::from_secs(mtime.max(0) as u64);
-    file.set_modified(when)
-        .map_err(|e| Error::io("set mtime", path, e))
 }
 
 /// Allocates, in the open target file `file` at `path`, the ranges `f`'s pieces will
