@@ -115,13 +115,39 @@ impl Archiver {
             .ok_or_else(|| Error::Config(format!("{} names no WAL file", path.display())))?;
         let file = WalFile::parse(name)?;
         let bytes = WalBytes::open(path)?;
-        let data = bytes.as_slice();
-        self.check(&file, data)?;
-        let sysid = self
-            .repos
+        // What was hashed and compressed is what the file still holds.
+        self.push_bytes(&file, bytes.as_slice(), compressor, out, &|| {
+            bytes.check_unchanged()
+        })
+    }
+
+    /// The cluster's system identifier, as the first repository's stanza records it.
+    pub fn system_identifier(&self) -> u64 {
+        self.repos
             .first()
             .map(|r| r.1.system_identifier)
-            .unwrap_or(0);
+            .unwrap_or(0)
+    }
+
+    /// The compression archived files are stored with.
+    pub fn compression(&self) -> Compression {
+        self.compression
+    }
+
+    /// [`Archiver::push`] of the bytes `data` of `file`, already in memory (`archive-stream`
+    /// has them from the server): checked against the stanza, encoded into `out`, then,
+    /// once `before_store` agrees, stored into every repository. Returns the file's identity.
+    ///
+    /// Errors: as [`Archiver::push`], and `before_store`'s.
+    pub fn push_bytes(
+        &self,
+        file: &WalFile,
+        data: &[u8],
+        compressor: &mut Compressor,
+        out: &mut Vec<u8>,
+        before_store: &dyn Fn() -> Result<()>,
+    ) -> Result<String> {
+        self.check(file, data)?;
         let xxh3 = crate::codec::xxh3_hex(data);
         wal::encode_hashed(
             &file.name,
@@ -129,15 +155,14 @@ impl Archiver {
             &xxh3,
             self.compression,
             compressor,
-            sysid,
+            self.system_identifier(),
             out,
         )?;
-        // What was hashed and compressed is what the file still holds.
-        bytes.check_unchanged()?;
+        before_store()?;
         let mut first_err = None;
         for (i, (st, _)) in self.repos.iter().enumerate() {
             let n = st.repo();
-            match wal::store(st, &file, data, out, i + 1 == self.repos.len()) {
+            match wal::store(st, file, data, out, i + 1 == self.repos.len()) {
                 Ok(PushOutcome::AlreadyArchived) => tracing::warn!(
                     "WAL file {} is already in repo{n} with the same content; nothing written",
                     file.name

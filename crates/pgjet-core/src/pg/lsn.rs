@@ -198,6 +198,25 @@ pub fn history_file_name(tli: u32) -> String {
     format!("{:08X}.history", tli)
 }
 
+/// The ancestors a timeline history file lists: (parent timeline, switchpoint), oldest first
+/// (src/backend/access/transam/timeline.c, `readTimeLineHistory`: `parentTLI <tab>
+/// switchpoint <tab> reason` per line).
+/// Lines that are blank, comments or not of that form are skipped.
+pub fn parse_history(text: &str) -> Vec<(u32, Lsn)> {
+    text.lines()
+        .filter_map(|l| {
+            let l = l.trim();
+            if l.is_empty() || l.starts_with('#') {
+                return None;
+            }
+            let mut f = l.split_whitespace();
+            let tli = f.next()?.parse().ok()?;
+            let lsn: Lsn = f.next()?.parse().ok()?;
+            Some((tli, lsn))
+        })
+        .collect()
+}
+
 /// The fields of a `backup_label` file, as written by PostgreSQL's `build_backup_content`
 /// (`src/backend/access/transam/xlogbackup.c`) and returned by `pg_backup_stop()`.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -222,7 +222,7 @@ impl DeltaSince<'_> {
                 "read the primary's timeline history",
                 &format!("SELECT convert_from(pg_read_binary_file('pg_wal/{name}'), 'UTF8')"),
             )?;
-            super::pitr::parse_history(&r.first().cloned().flatten().unwrap_or_default())
+            crate::pg::lsn::parse_history(&r.first().cloned().flatten().unwrap_or_default())
         } else {
             Vec::new()
         };

@@ -141,7 +141,7 @@ fn own_timelines(dir: &Path) -> (u32, Vec<(u32, Lsn)>) {
             dir.join("pg_wal")
                 .join(crate::pg::lsn::history_file_name(newest)),
         )
-        .map(|t| super::pitr::parse_history(&t))
+        .map(|t| crate::pg::lsn::parse_history(&t))
         .unwrap_or_default()
     } else {
         Vec::new()

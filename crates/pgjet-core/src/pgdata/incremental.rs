@@ -153,7 +153,7 @@ pub fn plan(
         return whole(&format!("IDENTIFY_SYSTEM gave the position '{pos}'"));
     };
     let history = if tli > 1 && tli != point.timeline {
-        super::pitr::parse_history(&conn.timeline_history(tli)?)
+        crate::pg::lsn::parse_history(&conn.timeline_history(tli)?)
     } else {
         Vec::new()
     };

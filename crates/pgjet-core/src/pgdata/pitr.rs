@@ -11,26 +11,9 @@
 //! files exist one after another from the backup's timeline up (`findNewestTimeLine`), and
 //! recovery refuses a timeline whose history does not contain the backup's checkpoint.
 use super::recovery::Target;
-use crate::pg::lsn::Lsn;
+use crate::pg::lsn::{parse_history, Lsn};
 use chrono::{DateTime, Utc};
 use std::collections::BTreeMap;
-
-/// The ancestors a timeline history file lists: (parent timeline, switchpoint), oldest first.
-/// Lines that are blank, comments or not of that form are skipped.
-pub fn parse_history(text: &str) -> Vec<(u32, Lsn)> {
-    text.lines()
-        .filter_map(|l| {
-            let l = l.trim();
-            if l.is_empty() || l.starts_with('#') {
-                return None;
-            }
-            let mut f = l.split_whitespace();
-            let tli = f.next()?.parse().ok()?;
-            let lsn: Lsn = f.next()?.parse().ok()?;
-            Some((tli, lsn))
-        })
-        .collect()
-}
 
 /// The time in a history line's reason, when recovery branched "before" or "after" a time
 /// (PostgreSQL writes e.g. `before 2026-11-26 02:00:00.123+00`).

@@ -133,7 +133,7 @@ impl ReplControl {
 
 /// A slot's name as an identifier in a replication command (repl_scanner.l: a quoted
 /// identifier, `""` for a quote).
-fn ident(name: &str) -> String {
+pub(super) fn ident(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 

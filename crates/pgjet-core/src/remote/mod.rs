@@ -9,3 +9,4 @@ pub mod basebackup;
 pub mod control;
 pub mod libpq;
 pub mod replication;
+pub mod wal_stream;

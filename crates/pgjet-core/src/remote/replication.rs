@@ -269,11 +269,66 @@ impl ReplConn {
         &self.describe
     }
 
-    fn send(&mut self, buf: &[u8]) -> Result<()> {
+    pub(super) fn send(&mut self, buf: &[u8]) -> Result<()> {
         let s = self.stream.get_mut();
         s.write_all(buf)
             .and_then(|_| s.flush())
             .map_err(|e| Error::lost("send to", &self.describe, e))
+    }
+
+    /// Waits up to `timeout` until a message can be read, or `wake` (another descriptor, such
+    /// as a pipe another thread writes to) becomes readable. Returns (the connection is
+    /// readable, `wake` is). A message already buffered, here or in the TLS layer, counts
+    /// as readable at once.
+    ///
+    /// Errors: poll(2) fails, or the TLS layer finds the buffered records broken.
+    pub(super) fn wait_readable(
+        &mut self,
+        wake: Option<std::os::fd::RawFd>,
+        timeout: Duration,
+    ) -> Result<(bool, bool)> {
+        use std::os::fd::AsRawFd;
+        if !self.stream.buffer().is_empty() {
+            return Ok((true, false));
+        }
+        let fd = match self.stream.get_mut() {
+            Stream::Tcp(s) => s.as_raw_fd(),
+            Stream::Unix(s) => s.as_raw_fd(),
+            Stream::Tls(s) => {
+                let st = s.conn.process_new_packets().map_err(|e| {
+                    Error::lost("read from", &self.describe, std::io::Error::other(e))
+                })?;
+                if st.plaintext_bytes_to_read() > 0 {
+                    return Ok((true, false));
+                }
+                s.sock.as_raw_fd()
+            }
+        };
+        let mut fds = [
+            libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: wake.unwrap_or(-1),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: poll on two pollfd structs of this stack frame; a negative fd is ignored.
+        let rc = unsafe { libc::poll(fds.as_mut_ptr(), 2, ms) };
+        if rc < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                return Ok((false, false));
+            }
+            return Err(Error::lost("wait for", &self.describe, e));
+        }
+        let ready =
+            |f: &libc::pollfd| f.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0;
+        Ok((ready(&fds[0]), wake.is_some() && ready(&fds[1])))
     }
 
     /// Reads the next backend message. NoticeResponse and ParameterStatus are logged and
@@ -484,7 +539,7 @@ impl ReplConn {
 
     /// Reads a command's replies up to ReadyForQuery: the rows of its result sets, or the
     /// server's ErrorResponse.
-    fn read_results(&mut self) -> Result<Rows> {
+    pub(super) fn read_results(&mut self) -> Result<Rows> {
         let mut rows = Vec::new();
         let mut failed = None;
         loop {

@@ -33,6 +33,7 @@ pub mod retention;
 pub mod sink;
 pub mod stanza;
 pub mod wal;
+pub mod wal_tail;
 
 use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};
