@@ -137,12 +137,12 @@ fn aliases_resolve_to_their_option_in_the_file_and_on_the_command_line() {
         &[],
     )
     .unwrap();
-    assert_eq!(i.settings.jobs, 3);
-    assert_eq!(i.settings.pg_port, 6000);
-    assert_eq!(i.settings.source.as_deref(), Some("host=db2"));
+    assert_eq!(i.settings.jobs(), 3);
+    assert_eq!(i.settings.primary.pg_port, 6000);
+    assert_eq!(i.settings.primary.source.as_deref(), Some("host=db2"));
     let i = parse(&["--config", &f, "--process-max", "5", "backup"], &[]).unwrap();
     assert_eq!(
-        (i.settings.jobs, i.settings.source.as_deref()),
+        (i.settings.jobs(), i.settings.primary.source.as_deref()),
         (5, Some("host=db1"))
     );
 }
@@ -150,16 +150,16 @@ fn aliases_resolve_to_their_option_in_the_file_and_on_the_command_line() {
 #[test]
 fn defaults_in_the_table_agree_with_the_constants() {
     let s = Settings::from_flags(&[]).unwrap();
-    assert_eq!(s.pg_port, DEFAULT_PG_PORT);
-    assert_eq!(s.pg_socket_path, Path::new(DEFAULT_SOCKET_DIR));
-    assert_eq!(s.pg_user, "postgres");
+    assert_eq!(s.primary.pg_port, DEFAULT_PG_PORT);
+    assert_eq!(s.primary.pg_socket_path, Path::new(DEFAULT_SOCKET_DIR));
+    assert_eq!(s.primary.pg_user, "postgres");
     assert_eq!(s.archive.spool_path, Path::new(DEFAULT_SPOOL_PATH));
     assert_eq!(s.archive.get_queue_max, DEFAULT_ARCHIVE_GET_QUEUE_MAX);
     assert_eq!(s.archive.timeout, DEFAULT_ARCHIVE_TIMEOUT);
     assert!(s.archive.check && !s.archive.asynchronous);
     assert_eq!(s.compression.kind, CompressType::Zstd);
     assert_eq!((s.output, s.log_level.as_str()), (Output::Text, "info"));
-    assert_eq!(s.transport, Transport::Auto);
+    assert_eq!(s.primary.transport, Transport::Auto);
     // Every default is a value its option takes.
     for d in OPTIONS {
         if let Some(v) = d.default {
@@ -186,9 +186,9 @@ fn environment_fills_in_and_flags_win() {
             path: "/from/env".into()
         }
     );
-    assert_eq!(i.settings.pg_port, 7001);
+    assert_eq!(i.settings.primary.pg_port, 7001);
     let i = parse(&["--stanza", "main", "backup"], &vars).unwrap();
-    assert_eq!(i.settings.pg_port, 6001);
+    assert_eq!(i.settings.primary.pg_port, 6001);
     assert!(i.warnings.is_empty(), "{:?}", i.warnings);
     assert!(matches!(
         parse(&["restore", "--type", "bogus"], &[]),
@@ -210,9 +210,9 @@ fn flags_beat_file_and_stanza_beats_global() {
         s.repo().unwrap(),
         (1, &RepoConfig::Posix { path: "/g".into() })
     );
-    assert_eq!(s.pg_path.as_deref(), Some(Path::new("/s")));
+    assert_eq!(s.primary.pg_path.as_deref(), Some(Path::new("/s")));
     assert_eq!(
-        (s.pg_port, s.jobs, s.compression.kind),
+        (s.primary.pg_port, s.jobs(), s.compression.kind),
         (6000, 3, CompressType::Lz4)
     );
     let s = Settings::from_flags(&[
@@ -223,7 +223,7 @@ fn flags_beat_file_and_stanza_beats_global() {
         ("repo-path", "/flag".into()),
     ])
     .unwrap();
-    assert_eq!((s.pg_port, s.jobs), (7000, 1));
+    assert_eq!((s.primary.pg_port, s.jobs()), (7000, 1));
     // The flag of repository 1 wins over the file's repo1-path too.
     assert_eq!(
         s.repo().unwrap(),
@@ -248,7 +248,7 @@ fn command_sections_are_read_for_their_command() {
         &[],
     )
     .unwrap();
-    assert_eq!((i.settings.compression.level, i.settings.jobs), (9, 7));
+    assert_eq!((i.settings.compression.level, i.settings.jobs()), (9, 7));
     let i = parse(&["--config", &f, "--stanza", "main", "backup"], &[]).unwrap();
     assert_eq!(i.settings.compression.level, 3);
     assert!(i.warnings.is_empty(), "{:?}", i.warnings);
@@ -720,9 +720,9 @@ fn cipher_options_choose_an_encrypted_repository_or_are_refused() {
         "[global]\nrepo1-path=/r\nrepo1-cipher-type=aes-256-gcm\nrepo1-cipher-pass=a long secret\n",
     );
     let i = parse(&["--config", &f, "stanza-create"], &[]).unwrap();
-    assert_eq!(i.settings.ciphers.len(), 1);
-    assert_eq!(i.settings.ciphers[0].0, 1);
-    assert_eq!(i.settings.ciphers[0].1.expose(), "a long secret");
+    assert_eq!(i.settings.repo_set.ciphers.len(), 1);
+    assert_eq!(i.settings.repo_set.ciphers[0].0, 1);
+    assert_eq!(i.settings.repo_set.ciphers[0].1.expose(), "a long secret");
     assert!(!format!("{:?}", i.settings).contains("a long secret"));
     let i = parse(
         &["--repo-path", "/r", "backup"],
@@ -733,7 +733,7 @@ fn cipher_options_choose_an_encrypted_repository_or_are_refused() {
         ],
     )
     .unwrap();
-    assert_eq!(i.settings.ciphers[0].0, 2);
+    assert_eq!(i.settings.repo_set.ciphers[0].0, 2);
     // Half a setting, another cipher, or a flag for the passphrase: refused, the value
     // never repeated.
     for (text, said) in [
@@ -769,7 +769,7 @@ fn cipher_options_choose_an_encrypted_repository_or_are_refused() {
     // Asking for no encryption is not an error.
     let f = conf(&dir, "[global]\nrepo1-path=/r\nrepo1-cipher-type=none\n");
     let i = parse(&["--config", &f, "backup"], &[]).unwrap();
-    assert!(i.settings.ciphers.is_empty());
+    assert!(i.settings.repo_set.ciphers.is_empty());
 }
 
 #[test]
@@ -928,9 +928,9 @@ fn network_compress_workers_as_given_or_refused() {
         &[],
     )
     .unwrap();
-    assert_eq!(i.settings.network_workers, Some(3));
+    assert_eq!(i.settings.primary.network_workers, Some(3));
     let i = parse(&["--stanza", "main", "backup"], &[]).unwrap();
-    assert_eq!(i.settings.network_workers, None);
+    assert_eq!(i.settings.primary.network_workers, None);
     assert!(matches!(
         parse(&["--network-compress-workers", "-1", "backup"], &[]),
         Err(ParseError::Clap(_))

@@ -301,6 +301,7 @@ fn main() {
     };
     if inv
         .settings
+        .repo_set
         .repos
         .iter()
         .any(|(_, r)| matches!(r, pgjet_core::storage::config::RepoConfig::Sftp { .. }))

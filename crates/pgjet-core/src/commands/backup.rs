@@ -53,11 +53,11 @@ pub struct BackupSummary {
 /// server's stream), the WAL in the archive, every object durable, the lock checked, the
 /// manifest and summary last, then expire. Split up, that order would be hidden.
 pub fn run(s: &Settings, args: &BackupOptions, progress: &dyn Progress) -> Result<BackupSummary> {
-    let repo_set = s.repo_set();
-    let primary_conn = s.primary_conn();
-    let stanza = open_stanza(&repo_set)?;
+    let repo_set = &s.repo_set;
+    let primary_conn = &s.primary;
+    let stanza = open_stanza(repo_set)?;
     let stanza_info = stanza.info()?;
-    let copier = Copier::open(&primary_conn)?;
+    let copier = Copier::open(primary_conn)?;
     let ctl = copier.ctl();
     // None: pg_hba.conf lets the role in for replication only; the stream runs on
     // replication connections alone (docs/commands.md, "With the replication line alone").
@@ -82,7 +82,7 @@ pub fn run(s: &Settings, args: &BackupOptions, progress: &dyn Progress) -> Resul
         &ctl.archiving()?,
         info,
         s.archive.check,
-        &archive_command_line(s.config_file.as_deref(), stanza.name()),
+        &archive_command_line(s.config_file(), stanza.name()),
     )?;
     let lock = stanza.lock("backup")?;
     // The databases now: a diff or incr takes a database's blocks from its reference only
@@ -132,7 +132,7 @@ pub fn run(s: &Settings, args: &BackupOptions, progress: &dyn Progress) -> Resul
     // The newest interrupted backup of the same kind is resumed into its own label; any
     // other is removed.
     let resumed = if s.resume && !args.no_resume {
-        resume::find(&stanza, &header, timeline, s.jobs)?
+        resume::find(&stanza, &header, timeline, s.jobs())?
     } else {
         None
     };
@@ -141,7 +141,7 @@ pub fn run(s: &Settings, args: &BackupOptions, progress: &dyn Progress) -> Resul
     let (started, label) = match &resumed {
         Some((it, _)) => (chrono::Utc::now(), it.label.clone()),
         None => {
-            let others = open_other_stanzas(&repo_set, stanza.repo())?;
+            let others = open_other_stanzas(repo_set, stanza.repo())?;
             let (reference, diff) = (reference.as_ref(), backup_type == BackupType::Diff);
             let make_label =
                 |t| repo::label::backup_label(reference.map(|r| r.label.as_str()), diff, t);
@@ -195,7 +195,7 @@ pub fn run(s: &Settings, args: &BackupOptions, progress: &dyn Progress) -> Resul
         }
         Copier::Stream(stream) => {
             let c = copy_stream(
-                &primary_conn,
+                primary_conn,
                 &stream,
                 &sink,
                 header,
@@ -220,7 +220,7 @@ pub fn run(s: &Settings, args: &BackupOptions, progress: &dyn Progress) -> Resul
     let (manifest, stored_size) = (copied.manifest, copied.stored_size);
     let (archive_start, archive_stop) = if archive_check {
         let (first, last) = wait_for_backup_wal(
-            &primary_conn,
+            primary_conn,
             &stanza,
             (start_lsn, stop_lsn, tli),
             info.wal_segment_size,

@@ -26,11 +26,11 @@ pub struct Report {
 /// - With a repository and a stanza: --pg-path is the data_directory (when local), the
 ///   cluster's identity matches the stanza's, and the repository is writable.
 pub fn run(s: &Settings) -> Result<Report> {
-    let primary_conn = s.primary_conn();
-    let target = primary_target(&primary_conn)?;
+    let primary_conn = &s.primary;
+    let target = primary_target(primary_conn)?;
     let sess = match Session::connect(&target) {
         Ok(sess) => sess,
-        Err(e) if s.source.is_some() && crate::remote::control::refused_by_pg_hba(&e) => {
+        Err(e) if s.primary.source.is_some() && crate::remote::control::refused_by_pg_hba(&e) => {
             return replication_only(s, &target, e)
         }
         Err(e) => return Err(e),
@@ -65,7 +65,7 @@ pub fn run(s: &Settings) -> Result<Report> {
     let local_dir = local_data_directory(&info);
     let rights = crate::pg::privileges::rights(&sess)?;
     let (rights_lines, rights_failure) =
-        crate::primary::rights::rights_lines(&rights, s.transport, local_dir.is_some());
+        crate::primary::rights::rights_lines(&rights, s.primary.transport, local_dir.is_some());
     lines.extend(rights_lines);
     if let Some(failure) = rights_failure {
         sess.close();
@@ -79,9 +79,9 @@ pub fn run(s: &Settings) -> Result<Report> {
     } else {
         Copying::Ranges
     };
-    let streams_only = s.transport == Transport::Basebackup
-        || (s.transport == Transport::Auto && !rights.may(files));
-    let local = match s.transport {
+    let streams_only = s.primary.transport == Transport::Basebackup
+        || (s.primary.transport == Transport::Auto && !rights.may(files));
+    let local = match s.primary.transport {
         Transport::Libpq | Transport::Basebackup => None,
         _ => local_dir,
     };
@@ -92,7 +92,7 @@ pub fn run(s: &Settings) -> Result<Report> {
                 "the server runs on this host: files are read from {}",
                 dir.display()
             ));
-            if let Some(p) = &s.pg_path {
+            if let Some(p) = &s.primary.pg_path {
                 let pgdata = check_pg_path(p, &info)?;
                 lines.push(format!(
                     "--pg-path {} is the data_directory",
@@ -101,7 +101,7 @@ pub fn run(s: &Settings) -> Result<Report> {
             }
         }
         None => {
-            let n = libpq_connections(&primary_conn, &sess, &info)?;
+            let n = libpq_connections(primary_conn, &sess, &info)?;
             lines.push(format!(
                 "files are read over libpq: {n} copy connection(s) fit in the server's free slots"
             ));
@@ -111,13 +111,13 @@ pub fn run(s: &Settings) -> Result<Report> {
         &sess,
         info.version_num,
     )?);
-    let stream_failure = if s.source.is_some() {
+    let stream_failure = if s.primary.source.is_some() {
         stream_lines(s, &sess, &info, &target, &mut lines)?
     } else {
         None
     };
-    if let (Some(stanza), false) = (&s.stanza, s.repos.is_empty()) {
-        let repos = open_stanzas(&s.repo_set())?;
+    if let (Some(stanza), false) = (&s.repo_set.stanza, s.repo_set.repos.is_empty()) {
+        let repos = open_stanzas(&s.repo_set)?;
         for st in &repos {
             let n = st.repo();
             repo::check_same_cluster(&st.info()?, info.system_identifier, &info.major())?;
@@ -133,7 +133,7 @@ pub fn run(s: &Settings) -> Result<Report> {
             &info,
             &repos,
             s.archive.timeout,
-            &archive_command_line(s.config_file.as_deref(), stanza),
+            &archive_command_line(s.config_file(), stanza),
         )?;
         lines.extend(archive_lines);
         if let Some(p) = problem {
@@ -143,7 +143,7 @@ pub fn run(s: &Settings) -> Result<Report> {
                 failure: Some(p),
             });
         }
-    } else if s.source.is_none() {
+    } else if s.primary.source.is_none() {
         // Without --source, check is about a stanza: both are needed.
         s.stanza()?;
         s.repo()?;
@@ -199,8 +199,8 @@ fn replication_only(
         "--transport basebackup: replica-create needs nothing more: the server's facts and the copy's slots come from the replication connection".into(),
     ];
     let hint = refused.hint();
-    let needs_session =
-        matches!(s.transport, Transport::Libpq | Transport::Local) || s.stanza.is_some();
+    let needs_session = matches!(s.primary.transport, Transport::Libpq | Transport::Local)
+        || s.repo_set.stanza.is_some();
     let tag = if needs_session { "MISSING" } else { "note" };
     lines.push(format!(
         "{tag}: --transport libpq and local, and check of a stanza: an ordinary session (replica-create, stanza-create and backup run over the stream without one) -- fix: {}",
@@ -211,10 +211,10 @@ fn replication_only(
         failure: needs_session.then(|| {
             Error::Config(format!(
                 "pg_hba.conf lets the role in for replication only; {} needs an ordinary session too (the line above)",
-                if s.stanza.is_some() {
+                if s.repo_set.stanza.is_some() {
                     "check of a stanza".to_string()
                 } else {
-                    format!("--transport {}", s.transport.as_str())
+                    format!("--transport {}", s.primary.transport.as_str())
                 }
             ))
         }),
@@ -231,7 +231,7 @@ fn stream_lines(
     target: &crate::pg::conninfo::ConnTarget,
     lines: &mut Vec<String>,
 ) -> Result<Option<Error>> {
-    let forced = s.transport == crate::options::Transport::Basebackup;
+    let forced = s.primary.transport == crate::options::Transport::Basebackup;
     let needs = crate::primary::stream_needs::stream_needs(sess, info, target)?;
     let mut lacking = 0;
     for n in &needs {

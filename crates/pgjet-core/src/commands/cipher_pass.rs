@@ -20,7 +20,7 @@ pub fn run(s: &Settings) -> Result<String> {
     let pass = |list: &[(u8, crate::options::CipherPass)]| {
         list.iter().find(|(k, _)| *k == n).map(|(_, p)| p.clone())
     };
-    let old = pass(&s.ciphers).ok_or_else(|| {
+    let old = pass(&s.repo_set.ciphers).ok_or_else(|| {
         Error::Config(format!(
             "repo{n} is not configured as encrypted: set repo{n}-cipher-type=aes-256-gcm and its current passphrase in repo{n}-cipher-pass"
         ))

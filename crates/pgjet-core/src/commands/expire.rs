@@ -10,7 +10,7 @@ use crate::repo::{self, retention};
 /// Errors: the lock is held by a running backup; the stores'.
 pub fn run(s: &Settings, dry_run: bool) -> Result<Vec<String>> {
     let mut lines = Vec::new();
-    for st in repo::open::open_stanzas(&s.repo_set())? {
+    for st in repo::open::open_stanzas(&s.repo_set)? {
         st.info()?;
         let lock = st.lock("expire")?;
         for l in retention::expire_repo(&s.retention, &st, dry_run)? {

@@ -66,10 +66,10 @@ pub struct StanzaView {
 /// repository in scope (`--repo N`, else all configured); backups sorted by label.
 pub fn collect(s: &Settings) -> Result<Vec<StanzaView>> {
     let mut out: Vec<StanzaView> = Vec::new();
-    for (n, store) in open_repos(&s.repo_set())? {
-        let names = match &s.stanza {
+    for (n, store) in open_repos(&s.repo_set)? {
+        let names = match &s.repo_set.stanza {
             Some(name) => {
-                if s.repos.len() == 1 || Stanza::new(n, store.clone(), name).exists()? {
+                if s.repo_set.repos.len() == 1 || Stanza::new(n, store.clone(), name).exists()? {
                     vec![name.clone()]
                 } else {
                     vec![]
@@ -135,9 +135,9 @@ pub fn collect(s: &Settings) -> Result<Vec<StanzaView>> {
             }
         }
     }
-    if let Some(name) = &s.stanza {
+    if let Some(name) = &s.repo_set.stanza {
         if out.is_empty() {
-            let hint = match crate::repo::open::open_repos(&s.repo_set())?.first() {
+            let hint = match crate::repo::open::open_repos(&s.repo_set)?.first() {
                 Some((_, store)) => crate::repo::stanza::missing_stanza_hint(name, store),
                 None => format!("create it with `pgjet --stanza {name} stanza-create`"),
             };

@@ -34,8 +34,8 @@ const BACKREST_FORMAT: i64 = 5;
 ///
 /// Errors: a repository that cannot be opened or listed; a stanza's error is its status.
 pub fn collect(s: &Settings) -> Result<Vec<Value>> {
-    let repos = open_repos(&s.repo_set())?;
-    let mut names: Vec<String> = match &s.stanza {
+    let repos = open_repos(&s.repo_set)?;
+    let mut names: Vec<String> = match &s.repo_set.stanza {
         Some(n) => vec![n.clone()],
         None => {
             let mut v = Vec::new();
@@ -52,7 +52,7 @@ pub fn collect(s: &Settings) -> Result<Vec<Value>> {
         let per_repo: Vec<RepoStanza> = repos
             .iter()
             .map(|(n, store)| {
-                let cipher = if s.ciphers.iter().any(|(k, _)| k == n) {
+                let cipher = if s.repo_set.ciphers.iter().any(|(k, _)| k == n) {
                     "aes-256-gcm"
                 } else {
                     "none"

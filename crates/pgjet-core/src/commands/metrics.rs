@@ -84,7 +84,7 @@ fn unix(t: &str) -> Option<f64> {
 /// The queue of this host for each stanza of `v` when `pg-path` is set (the database
 /// host), else nothing.
 pub fn queues(s: &Settings, v: &[StanzaView]) -> Vec<(String, QueueView)> {
-    let Some(pg) = &s.pg_path else {
+    let Some(pg) = &s.primary.pg_path else {
         return Vec::new();
     };
     let archive = s.archive_config();

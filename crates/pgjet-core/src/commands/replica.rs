@@ -32,7 +32,7 @@ use std::time::Instant;
 
 /// Runs `replica-create`.
 pub fn run(s: &Settings, args: &ReplicaOptions, progress: &dyn Progress) -> Result<ReplicaSummary> {
-    let primary_conn = s.primary_conn();
+    let primary_conn = &s.primary;
     if !s.pg_path()?.is_absolute() {
         return Err(Error::Config("--pg-path must be an absolute path".into()));
     }
@@ -46,29 +46,29 @@ pub fn run(s: &Settings, args: &ReplicaOptions, progress: &dyn Progress) -> Resu
     };
     // From the repository when told, when there is no source, or when auto finds it faster.
     // The source's session, when --seed auto connected to time it.
-    let seed = crate::primary::seed_choice::wanted(&s.repo_set(), &primary_conn, args)?;
+    let seed = crate::primary::seed_choice::wanted(&s.repo_set, primary_conn, args)?;
     if seed.repo {
         return super::replica_seed::run(s, args, progress);
     }
     // Settings errors before anything reaches the primary (the auto probe connects).
-    let given = source_as_given(&primary_conn)?;
-    if s.transport == crate::options::Transport::Basebackup {
-        return super::replica_stream::run(&primary_conn, args, seed.reached, progress);
+    let given = source_as_given(primary_conn)?;
+    if s.primary.transport == crate::options::Transport::Basebackup {
+        return super::replica_stream::run(primary_conn, args, seed.reached, progress);
     }
     // auto: the stream when the primary is on another host and the probe finds it faster,
     // or when the role may only stream (for --delta only then: the stream sends every file).
     if let Some((stream, reached)) =
-        crate::primary::choose::auto_stream_settings(&primary_conn, args.delta, true, seed.reached)?
+        crate::primary::choose::auto_stream_settings(primary_conn, args.delta, true, seed.reached)?
     {
         return super::replica_stream::run(&stream, args, Some(reached), progress);
     }
     let target = s.pg_path()?.to_path_buf();
     let map = parse_tablespace_map(&args.tablespace_map)?;
-    let primary = open_primary(&primary_conn, false)?;
+    let primary = open_primary(primary_conn, false)?;
     if primary.info.in_recovery {
         return Err(Error::Unsafe(format!(
             "the source is a standby: --transport {} copies from a primary only; use --transport basebackup (auto takes it), which a standby serves",
-            s.transport.as_str()
+            s.primary.transport.as_str()
         )));
     }
     let transport = if primary.local_dir.is_some() {
@@ -93,10 +93,10 @@ pub fn run(s: &Settings, args: &ReplicaOptions, progress: &dyn Progress) -> Resu
     let slot = plan_slot(&primary.sess, args.slot.as_deref(), own.slot().as_deref())?;
     let clock = Instant::now();
     let slot_name = slot.as_ref().map(|p| p.name.as_str());
-    let app = standby_app_name(&given, &own, slot_name, s.pg_port);
+    let app = standby_app_name(&given, &own, slot_name, s.primary.pg_port);
     let mut made = false;
     let res = copy_and_configure(
-        &primary_conn,
+        primary_conn,
         args,
         &primary,
         &target,
@@ -135,7 +135,7 @@ pub fn run(s: &Settings, args: &ReplicaOptions, progress: &dyn Progress) -> Resu
     Ok(ReplicaSummary {
         delta_same: delta.then_some(same),
         delta_copied: delta.then_some(copied_bytes),
-        ..finish_replica(&primary_conn, args, &copied, &conn, &app)?
+        ..finish_replica(primary_conn, args, &copied, &conn, &app)?
     })
 }
 

@@ -21,21 +21,22 @@ use std::time::Instant;
 /// Errors: `--slot` (the slot a standby needs from its backup's start is not on the
 /// source); the restore's.
 pub fn run(s: &Settings, args: &ReplicaOptions, progress: &dyn Progress) -> Result<ReplicaSummary> {
-    let primary_conn = s.primary_conn();
+    let primary_conn = &s.primary;
     if args.slot.is_some() {
         return Err(Error::Config(
             "--slot with a seed from the repository: the standby replays the archive from the backup's start, which no new slot holds; create the slot on the primary and set primary_slot_name, or use --seed source".into(),
         ));
     }
     let target = s.pg_path()?.to_path_buf();
-    let (st, label) = crate::repo::open::open_stanza_with_set(&s.repo_set(), "latest")?;
+    let (st, label) = crate::repo::open::open_stanza_with_set(&s.repo_set, "latest")?;
     let summary = st.backup(&label).summary()?;
     let delta = crate::pgdata::standby::kept_copy(&target, summary.header.system_identifier, args)?;
     let source = s
+        .primary
         .source
         .as_deref()
         .filter(|v| !v.trim().is_empty())
-        .map(|_| crate::pgdata::standby::source_as_given(&primary_conn))
+        .map(|_| crate::pgdata::standby::source_as_given(primary_conn))
         .transpose()?;
     let patroni = args.patroni.is_some();
     let own = if delta {
@@ -45,10 +46,10 @@ pub fn run(s: &Settings, args: &ReplicaOptions, progress: &dyn Progress) -> Resu
     };
     let lines = match &source {
         Some(given) if !patroni => {
-            let conn = crate::primary::primary_target(&primary_conn)?;
-            let app = standby_app_name(given, &own, None, s.pg_port);
+            let conn = crate::primary::primary_target(primary_conn)?;
+            let app = standby_app_name(given, &own, None, s.primary.pg_port);
             standby_lines(
-                &primary_conn,
+                primary_conn,
                 args,
                 &conn,
                 &app,
@@ -100,7 +101,7 @@ pub fn run(s: &Settings, args: &ReplicaOptions, progress: &dyn Progress) -> Resu
         slot: None,
         started: args.start,
         transport: format!("repo{} backup {label}", st.repo()),
-        jobs: s.jobs,
+        jobs: s.jobs(),
         delta_same: None,
         delta_copied: None,
         wire_bytes: None,
@@ -117,15 +118,15 @@ fn start_seeded(
     has_source: bool,
     major: &str,
 ) -> Result<()> {
-    let primary_conn = s.primary_conn();
+    let primary_conn = &s.primary;
     if !has_source {
         return Err(Error::Config(
             "--start needs --source: a standby seeded from the repository streams from it".into(),
         ));
     }
-    let given = crate::pgdata::standby::source_as_given(&primary_conn)?;
-    let conn = crate::primary::primary_target(&primary_conn)?;
-    let app = standby_app_name(&given, &OwnSettings::default(), None, s.pg_port);
+    let given = crate::pgdata::standby::source_as_given(primary_conn)?;
+    let conn = crate::primary::primary_target(primary_conn)?;
+    let app = standby_app_name(&given, &OwnSettings::default(), None, s.primary.pg_port);
     let bin = crate::pgdata::standby::bin_dir(args.pg_bin.as_deref(), None, major)?;
-    crate::pgdata::standby::start_standby(&bin, s.pg_port, target, &conn, &app)
+    crate::pgdata::standby::start_standby(&bin, s.primary.pg_port, target, &conn, &app)
 }

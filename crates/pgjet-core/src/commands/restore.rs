@@ -37,7 +37,7 @@ pub fn run_with(
     extra: Vec<String>,
     progress: &dyn Progress,
 ) -> Result<String> {
-    let repo_set = s.repo_set();
+    let repo_set = &s.repo_set;
     let stanza = s.stanza()?;
     let pg_path = s.pg_path()?.to_path_buf();
     if !pg_path.is_absolute() {
@@ -68,9 +68,9 @@ pub fn run_with(
         recovery::Target::Time(..) | recovery::Target::Lsn(_)
     );
     let (repo, label) = if pitr && args.set == "latest" {
-        recovery::choose_backup(&repo_set, &target)?
+        recovery::choose_backup(repo_set, &target)?
     } else {
-        open_stanza_with_set(&repo_set, &args.set)?
+        open_stanza_with_set(repo_set, &args.set)?
     };
     let backup = repo.backup(&label);
     tracing::info!(
@@ -94,7 +94,7 @@ pub fn run_with(
     // restore_command reads every repository: a gap recorded in any of them counts (a
     // repository that cannot be read now is skipped with a warning).
     let mut gaps = repo::wal::gaps(&repo)?;
-    for other in open_stanzas(&repo_set)? {
+    for other in open_stanzas(repo_set)? {
         if other.repo() == repo.repo() {
             continue;
         }
@@ -105,7 +105,7 @@ pub fn run_with(
     }
     recovery::check_gaps(args.restore_type, &target, &scan.summary, &gaps)?;
     crate::pgdata::pitr::check_timelines(
-        &open_stanzas(&repo_set)?,
+        &open_stanzas(repo_set)?,
         &scan.summary,
         &label,
         &target,
@@ -139,7 +139,7 @@ pub fn run_with(
         let listing = m.listing();
         let removed =
             delta_target::begin_delta(&pg_path, h.system_identifier, &locations, &listing)?;
-        let needed = repo::restore_delta::pieces_needed(&m, &pg_path, s.jobs)?;
+        let needed = repo::restore_delta::pieces_needed(&m, &pg_path, s.jobs())?;
         let count = |w: PieceWant| needed.iter().flatten().filter(|n| **n == w).count();
         let all: usize = needed.iter().map(Vec::len).sum();
         tracing::info!(
@@ -173,7 +173,7 @@ pub fn run_with(
         chain: &chain,
         pg_path: &pg_path,
         locations: &locations,
-        jobs: s.jobs,
+        jobs: s.jobs(),
         auto_conf,
         replace_recovery_settings: (args.restore_type != RestoreType::Preserve)
             .then(|| format!("pgjet restore of backup {label}")),

@@ -15,13 +15,13 @@ pub fn run(s: &Settings) -> Result<String> {
         )));
     }
     // Every repository in scope opens (credentials, bucket) before anything is written.
-    let stanzas = open_stanzas(&s.repo_set())?;
+    let stanzas = open_stanzas(&s.repo_set)?;
     // With --source, a role pg_hba.conf lets in for replication only is asked over a
     // replication connection (remote/control.rs), which gives no catalog version: that of
     // the major's release is taken, and each backup checks it against its pg_control.
     let (ctl, mut info) = crate::remote::control::connect_control(
-        &primary_target(&s.primary_conn())?,
-        s.source.is_some(),
+        &primary_target(&s.primary)?,
+        s.primary.source.is_some(),
     )?;
     if info.catalog_version == 0 {
         info.catalog_version = match crate::pg::control::released_catalog_version(info.version_num)
@@ -36,9 +36,9 @@ pub fn run(s: &Settings) -> Result<String> {
             }
         };
     }
-    let local = match s.transport {
+    let local = match s.primary.transport {
         crate::options::Transport::Libpq | crate::options::Transport::Basebackup => false,
-        _ => s.source.is_none() || local_data_directory(&info).is_some(),
+        _ => s.primary.source.is_none() || local_data_directory(&info).is_some(),
     };
     if local {
         check_pg_path(s.pg_path()?, &info)?;

@@ -11,14 +11,14 @@ use crate::transfer::Progress;
 /// Runs `verify`. Returns one line per backup checked; errors with [`Error::Corrupt`] naming
 /// every file with a missing or damaged frame.
 pub fn run(s: &Settings, set: Option<&str>, progress: &dyn Progress) -> Result<Vec<String>> {
-    let repo_set = s.repo_set();
+    let repo_set = &s.repo_set;
     // With --set: the repository that holds it. Without: every backup of every repository
     // in scope.
     let mut work: Vec<(Stanza, String)> = Vec::new();
     match set {
-        Some(l) => work.push(open_stanza_with_set(&repo_set, l)?),
+        Some(l) => work.push(open_stanza_with_set(repo_set, l)?),
         None => {
-            for st in open_stanzas(&repo_set)? {
+            for st in open_stanzas(repo_set)? {
                 st.info()?;
                 for label in st.complete()? {
                     work.push((st.clone(), label));
@@ -26,7 +26,7 @@ pub fn run(s: &Settings, set: Option<&str>, progress: &dyn Progress) -> Result<V
             }
         }
     }
-    let several = s.repos.len() > 1;
+    let several = s.repo_set.repos.len() > 1;
     let mut lines = Vec::new();
     let mut corrupt: Vec<(String, Vec<String>)> = Vec::new();
     for (st, label) in work {
@@ -54,7 +54,7 @@ pub fn run(s: &Settings, set: Option<&str>, progress: &dyn Progress) -> Result<V
             chain: &chain,
             contiguous: scan.contiguous,
             target: None,
-            jobs: s.jobs,
+            jobs: s.jobs(),
         };
         let stream = backup.manifest_reader()?.files();
         progress.begin(&format!("verify {shown}"), end.size);
@@ -75,13 +75,13 @@ pub fn run(s: &Settings, set: Option<&str>, progress: &dyn Progress) -> Result<V
     }
     // Without --set, the WAL archive of every repository in scope too.
     if set.is_none() {
-        for st in open_stanzas(&repo_set)? {
+        for st in open_stanzas(repo_set)? {
             let shown = if several {
                 format!("repo{} WAL archive", st.repo())
             } else {
                 "WAL archive".to_string()
             };
-            let (files, stored, bad) = repo::wal::verify_archive(&st, s.jobs)?;
+            let (files, stored, bad) = repo::wal::verify_archive(&st, s.jobs())?;
             if files == 0 {
                 continue;
             }

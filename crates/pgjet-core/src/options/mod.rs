@@ -80,47 +80,24 @@ words!(Output, "output", {
     "prometheus" => Prometheus: "",
 });
 
-/// Validated settings of one invocation: what every command may read, plain.
+/// Validated settings of one invocation: what every command may read, plain. The
+/// repositories ([`RepoSet`]) and the primary's connection ([`PrimaryConn`]) are held as the
+/// narrow views the layers below take; the config file that was read is in both
+/// ([`Settings::config_file`]), the worker threads in the primary's
+/// ([`Settings::jobs`]).
 #[derive(Debug, Clone)]
 pub struct Settings {
-    /// The config file that was read (None when there was none).
-    pub config_file: Option<PathBuf>,
     /// The options given as flags or `PGJET_*` variables, secrets left out, in table
     /// order: restore_command carries the repository ones ([`Settings::carried_flags`]),
     /// a background process gets the flags ([`Settings::command_line_flags`]).
     pub given: Vec<Given>,
-    pub stanza: Option<String>,
-    /// The configured repositories, by number (1..=[`MAX_REPOS`]), in order.
-    pub repos: Vec<(u8, RepoConfig)>,
-    /// The passphrases of the repositories with `repoN-cipher-type=aes-256-gcm`, by number.
-    pub ciphers: Vec<(u8, CipherPass)>,
+    /// The stanza, the repositories, their ciphers and `--repo N` (repo/).
+    pub repo_set: RepoSet,
     /// `repoN-cipher-pass-new`: the passphrases `cipher-pass-change` sets, by number.
     pub ciphers_new: Vec<(u8, CipherPass)>,
-    /// `--repo N`: the repository a command uses (default: the first configured).
-    pub repo: Option<u8>,
-    pub pg_path: Option<PathBuf>,
-    pub pg_port: u16,
-    pub pg_socket_path: PathBuf,
-    pub pg_user: String,
-    /// Worker threads, at least 1.
-    pub jobs: usize,
-    /// The primary's connection string (--source / --pg-host); a bare host name is turned
-    /// into `host=NAME`.
-    pub source: Option<String>,
-    /// How the primary's files are read.
-    pub transport: Transport,
-    /// How the server compresses a `BASE_BACKUP` stream (--network-compress).
-    pub network_compress: NetworkCompress,
-    /// --compress-level-network; None: the server's default.
-    pub network_level: Option<i32>,
-    /// --network-compress-workers: zstd threads on the server; None: the primary's
-    /// `max_parallel_maintenance_workers`.
-    pub network_workers: Option<u32>,
-    /// --max-rate, bytes per second; None: no limit.
-    pub max_rate: Option<u64>,
-    /// Whether `jobs` was given (flag, environment or file) rather than defaulted to the
-    /// number of cores; a libpq source picks its own default then.
-    pub jobs_given: bool,
+    /// The data directory, the primary's connection, the transport and the worker threads
+    /// (primary/).
+    pub primary: PrimaryConn,
     pub compression: Compression,
     pub log_level: String,
     pub output: Output,
@@ -222,27 +199,37 @@ impl Settings {
         resolve::resolve_settings(None, &cli, &resolve::NoEnv, &mut warnings)
     }
 
+    /// The config file that was read (None when there was none).
+    pub fn config_file(&self) -> Option<&Path> {
+        self.repo_set.config_file.as_deref()
+    }
+
+    /// Worker threads, at least 1 (`--jobs`, else the number of cores).
+    pub fn jobs(&self) -> usize {
+        self.primary.jobs
+    }
+
     /// The stanza, required by most commands.
     pub fn stanza(&self) -> Result<&str> {
-        need_stanza(self.stanza.as_deref(), self.config_file.as_deref())
+        self.repo_set.stanza()
     }
 
     /// The repository a command uses: `--repo N`, else the first configured one.
     ///
     /// Errors: no repository configured, or `--repo N` names one that is not.
     pub fn repo(&self) -> Result<(u8, &RepoConfig)> {
-        need_repo(&self.repos, self.repo, self.config_file.as_deref())
+        self.repo_set.repo()
     }
 
     /// Which config file was read, for messages: "config file F read", or that the
     /// default one does not exist.
     pub fn config_note(&self) -> String {
-        config_note(self.config_file.as_deref())
+        config_note(self.config_file())
     }
 
     /// The data directory (`--pg-path`).
     pub fn pg_path(&self) -> Result<&Path> {
-        need_pg_path(self.pg_path.as_deref(), self.config_file.as_deref())
+        self.primary.pg_path()
     }
 
     /// The repository options restore_command carries, as `--name=value` words: repository
@@ -268,57 +255,6 @@ impl Settings {
             .map(Given::flag)
             .collect()
     }
-}
-
-/// The stanza `stanza`. Errors: none given ([`config_note`] says which file was read).
-fn need_stanza<'a>(stanza: Option<&'a str>, config_file: Option<&Path>) -> Result<&'a str> {
-    stanza.ok_or_else(|| {
-        Error::Config(format!(
-            "--stanza is required; {}",
-            config_note(config_file)
-        ))
-    })
-}
-
-/// The repository of `repos` a command uses: `repo` (`--repo N`), else the first configured.
-///
-/// Errors: no repository configured, or `repo` names one that is not.
-fn need_repo<'a>(
-    repos: &'a [(u8, RepoConfig)],
-    repo: Option<u8>,
-    config_file: Option<&Path>,
-) -> Result<(u8, &'a RepoConfig)> {
-    match repo {
-        Some(n) => repos
-            .iter()
-            .find(|(k, _)| *k == n)
-            .map(|(k, c)| (*k, c))
-            .ok_or_else(|| {
-                Error::Config(format!(
-                    "--repo {n}: repository {n} is not configured (set repo{n}-type and repo{n}-path or its store's options)"
-                ))
-            }),
-        None => repos.first().map(|(k, c)| (*k, c)).ok_or_else(|| {
-            Error::Config(format!(
-                "no repository configured: --repo-path is required (or repo-type=s3|gcs|azure|sftp with its options); {}",
-                config_note(config_file)
-            ))
-            .with_hint(format!(
-                "set repo1-path (or repo1-type and its options) in the config file; a command PostgreSQL runs (archive_command, restore_command) has none of your shell's PGJET_* variables, so give it the file: archive_command = 'pgjet --config {} --stanza=NAME archive-push %p'",
-                config_file.map(|p| p.display().to_string()).unwrap_or_else(|| "/path/to/pgjet.conf".into())
-            ))
-        }),
-    }
-}
-
-/// The data directory `pg_path` (`--pg-path`). Errors: not given.
-fn need_pg_path<'a>(pg_path: Option<&'a Path>, config_file: Option<&Path>) -> Result<&'a Path> {
-    pg_path.ok_or_else(|| {
-        Error::Config(format!(
-            "--pg-path is required; {}",
-            config_note(config_file)
-        ))
-    })
 }
 
 /// Which config file was read, for messages: "config file F read", or that the default

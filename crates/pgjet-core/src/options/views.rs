@@ -1,14 +1,11 @@
-//! The narrow settings each layer takes, built once at the top (commands/) from the resolved
-//! [`Settings`]: the repository set with its ciphers (repo/), the primary's connection and
-//! transport choice (primary/, pgdata/'s standby settings), and WAL archiving's settings
-//! (archive/, and the restore_command pgdata/ writes). No layer below commands/ reads
-//! [`Settings`] itself.
-use super::{
-    need_pg_path, need_repo, need_stanza, ArchiveSettings, CipherPass, NetworkCompress, Settings,
-    Transport,
-};
+//! The narrow settings each layer takes, handed down from the top (commands/): the
+//! repository set with its ciphers (repo/) and the primary's connection and transport choice
+//! (primary/, pgdata/'s standby settings), which the resolved [`Settings`] holds, and WAL
+//! archiving's settings (archive/, and the restore_command pgdata/ writes), built from it.
+//! No layer below commands/ reads [`Settings`] itself.
+use super::{config_note, ArchiveSettings, CipherPass, NetworkCompress, Settings, Transport};
 use crate::codec::Compression;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::storage::config::RepoConfig;
 use std::path::{Path, PathBuf};
 
@@ -16,6 +13,7 @@ use std::path::{Path, PathBuf};
 /// (`crate::repo::open`).
 #[derive(Debug, Clone)]
 pub struct RepoSet {
+    /// `--stanza`; None when not given (most commands require it: [`RepoSet::stanza`]).
     pub stanza: Option<String>,
     /// The configured repositories, by number (1..=[`super::MAX_REPOS`]), in order.
     pub repos: Vec<(u8, RepoConfig)>,
@@ -23,21 +21,48 @@ pub struct RepoSet {
     pub ciphers: Vec<(u8, CipherPass)>,
     /// `--repo N`: the repository a command uses (default: the first configured).
     pub repo: Option<u8>,
-    /// The config file that was read, for messages.
+    /// The config file that was read (None when there was none), for messages.
     pub config_file: Option<PathBuf>,
 }
 
 impl RepoSet {
     /// The stanza. Errors: none given.
     pub fn stanza(&self) -> Result<&str> {
-        need_stanza(self.stanza.as_deref(), self.config_file.as_deref())
+        self.stanza.as_deref().ok_or_else(|| {
+            Error::Config(format!(
+                "--stanza is required; {}",
+                config_note(self.config_file.as_deref())
+            ))
+        })
     }
 
     /// The repository a command uses: `--repo N`, else the first configured one.
     ///
     /// Errors: no repository configured, or `--repo N` names one that is not.
     pub fn repo(&self) -> Result<(u8, &RepoConfig)> {
-        need_repo(&self.repos, self.repo, self.config_file.as_deref())
+        let config_file = self.config_file.as_deref();
+        match self.repo {
+            Some(n) => self
+                .repos
+                .iter()
+                .find(|(k, _)| *k == n)
+                .map(|(k, c)| (*k, c))
+                .ok_or_else(|| {
+                    Error::Config(format!(
+                        "--repo {n}: repository {n} is not configured (set repo{n}-type and repo{n}-path or its store's options)"
+                    ))
+                }),
+            None => self.repos.first().map(|(k, c)| (*k, c)).ok_or_else(|| {
+                Error::Config(format!(
+                    "no repository configured: --repo-path is required (or repo-type=s3|gcs|azure|sftp with its options); {}",
+                    config_note(config_file)
+                ))
+                .with_hint(format!(
+                    "set repo1-path (or repo1-type and its options) in the config file; a command PostgreSQL runs (archive_command, restore_command) has none of your shell's PGJET_* variables, so give it the file: archive_command = 'pgjet --config {} --stanza=NAME archive-push %p'",
+                    config_file.map(|p| p.display().to_string()).unwrap_or_else(|| "/path/to/pgjet.conf".into())
+                ))
+            }),
+        }
     }
 }
 
@@ -45,30 +70,44 @@ impl RepoSet {
 /// choice (primary/), and the local cluster's port and directory.
 #[derive(Debug, Clone)]
 pub struct PrimaryConn {
+    /// `--pg-path`: the data directory ([`PrimaryConn::pg_path`]).
     pub pg_path: Option<PathBuf>,
     pub pg_port: u16,
     pub pg_socket_path: PathBuf,
     pub pg_user: String,
-    /// The primary's connection string (--source / --pg-host).
+    /// The primary's connection string (--source / --pg-host); a bare host name is turned
+    /// into `host=NAME`.
     pub source: Option<String>,
+    /// How the primary's files are read.
     pub transport: Transport,
+    /// How the server compresses a `BASE_BACKUP` stream (--network-compress).
     pub network_compress: NetworkCompress,
+    /// --compress-level-network; None: the server's default.
     pub network_level: Option<i32>,
+    /// --network-compress-workers: zstd threads on the server; None: the primary's
+    /// `max_parallel_maintenance_workers`.
     pub network_workers: Option<u32>,
-    /// --max-rate, bytes per second.
+    /// --max-rate, bytes per second; None: no limit.
     pub max_rate: Option<u64>,
     /// Worker threads, at least 1.
     pub jobs: usize,
-    /// Whether `jobs` was given rather than defaulted to the number of cores.
+    /// Whether `jobs` was given (flag, environment or file) rather than defaulted to the
+    /// number of cores; a libpq source picks its own default then.
     pub jobs_given: bool,
-    /// The config file that was read, for messages.
+    /// The config file that was read (None when there was none), for messages; the same
+    /// as [`RepoSet::config_file`].
     pub config_file: Option<PathBuf>,
 }
 
 impl PrimaryConn {
     /// The data directory (`--pg-path`). Errors: not given.
     pub fn pg_path(&self) -> Result<&Path> {
-        need_pg_path(self.pg_path.as_deref(), self.config_file.as_deref())
+        self.pg_path.as_deref().ok_or_else(|| {
+            Error::Config(format!(
+                "--pg-path is required; {}",
+                config_note(self.config_file.as_deref())
+            ))
+        })
     }
 }
 
@@ -102,44 +141,14 @@ impl ArchiveConfig {
 }
 
 impl Settings {
-    /// The repositories with their ciphers (repo/).
-    pub fn repo_set(&self) -> RepoSet {
-        RepoSet {
-            stanza: self.stanza.clone(),
-            repos: self.repos.clone(),
-            ciphers: self.ciphers.clone(),
-            repo: self.repo,
-            config_file: self.config_file.clone(),
-        }
-    }
-
-    /// The primary's connection and transport (primary/).
-    pub fn primary_conn(&self) -> PrimaryConn {
-        PrimaryConn {
-            pg_path: self.pg_path.clone(),
-            pg_port: self.pg_port,
-            pg_socket_path: self.pg_socket_path.clone(),
-            pg_user: self.pg_user.clone(),
-            source: self.source.clone(),
-            transport: self.transport,
-            network_compress: self.network_compress,
-            network_level: self.network_level,
-            network_workers: self.network_workers,
-            max_rate: self.max_rate,
-            jobs: self.jobs,
-            jobs_given: self.jobs_given,
-            config_file: self.config_file.clone(),
-        }
-    }
-
     /// WAL archiving's settings (archive/).
     pub fn archive_config(&self) -> ArchiveConfig {
         ArchiveConfig {
-            repo_set: self.repo_set(),
+            repo_set: self.repo_set.clone(),
             archive: self.archive.clone(),
             compression: self.compression,
-            jobs: self.jobs,
-            pg_path: self.pg_path.clone(),
+            jobs: self.primary.jobs,
+            pg_path: self.primary.pg_path.clone(),
             command_line_flags: self.command_line_flags(),
             carried_flags: self.carried_flags(),
         }

@@ -378,26 +378,39 @@ pub fn resolve_settings(
     refused.into_result()?;
     check_given(&src)?;
     let compression = compression(&src)?;
+    let config_file = src.file.as_ref().map(|f| f.path.clone());
+    // Read before --repo: of two bad values, the one read first is reported.
+    let given = given(&src)?;
+    let repos = repos(&src)?;
+    let cipher_pass = ciphers(&src, "cipher-pass")?;
+    let ciphers_new = ciphers(&src, "cipher-pass-new")?;
     Ok(Settings {
-        config_file: src.file.as_ref().map(|f| f.path.clone()),
-        given: given(&src)?,
-        stanza: src.stanza.clone(),
-        repos: repos(&src)?,
-        ciphers: ciphers(&src, "cipher-pass")?,
-        ciphers_new: ciphers(&src, "cipher-pass-new")?,
-        repo: src.int("repo")?,
-        pg_path: src.get("pg-path")?.map(|f| PathBuf::from(f.value)),
-        pg_port: src.int("pg-port")?.unwrap_or(DEFAULT_PG_PORT),
-        pg_socket_path: PathBuf::from(src.get_or_default("pg-socket-path")?.unwrap_or_default()),
-        pg_user: src.get_or_default("pg-user")?.unwrap_or_default(),
-        jobs_given: src.get("jobs")?.is_some(),
-        jobs: jobs(&src)?,
-        source: source(&src)?,
-        transport: src.choice("transport")?,
-        network_compress: src.choice("network-compress")?,
-        network_level: src.int("compress-level-network")?,
-        network_workers: src.int("network-compress-workers")?,
-        max_rate: src.size("max-rate")?,
+        given,
+        repo_set: RepoSet {
+            stanza: src.stanza.clone(),
+            repos,
+            ciphers: cipher_pass,
+            repo: src.int("repo")?,
+            config_file: config_file.clone(),
+        },
+        ciphers_new,
+        primary: PrimaryConn {
+            pg_path: src.get("pg-path")?.map(|f| PathBuf::from(f.value)),
+            pg_port: src.int("pg-port")?.unwrap_or(DEFAULT_PG_PORT),
+            pg_socket_path: PathBuf::from(
+                src.get_or_default("pg-socket-path")?.unwrap_or_default(),
+            ),
+            pg_user: src.get_or_default("pg-user")?.unwrap_or_default(),
+            jobs_given: src.get("jobs")?.is_some(),
+            jobs: jobs(&src)?,
+            source: source(&src)?,
+            transport: src.choice("transport")?,
+            network_compress: src.choice("network-compress")?,
+            network_level: src.int("compress-level-network")?,
+            network_workers: src.int("network-compress-workers")?,
+            max_rate: src.size("max-rate")?,
+            config_file,
+        },
         compression,
         log_level: log_level(&src)?,
         output: src.choice("output")?,
