@@ -152,6 +152,7 @@ fn run(inv: Invocation) -> Result<(), Error> {
             }
         }
         Command::ArchivePush { wal_path } => commands::archive_push::run(&s, &wal_path)?,
+        Command::ArchiveStream => commands::archive_stream::run(&s)?,
         Command::ArchiveGet { wal_file, dest } => {
             if commands::archive_get::run(&s, &wal_file, &dest)?
                 == pgjet_core::archive::get::GetOutcome::Missing

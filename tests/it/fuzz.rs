@@ -171,7 +171,7 @@ proptest! {
                 let said = format!("{e:?}");
                 prop_assert!(!said.is_empty());
             }
-            let _ = pgjet_core::pgdata::pitr::parse_history(&t);
+            let _ = pgjet_core::pg::lsn::parse_history(&t);
         }
         if let Err(e) = pgjet_core::pg::pg_manifest::parse_manifest(&bytes) {
             prop_assert!(!e.to_string().is_empty());

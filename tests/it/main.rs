@@ -22,6 +22,7 @@ mod patroni;
 mod remote;
 mod resume;
 mod storm;
+mod stream;
 mod tls;
 mod versions;
 mod walscan;

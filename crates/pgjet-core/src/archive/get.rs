@@ -8,7 +8,8 @@
 use super::push::resolve_path;
 use crate::error::Result;
 use crate::options::ArchiveConfig;
-use crate::repo::wal::{self, WalFile};
+use crate::repo::wal::{self, WalFile, WalFileKind};
+use crate::repo::wal_tail;
 use crate::repo::Stanza;
 use std::path::Path;
 
@@ -55,8 +56,39 @@ pub fn fetch_direct(s: &ArchiveConfig, file: &WalFile, dest: &Path) -> Result<Ge
             }
         }
     }
-    match failed {
-        Some(e) => Err(e),
-        None => Ok(GetOutcome::Missing),
+    if let Some(e) = failed {
+        return Err(e);
     }
+    if file.kind == WalFileKind::Segment {
+        return fetch_tail(s, file, &dest);
+    }
+    Ok(GetOutcome::Missing)
+}
+
+/// The end of the WAL after the primary was lost: a segment no repository has complete,
+/// served from the tail `archive-stream` made durable ([`wal_tail`]), zero-filled to the
+/// segment's size as PostgreSQL fills a new segment, so recovery replays up to the last
+/// byte received and ends there (the next record reads as invalid). Missing when no
+/// repository has a tail of it.
+///
+/// Errors: a damaged tail chunk; the store's.
+fn fetch_tail(s: &ArchiveConfig, file: &WalFile, dest: &Path) -> Result<GetOutcome> {
+    let stanza = s.stanza()?;
+    for (n, cfg) in crate::repo::open::repos_in_scope(&s.repo_set)? {
+        let store = crate::repo::open::open_store(&s.repo_set, n, cfg)?;
+        let st = Stanza::new(n, store, stanza);
+        let Some(mut bytes) = wal_tail::read_tail(&st, &file.name)? else {
+            continue;
+        };
+        let seg_size = st.info()?.wal_segment_size;
+        let received = bytes.len();
+        bytes.resize(seg_size as usize, 0);
+        crate::io::fs::write_whole(dest, &bytes, crate::io::fs::FILE_MODE)?;
+        tracing::info!(
+            "{} is not archived whole: restored from repo{n} the {received} bytes archive-stream received of it (the end of the WAL)",
+            file.name
+        );
+        return Ok(GetOutcome::Found(n));
+    }
+    Ok(GetOutcome::Missing)
 }

@@ -7,4 +7,5 @@ pub mod prefetcher;
 pub mod push;
 pub mod pusher;
 pub mod queue;
+pub mod receiver;
 pub mod spool;

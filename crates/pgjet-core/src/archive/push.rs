@@ -129,6 +129,14 @@ impl Archiver {
             .unwrap_or(0)
     }
 
+    /// The cluster's WAL segment size in bytes, as the first repository's stanza records it.
+    pub fn segment_size(&self) -> u64 {
+        self.repos
+            .first()
+            .map(|r| r.1.wal_segment_size)
+            .unwrap_or(crate::repo::default_wal_segment_size())
+    }
+
     /// The compression archived files are stored with.
     pub fn compression(&self) -> Compression {
         self.compression

@@ -2,6 +2,7 @@
 //! (repositories, the primary, the target) and call down into the rooms that do the work.
 pub mod archive_get;
 pub mod archive_push;
+pub mod archive_stream;
 pub mod backup;
 pub mod check;
 pub mod cipher_pass;

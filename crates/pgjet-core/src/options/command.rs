@@ -280,6 +280,8 @@ pub enum Command {
         wal_file: String,
         dest: PathBuf,
     },
+    /// `archive-stream`: the WAL receiver, until stopped.
+    ArchiveStream,
     /// The background pusher (hidden): `archive-push-async WAL_DIR`, started by an
     /// asynchronous `archive-push` for the `pg_wal` directory `wal_dir`.
     ArchivePushAsync {

@@ -161,6 +161,8 @@ pub struct ArchiveSettings {
     pub get_queue_max: u64,
     /// archive-check (backup waits for its WAL in the archive).
     pub check: bool,
+    /// archive-stream-slot; None: `pgjet_stream_<stanza>`.
+    pub stream_slot: Option<String>,
 }
 
 /// Parses a size ([`Kind::Size`]): digits with an optional suffix B, KB, MB, GB, TB (powers of

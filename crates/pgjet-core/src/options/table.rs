@@ -36,6 +36,8 @@ pub enum Cmd {
     Expire,
     ArchivePush,
     ArchiveGet,
+    /// The WAL receiver: the cluster's WAL streamed into the archive.
+    ArchiveStream,
     CipherPassChange,
     /// The background pusher (hidden); takes archive-push's options.
     ArchivePushAsync,
@@ -183,6 +185,14 @@ pub const COMMANDS: &[CommandDef] = &[
             ),
         ],
         options_of: Cmd::ArchiveGet,
+    },
+    CommandDef {
+        cmd: Cmd::ArchiveStream,
+        name: "archive-stream",
+        about: "Stream the cluster's WAL (--source) over the replication protocol into the stanza's archive, to the last flushed byte, until stopped with SIGTERM: WAL archiving from a backup host, nothing installed on the database host",
+        hidden: false,
+        args: &[],
+        options_of: Cmd::ArchiveStream,
     },
     CommandDef {
         cmd: Cmd::ArchivePushAsync,
@@ -365,6 +375,7 @@ const REPO_CMDS: Cmds = Cmds::of(&[
     Cmd::Expire,
     Cmd::ArchivePush,
     Cmd::ArchiveGet,
+    Cmd::ArchiveStream,
     Cmd::CipherPassChange,
 ]);
 /// Commands that work on a cluster or its stanza: the options that say which cluster it is
@@ -382,6 +393,7 @@ const CLUSTER_CMDS: Cmds = Cmds::of(&[
     Cmd::Expire,
     Cmd::ArchivePush,
     Cmd::ArchiveGet,
+    Cmd::ArchiveStream,
     Cmd::CipherPassChange,
 ]);
 /// Commands that print data or progress (not the archive commands PostgreSQL runs).
@@ -614,7 +626,7 @@ pub const OPTIONS: &[OptionDef] = &[
         "TYPE",
         Some("zstd"),
         H_GENERAL,
-        Cmds::of(&[Cmd::Backup, Cmd::ArchivePush]),
+        Cmds::of(&[Cmd::Backup, Cmd::ArchivePush, Cmd::ArchiveStream]),
         "Compression of stored bytes (default zstd)",
     ),
     opt(
@@ -1047,6 +1059,15 @@ pub const OPTIONS: &[OptionDef] = &[
         H_ARCHIVE,
         Cmds::of(&[Cmd::ArchiveGet]),
         "Most WAL (bytes, suffixes as above) archive-get fetches ahead into the spool directory when asynchronous (default 128MB)",
+    ),
+    opt(
+        "archive-stream-slot",
+        Kind::Text,
+        "SLOT",
+        None,
+        H_ARCHIVE,
+        Cmds::of(&[Cmd::ArchiveStream]),
+        "The physical replication slot archive-stream holds on the cluster, created when missing (default pgjet_stream_STANZA): the server keeps every WAL byte not yet durable in the repositories",
     ),
     opt(
         "archive-check",

@@ -178,6 +178,53 @@ impl ConnInfo {
         Ok(ci)
     }
 
+    /// One connection string per host of a multi-host one, in order (libpq's `host`,
+    /// `hostaddr` and `port` may each list several, comma-separated; a single port serves
+    /// every host: fe-connect.c, `connectOptions2`), and whether only a server that accepts
+    /// writes will do (`target_session_attrs=read-write` or `primary`), which each caller
+    /// then checks itself (the strings returned carry no `target_session_attrs`).
+    ///
+    /// Errors: [`Error::Config`] when the lists' lengths do not match.
+    pub fn per_host(&self) -> Result<(Vec<ConnInfo>, bool)> {
+        let list = |k: &str| -> Vec<String> {
+            self.get(k)
+                .map(|v| v.split(',').map(|x| x.trim().to_string()).collect())
+                .unwrap_or_default()
+        };
+        let (hosts, addrs, ports) = (list("host"), list("hostaddr"), list("port"));
+        let n = hosts.len().max(addrs.len()).max(1);
+        for (k, l) in [("host", &hosts), ("hostaddr", &addrs)] {
+            if !l.is_empty() && l.len() != n {
+                return Err(Error::Config(format!(
+                    "connection string: {} values of {k} for {n} hosts",
+                    l.len()
+                )));
+            }
+        }
+        if ports.len() > 1 && ports.len() != n {
+            return Err(Error::Config(format!(
+                "connection string: {} ports for {n} hosts (give one port, or one per host)",
+                ports.len()
+            )));
+        }
+        let read_write = matches!(
+            self.get("target_session_attrs"),
+            Some("read-write") | Some("primary")
+        );
+        let mut out = Vec::with_capacity(n);
+        for i in 0..n {
+            let mut one = self.clone();
+            one.params.remove("target_session_attrs");
+            for (k, l) in [("host", &hosts), ("hostaddr", &addrs), ("port", &ports)] {
+                if let Some(v) = l.get(i).or(if l.len() == 1 { l.first() } else { None }) {
+                    one.params.insert(k.to_string(), v.clone());
+                }
+            }
+            out.push(one);
+        }
+        Ok((out, read_write))
+    }
+
     /// The value of keyword `k`, if set.
     pub fn get(&self, k: &str) -> Option<&str> {
         self.params.get(k).map(String::as_str)
@@ -999,6 +1046,50 @@ mod tests {
         assert!(ConnInfo::parse("sslmode=maybe")
             .unwrap()
             .resolve(&no_env, "x")
+            .is_err());
+    }
+
+    /// A multi-host string becomes one string per host, a single port shared, the
+    /// target_session_attrs taken out and reported.
+    #[test]
+    fn a_multi_host_string_is_split_per_host() {
+        let ci =
+            ConnInfo::parse("host=a,b,c port=5433 user=r target_session_attrs=read-write").unwrap();
+        let (hosts, rw) = ci.per_host().unwrap();
+        assert!(rw);
+        let hp: Vec<(String, String)> = hosts
+            .iter()
+            .map(|h| (h.get("host").unwrap().into(), h.get("port").unwrap().into()))
+            .collect();
+        assert_eq!(
+            hp,
+            vec![
+                ("a".into(), "5433".into()),
+                ("b".into(), "5433".into()),
+                ("c".into(), "5433".into())
+            ]
+        );
+        assert!(hosts
+            .iter()
+            .all(|h| h.get("target_session_attrs").is_none() && h.get("user") == Some("r")));
+        let (hosts, rw) = ConnInfo::parse("host=a,b port=1,2")
+            .unwrap()
+            .per_host()
+            .unwrap();
+        assert!(!rw);
+        assert_eq!(hosts[1].get("port"), Some("2"));
+        assert_eq!(
+            ConnInfo::parse("user=x")
+                .unwrap()
+                .per_host()
+                .unwrap()
+                .0
+                .len(),
+            1
+        );
+        assert!(ConnInfo::parse("host=a,b port=1,2,3")
+            .unwrap()
+            .per_host()
             .is_err());
     }
 }

@@ -55,6 +55,7 @@ pub fn build_command(cmd: Cmd, cli: &CliValues, args: &[String]) -> Result<Comma
             wal_file: arg(0),
             dest: PathBuf::from(arg(1)),
         },
+        Cmd::ArchiveStream => Command::ArchiveStream,
         Cmd::ArchivePushAsync => Command::ArchivePushAsync {
             wal_dir: PathBuf::from(arg(0)),
         },

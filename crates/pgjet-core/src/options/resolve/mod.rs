@@ -703,6 +703,7 @@ fn archive(src: &Sources) -> Result<ArchiveSettings> {
             .size("archive-get-queue-max")?
             .unwrap_or(DEFAULT_ARCHIVE_GET_QUEUE_MAX),
         check: src.bool("archive-check")?,
+        stream_slot: src.get_or_default("archive-stream-slot")?,
     })
 }
 

@@ -1,0 +1,735 @@
+//! `archive-stream`: WAL received over the replication protocol and stored in the stanza's
+//! archive as archive-push stores it, with nothing installed on the database host.
+//!
+//! Two threads. The receiver holds the replication connection: it assembles the segment in
+//! progress in memory, hands each complete segment to the storer, and, whenever the stream
+//! pauses (or at least every `tail_interval` under a flood), the bytes received since the
+//! last hand-over as a tail chunk ([`crate::repo::wal_tail`]). The storer writes them into
+//! every repository in order, retrying while a repository is down, and only then moves the
+//! durable position on; the receiver reports that position to the server as flushed. So
+//! the slot keeps on the server every byte not yet durable in the repositories, and with the
+//! receiver named in `synchronous_standby_names` a commit returns only once its WAL is in
+//! the repositories.
+//!
+//! Restarted, the receiver starts from what the repositories hold (the lowest position over
+//! them): the segment after the last archived one, and the durable tail of that segment.
+//! A segment or chunk stored again is compared, never replaced ([`crate::repo::wal::store`]).
+//!
+//! Timelines as PostgreSQL's own receiver follows them (walreceiver.c, pg_receivewal): the
+//! history files of newer timelines are stored; the stream of a timeline ends at its switch
+//! point with the next timeline, which is then streamed from the start of the segment holding
+//! the switch point (a promoted server's first segment of the new timeline begins with the
+//! old timeline's bytes).
+use super::push::Archiver;
+use crate::error::{Error, Result};
+use crate::pg::conninfo::ConnTarget;
+use crate::pg::lsn::{self, Lsn};
+use crate::remote::replication::ReplConn;
+use crate::remote::wal_stream::{Started, WalMessage};
+use crate::repo::wal::{self, WalFile, WalFileKind};
+use crate::repo::{wal_tail, Stanza};
+use crossbeam_channel::{Receiver, Sender, TrySendError};
+use std::io::{Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// What `archive-stream` needs besides the repositories.
+#[derive(Debug, Clone)]
+pub struct ReceiverOptions {
+    /// The hosts to stream from, in the order tried (one per host of a multi-host
+    /// connection string).
+    pub targets: Vec<ConnTarget>,
+    /// Only a server that accepts writes (not in recovery) is streamed from
+    /// (`target_session_attrs=read-write` or `primary`).
+    pub read_write: bool,
+    /// The physical replication slot held on the server (created when missing).
+    pub slot: String,
+    /// Longest time between two status updates to the server (pg_receivewal's
+    /// `--status-interval`, 10 s by default).
+    pub status_interval: Duration,
+    /// Longest time received bytes wait before they are stored as a tail chunk while the
+    /// stream never pauses.
+    pub tail_interval: Duration,
+}
+
+/// Complete segments and chunks the receiver may hold for the storer beyond the one being
+/// stored (each up to a segment, 16 MiB by default): past that it stops reading the socket
+/// (the server waits) but keeps answering.
+const QUEUE: usize = 4;
+
+/// Longest wait between two attempts to connect, or to store after a failure.
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+/// Work for the storer, in stream order.
+enum Work {
+    /// Bytes [`start`, start + bytes.len()) of a segment's tail.
+    Chunk {
+        segment: String,
+        start: u64,
+        bytes: Vec<u8>,
+        end: Lsn,
+    },
+    /// A complete segment.
+    Segment {
+        segment: String,
+        bytes: Vec<u8>,
+        end: Lsn,
+    },
+    /// A timeline history file (its name and text).
+    History { name: String, text: Vec<u8> },
+}
+
+/// What the receiver and the storer share.
+struct Shared {
+    /// The position up to which WAL is durable in every repository.
+    durable: AtomicU64,
+    /// Work handed over and not yet stored.
+    in_flight: AtomicUsize,
+    /// The storer's first failure since its last success, for the receiver's log.
+    failing: Mutex<Option<String>>,
+}
+
+/// Where the stream resumes: a timeline, the next byte, and the bytes of its segment before
+/// that byte (the stored tail).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resume {
+    pub timeline: u32,
+    pub lsn: Lsn,
+    pub prefix: Vec<u8>,
+}
+
+/// Where one repository's archive ends for the stream: the highest timeline that has
+/// segments or a tail, after its last archived segment (and that segment's tail when the
+/// tail is of the next segment). None for an archive with neither.
+///
+/// Errors: the store's; a damaged tail chunk.
+pub fn resume_point(st: &Stanza, seg_size: u64) -> Result<Option<Resume>> {
+    let mut tlis = wal::timelines(st)?;
+    tlis.reverse();
+    for tli in tlis {
+        let last_seg = wal::list_timeline(st, tli)?
+            .iter()
+            .filter(|n| WalFile::parse(n).is_ok_and(|f| f.kind == WalFileKind::Segment))
+            .filter_map(|n| lsn::parse_wal_segment_name(n, seg_size).map(|(_, s)| s))
+            .max();
+        let last_tail = wal_tail::tails(st, tli)?
+            .iter()
+            .filter_map(|n| lsn::parse_wal_segment_name(n, seg_size).map(|(_, s)| s))
+            .max();
+        let next = last_seg.map(|s| s + 1);
+        match (next, last_tail) {
+            (None, None) => continue,
+            (n, Some(t)) if n.is_none_or(|n| t >= n) => {
+                let name = lsn::wal_segment_name(tli, t, seg_size);
+                let prefix = wal_tail::read_tail(st, &name)?.unwrap_or_default();
+                // A tail of the segment after the last archived one, or beyond a gap.
+                return Ok(Some(Resume {
+                    timeline: tli,
+                    lsn: Lsn(t * seg_size + prefix.len() as u64),
+                    prefix,
+                }));
+            }
+            (Some(n), _) => {
+                return Ok(Some(Resume {
+                    timeline: tli,
+                    lsn: Lsn(n * seg_size),
+                    prefix: Vec::new(),
+                }))
+            }
+            (None, Some(_)) => unreachable!("matched above"),
+        }
+    }
+    Ok(None)
+}
+
+/// The lowest [`resume_point`] over the repositories (each must get every byte); None when
+/// any of them has nothing yet (the stream then starts where the server says).
+fn resume_all(a: &Archiver, seg_size: u64) -> Result<Option<Resume>> {
+    let mut lowest: Option<Resume> = None;
+    for st in a.repos() {
+        match resume_point(st, seg_size)? {
+            None => return Ok(None),
+            Some(r) => {
+                if lowest
+                    .as_ref()
+                    .is_none_or(|l| (r.timeline, r.lsn) < (l.timeline, l.lsn))
+                {
+                    lowest = Some(r);
+                }
+            }
+        }
+    }
+    Ok(lowest)
+}
+
+/// The segment in progress on the receiver's side.
+struct Segment {
+    timeline: u32,
+    segno: u64,
+    bytes: Vec<u8>,
+    /// Bytes already handed to the storer as chunks.
+    handed: usize,
+}
+
+impl Segment {
+    fn name(&self, seg_size: u64) -> String {
+        lsn::wal_segment_name(self.timeline, self.segno, seg_size)
+    }
+}
+
+/// Runs the receiver until cancelled (SIGTERM, SIGINT): then the bytes received are stored
+/// and reported before it returns.
+///
+/// Errors: a server of another cluster; the stanza's timeline ahead of every server's; a
+/// repository whose stanza cannot be read at start. Lost connections and failing
+/// repositories are retried, not returned.
+pub fn run(a: &Archiver, o: &ReceiverOptions) -> Result<()> {
+    let seg_size = a.segment_size();
+    let shared = Arc::new(Shared {
+        durable: AtomicU64::new(0),
+        in_flight: AtomicUsize::new(0),
+        failing: Mutex::new(None),
+    });
+    let (wake_rx, wake_tx) =
+        UnixStream::pair().map_err(|e| Error::Other("cannot make a pipe".into()).because(e))?;
+    wake_rx
+        .set_nonblocking(true)
+        .map_err(|e| Error::Other("cannot make a pipe".into()).because(e))?;
+    let (tx, rx) = crossbeam_channel::bounded::<Work>(QUEUE);
+    std::thread::scope(|scope| {
+        let storer_shared = shared.clone();
+        let storer = scope.spawn(move || store_loop(a, rx, &storer_shared, wake_tx));
+        let result = receive_loop(a, o, seg_size, &shared, &tx, &wake_rx);
+        drop(tx);
+        let stored = storer
+            .join()
+            .unwrap_or_else(|_| Err(Error::Other("the storer thread panicked".into())));
+        result.and(stored)
+    })
+}
+
+/// The storer: stores each piece of work into every repository, in order, retrying a
+/// failure (after 1 s, doubling up to [`MAX_BACKOFF`]) until it succeeds or the process is
+/// cancelled; then moves the durable position on and wakes the receiver.
+fn store_loop(
+    a: &Archiver,
+    rx: Receiver<Work>,
+    shared: &Shared,
+    mut wake: UnixStream,
+) -> Result<()> {
+    let mut compressor = a.compressor()?;
+    let mut out = Vec::new();
+    for work in rx {
+        let mut wait = Duration::from_secs(1);
+        loop {
+            match store_one(a, &work, &mut compressor, &mut out) {
+                Ok(()) => break,
+                Err(e) if crate::io::cancel::cancelled().is_some() => return Err(e),
+                Err(e) => {
+                    let text = e.to_string();
+                    let mut f = shared.failing.lock().unwrap_or_else(|p| p.into_inner());
+                    if f.as_deref() != Some(&text) {
+                        tracing::error!("cannot store the stream's WAL, retrying: {text}");
+                        *f = Some(text);
+                    }
+                    drop(f);
+                    std::thread::sleep(wait);
+                    wait = (wait * 2).min(MAX_BACKOFF);
+                }
+            }
+        }
+        if let Some(was) = shared
+            .failing
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            tracing::info!("storing the stream's WAL works again (it failed with: {was})");
+        }
+        match &work {
+            Work::Chunk { end, .. } | Work::Segment { end, .. } => {
+                shared.durable.fetch_max(end.0, Ordering::AcqRel);
+            }
+            Work::History { .. } => {}
+        }
+        shared.in_flight.fetch_sub(1, Ordering::AcqRel);
+        let _ = wake.write(&[1]);
+    }
+    Ok(())
+}
+
+/// Stores one piece of work into every repository.
+fn store_one(
+    a: &Archiver,
+    work: &Work,
+    compressor: &mut crate::codec::Compressor,
+    out: &mut Vec<u8>,
+) -> Result<()> {
+    match work {
+        Work::Segment { segment, bytes, .. } => {
+            let file = WalFile::parse(segment)?;
+            a.push_bytes(&file, bytes, compressor, out, &|| Ok(()))?;
+            for st in a.repos() {
+                if let Err(e) = wal_tail::remove_tail(st, segment) {
+                    tracing::warn!(
+                        "repo{}: the tail of {segment} stays (its segment is archived): {e}",
+                        st.repo()
+                    );
+                }
+            }
+            tracing::debug!("stored segment {segment}");
+            Ok(())
+        }
+        Work::Chunk {
+            segment,
+            start,
+            bytes,
+            ..
+        } => {
+            for st in a.repos() {
+                wal_tail::store_chunk(
+                    st,
+                    segment,
+                    *start,
+                    bytes,
+                    a.compression(),
+                    compressor,
+                    a.system_identifier(),
+                )?;
+            }
+            Ok(())
+        }
+        Work::History { name, text } => {
+            let file = WalFile::parse(name)?;
+            a.push_bytes(&file, text, compressor, out, &|| Ok(()))
+                .map(|_| ())
+        }
+    }
+}
+
+/// Hands `work` to the storer; false when the queue is full (the caller keeps it).
+fn hand_over(tx: &Sender<Work>, shared: &Shared, work: Work) -> std::result::Result<(), Work> {
+    shared.in_flight.fetch_add(1, Ordering::AcqRel);
+    match tx.try_send(work) {
+        Ok(()) => Ok(()),
+        Err(TrySendError::Full(w)) | Err(TrySendError::Disconnected(w)) => {
+            shared.in_flight.fetch_sub(1, Ordering::AcqRel);
+            Err(w)
+        }
+    }
+}
+
+/// The receiver's state across connections.
+struct Stream<'a> {
+    a: &'a Archiver,
+    o: &'a ReceiverOptions,
+    seg_size: u64,
+    shared: &'a Shared,
+    tx: &'a Sender<Work>,
+    wake: &'a UnixStream,
+    /// The timeline streamed and the next byte expected.
+    timeline: u32,
+    next: Lsn,
+    segment: Option<Segment>,
+    /// Work the storer could not take yet (its queue was full), oldest first.
+    waiting: std::collections::VecDeque<Work>,
+    last_status: Instant,
+    last_handed: Instant,
+    reported: Lsn,
+}
+
+impl Stream<'_> {
+    /// Hands over what waits, in order, as far as the storer takes it. True when nothing
+    /// waits any more.
+    fn drain_waiting(&mut self) -> bool {
+        while let Some(w) = self.waiting.pop_front() {
+            if let Err(w) = hand_over(self.tx, self.shared, w) {
+                self.waiting.push_front(w);
+                return false;
+            }
+        }
+        true
+    }
+
+    fn queue(&mut self, work: Work) {
+        self.waiting.push_back(work);
+        self.drain_waiting();
+    }
+
+    /// Hands the bytes of the segment in progress received since the last hand-over to the
+    /// storer as a tail chunk.
+    fn hand_tail(&mut self) {
+        let Some(seg) = &mut self.segment else {
+            return;
+        };
+        if seg.handed >= seg.bytes.len() {
+            return;
+        }
+        let work = Work::Chunk {
+            segment: lsn::wal_segment_name(seg.timeline, seg.segno, self.seg_size),
+            start: seg.handed as u64,
+            bytes: seg.bytes[seg.handed..].to_vec(),
+            end: Lsn(seg.segno * self.seg_size + seg.bytes.len() as u64),
+        };
+        seg.handed = seg.bytes.len();
+        self.last_handed = Instant::now();
+        self.queue(work);
+    }
+
+    /// Appends WAL bytes at `start` (the position the stream is at, or before it: bytes
+    /// received already are skipped).
+    fn append(&mut self, start: Lsn, mut data: &[u8]) -> Result<()> {
+        if start > self.next {
+            return Err(Error::Protocol {
+                target: "the WAL stream".into(),
+                detail: format!(
+                    "the server sent WAL from {start}, but the stream is at {}",
+                    self.next
+                ),
+            });
+        }
+        let skip = (self.next.0 - start.0) as usize;
+        data = data.get(skip..).unwrap_or(&[]);
+        while !data.is_empty() {
+            let segno = self.next.0 / self.seg_size;
+            let seg = self.segment.get_or_insert_with(|| Segment {
+                timeline: self.timeline,
+                segno,
+                bytes: Vec::with_capacity(self.seg_size as usize),
+                handed: 0,
+            });
+            let room = self.seg_size as usize - seg.bytes.len();
+            let n = room.min(data.len());
+            seg.bytes.extend_from_slice(&data[..n]);
+            data = &data[n..];
+            self.next = Lsn(self.next.0 + n as u64);
+            if seg.bytes.len() as u64 == self.seg_size {
+                let seg = self.segment.take().expect("a segment in progress");
+                let segment = seg.name(self.seg_size);
+                self.queue(Work::Segment {
+                    segment,
+                    bytes: seg.bytes,
+                    end: self.next,
+                });
+                self.last_handed = Instant::now();
+            }
+        }
+        Ok(())
+    }
+
+    /// Moves the stream to timeline `tli` at the start of the segment of `at`.
+    fn switch_to(&mut self, tli: u32, at: Lsn) {
+        self.hand_tail();
+        self.segment = None;
+        self.timeline = tli;
+        self.next = Lsn(at.0 - at.0 % self.seg_size);
+    }
+
+    /// Sends a status update when the durable position moved, the interval passed or the
+    /// server asked.
+    fn report(&mut self, conn: &mut ReplConn, asked: bool) -> Result<()> {
+        let durable = Lsn(self.shared.durable.load(Ordering::Acquire));
+        if asked || durable != self.reported || self.last_status.elapsed() >= self.o.status_interval
+        {
+            conn.send_status(self.next, durable, false)?;
+            self.reported = durable;
+            self.last_status = Instant::now();
+        }
+        Ok(())
+    }
+}
+
+/// Connects to the first host that answers (and accepts writes when asked to), checks it
+/// belongs to the stanza's cluster. Returns the connection and the server's timeline and
+/// flush position.
+fn connect(a: &Archiver, o: &ReceiverOptions) -> Result<(ReplConn, u32, Lsn)> {
+    let mut last = None;
+    for t in &o.targets {
+        let mut conn = match ReplConn::connect(t) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::debug!("{}: {e}", t.describe);
+                last = Some(e);
+                continue;
+            }
+        };
+        if o.read_write {
+            let ro = conn.show("transaction_read_only")?;
+            if ro.as_deref() == Some("on") {
+                tracing::debug!("{}: read-only (a standby), skipped", t.describe);
+                last = Some(Error::Other(format!("{} is read-only", t.describe)));
+                conn.close();
+                continue;
+            }
+        }
+        let (sysid, tli, pos) = conn.identify_system()?;
+        if sysid != a.system_identifier() {
+            return Err(Error::Repo(format!(
+                "{} belongs to the cluster with system identifier {sysid}, but stanza '{}' to {}",
+                t.describe,
+                a.stanza(),
+                a.system_identifier()
+            )));
+        }
+        let pos: Lsn = pos
+            .parse()
+            .map_err(|_| conn.protocol(format!("IDENTIFY_SYSTEM returned the position '{pos}'")))?;
+        return Ok((conn, tli, pos));
+    }
+    Err(last.unwrap_or_else(|| Error::Config("archive-stream: no host to connect to".into())))
+}
+
+/// The physical slot's restart position on the server, creating the slot when missing.
+fn ensure_slot(conn: &mut ReplConn, slot: &str) -> Result<Option<Lsn>> {
+    let ident = format!("\"{}\"", slot.replace('"', "\"\""));
+    let rows = conn.simple_query(&format!("READ_REPLICATION_SLOT {ident}"))?;
+    let row = rows.into_iter().next().unwrap_or_default();
+    match row.first().cloned().flatten() {
+        Some(kind) if kind != "physical" => Err(Error::Config(format!(
+            "replication slot '{slot}' is a {kind} slot; archive-stream needs a physical one"
+        ))),
+        Some(_) => Ok(row.get(1).cloned().flatten().and_then(|l| l.parse().ok())),
+        None => {
+            conn.simple_query(&format!(
+                "CREATE_REPLICATION_SLOT {ident} PHYSICAL RESERVE_WAL"
+            ))?;
+            tracing::info!("created the physical replication slot '{slot}'");
+            Ok(None)
+        }
+    }
+}
+
+/// The receiving side of [`run`]: connects, streams and reconnects until cancelled.
+fn receive_loop(
+    a: &Archiver,
+    o: &ReceiverOptions,
+    seg_size: u64,
+    shared: &Shared,
+    tx: &Sender<Work>,
+    wake: &UnixStream,
+) -> Result<()> {
+    let resume = resume_all(a, seg_size)?;
+    let mut s = Stream {
+        a,
+        o,
+        seg_size,
+        shared,
+        tx,
+        wake,
+        timeline: 0,
+        next: Lsn(0),
+        segment: None,
+        waiting: Default::default(),
+        last_status: Instant::now(),
+        last_handed: Instant::now(),
+        reported: Lsn(0),
+    };
+    if let Some(r) = &resume {
+        s.timeline = r.timeline;
+        s.next = r.lsn;
+        shared.durable.store(r.lsn.0, Ordering::Release);
+        if !r.prefix.is_empty() {
+            s.segment = Some(Segment {
+                timeline: r.timeline,
+                segno: r.lsn.0 / seg_size,
+                handed: r.prefix.len(),
+                bytes: r.prefix.clone(),
+            });
+        }
+        tracing::info!(
+            "the archive ends at {} on timeline {}: streaming from there",
+            r.lsn,
+            r.timeline
+        );
+    }
+    let mut wait = Duration::from_secs(1);
+    while crate::io::cancel::cancelled().is_none() {
+        match stream_once(&mut s) {
+            Ok(()) => wait = Duration::from_secs(1),
+            Err(e) if crate::io::cancel::cancelled().is_some() => {
+                tracing::debug!("stream ended on cancel: {e}");
+                break;
+            }
+            Err(e @ (Error::Repo(_) | Error::Config(_))) => return Err(e),
+            Err(e) => {
+                tracing::warn!("the WAL stream stopped: {e}; connecting again in {wait:?}");
+                sleep_unless_cancelled(wait);
+                wait = (wait * 2).min(MAX_BACKOFF);
+            }
+        }
+    }
+    // Cancelled: what was received is stored before the process ends.
+    s.hand_tail();
+    while !s.drain_waiting() {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Ok(())
+}
+
+fn sleep_unless_cancelled(d: Duration) {
+    let until = Instant::now() + d;
+    while Instant::now() < until && crate::io::cancel::cancelled().is_none() {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// One connection's life: connect, take up the stream where it is (or where the server's
+/// slot or position says, for an empty archive), follow timelines, stream until the
+/// connection ends or the process is cancelled.
+fn stream_once(s: &mut Stream) -> Result<()> {
+    let (mut conn, server_tli, server_pos) = connect(s.a, s.o)?;
+    tracing::info!(
+        "streaming from {} (timeline {server_tli}, at {server_pos})",
+        conn.describe()
+    );
+    let slot_at = ensure_slot(&mut conn, &s.o.slot)?;
+    if s.timeline == 0 {
+        let at = slot_at.unwrap_or(server_pos);
+        s.timeline = server_tli;
+        s.next = Lsn(at.0 - at.0 % s.seg_size);
+        s.shared.durable.store(s.next.0, Ordering::Release);
+    }
+    if s.timeline > server_tli {
+        return Err(Error::Repo(format!(
+            "the archive of stanza '{}' already holds timeline {}, but {} is on timeline {server_tli}: it is not the cluster's newest primary",
+            s.a.stanza(),
+            s.timeline,
+            conn.describe()
+        )));
+    }
+    // The history files of the timelines since the archive's.
+    for tli in (s.timeline + 1).max(2)..=server_tli {
+        let text = conn.timeline_history(tli)?;
+        s.queue(Work::History {
+            name: lsn::history_file_name(tli),
+            text: text.into_bytes(),
+        });
+    }
+    loop {
+        let started = match conn.start_replication(Some(&s.o.slot), s.next, s.timeline) {
+            Ok(st) => st,
+            Err(Error::Replication { error, .. })
+                if error.message.contains("is not in this server's history")
+                    && s.timeline < server_tli =>
+            {
+                // The archive holds WAL of the old timeline past the point where the server's
+                // history left it (WAL the old primary had not sent to the new one): that WAL
+                // stays archived on its timeline, the stream goes on from the switch point.
+                let history = lsn::parse_history(&conn.timeline_history(server_tli)?);
+                let Some(i) = history.iter().position(|(t, _)| *t == s.timeline) else {
+                    return Err(Error::Repo(format!(
+                        "timeline {} of the archive is not in the history of {}'s timeline {server_tli}",
+                        s.timeline,
+                        conn.describe()
+                    )));
+                };
+                let next_tli = history.get(i + 1).map(|h| h.0).unwrap_or(server_tli);
+                tracing::warn!(
+                    "the archive holds timeline {} past {}, where timeline {next_tli} left it; going on with timeline {next_tli}",
+                    s.timeline,
+                    history[i].1
+                );
+                s.switch_to(next_tli, history[i].1);
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        match started {
+            Started::TimelineEnded(n) => {
+                tracing::info!(
+                    "timeline {} ended at {}; following timeline {}",
+                    s.timeline,
+                    n.start,
+                    n.timeline
+                );
+                s.switch_to(n.timeline, n.start);
+                continue;
+            }
+            Started::Streaming => {}
+        }
+        match stream_copy(s, &mut conn)? {
+            Some(n) => {
+                tracing::info!(
+                    "timeline {} ended at {}; following timeline {}",
+                    s.timeline,
+                    n.start,
+                    n.timeline
+                );
+                s.switch_to(n.timeline, n.start);
+            }
+            None => {
+                conn.close();
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// COPY BOTH mode until the server ends the timeline (its next timeline returned), the
+/// server ends the stream, or the process is cancelled (None).
+fn stream_copy(
+    s: &mut Stream,
+    conn: &mut ReplConn,
+) -> Result<Option<crate::remote::wal_stream::NextTimeline>> {
+    s.last_status = Instant::now() - s.o.status_interval;
+    loop {
+        if crate::io::cancel::cancelled().is_some() {
+            s.hand_tail();
+            return Ok(None);
+        }
+        // Wake-ups from the storer are consumed; the durable position is read below.
+        let mut sink = [0u8; 64];
+        while matches!((&*s.wake).read(&mut sink), Ok(n) if n > 0) {}
+        s.drain_waiting();
+        let pending = s
+            .segment
+            .as_ref()
+            .is_some_and(|seg| seg.handed < seg.bytes.len());
+        let storer_idle = s.shared.in_flight.load(Ordering::Acquire) == 0;
+        if pending && storer_idle && s.last_handed.elapsed() >= s.o.tail_interval {
+            s.hand_tail();
+        }
+        s.report(conn, false)?;
+        if !s.waiting.is_empty() {
+            // The storer is behind: the socket is not read (the server waits).
+            let mut fds = [libc::pollfd {
+                fd: s.wake.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            }];
+            // SAFETY: poll on one pollfd of this stack frame.
+            unsafe { libc::poll(fds.as_mut_ptr(), 1, 1000) };
+            continue;
+        }
+        let timeout = if pending && storer_idle {
+            Duration::ZERO
+        } else {
+            Duration::from_millis(1000)
+        };
+        match conn.next_wal(Some(s.wake.as_raw_fd()), timeout)? {
+            None => {
+                // The stream paused: what was received becomes durable now.
+                if pending && storer_idle {
+                    s.hand_tail();
+                }
+            }
+            Some(ref m @ WalMessage::Data { start, .. }) => s.append(start, m.data())?,
+            Some(WalMessage::Keepalive { reply, .. }) => {
+                if reply {
+                    s.report(conn, true)?;
+                }
+            }
+            Some(WalMessage::End) => {
+                s.hand_tail();
+                return conn.end_stream().inspect(|n| {
+                    if n.is_none() {
+                        tracing::info!("the server ended the stream");
+                    }
+                });
+            }
+        }
+    }
+}
