@@ -3,8 +3,9 @@
 //! through a role that has REPLICATION and nothing else.
 //!
 //! - PostgreSQL 15, posix: pgbench streamed; the receiver killed with SIGKILL mid-segment and
-//!   restarted (it resumes from what the repository holds); the primary killed with SIGKILL
-//!   right after commits the receiver reported flushed; the receiver stopped with SIGTERM;
+//!   restarted (it resumes from what the repository holds); the receiver made the
+//!   synchronous standby and the primary killed with SIGKILL right after a commit returned;
+//!   the receiver stopped with SIGTERM;
 //!   verify passes, and a restore from the repository alone replays to the last commit
 //!   (the tail of the last segment served by archive-get) with every row.
 
@@ -93,11 +94,26 @@ fn pg15_posix_stream_kill9_and_restore_to_the_last_commit() {
     let receiver = start_receiver(&cluster, &repo, "receiver2");
     let (bin, a) = pgbench_args(&cluster.server, &args!["-n", "-c", 2, "-T", 2]);
     run_as_postgres(&bin, &a, None).ok();
-    cluster.psql("postgres", "INSERT INTO marks VALUES (5)");
     wait_flushed(&cluster, "after the restart");
-    step!("receiver restarted after SIGKILL; marks 4-5 streamed");
+    step!("receiver restarted after SIGKILL; mark 4 streamed");
 
-    // The primary lost right after its last commits: the repository has them.
+    // Synchronous: with the receiver in synchronous_standby_names, a commit returns once its
+    // WAL is durable in the repository; the primary lost right after it, the row is there.
+    cluster.psql(
+        "postgres",
+        &format!("ALTER SYSTEM SET synchronous_standby_names = '{APP}'"),
+    );
+    cluster.psql("postgres", "ALTER SYSTEM SET synchronous_commit = on");
+    cluster.psql("postgres", "SELECT pg_reload_conf()");
+    let sync = wait_for(Duration::from_secs(30), || {
+        let r = cluster.psql(
+            "postgres",
+            &format!("SELECT sync_state FROM pg_stat_replication WHERE application_name = '{APP}'"),
+        );
+        (r == "sync").then_some(())
+    });
+    assert!(sync.is_some(), "the receiver never became the synchronous standby");
+    cluster.psql("postgres", "INSERT INTO marks VALUES (5)");
     let pid = read_pid(cluster.data()).expect("postmaster.pid");
     unsafe { libc::kill(pid, libc::SIGKILL) };
     assert!(wait_for(Duration::from_secs(20), || (!pid_alive(pid)).then_some(())).is_some());
