@@ -8,6 +8,9 @@
 //!   the receiver stopped with SIGTERM;
 //!   verify passes, and a restore from the repository alone replays to the last commit
 //!   (the tail of the last segment served by archive-get) with every row.
+//! - PostgreSQL 18, posix: a multi-host string with target_session_attrs=read-write over a
+//!   primary and its standby; the primary lost, the standby promoted: the receiver follows
+//!   it onto timeline 2, and a restore replays across the switch to the last commit.
 
 use crate::common::*;
 use std::path::Path;
@@ -24,6 +27,11 @@ fn start_receiver(cluster: &Cluster, repo: &Path, tag: &str) -> Background {
         cluster.sock().display(),
         cluster.port()
     );
+    start_receiver_from(cluster, repo, tag, &source)
+}
+
+/// [`start_receiver`] with the connection string `source`.
+fn start_receiver_from(cluster: &Cluster, repo: &Path, tag: &str, source: &str) -> Background {
     let mut a = cluster.repo_args(repo);
     a.extend(args!["--source", source, "--log-level", "debug"]);
     let mut full = args!["archive-stream"];
@@ -39,10 +47,10 @@ fn start_receiver(cluster: &Cluster, repo: &Path, tag: &str) -> Background {
 /// Waits until the receiver reports flushed (durable in the repository) every WAL byte the
 /// server has inserted now (the test clusters commit asynchronously: a commit that
 /// returned may not be flushed on the server yet).
-fn wait_flushed(cluster: &Cluster, what: &str) {
-    let target = cluster.psql("postgres", "SELECT pg_current_wal_insert_lsn()");
+fn wait_flushed(server: &Server, what: &str) {
+    let target = server.psql("postgres", "SELECT pg_current_wal_insert_lsn()");
     let ok = wait_for(Duration::from_secs(60), || {
-        let r = cluster.psql(
+        let r = server.psql(
             "postgres",
             &format!(
                 "SELECT coalesce(bool_or(flush_lsn >= '{target}'), false) FROM pg_stat_replication WHERE application_name = '{APP}'"
@@ -53,7 +61,7 @@ fn wait_flushed(cluster: &Cluster, what: &str) {
     assert!(
         ok.is_some(),
         "{what}: the receiver did not report {target} flushed within 60 s: {}",
-        cluster.psql(
+        server.psql(
             "postgres",
             "SELECT application_name, state, sent_lsn, write_lsn, flush_lsn FROM pg_stat_replication"
         )
@@ -83,7 +91,7 @@ fn pg15_posix_stream_kill9_and_restore_to_the_last_commit() {
     for i in 1..=3 {
         cluster.psql("postgres", &format!("INSERT INTO marks VALUES ({i})"));
     }
-    wait_flushed(&cluster, "after pgbench");
+    wait_flushed(&cluster.server, "after pgbench");
     step!("pgbench and marks 1-3 streamed");
 
     // Killed mid-segment, restarted: it resumes from the repository.
@@ -94,7 +102,7 @@ fn pg15_posix_stream_kill9_and_restore_to_the_last_commit() {
     let receiver = start_receiver(&cluster, &repo, "receiver2");
     let (bin, a) = pgbench_args(&cluster.server, &args!["-n", "-c", 2, "-T", 2]);
     run_as_postgres(&bin, &a, None).ok();
-    wait_flushed(&cluster, "after the restart");
+    wait_flushed(&cluster.server, "after the restart");
     step!("receiver restarted after SIGKILL; mark 4 streamed");
 
     // Synchronous: with the receiver in synchronous_standby_names, a commit returns once its
@@ -112,7 +120,10 @@ fn pg15_posix_stream_kill9_and_restore_to_the_last_commit() {
         );
         (r == "sync").then_some(())
     });
-    assert!(sync.is_some(), "the receiver never became the synchronous standby");
+    assert!(
+        sync.is_some(),
+        "the receiver never became the synchronous standby"
+    );
     cluster.psql("postgres", "INSERT INTO marks VALUES (5)");
     let pid = read_pid(cluster.data()).expect("postmaster.pid");
     unsafe { libc::kill(pid, libc::SIGKILL) };
@@ -136,8 +147,17 @@ fn pg15_posix_stream_kill9_and_restore_to_the_last_commit() {
     ]);
     assert!(v.success(), "verify failed:\n{v}");
 
-    let dir = cluster.new_dir("restored");
-    let mut a = cluster.repo_args(&repo);
+    let server = restore_promoted(&cluster, &repo, "restored");
+    assert_eq!(marks(&server), "1,2,3,4,5");
+    assert_pgbench_consistent(&server);
+    step!("restored from the repository alone: every committed row is there");
+}
+
+/// Restores the newest backup of `repo` into a new directory `name` of `cluster`, to the end
+/// of the archive, starts it and waits until it is promoted.
+fn restore_promoted(cluster: &Cluster, repo: &Path, name: &str) -> Server {
+    let dir = cluster.new_dir(name);
+    let mut a = cluster.repo_args(repo);
     a.extend(args![
         "--pg-path",
         dir.display(),
@@ -151,11 +171,87 @@ fn pg15_posix_stream_kill9_and_restore_to_the_last_commit() {
     pgjet_ok(&full);
     let server = cluster.start_other(&dir, free_port());
     server.wait_promoted(Duration::from_secs(120));
-    assert_eq!(marks(&server), "1,2,3,4,5");
+    server
+}
+
+/// pgbench's invariant: the accounts' balances add up to the history's deltas.
+fn assert_pgbench_consistent(server: &Server) {
     let check = server.psql(
         "postgres",
         "SELECT (SELECT sum(abalance) FROM pgbench_accounts) = (SELECT sum(delta) FROM pgbench_history)",
     );
     assert_eq!(check, "t", "pgbench's balances do not add up");
-    step!("restored from the repository alone: every committed row is there");
+}
+
+/// Kills the server of `data` with SIGKILL (the host lost) and waits until it is gone.
+fn kill_server(pg: &Pg, data: &Path) {
+    let pid = read_pid(data).expect("postmaster.pid");
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    assert!(wait_for(Duration::from_secs(20), || (!pid_alive(pid)).then_some(())).is_some());
+    stop_server_by_pid(&pg.bin, data);
+}
+
+/// Primary A and its standby B; the receiver given both hosts with
+/// `target_session_attrs=read-write`; A lost (SIGKILL) and B promoted: the receiver follows
+/// B onto timeline 2 (creating its slot there), and a restore from the repository alone
+/// replays across the switch to the last commit on B.
+#[test]
+fn pg18_posix_stream_follows_a_failover_with_a_multi_host_string() {
+    let pg = Pg::v18();
+    let cluster = Cluster::new(&pg, "stream18");
+    let repo = cluster.repo.clone();
+    cluster.psql("postgres", "CREATE ROLE streamer LOGIN REPLICATION");
+    cluster.pgjet_cmd("stanza-create", &repo, &[]).ok();
+    pgbench_init(&cluster.server, 2);
+    cluster.psql("postgres", "CREATE TABLE marks (i int)");
+    let b_data = cluster.new_dir("b");
+    let (_, b) =
+        replica_create_started(&pg, &cluster.server, &b_data, free_port(), &[], "B from A");
+    let source = format!(
+        "host={},{} port={},{} user=streamer application_name={APP} target_session_attrs=read-write",
+        cluster.sock().display(),
+        b.sock.display(),
+        cluster.port(),
+        b.port
+    );
+    let receiver = start_receiver_from(&cluster, &repo, "receiver", &source);
+    cluster.full_backup(&repo);
+    let (bin, a) = pgbench_args(&cluster.server, &args!["-n", "-c", 2, "-T", 3]);
+    run_as_postgres(&bin, &a, None).ok();
+    cluster.psql("postgres", "INSERT INTO marks VALUES (1), (2)");
+    wait_flushed(&cluster.server, "on A");
+    let on_b = wait_for(Duration::from_secs(30), || {
+        (b.psql("postgres", "SELECT count(*) FROM marks") == "2").then_some(())
+    });
+    assert!(on_b.is_some(), "A's rows did not reach B");
+    step!("A streamed into the repository and to B");
+
+    kill_server(&pg, cluster.data());
+    let r = run_as_postgres(
+        &pg.tool("pg_ctl"),
+        &args!["promote", "-w", "-t", "60", "-D", b_data.display()],
+        None,
+    );
+    assert!(
+        r.success(),
+        "promote B:
+{r}"
+    );
+    b.wait_promoted(Duration::from_secs(60));
+    b.psql("postgres", "INSERT INTO marks VALUES (3), (4)");
+    wait_flushed(&b, "on B after the failover");
+    step!("the receiver followed B onto timeline 2");
+
+    receiver.signal(libc::SIGTERM);
+    let r = receiver.wait();
+    assert!(
+        r.success(),
+        "the receiver did not stop cleanly on SIGTERM:\n{r}"
+    );
+    let log = std::fs::read_to_string(cluster.root.join("receiver.log")).unwrap_or_default();
+    assert!(log.contains("following timeline 2"), "{log}");
+    let server = restore_promoted(&cluster, &repo, "restored");
+    assert_eq!(marks(&server), "1,2,3,4");
+    assert_pgbench_consistent(&server);
+    step!("restored across the failover from the repository alone");
 }
