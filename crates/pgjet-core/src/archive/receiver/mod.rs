@@ -20,21 +20,28 @@
 //! point with the next timeline, which is then streamed from the start of the segment holding
 //! the switch point (a promoted server's first segment of the new timeline begins with the
 //! old timeline's bytes).
+mod assemble;
+mod resume;
+mod store;
+
+use resume::resume_all;
+pub use resume::{resume_point, Resume};
+
 use super::push::Archiver;
 use crate::error::{Error, Result};
 use crate::pg::conninfo::ConnTarget;
 use crate::pg::lsn::{self, Lsn};
 use crate::remote::replication::ReplConn;
 use crate::remote::wal_stream::{Started, WalMessage};
-use crate::repo::wal::{self, WalFile, WalFileKind};
-use crate::repo::{wal_tail, Stanza};
-use crossbeam_channel::{Receiver, Sender, TrySendError};
-use std::io::{Read, Write};
+use assemble::{Segment, Stream};
+use crossbeam_channel::Sender;
+use std::io::Read;
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use store::{store_loop, Shared, Work, MAX_BACKOFF, QUEUE};
 
 /// What `archive-stream` needs besides the repositories.
 #[derive(Debug, Clone)]
@@ -53,131 +60,6 @@ pub struct ReceiverOptions {
     /// Longest time received bytes wait before they are stored as a tail chunk while the
     /// stream never pauses.
     pub tail_interval: Duration,
-}
-
-/// Complete segments and chunks the receiver may hold for the storer beyond the one being
-/// stored (each up to a segment, 16 MiB by default): past that it stops reading the socket
-/// (the server waits) but keeps answering.
-const QUEUE: usize = 4;
-
-/// Longest wait between two attempts to connect, or to store after a failure.
-const MAX_BACKOFF: Duration = Duration::from_secs(30);
-
-/// Work for the storer, in stream order.
-enum Work {
-    /// Bytes [`start`, start + bytes.len()) of a segment's tail.
-    Chunk {
-        segment: String,
-        start: u64,
-        bytes: Vec<u8>,
-        end: Lsn,
-    },
-    /// A complete segment.
-    Segment {
-        segment: String,
-        bytes: Vec<u8>,
-        end: Lsn,
-    },
-    /// A timeline history file (its name and text).
-    History { name: String, text: Vec<u8> },
-}
-
-/// What the receiver and the storer share.
-struct Shared {
-    /// The position up to which WAL is durable in every repository.
-    durable: AtomicU64,
-    /// Work handed over and not yet stored.
-    in_flight: AtomicUsize,
-    /// The storer's first failure since its last success, for the receiver's log.
-    failing: Mutex<Option<String>>,
-}
-
-/// Where the stream resumes: a timeline, the next byte, and the bytes of its segment before
-/// that byte (the stored tail).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Resume {
-    pub timeline: u32,
-    pub lsn: Lsn,
-    pub prefix: Vec<u8>,
-}
-
-/// Where one repository's archive ends for the stream: the highest timeline that has
-/// segments or a tail, after its last archived segment (and that segment's tail when the
-/// tail is of the next segment). None for an archive with neither.
-///
-/// Errors: the store's; a damaged tail chunk.
-pub fn resume_point(st: &Stanza, seg_size: u64) -> Result<Option<Resume>> {
-    let mut tlis = wal::timelines(st)?;
-    tlis.reverse();
-    for tli in tlis {
-        let last_seg = wal::list_timeline(st, tli)?
-            .iter()
-            .filter(|n| WalFile::parse(n).is_ok_and(|f| f.kind == WalFileKind::Segment))
-            .filter_map(|n| lsn::parse_wal_segment_name(n, seg_size).map(|(_, s)| s))
-            .max();
-        let last_tail = wal_tail::tails(st, tli)?
-            .iter()
-            .filter_map(|n| lsn::parse_wal_segment_name(n, seg_size).map(|(_, s)| s))
-            .max();
-        let next = last_seg.map(|s| s + 1);
-        match (next, last_tail) {
-            (None, None) => continue,
-            (n, Some(t)) if n.is_none_or(|n| t >= n) => {
-                let name = lsn::wal_segment_name(tli, t, seg_size);
-                let prefix = wal_tail::read_tail(st, &name)?.unwrap_or_default();
-                // A tail of the segment after the last archived one, or beyond a gap.
-                return Ok(Some(Resume {
-                    timeline: tli,
-                    lsn: Lsn(t * seg_size + prefix.len() as u64),
-                    prefix,
-                }));
-            }
-            (Some(n), _) => {
-                return Ok(Some(Resume {
-                    timeline: tli,
-                    lsn: Lsn(n * seg_size),
-                    prefix: Vec::new(),
-                }))
-            }
-            (None, Some(_)) => unreachable!("matched above"),
-        }
-    }
-    Ok(None)
-}
-
-/// The lowest [`resume_point`] over the repositories (each must get every byte); None when
-/// any of them has nothing yet (the stream then starts where the server says).
-fn resume_all(a: &Archiver, seg_size: u64) -> Result<Option<Resume>> {
-    let mut lowest: Option<Resume> = None;
-    for st in a.repos() {
-        match resume_point(st, seg_size)? {
-            None => return Ok(None),
-            Some(r) => {
-                if lowest
-                    .as_ref()
-                    .is_none_or(|l| (r.timeline, r.lsn) < (l.timeline, l.lsn))
-                {
-                    lowest = Some(r);
-                }
-            }
-        }
-    }
-    Ok(lowest)
-}
-
-/// The segment in progress on the receiver's side.
-struct Segment {
-    timeline: u32,
-    segno: u64,
-    bytes: Vec<u8>,
-    /// Bytes already handed to the storer as chunks.
-    handed: usize,
-}
-
-impl Segment {
-    fn name(&self, seg_size: u64) -> String {
-        lsn::wal_segment_name(self.timeline, self.segno, seg_size)
-    }
 }
 
 /// Runs the receiver until cancelled (SIGTERM, SIGINT): then the bytes received are stored
@@ -209,237 +91,6 @@ pub fn run(a: &Archiver, o: &ReceiverOptions) -> Result<()> {
             .unwrap_or_else(|_| Err(Error::Other("the storer thread panicked".into())));
         result.and(stored)
     })
-}
-
-/// The storer: stores each piece of work into every repository, in order, retrying a
-/// failure (after 1 s, doubling up to [`MAX_BACKOFF`]) until it succeeds or the process is
-/// cancelled; then moves the durable position on and wakes the receiver.
-fn store_loop(
-    a: &Archiver,
-    rx: Receiver<Work>,
-    shared: &Shared,
-    mut wake: UnixStream,
-) -> Result<()> {
-    let mut compressor = a.compressor()?;
-    let mut out = Vec::new();
-    for work in rx {
-        let mut wait = Duration::from_secs(1);
-        loop {
-            match store_one(a, &work, &mut compressor, &mut out) {
-                Ok(()) => break,
-                Err(e) if crate::io::cancel::cancelled().is_some() => return Err(e),
-                Err(e) => {
-                    let text = e.to_string();
-                    let mut f = shared.failing.lock().unwrap_or_else(|p| p.into_inner());
-                    if f.as_deref() != Some(&text) {
-                        tracing::error!("cannot store the stream's WAL, retrying: {text}");
-                        *f = Some(text);
-                    }
-                    drop(f);
-                    std::thread::sleep(wait);
-                    wait = (wait * 2).min(MAX_BACKOFF);
-                }
-            }
-        }
-        if let Some(was) = shared
-            .failing
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
-        {
-            tracing::info!("storing the stream's WAL works again (it failed with: {was})");
-        }
-        match &work {
-            Work::Chunk { end, .. } | Work::Segment { end, .. } => {
-                shared.durable.fetch_max(end.0, Ordering::AcqRel);
-            }
-            Work::History { .. } => {}
-        }
-        shared.in_flight.fetch_sub(1, Ordering::AcqRel);
-        let _ = wake.write(&[1]);
-    }
-    Ok(())
-}
-
-/// Stores one piece of work into every repository.
-fn store_one(
-    a: &Archiver,
-    work: &Work,
-    compressor: &mut crate::codec::Compressor,
-    out: &mut Vec<u8>,
-) -> Result<()> {
-    match work {
-        Work::Segment { segment, bytes, .. } => {
-            let file = WalFile::parse(segment)?;
-            a.push_bytes(&file, bytes, compressor, out, &|| Ok(()))?;
-            for st in a.repos() {
-                if let Err(e) = wal_tail::remove_tail(st, segment) {
-                    tracing::warn!(
-                        "repo{}: the tail of {segment} stays (its segment is archived): {e}",
-                        st.repo()
-                    );
-                }
-            }
-            tracing::debug!("stored segment {segment}");
-            Ok(())
-        }
-        Work::Chunk {
-            segment,
-            start,
-            bytes,
-            ..
-        } => {
-            for st in a.repos() {
-                wal_tail::store_chunk(
-                    st,
-                    segment,
-                    *start,
-                    bytes,
-                    a.compression(),
-                    compressor,
-                    a.system_identifier(),
-                )?;
-            }
-            Ok(())
-        }
-        Work::History { name, text } => {
-            let file = WalFile::parse(name)?;
-            a.push_bytes(&file, text, compressor, out, &|| Ok(()))
-                .map(|_| ())
-        }
-    }
-}
-
-/// Hands `work` to the storer; false when the queue is full (the caller keeps it).
-fn hand_over(tx: &Sender<Work>, shared: &Shared, work: Work) -> std::result::Result<(), Work> {
-    shared.in_flight.fetch_add(1, Ordering::AcqRel);
-    match tx.try_send(work) {
-        Ok(()) => Ok(()),
-        Err(TrySendError::Full(w)) | Err(TrySendError::Disconnected(w)) => {
-            shared.in_flight.fetch_sub(1, Ordering::AcqRel);
-            Err(w)
-        }
-    }
-}
-
-/// The receiver's state across connections.
-struct Stream<'a> {
-    a: &'a Archiver,
-    o: &'a ReceiverOptions,
-    seg_size: u64,
-    shared: &'a Shared,
-    tx: &'a Sender<Work>,
-    wake: &'a UnixStream,
-    /// The timeline streamed and the next byte expected.
-    timeline: u32,
-    next: Lsn,
-    segment: Option<Segment>,
-    /// Work the storer could not take yet (its queue was full), oldest first.
-    waiting: std::collections::VecDeque<Work>,
-    last_status: Instant,
-    last_handed: Instant,
-    reported: Lsn,
-}
-
-impl Stream<'_> {
-    /// Hands over what waits, in order, as far as the storer takes it. True when nothing
-    /// waits any more.
-    fn drain_waiting(&mut self) -> bool {
-        while let Some(w) = self.waiting.pop_front() {
-            if let Err(w) = hand_over(self.tx, self.shared, w) {
-                self.waiting.push_front(w);
-                return false;
-            }
-        }
-        true
-    }
-
-    fn queue(&mut self, work: Work) {
-        self.waiting.push_back(work);
-        self.drain_waiting();
-    }
-
-    /// Hands the bytes of the segment in progress received since the last hand-over to the
-    /// storer as a tail chunk.
-    fn hand_tail(&mut self) {
-        let Some(seg) = &mut self.segment else {
-            return;
-        };
-        if seg.handed >= seg.bytes.len() {
-            return;
-        }
-        let work = Work::Chunk {
-            segment: lsn::wal_segment_name(seg.timeline, seg.segno, self.seg_size),
-            start: seg.handed as u64,
-            bytes: seg.bytes[seg.handed..].to_vec(),
-            end: Lsn(seg.segno * self.seg_size + seg.bytes.len() as u64),
-        };
-        seg.handed = seg.bytes.len();
-        self.last_handed = Instant::now();
-        self.queue(work);
-    }
-
-    /// Appends WAL bytes at `start` (the position the stream is at, or before it: bytes
-    /// received already are skipped).
-    fn append(&mut self, start: Lsn, mut data: &[u8]) -> Result<()> {
-        if start > self.next {
-            return Err(Error::Protocol {
-                target: "the WAL stream".into(),
-                detail: format!(
-                    "the server sent WAL from {start}, but the stream is at {}",
-                    self.next
-                ),
-            });
-        }
-        let skip = (self.next.0 - start.0) as usize;
-        data = data.get(skip..).unwrap_or(&[]);
-        while !data.is_empty() {
-            let segno = self.next.0 / self.seg_size;
-            let seg = self.segment.get_or_insert_with(|| Segment {
-                timeline: self.timeline,
-                segno,
-                bytes: Vec::with_capacity(self.seg_size as usize),
-                handed: 0,
-            });
-            let room = self.seg_size as usize - seg.bytes.len();
-            let n = room.min(data.len());
-            seg.bytes.extend_from_slice(&data[..n]);
-            data = &data[n..];
-            self.next = Lsn(self.next.0 + n as u64);
-            if seg.bytes.len() as u64 == self.seg_size {
-                let seg = self.segment.take().expect("a segment in progress");
-                let segment = seg.name(self.seg_size);
-                self.queue(Work::Segment {
-                    segment,
-                    bytes: seg.bytes,
-                    end: self.next,
-                });
-                self.last_handed = Instant::now();
-            }
-        }
-        Ok(())
-    }
-
-    /// Moves the stream to timeline `tli` at the start of the segment of `at`.
-    fn switch_to(&mut self, tli: u32, at: Lsn) {
-        self.hand_tail();
-        self.segment = None;
-        self.timeline = tli;
-        self.next = Lsn(at.0 - at.0 % self.seg_size);
-    }
-
-    /// Sends a status update when the durable position moved, the interval passed or the
-    /// server asked.
-    fn report(&mut self, conn: &mut ReplConn, asked: bool) -> Result<()> {
-        let durable = Lsn(self.shared.durable.load(Ordering::Acquire));
-        if asked || durable != self.reported || self.last_status.elapsed() >= self.o.status_interval
-        {
-            conn.send_status(self.next, durable, false)?;
-            self.reported = durable;
-            self.last_status = Instant::now();
-        }
-        Ok(())
-    }
 }
 
 /// Connects to the first host that answers (and accepts writes when asked to), checks it

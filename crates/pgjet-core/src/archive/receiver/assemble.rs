@@ -1,0 +1,148 @@
+//! The receiver's side of `archive-stream` ([`super`]): the segment in progress assembled
+//! from the WAL messages, complete segments and tail chunks handed to the storer, status
+//! updates to the server.
+use super::super::push::Archiver;
+use super::store::{hand_over, Shared, Work};
+use super::ReceiverOptions;
+use crate::error::{Error, Result};
+use crate::pg::lsn::{self, Lsn};
+use crate::remote::replication::ReplConn;
+use crossbeam_channel::Sender;
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+/// The segment in progress on the receiver's side.
+pub(super) struct Segment {
+    pub(super) timeline: u32,
+    pub(super) segno: u64,
+    pub(super) bytes: Vec<u8>,
+    /// Bytes already handed to the storer as chunks.
+    pub(super) handed: usize,
+}
+
+impl Segment {
+    pub(super) fn name(&self, seg_size: u64) -> String {
+        lsn::wal_segment_name(self.timeline, self.segno, seg_size)
+    }
+}
+
+/// The receiver's state across connections.
+pub(super) struct Stream<'a> {
+    pub(super) a: &'a Archiver,
+    pub(super) o: &'a ReceiverOptions,
+    pub(super) seg_size: u64,
+    pub(super) shared: &'a Shared,
+    pub(super) tx: &'a Sender<Work>,
+    pub(super) wake: &'a UnixStream,
+    /// The timeline streamed and the next byte expected.
+    pub(super) timeline: u32,
+    pub(super) next: Lsn,
+    pub(super) segment: Option<Segment>,
+    /// Work the storer could not take yet (its queue was full), oldest first.
+    pub(super) waiting: std::collections::VecDeque<Work>,
+    pub(super) last_status: Instant,
+    pub(super) last_handed: Instant,
+    pub(super) reported: Lsn,
+}
+
+impl Stream<'_> {
+    /// Hands over what waits, in order, as far as the storer takes it. True when nothing
+    /// waits any more.
+    pub(super) fn drain_waiting(&mut self) -> bool {
+        while let Some(w) = self.waiting.pop_front() {
+            if let Err(w) = hand_over(self.tx, self.shared, w) {
+                self.waiting.push_front(w);
+                return false;
+            }
+        }
+        true
+    }
+
+    pub(super) fn queue(&mut self, work: Work) {
+        self.waiting.push_back(work);
+        self.drain_waiting();
+    }
+
+    /// Hands the bytes of the segment in progress received since the last hand-over to the
+    /// storer as a tail chunk.
+    pub(super) fn hand_tail(&mut self) {
+        let Some(seg) = &mut self.segment else {
+            return;
+        };
+        if seg.handed >= seg.bytes.len() {
+            return;
+        }
+        let work = Work::Chunk {
+            segment: lsn::wal_segment_name(seg.timeline, seg.segno, self.seg_size),
+            start: seg.handed as u64,
+            bytes: seg.bytes[seg.handed..].to_vec(),
+            end: Lsn(seg.segno * self.seg_size + seg.bytes.len() as u64),
+        };
+        seg.handed = seg.bytes.len();
+        self.last_handed = Instant::now();
+        self.queue(work);
+    }
+
+    /// Appends WAL bytes at `start` (the position the stream is at, or before it: bytes
+    /// received already are skipped).
+    pub(super) fn append(&mut self, start: Lsn, mut data: &[u8]) -> Result<()> {
+        if start > self.next {
+            return Err(Error::Protocol {
+                target: "the WAL stream".into(),
+                detail: format!(
+                    "the server sent WAL from {start}, but the stream is at {}",
+                    self.next
+                ),
+            });
+        }
+        let skip = (self.next.0 - start.0) as usize;
+        data = data.get(skip..).unwrap_or(&[]);
+        while !data.is_empty() {
+            let segno = self.next.0 / self.seg_size;
+            let seg = self.segment.get_or_insert_with(|| Segment {
+                timeline: self.timeline,
+                segno,
+                bytes: Vec::with_capacity(self.seg_size as usize),
+                handed: 0,
+            });
+            let room = self.seg_size as usize - seg.bytes.len();
+            let n = room.min(data.len());
+            seg.bytes.extend_from_slice(&data[..n]);
+            data = &data[n..];
+            self.next = Lsn(self.next.0 + n as u64);
+            if seg.bytes.len() as u64 == self.seg_size {
+                let seg = self.segment.take().expect("a segment in progress");
+                let segment = seg.name(self.seg_size);
+                self.queue(Work::Segment {
+                    segment,
+                    bytes: seg.bytes,
+                    end: self.next,
+                });
+                self.last_handed = Instant::now();
+            }
+        }
+        Ok(())
+    }
+
+    /// Moves the stream to timeline `tli` at the start of the segment of `at`.
+    pub(super) fn switch_to(&mut self, tli: u32, at: Lsn) {
+        self.hand_tail();
+        self.segment = None;
+        self.timeline = tli;
+        self.next = Lsn(at.0 - at.0 % self.seg_size);
+    }
+
+    /// Sends a status update when the durable position moved, the interval passed or the
+    /// server asked.
+    pub(super) fn report(&mut self, conn: &mut ReplConn, asked: bool) -> Result<()> {
+        let durable = Lsn(self.shared.durable.load(Ordering::Acquire));
+        if asked || durable != self.reported || self.last_status.elapsed() >= self.o.status_interval
+        {
+            conn.send_status(self.next, durable, false)?;
+            self.reported = durable;
+            self.last_status = Instant::now();
+        }
+        Ok(())
+    }
+}

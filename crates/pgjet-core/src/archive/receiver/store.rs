@@ -1,0 +1,165 @@
+//! The storer of `archive-stream` ([`super`]): the work the receiver hands over, stored into
+//! every repository in stream order, and the durable position it moves on.
+use super::super::push::Archiver;
+use crate::error::Result;
+use crate::pg::lsn::Lsn;
+use crate::repo::wal::WalFile;
+use crate::repo::wal_tail;
+use crossbeam_channel::{Receiver, Sender, TrySendError};
+use std::io::Write;
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// Complete segments and chunks the receiver may hold for the storer beyond the one being
+/// stored (each up to a segment, 16 MiB by default): past that it stops reading the socket
+/// (the server waits) but keeps answering.
+pub(super) const QUEUE: usize = 4;
+
+/// Longest wait between two attempts to connect, or to store after a failure.
+pub(super) const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+/// Work for the storer, in stream order.
+pub(super) enum Work {
+    /// Bytes [`start`, start + bytes.len()) of a segment's tail.
+    Chunk {
+        segment: String,
+        start: u64,
+        bytes: Vec<u8>,
+        end: Lsn,
+    },
+    /// A complete segment.
+    Segment {
+        segment: String,
+        bytes: Vec<u8>,
+        end: Lsn,
+    },
+    /// A timeline history file (its name and text).
+    History { name: String, text: Vec<u8> },
+}
+
+/// What the receiver and the storer share.
+pub(super) struct Shared {
+    /// The position up to which WAL is durable in every repository.
+    pub(super) durable: AtomicU64,
+    /// Work handed over and not yet stored.
+    pub(super) in_flight: AtomicUsize,
+    /// The storer's first failure since its last success, for the receiver's log.
+    pub(super) failing: Mutex<Option<String>>,
+}
+
+/// The storer: stores each piece of work into every repository, in order, retrying a
+/// failure (after 1 s, doubling up to [`MAX_BACKOFF`]) until it succeeds or the process is
+/// cancelled; then moves the durable position on and wakes the receiver.
+pub(super) fn store_loop(
+    a: &Archiver,
+    rx: Receiver<Work>,
+    shared: &Shared,
+    mut wake: UnixStream,
+) -> Result<()> {
+    let mut compressor = a.compressor()?;
+    let mut out = Vec::new();
+    for work in rx {
+        let mut wait = Duration::from_secs(1);
+        loop {
+            match store_one(a, &work, &mut compressor, &mut out) {
+                Ok(()) => break,
+                Err(e) if crate::io::cancel::cancelled().is_some() => return Err(e),
+                Err(e) => {
+                    let text = e.to_string();
+                    let mut f = shared.failing.lock().unwrap_or_else(|p| p.into_inner());
+                    if f.as_deref() != Some(&text) {
+                        tracing::error!("cannot store the stream's WAL, retrying: {text}");
+                        *f = Some(text);
+                    }
+                    drop(f);
+                    std::thread::sleep(wait);
+                    wait = (wait * 2).min(MAX_BACKOFF);
+                }
+            }
+        }
+        if let Some(was) = shared
+            .failing
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            tracing::info!("storing the stream's WAL works again (it failed with: {was})");
+        }
+        match &work {
+            Work::Chunk { end, .. } | Work::Segment { end, .. } => {
+                shared.durable.fetch_max(end.0, Ordering::AcqRel);
+            }
+            Work::History { .. } => {}
+        }
+        shared.in_flight.fetch_sub(1, Ordering::AcqRel);
+        let _ = wake.write(&[1]);
+    }
+    Ok(())
+}
+
+/// Stores one piece of work into every repository.
+fn store_one(
+    a: &Archiver,
+    work: &Work,
+    compressor: &mut crate::codec::Compressor,
+    out: &mut Vec<u8>,
+) -> Result<()> {
+    match work {
+        Work::Segment { segment, bytes, .. } => {
+            let file = WalFile::parse(segment)?;
+            a.push_bytes(&file, bytes, compressor, out, &|| Ok(()))?;
+            for st in a.repos() {
+                if let Err(e) = wal_tail::remove_tail(st, segment) {
+                    tracing::warn!(
+                        "repo{}: the tail of {segment} stays (its segment is archived): {e}",
+                        st.repo()
+                    );
+                }
+            }
+            tracing::debug!("stored segment {segment}");
+            Ok(())
+        }
+        Work::Chunk {
+            segment,
+            start,
+            bytes,
+            ..
+        } => {
+            for st in a.repos() {
+                wal_tail::store_chunk(
+                    st,
+                    segment,
+                    *start,
+                    bytes,
+                    a.compression(),
+                    compressor,
+                    a.system_identifier(),
+                )?;
+            }
+            Ok(())
+        }
+        Work::History { name, text } => {
+            let file = WalFile::parse(name)?;
+            a.push_bytes(&file, text, compressor, out, &|| Ok(()))
+                .map(|_| ())
+        }
+    }
+}
+
+/// Hands `work` to the storer; false when the queue is full (the caller keeps it).
+pub(super) fn hand_over(
+    tx: &Sender<Work>,
+    shared: &Shared,
+    work: Work,
+) -> std::result::Result<(), Work> {
+    shared.in_flight.fetch_add(1, Ordering::AcqRel);
+    match tx.try_send(work) {
+        Ok(()) => Ok(()),
+        Err(TrySendError::Full(w)) | Err(TrySendError::Disconnected(w)) => {
+            shared.in_flight.fetch_sub(1, Ordering::AcqRel);
+            Err(w)
+        }
+    }
+}
