@@ -1,8 +1,8 @@
 //! `archive-stream`, the WAL receiver of a backup host, against real PostgreSQL servers: the
-//! WAL reaches the repository over the replication protocol only (archive_mode stays off),
-//! through a role that has REPLICATION and nothing else.
+//! WAL reaches the repository over the replication protocol, through a role that has
+//! REPLICATION and nothing else.
 //!
-//! - PostgreSQL 15, posix: pgbench streamed; the receiver killed with SIGKILL mid-segment and
+//! - PostgreSQL 15, posix, archive-push into the same stanza as well (archive_mode on): pgbench streamed; the receiver killed with SIGKILL mid-segment and
 //!   restarted (it resumes from what the repository holds); the receiver made the
 //!   synchronous standby and the primary killed with SIGKILL right after a commit returned;
 //!   the receiver stopped with SIGTERM;
@@ -82,6 +82,19 @@ fn pg15_posix_stream_kill9_and_restore_to_the_last_commit() {
     let repo = cluster.repo.clone();
     cluster.psql("postgres", "CREATE ROLE streamer LOGIN REPLICATION");
     cluster.pgjet_cmd("stanza-create", &repo, &[]).ok();
+    // archive-push into the same stanza at the same time: each segment is stored once, by
+    // whichever comes first, and the other finds it archived with the same bytes.
+    let push = format!(
+        "{} --stanza=main --repo-path={} archive-push %p",
+        pgjet_bin().display(),
+        repo.display()
+    );
+    cluster.psql("postgres", "ALTER SYSTEM SET archive_mode = on");
+    cluster.psql(
+        "postgres",
+        &format!("ALTER SYSTEM SET archive_command = '{push}'"),
+    );
+    cluster.restart();
     let receiver = start_receiver(&cluster, &repo, "receiver1");
     pgbench_init(&cluster.server, 5);
     cluster.psql("postgres", "CREATE TABLE marks (i int)");
@@ -125,6 +138,11 @@ fn pg15_posix_stream_kill9_and_restore_to_the_last_commit() {
         "the receiver never became the synchronous standby"
     );
     cluster.psql("postgres", "INSERT INTO marks VALUES (5)");
+    let archiver = cluster.psql(
+        "postgres",
+        "SELECT archived_count > 0 AND failed_count = 0 FROM pg_stat_archiver",
+    );
+    assert_eq!(archiver, "t", "archive-push beside the receiver failed");
     let pid = read_pid(cluster.data()).expect("postmaster.pid");
     unsafe { libc::kill(pid, libc::SIGKILL) };
     assert!(wait_for(Duration::from_secs(20), || (!pid_alive(pid)).then_some(())).is_some());

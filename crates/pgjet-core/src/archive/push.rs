@@ -29,6 +29,9 @@ pub struct Archiver {
     /// Data directory whose pg_control must name the stanza's cluster (--pg-path, else the
     /// working directory when it holds one: PostgreSQL runs archive_command there).
     control_dir: Option<PathBuf>,
+    /// A file archived before is normal, not worth a warning (archive-stream beside
+    /// archive-push into one stanza).
+    duplicates_expected: bool,
 }
 
 impl Archiver {
@@ -55,6 +58,7 @@ impl Archiver {
             repos,
             compression: s.compression,
             control_dir,
+            duplicates_expected: false,
         };
         if let Some(dir) = &a.control_dir {
             // A data directory that cannot be read (another user's) proves nothing either
@@ -72,6 +76,13 @@ impl Archiver {
             }
         }
         Ok(a)
+    }
+
+    /// Files archived before are expected (archive-stream, which shares the stanza with
+    /// archive-push): they are logged at debug level rather than as a warning.
+    pub fn expecting_duplicates(mut self) -> Archiver {
+        self.duplicates_expected = true;
+        self
     }
 
     /// The stanza's name.
@@ -171,6 +182,10 @@ impl Archiver {
         for (i, (st, _)) in self.repos.iter().enumerate() {
             let n = st.repo();
             match wal::store(st, file, data, out, i + 1 == self.repos.len()) {
+                Ok(PushOutcome::AlreadyArchived) if self.duplicates_expected => tracing::debug!(
+                    "WAL file {} is already in repo{n} with the same content",
+                    file.name
+                ),
                 Ok(PushOutcome::AlreadyArchived) => tracing::warn!(
                     "WAL file {} is already in repo{n} with the same content; nothing written",
                     file.name

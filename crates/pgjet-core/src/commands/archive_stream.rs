@@ -47,7 +47,7 @@ pub fn run(s: &Settings) -> Result<()> {
         .into_iter()
         .map(|h| h.with_env_defaults(&env_var).resolve(&env_var, "pgjet"))
         .collect::<Result<Vec<_>>>()?;
-    let archiver = Archiver::open(&cfg)?;
+    let archiver = Archiver::open(&cfg)?.expecting_duplicates();
     let slot = match &s.archive.stream_slot {
         Some(slot) => slot.clone(),
         None => default_slot(archiver.stanza()),
