@@ -240,6 +240,18 @@ fn expire_wal(
             removed += 1;
             last_removed = Some(name);
         }
+        // archive-stream's tails of segments no backup needs (a segment left incomplete at
+        // a timeline's end, or on a branch a failover abandoned).
+        for seg in super::wal_tail::tails(st, tli)? {
+            match lsn::parse_wal_segment_name(&seg, seg_size) {
+                Some((_, segno)) if !needed(segno) => {
+                    if !verb.0 {
+                        super::wal_tail::remove_tail(st, &seg)?;
+                    }
+                }
+                _ => {}
+            }
+        }
     }
     for g in wal::gaps(st)? {
         let last = lsn::parse_wal_segment_name(&g.last, seg_size).map(|x| x.1);
