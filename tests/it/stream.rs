@@ -11,6 +11,8 @@
 //! - PostgreSQL 18, posix: a multi-host string with target_session_attrs=read-write over a
 //!   primary and its standby; the primary lost, the standby promoted: the receiver follows
 //!   it onto timeline 2, and a restore replays across the switch to the last commit.
+//! - PostgreSQL 18, S3: the S3 server stopped under pgbench, started again: the receiver
+//!   catches up, and a restore from S3 alone holds every commit.
 
 use crate::common::*;
 use std::path::Path;
@@ -27,12 +29,18 @@ fn start_receiver(cluster: &Cluster, repo: &Path, tag: &str) -> Background {
         cluster.sock().display(),
         cluster.port()
     );
-    start_receiver_from(cluster, repo, tag, &source)
+    start_receiver_from(cluster, &cluster.repo_args(repo), tag, &source)
 }
 
-/// [`start_receiver`] with the connection string `source`.
-fn start_receiver_from(cluster: &Cluster, repo: &Path, tag: &str, source: &str) -> Background {
-    let mut a = cluster.repo_args(repo);
+/// [`start_receiver`] with the connection string `source`, the stanza and repository as
+/// `repo_flags` say.
+fn start_receiver_from(
+    cluster: &Cluster,
+    repo_flags: &[String],
+    tag: &str,
+    source: &str,
+) -> Background {
+    let mut a = repo_flags.to_vec();
     a.extend(args!["--source", source, "--log-level", "debug"]);
     let mut full = args!["archive-stream"];
     full.extend(a);
@@ -165,17 +173,17 @@ fn pg15_posix_stream_kill9_and_restore_to_the_last_commit() {
     ]);
     assert!(v.success(), "verify failed:\n{v}");
 
-    let server = restore_promoted(&cluster, &repo, "restored");
+    let server = restore_promoted(&cluster, &cluster.repo_args(&repo), "restored");
     assert_eq!(marks(&server), "1,2,3,4,5");
     assert_pgbench_consistent(&server);
     step!("restored from the repository alone: every committed row is there");
 }
 
-/// Restores the newest backup of `repo` into a new directory `name` of `cluster`, to the end
+/// Restores the newest backup of the repository `repo_flags` name into a new directory `name` of `cluster`, to the end
 /// of the archive, starts it and waits until it is promoted.
-fn restore_promoted(cluster: &Cluster, repo: &Path, name: &str) -> Server {
+fn restore_promoted(cluster: &Cluster, repo_flags: &[String], name: &str) -> Server {
     let dir = cluster.new_dir(name);
-    let mut a = cluster.repo_args(repo);
+    let mut a = repo_flags.to_vec();
     a.extend(args![
         "--pg-path",
         dir.display(),
@@ -232,7 +240,7 @@ fn pg18_posix_stream_follows_a_failover_with_a_multi_host_string() {
         cluster.port(),
         b.port
     );
-    let receiver = start_receiver_from(&cluster, &repo, "receiver", &source);
+    let receiver = start_receiver_from(&cluster, &cluster.repo_args(&repo), "receiver", &source);
     cluster.full_backup(&repo);
     let (bin, a) = pgbench_args(&cluster.server, &args!["-n", "-c", 2, "-T", 3]);
     run_as_postgres(&bin, &a, None).ok();
@@ -268,8 +276,75 @@ fn pg18_posix_stream_follows_a_failover_with_a_multi_host_string() {
     );
     let log = std::fs::read_to_string(cluster.root.join("receiver.log")).unwrap_or_default();
     assert!(log.contains("following timeline 2"), "{log}");
-    let server = restore_promoted(&cluster, &repo, "restored");
+    let server = restore_promoted(&cluster, &cluster.repo_args(&repo), "restored");
     assert_eq!(marks(&server), "1,2,3,4");
     assert_pgbench_consistent(&server);
     step!("restored across the failover from the repository alone");
+}
+
+/// PostgreSQL 18 into S3 (versitygw): the S3 server stopped while pgbench writes (the
+/// receiver retries, the slot keeps the WAL on the server), started again: the receiver
+/// catches up, and a restore from S3 alone holds every commit.
+#[test]
+fn pg18_s3_stream_rides_out_a_store_outage() {
+    use crate::common::stores::{StoreKind, StoreServer};
+    let pg = Pg::v18();
+    let cluster = Cluster::new(&pg, "stream18s3");
+    let mut store = StoreServer::start(StoreKind::S3, "stream18s3");
+    let conf = store.config_file("pgjet.conf", "/repo", &[]);
+    let flags = args!["--stanza", "main", "--config", conf.display()];
+    let pj = |cmd: &str, extra: &[&str]| {
+        let mut a = args![cmd];
+        a.extend(flags.iter().cloned());
+        a.extend(args![
+            "--pg-path",
+            cluster.data().display(),
+            "--pg-port",
+            cluster.port(),
+            "--pg-socket-path",
+            cluster.sock().display()
+        ]);
+        a.extend(extra.iter().map(|s| s.to_string()));
+        pgjet_ok(&a)
+    };
+    cluster.psql("postgres", "CREATE ROLE streamer LOGIN REPLICATION");
+    pj("stanza-create", &[]);
+    pgbench_init(&cluster.server, 2);
+    cluster.psql("postgres", "CREATE TABLE marks (i int)");
+    let source = format!(
+        "host={} port={} user=streamer application_name={APP}",
+        cluster.sock().display(),
+        cluster.port()
+    );
+    let receiver = start_receiver_from(&cluster, &flags, "receiver", &source);
+    pj("backup", &["--start-fast", "--jobs", "2"]);
+    cluster.psql("postgres", "INSERT INTO marks VALUES (1)");
+    wait_flushed(&cluster.server, "before the outage");
+
+    store.stop();
+    let (bin, a) = pgbench_args(&cluster.server, &args!["-n", "-c", 2, "-T", 8]);
+    run_as_postgres(&bin, &a, None).ok();
+    cluster.psql("postgres", "INSERT INTO marks VALUES (2)");
+    let behind = cluster.psql(
+        "postgres",
+        &format!(
+            "SELECT pg_current_wal_insert_lsn() - flush_lsn > 0 FROM pg_stat_replication WHERE application_name = '{APP}'"
+        ),
+    );
+    assert_eq!(behind, "t", "nothing waited while S3 was down");
+    store.resume();
+    wait_flushed(&cluster.server, "after the outage");
+    step!("the receiver caught up after the S3 outage");
+
+    kill_server(&pg, cluster.data());
+    receiver.signal(libc::SIGTERM);
+    let r = receiver.wait();
+    assert!(
+        r.success(),
+        "the receiver did not stop cleanly on SIGTERM:\n{r}"
+    );
+    let server = restore_promoted(&cluster, &flags, "restored");
+    assert_eq!(marks(&server), "1,2");
+    assert_pgbench_consistent(&server);
+    step!("restored from S3 alone: every committed row is there");
 }

@@ -17,8 +17,12 @@ use std::time::Duration;
 /// (the server waits) but keeps answering.
 pub(super) const QUEUE: usize = 4;
 
-/// Longest wait between two attempts to connect, or to store after a failure.
+/// Longest wait between two attempts to connect.
 pub(super) const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+/// Longest wait between two attempts to store after a failure: a repository that comes
+/// back is written to within this much (a failed attempt costs one request).
+const MAX_STORE_BACKOFF: Duration = Duration::from_secs(5);
 
 /// Work for the storer, in stream order.
 pub(super) enum Work {
@@ -50,7 +54,7 @@ pub(super) struct Shared {
 }
 
 /// The storer: stores each piece of work into every repository, in order, retrying a
-/// failure (after 1 s, doubling up to [`MAX_BACKOFF`]) until it succeeds or the process is
+/// failure (after 1 s, doubling up to [`MAX_STORE_BACKOFF`]) until it succeeds or the process is
 /// cancelled; then moves the durable position on and wakes the receiver.
 pub(super) fn store_loop(
     a: &Archiver,
@@ -75,7 +79,7 @@ pub(super) fn store_loop(
                     }
                     drop(f);
                     std::thread::sleep(wait);
-                    wait = (wait * 2).min(MAX_BACKOFF);
+                    wait = (wait * 2).min(MAX_STORE_BACKOFF);
                 }
             }
         }
