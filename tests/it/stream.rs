@@ -40,6 +40,8 @@ fn start_receiver_from(
     tag: &str,
     source: &str,
 ) -> Background {
+    let log = cluster.root.join(&format!("{tag}.log"));
+    RECEIVER_LOG.with(|l| *l.borrow_mut() = Some(log));
     let mut a = repo_flags.to_vec();
     a.extend(args!["--source", source, "--log-level", "debug"]);
     let mut full = args!["archive-stream"];
@@ -50,6 +52,11 @@ fn start_receiver_from(
         &cluster.root.join(&format!("{tag}.pid")),
         &cluster.root.join(&format!("{tag}.log")),
     )
+}
+
+thread_local! {
+    /// The log of the receiver this test started last, shown when a wait fails.
+    static RECEIVER_LOG: std::cell::RefCell<Option<std::path::PathBuf>> = const { std::cell::RefCell::new(None) };
 }
 
 /// Waits until the receiver reports flushed (durable in the repository) every WAL byte the
@@ -66,9 +73,13 @@ fn wait_flushed(server: &Server, what: &str) {
         );
         (r == "t").then_some(())
     });
+    let log = RECEIVER_LOG
+        .with(|l| l.borrow().clone())
+        .and_then(|p| std::fs::read_to_string(p).ok())
+        .unwrap_or_default();
     assert!(
         ok.is_some(),
-        "{what}: the receiver did not report {target} flushed within 60 s: {}",
+        "{what}: the receiver did not report {target} flushed within 60 s: {}\n--- receiver log ---\n{log}",
         server.psql(
             "postgres",
             "SELECT application_name, state, sent_lsn, write_lsn, flush_lsn FROM pg_stat_replication"
@@ -347,4 +358,66 @@ fn pg18_s3_stream_rides_out_a_store_outage() {
     assert_eq!(marks(&server), "1,2");
     assert_pgbench_consistent(&server);
     step!("restored from S3 alone: every committed row is there");
+}
+
+/// The receiver stopped, its slot dropped and the WAL after it removed on the server (a
+/// checkpoint recycles it): started again, it records the missing segments as a gap (info
+/// shows it), makes its slot again and streams on.
+#[test]
+fn pg15_wal_removed_on_the_server_is_recorded_as_a_gap() {
+    let pg = Pg::v15();
+    let cluster = Cluster::new(&pg, "stream15gap");
+    let repo = cluster.repo.clone();
+    cluster.psql("postgres", "CREATE ROLE streamer LOGIN REPLICATION");
+    cluster.psql("postgres", "CREATE TABLE marks (i int)");
+    cluster.pgjet_cmd("stanza-create", &repo, &[]).ok();
+    let receiver = start_receiver(&cluster, &repo, "receiver1");
+    cluster.psql("postgres", "INSERT INTO marks VALUES (1)");
+    wait_flushed(&cluster.server, "before the stop");
+    receiver.signal(libc::SIGTERM);
+    assert!(receiver.wait().success());
+
+    cluster.psql(
+        "postgres",
+        "SELECT pg_drop_replication_slot('pgjet_stream_main')",
+    );
+    for i in 2..=6 {
+        cluster.psql(
+            "postgres",
+            &format!("INSERT INTO marks VALUES ({i}); SELECT pg_switch_wal()"),
+        );
+    }
+    cluster.psql("postgres", "CHECKPOINT");
+    cluster.psql("postgres", "CHECKPOINT");
+
+    let receiver = start_receiver(&cluster, &repo, "receiver2");
+    cluster.psql("postgres", "INSERT INTO marks VALUES (7)");
+    wait_flushed(&cluster.server, "after the gap");
+    receiver.signal(libc::SIGTERM);
+    assert!(receiver.wait().success());
+    let log = std::fs::read_to_string(cluster.root.join("receiver2.log")).unwrap_or_default();
+    assert!(log.contains("recorded as a gap"), "{log}");
+    let r = pgjet_ok(&args![
+        "info",
+        "--stanza",
+        "main",
+        "--repo-path",
+        repo.display(),
+        "--output",
+        "json"
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    let gaps = v[0]["archive"][0]["gaps"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(gaps.len(), 1, "{v}");
+    assert!(
+        gaps[0]["reason"]
+            .as_str()
+            .unwrap_or("")
+            .contains("archive-stream"),
+        "{v}"
+    );
+    step!("the removed WAL is recorded as a gap: {}", gaps[0]);
 }

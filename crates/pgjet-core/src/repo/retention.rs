@@ -244,10 +244,8 @@ fn expire_wal(
         // a timeline's end, or on a branch a failover abandoned).
         for seg in super::wal_tail::tails(st, tli)? {
             match lsn::parse_wal_segment_name(&seg, seg_size) {
-                Some((_, segno)) if !needed(segno) => {
-                    if !verb.0 {
-                        super::wal_tail::remove_tail(st, &seg)?;
-                    }
+                Some((_, segno)) if !needed(segno) && !verb.0 => {
+                    super::wal_tail::remove_tail(st, &seg)?;
                 }
                 _ => {}
             }

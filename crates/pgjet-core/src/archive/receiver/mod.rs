@@ -22,6 +22,7 @@
 //! old timeline's bytes).
 mod assemble;
 mod resume;
+mod slot;
 mod store;
 
 use resume::resume_all;
@@ -35,6 +36,7 @@ use crate::remote::replication::ReplConn;
 use crate::remote::wal_stream::{Started, WalMessage};
 use assemble::{Segment, Stream};
 use crossbeam_channel::Sender;
+use slot::{ensure_slot, removed, skip_removed};
 use std::io::Read;
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
@@ -131,26 +133,6 @@ fn connect(a: &Archiver, o: &ReceiverOptions) -> Result<(ReplConn, u32, Lsn)> {
         return Ok((conn, tli, pos));
     }
     Err(last.unwrap_or_else(|| Error::Config("archive-stream: no host to connect to".into())))
-}
-
-/// The physical slot's restart position on the server, creating the slot when missing.
-fn ensure_slot(conn: &mut ReplConn, slot: &str) -> Result<Option<Lsn>> {
-    let ident = format!("\"{}\"", slot.replace('"', "\"\""));
-    let rows = conn.simple_query(&format!("READ_REPLICATION_SLOT {ident}"))?;
-    let row = rows.into_iter().next().unwrap_or_default();
-    match row.first().cloned().flatten() {
-        Some(kind) if kind != "physical" => Err(Error::Config(format!(
-            "replication slot '{slot}' is a {kind} slot; archive-stream needs a physical one"
-        ))),
-        Some(_) => Ok(row.get(1).cloned().flatten().and_then(|l| l.parse().ok())),
-        None => {
-            conn.simple_query(&format!(
-                "CREATE_REPLICATION_SLOT {ident} PHYSICAL RESERVE_WAL"
-            ))?;
-            tracing::info!("created the physical replication slot '{slot}'");
-            Ok(None)
-        }
-    }
 }
 
 /// The receiving side of [`run`]: connects, streams and reconnects until cancelled.
@@ -286,6 +268,10 @@ fn stream_once(s: &mut Stream) -> Result<()> {
                 s.switch_to(next_tli, history[i].1);
                 continue;
             }
+            Err(e) if removed(&e) => {
+                skip_removed(s, &mut conn)?;
+                continue;
+            }
             Err(e) => return Err(e),
         };
         match started {
@@ -301,7 +287,19 @@ fn stream_once(s: &mut Stream) -> Result<()> {
             }
             Started::Streaming => {}
         }
-        match stream_copy(s, &mut conn)? {
+        let ended = match stream_copy(s, &mut conn) {
+            // The server finds the WAL gone only once it reads it, in COPY mode: the
+            // connection is done; a new one records the gap and goes on.
+            Err(e) if removed(&e) => {
+                tracing::debug!("{e}");
+                conn.close();
+                conn = connect(s.a, s.o)?.0;
+                skip_removed(s, &mut conn)?;
+                continue;
+            }
+            other => other?,
+        };
+        match ended {
             Some(n) => {
                 tracing::info!(
                     "timeline {} ended at {}; following timeline {}",

@@ -59,20 +59,18 @@ pub fn resume_point(st: &Stanza, seg_size: u64) -> Result<Option<Resume>> {
     Ok(None)
 }
 
-/// The lowest [`resume_point`] over the repositories (each must get every byte); None when
-/// any of them has nothing yet (the stream then starts where the server says).
+/// The lowest [`resume_point`] over the repositories that have one (each must get every
+/// byte it lacks; a repository with nothing yet gets the stream from there on). None when
+/// none has any: the stream then starts where the server's slot, or position, says.
 pub(super) fn resume_all(a: &Archiver, seg_size: u64) -> Result<Option<Resume>> {
     let mut lowest: Option<Resume> = None;
     for st in a.repos() {
-        match resume_point(st, seg_size)? {
-            None => return Ok(None),
-            Some(r) => {
-                if lowest
-                    .as_ref()
-                    .is_none_or(|l| (r.timeline, r.lsn) < (l.timeline, l.lsn))
-                {
-                    lowest = Some(r);
-                }
+        if let Some(r) = resume_point(st, seg_size)? {
+            if lowest
+                .as_ref()
+                .is_none_or(|l| (r.timeline, r.lsn) < (l.timeline, l.lsn))
+            {
+                lowest = Some(r);
             }
         }
     }
