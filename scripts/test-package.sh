@@ -90,6 +90,7 @@ commands=$("$pkgbin" --help | awk '/^Commands:/ { on = 1; next } /^[^ ]/ { on = 
         echo "-rw-r--r-- ./lib/systemd/system/pgjet-$u@.service"
         echo "-rw-r--r-- ./lib/systemd/system/pgjet-$u@.timer"
     done
+    echo "-rw-r--r-- ./lib/systemd/system/pgjet-archive-stream@.service"
     echo "-rwxr-xr-x ./usr/lib/pgjet/write-textfile"
     echo "-rwxr-xr-x ./usr/lib/pgjet/write-verify-metric"
     echo "-rw-r--r-- ./usr/share/man/man1/pgjet.1.gz"
@@ -198,6 +199,7 @@ log "installed in a clean Debian 12 root: binary, manual pages, completions, con
 # (--root): an instance of each template. Any message is a failure, not only its exit status.
 units=()
 for u in backup verify metrics; do units+=("pgjet-$u@main.service" "pgjet-$u@main.timer"); done
+units+=(pgjet-archive-stream@main.service)
 for u in "${units[@]}"; do
     out=$(systemd-analyze verify --root="$chroot_dir" --man=no --generators=no "$u" 2>&1) \
         || fail "systemd-analyze verify $u: $out"
@@ -280,6 +282,7 @@ run_unit_line() {
     line=${line//%i/$stanza}
     case "$line" in *%* | *\"* | *\'* | *\\*) fail "$unit: $line: quotes or specifiers this test does not expand" ;; esac
     local argv=()
+    [ -z "${UNIT_WRAP:-}" ] || line="$UNIT_WRAP $line"
     for w in $line; do
         if [[ $w =~ ^\$([A-Za-z_][A-Za-z0-9_]*)$ ]]; then # $NAME: split, maybe no word at all
             # shellcheck disable=SC2206
@@ -356,6 +359,21 @@ promtool check metrics <"$vm" || fail "promtool check metrics $vm"
 [ -z "$(find "$textfile" -name '*.tmp.*')" ] || fail "temporary files left in the textfile directory"
 log "pgjet-metrics@ and pgjet-verify@: $(basename "$m") and $(basename "$vm") pass promtool check metrics"
 
+# pgjet-archive-stream@: the receiver's command line for a few seconds beside the cluster's
+# archive-push (one stanza), a WAL switch meanwhile, then SIGTERM as systemd stops it: it
+# must end with status 0, having made its slot and stored the switched segment.
+as_postgres "$pgbin/psql" -h "$sock" -p "$port" -U postgres -qAt -c "SELECT pg_switch_wal()" postgres >/dev/null
+(sleep 2 && as_postgres "$pgbin/psql" -h "$sock" -p "$port" -U postgres -qAt \
+    -c "CREATE TABLE t(); DROP TABLE t; SELECT pg_switch_wal()" postgres >/dev/null) &
+UNIT_WRAP="timeout -s TERM --preserve-status 6" \
+    run_unit pgjet-archive-stream@.service ExecStart PGJET_SOURCE="host=$sock port=$port user=postgres" >&2 \
+    || fail "pgjet-archive-stream@$stanza's ExecStart did not stop cleanly on SIGTERM"
+wait
+slot=$(as_postgres "$pgbin/psql" -h "$sock" -p "$port" -U postgres -qAt \
+    -c "SELECT restart_lsn IS NOT NULL FROM pg_replication_slots WHERE slot_name = 'pgjet_stream_$stanza'" postgres)
+[ "$slot" = t ] || fail "pgjet-archive-stream@$stanza made no slot holding WAL"
+log "pgjet-archive-stream@$stanza: streamed beside archive-push, stopped cleanly by SIGTERM"
+
 runuser -u postgres -- "$pgbin/pg_ctl" -D "$data" -m fast -w stop >/dev/null
 
 # ---------------------------------------------------------------- 4. the alert rules
@@ -365,7 +383,7 @@ promtool check rules packaging/prometheus/pgjet-alerts.yml >&2 || fail "promtool
 # ---------------------------------------------------------------- 5. purge
 in_root dpkg --purge pgjet >&2
 for gone in /usr/bin/pgjet /etc/pgjet /usr/lib/pgjet /usr/share/pgjet /usr/share/doc/pgjet /var/spool/pgjet \
-    /lib/systemd/system/pgjet-backup@.service; do
+    /lib/systemd/system/pgjet-backup@.service /lib/systemd/system/pgjet-archive-stream@.service; do
     [ ! -e "$chroot_dir$gone" ] || fail "$gone is left after the purge"
 done
 # shellcheck disable=SC2016 # dpkg-query's format, not the shell's

@@ -311,7 +311,11 @@ fn main() {
         pgjet_core::storage::ssh::own_control_dir();
     }
     // After the environment is set, before any work: SIGTERM and SIGINT cancel the command.
-    if let Err(e) = signals::install(before_exit) {
+    let stopping = match inv.command {
+        Command::ArchiveStream => "the WAL received so far is stored and reported first",
+        _ => "the server's backup and temporary slots are cancelled; a target being written stays marked unfinished",
+    };
+    if let Err(e) = signals::install(before_exit, stopping) {
         tracing::warn!("{e}");
     }
     if let (Some(call), Command::ReplicaCreate(a)) = (&patroni, &mut inv.command) {

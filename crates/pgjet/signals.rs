@@ -9,9 +9,10 @@ use std::time::Duration;
 /// Starts listening for SIGTERM and SIGINT. `last` runs just before a process that did not
 /// end on its own within [`GRACE`] exits (the binary's own exit: its runtime drained, its ssh
 /// masters ended). Call once, early in `main`, after anything that sets the environment.
+/// `stopping` says, in the warning a signal logs, what the command does on its way out.
 ///
 /// Errors: the runtime cannot start, or the handlers cannot be installed.
-pub fn install(last: fn()) -> Result<()> {
+pub fn install(last: fn(), stopping: &'static str) -> Result<()> {
     use tokio::signal::unix::{signal, SignalKind};
     let rt = pgjet_core::io::runtime::get()?;
     let (mut term, mut int) = rt
@@ -47,10 +48,7 @@ pub fn install(last: fn()) -> Result<()> {
             if sig == 0 {
                 return;
             }
-            tracing::warn!(
-                "{}: stopping (the server's backup and temporary slots are cancelled; a target being written stays marked unfinished)",
-                signal_name(sig)
-            );
+            tracing::warn!("{}: stopping ({stopping})", signal_name(sig));
             let handle = cancel::handle();
             handle.cancel(sig);
             let again = wait(Some(GRACE)) != 0;
