@@ -130,7 +130,15 @@ fn run(inv: Invocation) -> Result<(), Error> {
             let v = commands::info::collect(&s)?;
             if s.output == Output::Prometheus {
                 let queues = commands::metrics::queues(&s, &v);
-                say!("{}", commands::metrics::render_prometheus(&v, &queues));
+                let streams = commands::metrics_stream::streams(&s, &v);
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0.0, |d| d.as_secs_f64());
+                say!(
+                    "{}{}",
+                    commands::metrics::render_prometheus(&v, &queues),
+                    commands::metrics_stream::render(&streams, now)
+                );
             } else if json {
                 print_json(&v)?;
             } else {

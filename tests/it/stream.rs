@@ -43,7 +43,15 @@ fn start_receiver_from(
     let log = cluster.root.join(&format!("{tag}.log"));
     RECEIVER_LOG.with(|l| *l.borrow_mut() = Some(log));
     let mut a = repo_flags.to_vec();
-    a.extend(args!["--source", source, "--log-level", "debug"]);
+    let spool = spool_dir(cluster);
+    a.extend(args![
+        "--source",
+        source,
+        "--log-level",
+        "debug",
+        "--spool-path",
+        spool.display()
+    ]);
     let mut full = args!["archive-stream"];
     full.extend(a);
     Background::spawn_logged(
@@ -52,6 +60,32 @@ fn start_receiver_from(
         &cluster.root.join(&format!("{tag}.pid")),
         &cluster.root.join(&format!("{tag}.log")),
     )
+}
+
+/// The spool directory the tests' receivers write their status file in.
+fn spool_dir(cluster: &Cluster) -> std::path::PathBuf {
+    let d = cluster.root.join("spool");
+    if !d.exists() {
+        mkdir_pg(&d, 0o750);
+    }
+    d
+}
+
+/// `info --output prometheus` of the posix repository `repo`, with the receivers' spool.
+fn metrics(cluster: &Cluster, repo: &Path) -> String {
+    let mut a = args!["info", "--output", "prometheus"];
+    a.extend(cluster.repo_args(repo));
+    a.extend(args!["--spool-path", spool_dir(cluster).display()]);
+    pgjet_ok(&a).stdout
+}
+
+/// The value of the sample `name{stanza="main"}` in `m`.
+fn sample(m: &str, name: &str) -> f64 {
+    let prefix = format!("{name}{{stanza=\"main\"}} ");
+    m.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in:\n{m}"))
 }
 
 thread_local! {
@@ -125,11 +159,31 @@ fn pg15_posix_stream_kill9_and_restore_to_the_last_commit() {
     }
     wait_flushed(&cluster.server, "after pgbench");
     step!("pgbench and marks 1-3 streamed");
+    // The receiver's metrics: up, nothing left to store, once its status caught up.
+    let m = wait_for(Duration::from_secs(10), || {
+        let m = metrics(&cluster, &repo);
+        (sample(&m, "pgjet_stream_lag_bytes") == 0.0).then_some(m)
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "the stream's lag never reached 0:\n{}",
+            metrics(&cluster, &repo)
+        )
+    });
+    assert_eq!(sample(&m, "pgjet_stream_up"), 1.0, "{m}");
+    assert!(sample(&m, "pgjet_stream_stored_lsn_bytes") > 0.0, "{m}");
+    assert_eq!(sample(&m, "pgjet_stream_reconnects_total"), 0.0, "{m}");
 
     // Killed mid-segment, restarted: it resumes from the repository.
     receiver.signal(libc::SIGKILL);
     let r = receiver.wait();
     assert!(!r.success());
+    let m = metrics(&cluster, &repo);
+    assert_eq!(
+        sample(&m, "pgjet_stream_up"),
+        0.0,
+        "a killed receiver is down:\n{m}"
+    );
     cluster.psql("postgres", "INSERT INTO marks VALUES (4)");
     let receiver = start_receiver(&cluster, &repo, "receiver2");
     let (bin, a) = pgbench_args(&cluster.server, &args!["-n", "-c", 2, "-T", 2]);

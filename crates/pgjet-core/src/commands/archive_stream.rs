@@ -3,7 +3,8 @@
 //! host that answers, the one that accepts writes with `target_session_attrs=read-write`);
 //! the stanza's repositories get its WAL as archive-push would store it.
 use crate::archive::push::Archiver;
-use crate::archive::receiver::{self, ReceiverOptions};
+use crate::archive::receiver::{self, status, ReceiverOptions};
+use crate::archive::spool::Spool;
 use crate::error::{Error, Result};
 use crate::options::Settings;
 use crate::pg::conninfo::ConnInfo;
@@ -48,6 +49,15 @@ pub fn run(s: &Settings) -> Result<()> {
         .map(|h| h.with_env_defaults(&env_var).resolve(&env_var, "pgjet"))
         .collect::<Result<Vec<_>>>()?;
     let archiver = Archiver::open(&cfg)?.expecting_duplicates();
+    // The status file in the stanza's spool directory, for the metrics; the stream goes on
+    // without it when the spool cannot be made.
+    let status_file = match Spool::open(&cfg, archiver.stanza()) {
+        Ok(_) => Some(status::status_path(&Spool::dir_of(&cfg, archiver.stanza()))),
+        Err(e) => {
+            tracing::warn!("no status file for the metrics: {e}");
+            None
+        }
+    };
     let slot = match &s.archive.stream_slot {
         Some(slot) => slot.clone(),
         None => default_slot(archiver.stanza()),
@@ -60,6 +70,7 @@ pub fn run(s: &Settings) -> Result<()> {
             slot,
             status_interval: Duration::from_secs(10),
             tail_interval: Duration::from_secs(1),
+            status_file,
         },
     )
 }

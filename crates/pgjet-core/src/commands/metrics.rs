@@ -18,7 +18,7 @@ use std::fmt::Write;
 const TYPES: [&str; 3] = ["full", "diff", "incr"];
 
 /// One metric family: its HELP and TYPE lines, then its samples.
-struct Family {
+pub(super) struct Family {
     name: &'static str,
     help: &'static str,
     kind: &'static str,
@@ -26,7 +26,7 @@ struct Family {
 }
 
 impl Family {
-    fn new(name: &'static str, kind: &'static str, help: &'static str) -> Family {
+    pub(super) fn new(name: &'static str, kind: &'static str, help: &'static str) -> Family {
         Family {
             name,
             help,
@@ -35,11 +35,11 @@ impl Family {
         }
     }
 
-    fn add(&mut self, labels: &[(&str, &str)], value: f64) {
+    pub(super) fn add(&mut self, labels: &[(&str, &str)], value: f64) {
         self.samples.push((label_text(labels), value));
     }
 
-    fn render(&self, out: &mut String) {
+    pub(super) fn render(&self, out: &mut String) {
         if self.samples.is_empty() {
             return;
         }

@@ -11,6 +11,7 @@ pub mod info;
 pub mod info_pgbackrest;
 pub mod info_pgbackrest_text;
 pub mod metrics;
+pub mod metrics_stream;
 pub mod replica;
 pub mod replica_seed;
 pub mod replica_stream;

@@ -1039,8 +1039,14 @@ pub const OPTIONS: &[OptionDef] = &[
         "DIR",
         Some(super::DEFAULT_SPOOL_PATH),
         H_ARCHIVE,
-        Cmds::of(&[Cmd::ArchivePush, Cmd::ArchiveGet, Cmd::Restore]),
-        "Spool directory of asynchronous archiving (default /var/spool/pgjet); local, owned by the cluster's OS user",
+        Cmds::of(&[
+            Cmd::ArchivePush,
+            Cmd::ArchiveGet,
+            Cmd::Restore,
+            Cmd::ArchiveStream,
+            Cmd::Info,
+        ]),
+        "Spool directory of asynchronous archiving and of archive-stream's status file (default /var/spool/pgjet; info reads what they left there); local, owned by the cluster's OS user",
     ),
     opt(
         "archive-push-queue-max",

@@ -2,6 +2,7 @@
 //! from the WAL messages, complete segments and tail chunks handed to the storer, status
 //! updates to the server.
 use super::super::push::Archiver;
+use super::status::StreamStatus;
 use super::store::{hand_over, Shared, Work};
 use super::ReceiverOptions;
 use crate::error::{Error, Result};
@@ -10,7 +11,7 @@ use crate::remote::replication::ReplConn;
 use crossbeam_channel::Sender;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::Ordering;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// The segment in progress on the receiver's side.
 pub(super) struct Segment {
@@ -44,6 +45,15 @@ pub(super) struct Stream<'a> {
     pub(super) last_status: Instant,
     pub(super) last_handed: Instant,
     pub(super) reported: Lsn,
+    /// The server's end of WAL, as its last message said.
+    pub(super) server_end: Lsn,
+    /// The server streamed from, for the status file.
+    pub(super) server: String,
+    /// Connections made so far.
+    pub(super) connections: u64,
+    /// Since when the repositories have been behind what the server sent.
+    pub(super) behind_since: Option<Instant>,
+    pub(super) last_shown: Option<Instant>,
 }
 
 impl Stream<'_> {
@@ -135,6 +145,44 @@ impl Stream<'_> {
 
     /// Sends a status update when the durable position moved, the interval passed or the
     /// server asked.
+    /// Writes the status file ([`super::status`]) when a second has passed since the last
+    /// time, or at once with `now`.
+    pub(super) fn show(&mut self, connected: bool, now: bool) {
+        let Some(path) = &self.o.status_file else {
+            return;
+        };
+        if !now
+            && self
+                .last_shown
+                .is_some_and(|t| t.elapsed() < Duration::from_secs(1))
+        {
+            return;
+        }
+        let stored = self.shared.durable.load(Ordering::Acquire);
+        if stored < self.server_end.0.max(self.next.0) {
+            self.behind_since.get_or_insert_with(Instant::now);
+        } else {
+            self.behind_since = None;
+        }
+        let clock = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        let st = StreamStatus {
+            pid: std::process::id(),
+            updated: clock.as_secs_f64(),
+            connected,
+            server: self.server.clone(),
+            timeline: self.timeline,
+            received_lsn: self.next.0,
+            stored_lsn: stored,
+            server_lsn: self.server_end.0,
+            lag_seconds: self.behind_since.map_or(0.0, |t| t.elapsed().as_secs_f64()),
+            reconnects: self.connections.saturating_sub(1),
+        };
+        super::status::write(path, &st);
+        self.last_shown = Some(Instant::now());
+    }
+
     pub(super) fn report(&mut self, conn: &mut ReplConn, asked: bool) -> Result<()> {
         let durable = Lsn(self.shared.durable.load(Ordering::Acquire));
         if asked || durable != self.reported || self.last_status.elapsed() >= self.o.status_interval

@@ -23,6 +23,7 @@
 mod assemble;
 mod resume;
 mod slot;
+pub mod status;
 mod store;
 
 use resume::resume_all;
@@ -62,6 +63,8 @@ pub struct ReceiverOptions {
     /// Longest time received bytes wait before they are stored as a tail chunk while the
     /// stream never pauses.
     pub tail_interval: Duration,
+    /// Where the receiver shows its state ([`status`]); None: nowhere.
+    pub status_file: Option<std::path::PathBuf>,
 }
 
 /// Runs the receiver until cancelled (SIGTERM, SIGINT): then the bytes received are stored
@@ -159,6 +162,11 @@ fn receive_loop(
         last_status: Instant::now(),
         last_handed: Instant::now(),
         reported: Lsn(0),
+        server_end: Lsn(0),
+        server: String::new(),
+        connections: 0,
+        behind_since: None,
+        last_shown: None,
     };
     if let Some(r) = &resume {
         s.timeline = r.timeline;
@@ -188,6 +196,7 @@ fn receive_loop(
             }
             Err(e @ (Error::Repo(_) | Error::Config(_))) => return Err(e),
             Err(e) => {
+                s.show(false, true);
                 tracing::warn!("the WAL stream stopped: {e}; connecting again in {wait:?}");
                 sleep_unless_cancelled(wait);
                 wait = (wait * 2).min(MAX_BACKOFF);
@@ -214,6 +223,9 @@ fn sleep_unless_cancelled(d: Duration) {
 /// connection ends or the process is cancelled.
 fn stream_once(s: &mut Stream) -> Result<()> {
     let (mut conn, server_tli, server_pos) = connect(s.a, s.o)?;
+    s.connections += 1;
+    s.server = conn.describe().to_string();
+    s.server_end = s.server_end.max(server_pos);
     tracing::info!(
         "streaming from {} (timeline {server_tli}, at {server_pos})",
         conn.describe()
@@ -342,6 +354,7 @@ fn stream_copy(
             s.hand_tail();
         }
         s.report(conn, false)?;
+        s.show(true, false);
         if !s.waiting.is_empty() {
             // The storer is behind: the socket is not read (the server waits).
             let mut fds = [libc::pollfd {
@@ -365,8 +378,16 @@ fn stream_copy(
                     s.hand_tail();
                 }
             }
-            Some(ref m @ WalMessage::Data { start, .. }) => s.append(start, m.data())?,
-            Some(WalMessage::Keepalive { reply, .. }) => {
+            Some(
+                ref m @ WalMessage::Data {
+                    start, server_end, ..
+                },
+            ) => {
+                s.server_end = s.server_end.max(server_end);
+                s.append(start, m.data())?
+            }
+            Some(WalMessage::Keepalive { reply, server_end }) => {
+                s.server_end = s.server_end.max(server_end);
                 if reply {
                     s.report(conn, true)?;
                 }
