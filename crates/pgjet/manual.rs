@@ -38,6 +38,10 @@ fn examples(command: Option<&str>) -> &'static [(&'static str, &'static str)] {
         ],
         Some("expire") => &[("What retention-full 2 would remove, and what it keeps", "sudo -u postgres pgjet --stanza main --retention-full 2 expire --dry-run")],
         Some("archive-push") => &[("postgresql.conf, with a config file that is not /etc/pgjet/pgjet.conf", "archive_command = 'pgjet --config /etc/pgjet/main.conf --stanza=main archive-push %p'")],
+        Some("archive-stream") => &[
+            ("the WAL of a primary and its standby, following the one that accepts writes", "pgjet --stanza=main archive-stream --source 'host=db1,db2 user=replicator target_session_attrs=read-write application_name=pgjet_stream'"),
+            ("as a service (the Debian package), the source in /etc/pgjet/pgjet.conf", "systemctl enable --now pgjet-archive-stream@main.service"),
+        ],
         Some("archive-get") => &[("postgresql.conf of a restored cluster (restore writes it)", "restore_command = 'pgjet --stanza=main archive-get %f \"%p\"'")],
         Some("cipher-pass-change") => &[("Rewrap the keys with repo1-cipher-pass-new from the config file", "pgjet --stanza main cipher-pass-change")],
         Some(_) => &[],
