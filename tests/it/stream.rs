@@ -361,14 +361,7 @@ fn pg18_s3_stream_rides_out_a_store_outage() {
     let pj = |cmd: &str, extra: &[&str]| {
         let mut a = args![cmd];
         a.extend(flags.iter().cloned());
-        a.extend(args![
-            "--pg-path",
-            cluster.data().display(),
-            "--pg-port",
-            cluster.port(),
-            "--pg-socket-path",
-            cluster.sock().display()
-        ]);
+        a.extend(cluster.pg_args());
         a.extend(extra.iter().map(|s| s.to_string()));
         pgjet_ok(&a)
     };

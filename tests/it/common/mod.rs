@@ -958,15 +958,20 @@ impl Cluster {
     /// `--stanza S --repo-path R --pg-path D --pg-port P --pg-socket-path SOCK`.
     pub fn stanza_args(&self, repo: &Path) -> Vec<String> {
         let mut a = self.repo_args(repo);
-        a.extend(args![
+        a.extend(self.pg_args());
+        a
+    }
+
+    /// `--pg-path D --pg-port P --pg-socket-path SOCK`: this cluster, on this host.
+    pub fn pg_args(&self) -> Vec<String> {
+        args![
             "--pg-path",
             self.data().display(),
             "--pg-port",
             self.port(),
             "--pg-socket-path",
             self.sock().display()
-        ]);
-        a
+        ]
     }
 
     /// `pgjet <cmd> <stanza args for repo> <extra>`.

@@ -135,6 +135,17 @@ impl Stream<'_> {
         Ok(())
     }
 
+    /// The streamed timeline ended where the next one starts: the stream follows it.
+    pub(super) fn follow(&mut self, n: crate::remote::wal_stream::NextTimeline) {
+        tracing::info!(
+            "timeline {} ended at {}; following timeline {}",
+            self.timeline,
+            n.start,
+            n.timeline
+        );
+        self.switch_to(n.timeline, n.start);
+    }
+
     /// Moves the stream to timeline `tli` at the start of the segment of `at`.
     pub(super) fn switch_to(&mut self, tli: u32, at: Lsn) {
         self.hand_tail();

@@ -286,18 +286,9 @@ fn stream_once(s: &mut Stream) -> Result<()> {
             }
             Err(e) => return Err(e),
         };
-        match started {
-            Started::TimelineEnded(n) => {
-                tracing::info!(
-                    "timeline {} ended at {}; following timeline {}",
-                    s.timeline,
-                    n.start,
-                    n.timeline
-                );
-                s.switch_to(n.timeline, n.start);
-                continue;
-            }
-            Started::Streaming => {}
+        if let Started::TimelineEnded(n) = started {
+            s.follow(n);
+            continue;
         }
         let ended = match stream_copy(s, &mut conn) {
             // The server finds the WAL gone only once it reads it, in COPY mode: the
@@ -312,15 +303,7 @@ fn stream_once(s: &mut Stream) -> Result<()> {
             other => other?,
         };
         match ended {
-            Some(n) => {
-                tracing::info!(
-                    "timeline {} ended at {}; following timeline {}",
-                    s.timeline,
-                    n.start,
-                    n.timeline
-                );
-                s.switch_to(n.timeline, n.start);
-            }
+            Some(n) => s.follow(n),
             None => {
                 conn.close();
                 return Ok(());
