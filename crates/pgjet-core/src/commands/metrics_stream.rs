@@ -61,7 +61,7 @@ pub fn render(streams: &[(String, StreamStatus)], now: f64) -> String {
     );
     for (stanza, st) in streams {
         let l = [("stanza", stanza.as_str())];
-        let fresh = now - st.updated <= STALE_AFTER && status::alive(st.pid);
+        let fresh = now - st.updated <= STALE_AFTER && crate::io::pid_alive(st.pid);
         up.add(&l, (fresh && st.connected) as u8 as f64);
         received.add(&l, st.received_lsn as f64);
         stored.add(&l, st.stored_lsn as f64);

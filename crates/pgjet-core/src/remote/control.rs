@@ -137,6 +137,44 @@ pub(super) fn ident(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 
+/// The physical slot commands of the replication protocol (walsender.c), on a replication
+/// connection of its own: [`ReplControl`] and `archive-stream` both use them.
+impl ReplConn {
+    /// `CREATE_REPLICATION_SLOT name [TEMPORARY] PHYSICAL RESERVE_WAL`: the server keeps
+    /// WAL from its current position on.
+    ///
+    /// Errors: the server's refusal (the slot exists, `max_replication_slots` reached).
+    pub fn create_physical_slot(&mut self, name: &str, temporary: bool) -> Result<()> {
+        let cmd = format!(
+            "CREATE_REPLICATION_SLOT {}{} PHYSICAL RESERVE_WAL",
+            ident(name),
+            if temporary { " TEMPORARY" } else { "" }
+        );
+        self.simple_query(&cmd).map(|_| ())
+    }
+
+    /// `READ_REPLICATION_SLOT name` (PostgreSQL 15+, walsender.c ReadReplicationSlot: one
+    /// row of slot_type, restart_lsn, restart_tli, all NULL when there is no such slot):
+    /// None for no slot, else its type (`physical`, `logical`) and restart LSN (None when
+    /// it holds no WAL).
+    ///
+    /// Errors: the server's refusal (a server before 15).
+    pub fn read_slot(&mut self, name: &str) -> Result<Option<(String, Option<Lsn>)>> {
+        let rows = self.simple_query(&format!("READ_REPLICATION_SLOT {}", ident(name)))?;
+        let r = rows.into_iter().next().unwrap_or_default();
+        let col = |i: usize| r.get(i).cloned().flatten();
+        Ok(col(0).map(|kind| (kind, col(1).and_then(|l| l.parse().ok()))))
+    }
+
+    /// `DROP_REPLICATION_SLOT name`.
+    ///
+    /// Errors: the server's refusal (no such slot, in use).
+    pub fn drop_slot(&mut self, name: &str) -> Result<()> {
+        self.simple_query(&format!("DROP_REPLICATION_SLOT {}", ident(name)))
+            .map(|_| ())
+    }
+}
+
 impl Control for ReplControl {
     fn session(&self) -> Option<&Session> {
         None
@@ -149,24 +187,12 @@ impl Control for ReplControl {
         self.with(|c| c.show(name))
     }
     fn create_slot(&self, name: &str, temporary: bool) -> Result<()> {
-        let cmd = format!(
-            "CREATE_REPLICATION_SLOT {}{} PHYSICAL RESERVE_WAL",
-            ident(name),
-            if temporary { " TEMPORARY" } else { "" }
-        );
-        self.with(|c| c.simple_query(&cmd)).map(|_| ())
+        self.with(|c| c.create_physical_slot(name, temporary))
     }
     fn slot_state(&self, name: &str) -> Result<Option<SlotState>> {
-        // READ_REPLICATION_SLOT (PostgreSQL 15+, walsender.c ReadReplicationSlot): one row
-        // of slot_type, restart_lsn, restart_tli; all NULL when there is no such slot.
-        let rows =
-            self.with(|c| c.simple_query(&format!("READ_REPLICATION_SLOT {}", ident(name))))?;
-        let r = rows.into_iter().next().unwrap_or_default();
-        let col = |i: usize| r.get(i).cloned().flatten();
-        let Some(kind) = col(0) else {
+        let Some((kind, restart_lsn)) = self.with(|c| c.read_slot(name))? else {
             return Ok(None);
         };
-        let restart_lsn: Option<Lsn> = col(1).and_then(|l| l.parse().ok());
         Ok(Some(SlotState {
             physical: kind == "physical",
             active_pid: None,
@@ -179,8 +205,7 @@ impl Control for ReplControl {
         }))
     }
     fn drop_slot(&self, name: &str) -> Result<()> {
-        self.with(|c| c.simple_query(&format!("DROP_REPLICATION_SLOT {}", ident(name))))
-            .map(|_| ())
+        self.with(|c| c.drop_slot(name))
     }
     fn close(self: Box<Self>) {
         if let Ok(c) = self.conn.into_inner() {

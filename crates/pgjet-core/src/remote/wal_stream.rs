@@ -164,12 +164,11 @@ impl ReplConn {
         match m.tag {
             b'd' => match m.body.first() {
                 Some(b'w') => {
-                    let (Some(start), Some(end)) = (be_u64(&m.body, 1), be_u64(&m.body, 9)) else {
+                    let header = (m.body.len() >= XLOG_DATA_HEADER)
+                        .then(|| (be_u64(&m.body, 1), be_u64(&m.body, 9)));
+                    let Some((Some(start), Some(end))) = header else {
                         return Err(self.protocol("a WAL data message shorter than its header"));
                     };
-                    if m.body.len() < XLOG_DATA_HEADER {
-                        return Err(self.protocol("a WAL data message shorter than its header"));
-                    }
                     Ok(Some(WalMessage::Data {
                         start: Lsn(start),
                         server_end: Lsn(end),

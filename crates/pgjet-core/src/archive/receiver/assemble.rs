@@ -84,7 +84,7 @@ impl Stream<'_> {
             return;
         }
         let work = Work::Chunk {
-            segment: lsn::wal_segment_name(seg.timeline, seg.segno, self.seg_size),
+            segment: seg.name(self.seg_size),
             start: seg.handed as u64,
             bytes: seg.bytes[seg.handed..].to_vec(),
             end: Lsn(seg.segno * self.seg_size + seg.bytes.len() as u64),
@@ -123,9 +123,9 @@ impl Stream<'_> {
             self.next = Lsn(self.next.0 + n as u64);
             if seg.bytes.len() as u64 == self.seg_size {
                 let seg = self.segment.take().expect("a segment in progress");
-                let segment = seg.name(self.seg_size);
                 self.queue(Work::Segment {
-                    segment,
+                    segment: seg.name(self.seg_size),
+                    had_tail: seg.handed > 0,
                     bytes: seg.bytes,
                     end: self.next,
                 });

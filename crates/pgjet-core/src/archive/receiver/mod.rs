@@ -42,7 +42,7 @@ use std::io::Read;
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use store::{store_loop, Shared, Work, MAX_BACKOFF, QUEUE};
 
@@ -78,7 +78,6 @@ pub fn run(a: &Archiver, o: &ReceiverOptions) -> Result<()> {
     let shared = Arc::new(Shared {
         durable: AtomicU64::new(0),
         in_flight: AtomicUsize::new(0),
-        failing: Mutex::new(None),
     });
     let (wake_rx, wake_tx) =
         UnixStream::pair().map_err(|e| Error::Other("cannot make a pipe".into()).because(e))?;

@@ -34,26 +34,23 @@ pub fn resume_point(st: &Stanza, seg_size: u64) -> Result<Option<Resume>> {
             .filter_map(|n| lsn::parse_wal_segment_name(n, seg_size).map(|(_, s)| s))
             .max();
         let next = last_seg.map(|s| s + 1);
-        match (next, last_tail) {
-            (None, None) => continue,
-            (n, Some(t)) if n.is_none_or(|n| t >= n) => {
-                let name = lsn::wal_segment_name(tli, t, seg_size);
-                let prefix = wal_tail::read_tail(st, &name)?.unwrap_or_default();
-                // A tail of the segment after the last archived one, or beyond a gap.
-                return Ok(Some(Resume {
-                    timeline: tli,
-                    lsn: Lsn(t * seg_size + prefix.len() as u64),
-                    prefix,
-                }));
-            }
-            (Some(n), _) => {
-                return Ok(Some(Resume {
-                    timeline: tli,
-                    lsn: Lsn(n * seg_size),
-                    prefix: Vec::new(),
-                }))
-            }
-            (None, Some(_)) => unreachable!("matched above"),
+        // A tail of the segment after the last archived one (or beyond a gap) ends it there;
+        // otherwise the archive ends with its last segment.
+        if let Some(t) = last_tail.filter(|t| next.is_none_or(|n| *t >= n)) {
+            let name = lsn::wal_segment_name(tli, t, seg_size);
+            let prefix = wal_tail::read_tail(st, &name)?.unwrap_or_default();
+            return Ok(Some(Resume {
+                timeline: tli,
+                lsn: Lsn(t * seg_size + prefix.len() as u64),
+                prefix,
+            }));
+        }
+        if let Some(n) = next {
+            return Ok(Some(Resume {
+                timeline: tli,
+                lsn: Lsn(n * seg_size),
+                prefix: Vec::new(),
+            }));
         }
     }
     Ok(None)

@@ -10,26 +10,17 @@ use crate::pg::lsn::{self, Lsn};
 use crate::remote::replication::ReplConn;
 use crate::repo::wal;
 
-/// The slot's name as a quoted identifier of a replication command.
-fn ident(slot: &str) -> String {
-    format!("\"{}\"", slot.replace('"', "\"\""))
-}
-
-/// `READ_REPLICATION_SLOT` (PostgreSQL 15+, walsender.c `ReadReplicationSlot`): None when
-/// there is no such slot, else its restart position (None when it has lost its WAL).
+/// The slot's restart position (None when it has lost its WAL), None when there is no
+/// such slot.
 ///
 /// Errors: a logical slot of that name; the server's refusal.
 fn read_slot(conn: &mut ReplConn, slot: &str) -> Result<Option<Option<Lsn>>> {
-    let rows = conn.simple_query(&format!("READ_REPLICATION_SLOT {}", ident(slot)))?;
-    let row = rows.into_iter().next().unwrap_or_default();
-    match row.first().cloned().flatten() {
+    match conn.read_slot(slot)? {
         None => Ok(None),
-        Some(kind) if kind != "physical" => Err(Error::Config(format!(
+        Some((kind, _)) if kind != "physical" => Err(Error::Config(format!(
             "replication slot '{slot}' is a {kind} slot; archive-stream needs a physical one"
         ))),
-        Some(_) => Ok(Some(
-            row.get(1).cloned().flatten().and_then(|l| l.parse().ok()),
-        )),
+        Some((_, at)) => Ok(Some(at)),
     }
 }
 
@@ -43,10 +34,7 @@ pub(super) fn ensure_slot(conn: &mut ReplConn, slot: &str) -> Result<Option<Lsn>
     match read_slot(conn, slot)? {
         Some(at) => Ok(at),
         None => {
-            conn.simple_query(&format!(
-                "CREATE_REPLICATION_SLOT {} PHYSICAL RESERVE_WAL",
-                ident(slot)
-            ))?;
+            conn.create_physical_slot(slot, false)?;
             tracing::info!("created the physical replication slot '{slot}'");
             Ok(None)
         }
@@ -73,7 +61,7 @@ pub(super) fn skip_removed(s: &mut Stream, conn: &mut ReplConn) -> Result<()> {
             "replication slot '{slot}' does not hold the WAL from {}: making it again",
             s.next
         );
-        conn.simple_query(&format!("DROP_REPLICATION_SLOT {}", ident(&slot)))?;
+        conn.drop_slot(&slot)?;
         ensure_slot(conn, &slot)?;
         at = read_slot(conn, &slot)?.flatten();
     }

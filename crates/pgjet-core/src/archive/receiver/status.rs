@@ -58,14 +58,6 @@ pub fn read(path: &Path) -> Option<StreamStatus> {
     serde_json::from_slice(&std::fs::read(path).ok()?).ok()
 }
 
-/// True when the process `pid` exists (kill(2) with no signal; EPERM: it exists, another
-/// user's).
-pub fn alive(pid: u32) -> bool {
-    // SAFETY: kill with signal 0 only checks the process.
-    let rc = unsafe { libc::kill(pid as libc::pid_t, 0) };
-    rc == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -89,6 +81,5 @@ mod tests {
         };
         write(&p, &st);
         assert_eq!(read(&p), Some(st));
-        assert!(alive(std::process::id()));
     }
 }

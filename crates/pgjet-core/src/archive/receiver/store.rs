@@ -9,7 +9,6 @@ use crossbeam_channel::{Receiver, Sender, TrySendError};
 use std::io::Write;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Mutex;
 use std::time::Duration;
 
 /// Complete segments and chunks the receiver may hold for the storer beyond the one being
@@ -38,6 +37,8 @@ pub(super) enum Work {
         segment: String,
         bytes: Vec<u8>,
         end: Lsn,
+        /// Part of it was stored as a tail before (its chunks are removed once it is).
+        had_tail: bool,
     },
     /// A timeline history file (its name and text).
     History { name: String, text: Vec<u8> },
@@ -49,8 +50,6 @@ pub(super) struct Shared {
     pub(super) durable: AtomicU64,
     /// Work handed over and not yet stored.
     pub(super) in_flight: AtomicUsize,
-    /// The storer's first failure since its last success, for the receiver's log.
-    pub(super) failing: Mutex<Option<String>>,
 }
 
 /// The storer: stores each piece of work into every repository, in order, retrying a
@@ -64,6 +63,8 @@ pub(super) fn store_loop(
 ) -> Result<()> {
     let mut compressor = a.compressor()?;
     let mut out = Vec::new();
+    // The failure since the last success, logged once rather than at every retry.
+    let mut failing: Option<String> = None;
     for work in rx {
         let mut wait = Duration::from_secs(1);
         loop {
@@ -72,23 +73,16 @@ pub(super) fn store_loop(
                 Err(e) if crate::io::cancel::cancelled().is_some() => return Err(e),
                 Err(e) => {
                     let text = e.to_string();
-                    let mut f = shared.failing.lock().unwrap_or_else(|p| p.into_inner());
-                    if f.as_deref() != Some(&text) {
+                    if failing.as_deref() != Some(&text) {
                         tracing::error!("cannot store the stream's WAL, retrying: {text}");
-                        *f = Some(text);
+                        failing = Some(text);
                     }
-                    drop(f);
                     std::thread::sleep(wait);
                     wait = (wait * 2).min(MAX_STORE_BACKOFF);
                 }
             }
         }
-        if let Some(was) = shared
-            .failing
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
-        {
+        if let Some(was) = failing.take() {
             tracing::info!("storing the stream's WAL works again (it failed with: {was})");
         }
         match &work {
@@ -111,10 +105,16 @@ fn store_one(
     out: &mut Vec<u8>,
 ) -> Result<()> {
     match work {
-        Work::Segment { segment, bytes, .. } => {
+        Work::Segment {
+            segment,
+            bytes,
+            had_tail,
+            ..
+        } => {
             let file = WalFile::parse(segment)?;
             a.push_bytes(&file, bytes, compressor, out, &|| Ok(()))?;
-            for st in a.repos() {
+            // A segment that never had a tail costs no request here.
+            for st in a.repos().filter(|_| *had_tail) {
                 if let Err(e) = wal_tail::remove_tail(st, segment) {
                     tracing::warn!(
                         "repo{}: the tail of {segment} stays (its segment is archived): {e}",
