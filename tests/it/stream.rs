@@ -418,6 +418,10 @@ fn pg15_wal_removed_on_the_server_is_recorded_as_a_gap() {
     cluster.psql("postgres", "CREATE ROLE streamer LOGIN REPLICATION");
     cluster.psql("postgres", "CREATE TABLE marks (i int)");
     cluster.pgjet_cmd("stanza-create", &repo, &[]).ok();
+    // Without --source there is nothing to stream from: refused at once, naming the fix.
+    let mut a = args!["archive-stream"];
+    a.extend(cluster.repo_args(&repo));
+    pgjet(&a).fails_with("archive-stream needs the cluster to stream from: --source");
     let receiver = start_receiver(&cluster, &repo, "receiver1");
     cluster.psql("postgres", "INSERT INTO marks VALUES (1)");
     wait_flushed(&cluster.server, "before the stop");
