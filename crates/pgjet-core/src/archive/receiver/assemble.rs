@@ -8,6 +8,7 @@ use super::ReceiverOptions;
 use crate::error::{Error, Result};
 use crate::pg::lsn::{self, Lsn};
 use crate::remote::replication::ReplConn;
+use crate::repo::wal_tail;
 use crossbeam_channel::Sender;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::Ordering;
@@ -20,6 +21,9 @@ pub(super) struct Segment {
     pub(super) bytes: Vec<u8>,
     /// Bytes already handed to the storer as chunks.
     pub(super) handed: usize,
+    /// Where each chunk handed over for this segment begins its own bytes, in order (a
+    /// merged chunk also covers some before: [`wal_tail::merged_start`]).
+    pub(super) chunk_starts: Vec<usize>,
 }
 
 impl Segment {
@@ -75,7 +79,9 @@ impl Stream<'_> {
     }
 
     /// Hands the bytes of the segment in progress received since the last hand-over to the
-    /// storer as a tail chunk.
+    /// storer as a tail chunk, merged with earlier chunks at the levels of [`wal_tail::merged_start`]. A chunk of
+    /// this segment still waiting for the storer (a slow repository) is replaced by one
+    /// that covers its bytes too.
     pub(super) fn hand_tail(&mut self) {
         let Some(seg) = &mut self.segment else {
             return;
@@ -83,10 +89,18 @@ impl Stream<'_> {
         if seg.handed >= seg.bytes.len() {
             return;
         }
+        let name = seg.name(self.seg_size);
+        if matches!(self.waiting.back(), Some(Work::Chunk { segment, .. }) if *segment == name) {
+            // It keeps its place in the levels, now reaching to here.
+            self.waiting.pop_back();
+        } else {
+            seg.chunk_starts.push(seg.handed);
+        }
+        let start = wal_tail::merged_start(&seg.chunk_starts, seg.chunk_starts.len());
         let work = Work::Chunk {
-            segment: seg.name(self.seg_size),
-            start: seg.handed as u64,
-            bytes: seg.bytes[seg.handed..].to_vec(),
+            segment: name,
+            start: start as u64,
+            bytes: seg.bytes[start..].to_vec(),
             end: Lsn(seg.segno * self.seg_size + seg.bytes.len() as u64),
         };
         seg.handed = seg.bytes.len();
@@ -115,6 +129,7 @@ impl Stream<'_> {
                 segno,
                 bytes: Vec::with_capacity(self.seg_size as usize),
                 handed: 0,
+                chunk_starts: Vec::new(),
             });
             let room = self.seg_size as usize - seg.bytes.len();
             let n = room.min(data.len());

@@ -177,6 +177,7 @@ fn receive_loop(
                 segno: r.lsn.0 / seg_size,
                 handed: r.prefix.len(),
                 bytes: r.prefix.clone(),
+                chunk_starts: Vec::new(),
             });
         }
         tracing::info!(
