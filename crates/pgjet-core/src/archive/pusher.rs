@@ -44,6 +44,18 @@ fn ensure_background(s: &ArchiveConfig, spool: &Spool, wal_path: &Path) -> Resul
 /// archive-timeout ([`Error::Unsafe`]).
 pub fn push_foreground(s: &ArchiveConfig, wal_path: &Path) -> Result<()> {
     let stanza = s.stanza()?;
+    let spool = Spool::open(s, stanza)?;
+    let r = wait_for_ack(s, &spool, wal_path);
+    if r.is_err() {
+        // PostgreSQL's archiver may now wait up to a minute: the pusher wakes it once the
+        // repositories take WAL again.
+        let _ = crate::io::fs::write_whole(&spool.archiver_failed(), b"", crate::io::fs::FILE_MODE);
+    }
+    r
+}
+
+/// [`push_foreground`]'s wait for the acknowledgement of `wal_path`.
+fn wait_for_ack(s: &ArchiveConfig, spool: &Spool, wal_path: &Path) -> Result<()> {
     let path = resolve_path(wal_path);
     let name = path
         .file_name()
@@ -51,7 +63,6 @@ pub fn push_foreground(s: &ArchiveConfig, wal_path: &Path) -> Result<()> {
         .ok_or_else(|| Error::Config(format!("{} names no WAL file", path.display())))?
         .to_string();
     WalFile::parse(&name)?;
-    let spool = Spool::open(s, stanza)?;
     spool.check_space()?;
     let (ok, err, global) = (
         spool.ack(&name, "ok"),
@@ -94,7 +105,7 @@ pub fn push_foreground(s: &ArchiveConfig, wal_path: &Path) -> Result<()> {
             }
         }
         if Instant::now() >= next_check {
-            ensure_background(s, &spool, &path)?;
+            ensure_background(s, spool, &path)?;
             next_check = Instant::now() + Duration::from_secs(1);
         }
         if t.elapsed().as_secs_f64() > s.archive.timeout {
@@ -201,7 +212,9 @@ pub fn push_background(s: &ArchiveConfig, wal_dir: &Path) -> Result<()> {
         return Ok(());
     };
     let _ = write_lock_owner(&mut lock, &settings_fingerprint(s));
-    let archiver = open_archiver(s, &spool)?;
+    let Some(archiver) = open_archiver(s, &spool, wal_dir)? else {
+        return Ok(());
+    };
     tracing::info!(
         "background pusher for {} started ({} job(s))",
         wal_dir.display(),
@@ -243,6 +256,7 @@ pub fn push_background(s: &ArchiveConfig, wal_dir: &Path) -> Result<()> {
                 continue;
             }
         }
+        wake_archiver_if_failed(&spool, wal_dir, &ready);
         let sent = q.hand_out(&waiting, s.jobs * 2, &work_tx)?;
         if last_gap_flush.elapsed() > Duration::from_secs(5) {
             flush_gaps(&spool, &archiver);
@@ -271,20 +285,63 @@ pub fn push_background(s: &ArchiveConfig, wal_dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Opens the repositories to push to; on failure the error is also written to the spool's
-/// `global.error` for the foreground, else an earlier `global.error` is removed.
+/// Opens the repositories to push to. A failure is written to the spool's `global.error` for
+/// the foreground and the open tried again (after 1 s, doubling up to 5 s) while `wal_dir`
+/// has files ready to archive: a pusher that ended would leave no one to notice the
+/// repositories coming back while PostgreSQL's archiver waits its minute. None once nothing
+/// is ready any more.
 ///
-/// Errors: as [`Archiver::open`].
-fn open_archiver(s: &ArchiveConfig, spool: &Spool) -> Result<Arc<Archiver>> {
-    let archiver = match Archiver::open(s) {
-        Ok(a) => Arc::new(a),
-        Err(e) => {
-            let _ = spool.write_ack("global", "error", &e.to_string());
-            return Err(e);
+/// Errors: the spool cannot be written.
+fn open_archiver(
+    s: &ArchiveConfig,
+    spool: &Spool,
+    wal_dir: &Path,
+) -> Result<Option<Arc<Archiver>>> {
+    let mut wait = RETRY_AFTER;
+    loop {
+        match Archiver::open(s) {
+            Ok(a) => {
+                let _ = fs::remove_file(spool.ack("global", "error"));
+                return Ok(Some(Arc::new(a)));
+            }
+            Err(e) => {
+                tracing::error!("cannot open the repositories, retrying: {e}");
+                spool.write_ack("global", "error", &e.to_string())?;
+            }
         }
-    };
-    let _ = fs::remove_file(spool.ack("global", "error"));
-    Ok(archiver)
+        std::thread::sleep(wait);
+        wait = (wait * 2).min(Duration::from_secs(5));
+        if crate::io::cancel::cancelled().is_some()
+            || ready_files(wal_dir).map_or(true, |r| r.is_empty())
+        {
+            return Ok(None);
+        }
+    }
+}
+
+/// Wakes PostgreSQL's archiver ([`crate::pg::archiver::wake_archiver`]) when a foreground
+/// failed a file since the last wake and the oldest file ready now (the one the archiver
+/// takes first) has its acknowledgement: the archiver, possibly waiting up to 60 s after
+/// three failures, then goes through the acknowledged files at once.
+fn wake_archiver_if_failed(spool: &Spool, wal_dir: &Path, ready: &[String]) {
+    let mark = spool.archiver_failed();
+    if !mark.exists()
+        || !ready
+            .iter()
+            .min()
+            .is_some_and(|n| spool.ack(n, "ok").exists())
+    {
+        return;
+    }
+    let _ = fs::remove_file(&mark);
+    let data_dir = wal_dir.parent().unwrap_or(Path::new("."));
+    match crate::pg::archiver::wake_archiver(data_dir) {
+        Ok(Some(pid)) => tracing::info!(
+            "woke PostgreSQL's archiver (PID {pid}): the repositories take WAL again"
+        ),
+        Ok(None) => tracing::debug!("no archiver of {} to wake", data_dir.display()),
+        Err(e) => tracing::warn!("{e}"),
+    }
 }
 
 /// Starts `jobs` push workers: each takes file names from `work`, pushes that file of

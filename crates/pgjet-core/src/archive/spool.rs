@@ -9,6 +9,9 @@
 //! <spool-path>/archive/<stanza>/out/global.error  the background pusher could not start
 //! <spool-path>/archive/<stanza>/in/<segment>      segments the prefetcher fetched ahead
 //! <spool-path>/archive/<stanza>/push.lock         flock(2) held by the background pusher
+//! <spool-path>/archive/<stanza>/archiver-failed   the foreground failed a file: PostgreSQL's
+//!                                                 archiver may be waiting up to 60 s; the
+//!                                                 pusher wakes it once it acknowledges one
 //! <spool-path>/archive/<stanza>/get.lock          flock(2) held by the prefetcher
 //! <spool-path>/archive/<stanza>/push.log, get.log their logs
 //! <spool-path>/archive/<stanza>/gap/<first>-<last>.json  gap records not yet in a repository
@@ -130,6 +133,12 @@ impl Spool {
 
     pub(super) fn gap_dir(&self) -> PathBuf {
         self.dir.join("gap")
+    }
+
+    /// The mark a foreground leaves when it fails a file ([`crate::pg::archiver`]: after
+    /// three failures PostgreSQL's archiver waits up to 60 s before it tries again).
+    pub(super) fn archiver_failed(&self) -> PathBuf {
+        self.dir.join("archiver-failed")
     }
 }
 

@@ -1,6 +1,7 @@
 //! PostgreSQL knowledge: LSN and WAL segment math, page checksums, the basebackup.c file
 //! rules, the data directory walk, libpq connection strings, the SQL session and the PostgreSQL `backup_manifest`
 //! writer. Nothing here knows about repositories.
+pub mod archiver;
 pub mod checksum;
 pub mod conninfo;
 pub mod control;
