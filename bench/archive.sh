@@ -252,7 +252,7 @@ one_tool() {
 # random bytes; update: whole-table UPDATEs after checkpoints; pgbench: unthrottled pgbench)
 # with archiving paused, then time the tool archiving all of them
 flood() {
-    local target=$1 tool=$2 kind=$3 want=$4 lsn0 t0 t1 n bp
+    local target=$1 tool=$2 kind=$3 want=$4 t0 t1 n
     psql_cl "$CL" -c "SELECT pg_switch_wal()" >/dev/null
     wait_drained "$(now)" 120 || true
     set_archive ""
@@ -260,6 +260,39 @@ flood() {
     # timer (pgjet's scans archive_status by itself).
     stop_background
     sleep 1
+    make_flood "$kind" "$want"
+    sleep 1
+    n=$(ready_count "$CL")
+    if [ -z "${LIMIT_DONE[$target/$kind]:-}" ]; then flood_limits "$target" "$kind"; fi
+    local perf_pid=""
+    if [ "$PERF" = 1 ]; then   # profile the whole machine while the flood drains
+        perf record -a -g -F 499 -o "$RES/perf-$target-$tool-$kind.data" >/dev/null 2>&1 & perf_pid=$!
+        sleep 1
+    fi
+    local cpu0 cpu1
+    cpu0=$(cpu_ticks)
+    t0=$(now)
+    set_archive "$(archive_cmd "$tool")"
+    wait_drained "$t0" 1800 || say "  flood ($kind): FAILED, not archived in 1800 s"
+    t1=$(now)
+    cpu1=$(cpu_ticks)
+    row "$target" "$tool" "flood_${kind}_cpu_s" "$(awk -v a="$cpu1" -v b="$cpu0" -v h="$(getconf CLK_TCK)" 'BEGIN {printf "%.2f", (a - b) / h}')"
+    if [ -n "$perf_pid" ]; then kill -INT "$perf_pid"; wait "$perf_pid" 2>/dev/null || true; fi
+    row "$target" "$tool" "flood_${kind}_segments" "$n"
+    row "$target" "$tool" "flood_${kind}_s" "$(awk -v a="$t1" -v b="$t0" 'BEGIN {printf "%.2f", a - b}')"
+    say "  flood ($kind): $n segments archived in $(awk -v a="$t1" -v b="$t0" 'BEGIN {printf "%.1f", a - b}') s"
+    psql_cl "$CL" -c "TRUNCATE flood" >/dev/null
+}
+
+# cpu_ticks: the machine's busy CPU time so far (user, nice, system, irq, softirq of every CPU),
+# in clock ticks: the difference over a job is the CPU it cost, whichever processes did it
+cpu_ticks() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8}' /proc/stat; }
+
+# make_flood KIND SEGMENTS: write SEGMENTS segments of KIND WAL into $CL (random: rows of
+# random bytes; update: whole-table UPDATEs after checkpoints; pgbench: unthrottled pgbench),
+# then switch to a new segment
+make_flood() {
+    local kind=$1 want=$2 lsn0 bp
     lsn0=$(psql_cl "$CL" -c "SELECT pg_current_wal_lsn()")
     if [ "$kind" = pgbench ]; then
         as_b "$PGBIN/pgbench" -n -c "$CLIENTS" -j 2 -T 900 -h "$CL/sock" -p "$(cluster_port "$CL")" -U postgres postgres >/dev/null 2>&1 &
@@ -279,23 +312,6 @@ flood() {
         wait "$bp" 2>/dev/null || true
     fi
     psql_cl "$CL" -c "SELECT pg_switch_wal()" >/dev/null
-    sleep 1
-    n=$(ready_count "$CL")
-    if [ -z "${LIMIT_DONE[$target/$kind]:-}" ]; then flood_limits "$target" "$kind"; fi
-    local perf_pid=""
-    if [ "$PERF" = 1 ]; then   # profile the whole machine while the flood drains
-        perf record -a -g -F 499 -o "$RES/perf-$target-$tool-$kind.data" >/dev/null 2>&1 & perf_pid=$!
-        sleep 1
-    fi
-    t0=$(now)
-    set_archive "$(archive_cmd "$tool")"
-    wait_drained "$t0" 1800 || say "  flood ($kind): FAILED, not archived in 1800 s"
-    t1=$(now)
-    if [ -n "$perf_pid" ]; then kill -INT "$perf_pid"; wait "$perf_pid" 2>/dev/null || true; fi
-    row "$target" "$tool" "flood_${kind}_segments" "$n"
-    row "$target" "$tool" "flood_${kind}_s" "$(awk -v a="$t1" -v b="$t0" 'BEGIN {printf "%.2f", a - b}')"
-    say "  flood ($kind): $n segments archived in $(awk -v a="$t1" -v b="$t0" 'BEGIN {printf "%.1f", a - b}') s"
-    psql_cl "$CL" -c "TRUNCATE flood" >/dev/null
 }
 
 # flood_limits TARGET: the machine's limits for the flood's job, on the same .ready files:

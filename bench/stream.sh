@@ -1,0 +1,410 @@
+#!/usr/bin/env bash
+# pgjet WAL streaming benchmark (issue 38, section 5), one run, side by side:
+#   pgjet archive-stream (a receiver on the replication protocol that stores into the
+#   repository), pg_receivewal into a local directory (posix only: it writes files), pgjet
+#   archive-push asynchronous and pgBackRest archive-push asynchronous (archive-async=y, the
+#   same process-max as pgjet's --jobs); into a posix directory and into S3 (versitygw behind
+#   the network lab's delay line, RTT_MS round trip).
+#
+#   1. lag under unthrottled pgbench (CLIENTS clients, DURATION s): every SAMPLE_EVERY s, the
+#      server's flush LSN minus what the tool has made durable: a receiver's flush LSN as the
+#      server sees it (pg_stat_replication: the receiver reports as flushed only what is
+#      durable), archive-push's end of the last archived segment (pg_stat_archiver); max, mean
+#      and 95th percentile in MiB, and the time to catch up after pgbench;
+#   2. throughput: floods of WAL (FLOOD_KINDS of bench/archive.sh: random, incompressible;
+#      update, compressible like OLTP WAL) made while the tool is stopped (a receiver's slot
+#      keeps the WAL; archive_command paused), then the time until the tool has it all:
+#      segments per second, and the machine's busy CPU seconds per GiB over that time (every
+#      process: the tool, PostgreSQL's WAL sender or archiver, the store). The machine's
+#      limits for the same files: cp + sync, s5cmd upload (from bench/archive.sh's floods);
+#   3. synchronous mode (receivers only): pgbench with one client, SYNC_S seconds, with
+#      synchronous_standby_names empty (local flush) and naming the receiver (pg_receivewal
+#      --synchronous); the commit latency added, beside the repository's own latency for
+#      one small durable write (posix: create, write, fsync, fsync of the directory, in
+#      Python; S3: a PUT of a small object over a kept connection, with curl).
+#
+#   bash bench/stream.sh
+#   DURATION=3 FLOOD_SEGS=2 FLOOD_KINDS=random SYNC_S=2 SKIP_S5CMD=1 RTT_MS=1 ASCALE=1 bash bench/stream.sh   # smoke
+#
+# Run as root; clusters and tools run as postgres inside namespace B (see bench/s3.sh).
+set -euo pipefail
+export BENCH_DIR=${BENCH_DIR:-/var/tmp/pgjet-streambench}
+export LAB_PREFIX=${LAB_PREFIX:-pjst}
+export LAB_ID=${LAB_ID:-95}
+HERE1=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+SREPORT=${REPORT:-$HERE1/results/stream-$(date -u +%Y%m%dT%H%MZ).md}
+# shellcheck source=bench/archive.sh
+source "$HERE1/archive.sh"    # the lab, versitygw, the cached cluster, floods; runs nothing
+REPORT=$SREPORT
+
+STOOLS=${STOOLS:-pgjet-stream pg_receivewal pgjet-async pgbr-async}
+SYNC_S=${SYNC_S:-15}                # seconds of single-client pgbench per synchronous run
+SAMPLE_EVERY=${SAMPLE_EVERY:-0.5}   # seconds between lag samples
+WRITES=${WRITES:-100}               # small durable writes timed for the repository's latency
+APP=bench_receiver                  # the receivers' application_name (and the sync standby)
+LAGB=$RES/stream-lag.tsv            # target, tool, seconds, lag bytes
+RECV_PID=""
+SEG=16777216
+
+scleanup() {
+    local rc=$?
+    [ -z "$RECV_PID" ] || kill -TERM "$RECV_PID" 2>/dev/null || true
+    (exit $rc)
+    cleanup
+}
+trap scleanup EXIT
+
+is_receiver() { case $1 in pgjet-stream | pg_receivewal) return 0 ;; esac; return 1; }
+
+# start_receiver TARGET TOOL [--synchronous]: the receiver as postgres in B (exec'd all the way
+# down, so $! is its PID), until the server lists it in pg_stat_replication
+start_receiver() {
+    local target=$1 tool=$2 sync=${3:-} port i
+    port=$(cluster_port "$CL")
+    case $tool in
+        pgjet-stream)
+            (cd / && exec ip netns exec "$NB" setpriv --reuid=postgres --regid=postgres --init-groups -- \
+                env HOME=/var/lib/postgresql "$PGJET_BIN" --config="$RUN/pgjet-n.conf" --stanza=bench \
+                --source="host=$CL/sock port=$port user=postgres application_name=$APP" archive-stream) \
+                </dev/null >>"$LOGS/$target-$tool.log" 2>&1 9>&- &
+            ;;
+        pg_receivewal)
+            (cd / && exec ip netns exec "$NB" setpriv --reuid=postgres --regid=postgres --init-groups -- \
+                env HOME=/var/lib/postgresql "$PGBIN/pg_receivewal" -D "$RUN/receivewal" -S bench_pgrw \
+                -d "host=$CL/sock port=$port user=postgres application_name=$APP" -n --status-interval=1 $sync) \
+                </dev/null >>"$LOGS/$target-$tool.log" 2>&1 9>&- &
+            ;;
+    esac
+    RECV_PID=$!
+    for i in $(seq 1 300); do
+        [ "$(psql_cl "$CL" -c "SELECT count(*) FROM pg_stat_replication WHERE application_name = '$APP'")" = 1 ] && return 0
+        kill -0 "$RECV_PID" 2>/dev/null || break
+        sleep 0.1
+    done
+    tail -n 20 "$LOGS/$target-$tool.log"
+    die "$tool did not connect"
+}
+
+stop_receiver() {
+    [ -n "$RECV_PID" ] || return 0
+    kill -TERM "$RECV_PID" 2>/dev/null || true
+    wait "$RECV_PID" 2>/dev/null || true
+    RECV_PID=""
+}
+
+# lag_sql TOOL: the server's flush LSN minus what TOOL made durable, bytes (-1: not known yet)
+lag_sql() {
+    if is_receiver "$1"; then
+        echo "SELECT coalesce((SELECT pg_wal_lsn_diff(pg_current_wal_flush_lsn(), flush_lsn) FROM pg_stat_replication WHERE application_name = '$APP'), -1)"
+    else
+        # the end of the last archived segment: <TLI><LOG><SEG> (16 MiB segments)
+        echo "SELECT coalesce(pg_wal_lsn_diff(pg_current_wal_flush_lsn(), '0/0') - (('x' || substr(last_archived_wal, 9, 8))::bit(32)::bigint * 4294967296 + (('x' || substr(last_archived_wal, 17, 8))::bit(32)::bigint + 1) * $SEG), -1) FROM pg_stat_archiver"
+    fi
+}
+
+# stream_sampler TARGET TOOL: one lag sample every SAMPLE_EVERY s, until killed
+stream_sampler() {
+    local t0 sql v
+    t0=$(now)
+    sql=$(lag_sql "$2")
+    while :; do
+        v=$(psql_cl "$CL" -c "$sql" 2>/dev/null || echo -1)
+        printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$(awk -v a="$(now)" -v b="$t0" 'BEGIN {printf "%.1f", a - b}')" "$v" >>"$LAGB"
+        sleep "$SAMPLE_EVERY"
+    done
+}
+
+# wait_caught_up TOOL LSN SECONDS: until TOOL has made LSN durable (1 = timed out)
+wait_caught_up() {
+    local tool=$1 lsn=$2 limit=$3 t0 sql
+    t0=$(now)
+    if [ "$tool" = pg_receivewal ]; then
+        # it fsyncs a segment when it closes it (without --synchronous) and renames it from
+        # .partial: durable through LSN (a segment boundary) once that file is there
+        local seg
+        seg=$(psql_cl "$CL" -c "SELECT pg_walfile_name('$lsn')")
+        until [ -f "$RUN/receivewal/$seg" ]; do
+            if awk -v a="$(now)" -v b="$t0" -v l="$limit" 'BEGIN {exit !(a - b > l)}'; then return 1; fi
+            sleep 0.05
+        done
+        return 0
+    elif is_receiver "$tool"; then
+        sql="SELECT coalesce((SELECT flush_lsn >= '$lsn' FROM pg_stat_replication WHERE application_name = '$APP'), false)"
+    else
+        sql="SELECT coalesce(pg_wal_lsn_diff('$lsn', '0/0') <= ('x' || substr(last_archived_wal, 9, 8))::bit(32)::bigint * 4294967296 + (('x' || substr(last_archived_wal, 17, 8))::bit(32)::bigint + 1) * $SEG, false) FROM pg_stat_archiver"
+    fi
+    until [ "$(psql_cl "$CL" -c "$sql")" = t ]; do
+        if awk -v a="$(now)" -v b="$t0" -v l="$limit" 'BEGIN {exit !(a - b > l)}'; then return 1; fi
+        sleep 0.1
+    done
+}
+
+# stream_flood TARGET TOOL KIND SEGMENTS: the flood made with the receiver stopped (its slot
+# keeps the WAL), then the time until the receiver has it durable
+stream_flood() {
+    local target=$1 tool=$2 kind=$3 want=$4 end t0 t1 cpu0 cpu1 rcpu pid
+    stop_receiver
+    make_flood "$kind" "$want"
+    end=$(psql_cl "$CL" -c "SELECT pg_current_wal_flush_lsn()")
+    cpu0=$(cpu_ticks)
+    t0=$(now)
+    start_receiver "$target" "$tool"
+    pid=$RECV_PID
+    wait_caught_up "$tool" "$end" 1800 || say "  flood ($kind): FAILED, not received in 1800 s"
+    t1=$(now)
+    cpu1=$(cpu_ticks)
+    rcpu=$(awk '{print $14 + $15}' "/proc/$pid/stat" 2>/dev/null || echo 0)
+    row "$target" "$tool" "flood_${kind}_segments" "$want"
+    row "$target" "$tool" "flood_${kind}_s" "$(awk -v a="$t1" -v b="$t0" 'BEGIN {printf "%.2f", a - b}')"
+    row "$target" "$tool" "flood_${kind}_cpu_s" "$(awk -v a="$cpu1" -v b="$cpu0" -v h="$(getconf CLK_TCK)" 'BEGIN {printf "%.2f", (a - b) / h}')"
+    row "$target" "$tool" "flood_${kind}_tool_cpu_s" "$(awk -v a="$rcpu" -v h="$(getconf CLK_TCK)" 'BEGIN {printf "%.2f", a / h}')"
+    say "  flood ($kind): $want segments received in $(awk -v a="$t1" -v b="$t0" 'BEGIN {printf "%.1f", a - b}') s"
+    psql_cl "$CL" -c "TRUNCATE flood" >/dev/null
+}
+
+# pgbench_latency SECONDS: single-client pgbench's average latency, ms
+pgbench_latency() {
+    as_b "$PGBIN/pgbench" -n -c 1 -T "$1" -h "$CL/sock" -p "$(cluster_port "$CL")" -U postgres postgres 2>/dev/null |
+        sed -n 's/^latency average = \([0-9.]*\) ms$/\1/p'
+}
+
+set_sync_names() {
+    psql_cl "$CL" -c "ALTER SYSTEM SET synchronous_standby_names = '$1'" -c "SELECT pg_reload_conf()" >/dev/null
+    sleep 0.5
+}
+
+# sync_phase TARGET TOOL: commit latency with a local flush only, then with the receiver as
+# the synchronous standby
+sync_phase() {
+    local target=$1 tool=$2 local_ms sync_ms
+    set_sync_names ""
+    local_ms=$(pgbench_latency "$SYNC_S")
+    if [ "$tool" = pg_receivewal ]; then
+        stop_receiver
+        start_receiver "$target" "$tool" --synchronous
+    fi
+    set_sync_names "\"$APP\""
+    sync_ms=$(pgbench_latency "$SYNC_S")
+    set_sync_names ""
+    row "$target" "$tool" sync_local_ms "${local_ms:-0}"
+    row "$target" "$tool" sync_ms "${sync_ms:-0}"
+    say "  synchronous: ${local_ms:-?} ms per commit with a local flush, ${sync_ms:-?} ms with $tool as the synchronous standby"
+}
+
+# write_latency TARGET: the repository's own latency for one small durable write (median ms)
+write_latency() {
+    local target=$1 ms
+    if [ "$target" = posix ]; then
+        fresh_dir "$RUN/latency"
+        ms=$(as_b /usr/bin/python3 - "$RUN/latency" "$WRITES" <<'PYEOF'
+import os, sys, time, statistics
+d, n = sys.argv[1], int(sys.argv[2])
+dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+data = os.urandom(512)
+t = []
+for i in range(n):
+    a = time.perf_counter()
+    fd = os.open(os.path.join(d, f"w{i}"), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o640)
+    os.write(fd, data); os.fsync(fd); os.close(fd); os.fsync(dfd)
+    t.append((time.perf_counter() - a) * 1000)
+print(f"{statistics.median(t):.3f}")
+PYEOF
+)
+        rm -rf "$RUN/latency"
+    else
+        local args=() i
+        head -c 512 /dev/urandom >"$RUN/latency.bin"; chmod 644 "$RUN/latency.bin"
+        for i in $(seq 1 "$WRITES"); do args+=(-T "$RUN/latency.bin" "https://$S3_HOST:$S3_PORT/$BUCKET/latency/w$i"); done
+        ms=$(ip netns exec "$NB" curl -s -o /dev/null --cacert "$PKI/ca.crt" --aws-sigv4 "aws:amz:$S3_REGION:s3" \
+            --user "$S3_KEY:$S3_SECRET" -H "x-amz-content-sha256: UNSIGNED-PAYLOAD" -w '%{http_code} %{time_total}\n' "${args[@]}" |
+            awk '$1 == 200 && NR > 1 {print $2 * 1000}' | sort -n | awk '{v[NR] = $1} END {if (NR) printf "%.3f", v[int((NR + 1) / 2)]}')
+        rm -rf "$S3DATA/$BUCKET/latency" "$RUN/latency.bin"
+    fi
+    row "$target" "repository" write_ms "${ms:-0}"
+    say "  the repository's own small durable write: ${ms:-?} ms (median of $WRITES)"
+}
+
+# one_stream_tool TARGET TOOL: lag, floods and (receivers) synchronous mode on a fresh copy
+one_stream_tool() {
+    local target=$1 tool=$2 lsn0 lsn1 t0 t1 segs kind
+    header "$target / $tool"
+    stop_background
+    pg_stop_cluster "$CL"; rm -rf "$CL"; cp -a "$BASE" "$CL"
+    sed -i "s|$BASE/sock|$CL/sock|" "$CL/data/postgresql.conf"
+    rm -f "$CL/data/postmaster.pid"
+    start_in_b "$CL"
+    rm -rf "$RUN/pgjet-repo" "$RUN/pgbr-repo" "$RUN/pgjet-spool" "$RUN/pgbr-spool" "$RUN/pgbr-lock" "$RUN/receivewal" "$S3DATA/$BUCKET/pgjet" "$S3DATA/$BUCKET/pgbackrest"
+    mkdir -p "$RUN/pgjet-repo" "$RUN/pgbr-repo" "$RUN/pgjet-spool" "$RUN/pgbr-spool" "$RUN/pgbr-lock" "$RUN/receivewal" "$LOGS/pgbackrest"
+    chown postgres: "$RUN/pgjet-repo" "$RUN/pgbr-repo" "$RUN/pgjet-spool" "$RUN/pgbr-spool" "$RUN/pgbr-lock" "$RUN/receivewal" "$LOGS/pgbackrest"
+    case $tool in
+        pgjet-stream)
+            set_archive /bin/true
+            tool_cmd pgjet-sync stanza-create >"$LOGS/$target-$tool-stanza.log" 2>&1 || { cat "$LOGS/$target-$tool-stanza.log"; die "stanza-create failed"; }
+            start_receiver "$target" "$tool" ;;
+        pg_receivewal)
+            set_archive /bin/true
+            psql_cl "$CL" -c "SELECT pg_create_physical_replication_slot('bench_pgrw', true)" >/dev/null
+            start_receiver "$target" "$tool" ;;
+        *)
+            tool_cmd "$tool" stanza-create >"$LOGS/$target-$tool-stanza.log" 2>&1 || { cat "$LOGS/$target-$tool-stanza.log"; die "stanza-create failed"; }
+            set_archive "$(archive_cmd "$tool")"
+            psql_cl "$CL" -c "SELECT pg_switch_wal()" >/dev/null ;;
+    esac
+
+    # 1. lag under pgbench
+    lsn0=$(psql_cl "$CL" -c "SELECT pg_current_wal_lsn()")
+    stream_sampler "$target" "$tool" & SAMPLER=$!
+    as_b "$PGBIN/pgbench" -n -c "$CLIENTS" -j 2 -T "$DURATION" -h "$CL/sock" -p "$(cluster_port "$CL")" -U postgres postgres >"$LOGS/$target-$tool-pgbench.log" 2>&1 || true
+    t0=$(now)
+    # Only archive-stream keeps the segment in progress durable: the others are waited for
+    # to the end of it.
+    [ "$tool" = pgjet-stream ] || psql_cl "$CL" -c "SELECT pg_switch_wal()" >/dev/null
+    lsn1=$(psql_cl "$CL" -c "SELECT pg_current_wal_flush_lsn()")
+    wait_caught_up "$tool" "$lsn1" 600 || say "  lag run: FAILED, not caught up in 600 s after pgbench"
+    t1=$(now)
+    kill "$SAMPLER" 2>/dev/null; wait "$SAMPLER" 2>/dev/null || true; SAMPLER=""
+    segs=$(psql_cl "$CL" -c "SELECT round(pg_wal_lsn_diff('$lsn1', '$lsn0') / $SEG.0, 1)")
+    row "$target" "$tool" pgbench_tps "$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' "$LOGS/$target-$tool-pgbench.log" | head -n 1)"
+    row "$target" "$tool" pgbench_segments "$segs"
+    row "$target" "$tool" drain_s "$(awk -v a="$t1" -v b="$t0" 'BEGIN {printf "%.1f", a - b}')"
+    say "  pgbench: $segs segments of WAL; caught up $(awk -v a="$t1" -v b="$t0" 'BEGIN {printf "%.1f", a - b}') s after pgbench ended"
+
+    # 2. floods
+    for kind in $FLOOD_KINDS; do
+        local n=$FLOOD_SEGS
+        [ "$kind" = update ] && n=$FLOOD_UPDATE_SEGS
+        [ "$kind" = pgbench ] && n=$FLOOD_PGBENCH_SEGS
+        if is_receiver "$tool"; then stream_flood "$target" "$tool" "$kind" "$n"; else flood "$target" "$tool" "$kind" "$n"; fi
+    done
+
+    # 3. synchronous mode
+    if is_receiver "$tool"; then sync_phase "$target" "$tool"; fi
+    stop_receiver
+    stop_background
+    pg_stop_cluster "$CL"
+}
+
+write_stream_report() {
+    /usr/bin/python3 - "$ROWS" "$LAGB" "$FACTS" "$REPORT" <<'PYEOF'
+import sys, statistics as st, collections
+rows_f, lags_f, facts_f, report = sys.argv[1:5]
+rows = collections.defaultdict(dict)
+for l in open(rows_f):
+    t, tool, k, v = l.rstrip("\n").split("\t")
+    try: rows[(t, tool)][k] = float(v)
+    except ValueError: rows[(t, tool)][k] = v
+lag = collections.defaultdict(list)
+for l in open(lags_f):
+    t, tool, s, b = l.rstrip("\n").split("\t")
+    if b and float(b) >= 0: lag[(t, tool)].append(float(b) / 1048576)
+facts = dict(l.rstrip("\n").split("\t", 1) for l in open(facts_f) if "\t" in l)
+out = []
+P = out.append
+P("# WAL streaming: lag, throughput and synchronous commits (bench/stream.sh)")
+P("")
+for k in ("machine", "memory", "disk", "postgres", "pgjet", "pgbackrest", "versitygw", "settings"):
+    if k in facts: P(f"- {k}: {facts[k]}")
+P("")
+tools = ["pgjet-stream", "pg_receivewal", "pgjet-async", "pgbr-async"]
+names = {"pgjet-stream": "pgjet archive-stream", "pg_receivewal": "pg_receivewal (local directory)", "pgjet-async": "pgjet archive-push async", "pgbr-async": "pgBackRest archive-push async"}
+def p95(v):
+    v = sorted(v)
+    return v[min(len(v) - 1, int(0.95 * len(v)))] if v else 0
+for t in ("posix", "s3"):
+    if not any((t, x) in rows for x in tools): continue
+    P(f"## {'posix directory' if t == 'posix' else 'S3 (versitygw, ' + facts.get('rtt_ms', '?') + ' ms round trip)'}")
+    P("")
+    kinds = [k for k in ("random", "update", "pgbench") if any(f"flood_{k}_s" in r for (tt, _), r in rows.items() if tt == t)]
+    P("| tool | pgbench tps | WAL (segments) | lag MiB: max | mean | p95 | caught up after pgbench s | " + "".join(f"flood {k}: segments/s | CPU s/GiB | " for k in kinds))
+    P("|---|---:|---:|---:|---:|---:|---:|" + "---:|---:|" * len(kinds))
+    def rate(x, kind):
+        r = rows.get((t, x), {})
+        n = rows.get((t, "limit" if x.startswith("limit") else x), {}).get(f"flood_{kind}_segments", 0)
+        return n / r[f"flood_{kind}_s"] if r.get(f"flood_{kind}_s") else None
+    def cpu(x, kind):
+        r = rows.get((t, x), {})
+        n = r.get(f"flood_{kind}_segments", 0)
+        return r[f"flood_{kind}_cpu_s"] / (n * 16 / 1024) if n and f"flood_{kind}_cpu_s" in r else None
+    f1 = lambda v: f"{v:.1f}" if v else ""
+    for x in tools:
+        r = rows.get((t, x))
+        if not r: continue
+        lg = lag.get((t, x), [0])
+        P(f"| {names[x]} | {r.get('pgbench_tps', 0):.0f} | {r.get('pgbench_segments', 0):.1f} | {max(lg):.1f} | {st.mean(lg):.1f} | {p95(lg):.1f} | {r.get('drain_s', 0):.1f} | " + "".join(f"{f1(rate(x, k))} | {f1(cpu(x, k))} | " for k in kinds))
+    for lim in ("limit: cp + sync", "limit: s5cmd upload"):
+        if (t, lim) in rows:
+            P(f"| {lim} (the same segments, raw) | | | | | | | " + "".join(f"{f1(rate(lim, k))} | | " for k in kinds))
+    P("")
+    for kind in kinds:
+        s_, rw, ba, aa = rate("pgjet-stream", kind), rate("pg_receivewal", kind), rate("pgbr-async", kind), rate("pgjet-async", kind)
+        if s_ and rw: P(f"- flood ({kind}): archive-stream / pg_receivewal = {s_ / rw:.2f}×")
+        if s_ and ba: P(f"- flood ({kind}): archive-stream / pgBackRest async = {s_ / ba:.2f}×")
+        if s_ and aa: P(f"- flood ({kind}): archive-stream / pgjet archive-push async = {s_ / aa:.2f}×")
+    if lag.get((t, "pgjet-stream")): P(f"- archive-stream max lag: {max(lag[(t, 'pgjet-stream')]):.1f} MiB ({max(lag[(t, 'pgjet-stream')]) / 16:.2f} segment), {len(lag[(t, 'pgjet-stream')])} samples")
+    for x in ("pgjet-async", "pgbr-async"):
+        if lag.get((t, x)): P(f"- {names[x]} max lag: {max(lag[(t, x)]) / 16:.1f} segments")
+    P("")
+sync = [(t, x) for t in ("posix", "s3") for x in tools if "sync_ms" in rows.get((t, x), {})]
+if sync:
+    P("## Synchronous mode: commit latency (pgbench, 1 client)")
+    P("")
+    P("| repository | standby | local flush ms | synchronous ms | added ms | repository's own small durable write ms | added − write ms |")
+    P("|---|---|---:|---:|---:|---:|---:|")
+    for t, x in sync:
+        r = rows[(t, x)]
+        add = r["sync_ms"] - r["sync_local_ms"]
+        w = rows.get((t, "repository"), {}).get("write_ms")
+        wr = f"{w:.2f}" if w else ""
+        extra = f"{add - w:+.2f}" if w and x == "pgjet-stream" else ""
+        P(f"| {t} | {names[x]} | {r['sync_local_ms']:.2f} | {r['sync_ms']:.2f} | {add:+.2f} | {wr if x == 'pgjet-stream' else ''} | {extra} |")
+    P("")
+open(report, "w").write("\n".join(out) + "\n")
+PYEOF
+}
+
+smain() {
+    [ "$(id -u)" -eq 0 ] || die "run as root"
+    [ -x "$DELAYLINE" ] || die "no pgjet-delayline at $DELAYLINE"
+    [ -x "${VERSITYGW:-}" ] || die "versitygw not found"
+    if [[ " $TARGETS " == *" s3 "* ]] && [ "$SKIP_S5CMD" != 1 ]; then install_s5cmd; fi
+    mkdir -p "$BENCH"
+    exec 9>"$BENCH/lock"
+    flock -n 9 || die "another run holds $BENCH/lock"
+    LOCKED=1
+    mkdir -p "$BENCH/bin" "$LOGS" "$RES"; chmod 755 "$BENCH" "$BENCH/bin"
+    rm -rf "$RUN"; mkdir -p "$RUN"; chmod 755 "$RUN"
+    rm -rf "$LOGS"; mkdir -p "$LOGS"
+    : >"$ROWS"; : >"$LAGS"; : >"$LAGB"; : >"$FACTS"; : >"$TIMES"
+    build_base
+    lab_up
+    start_versitygw
+    setup_pgjet >/dev/null 2>&1
+    fact machine "$(nproc) CPUs, $(awk '/model name/ {sub(/.*: /, ""); print; exit}' /proc/cpuinfo)"
+    fact memory "$(free -g | awk '/^Mem:/ {print $2 " GiB total"}')"
+    fact disk "$BENCH on $(df -T "$BENCH" | awk 'NR==2 {print $2}')"
+    fact postgres "$("$PGBIN/postgres" --version)"
+    fact pgjet "$PGJET_VERSION (commit $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?'))"
+    fact pgbackrest "$(pgbackrest version)"
+    fact versitygw "$VERSITYGW --keep-alive"
+    fact rtt_ms "$RTT_MS"
+    fact settings "DURATION=$DURATION CLIENTS=$CLIENTS FLOOD_SEGS=$FLOOD_SEGS FLOOD_UPDATE_SEGS=$FLOOD_UPDATE_SEGS FLOOD_KINDS='$FLOOD_KINDS' ASCALE=$ASCALE JOBS=$JOBS RTT_MS=$RTT_MS SYNC_S=$SYNC_S TARGETS='$TARGETS' STOOLS='$STOOLS'"
+    local target tool
+    for target in $TARGETS; do
+        configure "$target"
+        header "$target: the repository's own write latency"
+        write_latency "$target"
+        for tool in $STOOLS; do
+            # pg_receivewal writes files into a local directory: the posix target only
+            [ "$tool" = pg_receivewal ] && [ "$target" != posix ] && continue
+            one_stream_tool "$target" "$tool"
+        done
+    done
+    header "Report"
+    write_stream_report
+    cat "$REPORT"
+    say "report written to $REPORT"
+}
+
+if [ "${BASH_SOURCE[0]}" = "$0" ]; then
+    smain "$@"
+fi
