@@ -3,8 +3,8 @@
 //!
 //! Two threads. The receiver holds the replication connection: it assembles the segment in
 //! progress in memory, hands each complete segment to the storer, and, whenever the stream
-//! pauses (or at least every `tail_interval` under a flood), the bytes received since the
-//! last hand-over as a tail chunk ([`crate::repo::wal_tail`]). The storer writes them into
+//! pauses at the server's end of WAL (or at least every `tail_interval` otherwise), the bytes
+//! received since the last hand-over as a tail chunk ([`crate::repo::wal_tail`]). The storer writes them into
 //! every repository in order, retrying while a repository is down, and only then moves the
 //! durable position on; the receiver reports that position to the server as flushed. So
 //! the slot keeps on the server every byte not yet durable in the repositories, and with the
@@ -356,8 +356,15 @@ fn stream_copy(
         };
         match conn.next_wal(Some(s.wake.as_raw_fd()), timeout)? {
             None => {
-                // The stream paused: what was received becomes durable now.
-                if pending && storer_idle {
+                // The stream paused. At the server's end of WAL (a commit may be waiting for
+                // it), what was received becomes durable now; behind it (catching up), at
+                // most every tail_interval: the segment completes soon anyway, and the
+                // server still holds what is not yet durable here.
+                let at_end = s.next >= s.server_end;
+                if pending
+                    && storer_idle
+                    && (at_end || s.last_handed.elapsed() >= s.o.tail_interval)
+                {
                     s.hand_tail();
                 }
             }

@@ -1,6 +1,7 @@
 //! The storer of `archive-stream` ([`super`]): the work the receiver hands over, stored into
 //! every repository in stream order, and the durable position it moves on.
 use super::super::push::Archiver;
+use crate::codec::{CompressType, Compression};
 use crate::error::Result;
 use crate::pg::lsn::Lsn;
 use crate::repo::wal::WalFile;
@@ -62,13 +63,17 @@ pub(super) fn store_loop(
     mut wake: UnixStream,
 ) -> Result<()> {
     let mut compressor = a.compressor()?;
+    let chunk_compression = chunk_compression(a.compression());
+    let mut chunk_compressor = crate::codec::Compressor::new(chunk_compression)
+        .map_err(|e| crate::error::Error::Other("cannot create a compressor".into()).because(e))?;
     let mut out = Vec::new();
     // The failure since the last success, logged once rather than at every retry.
     let mut failing: Option<String> = None;
     for work in rx {
         let mut wait = Duration::from_secs(1);
         loop {
-            match store_one(a, &work, &mut compressor, &mut out) {
+            let chunk = (chunk_compression, &mut chunk_compressor);
+            match store_one(a, &work, &mut compressor, chunk, &mut out) {
                 Ok(()) => break,
                 Err(e) if crate::io::cancel::cancelled().is_some() => return Err(e),
                 Err(e) => {
@@ -97,11 +102,25 @@ pub(super) fn store_loop(
     Ok(())
 }
 
-/// Stores one piece of work into every repository.
+/// How tail chunks are compressed: LZ4 when the archive is compressed at all, else not.
+/// A chunk lives only until its segment is stored, and the merged levels
+/// ([`wal_tail::merged_start`]) write each byte several times: a fast codec keeps that cheap
+/// (the segment itself is stored with the archive's own compression).
+fn chunk_compression(archive: Compression) -> Compression {
+    if archive.kind == CompressType::None {
+        archive
+    } else {
+        Compression::new(CompressType::Lz4, None).unwrap_or(archive)
+    }
+}
+
+/// Stores one piece of work into every repository (`chunk`: the compression of tail chunks
+/// and its compressor).
 fn store_one(
     a: &Archiver,
     work: &Work,
     compressor: &mut crate::codec::Compressor,
+    chunk: (Compression, &mut crate::codec::Compressor),
     out: &mut Vec<u8>,
 ) -> Result<()> {
     match work {
@@ -137,8 +156,8 @@ fn store_one(
                     segment,
                     *start,
                     bytes,
-                    a.compression(),
-                    compressor,
+                    chunk.0,
+                    chunk.1,
                     a.system_identifier(),
                 )?;
             }
