@@ -8,8 +8,8 @@
 #   bash bench/smoke.sh                      # every benchmark, as root; a few minutes
 #   SMOKE="run s3" bash bench/smoke.sh       # some of them
 #
-# Names: run restore incr resume delta cipher million s3 archive remote netlab rates (bench/run.sh,
-# restore.sh, incr.sh, resume.sh, delta.sh, cipher.sh, million.sh, s3.sh, archive.sh, remote.sh, netlab-check.sh, rates.sh). Reports, logs and work dirs go under
+# Names: run restore incr resume delta cipher million s3 archive stream remote netlab rates (bench/run.sh,
+# restore.sh, incr.sh, resume.sh, delta.sh, cipher.sh, million.sh, s3.sh, archive.sh, stream.sh, remote.sh, netlab-check.sh, rates.sh). Reports, logs and work dirs go under
 # SMOKE_DIR (default /var/tmp/pgjet-smoke, emptied first): docs/ and bench/results/ are
 # not written. Labs and work dirs are the smoke's own (LAB_PREFIX smk*, LAB_ID 181-190), so
 # a full-size benchmark may run at the same time. Nothing is installed beyond what
@@ -18,7 +18,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-SMOKE=${SMOKE:-run restore incr resume delta cipher million s3 archive remote netlab rates}
+SMOKE=${SMOKE:-run restore incr resume delta cipher million s3 archive stream remote netlab rates}
 SMOKE_DIR=${SMOKE_DIR:-/var/tmp/pgjet-smoke}
 
 [ "$(id -u)" -eq 0 ] || { echo "smoke: run as root (namespaces, drop_caches, runuser)" >&2; exit 1; }
@@ -113,6 +113,10 @@ for b in $SMOKE; do
             # the S3 target only (the posix one differs by its repository settings): all four tools
             one archive "$d.md" BENCH_DIR="$d" REPORT="$d.md" LAB_PREFIX=smkar LAB_ID=182 TARGETS=s3 ASCALE=1 \
                 DURATION=2 FLOOD_SEGS=1 FLOOD_KINDS=random SKIP_S5CMD=1 RTT_MS=1 -- bash bench/archive.sh ;;
+        stream)
+            # both targets, every tool (pg_receivewal on posix), each phase once and small
+            one stream "$d.md" BENCH_DIR="$d" REPORT="$d.md" LAB_PREFIX=smkst LAB_ID=185 ASCALE=1 DURATION=3 \
+                FLOOD_SEGS=2 FLOOD_KINDS=random SYNC_S=2 WRITES=20 SKIP_S5CMD=1 RTT_MS=1 -- bash bench/stream.sh ;;
         remote)
             one remote "$d.md" BENCH_DIR="$d" REPORT="$d.md" LAB_PREFIX=smkrm LAB_ID=183 SCALE=1 RANDOM_MB=8 \
                 SMALL_TABLES=100 RUNS=1 LINKS=1gbit/1 SMALL_LINKS=unshaped SWEEP_LINKS=200mbit/1 SWEEP_JOBS=2 \
@@ -125,7 +129,7 @@ for b in $SMOKE; do
         netlab)
             one netlab "$d.md" REPORT="$d.md" LAB_ID=184 PINGS=3 IPERF_S=3 IPERF_OMIT=1 SKIP_NO_OFFLOAD=1 \
                 QUIET_WAIT_S=0 SETTINGS=1gbit/20 -- bash bench/netlab-check.sh ;;
-        *) echo "smoke: unknown benchmark '$b' (run restore incr resume delta cipher million s3 archive remote netlab rates)" >&2; exit 2 ;;
+        *) echo "smoke: unknown benchmark '$b' (run restore incr resume delta cipher million s3 archive stream remote netlab rates)" >&2; exit 2 ;;
     esac
 done
 

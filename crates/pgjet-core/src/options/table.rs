@@ -616,6 +616,7 @@ pub const OPTIONS: &[OptionDef] = &[
                 Cmd::ReplicaCreate,
                 Cmd::ArchivePush,
                 Cmd::ArchiveGet,
+                Cmd::ArchiveStream,
             ]),
             "Parallel workers (default: the number of cores)",
         )

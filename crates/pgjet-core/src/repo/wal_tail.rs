@@ -33,7 +33,7 @@ pub const MERGE: usize = 16;
 /// largest power of [`MERGE`] dividing `k` says how many).
 pub fn merged_start(starts: &[usize], k: usize) -> usize {
     let mut span = 1;
-    while k % (span * MERGE) == 0 {
+    while k.is_multiple_of(span * MERGE) {
         span *= MERGE;
     }
     starts[k - span]

@@ -65,6 +65,9 @@ pub struct ReceiverOptions {
     pub tail_interval: Duration,
     /// Where the receiver shows its state ([`status`]); None: nowhere.
     pub status_file: Option<std::path::PathBuf>,
+    /// Complete segments stored at once, at most (each compressed and written by a thread
+    /// of its own while the stream catches up), at least 1.
+    pub jobs: usize,
 }
 
 /// Runs the receiver until cancelled (SIGTERM, SIGINT): then the bytes received are stored
@@ -87,7 +90,7 @@ pub fn run(a: &Archiver, o: &ReceiverOptions) -> Result<()> {
     let (tx, rx) = crossbeam_channel::bounded::<Work>(QUEUE);
     std::thread::scope(|scope| {
         let storer_shared = shared.clone();
-        let storer = scope.spawn(move || store_loop(a, rx, &storer_shared, wake_tx));
+        let storer = scope.spawn(move || store_loop(a, rx, &storer_shared, wake_tx, o.jobs));
         let result = receive_loop(a, o, seg_size, &shared, &tx, &wake_rx);
         drop(tx);
         let stored = storer

@@ -15,12 +15,24 @@ use crate::repo::wal;
 ///
 /// Errors: a logical slot of that name; the server's refusal.
 fn read_slot(conn: &mut ReplConn, slot: &str) -> Result<Option<Option<Lsn>>> {
-    match conn.read_slot(slot)? {
-        None => Ok(None),
-        Some((kind, _)) if kind != "physical" => Err(Error::Config(format!(
-            "replication slot '{slot}' is a {kind} slot; archive-stream needs a physical one"
-        ))),
-        Some((_, at)) => Ok(Some(at)),
+    let logical = |kind: &str| {
+        Error::Config(format!(
+            "replication slot '{slot}' is a {kind} slot; archive-stream needs a physical one (name another with --archive-stream-slot)"
+        ))
+    };
+    match conn.read_slot(slot) {
+        Ok(None) => Ok(None),
+        Ok(Some((kind, _))) if kind != "physical" => Err(logical(&kind)),
+        Ok(Some((_, at))) => Ok(Some(at)),
+        // The server refuses READ_REPLICATION_SLOT of a logical slot itself (walsender.c
+        // ReadReplicationSlot: "cannot use READ_REPLICATION_SLOT with a logical replication
+        // slot", SQLSTATE 0A000).
+        Err(Error::Replication { error, .. })
+            if error.code == "0A000" && error.message.contains("logical replication slot") =>
+        {
+            Err(logical("logical"))
+        }
+        Err(e) => Err(e),
     }
 }
 

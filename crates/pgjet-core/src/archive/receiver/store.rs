@@ -53,53 +53,183 @@ pub(super) struct Shared {
     pub(super) in_flight: AtomicUsize,
 }
 
-/// The storer: stores each piece of work into every repository, in order, retrying a
-/// failure (after 1 s, doubling up to [`MAX_STORE_BACKOFF`]) until it succeeds or the process is
-/// cancelled; then moves the durable position on and wakes the receiver.
-pub(super) fn store_loop(
-    a: &Archiver,
-    rx: Receiver<Work>,
-    shared: &Shared,
-    mut wake: UnixStream,
-) -> Result<()> {
-    let mut compressor = a.compressor()?;
-    let chunk_compression = chunk_compression(a.compression());
-    let mut chunk_compressor = crate::codec::Compressor::new(chunk_compression)
-        .map_err(|e| crate::error::Error::Other("cannot create a compressor".into()).because(e))?;
-    let mut out = Vec::new();
-    // The failure since the last success, logged once rather than at every retry.
-    let mut failing: Option<String> = None;
-    for work in rx {
+/// One storing thread's codecs and buffer, and the failure it last logged (once, not at
+/// every retry).
+struct Storing<'a> {
+    a: &'a Archiver,
+    compressor: crate::codec::Compressor,
+    chunk_compression: Compression,
+    chunk_compressor: crate::codec::Compressor,
+    out: Vec<u8>,
+    failing: Option<String>,
+}
+
+impl<'a> Storing<'a> {
+    fn new(a: &'a Archiver) -> Result<Storing<'a>> {
+        let chunk_compression = chunk_compression(a.compression());
+        Ok(Storing {
+            a,
+            compressor: a.compressor()?,
+            chunk_compression,
+            chunk_compressor: crate::codec::Compressor::new(chunk_compression).map_err(|e| {
+                crate::error::Error::Other("cannot create a compressor".into()).because(e)
+            })?,
+            out: Vec::new(),
+            failing: None,
+        })
+    }
+
+    /// Stores `work` into every repository, retrying a failure (after 1 s, doubling up to
+    /// [`MAX_STORE_BACKOFF`]) until it succeeds. Returns the position it makes durable.
+    ///
+    /// Errors: the last failure, once the process is cancelled.
+    fn store(&mut self, work: &Work) -> Result<Option<Lsn>> {
         let mut wait = Duration::from_secs(1);
         loop {
-            let chunk = (chunk_compression, &mut chunk_compressor);
-            match store_one(a, &work, &mut compressor, chunk, &mut out) {
+            let chunk = (self.chunk_compression, &mut self.chunk_compressor);
+            match store_one(self.a, work, &mut self.compressor, chunk, &mut self.out) {
                 Ok(()) => break,
                 Err(e) if crate::io::cancel::cancelled().is_some() => return Err(e),
                 Err(e) => {
                     let text = e.to_string();
-                    if failing.as_deref() != Some(&text) {
+                    if self.failing.as_deref() != Some(&text) {
                         tracing::error!("cannot store the stream's WAL, retrying: {text}");
-                        failing = Some(text);
+                        self.failing = Some(text);
                     }
                     std::thread::sleep(wait);
                     wait = (wait * 2).min(MAX_STORE_BACKOFF);
                 }
             }
         }
-        if let Some(was) = failing.take() {
+        if let Some(was) = self.failing.take() {
             tracing::info!("storing the stream's WAL works again (it failed with: {was})");
         }
-        match &work {
-            Work::Chunk { end, .. } | Work::Segment { end, .. } => {
-                shared.durable.fetch_max(end.0, Ordering::AcqRel);
-            }
-            Work::History { .. } => {}
-        }
-        shared.in_flight.fetch_sub(1, Ordering::AcqRel);
-        let _ = wake.write(&[1]);
+        Ok(match work {
+            Work::Chunk { end, .. } | Work::Segment { end, .. } => Some(*end),
+            Work::History { .. } => None,
+        })
     }
-    Ok(())
+}
+
+/// The durable position moved on in stream order: work finishes out of order when segments
+/// are stored side by side, and a position counts only once everything before it is stored.
+struct InOrder<'a> {
+    shared: &'a Shared,
+    wake: UnixStream,
+    next: u64,
+    done: std::collections::BTreeMap<u64, Option<Lsn>>,
+}
+
+impl InOrder<'_> {
+    /// Work number `seq` is stored (making `end` durable): the durable position moves over
+    /// every piece stored without a gap before it, and the receiver is woken.
+    fn finished(&mut self, seq: u64, end: Option<Lsn>) {
+        self.done.insert(seq, end);
+        while let Some(end) = self.done.remove(&self.next) {
+            if let Some(end) = end {
+                self.shared.durable.fetch_max(end.0, Ordering::AcqRel);
+            }
+            self.shared.in_flight.fetch_sub(1, Ordering::AcqRel);
+            self.next += 1;
+            let _ = self.wake.write(&[1]);
+        }
+    }
+}
+
+/// The storer: stores each piece of work into every repository ([`Storing::store`]); moves
+/// the durable position on in stream order and wakes the receiver. Complete segments are
+/// stored by up to `jobs` threads at once (a flood compresses and writes several side by
+/// side); a tail chunk or a history file waits until everything before it is stored (a
+/// segment's tail is removed once the segment is stored, so its chunks must be there first).
+///
+/// Errors: a failure once the process is cancelled; a codec that cannot be made.
+pub(super) fn store_loop(
+    a: &Archiver,
+    rx: Receiver<Work>,
+    shared: &Shared,
+    wake: UnixStream,
+    jobs: usize,
+) -> Result<()> {
+    let mut mine = Storing::new(a)?;
+    let mut order = InOrder {
+        shared,
+        wake,
+        next: 0,
+        done: Default::default(),
+    };
+    let helpers = jobs.saturating_sub(1);
+    std::thread::scope(|scope| {
+        // No capacity: a segment goes to a helper only if one waits for work.
+        let (seg_tx, seg_rx) = crossbeam_channel::bounded::<(u64, Work)>(0);
+        let (done_tx, done_rx) = crossbeam_channel::unbounded::<(u64, Result<Option<Lsn>>)>();
+        for _ in 0..helpers {
+            let (seg_rx, done_tx) = (seg_rx.clone(), done_tx.clone());
+            scope.spawn(move || {
+                let mut helper = match Storing::new(a) {
+                    Ok(h) => h,
+                    Err(e) => {
+                        tracing::warn!("a storing thread could not start: {e}");
+                        return;
+                    }
+                };
+                for (seq, work) in seg_rx {
+                    if done_tx.send((seq, helper.store(&work))).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+        drop(done_tx);
+        let mut seq = 0u64;
+        let mut with_helpers = 0usize;
+        let mut result = Ok(());
+        let mut finished = |r: (u64, Result<Option<Lsn>>), result: &mut Result<()>| match r.1 {
+            Ok(end) => order.finished(r.0, end),
+            Err(e) => *result = Err(e),
+        };
+        loop {
+            crossbeam_channel::select! {
+                recv(rx) -> work => {
+                    let Ok(work) = work else { break };
+                    match work {
+                        // A helper takes it if one is free; else this thread stores it.
+                        Work::Segment { .. } if helpers > 0 => match seg_tx.try_send((seq, work)) {
+                            Ok(()) => with_helpers += 1,
+                            Err(e) => {
+                                let (seq, work) = e.into_inner();
+                                let end = mine.store(&work);
+                                finished((seq, end), &mut result);
+                            }
+                        },
+                        work => {
+                            while with_helpers > 0 {
+                                let Ok(r) = done_rx.recv() else { break };
+                                with_helpers -= 1;
+                                finished(r, &mut result);
+                            }
+                            let end = mine.store(&work);
+                            finished((seq, end), &mut result);
+                        }
+                    }
+                    seq += 1;
+                }
+                recv(done_rx) -> r => {
+                    if let Ok(r) = r {
+                        with_helpers -= 1;
+                        finished(r, &mut result);
+                    }
+                }
+            }
+            if result.is_err() {
+                break;
+            }
+        }
+        drop(seg_tx);
+        for r in done_rx.iter().take(with_helpers) {
+            finished(r, &mut result);
+        }
+        result
+    })
 }
 
 /// How tail chunks are compressed: LZ4 when the archive is compressed at all, else not.
