@@ -185,18 +185,27 @@ wait_drained() {
     done
 }
 
-# one_tool TARGET TOOL: the lag and flood runs of one tool on a fresh copy of the cluster
-one_tool() {
-    local target=$1 tool=$2 t0 t1 lsn0 lsn1 segs
-    header "$target / $tool"
+# fresh_cluster [DIR...]: a fresh copy of the cached cluster started in B, no background
+# process of either tool, empty repositories, spools and DIRs
+fresh_cluster() {
+    local d
     stop_background
     pg_stop_cluster "$CL"; rm -rf "$CL"; cp -a "$BASE" "$CL"
     sed -i "s|$BASE/sock|$CL/sock|" "$CL/data/postgresql.conf"
     rm -f "$CL/data/postmaster.pid"
     start_in_b "$CL"
-    rm -rf "$RUN/pgjet-repo" "$RUN/pgbr-repo" "$RUN/pgjet-spool" "$RUN/pgbr-spool" "$RUN/pgbr-lock" "$S3DATA/$BUCKET/pgjet" "$S3DATA/$BUCKET/pgbackrest"
-    mkdir -p "$RUN/pgjet-repo" "$RUN/pgbr-repo" "$RUN/pgjet-spool" "$RUN/pgbr-spool" "$RUN/pgbr-lock" "$LOGS/pgbackrest"
-    chown postgres: "$RUN/pgjet-repo" "$RUN/pgbr-repo" "$RUN/pgjet-spool" "$RUN/pgbr-spool" "$RUN/pgbr-lock" "$LOGS/pgbackrest"
+    rm -rf "$S3DATA/$BUCKET/pgjet" "$S3DATA/$BUCKET/pgbackrest"
+    for d in "$RUN/pgjet-repo" "$RUN/pgbr-repo" "$RUN/pgjet-spool" "$RUN/pgbr-spool" "$RUN/pgbr-lock" "$@"; do
+        rm -rf "$d"; mkdir -p "$d"; chown postgres: "$d"
+    done
+    mkdir -p "$LOGS/pgbackrest"; chown postgres: "$LOGS/pgbackrest"
+}
+
+# one_tool TARGET TOOL: the lag and flood runs of one tool on a fresh copy of the cluster
+one_tool() {
+    local target=$1 tool=$2 t0 t1 lsn0 lsn1 segs
+    header "$target / $tool"
+    fresh_cluster
     # stanza-create first: pgBackRest's takes the archive lock its asynchronous push holds
     tool_cmd "$tool" stanza-create >"$LOGS/$target-$tool-stanza.log" 2>&1 || { cat "$LOGS/$target-$tool-stanza.log"; die "stanza-create failed"; }
     set_archive "$(archive_cmd "$tool")"
@@ -468,7 +477,9 @@ open(report, "w").write("\n".join(out) + "\n")
 PYEOF
 }
 
-amain() {
+# bench_up: the checks, the run's lock and directories, the cached cluster, the lab, the S3
+# server, this pgjet, and the facts of the machine (archive.sh and stream.sh)
+bench_up() {
     [ "$(id -u)" -eq 0 ] || die "run as root"
     [ -x "$DELAYLINE" ] || die "no pgjet-delayline at $DELAYLINE"
     [ -x "${VERSITYGW:-}" ] || die "versitygw not found"
@@ -494,6 +505,10 @@ amain() {
     fact pgbackrest "$(pgbackrest version)"
     fact versitygw "$VERSITYGW --keep-alive"
     fact rtt_ms "$RTT_MS"
+}
+
+amain() {
+    bench_up
     fact settings "DURATION=$DURATION CLIENTS=$CLIENTS FLOOD_SEGS=$FLOOD_SEGS FLOOD_UPDATE_SEGS=$FLOOD_UPDATE_SEGS FLOOD_PGBENCH_SEGS=$FLOOD_PGBENCH_SEGS FLOOD_KINDS='$FLOOD_KINDS' ASCALE=$ASCALE JOBS=$JOBS RTT_MS=$RTT_MS TARGETS='$TARGETS' TOOLS='$TOOLS' PHASES='$PHASES'"
     local target tool
     for target in $TARGETS; do

@@ -233,14 +233,7 @@ PYEOF
 one_stream_tool() {
     local target=$1 tool=$2 lsn0 lsn1 t0 t1 segs kind
     header "$target / $tool"
-    stop_background
-    pg_stop_cluster "$CL"; rm -rf "$CL"; cp -a "$BASE" "$CL"
-    sed -i "s|$BASE/sock|$CL/sock|" "$CL/data/postgresql.conf"
-    rm -f "$CL/data/postmaster.pid"
-    start_in_b "$CL"
-    rm -rf "$RUN/pgjet-repo" "$RUN/pgbr-repo" "$RUN/pgjet-spool" "$RUN/pgbr-spool" "$RUN/pgbr-lock" "$RUN/receivewal" "$S3DATA/$BUCKET/pgjet" "$S3DATA/$BUCKET/pgbackrest"
-    mkdir -p "$RUN/pgjet-repo" "$RUN/pgbr-repo" "$RUN/pgjet-spool" "$RUN/pgbr-spool" "$RUN/pgbr-lock" "$RUN/receivewal" "$LOGS/pgbackrest"
-    chown postgres: "$RUN/pgjet-repo" "$RUN/pgbr-repo" "$RUN/pgjet-spool" "$RUN/pgbr-spool" "$RUN/pgbr-lock" "$RUN/receivewal" "$LOGS/pgbackrest"
+    fresh_cluster "$RUN/receivewal"
     case $tool in
         pgjet-stream)
             set_archive /bin/true
@@ -368,30 +361,8 @@ PYEOF
 }
 
 smain() {
-    [ "$(id -u)" -eq 0 ] || die "run as root"
-    [ -x "$DELAYLINE" ] || die "no pgjet-delayline at $DELAYLINE"
-    [ -x "${VERSITYGW:-}" ] || die "versitygw not found"
-    if [[ " $TARGETS " == *" s3 "* ]] && [ "$SKIP_S5CMD" != 1 ]; then install_s5cmd; fi
-    mkdir -p "$BENCH"
-    exec 9>"$BENCH/lock"
-    flock -n 9 || die "another run holds $BENCH/lock"
-    LOCKED=1
-    mkdir -p "$BENCH/bin" "$LOGS" "$RES"; chmod 755 "$BENCH" "$BENCH/bin"
-    rm -rf "$RUN"; mkdir -p "$RUN"; chmod 755 "$RUN"
-    rm -rf "$LOGS"; mkdir -p "$LOGS"
-    : >"$ROWS"; : >"$LAGS"; : >"$LAGB"; : >"$FACTS"; : >"$TIMES"
-    build_base
-    lab_up
-    start_versitygw
-    setup_pgjet >/dev/null 2>&1
-    fact machine "$(nproc) CPUs, $(awk '/model name/ {sub(/.*: /, ""); print; exit}' /proc/cpuinfo)"
-    fact memory "$(free -g | awk '/^Mem:/ {print $2 " GiB total"}')"
-    fact disk "$BENCH on $(df -T "$BENCH" | awk 'NR==2 {print $2}')"
-    fact postgres "$("$PGBIN/postgres" --version)"
-    fact pgjet "$PGJET_VERSION (commit $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?'))"
-    fact pgbackrest "$(pgbackrest version)"
-    fact versitygw "$VERSITYGW --keep-alive"
-    fact rtt_ms "$RTT_MS"
+    bench_up
+    : >"$LAGB"
     fact settings "DURATION=$DURATION CLIENTS=$CLIENTS FLOOD_SEGS=$FLOOD_SEGS FLOOD_UPDATE_SEGS=$FLOOD_UPDATE_SEGS FLOOD_KINDS='$FLOOD_KINDS' ASCALE=$ASCALE JOBS=$JOBS RTT_MS=$RTT_MS SYNC_S=$SYNC_S TARGETS='$TARGETS' STOOLS='$STOOLS'"
     local target tool
     for target in $TARGETS; do
