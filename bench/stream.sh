@@ -33,7 +33,7 @@ export BENCH_DIR=${BENCH_DIR:-/var/tmp/pgjet-streambench}
 export LAB_PREFIX=${LAB_PREFIX:-pjst}
 export LAB_ID=${LAB_ID:-95}
 HERE1=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-SREPORT=${REPORT:-$HERE1/results/stream-$(date -u +%Y%m%dT%H%MZ).md}
+SREPORT=${REPORT:-$HERE1/results/walstream-$(date -u +%Y%m%dT%H%MZ).md}
 # shellcheck source=bench/archive.sh
 source "$HERE1/archive.sh"    # the lab, versitygw, the cached cluster, floods; runs nothing
 REPORT=$SREPORT
