@@ -20,6 +20,12 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+thread_local! {
+    /// The aligned copy of an object [`PosixStorage::write_temp`] writes directly, kept per
+    /// thread (up to the largest object written: a WAL segment, 16 MiB by default).
+    static ALIGNED: std::cell::RefCell<AlignedBuf> = std::cell::RefCell::new(direct::aligned_buf(0));
+}
+
 /// A store rooted at a local directory.
 pub struct PosixStorage {
     root: PathBuf,
@@ -65,10 +71,23 @@ impl PosixStorage {
             .mode(FILE_MODE)
             .open(&tmp)
             .map_err(|e| Error::io("create", &tmp, e))?;
-        let r = f
-            .write_all(data)
-            .and_then(|_| f.sync_all())
-            .map_err(|e| Error::io("write", &tmp, e));
+        let r = if data.len() >= direct::DIRECT_MIN_WRITE {
+            // A whole object of a MiB or more (an archived WAL segment) is written directly
+            // from an aligned copy: through the page cache, writing and syncing 768 MiB as 16
+            // MiB files cost 1.97 s of kernel CPU on this project's VM, directly 0.02 s (and
+            // 0.44 s of wall time instead of 2.34).
+            let w = Writer::wrap(f, &tmp, true);
+            let written = ALIGNED.with(|buf| {
+                let mut buf = buf.borrow_mut();
+                direct::fit(&mut buf, data.len());
+                buf.copy_from_slice(data);
+                w.write_at(&buf, 0)
+            });
+            written.and_then(|_| w.file().sync_all())
+        } else {
+            f.write_all(data).and_then(|_| f.sync_all())
+        }
+        .map_err(|e| Error::io("write", &tmp, e));
         if r.is_err() {
             let _ = fs::remove_file(&tmp);
         }
