@@ -363,7 +363,7 @@ fn pg18_posix_stream_follows_a_failover_with_a_multi_host_string() {
     step!("the old primary on timeline 1 is refused");
 }
 
-/// PostgreSQL 18 into S3 (versitygw): the S3 server stopped while pgbench writes (the
+/// PostgreSQL 18 into S3 (versitygw): the S3 server stopped for a minute while pgbench writes (the
 /// receiver retries, the slot keeps the WAL on the server), started again: the receiver
 /// catches up, and a restore from S3 alone holds every commit.
 #[test]
@@ -395,8 +395,9 @@ fn pg18_s3_stream_rides_out_a_store_outage() {
     cluster.psql("postgres", "INSERT INTO marks VALUES (1)");
     wait_flushed(&cluster.server, "before the outage");
 
+    // A minute without S3 under a steady load.
     store.stop();
-    let (bin, a) = pgbench_args(&cluster.server, &args!["-n", "-c", 2, "-T", 8]);
+    let (bin, a) = pgbench_args(&cluster.server, &args!["-n", "-c", 2, "-R", 100, "-T", 60]);
     run_as_postgres(&bin, &a, None).ok();
     cluster.psql("postgres", "INSERT INTO marks VALUES (2)");
     let behind = cluster.psql(

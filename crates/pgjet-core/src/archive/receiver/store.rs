@@ -138,8 +138,9 @@ impl InOrder<'_> {
 
 /// The storer: stores each piece of work into every repository ([`Storing::store`]); moves
 /// the durable position on in stream order and wakes the receiver. Complete segments are
-/// stored by up to `jobs` threads at once (a flood compresses and writes several side by
-/// side); a tail chunk or a history file waits until everything before it is stored (a
+/// stored by `jobs` threads at once (a flood compresses and writes several side by side),
+/// handed out by this one; a tail chunk or a history file waits until everything before it
+/// is stored, then this thread stores it (a
 /// segment's tail is removed once the segment is stored, so its chunks must be there first).
 ///
 /// Errors: a failure once the process is cancelled; a codec that cannot be made.
@@ -157,9 +158,11 @@ pub(super) fn store_loop(
         next: 0,
         done: Default::default(),
     };
-    let helpers = jobs.saturating_sub(1);
+    // With jobs > 1, `jobs` threads store the segments and this one hands them out (it
+    // stores only chunks and history files, after everything before them).
+    let helpers = if jobs > 1 { jobs } else { 0 };
     std::thread::scope(|scope| {
-        // No capacity: a segment goes to a helper only if one waits for work.
+        // No capacity: a segment is handed over only to a thread that waits for work.
         let (seg_tx, seg_rx) = crossbeam_channel::bounded::<(u64, Work)>(0);
         let (done_tx, done_rx) = crossbeam_channel::unbounded::<(u64, Result<Option<Lsn>>)>();
         for _ in 0..helpers {
@@ -179,6 +182,7 @@ pub(super) fn store_loop(
                 }
             });
         }
+        drop(seg_rx);
         drop(done_tx);
         let mut seq = 0u64;
         let mut with_helpers = 0usize;
@@ -192,15 +196,24 @@ pub(super) fn store_loop(
                 recv(rx) -> work => {
                     let Ok(work) = work else { break };
                     match work {
-                        // A helper takes it if one is free; else this thread stores it.
-                        Work::Segment { .. } if helpers > 0 => match seg_tx.try_send((seq, work)) {
-                            Ok(()) => with_helpers += 1,
-                            Err(e) => {
-                                let (seq, work) = e.into_inner();
-                                let end = mine.store(&work);
-                                finished((seq, end), &mut result);
+                        // To the next free storing thread (waiting for one to finish when
+                        // all are busy).
+                        Work::Segment { .. } if helpers > 0 => {
+                            if with_helpers == helpers {
+                                if let Ok(r) = done_rx.recv() {
+                                    with_helpers -= 1;
+                                    finished(r, &mut result);
+                                }
                             }
-                        },
+                            match seg_tx.send((seq, work)) {
+                                Ok(()) => with_helpers += 1,
+                                Err(_) => {
+                                    result = Err(crate::error::Error::Other(
+                                        "the threads storing the stream's segments stopped".into(),
+                                    ))
+                                }
+                            }
+                        }
                         work => {
                             while with_helpers > 0 {
                                 let Ok(r) = done_rx.recv() else { break };
