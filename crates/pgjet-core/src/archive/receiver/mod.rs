@@ -352,18 +352,21 @@ fn stream_copy(
             unsafe { libc::poll(fds.as_mut_ptr(), 1, 1000) };
             continue;
         }
-        let timeout = if pending && storer_idle {
+        // When the stream pauses, a tail is due at once at the server's end of WAL (a commit
+        // may be waiting for it); behind it (catching up), at most every tail_interval: the
+        // segment completes soon anyway, and the server still holds what is not yet durable
+        // here. The wait for the next message is as long as the tail can wait (no poll in
+        // a loop while it cannot be handed yet).
+        let at_end = s.next >= s.server_end;
+        let timeout = if !(pending && storer_idle) {
+            Duration::from_millis(1000)
+        } else if at_end {
             Duration::ZERO
         } else {
-            Duration::from_millis(1000)
+            s.o.tail_interval.saturating_sub(s.last_handed.elapsed())
         };
         match conn.next_wal(Some(s.wake.as_raw_fd()), timeout)? {
             None => {
-                // The stream paused. At the server's end of WAL (a commit may be waiting for
-                // it), what was received becomes durable now; behind it (catching up), at
-                // most every tail_interval: the segment completes soon anyway, and the
-                // server still holds what is not yet durable here.
-                let at_end = s.next >= s.server_end;
                 if pending
                     && storer_idle
                     && (at_end || s.last_handed.elapsed() >= s.o.tail_interval)
