@@ -25,6 +25,8 @@
 #      `Expect: 100-continue`, which would cost a round trip more).
 #
 #   bash bench/stream.sh
+#   PERF=1 STOOLS=pgjet-stream TARGETS=s3 FLOOD_KINDS=update bash bench/stream.sh   # the receiver's
+#       profile while it catches up each flood: $BENCH_DIR/results/perf-<target>-<tool>-<kind>.data
 #   DURATION=3 FLOOD_SEGS=2 FLOOD_KINDS=random SYNC_S=2 SKIP_S5CMD=1 RTT_MS=1 ASCALE=1 bash bench/stream.sh   # smoke
 #
 # Run as root; clusters and tools run as postgres inside namespace B (see bench/s3.sh).
@@ -151,9 +153,14 @@ stream_flood() {
     t0=$(now)
     start_receiver "$target" "$tool"
     pid=$RECV_PID
+    local perf_pid=""
+    if [ "$PERF" = 1 ]; then   # the receiver's own profile while it catches up
+        perf record -g -F 999 -p "$pid" -o "$RES/perf-$target-$tool-$kind.data" >/dev/null 2>&1 & perf_pid=$!
+    fi
     wait_caught_up "$tool" "$end" 1800 || say "  flood ($kind): FAILED, not received in 1800 s"
     t1=$(now)
     cpu1=$(cpu_ticks)
+    if [ -n "$perf_pid" ]; then kill -INT "$perf_pid"; wait "$perf_pid" 2>/dev/null || true; fi
     rcpu=$(awk '{print $14 + $15}' "/proc/$pid/stat" 2>/dev/null || echo 0)
     row "$target" "$tool" "flood_${kind}_segments" "$want"
     row "$target" "$tool" "flood_${kind}_s" "$(awk -v a="$t1" -v b="$t0" 'BEGIN {printf "%.2f", a - b}')"
