@@ -10,6 +10,7 @@ pub mod exclude;
 pub mod lsn;
 pub mod pg_manifest;
 pub mod privileges;
+pub mod processes;
 pub mod session;
 pub mod walscan;
 pub mod walsummary;

@@ -188,39 +188,10 @@ fn receiver_says(target: &Path, (log, from): (&Path, u64)) -> Option<&'static st
 /// process title says it streams: `postgres: walreceiver streaming 0/3000148`
 /// (walreceiver.c sets it with set_ps_display while update_process_title is on, the default).
 fn receiver_streams(target: &Path) -> bool {
-    let Some(postmaster) = fs::read_to_string(target.join("postmaster.pid"))
-        .ok()
-        .and_then(|p| p.lines().next()?.trim().parse::<u32>().ok())
-    else {
-        return false;
-    };
-    let Ok(procs) = fs::read_dir("/proc") else {
-        return false;
-    };
-    procs.flatten().any(|e| {
-        let pid = e.file_name();
-        let Some(pid) = pid
-            .to_str()
-            .filter(|p| p.bytes().all(|b| b.is_ascii_digit()))
-        else {
-            return false;
-        };
-        let parent = fs::read_to_string(format!("/proc/{pid}/stat"))
-            .ok()
-            .and_then(|s| {
-                s.rsplit_once(')')?
-                    .1
-                    .split_whitespace()
-                    .nth(1)?
-                    .parse::<u32>()
-                    .ok()
-            });
-        parent == Some(postmaster)
-            && fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
-                let title = String::from_utf8_lossy(&c);
-                title.contains("walreceiver") && title.contains("streaming")
-            })
+    crate::pg::processes::postmaster_child(target, |title| {
+        title.contains("walreceiver") && title.contains("streaming")
     })
+    .is_some()
 }
 
 /// Whether a standby's log says its WAL receiver streams: walreceiver.c logs `started

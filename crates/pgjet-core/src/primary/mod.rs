@@ -223,8 +223,7 @@ pub fn local_data_directory(info: &ServerInfo) -> Option<PathBuf> {
     } else {
         PathBuf::from(&info.data_directory)
     };
-    let pidfile = fs::read_to_string(dir.join("postmaster.pid")).ok()?;
-    let postmaster: u32 = pidfile.lines().next()?.trim().parse().ok()?;
+    let postmaster = crate::pg::processes::postmaster_pid(&dir)?;
     if postmaster != ppid {
         tracing::debug!(
             "postmaster.pid names {postmaster}, the backend's parent is {ppid}: not this host"
