@@ -235,6 +235,24 @@ mod tests {
         assert!(tails(&st, 1).unwrap().is_empty());
     }
 
+    /// A chunk whose bytes do not fill the range its name gives is refused as corrupt,
+    /// not read past its end.
+    #[test]
+    fn a_chunk_shorter_than_its_range_is_corrupt() {
+        let st = Stanza::new(1, memory(), "s");
+        let c = Compression::new(CompressType::Zstd, None).unwrap();
+        let mut z = Compressor::new(c).unwrap();
+        let name = chunk_file(SEG, 0, 16);
+        let encoded = wal::encode(&name, &[7u8; 8], c, &mut z, 7).unwrap();
+        let object = format!(
+            "{}/00000000-00000010",
+            tail_dir(&st, &segment_file(SEG).unwrap())
+        );
+        assert!(st.store().create_new(&object, &encoded).unwrap());
+        let e = read_tail(&st, SEG).unwrap_err();
+        assert!(e.to_string().contains("8 bytes for a range of 16"), "{e}");
+    }
+
     /// A tail of many small chunks merged at levels (as the receiver writes them) reads back
     /// whole, taking one chunk per merged range.
     #[test]
