@@ -358,11 +358,12 @@ pub fn get_background(s: &ArchiveConfig, first_request: &str) -> Result<()> {
 }
 
 /// Removes whatever an earlier prefetcher left in `dir` (another restore, a crash), all but
-/// `.requested`.
+/// `.requested` and a foreground's `.requested` being written (its temporary file: removed
+/// under it, the foreground's rename would fail).
 fn remove_leftovers(dir: &Path) {
     if let Ok(rd) = fs::read_dir(dir) {
         for e in rd.flatten() {
-            if e.file_name() != ".requested" {
+            if !e.file_name().to_string_lossy().starts_with(".requested") {
                 let _ = fs::remove_file(e.path());
             }
         }
