@@ -44,6 +44,7 @@ STOOLS=${STOOLS:-pgjet-stream pg_receivewal pgjet-async pgbr-async}
 SYNC_S=${SYNC_S:-15}                # seconds of single-client pgbench per synchronous run
 SAMPLE_EVERY=${SAMPLE_EVERY:-0.5}   # seconds between lag samples
 WRITES=${WRITES:-100}               # small durable writes timed for the repository's latency
+FLOOD_RUNS=${FLOOD_RUNS:-3}         # runs of each flood per tool (medians reported)
 APP=bench_receiver                  # the receivers' application_name (and the sync standby)
 LAGB=$RES/stream-lag.tsv            # target, tool, seconds, lag bytes
 RECV_PID=""
@@ -278,12 +279,15 @@ one_stream_tool() {
     row "$target" "$tool" drain_s "$(awk -v a="$t1" -v b="$t0" 'BEGIN {printf "%.1f", a - b}')"
     say "  pgbench: $segs segments of WAL; caught up $(awk -v a="$t1" -v b="$t0" 'BEGIN {printf "%.1f", a - b}') s after pgbench ended"
 
-    # 2. floods
+    # 2. floods, FLOOD_RUNS times each (the report gives the medians)
+    local run
     for kind in $FLOOD_KINDS; do
         local n=$FLOOD_SEGS
         [ "$kind" = update ] && n=$FLOOD_UPDATE_SEGS
         [ "$kind" = pgbench ] && n=$FLOOD_PGBENCH_SEGS
-        if is_receiver "$tool"; then stream_flood "$target" "$tool" "$kind" "$n"; else flood "$target" "$tool" "$kind" "$n"; fi
+        for run in $(seq 1 "$FLOOD_RUNS"); do
+            if is_receiver "$tool"; then stream_flood "$target" "$tool" "$kind" "$n"; else flood "$target" "$tool" "$kind" "$n"; fi
+        done
     done
 
     # 3. synchronous mode
@@ -298,10 +302,15 @@ write_stream_report() {
 import sys, statistics as st, collections
 rows_f, lags_f, facts_f, report = sys.argv[1:5]
 rows = collections.defaultdict(dict)
+# A key written several times (the floods, FLOOD_RUNS times each): every value is kept, in
+# order, and the plain figure is their median.
+runs = collections.defaultdict(lambda: collections.defaultdict(list))
 for l in open(rows_f):
     t, tool, k, v = l.rstrip("\n").split("\t")
-    try: rows[(t, tool)][k] = float(v)
+    try: runs[(t, tool)][k].append(float(v))
     except ValueError: rows[(t, tool)][k] = v
+for key, ks in runs.items():
+    for k, vs in ks.items(): rows[key][k] = st.median(vs)
 lag = collections.defaultdict(list)
 for l in open(lags_f):
     t, tool, s, b = l.rstrip("\n").split("\t")
@@ -324,25 +333,35 @@ for t in ("posix", "s3"):
     P(f"## {'posix directory' if t == 'posix' else 'S3 (versitygw, ' + facts.get('rtt_ms', '?') + ' ms round trip)'}")
     P("")
     kinds = [k for k in ("random", "update", "pgbench") if any(f"flood_{k}_s" in r for (tt, _), r in rows.items() if tt == t)]
-    P("| tool | pgbench tps | WAL (segments) | lag MiB: max | mean | p95 | caught up after pgbench s | " + "".join(f"flood {k}: segments/s | CPU s/GiB | " for k in kinds))
-    P("|---|---:|---:|---:|---:|---:|---:|" + "---:|---:|" * len(kinds))
-    def rate(x, kind):
-        r = rows.get((t, x), {})
-        n = rows.get((t, "limit" if x.startswith("limit") else x), {}).get(f"flood_{kind}_segments", 0)
-        return n / r[f"flood_{kind}_s"] if r.get(f"flood_{kind}_s") else None
-    def cpu(x, kind):
-        r = rows.get((t, x), {})
-        n = r.get(f"flood_{kind}_segments", 0)
-        return r[f"flood_{kind}_cpu_s"] / (n * 16 / 1024) if n and f"flood_{kind}_cpu_s" in r else None
+    P("| tool | pgbench tps | WAL (segments) | lag MiB: max | mean | p95 | caught up after pgbench s | " + "".join(f"flood {k}: segments/s | runs | CPU s/GiB | " for k in kinds))
+    P("|---|---:|---:|---:|---:|---:|---:|" + "---:|---:|---:|" * len(kinds))
+    def per_run(x, kind, k):
+        # each run's figure k per segment (the limits: one run, over the flood's segments)
+        r = runs.get((t, x), {})
+        n = r.get(f"flood_{kind}_segments") or runs.get((t, "limit"), {}).get(f"flood_{kind}_segments", [])
+        v = r.get(f"flood_{kind}_{k}", [])
+        if len(n) == 1: n = n * len(v)
+        return [(a, b) for a, b in zip(n, v) if a and b]
+    def rate(x, kind):   # median of the runs' segments per second
+        v = [a / b for a, b in per_run(x, kind, "s")]
+        return st.median(v) if v else None
+    def cpu(x, kind):    # median of the runs' machine CPU seconds per GiB
+        v = [b / (a * 16 / 1024) for a, b in per_run(x, kind, "cpu_s")]
+        return st.median(v) if v else None
+    def spread(x, kind):  # the runs' segments per second, lowest to highest
+        v = sorted(a / b for a, b in per_run(x, kind, "s"))
+        return f"{v[0]:.1f}–{v[-1]:.1f}" if len(v) > 1 else ""
     f1 = lambda v: f"{v:.1f}" if v else ""
     for x in tools:
         r = rows.get((t, x))
         if not r: continue
         lg = lag.get((t, x), [0])
-        P(f"| {names[x]} | {r.get('pgbench_tps', 0):.0f} | {r.get('pgbench_segments', 0):.1f} | {max(lg):.1f} | {st.mean(lg):.1f} | {p95(lg):.1f} | {r.get('drain_s', 0):.1f} | " + "".join(f"{f1(rate(x, k))} | {f1(cpu(x, k))} | " for k in kinds))
+        P(f"| {names[x]} | {r.get('pgbench_tps', 0):.0f} | {r.get('pgbench_segments', 0):.1f} | {max(lg):.1f} | {st.mean(lg):.1f} | {p95(lg):.1f} | {r.get('drain_s', 0):.1f} | " + "".join(f"{f1(rate(x, k))} | {spread(x, k)} | {f1(cpu(x, k))} | " for k in kinds))
     for lim in ("limit: cp + sync", "limit: s5cmd upload"):
         if (t, lim) in rows:
-            P(f"| {lim} (the same segments, raw) | | | | | | | " + "".join(f"{f1(rate(lim, k))} | | " for k in kinds))
+            P(f"| {lim} (the same segments, raw) | | | | | | | " + "".join(f"{f1(rate(lim, k))} | | | " for k in kinds))
+    P("")
+    P(f"Floods: segments per second and CPU are medians of {facts.get('flood_runs', '1')} run(s) per tool; runs: the lowest and highest. The limits: one run.")
     P("")
     for kind in kinds:
         s_, rw, ba, aa = rate("pgjet-stream", kind), rate("pg_receivewal", kind), rate("pgbr-async", kind), rate("pgjet-async", kind)
@@ -374,7 +393,8 @@ PYEOF
 smain() {
     bench_up
     : >"$LAGB"
-    fact settings "DURATION=$DURATION CLIENTS=$CLIENTS FLOOD_SEGS=$FLOOD_SEGS FLOOD_UPDATE_SEGS=$FLOOD_UPDATE_SEGS FLOOD_KINDS='$FLOOD_KINDS' ASCALE=$ASCALE JOBS=$JOBS RTT_MS=$RTT_MS SYNC_S=$SYNC_S TARGETS='$TARGETS' STOOLS='$STOOLS'"
+    fact flood_runs "$FLOOD_RUNS"
+    fact settings "FLOOD_RUNS=$FLOOD_RUNS DURATION=$DURATION CLIENTS=$CLIENTS FLOOD_SEGS=$FLOOD_SEGS FLOOD_UPDATE_SEGS=$FLOOD_UPDATE_SEGS FLOOD_KINDS='$FLOOD_KINDS' ASCALE=$ASCALE JOBS=$JOBS RTT_MS=$RTT_MS SYNC_S=$SYNC_S TARGETS='$TARGETS' STOOLS='$STOOLS'"
     local target tool
     for target in $TARGETS; do
         configure "$target"
