@@ -44,6 +44,7 @@ ASCALE=${ASCALE:-10}                # pgbench -i -s of the cluster
 TARGETS=${TARGETS:-posix s3}
 PHASES=${PHASES:-lag flood replay}  # which of the three runs (a subset for profiling)
 PERF=${PERF:-0}                     # 1 = perf record -a -g while each flood drains (RES/perf-*.data)
+CPU_BY_PROCESS=${CPU_BY_PROCESS:-0} # 1 = each flood's CPU seconds by process name, on the console
 TOOLS=${TOOLS:-pgjet-sync pgjet-async pgbr-sync pgbr-async}
 BASE=$BENCH/pg-base                 # cached: initdb + pgbench -i + pgcrypto, archive_mode = on
 CL=$RUN/cluster                     # the working copy of one tool's run
@@ -279,18 +280,48 @@ flood() {
         sleep 1
     fi
     local cpu0 cpu1
+    cpu_by_process save "$RES/cpu-procs.json"
     cpu0=$(cpu_ticks)
     t0=$(now)
     set_archive "$(archive_cmd "$tool")"
     wait_drained "$t0" 1800 || say "  flood ($kind): FAILED, not archived in 1800 s"
     t1=$(now)
     cpu1=$(cpu_ticks)
+    cpu_by_process show "$RES/cpu-procs.json"
     row "$target" "$tool" "flood_${kind}_cpu_s" "$(awk -v a="$cpu1" -v b="$cpu0" -v h="$(getconf CLK_TCK)" 'BEGIN {printf "%.2f", (a - b) / h}')"
     if [ -n "$perf_pid" ]; then kill -INT "$perf_pid"; wait "$perf_pid" 2>/dev/null || true; fi
     row "$target" "$tool" "flood_${kind}_segments" "$n"
     row "$target" "$tool" "flood_${kind}_s" "$(awk -v a="$t1" -v b="$t0" 'BEGIN {printf "%.2f", a - b}')"
     say "  flood ($kind): $n segments archived in $(awk -v a="$t1" -v b="$t0" 'BEGIN {printf "%.1f", a - b}') s"
     psql_cl "$CL" -c "TRUNCATE flood" >/dev/null
+}
+
+# cpu_by_process save|show FILE: with CPU_BY_PROCESS=1, the CPU time of every process saved
+# into FILE; then, by process name, what each used since (processes gone since: one line)
+cpu_by_process() {
+    [ "$CPU_BY_PROCESS" = 1 ] || return 0
+    /usr/bin/python3 - "$@" <<'PYEOF'
+import os, sys, json, collections
+def snap():
+    d = {}
+    for p in filter(str.isdigit, os.listdir("/proc")):
+        try: s = open(f"/proc/{p}/stat").read()
+        except OSError: continue
+        f = s[s.rindex(")") + 2:].split()
+        d[p] = (s[s.index("(") + 1:s.rindex(")")], int(f[11]) + int(f[12]))
+    c = open("/proc/stat").readline().split()
+    return d, sum(int(c[i]) for i in (1, 2, 3, 6, 7))
+if sys.argv[1] == "save":
+    json.dump(snap(), open(sys.argv[2], "w"))
+    sys.exit()
+(a, ba), (b, bb) = json.load(open(sys.argv[2])), snap()
+by = collections.Counter()
+for p, (comm, t) in b.items():
+    by[comm] += t - (a[p][1] if p in a else 0)
+hz = os.sysconf("SC_CLK_TCK")
+print("    CPU s by process: " + ", ".join(f"{c} {t / hz:.2f}" for c, t in by.most_common(8) if t > 0)
+      + f"; gone since {(bb - ba - sum(by.values())) / hz:.2f}; machine {(bb - ba) / hz:.2f}")
+PYEOF
 }
 
 # cpu_ticks: the machine's busy CPU time so far (user, nice, system, irq, softirq of every CPU),

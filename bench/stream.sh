@@ -143,6 +143,32 @@ wait_caught_up() {
     done
 }
 
+# segments_stored TARGET FIRST LAST: how many of the segments named FIRST..LAST (one timeline)
+# archive-stream has stored in the stanza's archive, counted in the repository's directory
+# (S3: versitygw's own directory; an object is there once its PUT is done)
+segments_stored() {
+    local dir=$RUN/pgjet-repo/bench/archive
+    [ "$1" = posix ] || dir=$S3DATA/$BUCKET/pgjet/bench/archive
+    find "$dir" -type f -name '[0-9A-F]*' 2>/dev/null |
+        awk -F/ -v a="$2" -v b="$3" '{n = $NF ""} length(n) == 24 && n >= a "" && n <= b "" {c++} END {print c + 0}'
+}
+
+# wait_flood_stored TARGET TOOL END SECONDS: until TOOL has made the flood ending at END durable.
+# archive-stream's segments are counted in the repository (END is a segment boundary: the
+# flood ends with a switch), every 0.05 s: no psql per look, whose CPU the flood's figure
+# would count (the lag run asks the server, wait_caught_up)
+wait_flood_stored() {
+    local target=$1 tool=$2 end=$3 limit=$4 names first last want t0
+    if [ "$tool" != pgjet-stream ] || [ "$FLOOD_FIRST" = "" ]; then
+        wait_caught_up "$tool" "$end" "$limit"; return
+    fi
+    t0=$(now)
+    until [ "$(segments_stored "$target" "$FLOOD_FIRST" "$FLOOD_LAST")" -ge "$FLOOD_WANT" ]; do
+        if awk -v a="$(now)" -v b="$t0" -v l="$limit" 'BEGIN {exit !(a - b > l)}'; then return 1; fi
+        sleep 0.05
+    done
+}
+
 # stream_flood TARGET TOOL KIND SEGMENTS: the flood made with the receiver stopped (its slot
 # keeps the WAL), then the time until the receiver has it durable
 stream_flood() {
@@ -154,6 +180,11 @@ stream_flood() {
     # The WAL made, in segments: a flood overshoots what it asked for (an UPDATE of the
     # whole table writes many segments at once), as archive-push's count of .ready files does.
     segs=$(psql_cl "$CL" -c "SELECT round(pg_wal_lsn_diff('$end', '$start') / $SEG.0, 1)")
+    # The segments the flood completes, for wait_flood_stored (none when END is not a boundary;
+    # pg_walfile_name of a boundary names the segment before it, hence the +1 and -1)
+    FLOOD_FIRST="" FLOOD_LAST="" FLOOD_WANT=0
+    read -r FLOOD_FIRST FLOOD_LAST FLOOD_WANT < <(psql_cl "$CL" -F ' ' -c "SELECT pg_walfile_name('$start'::pg_lsn + 1), pg_walfile_name('$end'::pg_lsn - 1), floor((pg_wal_lsn_diff('$end', '0/0') - 1) / $SEG) - floor(pg_wal_lsn_diff('$start', '0/0') / $SEG) + 1 WHERE pg_wal_lsn_diff('$end', '0/0') % $SEG = 0") || true
+    cpu_by_process save "$RES/cpu-procs.json"
     cpu0=$(cpu_ticks)
     t0=$(now)
     start_receiver "$target" "$tool"
@@ -162,9 +193,10 @@ stream_flood() {
     if [ "$PERF" = 1 ]; then   # the receiver's own profile while it catches up
         perf record -g -F 999 -p "$pid" -o "$RES/perf-$target-$tool-$kind.data" >/dev/null 2>&1 & perf_pid=$!
     fi
-    wait_caught_up "$tool" "$end" 1800 || say "  flood ($kind): FAILED, not received in 1800 s"
+    wait_flood_stored "$target" "$tool" "$end" 1800 || say "  flood ($kind): FAILED, not received in 1800 s"
     t1=$(now)
     cpu1=$(cpu_ticks)
+    cpu_by_process show "$RES/cpu-procs.json"
     if [ -n "$perf_pid" ]; then kill -INT "$perf_pid"; wait "$perf_pid" 2>/dev/null || true; fi
     rcpu=$(awk '{print $14 + $15}' "/proc/$pid/stat" 2>/dev/null || echo 0)
     row "$target" "$tool" "flood_${kind}_segments" "$segs"

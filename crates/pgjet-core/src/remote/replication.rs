@@ -143,6 +143,8 @@ pub struct ReplConn {
     /// Sends the cancel request when the process is cancelled ([`crate::io::cancel`]): a
     /// `BASE_BACKUP` waiting on its checkpoint, or streaming, ends at once.
     _cancel: Option<crate::io::cancel::Hook>,
+    /// WAL bytes of the last XLogData message not read yet ([`Self::read_wal`]).
+    pub(super) wal_pending: usize,
 }
 
 /// Where a cancel request goes: the server's socket as connected.
@@ -253,6 +255,7 @@ impl ReplConn {
             user: user.clone(),
             key: None,
             _cancel: None,
+            wal_pending: 0,
         };
         conn.startup(target)?;
         if let (Some(to), Some((pid, key))) = (cancel_to, conn.key.clone()) {
@@ -334,6 +337,17 @@ impl ReplConn {
     /// Reads the next backend message. NoticeResponse and ParameterStatus are logged and
     /// skipped. Errors: the connection closed or failed, a message over [`MAX_MESSAGE`].
     pub fn read_message(&mut self) -> Result<Message> {
+        let (tag, len) = self.read_head()?;
+        let body = self.read_body(len)?;
+        Ok(Message { tag, body })
+    }
+
+    /// Reads the next message's type and the length of its body (bytes), leaving the body
+    /// to [`Self::read_body`] or [`Self::read_into`]; NoticeResponse and ParameterStatus
+    /// are read whole, logged and skipped.
+    ///
+    /// Errors: the connection closed or failed, a message over [`MAX_MESSAGE`].
+    pub(super) fn read_head(&mut self) -> Result<(u8, usize)> {
         loop {
             let mut head = [0u8; 5];
             self.stream
@@ -346,16 +360,45 @@ impl ReplConn {
                     head[0].escape_ascii()
                 )));
             }
-            let mut body = vec![0u8; len - 4];
-            self.stream
-                .read_exact(&mut body)
-                .map_err(|e| Error::lost("read from", &self.describe, e))?;
             match head[0] {
-                b'N' => tracing::info!("server: {}", parse_error_fields(&body)),
-                b'S' => {}
-                tag => return Ok(Message { tag, body }),
+                b'N' => {
+                    let body = self.read_body(len - 4)?;
+                    tracing::info!("server: {}", parse_error_fields(&body));
+                }
+                b'S' => {
+                    self.read_body(len - 4)?;
+                }
+                tag => return Ok((tag, len - 4)),
             }
         }
+    }
+
+    /// Reads `len` bytes of a message body into a new buffer. Errors: the connection closed
+    /// or failed.
+    pub(super) fn read_body(&mut self, len: usize) -> Result<Vec<u8>> {
+        let mut body = vec![0u8; len];
+        self.read_into(&mut body)?;
+        Ok(body)
+    }
+
+    /// Fills `dst` from the connection: what is buffered first, the rest read from the
+    /// socket (or the TLS layer) straight into `dst`, not through the buffer (the WAL of a
+    /// stream lands where it is kept without a copy in between). Errors: the connection
+    /// closed or failed.
+    pub(super) fn read_into(&mut self, dst: &mut [u8]) -> Result<()> {
+        use std::io::BufRead;
+        let buffered = self.stream.buffer();
+        let n = buffered.len().min(dst.len());
+        dst[..n].copy_from_slice(&buffered[..n]);
+        self.stream.consume(n);
+        if n < dst.len() {
+            // The buffer is empty now: reading past it loses nothing.
+            self.stream
+                .get_mut()
+                .read_exact(&mut dst[n..])
+                .map_err(|e| Error::lost("read from", &self.describe, e))?;
+        }
+        Ok(())
     }
 
     /// An [`Error::Protocol`] on this connection: the server sent `detail`, which the

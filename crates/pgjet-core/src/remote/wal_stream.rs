@@ -46,12 +46,13 @@ pub enum Started {
 /// One message of the stream.
 #[derive(Debug)]
 pub enum WalMessage {
-    /// WAL bytes from `start`: [`WalMessage::data`] gives them.
+    /// `len` WAL bytes from `start`, not read yet: [`ReplConn::read_wal`] reads them where
+    /// they are kept (the next [`ReplConn::next_wal`] skips what is left unread).
     Data {
         start: Lsn,
         /// The server's end of WAL when it sent them.
         server_end: Lsn,
-        body: Vec<u8>,
+        len: usize,
     },
     /// The server is alive; `reply`: it wants a status update now.
     Keepalive { server_end: Lsn, reply: bool },
@@ -62,16 +63,6 @@ pub enum WalMessage {
 
 /// Offset of the WAL bytes in an XLogData message's body (`w`, three Int64).
 const XLOG_DATA_HEADER: usize = 25;
-
-impl WalMessage {
-    /// The WAL bytes of a [`WalMessage::Data`]; empty for the others.
-    pub fn data(&self) -> &[u8] {
-        match self {
-            WalMessage::Data { body, .. } => &body[XLOG_DATA_HEADER..],
-            _ => &[],
-        }
-    }
-}
 
 fn be_u64(b: &[u8], at: usize) -> Option<u64> {
     Some(u64::from_be_bytes(b.get(at..at + 8)?.try_into().ok()?))
@@ -148,7 +139,8 @@ impl ReplConn {
     }
 
     /// The next message of the stream, waiting up to `timeout` for it, or for `wake` (a
-    /// descriptor another thread makes readable) to be readable: None then.
+    /// descriptor another thread makes readable) to be readable: None then. The WAL bytes of
+    /// the message before that the caller did not read ([`Self::read_wal`]) are skipped.
     ///
     /// Errors: the server's ErrorResponse; the connection lost; a malformed message.
     pub fn next_wal(
@@ -156,48 +148,105 @@ impl ReplConn {
         wake: Option<std::os::fd::RawFd>,
         timeout: Duration,
     ) -> Result<Option<WalMessage>> {
+        self.skip_wal(self.wal_pending)?;
         let (readable, _) = self.wait_readable(wake, timeout)?;
         if !readable {
             return Ok(None);
         }
-        let m = self.read_message()?;
-        match m.tag {
-            b'd' => match m.body.first() {
-                Some(b'w') => {
-                    let header = (m.body.len() >= XLOG_DATA_HEADER)
-                        .then(|| (be_u64(&m.body, 1), be_u64(&m.body, 9)));
-                    let Some((Some(start), Some(end))) = header else {
-                        return Err(self.protocol("a WAL data message shorter than its header"));
-                    };
-                    Ok(Some(WalMessage::Data {
-                        start: Lsn(start),
-                        server_end: Lsn(end),
-                        body: m.body,
-                    }))
+        let (tag, len) = self.read_head()?;
+        match tag {
+            b'd' if len > 0 => {
+                let mut kind = [0u8; 1];
+                self.read_into(&mut kind)?;
+                match kind[0] {
+                    b'w' if len >= XLOG_DATA_HEADER => {
+                        // The header here; the WAL bytes where the caller keeps them.
+                        let mut h = [0u8; XLOG_DATA_HEADER - 1];
+                        self.read_into(&mut h)?;
+                        let int64 = |at: usize| {
+                            let mut b = [0u8; 8];
+                            b.copy_from_slice(&h[at..at + 8]);
+                            u64::from_be_bytes(b)
+                        };
+                        let (start, end) = (int64(0), int64(8));
+                        self.wal_pending = len - XLOG_DATA_HEADER;
+                        Ok(Some(WalMessage::Data {
+                            start: Lsn(start),
+                            server_end: Lsn(end),
+                            len: len - XLOG_DATA_HEADER,
+                        }))
+                    }
+                    b'w' => {
+                        self.read_body(len - 1)?;
+                        Err(self.protocol("a WAL data message shorter than its header"))
+                    }
+                    b'k' => {
+                        let rest = self.read_body(len - 1)?;
+                        let (Some(end), Some(&reply)) = (be_u64(&rest, 0), rest.get(16)) else {
+                            return Err(self.protocol("a keepalive message shorter than 18 bytes"));
+                        };
+                        Ok(Some(WalMessage::Keepalive {
+                            server_end: Lsn(end),
+                            reply: reply != 0,
+                        }))
+                    }
+                    other => {
+                        self.read_body(len - 1)?;
+                        Err(self.protocol(format!(
+                            "unexpected COPY data '{}' in the WAL stream",
+                            other.escape_ascii()
+                        )))
+                    }
                 }
-                Some(b'k') => {
-                    let (Some(end), Some(&reply)) = (be_u64(&m.body, 1), m.body.get(17)) else {
-                        return Err(self.protocol("a keepalive message shorter than 18 bytes"));
-                    };
-                    Ok(Some(WalMessage::Keepalive {
-                        server_end: Lsn(end),
-                        reply: reply != 0,
-                    }))
-                }
-                other => Err(self.protocol(format!(
-                    "unexpected COPY data '{}' in the WAL stream",
-                    other
-                        .map(|b| b.escape_ascii().to_string())
-                        .unwrap_or_default()
-                ))),
-            },
-            b'c' => Ok(Some(WalMessage::End)),
-            b'E' => Err(self.server_error(&m.body)),
-            other => Err(self.protocol(format!(
-                "unexpected message '{}' in the WAL stream",
-                other.escape_ascii()
-            ))),
+            }
+            b'd' => Err(self.protocol("empty COPY data in the WAL stream")),
+            b'c' => {
+                self.read_body(len)?;
+                Ok(Some(WalMessage::End))
+            }
+            b'E' => {
+                let body = self.read_body(len)?;
+                Err(self.server_error(&body))
+            }
+            other => {
+                self.read_body(len)?;
+                Err(self.protocol(format!(
+                    "unexpected message '{}' in the WAL stream",
+                    other.escape_ascii()
+                )))
+            }
         }
+    }
+
+    /// Reads the next `dst.len()` WAL bytes of the last [`WalMessage::Data`] into `dst`
+    /// (straight from the socket, as far as nothing is buffered).
+    ///
+    /// Errors: more bytes than the message has left ([`crate::error::Error::Protocol`]); the
+    /// connection lost.
+    pub fn read_wal(&mut self, dst: &mut [u8]) -> Result<()> {
+        if dst.len() > self.wal_pending {
+            return Err(self.protocol(format!(
+                "{} WAL bytes asked for, {} left in the message",
+                dst.len(),
+                self.wal_pending
+            )));
+        }
+        self.read_into(dst)?;
+        self.wal_pending -= dst.len();
+        Ok(())
+    }
+
+    /// Reads and drops up to `n` WAL bytes of the last [`WalMessage::Data`] (bytes the
+    /// caller already has). Errors: the connection lost.
+    pub fn skip_wal(&mut self, n: usize) -> Result<()> {
+        let mut scratch = [0u8; 8192];
+        let mut left = n.min(self.wal_pending);
+        while left > 0 {
+            let k = left.min(scratch.len());
+            self.read_wal(&mut scratch[..k])?;
+            left -= k;
+        }
+        Ok(())
     }
 
     /// Sends a standby status update: WAL received up to `written` and durable up to

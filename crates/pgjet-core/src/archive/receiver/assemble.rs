@@ -18,7 +18,10 @@ use std::time::{Duration, Instant};
 pub(super) struct Segment {
     pub(super) timeline: u32,
     pub(super) segno: u64,
+    /// The segment's buffer, a whole segment long (recycled: [`Shared::buffer`]); the
+    /// first `filled` bytes are received.
     pub(super) bytes: Vec<u8>,
+    pub(super) filled: usize,
     /// Bytes already handed to the storer as chunks.
     pub(super) handed: usize,
     /// Where each chunk handed over for this segment begins its own bytes, in order (a
@@ -29,6 +32,27 @@ pub(super) struct Segment {
 impl Segment {
     pub(super) fn name(&self, seg_size: u64) -> String {
         lsn::wal_segment_name(self.timeline, self.segno, seg_size)
+    }
+
+    /// The segment `segno` of `timeline`, its first bytes `prefix` (a stored tail), in a
+    /// buffer from `shared`.
+    pub(super) fn new(
+        shared: &Shared,
+        seg_size: u64,
+        timeline: u32,
+        segno: u64,
+        prefix: &[u8],
+    ) -> Segment {
+        let mut bytes = shared.buffer(seg_size as usize);
+        bytes[..prefix.len()].copy_from_slice(prefix);
+        Segment {
+            timeline,
+            segno,
+            bytes,
+            filled: prefix.len(),
+            handed: prefix.len(),
+            chunk_starts: Vec::new(),
+        }
     }
 }
 
@@ -86,7 +110,7 @@ impl Stream<'_> {
         let Some(seg) = &mut self.segment else {
             return;
         };
-        if seg.handed >= seg.bytes.len() {
+        if seg.handed >= seg.filled {
             return;
         }
         let name = seg.name(self.seg_size);
@@ -100,17 +124,20 @@ impl Stream<'_> {
         let work = Work::Chunk {
             segment: name,
             start: start as u64,
-            bytes: seg.bytes[start..].to_vec(),
-            end: Lsn(seg.segno * self.seg_size + seg.bytes.len() as u64),
+            bytes: seg.bytes[start..seg.filled].to_vec(),
+            end: Lsn(seg.segno * self.seg_size + seg.filled as u64),
         };
-        seg.handed = seg.bytes.len();
+        seg.handed = seg.filled;
         self.last_handed = Instant::now();
         self.queue(work);
     }
 
-    /// Appends WAL bytes at `start` (the position the stream is at, or before it: bytes
-    /// received already are skipped).
-    pub(super) fn append(&mut self, start: Lsn, mut data: &[u8]) -> Result<()> {
+    /// Reads the `len` WAL bytes of the message that starts at `start` from `conn` straight
+    /// into the segment in progress (the stream is at `start` or past it: bytes received
+    /// already are skipped), and hands each complete segment to the storer.
+    ///
+    /// Errors: `start` is past the stream's position (a hole); the connection lost.
+    pub(super) fn receive(&mut self, conn: &mut ReplConn, start: Lsn, len: usize) -> Result<()> {
         if start > self.next {
             return Err(Error::Protocol {
                 target: "the WAL stream".into(),
@@ -120,23 +147,20 @@ impl Stream<'_> {
                 ),
             });
         }
-        let skip = (self.next.0 - start.0) as usize;
-        data = data.get(skip..).unwrap_or(&[]);
-        while !data.is_empty() {
+        let skip = (self.next.0 - start.0).min(len as u64) as usize;
+        conn.skip_wal(skip)?;
+        let mut left = len - skip;
+        while left > 0 {
             let segno = self.next.0 / self.seg_size;
-            let seg = self.segment.get_or_insert_with(|| Segment {
-                timeline: self.timeline,
-                segno,
-                bytes: Vec::with_capacity(self.seg_size as usize),
-                handed: 0,
-                chunk_starts: Vec::new(),
+            let seg = self.segment.get_or_insert_with(|| {
+                Segment::new(self.shared, self.seg_size, self.timeline, segno, &[])
             });
-            let room = self.seg_size as usize - seg.bytes.len();
-            let n = room.min(data.len());
-            seg.bytes.extend_from_slice(&data[..n]);
-            data = &data[n..];
+            let n = (seg.bytes.len() - seg.filled).min(left);
+            conn.read_wal(&mut seg.bytes[seg.filled..seg.filled + n])?;
+            seg.filled += n;
+            left -= n;
             self.next = Lsn(self.next.0 + n as u64);
-            if seg.bytes.len() as u64 == self.seg_size {
+            if seg.filled == seg.bytes.len() {
                 let seg = self.segment.take().expect("a segment in progress");
                 self.queue(Work::Segment {
                     segment: seg.name(self.seg_size),

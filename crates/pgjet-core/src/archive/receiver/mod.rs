@@ -41,7 +41,7 @@ use slot::{ensure_slot, removed, skip_removed};
 use std::io::Read;
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use store::{store_loop, Shared, Work, MAX_BACKOFF, QUEUE};
@@ -78,10 +78,7 @@ pub struct ReceiverOptions {
 /// repositories are retried, not returned.
 pub fn run(a: &Archiver, o: &ReceiverOptions) -> Result<()> {
     let seg_size = a.segment_size();
-    let shared = Arc::new(Shared {
-        durable: AtomicU64::new(0),
-        in_flight: AtomicUsize::new(0),
-    });
+    let shared = Arc::new(Shared::new());
     let (wake_rx, wake_tx) =
         UnixStream::pair().map_err(|e| Error::Other("cannot make a pipe".into()).because(e))?;
     wake_rx
@@ -175,13 +172,13 @@ fn receive_loop(
         s.next = r.lsn;
         shared.durable.store(r.lsn.0, Ordering::Release);
         if !r.prefix.is_empty() {
-            s.segment = Some(Segment {
-                timeline: r.timeline,
-                segno: r.lsn.0 / seg_size,
-                handed: r.prefix.len(),
-                bytes: r.prefix.clone(),
-                chunk_starts: Vec::new(),
-            });
+            s.segment = Some(Segment::new(
+                shared,
+                seg_size,
+                r.timeline,
+                r.lsn.0 / seg_size,
+                &r.prefix,
+            ));
         }
         tracing::info!(
             "the archive ends at {} on timeline {}: streaming from there",
@@ -334,7 +331,7 @@ fn stream_copy(
         let pending = s
             .segment
             .as_ref()
-            .is_some_and(|seg| seg.handed < seg.bytes.len());
+            .is_some_and(|seg| seg.handed < seg.filled);
         let storer_idle = s.shared.in_flight.load(Ordering::Acquire) == 0;
         if pending && storer_idle && s.last_handed.elapsed() >= s.o.tail_interval {
             s.hand_tail();
@@ -374,13 +371,13 @@ fn stream_copy(
                     s.hand_tail();
                 }
             }
-            Some(
-                ref m @ WalMessage::Data {
-                    start, server_end, ..
-                },
-            ) => {
+            Some(WalMessage::Data {
+                start,
+                server_end,
+                len,
+            }) => {
                 s.server_end = s.server_end.max(server_end);
-                s.append(start, m.data())?
+                s.receive(conn, start, len)?
             }
             Some(WalMessage::Keepalive { reply, server_end }) => {
                 s.server_end = s.server_end.max(server_end);

@@ -10,6 +10,7 @@ use crossbeam_channel::{Receiver, Sender, TrySendError};
 use std::io::Write;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
 use std::time::Duration;
 
 /// Complete segments and chunks the receiver may hold for the storer beyond the one being
@@ -51,6 +52,40 @@ pub(super) struct Shared {
     pub(super) durable: AtomicU64,
     /// Work handed over and not yet stored.
     pub(super) in_flight: AtomicUsize,
+    /// Buffers of stored segments, for the next ones (at most [`QUEUE`]): the stream is read
+    /// into memory already mapped, not into fresh pages each segment.
+    pub(super) buffers: Mutex<Vec<Vec<u8>>>,
+}
+
+impl Shared {
+    pub(super) fn new() -> Shared {
+        Shared {
+            durable: AtomicU64::new(0),
+            in_flight: AtomicUsize::new(0),
+            buffers: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// A buffer of `len` bytes for the next segment: a stored segment's, else a new one.
+    /// Its bytes are whatever they were (each is received before it is read).
+    pub(super) fn buffer(&self, len: usize) -> Vec<u8> {
+        let reused = self.buffers.lock().ok().and_then(|mut b| b.pop());
+        match reused {
+            Some(b) if b.len() == len => b,
+            _ => vec![0u8; len],
+        }
+    }
+
+    /// Gives the buffer of a stored segment back for [`Self::buffer`].
+    fn recycle(&self, work: Work) {
+        if let Work::Segment { bytes, .. } = work {
+            if let Ok(mut b) = self.buffers.lock() {
+                if b.len() < QUEUE {
+                    b.push(bytes);
+                }
+            }
+        }
+    }
 }
 
 /// One storing thread's codecs and buffer, and the failure it last logged (once, not at
@@ -176,7 +211,9 @@ pub(super) fn store_loop(
                     }
                 };
                 for (seq, work) in seg_rx {
-                    if done_tx.send((seq, helper.store(&work))).is_err() {
+                    let r = helper.store(&work);
+                    shared.recycle(work);
+                    if done_tx.send((seq, r)).is_err() {
                         return;
                     }
                 }
@@ -221,6 +258,7 @@ pub(super) fn store_loop(
                                 finished(r, &mut result);
                             }
                             let end = mine.store(&work);
+                            shared.recycle(work);
                             finished((seq, end), &mut result);
                         }
                     }
