@@ -195,6 +195,9 @@ fresh_cluster() {
     sed -i "s|$BASE/sock|$CL/sock|" "$CL/data/postgresql.conf"
     rm -f "$CL/data/postmaster.pid"
     start_in_b "$CL"
+    # No autovacuum worker starting at a random moment of a timed flood (a flood's UPDATE of
+    # the whole table, or its inserts, call for one): the same for every tool
+    psql_cl "$CL" -c "ALTER SYSTEM SET autovacuum = off" -c "SELECT pg_reload_conf()" >/dev/null
     rm -rf "$S3DATA/$BUCKET/pgjet" "$S3DATA/$BUCKET/pgbackrest"
     for d in "$RUN/pgjet-repo" "$RUN/pgbr-repo" "$RUN/pgjet-spool" "$RUN/pgbr-spool" "$RUN/pgbr-lock" "$@"; do
         rm -rf "$d"; mkdir -p "$d"; chown postgres: "$d"
@@ -351,7 +354,9 @@ make_flood() {
         psql_cl "$CL" -c "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = 'pgbench'" >/dev/null
         wait "$bp" 2>/dev/null || true
     fi
-    psql_cl "$CL" -c "SELECT pg_switch_wal()" >/dev/null
+    # A checkpoint now, not one forced by the flood's WAL while a tool is timed (autovacuum is
+    # off in the copies: fresh_cluster)
+    psql_cl "$CL" -c CHECKPOINT -c "SELECT pg_switch_wal()" >/dev/null
 }
 
 # flood_limits TARGET: the machine's limits for the flood's job, on the same .ready files:
