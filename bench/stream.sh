@@ -91,7 +91,9 @@ start_receiver() {
 
 stop_receiver() {
     [ -n "$RECV_PID" ] || return 0
-    kill -TERM "$RECV_PID" 2>/dev/null || true
+    # pg_receivewal 15 ends cleanly on SIGINT only (SIGTERM kills it: a .partial segment
+    # half zero-filled, which it then refuses to start with); archive-stream on either
+    kill -INT "$RECV_PID" 2>/dev/null || true
     wait "$RECV_PID" 2>/dev/null || true
     RECV_PID=""
 }
