@@ -191,6 +191,26 @@ impl Archiver {
                     file.name
                 ),
                 Ok(PushOutcome::Stored) => {}
+                Ok(PushOutcome::Damaged(reason)) => {
+                    tracing::warn!(
+                        "repo{n}: the archived copy of {} is damaged ({reason}): replaced by this one",
+                        file.name
+                    );
+                    // `out` may have been handed to the store: encoded again.
+                    let replaced = wal::encode_hashed(
+                        &file.name,
+                        data,
+                        &xxh3,
+                        self.compression,
+                        compressor,
+                        self.system_identifier(),
+                        out,
+                    )
+                    .and_then(|_| wal::replace(st, file, out));
+                    if let Err(e) = replaced {
+                        first_err.get_or_insert(e);
+                    }
+                }
                 Err(e) => {
                     if self.repos.len() > 1 {
                         tracing::error!("repo{n}: cannot archive {}: {e}", file.name);

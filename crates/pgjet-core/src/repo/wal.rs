@@ -273,12 +273,17 @@ pub fn decode(object: &str, expected: &str, bytes: &[u8]) -> Result<(WalHeader, 
 }
 
 /// How a push ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PushOutcome {
     /// The object was created and is durable.
     Stored,
     /// The file was archived before with the same bytes; nothing was written.
     AlreadyArchived,
+    /// An object of the file's name is there but damaged: it cannot be read as an archive
+    /// object, or its header names these bytes but the bytes do not hold up (cut short: an
+    /// upload a store kept although it was cut off). Nothing was written; the caller
+    /// replaces it ([`replace`]) with the encoded object again. The reason is given.
+    Damaged(String),
 }
 
 /// Stores the encoded object `encoded` of `file` (bytes `data`) unless the archive has it:
@@ -290,9 +295,8 @@ pub enum PushOutcome {
 /// unspecified bytes afterwards, its allocation kept for the next segment; it is left as it
 /// was otherwise.
 ///
-/// Errors: [`Error::Repo`] when the archived copy differs (it is never replaced);
-/// [`Error::CorruptWal`] when the archived copy cannot be read as an archive object; the
-/// store's errors.
+/// Errors: [`Error::Repo`] when the archived copy differs (it is never replaced); the
+/// store's errors. A damaged archived copy is [`PushOutcome::Damaged`], not an error.
 pub fn store(
     st: &Stanza,
     file: &WalFile,
@@ -314,11 +318,18 @@ pub fn store(
         return Ok(PushOutcome::Stored);
     }
     let existing = st.store().get(&name)?;
-    let (h, _) = parse_header(&name, &existing)?;
+    let h = match parse_header(&name, &existing) {
+        Ok((h, _)) => h,
+        Err(Error::CorruptWal { reason, .. }) => return Ok(PushOutcome::Damaged(reason)),
+        Err(e) => return Err(e),
+    };
     if h.size == data.len() as u64 && h.xxh3 == codec::xxh3_hex(data) {
         // The header matches; check the stored copy whole before trusting it.
-        decode(&name, &file.name, &existing)?;
-        return Ok(PushOutcome::AlreadyArchived);
+        return match decode(&name, &file.name, &existing) {
+            Ok(_) => Ok(PushOutcome::AlreadyArchived),
+            Err(Error::CorruptWal { reason, .. }) => Ok(PushOutcome::Damaged(reason)),
+            Err(e) => Err(e),
+        };
     }
     Err(Error::Repo(format!(
         "WAL file {} is already archived in {} with different content ({} bytes, XXH3 {}; this one: {} bytes, XXH3 {}); the archived copy is kept. Two clusters may be archiving into one stanza",
@@ -329,6 +340,16 @@ pub fn store(
         data.len(),
         codec::xxh3_hex(data)
     )))
+}
+
+/// Replaces the damaged archived copy of `file` ([`PushOutcome::Damaged`]: no archive-get
+/// could use it) with the encoded object `encoded`, durable when it returns. Never used for
+/// a readable copy of other content: that stays, and [`store`] refuses.
+///
+/// Errors: the store's.
+pub fn replace(st: &Stanza, file: &WalFile, encoded: &[u8]) -> Result<()> {
+    st.store()
+        .put_durable(&file.object_name(st.name()), encoded)
 }
 
 /// Reads archived `file` and checks it whole: its header (whose `xxh3` the bytes were
@@ -693,5 +714,44 @@ mod tests {
         assert_eq!(fetch(&st, &missing).unwrap(), None);
         assert_eq!(list_timeline(&st, 1).unwrap(), vec![f.name.clone()]);
         assert_eq!(timelines(&st).unwrap(), vec![1]);
+    }
+
+    #[test]
+    fn a_damaged_copy_is_reported_and_replaced_but_never_a_readable_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let st = crate::storage::posix::PosixStorage::open(dir.path()).unwrap();
+        let st = Stanza::new(1, std::sync::Arc::new(st), "s");
+        let c = Compression::new(CompressType::Zstd, None).unwrap();
+        let mut comp = Compressor::new(c).unwrap();
+        let f = WalFile::parse("000000010000000000000007").unwrap();
+        let data: Vec<u8> = (0..1u32 << 18).flat_map(|i| i.to_le_bytes()).collect();
+        let enc = encode(&f.name, &data, c, &mut comp, 1).unwrap();
+        let path = dir.path().join(f.object_name(st.name()));
+        // An upload cut off that the store kept: its header, part of its frame; then
+        // bytes that are no archive object at all.
+        for damaged in [&enc[..enc.len() - 1000], &b"\0\0garbage"[..]] {
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, damaged).unwrap();
+            let mut e = enc.clone();
+            match store(&st, &f, &data, &mut e, true).unwrap() {
+                PushOutcome::Damaged(reason) => assert!(!reason.is_empty()),
+                other => panic!("{other:?}"),
+            }
+            replace(&st, &f, &enc).unwrap();
+            assert_eq!(fetch(&st, &f).unwrap().unwrap().1, data);
+            let mut e = enc.clone();
+            assert_eq!(
+                store(&st, &f, &data, &mut e, true).unwrap(),
+                PushOutcome::AlreadyArchived
+            );
+        }
+        // A readable copy of other bytes is refused, not reported damaged.
+        let mut other = data.clone();
+        other[9] ^= 1;
+        let mut e = encode(&f.name, &other, c, &mut comp, 1).unwrap();
+        let err = store(&st, &f, &other, &mut e, true)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("different content"), "{err}");
     }
 }
