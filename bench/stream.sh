@@ -242,9 +242,10 @@ sync_phase() {
     say "  synchronous: ${local_ms:-?} ms per commit with a local flush, ${sync_ms:-?} ms with $tool as the synchronous standby"
 }
 
-# write_latency TARGET: the repository's own latency for one small durable write (median ms)
+# write_latency TARGET TOOL: the repository's own latency for one small durable write (median
+# ms), recorded beside TOOL's synchronous run
 write_latency() {
-    local target=$1 ms
+    local target=$1 tool=$2 ms
     if [ "$target" = posix ]; then
         fresh_dir "$RUN/latency"
         ms=$(as_b /usr/bin/python3 - "$RUN/latency" "$WRITES" <<'PYEOF'
@@ -271,7 +272,7 @@ PYEOF
             awk '$1 == 200 && NR > 1 {print $2 * 1000}' | sort -n | awk '{v[NR] = $1} END {if (NR) printf "%.3f", v[int((NR + 1) / 2)]}')
         rm -rf "$S3DATA/$BUCKET/latency" "$RUN/latency.bin"
     fi
-    row "$target" "repository" write_ms "${ms:-0}"
+    row "$target" "$tool" write_ms "${ms:-0}"
     say "  the repository's own small durable write: ${ms:-?} ms (median of $WRITES)"
 }
 
@@ -324,8 +325,15 @@ one_stream_tool() {
         done
     done
 
-    # 3. synchronous mode
-    if is_receiver "$tool"; then sync_phase "$target" "$tool"; fi
+    # 3. synchronous mode, beside the repository's own write latency measured just before
+    # in the same state: the floods' writes flushed first (left to the kernel's writeback,
+    # they slowed an S3 server's writes during the synchronous run, not during the
+    # latency measured at the start)
+    if is_receiver "$tool"; then
+        sync
+        [ "$tool" != pgjet-stream ] || write_latency "$target" "$tool"
+        sync_phase "$target" "$tool"
+    fi
     stop_receiver
     stop_background
     pg_stop_cluster "$CL"
@@ -410,12 +418,14 @@ sync = [(t, x) for t in ("posix", "s3") for x in tools if "sync_ms" in rows.get(
 if sync:
     P("## Synchronous mode: commit latency (pgbench, 1 client)")
     P("")
+    P("The repository's own write: measured just before each synchronous run, with the floods' writes flushed.")
+    P("")
     P("| repository | standby | local flush ms | synchronous ms | added ms | repository's own small durable write ms | added − write ms |")
     P("|---|---|---:|---:|---:|---:|---:|")
     for t, x in sync:
         r = rows[(t, x)]
         add = r["sync_ms"] - r["sync_local_ms"]
-        w = rows.get((t, "repository"), {}).get("write_ms")
+        w = r.get("write_ms")
         wr = f"{w:.2f}" if w else ""
         extra = f"{add - w:+.2f}" if w and x == "pgjet-stream" else ""
         P(f"| {t} | {names[x]} | {r['sync_local_ms']:.2f} | {r['sync_ms']:.2f} | {add:+.2f} | {wr if x == 'pgjet-stream' else ''} | {extra} |")
@@ -432,8 +442,6 @@ smain() {
     local target tool
     for target in $TARGETS; do
         configure "$target"
-        header "$target: the repository's own write latency"
-        write_latency "$target"
         for tool in $STOOLS; do
             # pg_receivewal writes files into a local directory: the posix target only
             [ "$tool" = pg_receivewal ] && [ "$target" != posix ] && continue
