@@ -168,15 +168,18 @@ impl Archiver {
     ) -> Result<String> {
         self.check(file, data)?;
         let xxh3 = crate::codec::xxh3_hex(data);
-        wal::encode_hashed(
-            &file.name,
-            data,
-            &xxh3,
-            self.compression,
-            compressor,
-            self.system_identifier(),
-            out,
-        )?;
+        let encode = |compressor: &mut Compressor, out: &mut Vec<u8>| {
+            wal::encode_hashed(
+                &file.name,
+                data,
+                &xxh3,
+                self.compression,
+                compressor,
+                self.system_identifier(),
+                out,
+            )
+        };
+        encode(compressor, out)?;
         before_store()?;
         let mut first_err = None;
         for (i, (st, _)) in self.repos.iter().enumerate() {
@@ -197,16 +200,8 @@ impl Archiver {
                         file.name
                     );
                     // `out` may have been handed to the store: encoded again.
-                    let replaced = wal::encode_hashed(
-                        &file.name,
-                        data,
-                        &xxh3,
-                        self.compression,
-                        compressor,
-                        self.system_identifier(),
-                        out,
-                    )
-                    .and_then(|_| wal::replace(st, file, out));
+                    let replaced =
+                        encode(compressor, out).and_then(|_| wal::replace(st, file, out));
                     if let Err(e) = replaced {
                         first_err.get_or_insert(e);
                     }

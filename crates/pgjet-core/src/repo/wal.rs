@@ -685,14 +685,20 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_second_push_is_compared_never_replaced() {
+    /// A posix stanza in a temporary directory, zstd and its compressor, and segment 7.
+    fn stanza_and_codec() -> (tempfile::TempDir, Stanza, Compression, Compressor, WalFile) {
         let dir = tempfile::tempdir().unwrap();
         let st = crate::storage::posix::PosixStorage::open(dir.path()).unwrap();
         let st = Stanza::new(1, std::sync::Arc::new(st), "s");
         let c = Compression::new(CompressType::Zstd, None).unwrap();
-        let mut comp = Compressor::new(c).unwrap();
+        let comp = Compressor::new(c).unwrap();
         let f = WalFile::parse("000000010000000000000007").unwrap();
+        (dir, st, c, comp, f)
+    }
+
+    #[test]
+    fn a_second_push_is_compared_never_replaced() {
+        let (_dir, st, c, mut comp, f) = stanza_and_codec();
         let a = vec![7u8; 1 << 20];
         let mut ea = encode(&f.name, &a, c, &mut comp, 1).unwrap();
         // Not the last repository: the encoded bytes are left as they were, for the next.
@@ -718,12 +724,7 @@ mod tests {
 
     #[test]
     fn a_damaged_copy_is_reported_and_replaced_but_never_a_readable_one() {
-        let dir = tempfile::tempdir().unwrap();
-        let st = crate::storage::posix::PosixStorage::open(dir.path()).unwrap();
-        let st = Stanza::new(1, std::sync::Arc::new(st), "s");
-        let c = Compression::new(CompressType::Zstd, None).unwrap();
-        let mut comp = Compressor::new(c).unwrap();
-        let f = WalFile::parse("000000010000000000000007").unwrap();
+        let (dir, st, c, mut comp, f) = stanza_and_codec();
         let data: Vec<u8> = (0..1u32 << 18).flat_map(|i| i.to_le_bytes()).collect();
         let enc = encode(&f.name, &data, c, &mut comp, 1).unwrap();
         let path = dir.path().join(f.object_name(st.name()));
