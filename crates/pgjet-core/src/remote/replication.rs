@@ -381,10 +381,11 @@ impl ReplConn {
         Ok(body)
     }
 
-    /// Fills `dst` from the connection: what is buffered first, the rest read from the
-    /// socket (or the TLS layer) straight into `dst`, not through the buffer (the WAL of a
-    /// stream lands where it is kept without a copy in between). Errors: the connection
-    /// closed or failed.
+    /// Fills `dst` from the connection: what the read buffer holds first, the rest read
+    /// from the socket (or the TLS layer) into `dst` without passing the buffer. Reading a
+    /// message's header fills the buffer (up to 256 KiB), so most of a WAL message still
+    /// comes from it; what this saves is a body allocated per message and its copy.
+    /// Errors: the connection closed or failed.
     pub(super) fn read_into(&mut self, dst: &mut [u8]) -> Result<()> {
         use std::io::BufRead;
         let buffered = self.stream.buffer();

@@ -219,7 +219,7 @@ impl ReplConn {
     }
 
     /// Reads the next `dst.len()` WAL bytes of the last [`WalMessage::Data`] into `dst`
-    /// (straight from the socket, as far as nothing is buffered).
+    /// (what the connection's read buffer holds, the rest from the socket).
     ///
     /// Errors: more bytes than the message has left ([`crate::error::Error::Protocol`]); the
     /// connection lost.
