@@ -14,7 +14,8 @@
 //!
 //! Each archived file is one object: a JSON header line ([`WalHeader`]) ending in `\n`, then
 //! the file's bytes compressed as one frame. Objects are created only if absent
-//! ([`Storage::create_new`]), so an archived file is never replaced; the name is the
+//! ([`crate::storage::Storage::create_new`]), so a readable archived file is never replaced
+//! (a damaged one is: [`replace`]); the name is the
 //! PostgreSQL file name whatever the compression, so a second push finds the first.
 use super::Stanza;
 use crate::codec::{self, Compression, Compressor};
