@@ -408,23 +408,65 @@ pub fn timelines(st: &Stanza) -> Result<Vec<u32>> {
 /// Every archived file name of timeline `tli` (segments, partial and backup history files,
 /// and the history file), sorted by name.
 pub fn list_timeline(st: &Stanza, tli: u32) -> Result<Vec<String>> {
-    let dir = format!("{}/{:08X}", archive_dir(st.name()), tli);
+    let dir = timeline_dir(st, tli);
     let mut out = Vec::new();
     for entry in st.store().list(&dir)? {
         let entry = entry?;
-        if entry.len() == 8 && !entry.contains('.') {
-            for n in st.store().list(&format!("{dir}/{entry}"))? {
-                let n = n?;
-                if WalFile::parse(&n).is_ok() {
-                    out.push(n);
-                }
-            }
+        if is_log_dir(&entry) {
+            out.extend(
+                list_log_dir(st, tli, &entry)?
+                    .into_iter()
+                    .filter(|n| WalFile::parse(n).is_ok()),
+            );
         } else if WalFile::parse(&entry).is_ok() {
             out.push(entry);
         }
     }
     out.sort();
     out.dedup();
+    Ok(out)
+}
+
+/// The directory of timeline `tli`'s archive.
+fn timeline_dir(st: &Stanza, tli: u32) -> String {
+    format!("{}/{:08X}", archive_dir(st.name()), tli)
+}
+
+/// A log directory's name: the 8 hex digits a segment name has in its middle (one directory
+/// per 4 GiB of WAL).
+fn is_log_dir(name: &str) -> bool {
+    name.len() == 8 && !name.contains('.')
+}
+
+/// The log directories of timeline `tli`, ascending (the newest WAL is in the last).
+///
+/// Errors: the store's.
+pub fn log_dirs(st: &Stanza, tli: u32) -> Result<Vec<String>> {
+    let mut out = Vec::new();
+    for entry in st.store().list(&timeline_dir(st, tli))? {
+        let entry = entry?;
+        if is_log_dir(&entry) {
+            out.push(entry);
+        }
+    }
+    out.sort();
+    out.dedup();
+    Ok(out)
+}
+
+/// What log directory `log` of timeline `tli` holds, one listing: archived files and the
+/// `<segment>.stream` directories of stream tails ([`super::wal_tail`]), unsorted, without
+/// a trailing '/'.
+///
+/// Errors: the store's.
+pub fn list_log_dir(st: &Stanza, tli: u32, log: &str) -> Result<Vec<String>> {
+    let mut out = Vec::new();
+    for n in st
+        .store()
+        .list(&format!("{}/{log}", timeline_dir(st, tli)))?
+    {
+        out.push(n?.trim_end_matches('/').to_string());
+    }
     Ok(out)
 }
 

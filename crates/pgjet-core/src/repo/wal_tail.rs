@@ -160,26 +160,25 @@ pub fn read_tail(st: &Stanza, segment: &str) -> Result<Option<Vec<u8>>> {
 ///
 /// Errors: the store's.
 pub fn tails(st: &Stanza, tli: u32) -> Result<Vec<String>> {
-    let dir = format!("{}/archive/{tli:08X}", st.name());
     let mut out = Vec::new();
-    for log in st.store().list(&dir)? {
-        let log = log?;
-        if log.len() != 8 || log.contains('.') {
-            continue;
-        }
-        for n in st.store().list(&format!("{dir}/{log}"))? {
-            let n = n?;
-            let n = n.trim_end_matches('/');
-            if let Some(seg) = n.strip_suffix(".stream") {
-                if crate::pg::lsn::is_wal_segment_name(seg) {
-                    out.push(seg.to_string());
-                }
-            }
-        }
+    for log in wal::log_dirs(st, tli)? {
+        out.extend(
+            wal::list_log_dir(st, tli, &log)?
+                .iter()
+                .filter_map(|n| tail_segment(n))
+                .map(str::to_string),
+        );
     }
     out.sort();
     out.dedup();
     Ok(out)
+}
+
+/// The segment whose tail directory an entry of a log directory is (`<segment>.stream`).
+pub fn tail_segment(entry: &str) -> Option<&str> {
+    entry
+        .strip_suffix(".stream")
+        .filter(|seg| crate::pg::lsn::is_wal_segment_name(seg))
 }
 
 /// Removes the tail of `segment` (its complete segment is archived, or retention).
