@@ -210,10 +210,21 @@ stream_flood() {
     psql_cl "$CL" -c "TRUNCATE flood" >/dev/null
 }
 
-# pgbench_latency SECONDS: single-client pgbench's average latency, ms
+# pgbench_latency SECONDS: single-client pgbench's average latency per transaction and of its
+# commit (the END statement, pgbench -r), ms: "TXN COMMIT"
 pgbench_latency() {
-    as_b "$PGBIN/pgbench" -n -c 1 -T "$1" -h "$CL/sock" -p "$(cluster_port "$CL")" -U postgres postgres 2>/dev/null |
-        sed -n 's/^latency average = \([0-9.]*\) ms$/\1/p'
+    as_b "$PGBIN/pgbench" -n -r -c 1 -T "$1" -h "$CL/sock" -p "$(cluster_port "$CL")" -U postgres postgres 2>/dev/null |
+        awk '/^latency average = / {t = $4} $NF == "END;" {c = $1} END {print t, c}'
+}
+
+# stream_counters: archive-stream's flush reports and tail writes so far, from its status
+# file: "FLUSH_REPORTS FLUSH_WAIT_S TAIL_WRITES TAIL_WRITE_S" (zeros when there is none)
+stream_counters() {
+    /usr/bin/python3 -c 'import json, sys
+try: s = json.load(open(sys.argv[1]))
+except Exception: s = {}
+print(*(s.get(k, 0) for k in ("flush_reports", "flush_wait_seconds", "tail_writes", "tail_write_seconds")))' \
+        "$RUN/pgjet-spool/archive/bench/stream.json"
 }
 
 set_sync_names() {
@@ -222,11 +233,14 @@ set_sync_names() {
 }
 
 # sync_phase TARGET TOOL: commit latency with a local flush only, then with the receiver as
-# the synchronous standby
+# the synchronous standby: per transaction and of the commit statement alone (the other
+# statements of a transaction run slower between commits that wait, on this VM: idle CPUs
+# wake late); for archive-stream also its own account of the wait (status file counters:
+# receipt of the WAL to its flush report, and the tail writes within)
 sync_phase() {
-    local target=$1 tool=$2 local_ms sync_ms
+    local target=$1 tool=$2 local_ms sync_ms c0 c1 local_commit_ms sync_commit_ms wait_ms write_ms
     set_sync_names ""
-    local_ms=$(pgbench_latency "$SYNC_S")
+    read -r local_ms local_commit_ms < <(pgbench_latency "$SYNC_S")
     if [ "$tool" = pg_receivewal ]; then
         stop_receiver
         start_receiver "$target" "$tool" --synchronous
@@ -236,15 +250,28 @@ sync_phase() {
     local state
     state=$(psql_cl "$CL" -c "SELECT sync_state FROM pg_stat_replication WHERE application_name = '$APP'")
     [ "$state" = sync ] || say "  synchronous: FAILED, $tool is '$state', not the synchronous standby"
-    sync_ms=$(pgbench_latency "$SYNC_S")
+    [ "$tool" != pgjet-stream ] || { sleep 1.2; c0=$(stream_counters); }
+    read -r sync_ms sync_commit_ms < <(pgbench_latency "$SYNC_S")
+    if [ "$tool" = pgjet-stream ]; then
+        sleep 1.2   # the status file is rewritten every second
+        c1=$(stream_counters)
+        read -r wait_ms write_ms < <(awk -v a="$c0" -v b="$c1" 'BEGIN {split(a, x, " "); split(b, y, " ");
+            n = y[1] - x[1]; w = y[3] - x[3];
+            printf "%.3f %.3f\n", (n > 0 ? (y[2] - x[2]) * 1000 / n : 0), (w > 0 ? (y[4] - x[4]) * 1000 / w : 0)}')
+        row "$target" "$tool" sync_flush_wait_ms "$wait_ms"
+        row "$target" "$tool" sync_tail_write_ms "$write_ms"
+        say "  archive-stream's own account: $wait_ms ms from receipt to flush report, of which $write_ms ms writing the tail"
+    fi
     set_sync_names ""
     row "$target" "$tool" sync_local_ms "${local_ms:-0}"
     row "$target" "$tool" sync_ms "${sync_ms:-0}"
-    say "  synchronous: ${local_ms:-?} ms per commit with a local flush, ${sync_ms:-?} ms with $tool as the synchronous standby"
+    row "$target" "$tool" sync_local_commit_ms "${local_commit_ms:-0}"
+    row "$target" "$tool" sync_commit_ms "${sync_commit_ms:-0}"
+    say "  synchronous: ${local_ms:-?} ms per transaction (${local_commit_ms:-?} ms its commit) with a local flush, ${sync_ms:-?} ms (${sync_commit_ms:-?} ms) with $tool as the synchronous standby"
 }
 
-# write_latency TARGET TOOL: the repository's own latency for one small durable write (median
-# ms), recorded beside TOOL's synchronous run
+# write_latency TARGET TOOL [KEY]: the repository's own latency for one small durable write
+# (median ms), recorded beside TOOL's synchronous run as KEY (write_ms)
 write_latency() {
     local target=$1 tool=$2 ms
     if [ "$target" = posix ]; then
@@ -273,7 +300,7 @@ PYEOF
             awk '$1 == 200 && NR > 1 {print $2 * 1000}' | sort -n | awk '{v[NR] = $1} END {if (NR) printf "%.3f", v[int((NR + 1) / 2)]}')
         rm -rf "$S3DATA/$BUCKET/latency" "$RUN/latency.bin"
     fi
-    row "$target" "$tool" write_ms "${ms:-0}"
+    row "$target" "$tool" "${3:-write_ms}" "${ms:-0}"
     say "  the repository's own small durable write: ${ms:-?} ms (median of $WRITES)"
 }
 
@@ -334,6 +361,8 @@ one_stream_tool() {
         sync
         [ "$tool" != pgjet-stream ] || write_latency "$target" "$tool"
         sync_phase "$target" "$tool"
+        # and after: the figure is the mean of both (a store's latency drifts)
+        [ "$tool" != pgjet-stream ] || write_latency "$target" "$tool" write_after_ms
     fi
     stop_receiver
     stop_background
@@ -419,17 +448,21 @@ sync = [(t, x) for t in ("posix", "s3") for x in tools if "sync_ms" in rows.get(
 if sync:
     P("## Synchronous mode: commit latency (pgbench, 1 client)")
     P("")
-    P("The repository's own write: measured just before each synchronous run, with the floods' writes flushed.")
+    P("Per transaction (pgbench's average) and of its commit alone (the END statement, pgbench -r). The repository's own small durable write: measured just before and just after each synchronous run, with the floods' writes flushed; the mean of both. archive-stream's own account: from receiving the commit's WAL to reporting it flushed, and the tail writes within (its status file's counters over the run).")
     P("")
-    P("| repository | standby | local flush ms | synchronous ms | added ms | repository's own small durable write ms | added − write ms |")
-    P("|---|---|---:|---:|---:|---:|---:|")
+    P("| repository | standby | transaction ms: local flush | synchronous | added | commit ms: local flush | synchronous | added | repository's own write ms (before / after) | commit added − write ms | archive-stream: receipt to flush report ms | of which its tail writes ms |")
+    P("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for t, x in sync:
         r = rows[(t, x)]
         add = r["sync_ms"] - r["sync_local_ms"]
-        w = r.get("write_ms")
-        wr = f"{w:.2f}" if w else ""
-        extra = f"{add - w:+.2f}" if w and x == "pgjet-stream" else ""
-        P(f"| {t} | {names[x]} | {r['sync_local_ms']:.2f} | {r['sync_ms']:.2f} | {add:+.2f} | {wr if x == 'pgjet-stream' else ''} | {extra} |")
+        cadd = r.get("sync_commit_ms", 0) - r.get("sync_local_commit_ms", 0)
+        ws = [w for w in (r.get("write_ms"), r.get("write_after_ms")) if w]
+        w = sum(ws) / len(ws) if ws else None
+        own = x == "pgjet-stream"
+        wr = f"{w:.2f} ({' / '.join(f'{v:.2f}' for v in ws)})" if w and own else ""
+        extra = f"{cadd - w:+.2f}" if w and own else ""
+        fw, tw = r.get("sync_flush_wait_ms"), r.get("sync_tail_write_ms")
+        P(f"| {t} | {names[x]} | {r['sync_local_ms']:.2f} | {r['sync_ms']:.2f} | {add:+.2f} | {r.get('sync_local_commit_ms', 0):.2f} | {r.get('sync_commit_ms', 0):.2f} | {cadd:+.2f} | {wr} | {extra} | {f'{fw:.2f}' if fw else ''} | {f'{tw:.2f}' if tw else ''} |")
     P("")
 open(report, "w").write("\n".join(out) + "\n")
 PYEOF

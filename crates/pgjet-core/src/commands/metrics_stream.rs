@@ -54,6 +54,26 @@ pub fn render(streams: &[(String, StreamStatus)], now: f64) -> String {
         "counter",
         "Connections archive-stream made again since it started (lost connections, failovers).",
     );
+    let mut tail_writes = Family::new(
+        "pgjet_stream_tail_writes_total",
+        "counter",
+        "Tail chunks (the segment in progress, stored at the server's end of WAL) written into every repository.",
+    );
+    let mut tail_write_seconds = Family::new(
+        "pgjet_stream_tail_write_seconds_total",
+        "counter",
+        "Seconds the tail chunks' writes took: the repositories' own latency for the writes synchronous commits wait on.",
+    );
+    let mut flush_reports = Family::new(
+        "pgjet_stream_flush_reports_total",
+        "counter",
+        "WAL received at the server's end of WAL and reported to the server as flushed once durable.",
+    );
+    let mut flush_wait_seconds = Family::new(
+        "pgjet_stream_flush_wait_seconds_total",
+        "counter",
+        "Seconds from receiving that WAL to reporting it flushed: what a synchronous commit waits on archive-stream for, tail writes included.",
+    );
     let mut age = Family::new(
         "pgjet_stream_status_age_seconds",
         "gauge",
@@ -70,6 +90,10 @@ pub fn render(streams: &[(String, StreamStatus)], now: f64) -> String {
         let since = if fresh { 0.0 } else { now - st.updated };
         lag_seconds.add(&l, st.lag_seconds + since.max(0.0));
         reconnects.add(&l, st.reconnects as f64);
+        tail_writes.add(&l, st.tail_writes as f64);
+        tail_write_seconds.add(&l, st.tail_write_seconds);
+        flush_reports.add(&l, st.flush_reports as f64);
+        flush_wait_seconds.add(&l, st.flush_wait_seconds);
         age.add(&l, (now - st.updated).max(0.0));
     }
     let mut out = String::new();
@@ -80,6 +104,10 @@ pub fn render(streams: &[(String, StreamStatus)], now: f64) -> String {
         &lag_bytes,
         &lag_seconds,
         &reconnects,
+        &tail_writes,
+        &tail_write_seconds,
+        &flush_reports,
+        &flush_wait_seconds,
         &age,
     ] {
         f.render(&mut out);
@@ -106,9 +134,21 @@ mod tests {
             server_lsn: 6000,
             lag_seconds: 2.0,
             reconnects: 1,
+            tail_writes: 10,
+            tail_write_seconds: 0.25,
+            flush_reports: 8,
+            flush_wait_seconds: 0.5,
         };
         let m = render(&[("main".into(), st.clone())], 1001.0);
         assert!(m.contains("pgjet_stream_up{stanza=\"main\"} 1\n"), "{m}");
+        assert!(
+            m.contains("pgjet_stream_flush_wait_seconds_total{stanza=\"main\"} 0.5\n"),
+            "{m}"
+        );
+        assert!(
+            m.contains("pgjet_stream_tail_writes_total{stanza=\"main\"} 10\n"),
+            "{m}"
+        );
         assert!(
             m.contains("pgjet_stream_lag_bytes{stanza=\"main\"} 2000\n"),
             "{m}"

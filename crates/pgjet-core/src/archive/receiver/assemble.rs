@@ -14,6 +14,10 @@ use std::os::unix::net::UnixStream;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+/// Tails awaiting their flush report that are remembered, at most (the oldest are
+/// forgotten: the figures are an average, not an account).
+const AWAITING_REPORT_MAX: usize = 1024;
+
 /// The segment in progress on the receiver's side.
 pub(super) struct Segment {
     pub(super) timeline: u32,
@@ -27,6 +31,8 @@ pub(super) struct Segment {
     /// Where each chunk handed over for this segment begins its own bytes, in order (a
     /// merged chunk also covers some before: [`wal_tail::merged_start`]).
     pub(super) chunk_starts: Vec<usize>,
+    /// When the first byte not yet handed over was received.
+    pub(super) unhanded_since: Option<Instant>,
 }
 
 impl Segment {
@@ -52,6 +58,7 @@ impl Segment {
             filled: prefix.len(),
             handed: prefix.len(),
             chunk_starts: Vec::new(),
+            unhanded_since: None,
         }
     }
 }
@@ -82,6 +89,13 @@ pub(super) struct Stream<'a> {
     /// Since when the repositories have been behind what the server sent.
     pub(super) behind_since: Option<Instant>,
     pub(super) last_shown: Option<Instant>,
+    /// Tails handed over at the server's end of WAL and not yet reported flushed: the
+    /// position each makes durable and when its first byte was received.
+    pub(super) awaiting_report: std::collections::VecDeque<(Lsn, Instant)>,
+    /// Tails reported flushed, and the time from their receipt to the report in total
+    /// ([`super::status::StreamStatus::flush_reports`]).
+    pub(super) flush_reports: u64,
+    pub(super) flush_wait: Duration,
 }
 
 impl Stream<'_> {
@@ -114,19 +128,37 @@ impl Stream<'_> {
             return;
         }
         let name = seg.name(self.seg_size);
+        let mut replaced = None;
         if matches!(self.waiting.back(), Some(Work::Chunk { segment, .. }) if *segment == name) {
             // It keeps its place in the levels, now reaching to here.
-            self.waiting.pop_back();
+            if let Some(Work::Chunk { end, .. }) = self.waiting.pop_back() {
+                replaced = Some(end);
+            }
         } else {
             seg.chunk_starts.push(seg.handed);
         }
         let start = wal_tail::merged_start(&seg.chunk_starts, seg.chunk_starts.len());
+        let end = Lsn(seg.segno * self.seg_size + seg.filled as u64);
         let work = Work::Chunk {
             segment: name,
             start: start as u64,
             bytes: seg.bytes[start..seg.filled].to_vec(),
-            end: Lsn(seg.segno * self.seg_size + seg.filled as u64),
+            end,
         };
+        if let Some(since) = seg.unhanded_since.take() {
+            // At the server's end of WAL a commit may wait for this tail (synchronous mode).
+            // A replaced chunk's wait goes on in the chunk that replaces it.
+            match self.awaiting_report.back_mut() {
+                Some(last) if Some(last.0) == replaced => last.0 = end,
+                _ if end >= self.server_end => {
+                    if self.awaiting_report.len() >= AWAITING_REPORT_MAX {
+                        self.awaiting_report.pop_front();
+                    }
+                    self.awaiting_report.push_back((end, since));
+                }
+                _ => {}
+            }
+        }
         seg.handed = seg.filled;
         self.last_handed = Instant::now();
         self.queue(work);
@@ -156,6 +188,7 @@ impl Stream<'_> {
                 Segment::new(self.shared, self.seg_size, self.timeline, segno, &[])
             });
             let n = (seg.bytes.len() - seg.filled).min(left);
+            seg.unhanded_since.get_or_insert_with(Instant::now);
             conn.read_wal(&mut seg.bytes[seg.filled..seg.filled + n])?;
             seg.filled += n;
             left -= n;
@@ -228,6 +261,10 @@ impl Stream<'_> {
             server_lsn: self.server_end.0,
             lag_seconds: self.behind_since.map_or(0.0, |t| t.elapsed().as_secs_f64()),
             reconnects: self.connections.saturating_sub(1),
+            tail_writes: self.shared.tail_writes.load(Ordering::Relaxed),
+            tail_write_seconds: self.shared.tail_write_micros.load(Ordering::Relaxed) as f64 / 1e6,
+            flush_reports: self.flush_reports,
+            flush_wait_seconds: self.flush_wait.as_secs_f64(),
         };
         super::status::write(path, &st);
         self.last_shown = Some(Instant::now());
@@ -240,6 +277,14 @@ impl Stream<'_> {
             conn.send_status(self.next, durable, false)?;
             self.reported = durable;
             self.last_status = Instant::now();
+            while let Some(&(end, since)) = self.awaiting_report.front() {
+                if end > durable {
+                    break;
+                }
+                self.awaiting_report.pop_front();
+                self.flush_reports += 1;
+                self.flush_wait += since.elapsed();
+            }
         }
         Ok(())
     }

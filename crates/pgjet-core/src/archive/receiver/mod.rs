@@ -166,6 +166,9 @@ fn receive_loop(
         connections: 0,
         behind_since: None,
         last_shown: None,
+        awaiting_report: Default::default(),
+        flush_reports: 0,
+        flush_wait: Duration::ZERO,
     };
     if let Some(r) = &resume {
         s.timeline = r.timeline;

@@ -33,6 +33,19 @@ pub struct StreamStatus {
     pub lag_seconds: f64,
     /// Connections made again after the first (lost connections, failovers).
     pub reconnects: u64,
+    /// Tail chunks written into every repository, and the seconds their writes took
+    /// (the repositories' own latency for the small writes a synchronous commit waits on).
+    #[serde(default)]
+    pub tail_writes: u64,
+    #[serde(default)]
+    pub tail_write_seconds: f64,
+    /// WAL received at the server's end of WAL and reported flushed once durable, and the
+    /// seconds from its receipt to the report: what a commit waits on the receiver for in
+    /// synchronous mode, the tail's write included.
+    #[serde(default)]
+    pub flush_reports: u64,
+    #[serde(default)]
+    pub flush_wait_seconds: f64,
 }
 
 /// The status file of the stanza whose spool directory is `spool_dir`.
@@ -78,6 +91,10 @@ mod tests {
             server_lsn: 120,
             lag_seconds: 0.25,
             reconnects: 3,
+            tail_writes: 4,
+            tail_write_seconds: 0.1,
+            flush_reports: 4,
+            flush_wait_seconds: 0.11,
         };
         write(&p, &st);
         assert_eq!(read(&p), Some(st));

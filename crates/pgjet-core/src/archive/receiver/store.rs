@@ -55,6 +55,10 @@ pub(super) struct Shared {
     /// Buffers of stored segments, for the next ones (at most [`QUEUE`]): the stream is read
     /// into memory already mapped, not into fresh pages each segment.
     pub(super) buffers: Mutex<Vec<Vec<u8>>>,
+    /// Tail chunks written into every repository, and the time their writes took in
+    /// microseconds (the successful attempt of each; [`super::status::StreamStatus`]).
+    pub(super) tail_writes: AtomicU64,
+    pub(super) tail_write_micros: AtomicU64,
 }
 
 impl Shared {
@@ -63,6 +67,8 @@ impl Shared {
             durable: AtomicU64::new(0),
             in_flight: AtomicUsize::new(0),
             buffers: Mutex::new(Vec::new()),
+            tail_writes: AtomicU64::new(0),
+            tail_write_micros: AtomicU64::new(0),
         }
     }
 
@@ -92,6 +98,7 @@ impl Shared {
 /// every retry).
 struct Storing<'a> {
     a: &'a Archiver,
+    shared: &'a Shared,
     compressor: crate::codec::Compressor,
     chunk_compression: Compression,
     chunk_compressor: crate::codec::Compressor,
@@ -100,10 +107,11 @@ struct Storing<'a> {
 }
 
 impl<'a> Storing<'a> {
-    fn new(a: &'a Archiver) -> Result<Storing<'a>> {
+    fn new(a: &'a Archiver, shared: &'a Shared) -> Result<Storing<'a>> {
         let chunk_compression = chunk_compression(a.compression());
         Ok(Storing {
             a,
+            shared,
             compressor: a.compressor()?,
             chunk_compression,
             chunk_compressor: crate::codec::Compressor::new(chunk_compression).map_err(|e| {
@@ -122,8 +130,18 @@ impl<'a> Storing<'a> {
         let mut wait = Duration::from_secs(1);
         loop {
             let chunk = (self.chunk_compression, &mut self.chunk_compressor);
+            let attempt = std::time::Instant::now();
             match store_one(self.a, work, &mut self.compressor, chunk, &mut self.out) {
-                Ok(()) => break,
+                Ok(()) => {
+                    if let Work::Chunk { .. } = work {
+                        let micros = attempt.elapsed().as_micros() as u64;
+                        self.shared.tail_writes.fetch_add(1, Ordering::Relaxed);
+                        self.shared
+                            .tail_write_micros
+                            .fetch_add(micros, Ordering::Relaxed);
+                    }
+                    break;
+                }
                 Err(e) if crate::io::cancel::cancelled().is_some() => return Err(e),
                 Err(e) => {
                     let text = e.to_string();
@@ -186,7 +204,7 @@ pub(super) fn store_loop(
     wake: UnixStream,
     jobs: usize,
 ) -> Result<()> {
-    let mut mine = Storing::new(a)?;
+    let mut mine = Storing::new(a, shared)?;
     let mut order = InOrder {
         shared,
         wake,
@@ -203,7 +221,7 @@ pub(super) fn store_loop(
         for _ in 0..helpers {
             let (seg_rx, done_tx) = (seg_rx.clone(), done_tx.clone());
             scope.spawn(move || {
-                let mut helper = match Storing::new(a) {
+                let mut helper = match Storing::new(a, shared) {
                     Ok(h) => h,
                     Err(e) => {
                         tracing::warn!("a storing thread could not start: {e}");
