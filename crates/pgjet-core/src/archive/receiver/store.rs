@@ -133,8 +133,13 @@ impl<'a> Storing<'a> {
             let attempt = std::time::Instant::now();
             match store_one(self.a, work, &mut self.compressor, chunk, &mut self.out) {
                 Ok(()) => {
-                    if let Work::Chunk { .. } = work {
+                    if let Work::Chunk { bytes, .. } = work {
                         let micros = attempt.elapsed().as_micros() as u64;
+                        tracing::debug!(
+                            "stored a tail chunk of {} bytes in {:.3} ms",
+                            bytes.len(),
+                            micros as f64 / 1000.0
+                        );
                         self.shared.tail_writes.fetch_add(1, Ordering::Relaxed);
                         self.shared
                             .tail_write_micros
