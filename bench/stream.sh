@@ -22,8 +22,9 @@
 #      --synchronous); the commit latency added, beside the repository's own latency for
 #      one small durable write (posix: create, write, fsync, fsync of the directory, in
 #      Python; S3: a PUT of a small object over a kept connection, with curl, without
-#      `Expect: 100-continue`, which would cost a round trip more), measured just before the
-#      synchronous run, after a sync.
+#      `Expect: 100-continue`, which would cost a round trip more), measured just before and
+#      just after the synchronous run, after a sync; the commit statement's own latency too
+#      (pgbench -r), and archive-stream's account of the wait from its status file.
 #
 #   bash bench/stream.sh
 #   PERF=1 STOOLS=pgjet-stream TARGETS=s3 FLOOD_KINDS=update bash bench/stream.sh   # the receiver's

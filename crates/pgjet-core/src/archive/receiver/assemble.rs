@@ -164,9 +164,10 @@ impl Stream<'_> {
         self.queue(work);
     }
 
-    /// Reads the `len` WAL bytes of the message that starts at `start` from `conn` directly
-    /// into the segment in progress (no message body in between) (the stream is at `start` or past it: bytes received
-    /// already are skipped), and hands each complete segment to the storer.
+    /// Reads the `len` WAL bytes of the message that starts at `start` from `conn` into the
+    /// segment in progress, with no message body in between (the stream is at `start` or
+    /// past it: bytes received already are skipped), and hands each complete segment to the
+    /// storer.
     ///
     /// Errors: `start` is past the stream's position (a hole); the connection lost.
     pub(super) fn receive(&mut self, conn: &mut ReplConn, start: Lsn, len: usize) -> Result<()> {
