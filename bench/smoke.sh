@@ -116,7 +116,7 @@ for b in $SMOKE; do
         stream)
             # both targets, every tool (pg_receivewal on posix), each phase once and small
             one stream "$d.md" BENCH_DIR="$d" REPORT="$d.md" LAB_PREFIX=smkst LAB_ID=185 ASCALE=1 DURATION=3 \
-                FLOOD_SEGS=2 FLOOD_RUNS=2 FLOOD_KINDS=random SYNC_S=2 WRITES=20 SKIP_S5CMD=1 RTT_MS=1 -- bash bench/stream.sh ;;
+                FLOOD_SEGS=2 FLOOD_RUNS=2 FLOOD_KINDS=random SYNC_S=2 SYNC_ROUNDS=2 WRITES=20 SKIP_S5CMD=1 RTT_MS=1 -- bash bench/stream.sh ;;
         remote)
             one remote "$d.md" BENCH_DIR="$d" REPORT="$d.md" LAB_PREFIX=smkrm LAB_ID=183 SCALE=1 RANDOM_MB=8 \
                 SMALL_TABLES=100 RUNS=1 LINKS=1gbit/1 SMALL_LINKS=unshaped SWEEP_LINKS=200mbit/1 SWEEP_JOBS=2 \

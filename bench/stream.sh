@@ -19,11 +19,12 @@
 #      limits for the same files: cp + sync, s5cmd upload (from bench/archive.sh's floods);
 #   3. synchronous mode (receivers only): pgbench with one client, SYNC_S seconds, with
 #      synchronous_standby_names empty (local flush) and naming the receiver (pg_receivewal
-#      --synchronous); the commit latency added, beside the repository's own latency for
-#      one small durable write (posix: create, write, fsync, fsync of the directory, in
-#      Python; S3: a PUT of a small object over a kept connection, with curl, without
-#      `Expect: 100-continue`, which would cost a round trip more), measured just before and
-#      just after the synchronous run, after a sync; the commit statement's own latency too
+#      --synchronous; archive-stream SYNC_ROUNDS times); the commit latency added, beside
+#      the repository's own latency for the small durable write a tail chunk is (posix:
+#      create, write, fsync, fsync of the directory, in Python; S3: a PUT with
+#      `If-None-Match: *` under a tail's path over a kept connection, with curl, without
+#      `Expect: 100-continue`, which would cost a round trip more), measured before and
+#      after each synchronous run, after a sync; the commit statement's own latency too
 #      (pgbench -r), and archive-stream's account of the wait from its status file.
 #
 #   bash bench/stream.sh
@@ -44,6 +45,7 @@ REPORT=$SREPORT
 
 STOOLS=${STOOLS:-pgjet-stream pg_receivewal pgjet-async pgbr-async}
 SYNC_S=${SYNC_S:-15}                # seconds of single-client pgbench per synchronous run
+SYNC_ROUNDS=${SYNC_ROUNDS:-3}       # archive-stream's synchronous runs, each between two write measurements
 SAMPLE_EVERY=${SAMPLE_EVERY:-0.5}   # seconds between lag samples
 WRITES=${WRITES:-100}               # small durable writes timed for the repository's latency
 FLOOD_RUNS=${FLOOD_RUNS:-3}         # runs of each flood per tool (medians reported)
@@ -215,7 +217,7 @@ stream_flood() {
 # commit (the END statement, pgbench -r), ms: "TXN COMMIT"
 pgbench_latency() {
     as_b "$PGBIN/pgbench" -n -r -c 1 -T "$1" -h "$CL/sock" -p "$(cluster_port "$CL")" -U postgres postgres 2>/dev/null |
-        awk '/^latency average = / {t = $4} $NF == "END;" {c = $1} END {print t, c}'
+        awk '/^latency average = / {t = $4} $NF == "END;" {c = $1} /^number of transactions actually processed: / {n = $NF} END {print t, c, n}'
 }
 
 # stream_counters: archive-stream's flush reports and tail writes so far, from its status
@@ -236,12 +238,18 @@ set_sync_names() {
 # sync_phase TARGET TOOL: commit latency with a local flush only, then with the receiver as
 # the synchronous standby: per transaction and of the commit statement alone (the other
 # statements of a transaction run slower between commits that wait, on this VM: idle CPUs
-# wake late); for archive-stream also its own account of the wait (status file counters:
-# receipt of the WAL to its flush report, and the tail writes within)
+# wake late). archive-stream: SYNC_ROUNDS runs, each between two measurements of the
+# repository's own write (a store's latency drifts by a few ms within minutes), and its own
+# account of each run's wait (status file counters: receipt of the WAL to its flush report,
+# and the tail writes within)
 sync_phase() {
-    local target=$1 tool=$2 local_ms sync_ms c0 c1 local_commit_ms sync_commit_ms wait_ms write_ms
+    local target=$1 tool=$2 local_ms sync_ms c0 c1 local_commit_ms sync_commit_ms wait_ms write_ms sync_n reports writes
+    local rounds=1 round
     set_sync_names ""
-    read -r local_ms local_commit_ms < <(pgbench_latency "$SYNC_S")
+    read -r local_ms local_commit_ms _ < <(pgbench_latency "$SYNC_S")
+    row "$target" "$tool" sync_local_ms "${local_ms:-0}"
+    row "$target" "$tool" sync_local_commit_ms "${local_commit_ms:-0}"
+    say "  local flush: ${local_ms:-?} ms per transaction (${local_commit_ms:-?} ms its commit)"
     if [ "$tool" = pg_receivewal ]; then
         stop_receiver
         start_receiver "$target" "$tool" --synchronous
@@ -251,33 +259,38 @@ sync_phase() {
     local state
     state=$(psql_cl "$CL" -c "SELECT sync_state FROM pg_stat_replication WHERE application_name = '$APP'")
     [ "$state" = sync ] || say "  synchronous: FAILED, $tool is '$state', not the synchronous standby"
-    [ "$tool" != pgjet-stream ] || { sleep 1.2; c0=$(stream_counters); }
-    read -r sync_ms sync_commit_ms < <(pgbench_latency "$SYNC_S")
     if [ "$tool" = pgjet-stream ]; then
-        sleep 1.2   # the status file is rewritten every second
-        c1=$(stream_counters)
-        read -r wait_ms write_ms < <(awk -v a="$c0" -v b="$c1" 'BEGIN {split(a, x, " "); split(b, y, " ");
-            n = y[1] - x[1]; w = y[3] - x[3];
-            printf "%.3f %.3f\n", (n > 0 ? (y[2] - x[2]) * 1000 / n : 0), (w > 0 ? (y[4] - x[4]) * 1000 / w : 0)}')
-        row "$target" "$tool" sync_flush_wait_ms "$wait_ms"
-        row "$target" "$tool" sync_tail_write_ms "$write_ms"
-        say "  archive-stream's own account: $wait_ms ms from receipt to flush report, of which $write_ms ms writing the tail"
+        rounds=$SYNC_ROUNDS
+        sync
+        write_latency "$target" "$tool"
     fi
+    for round in $(seq 1 "$rounds"); do
+        [ "$tool" != pgjet-stream ] || { sleep 1.2; c0=$(stream_counters); }
+        read -r sync_ms sync_commit_ms sync_n < <(pgbench_latency "$SYNC_S")
+        row "$target" "$tool" sync_ms "${sync_ms:-0}"
+        row "$target" "$tool" sync_commit_ms "${sync_commit_ms:-0}"
+        say "  synchronous: ${sync_ms:-?} ms per transaction (${sync_commit_ms:-?} ms its commit), $sync_n transactions, with $tool as the synchronous standby"
+        if [ "$tool" = pgjet-stream ]; then
+            sleep 1.2   # the status file is rewritten every second
+            c1=$(stream_counters)
+            read -r wait_ms write_ms reports writes < <(awk -v a="$c0" -v b="$c1" 'BEGIN {split(a, x, " "); split(b, y, " ");
+                n = y[1] - x[1]; w = y[3] - x[3];
+                printf "%.3f %.3f %d %d\n", (n > 0 ? (y[2] - x[2]) * 1000 / n : 0), (w > 0 ? (y[4] - x[4]) * 1000 / w : 0), n, w}')
+            row "$target" "$tool" sync_flush_wait_ms "$wait_ms"
+            row "$target" "$tool" sync_tail_write_ms "$write_ms"
+            say "  archive-stream's own account: $wait_ms ms from receipt to flush report, of which $write_ms ms writing the tail ($reports flush reports, $writes tail writes)"
+            write_latency "$target" "$tool"
+        fi
+    done
     set_sync_names ""
-    row "$target" "$tool" sync_local_ms "${local_ms:-0}"
-    row "$target" "$tool" sync_ms "${sync_ms:-0}"
-    row "$target" "$tool" sync_local_commit_ms "${local_commit_ms:-0}"
-    row "$target" "$tool" sync_commit_ms "${sync_commit_ms:-0}"
-    say "  synchronous: ${local_ms:-?} ms per transaction (${local_commit_ms:-?} ms its commit) with a local flush, ${sync_ms:-?} ms (${sync_commit_ms:-?} ms) with $tool as the synchronous standby"
+    [ "$tool:$target" != pgjet-stream:s3 ] || link_peer "$target"
 }
 
-# write_latency TARGET TOOL [KEY]: the repository's own latency for one small durable write
-# (median ms), recorded beside TOOL's synchronous run as KEY (write_ms)
-write_latency() {
-    local target=$1 tool=$2 ms
-    if [ "$target" = posix ]; then
-        fresh_dir "$RUN/latency"
-        ms=$(as_b /usr/bin/python3 - "$RUN/latency" "$WRITES" <<'PYEOF'
+# fsync_latency: the posix directory's latency for one small durable write (create, write,
+# fsync, fsync of the directory, in Python), WRITES of them: "MEAN MEDIAN" in ms
+fsync_latency() {
+    fresh_dir "$RUN/latency"
+    as_b /usr/bin/python3 - "$RUN/latency" "$WRITES" <<'PYEOF'
 import os, sys, time, statistics
 d, n = sys.argv[1], int(sys.argv[2])
 dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
@@ -288,21 +301,99 @@ for i in range(n):
     fd = os.open(os.path.join(d, f"w{i}"), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o640)
     os.write(fd, data); os.fsync(fd); os.close(fd); os.fsync(dfd)
     t.append((time.perf_counter() - a) * 1000)
-print(f"{statistics.median(t):.3f}")
+print(f"{statistics.mean(t):.3f} {statistics.median(t):.3f}")
 PYEOF
-)
-        rm -rf "$RUN/latency"
+    rm -rf "$RUN/latency"
+}
+
+# link_peer TARGET: what a synchronous commit costs beyond the durable write itself when the
+# receiver is across the same link as the repository, for PostgreSQL's own receiver and for
+# archive-stream alike: each in namespace A (the S3 server's side of the delay line),
+# streaming from the cluster in B over TCP into a directory there (pg_receivewal
+# --synchronous; archive-stream into a posix repository), as the synchronous standby; the
+# commit latency added, beside the link's round trip as PostgreSQL's protocol sees it
+# (pgbench's SELECT 1 from A) and the directory's own durable write
+link_peer() {
+    local target=$1 port rtt_ms commit_ms n fmean i state addr_b peer pid
+    port=$(cluster_port "$CL")
+    addr_b=$(sed -n 's/^NETLAB_ADDR_B=//p' "$RES/lab.env")
+    stop_receiver
+    # TCP on B's address of the lab, for A only
+    printf 'host all postgres %s/32 trust\nhost replication postgres %s/32 trust\n' "$ADDR_A" "$ADDR_A" >>"$CL/data/pg_hba.conf"
+    psql_cl "$CL" -c "ALTER SYSTEM SET listen_addresses = '$addr_b'" >/dev/null
+    pg_stop_cluster "$CL"
+    start_in_b "$CL"
+    echo 'SELECT 1;' >"$RUN/select1.sql"; chmod 644 "$RUN/select1.sql"
+    rtt_ms=$(cd / && ip netns exec "$NA" runuser -u postgres -- "$PGBIN/pgbench" -n -c 1 -T 3 -f "$RUN/select1.sql" \
+        -h "$addr_b" -p "$port" -U postgres postgres 2>/dev/null | awk '/^latency average = / {print $4}')
+    row "$target" link link_rtt_ms "${rtt_ms:-0}"
+    fresh_dir "$RUN/linkwal"; fresh_dir "$RUN/link-repo"; fresh_dir "$RUN/link-spool"
+    printf '[global]\nrepo1-path=%s\nspool-path=%s\n[bench]\npg-path=%s\npg-port=%s\npg-socket-path=%s\n' \
+        "$RUN/link-repo" "$RUN/link-spool" "$CL/data" "$port" "$CL/sock" >"$RUN/pgjet-link.conf"
+    chown postgres: "$RUN/pgjet-link.conf"
+    as_b "$PGJET_BIN" --config="$RUN/pgjet-link.conf" --stanza=bench stanza-create >"$LOGS/$target-link-stanza.log" 2>&1 ||
+        { cat "$LOGS/$target-link-stanza.log"; die "stanza-create (link) failed"; }
+    for peer in pg_receivewal pgjet-stream; do
+        if [ "$peer" = pg_receivewal ]; then
+            psql_cl "$CL" -c "SELECT pg_create_physical_replication_slot('bench_link', true)" >/dev/null
+            (cd / && exec ip netns exec "$NA" setpriv --reuid=postgres --regid=postgres --init-groups -- \
+                "$PGBIN/pg_receivewal" -D "$RUN/linkwal" -S bench_link -n --status-interval=1 --synchronous \
+                -d "host=$addr_b port=$port user=postgres application_name=bench_link") \
+                </dev/null >>"$LOGS/$target-link-$peer.log" 2>&1 9>&- &
+        else
+            (cd / && exec ip netns exec "$NA" setpriv --reuid=postgres --regid=postgres --init-groups -- \
+                env HOME=/var/lib/postgresql "$PGJET_BIN" --config="$RUN/pgjet-link.conf" --stanza=bench \
+                --archive-stream-slot=bench_link_pgjet \
+                --source="host=$addr_b port=$port user=postgres application_name=bench_link" archive-stream) \
+                </dev/null >>"$LOGS/$target-link-$peer.log" 2>&1 9>&- &
+        fi
+        pid=$!
+        for i in $(seq 1 100); do
+            state=$(psql_cl "$CL" -c "SELECT count(*) FROM pg_stat_replication WHERE application_name = 'bench_link'")
+            [ "$state" = 1 ] && break
+            sleep 0.1
+        done
+        set_sync_names '"bench_link"'
+        state=$(psql_cl "$CL" -c "SELECT sync_state FROM pg_stat_replication WHERE application_name = 'bench_link'")
+        [ "$state" = sync ] || say "  link peer: FAILED, $peer is '$state', not the synchronous standby"
+        read -r _ commit_ms n < <(pgbench_latency "$SYNC_S")
+        set_sync_names ""
+        kill -INT "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
+        row "$target" "link-$peer" link_commit_ms "${commit_ms:-0}"
+        say "  $peer --synchronous across the link: ${commit_ms:-?} ms per commit ($n transactions); the link's round trip ${rtt_ms:-?} ms"
+    done
+    sync
+    read -r fmean _ < <(fsync_latency)
+    row "$target" link link_fsync_ms "${fmean:-0}"
+    say "  the directory's durable write: ${fmean:-?} ms"
+}
+
+# write_latency TARGET TOOL: the repository's own latency for the small durable write a tail
+# chunk is (posix: create, write, fsync, fsync of the directory, in Python; S3: a PUT with
+# `If-None-Match: *` under a tail's path, over a kept connection, with curl), WRITES of them;
+# recorded beside TOOL's synchronous run as write_ms (their mean, as pgbench's latencies are)
+# and write_median_ms
+write_latency() {
+    local target=$1 tool=$2 ms
+    if [ "$target" = posix ]; then
+        ms=$(fsync_latency)
     else
-        local args=() i
+        local args=() i dir=latency/archive/bench/15-1/0000000100000000/tail/000000010000000000000001
         head -c 512 /dev/urandom >"$RUN/latency.bin"; chmod 644 "$RUN/latency.bin"
-        for i in $(seq 1 "$WRITES"); do args+=(-T "$RUN/latency.bin" "https://$S3_HOST:$S3_PORT/$BUCKET/latency/w$i"); done
+        for i in $(seq 1 "$WRITES"); do args+=(-T "$RUN/latency.bin" "https://$S3_HOST:$S3_PORT/$BUCKET/$dir/$(printf '%08X-%08X' "$i" $((i + 1)))"); done
         ms=$(ip netns exec "$NB" curl -s -o /dev/null --cacert "$PKI/ca.crt" --aws-sigv4 "aws:amz:$S3_REGION:s3" \
-            --user "$S3_KEY:$S3_SECRET" -H "x-amz-content-sha256: UNSIGNED-PAYLOAD" -H "Expect:" -w '%{http_code} %{time_total}\n' "${args[@]}" |
-            awk '$1 == 200 && NR > 1 {print $2 * 1000}' | sort -n | awk '{v[NR] = $1} END {if (NR) printf "%.3f", v[int((NR + 1) / 2)]}')
+            --user "$S3_KEY:$S3_SECRET" -H "x-amz-content-sha256: UNSIGNED-PAYLOAD" -H "Expect:" -H "If-None-Match: *" \
+            -w '%{http_code} %{time_total}\n' "${args[@]}" |
+            awk '$1 == 200 && NR > 1 {print $2 * 1000}' | sort -n |
+            awk '{v[NR] = $1; s += $1} END {if (NR) printf "%.3f %.3f", s / NR, v[int((NR + 1) / 2)]}')
         rm -rf "$S3DATA/$BUCKET/latency" "$RUN/latency.bin"
     fi
-    row "$target" "$tool" "${3:-write_ms}" "${ms:-0}"
-    say "  the repository's own small durable write: ${ms:-?} ms (median of $WRITES)"
+    local mean median
+    read -r mean median <<<"${ms:-0 0}"
+    row "$target" "$tool" write_ms "$mean"
+    row "$target" "$tool" write_median_ms "$median"
+    say "  the repository's own small durable write: $mean ms mean, $median ms median (of $WRITES)"
 }
 
 # one_stream_tool TARGET TOOL: lag, floods and (receivers) synchronous mode on a fresh copy
@@ -354,16 +445,13 @@ one_stream_tool() {
         done
     done
 
-    # 3. synchronous mode, beside the repository's own write latency measured just before
-    # in the same state: the floods' writes flushed first (left to the kernel's writeback,
-    # they slowed an S3 server's writes during the synchronous run, not during the
-    # latency measured at the start)
+    # 3. synchronous mode, beside the repository's own write latency measured in the same
+    # state: the floods' writes flushed first (left to the kernel's writeback, they slowed
+    # an S3 server's writes during the synchronous run, not during the latency measured at
+    # the start)
     if is_receiver "$tool"; then
         sync
-        [ "$tool" != pgjet-stream ] || write_latency "$target" "$tool"
         sync_phase "$target" "$tool"
-        # and after: the figure is the mean of both (a store's latency drifts)
-        [ "$tool" != pgjet-stream ] || write_latency "$target" "$tool" write_after_ms
     fi
     stop_receiver
     stop_background
@@ -371,8 +459,9 @@ one_stream_tool() {
 }
 
 write_stream_report() {
-    /usr/bin/python3 - "$ROWS" "$LAGB" "$FACTS" "$REPORT" <<'PYEOF'
+    /usr/bin/python3 - "$ROWS" "$LAGB" "$FACTS" "$REPORT" "$SYNC_S" <<'PYEOF'
 import sys, statistics as st, collections
+SYNC_S = sys.argv[5]
 rows_f, lags_f, facts_f, report = sys.argv[1:5]
 rows = collections.defaultdict(dict)
 # A key written several times (the floods, FLOOD_RUNS times each): every value is kept, in
@@ -449,22 +538,40 @@ sync = [(t, x) for t in ("posix", "s3") for x in tools if "sync_ms" in rows.get(
 if sync:
     P("## Synchronous mode: commit latency (pgbench, 1 client)")
     P("")
-    P("Per transaction (pgbench's average) and of its commit alone (the END statement, pgbench -r). The repository's own small durable write: measured just before and just after each synchronous run, with the floods' writes flushed; the mean of both. archive-stream's own account: from receiving the commit's WAL to reporting it flushed, and the tail writes within (its status file's counters over the run).")
+    P("Per transaction (pgbench's average) and of its commit alone (the END statement, pgbench -r); with a receiver as the synchronous standby, the median over its runs. The repository's own write: the small durable write a tail chunk is (S3: a PUT with If-None-Match under a tail's path), its mean, measured between archive-stream's synchronous runs with the floods' writes flushed; each run is compared with the mean of the measurements just before and just after it, and the median over the runs is given. archive-stream's own account: from receiving the commit's WAL to reporting it flushed, and the tail writes within (its status file's counters over each run).")
     P("")
-    P("| repository | standby | transaction ms: local flush | synchronous | added | commit ms: local flush | synchronous | added | repository's own write ms (before / after) | commit added − write ms | archive-stream: receipt to flush report ms | of which its tail writes ms |")
+    P("| repository | standby | transaction ms: local flush | synchronous | added | commit ms: local flush | synchronous | added | repository's own write ms (each measurement) | commit added − write ms (each run) | archive-stream: receipt to flush report ms | of which its tail writes ms |")
     P("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for t, x in sync:
-        r = rows[(t, x)]
+        r, rr = rows[(t, x)], runs[(t, x)]
         add = r["sync_ms"] - r["sync_local_ms"]
         cadd = r.get("sync_commit_ms", 0) - r.get("sync_local_commit_ms", 0)
-        ws = [w for w in (r.get("write_ms"), r.get("write_after_ms")) if w]
-        w = sum(ws) / len(ws) if ws else None
-        own = x == "pgjet-stream"
-        wr = f"{w:.2f} ({' / '.join(f'{v:.2f}' for v in ws)})" if w and own else ""
-        extra = f"{cadd - w:+.2f}" if w and own else ""
+        ws, commits = rr.get("write_ms", []), rr.get("sync_commit_ms", [])
+        own = x == "pgjet-stream" and len(ws) == len(commits) + 1
+        wr = extra = ""
+        if own:
+            extras = [c - r["sync_local_commit_ms"] - (ws[i] + ws[i + 1]) / 2 for i, c in enumerate(commits)]
+            wr = f"{st.mean(ws):.2f} ({' / '.join(f'{v:.2f}' for v in ws)})"
+            extra = f"{st.median(extras):+.2f} ({' / '.join(f'{v:+.2f}' for v in extras)})"
         fw, tw = r.get("sync_flush_wait_ms"), r.get("sync_tail_write_ms")
         P(f"| {t} | {names[x]} | {r['sync_local_ms']:.2f} | {r['sync_ms']:.2f} | {add:+.2f} | {r.get('sync_local_commit_ms', 0):.2f} | {r.get('sync_commit_ms', 0):.2f} | {cadd:+.2f} | {wr} | {extra} | {f'{fw:.2f}' if fw else ''} | {f'{tw:.2f}' if tw else ''} |")
     P("")
+    for t in ("posix", "s3"):
+        l, r = rows.get((t, "link"), {}), rows.get((t, "pgjet-stream"), {})
+        peers = [(x, rows.get((t, f"link-{x}"), {}).get("link_commit_ms")) for x in ("pg_receivewal", "pgjet-stream")]
+        if not (l.get("link_rtt_ms") and r.get("sync_local_commit_ms") and any(c for _, c in peers)):
+            continue
+        P(f"### The same link without the object store ({t}'s link)")
+        P("")
+        P(f"What any synchronous standby behind this link pays beyond its durable write, on this machine: each receiver on the S3 server's side of the delay line, streaming from the cluster over TCP into a directory there, as the synchronous standby ({SYNC_S} s of pgbench, 1 client). The link's round trip as PostgreSQL's protocol sees it (pgbench SELECT 1 from that side): {l['link_rtt_ms']:.2f} ms; the directory's small durable write: {l.get('link_fsync_ms', 0):.2f} ms.")
+        P("")
+        P("| receiver | commit ms | added | added − round trip − durable write |")
+        P("|---|---:|---:|---:|")
+        for x, c in peers:
+            if c:
+                ladd = c - r["sync_local_commit_ms"]
+                P(f"| {names[x]} | {c:.2f} | {ladd:+.2f} | {ladd - l['link_rtt_ms'] - l.get('link_fsync_ms', 0):+.2f} |")
+        P("")
 open(report, "w").write("\n".join(out) + "\n")
 PYEOF
 }
@@ -473,7 +580,7 @@ smain() {
     bench_up
     : >"$LAGB"
     fact flood_runs "$FLOOD_RUNS"
-    fact settings "FLOOD_RUNS=$FLOOD_RUNS DURATION=$DURATION CLIENTS=$CLIENTS FLOOD_SEGS=$FLOOD_SEGS FLOOD_UPDATE_SEGS=$FLOOD_UPDATE_SEGS FLOOD_KINDS='$FLOOD_KINDS' ASCALE=$ASCALE JOBS=$JOBS RTT_MS=$RTT_MS SYNC_S=$SYNC_S TARGETS='$TARGETS' STOOLS='$STOOLS'"
+    fact settings "FLOOD_RUNS=$FLOOD_RUNS DURATION=$DURATION CLIENTS=$CLIENTS FLOOD_SEGS=$FLOOD_SEGS FLOOD_UPDATE_SEGS=$FLOOD_UPDATE_SEGS FLOOD_KINDS='$FLOOD_KINDS' ASCALE=$ASCALE JOBS=$JOBS RTT_MS=$RTT_MS SYNC_S=$SYNC_S SYNC_ROUNDS=$SYNC_ROUNDS TARGETS='$TARGETS' STOOLS='$STOOLS'"
     local target tool
     for target in $TARGETS; do
         configure "$target"
