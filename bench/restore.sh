@@ -17,6 +17,10 @@
 #                the disk; dd_direct leaves the reads out; not a tight limit)
 #   tar_x        `tar -xf <tar of a restored directory, in /dev/shm>; sync`: the same files,
 #                holes included (tar -S), written by tar through the page cache
+#   limit_pgjet_restore  the device's own time for the restore's bytes (the backup's stored
+#                objects read, the restored directory's apparent size written) at the best
+#                rate fio reaches for that mix (bench/common.sh device_limit; DEVICE_LIMIT=0
+#                leaves it out; with REPOS_IN_MEMORY=1 writes only)
 #   pgjet_restore        `pgjet restore --jobs $JOBS` of a zstd backup
 #   pgbackrest_restore   `pgbackrest restore` of a zst backup (process-max $JOBS)
 # The inputs of dd and tar live in /dev/shm (tmpfs), so dropping the cache does not make
@@ -139,6 +143,7 @@ make_references() {
     NFILES=$(find "$o" -type f | wc -l)
     record_size restored_logical "$o"
     say "restored directory: $NFILES files, $(mib "$LOGICAL") MiB apparent, $(mib "$ALLOCATED") MiB allocated"
+    BACKUP_BYTES=$(du -sb "$PGJET_REPO/$PGJET_STANZA/backup/$(pgjet_latest "$PGJET_REPO")" | cut -f1)
     rm -rf "$SHM"; mkdir -p "$SHM"
     tar -C "$o" -S -cf "$SHM/ref.tar" .
     rm -rf "$o"
@@ -174,6 +179,11 @@ one_round() {
     fresh_dir "$o"
     rtimed pgjet_restore "$r" "$(pgjet_restore_cmd "$o")" || true
     record_size pgjet_restore "$o"
+    if [ "$DEVICE_LIMIT" = 1 ]; then
+        # with the repositories in memory the restore reads nothing from the disk
+        device_limit limit_pgjet_restore "$r" "$( [ "$REPOS_IN_MEMORY" = 1 ] && echo 0 || echo "$BACKUP_BYTES")" "$LOGICAL" "$BENCH"
+        rm -f "$BENCH/fio-limit.dat"
+    fi
     [ "$CHECK_RESTORE" = 1 ] && [ "$r" = "$RUNS" ] && check_restored pgjet_restore "$o"
     rm -rf "$o"
     if [ -n "$PGJET_BASE" ]; then
@@ -208,7 +218,7 @@ write_restore_report() {
         echo
         echo "| command | median s | min–max s | MiB/s (apparent) | peak RSS MiB | load avg before each run |"
         echo "|---|---:|---:|---:|---:|---|"
-        for n in dd_direct "dd_direct_x$DD_STREAMS" dd_read_write tar_x pgjet_restore pgjet_base pgbackrest_restore; do
+        for n in dd_direct "dd_direct_x$DD_STREAMS" dd_read_write tar_x limit_pgjet_restore pgjet_restore pgjet_base pgbackrest_restore; do
             med=$(median "$n"); rss=$(median "$n" 4)
             [ -z "$med" ] && [ "$(nfail "$n")" = 0 ] && continue
             printf '| %s | %s | %s | %s | %s | %s |\n' "$n" "$( [ -n "$med" ] && printf '%.2f' "$med" || echo FAILED)" \
@@ -218,6 +228,7 @@ write_restore_report() {
         echo
         echo "| ratio | of medians | median of same-round ratios |"
         echo "|---|---:|---:|"
+        [ "$DEVICE_LIMIT" != 1 ] || echo "| device's limit for the restore's bytes / pgjet restore (goal ≥ 0.9; fio: $(limit_of limit_pgjet_restore)) | $(ratio limit_pgjet_restore pgjet_restore | tr -d '×') | $(per_round_ratio limit_pgjet_restore pgjet_restore "$RUNS") |"
         echo "| pgjet restore / dd_direct (goal ≤ 1.11) | $(ratio pgjet_restore dd_direct | tr -d '×') | $(per_round_ratio pgjet_restore dd_direct "$RUNS") |"
         echo "| pgjet restore / dd_direct_x$DD_STREAMS | $(ratio pgjet_restore "dd_direct_x$DD_STREAMS" | tr -d '×') | $(per_round_ratio pgjet_restore "dd_direct_x$DD_STREAMS" "$RUNS") |"
         [ "$REPOS_IN_MEMORY" = 1 ] || echo "| pgjet restore / dd_read_write | $(ratio pgjet_restore dd_read_write | tr -d '×') | $(per_round_ratio pgjet_restore dd_read_write "$RUNS") |"
@@ -236,13 +247,13 @@ write_restore_report() {
 
 restore_main() {
     [ "$(id -u)" -eq 0 ] || die "run as root (drop_caches, runuser)"
-    for c in /usr/bin/time pgbackrest runuser dd tar; do
+    for c in /usr/bin/time pgbackrest runuser dd tar fio; do
         command -v "$c" >/dev/null || die "missing $c: run scripts/install-deps.sh"
     done
     mkdir -p "$BENCH" "$BENCH/bin" "$LOGS" "$RES" "$OUT"
     chmod 755 "$BENCH" "$BENCH/bin"
     chown postgres: "$OUT"
-    : >"$TIMES"; : >"$SIZES"; : >"$RES/checks.txt"; : >"$LOADS"
+    : >"$TIMES"; : >"$SIZES"; : >"$RES/checks.txt"; : >"$LOADS"; : >"$LIMITS"
     say "bench dir $BENCH; SCALE=$SCALE RANDOM_MB=$RANDOM_MB RUNS=$RUNS JOBS=$JOBS REUSE=$REUSE"
     setup_pgjet
     [ -z "$PGJET_BASE" ] || install -m 755 "$PGJET_BASE" "$BENCH/bin/pgjet-base"

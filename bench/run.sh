@@ -43,6 +43,10 @@ LOGS=$BENCH/logs
 RES=$BENCH/results
 TIMES=$RES/times.tsv                # name, run, seconds, max RSS KiB, ok|FAIL
 SIZES=$RES/sizes.tsv                # name, bytes
+LIMITS=$RES/limits.tsv              # name, run, % reads, queue depth, MiB/s (device_limit)
+# DEVICE_LIMIT=1: after pgjet's jobs in each run, the device's own time for each job's bytes
+# (fio, bench/common.sh device_limit; FIO_DEPTHS, FIO_S, FIO_SIZE)
+DEVICE_LIMIT=${DEVICE_LIMIT:-1}
 PGBR_CONF=$BENCH/pgbackrest.conf
 PGBR_REPO=$BENCH/pgbackrest-repo
 PGJET_BIN=$BENCH/bin/pgjet
@@ -63,7 +67,7 @@ cleanup() {
     if [ "$KEEP" = 1 ]; then
         say "KEEP=1: kept $BENCH"
     else
-        rm -rf "$OUT" "$PG" "$PGBR_REPO" "${BENCH:?}"/pgjet-repo-* "${BENCH:?}/bin" "$BENCH/spool" "$BENCH/lock"
+        rm -rf "$OUT" "$PG" "$PGBR_REPO" "${BENCH:?}"/pgjet-repo-* "${BENCH:?}/bin" "$BENCH/spool" "$BENCH/lock" "$BENCH/fio-limit.dat"
         say "removed the cluster, repositories and outputs under $BENCH (results and logs kept)"
     fi
     [ $rc -eq 0 ] || say "bench exited with status $rc" >&2
@@ -343,6 +347,21 @@ bench_pgjet() {
         --start-fast --jobs "$JOBS")" || true
     record_size "${pre}pgjet_replica" "$o"
     rm -rf "$o"
+    [ -n "$pre" ] || [ "$DEVICE_LIMIT" != 1 ] || pgjet_limits "$r"
+}
+
+# pgjet_limits RUN: the device's time for the bytes each of pgjet's jobs of this run read and
+# wrote (device_limit): a backup reads PGDATA but pg_wal and writes the backup; the restore
+# reads the zstd backup and writes the restored directory; replica-create reads PGDATA but
+# pg_wal and writes the copy.
+pgjet_limits() {
+    local r=$1 data
+    data=$(( $(size_of cluster) - $(size_of cluster_pg_wal) ))
+    device_limit limit_pgjet_none "$r" "$data" "$(size_of pgjet_none)" "$BENCH"
+    device_limit limit_pgjet_zstd "$r" "$data" "$(size_of pgjet_zstd)" "$BENCH"
+    device_limit limit_pgjet_restore "$r" "$(size_of pgjet_zstd)" "$(size_of pgjet_restore)" "$BENCH"
+    device_limit limit_pgjet_replica "$r" "$data" "$(size_of pgjet_replica)" "$BENCH"
+    rm -f "$BENCH/fio-limit.dat"
 }
 
 # bench_pgjet_ab RUN: the build under test and, with PGJET_BASE, the base build, in an order
@@ -503,6 +522,27 @@ write_report() {
             echo "| replica-create | plain copy (tar \| tar) | $(ratio tar_copy pgjet_replica) |"
             echo
         fi
+        if [ "$DEVICE_LIMIT" = 1 ] && [ "$SKIP_PGJET" != 1 ] && [ -s "$LIMITS" ]; then
+            echo "## Against the device's limit (fio, in the same runs)"
+            echo
+            echo "Each pgjet job's bytes (read, written) at the best rate fio reaches on the same filesystem"
+            echo "for that mix of reads and writes: direct I/O, 1 MiB blocks, one file, queue depths"
+            echo "$FIO_DEPTHS, $FIO_S s each, measured right after pgjet's jobs in every run. Device / pgjet:"
+            echo "the median over runs of the same run's ratio (1.0 = the device's speed for those bytes;"
+            echo "a copy of a cluster is many files, a manifest, fsyncs and pg_control last)."
+            echo
+            echo "| pgjet job | reads MiB | writes MiB | fio, last run | device median s | pgjet median s | device / pgjet |"
+            echo "|---|---:|---:|---|---:|---:|---:|"
+            local data j rd
+            data=$(( $(size_of cluster) - $(size_of cluster_pg_wal) ))
+            for j in none zstd restore replica; do
+                case $j in restore) rd=$(size_of pgjet_zstd) ;; *) rd=$data ;; esac
+                printf '| %s | %s | %s | %s | %s | %s | %s |\n' "pgjet_$j" "$(mib "$rd")" "$(mib "$(size_of "pgjet_$j")")" \
+                    "$(limit_of "limit_pgjet_$j")" "$(median "limit_pgjet_$j")" "$(median "pgjet_$j")" \
+                    "$(per_round_ratio "limit_pgjet_$j" "pgjet_$j" "$RUNS")"
+            done
+            echo
+        fi
         if [ -n "$PGJET_BASE_SRC" ] && [ "$SKIP_PGJET" != 1 ]; then
             echo "## Against the base build (same run, alternating; above 1 = this build faster)"
             echo
@@ -524,20 +564,20 @@ write_report() {
             sed 's/^check_/- /' "$RES/checks.txt"
             echo
         fi
-        echo "Settings: SCALE=$SCALE RANDOM_MB=$RANDOM_MB RUNS=$RUNS JOBS=$JOBS. Raw timings: \`$TIMES\`."
+        echo "Settings: SCALE=$SCALE RANDOM_MB=$RANDOM_MB RUNS=$RUNS JOBS=$JOBS DEVICE_LIMIT=$DEVICE_LIMIT FIO_DEPTHS='$FIO_DEPTHS' FIO_S=$FIO_S FIO_SIZE=$FIO_SIZE. Raw timings: \`$TIMES\`."
     } >"$REPORT"
 }
 
 # ------------------------------------------------------------------ main
 main() {
     [ "$(id -u)" -eq 0 ] || die "run as root (drop_caches, runuser)"
-    for c in /usr/bin/time zstd pgbackrest runuser "$PGBIN/pg_basebackup" basenc; do
+    for c in /usr/bin/time zstd pgbackrest runuser "$PGBIN/pg_basebackup" basenc fio; do
         command -v "$c" >/dev/null || die "missing $c: run scripts/install-deps.sh"
     done
     mkdir -p "$BENCH" "$BENCH/bin" "$LOGS" "$RES" "$OUT"
     chmod 755 "$BENCH" "$BENCH/bin"
     chown postgres: "$OUT"
-    : >"$TIMES"; : >"$SIZES"; : >"$RES/checks.txt"
+    : >"$TIMES"; : >"$SIZES"; : >"$RES/checks.txt"; : >"$LIMITS"
     say "bench dir $BENCH; SCALE=$SCALE RANDOM_MB=$RANDOM_MB RUNS=$RUNS JOBS=$JOBS SKIP_PGJET=$SKIP_PGJET"
     say "free space: $(df -h --output=avail "$BENCH" | tail -n 1 | tr -d ' ')"
 

