@@ -352,15 +352,15 @@ bench_pgjet() {
 
 # pgjet_limits RUN: the device's time for the bytes each of pgjet's jobs of this run read and
 # wrote (device_limit): a backup reads PGDATA but pg_wal and writes the backup; the restore
-# reads the zstd backup and writes the restored directory; replica-create reads PGDATA but
-# pg_wal and writes the copy.
+# reads the zstd backup and writes the restored directory; replica-create reads and writes the
+# copy (pg_wal's segments it copies included).
 pgjet_limits() {
     local r=$1 data
     data=$(( $(size_of cluster) - $(size_of cluster_pg_wal) ))
     device_limit limit_pgjet_none "$r" "$data" "$(size_of pgjet_none)" "$BENCH"
     device_limit limit_pgjet_zstd "$r" "$data" "$(size_of pgjet_zstd)" "$BENCH"
     device_limit limit_pgjet_restore "$r" "$(size_of pgjet_zstd)" "$(size_of pgjet_restore)" "$BENCH"
-    device_limit limit_pgjet_replica "$r" "$data" "$(size_of pgjet_replica)" "$BENCH"
+    device_limit limit_pgjet_replica "$r" "$(size_of pgjet_replica)" "$(size_of pgjet_replica)" "$BENCH"
     rm -f "$BENCH/fio-limit.dat"
 }
 
@@ -536,7 +536,7 @@ write_report() {
             local data j rd
             data=$(( $(size_of cluster) - $(size_of cluster_pg_wal) ))
             for j in none zstd restore replica; do
-                case $j in restore) rd=$(size_of pgjet_zstd) ;; *) rd=$data ;; esac
+                case $j in restore) rd=$(size_of pgjet_zstd) ;; replica) rd=$(size_of pgjet_replica) ;; *) rd=$data ;; esac
                 printf '| %s | %s | %s | %s | %s | %s | %s |\n' "pgjet_$j" "$(mib "$rd")" "$(mib "$(size_of "pgjet_$j")")" \
                     "$(limit_of "limit_pgjet_$j")" "$(median "limit_pgjet_$j")" "$(median "pgjet_$j")" \
                     "$(per_round_ratio "limit_pgjet_$j" "pgjet_$j" "$RUNS")"
