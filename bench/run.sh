@@ -355,13 +355,22 @@ bench_pgjet() {
 # reads the zstd backup and writes the restored directory; replica-create reads and writes the
 # copy (pg_wal's segments it copies included).
 pgjet_limits() {
-    local r=$1 data
-    data=$(( $(size_of cluster) - $(size_of cluster_pg_wal) ))
-    device_limit limit_pgjet_none "$r" "$data" "$(size_of pgjet_none)" "$BENCH"
-    device_limit limit_pgjet_zstd "$r" "$data" "$(size_of pgjet_zstd)" "$BENCH"
-    device_limit limit_pgjet_restore "$r" "$(size_of pgjet_zstd)" "$(size_of pgjet_restore)" "$BENCH"
-    device_limit limit_pgjet_replica "$r" "$(size_of pgjet_replica)" "$(size_of pgjet_replica)" "$BENCH"
+    local r=$1 j rd wr
+    for j in none zstd restore replica; do
+        read -r rd wr < <(job_bytes "$j")
+        device_limit "limit_pgjet_$j" "$r" "$rd" "$wr" "$BENCH"
+    done
     rm -f "$BENCH/fio-limit.dat"
+}
+
+# job_bytes JOB (none, zstd, restore, replica) -> "READ WRITTEN": the bytes pgjet's job of
+# that name read and wrote, from the recorded sizes (see pgjet_limits)
+job_bytes() {
+    case $1 in
+        none | zstd) echo "$(( $(size_of cluster) - $(size_of cluster_pg_wal) )) $(size_of "pgjet_$1")" ;;
+        restore) echo "$(size_of pgjet_zstd) $(size_of pgjet_restore)" ;;
+        replica) echo "$(size_of pgjet_replica) $(size_of pgjet_replica)" ;;
+    esac
 }
 
 # bench_pgjet_ab RUN: the build under test and, with PGJET_BASE, the base build, in an order
@@ -533,11 +542,10 @@ write_report() {
             echo
             echo "| pgjet job | reads MiB | writes MiB | fio, last run | device median s | pgjet median s | device / pgjet |"
             echo "|---|---:|---:|---|---:|---:|---:|"
-            local data j rd
-            data=$(( $(size_of cluster) - $(size_of cluster_pg_wal) ))
+            local j rd wr
             for j in none zstd restore replica; do
-                case $j in restore) rd=$(size_of pgjet_zstd) ;; replica) rd=$(size_of pgjet_replica) ;; *) rd=$data ;; esac
-                printf '| %s | %s | %s | %s | %s | %s | %s |\n' "pgjet_$j" "$(mib "$rd")" "$(mib "$(size_of "pgjet_$j")")" \
+                read -r rd wr < <(job_bytes "$j")
+                printf '| %s | %s | %s | %s | %s | %s | %s |\n' "pgjet_$j" "$(mib "$rd")" "$(mib "$wr")" \
                     "$(limit_of "limit_pgjet_$j")" "$(median "limit_pgjet_$j")" "$(median "pgjet_$j")" \
                     "$(per_round_ratio "limit_pgjet_$j" "pgjet_$j" "$RUNS")"
             done

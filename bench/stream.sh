@@ -84,13 +84,21 @@ start_receiver() {
             ;;
     esac
     RECV_PID=$!
+    wait_connected "$APP" "$LOGS/$target-$tool.log"
+}
+
+# wait_connected APP LOG: until the server lists the receiver RECV_PID as APP in
+# pg_stat_replication (30 s at most; a receiver that exits or never connects ends the bench,
+# with the end of its LOG)
+wait_connected() {
+    local i
     for i in $(seq 1 300); do
-        [ "$(psql_cl "$CL" -c "SELECT count(*) FROM pg_stat_replication WHERE application_name = '$APP'")" = 1 ] && return 0
+        [ "$(psql_cl "$CL" -c "SELECT count(*) FROM pg_stat_replication WHERE application_name = '$1'")" = 1 ] && return 0
         kill -0 "$RECV_PID" 2>/dev/null || break
         sleep 0.1
     done
-    tail -n 20 "$LOGS/$target-$tool.log"
-    die "$tool did not connect"
+    tail -n 20 "$2"
+    die "the receiver of $2 did not connect"
 }
 
 stop_receiver() {
@@ -214,7 +222,7 @@ stream_flood() {
 }
 
 # pgbench_latency SECONDS: single-client pgbench's average latency per transaction and of its
-# commit (the END statement, pgbench -r), ms: "TXN COMMIT"
+# commit (the END statement, pgbench -r), ms, and the transactions it ran: "TXN COMMIT COUNT"
 pgbench_latency() {
     as_b "$PGBIN/pgbench" -n -r -c 1 -T "$1" -h "$CL/sock" -p "$(cluster_port "$CL")" -U postgres postgres 2>/dev/null |
         awk '/^latency average = / {t = $4} $NF == "END;" {c = $1} /^number of transactions actually processed: / {n = $NF} END {print t, c, n}'
@@ -314,7 +322,7 @@ PYEOF
 # commit latency added, beside the link's round trip as PostgreSQL's protocol sees it
 # (pgbench's SELECT 1 from A) and the directory's own durable write
 link_peer() {
-    local target=$1 port rtt_ms commit_ms n fmean i state addr_b peer pid
+    local target=$1 port rtt_ms commit_ms n fmean state addr_b peer
     port=$(cluster_port "$CL")
     addr_b=$(sed -n 's/^NETLAB_ADDR_B=//p' "$RES/lab.env")
     stop_receiver
@@ -347,19 +355,14 @@ link_peer() {
                 --source="host=$addr_b port=$port user=postgres application_name=bench_link" archive-stream) \
                 </dev/null >>"$LOGS/$target-link-$peer.log" 2>&1 9>&- &
         fi
-        pid=$!
-        for i in $(seq 1 100); do
-            state=$(psql_cl "$CL" -c "SELECT count(*) FROM pg_stat_replication WHERE application_name = 'bench_link'")
-            [ "$state" = 1 ] && break
-            sleep 0.1
-        done
+        RECV_PID=$!     # stopped by stop_receiver, or by the exit trap
+        wait_connected bench_link "$LOGS/$target-link-$peer.log"
         set_sync_names '"bench_link"'
         state=$(psql_cl "$CL" -c "SELECT sync_state FROM pg_stat_replication WHERE application_name = 'bench_link'")
         [ "$state" = sync ] || say "  link peer: FAILED, $peer is '$state', not the synchronous standby"
         read -r _ commit_ms n < <(pgbench_latency "$SYNC_S")
         set_sync_names ""
-        kill -INT "$pid" 2>/dev/null || true
-        wait "$pid" 2>/dev/null || true
+        stop_receiver
         row "$target" "link-$peer" link_commit_ms "${commit_ms:-0}"
         say "  $peer --synchronous across the link: ${commit_ms:-?} ms per commit ($n transactions); the link's round trip ${rtt_ms:-?} ms"
     done
