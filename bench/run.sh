@@ -43,9 +43,9 @@ LOGS=$BENCH/logs
 RES=$BENCH/results
 TIMES=$RES/times.tsv                # name, run, seconds, max RSS KiB, ok|FAIL
 SIZES=$RES/sizes.tsv                # name, bytes
-LIMITS=$RES/limits.tsv              # name, run, % reads, queue depth, MiB/s (device_limit)
+LIMITS=$RES/limits.tsv              # name, run, % reads, block size and queue depth, MiB/s (device_limit)
 # DEVICE_LIMIT=1: after pgjet's jobs in each run, the device's own time for each job's bytes
-# (fio, bench/common.sh device_limit; FIO_DEPTHS, FIO_S, FIO_SIZE)
+# (fio, bench/common.sh device_limit; FIO_BS, FIO_DEPTHS, FIO_S, FIO_SIZE)
 DEVICE_LIMIT=${DEVICE_LIMIT:-1}
 PGBR_CONF=$BENCH/pgbackrest.conf
 PGBR_REPO=$BENCH/pgbackrest-repo
@@ -63,6 +63,7 @@ die() { printf 'bench: %s\n' "$*" >&2; exit 1; }
 cleanup() {
     local rc=$? d
     set +e
+    fio_huge_pages_restore
     for d in "${STARTED[@]}"; do pg_stop_cluster "$d"; done
     if [ "$KEEP" = 1 ]; then
         say "KEEP=1: kept $BENCH"
@@ -535,8 +536,8 @@ write_report() {
             echo "## Against the device's limit (fio, in the same runs)"
             echo
             echo "Each pgjet job's bytes (read, written) at the best rate fio reaches on the same filesystem"
-            echo "for that mix of reads and writes: direct I/O, 1 MiB blocks, one file, queue depths"
-            echo "$FIO_DEPTHS, $FIO_S s each, measured right after pgjet's jobs in every run. Device / pgjet:"
+            echo "for that mix of reads and writes: direct I/O on huge-page buffers, one file, block sizes"
+            echo "$FIO_BS at queue depths $FIO_DEPTHS, $FIO_S s each, measured right after pgjet's jobs in every run. Device / pgjet:"
             echo "the median over runs of the same run's ratio (1.0 = the device's speed for those bytes;"
             echo "a copy of a cluster is many files, a manifest, fsyncs and pg_control last)."
             echo
@@ -572,7 +573,7 @@ write_report() {
             sed 's/^check_/- /' "$RES/checks.txt"
             echo
         fi
-        echo "Settings: SCALE=$SCALE RANDOM_MB=$RANDOM_MB RUNS=$RUNS JOBS=$JOBS DEVICE_LIMIT=$DEVICE_LIMIT FIO_DEPTHS='$FIO_DEPTHS' FIO_S=$FIO_S FIO_SIZE=$FIO_SIZE. Raw timings: \`$TIMES\`."
+        echo "Settings: SCALE=$SCALE RANDOM_MB=$RANDOM_MB RUNS=$RUNS JOBS=$JOBS DEVICE_LIMIT=$DEVICE_LIMIT FIO_BS='$FIO_BS' FIO_DEPTHS='$FIO_DEPTHS' FIO_S=$FIO_S FIO_SIZE=$FIO_SIZE. Raw timings: \`$TIMES\`."
     } >"$REPORT"
 }
 
