@@ -18,6 +18,8 @@ pub struct Tuning {
     pub read_ahead: Option<usize>,
     /// `PGJET_READ_PARTS`: ranged requests one object-store read is split into.
     pub read_parts: Option<usize>,
+    /// `PGJET_LOCAL_IO_DEPTH`: threads per job reading a local data directory.
+    pub local_io_depth: Option<usize>,
     /// `PGJET_BUNDLE_KIB`, in bytes: most logical bytes in one bundle.
     pub bundle_bytes: Option<u64>,
     /// `PGJET_BUNDLE_FILES`: most files in one bundle.
@@ -47,6 +49,7 @@ impl Default for Tuning {
         Tuning {
             read_ahead: None,
             read_parts: None,
+            local_io_depth: None,
             bundle_bytes: None,
             bundle_files: None,
             libpq_row: None,
@@ -96,6 +99,7 @@ impl Tuning {
         Ok(Tuning {
             read_ahead: count("PGJET_READ_AHEAD", 64),
             read_parts: count("PGJET_READ_PARTS", 16),
+            local_io_depth: count("PGJET_LOCAL_IO_DEPTH", 16),
             bundle_bytes: kib("PGJET_BUNDLE_KIB")?,
             bundle_files,
             libpq_row: kib("PGJET_LIBPQ_ROW_KIB")?,

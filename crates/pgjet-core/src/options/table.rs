@@ -1368,6 +1368,10 @@ pub const OPTIONS: &[OptionDef] = &[
         "Ranged GETs in flight per object-store read (1 to 16)",
     ),
     tuning(
+        "local-io-depth",
+        "Threads per job reading a local data directory (1 to 16)",
+    ),
+    tuning(
         "bundle-kib",
         "Logical KiB of small files bundled into one stored object",
     ),
