@@ -28,22 +28,27 @@ failed() {
 
 # timed NAME RUN CMD: cold cache, then `bash -c "CMD && sync"` under GNU time: wall seconds
 # and peak RSS (KiB; GNU time reports the largest single process among the command and its
-# children, not their sum). One row in $TIMES (name, run, seconds, KiB, ok or FAIL); on a
-# failure the log's last lines and a non-zero return. Needs LOGS and TIMES.
+# children, not their sum). One row in $TIMES (name, run, seconds, KiB, ok or FAIL); with CPUS
+# set, one row in $CPUS too (name, run, user s, system s: the command and all its children).
+# On a failure the log's last lines and a non-zero return. Needs LOGS and TIMES.
 timed() {
-    local name=$1 run=$2 cmd=$3 base sec rss
+    local name=$1 run=$2 cmd=$3 base sec rss us ss
     base=$LOGS/$name.run$run
     cold_cache
-    if /usr/bin/time -f '%e %M' -o "$base.time" bash -c "$cmd && sync" >"$base.log" 2>&1; then
-        read -r sec rss < <(tail -n 1 "$base.time")
+    if /usr/bin/time -f '%e %M %U %S' -o "$base.time" bash -c "$cmd && sync" >"$base.log" 2>&1; then
+        read -r sec rss us ss < <(tail -n 1 "$base.time")
         printf '%s\t%s\t%s\t%s\tok\n' "$name" "$run" "$sec" "$rss" >>"$TIMES"
-        printf '  %-28s run %d: %8.2f s  %6d MiB RSS\n' "$name" "$run" "$sec" "$((rss / 1024))"
+        [ -z "${CPUS:-}" ] || printf '%s\t%s\t%s\t%s\n' "$name" "$run" "$us" "$ss" >>"$CPUS"
+        printf '  %-28s run %d: %8.2f s  %6d MiB RSS  %6.2f CPU s\n' "$name" "$run" "$sec" "$((rss / 1024))" "$(awk -v u="$us" -v s="$ss" 'BEGIN {print u + s}')"
     else
         failed "$name" "$run" "log $base.log"
         tail -n 6 "$base.log" | sed 's/^/      /'
         return 1
     fi
 }
+
+# cpu_median NAME -> the median over runs of NAME's user + system seconds in $CPUS
+cpu_median() { awk -F'\t' -v n="$1" '$1==n {print $3 + $4}' "$CPUS" 2>/dev/null | stdin_median; }
 
 # archive_all CMD...: one archive_command (run by /bin/sh) that runs every CMD (each a shell
 # command with %p) at the same time and succeeds only when all of them do. The benches give

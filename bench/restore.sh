@@ -253,7 +253,7 @@ restore_main() {
     mkdir -p "$BENCH" "$BENCH/bin" "$LOGS" "$RES" "$OUT"
     chmod 755 "$BENCH" "$BENCH/bin"
     chown postgres: "$OUT"
-    : >"$TIMES"; : >"$SIZES"; : >"$RES/checks.txt"; : >"$LOADS"; : >"$LIMITS"
+    : >"$TIMES"; : >"$SIZES"; : >"$RES/checks.txt"; : >"$LOADS"; : >"$LIMITS"; : >"$CPUS"
     say "bench dir $BENCH; SCALE=$SCALE RANDOM_MB=$RANDOM_MB RUNS=$RUNS JOBS=$JOBS REUSE=$REUSE"
     setup_pgjet
     [ -z "$PGJET_BASE" ] || install -m 755 "$PGJET_BASE" "$BENCH/bin/pgjet-base"

@@ -43,6 +43,7 @@ LOGS=$BENCH/logs
 RES=$BENCH/results
 TIMES=$RES/times.tsv                # name, run, seconds, max RSS KiB, ok|FAIL
 SIZES=$RES/sizes.tsv                # name, bytes
+CPUS=$RES/cpu.tsv                   # name, run, user s, system s (timed)
 LIMITS=$RES/limits.tsv              # name, run, % reads, block size and queue depth, MiB/s (device_limit)
 # DEVICE_LIMIT=1: after pgjet's jobs in each run, the device's own time for each job's bytes
 # (fio, bench/common.sh device_limit; FIO_BS, FIO_DEPTHS, FIO_S, FIO_SIZE)
@@ -541,13 +542,13 @@ write_report() {
             echo "the median over runs of the same run's ratio (1.0 = the device's speed for those bytes;"
             echo "a copy of a cluster is many files, a manifest, fsyncs and pg_control last)."
             echo
-            echo "| pgjet job | reads MiB | writes MiB | fio, last run | device median s | pgjet median s | device / pgjet |"
-            echo "|---|---:|---:|---|---:|---:|---:|"
+            echo "| pgjet job | reads MiB | writes MiB | fio, last run | device median s | pgjet median s | pgjet CPU s (of $(nproc) cores) | device / pgjet |"
+            echo "|---|---:|---:|---|---:|---:|---:|---:|"
             local j rd wr
             for j in none zstd restore replica; do
                 read -r rd wr < <(job_bytes "$j")
-                printf '| %s | %s | %s | %s | %s | %s | %s |\n' "pgjet_$j" "$(mib "$rd")" "$(mib "$wr")" \
-                    "$(limit_of "limit_pgjet_$j")" "$(median "limit_pgjet_$j")" "$(median "pgjet_$j")" \
+                printf '| %s | %s | %s | %s | %s | %s | %s | %s |\n' "pgjet_$j" "$(mib "$rd")" "$(mib "$wr")" \
+                    "$(limit_of "limit_pgjet_$j")" "$(median "limit_pgjet_$j")" "$(median "pgjet_$j")" "$(cpu_median "pgjet_$j")" \
                     "$(per_round_ratio "limit_pgjet_$j" "pgjet_$j" "$RUNS")"
             done
             echo
@@ -586,7 +587,7 @@ main() {
     mkdir -p "$BENCH" "$BENCH/bin" "$LOGS" "$RES" "$OUT"
     chmod 755 "$BENCH" "$BENCH/bin"
     chown postgres: "$OUT"
-    : >"$TIMES"; : >"$SIZES"; : >"$RES/checks.txt"; : >"$LIMITS"
+    : >"$TIMES"; : >"$SIZES"; : >"$RES/checks.txt"; : >"$LIMITS"; : >"$CPUS"
     say "bench dir $BENCH; SCALE=$SCALE RANDOM_MB=$RANDOM_MB RUNS=$RUNS JOBS=$JOBS SKIP_PGJET=$SKIP_PGJET"
     say "free space: $(df -h --output=avail "$BENCH" | tail -n 1 | tr -d ' ')"
 
