@@ -35,6 +35,10 @@ S5CMD_PART_MB=${S5CMD_PART_MB:-50}  # s5cmd --part-size (MiB; 50 is s5cmd's defa
 S5CMD_MAX_CONC=${S5CMD_MAX_CONC:-16}   # s5cmd --concurrency of the link-limit rows
 SKIP_PGBACKREST=${SKIP_PGBACKREST:-0}
 SKIP_S5CMD=${SKIP_S5CMD:-0}         # 1 = leave s5cmd out (its rows of the large-file part; s5cmd is not built)
+# LARGE_VARIANTS: more restores of the large-file backup in each run, each under its own
+# environment, as "NAME:VAR=VALUE,VAR=VALUE ..." (say "parts1:PGJET_READ_PARTS=1"); each is
+# timed as pgjet_large_restore_NAME, with pgjet's debug log (its restore stage timings).
+LARGE_VARIANTS=${LARGE_VARIANTS:-}
 PGBR_S3_PLAIN_RUNS=${PGBR_S3_PLAIN_RUNS:-$RUNS}   # runs of pgBackRest bundle=n on S3 (the slowest pair)
 CHECK_RESTORE=${CHECK_RESTORE:-1}   # after the last run, start restored clusters once and compare rows
 LINK_CHECK=${LINK_CHECK:-1}         # ping and iperf3 across the lab before the runs
@@ -560,6 +564,14 @@ round_large() {
     timed pgjet_large_restore "$r" "$(pgjet_b --stanza large --repo 3 restore --pg-path "$o" --jobs "$JOBS")" || true
     [ "$CHECK_RESTORE" = 1 ] && [ "$r" = "$RUNS" ] && check_restored pgjet_large_restore large "$o"
     rm -rf "$o"
+    local v vars
+    for v in $LARGE_VARIANTS; do
+        IFS=, read -r -a vars <<<"${v#*:}"
+        fresh_dir "$o"
+        timed "pgjet_large_restore_${v%%:*}" "$r" "$(in_b env "${vars[@]}" PGJET_LOG_LEVEL=debug "$PGJET_BIN" \
+            --config "$PGJET_CONF" --stanza large --repo 3 restore --pg-path "$o" --jobs "$JOBS")" || true
+        rm -rf "$o"
+    done
     [ "$SKIP_S5CMD" = 1 ] && return 0
     # the link's limit for this client: s5cmd with more parts in flight
     rm -rf "$S3DATA/$BUCKET/raw"
@@ -763,6 +775,18 @@ if logical["large"]:
             if a and b: rt = f"{a/b:.2f}×"
         P(f"| {label} | {s['n']} | {s['med']:.2f}{fl} | {s['lo']:.2f}–{s['hi']:.2f} | {base/MiB/s['med']:.1f} | {s['rss']:.0f} | {rt} |")
     P("")
+    variants = sorted({r[0] for r in rows if r[0].startswith("pgjet_large_restore_")})
+    if variants:
+        P("Restore variants (LARGE_VARIANTS), each in the same runs; last column: its MiB/s / s5cmd download's (-c " + F("jobs") + "):")
+        P("")
+        P("| variant | runs | median s | min–max s | MiB/s | peak RSS MiB | / s5cmd download |")
+        P("|---|---:|---:|---:|---:|---:|---:|")
+        for n in variants:
+            s = stat(n)
+            if s["n"] == 0: P(f"| {n} | 0 | FAILED | | | | |"); continue
+            b = mbps(n, logical["large"]); s5d = mbps("s5cmd_download", logical["large_files"])
+            P(f"| {n[len('pgjet_large_restore_'):]} | {s['n']} | {s['med']:.2f} | {s['lo']:.2f}–{s['hi']:.2f} | {b:.1f} | {s['rss']:.0f} | {b/s5d:.2f}× |" if s5d else f"| {n} | {s['n']} | {s['med']:.2f} | | {b:.1f} | {s['rss']:.0f} | |")
+        P("")
 
 P("## Targets (issue 6)")
 P("")

@@ -59,7 +59,7 @@ pub fn aligned_buf(cap: usize) -> AlignedBuf {
 fn advise_huge(buf: &AlignedBuf) {
     let start = buf.as_ptr() as usize;
     let len = buf.capacity() / ALIGN * ALIGN;
-    if start % ALIGN != 0 || len == 0 {
+    if !start.is_multiple_of(ALIGN) || len == 0 {
         return;
     }
     // SAFETY: advice on pages this buffer's own allocation covers (its start is page
@@ -374,15 +374,15 @@ mod tests {
     #[test]
     fn large_buffers_are_advised_as_huge_pages() {
         let b = aligned_buf(8 << 20);
-        assert_eq!(b.as_ptr() as usize % HUGE_PAGE, 0);
+        assert!((b.as_ptr() as usize).is_multiple_of(HUGE_PAGE));
         let small = aligned_buf(64 << 10);
-        assert_eq!(small.as_ptr() as usize % ALIGN, 0);
+        assert!((small.as_ptr() as usize).is_multiple_of(ALIGN));
         // A buffer grown past a huge page by `fit` moves to a huge-page allocation, with its
         // bytes.
         let mut grown = aligned_buf(0);
         grown.extend_from_slice(b"head");
         fit(&mut grown, 3 << 20);
-        assert_eq!(grown.as_ptr() as usize % HUGE_PAGE, 0);
+        assert!((grown.as_ptr() as usize).is_multiple_of(HUGE_PAGE));
         assert_eq!(&grown[..4], b"head");
         assert!(grown[4..].iter().all(|x| *x == 0));
         // Where the kernel has transparent huge pages, the advice is on the mapping ("hg").

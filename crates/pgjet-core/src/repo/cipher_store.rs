@@ -75,6 +75,10 @@ impl Storage for CipherStorage {
         self.inner.read_ahead()
     }
 
+    fn remote(&self) -> bool {
+        self.inner.remote()
+    }
+
     fn put_owned(&self, name: &str, mut data: AlignedBuf) -> Result<Option<AlignedBuf>> {
         // Sealed in the caller's (aligned) buffer: a posix store writes it directly, an
         // object store uploads it without a copy.

@@ -188,6 +188,9 @@ impl Storage for FaultyStorage {
     fn read_ahead(&self) -> usize {
         self.inner.read_ahead()
     }
+    fn remote(&self) -> bool {
+        self.inner.remote()
+    }
     fn put(&self, name: &str, data: &[u8]) -> Result<()> {
         self.enter(Op::Put, name)?;
         self.inner.put(name, data)

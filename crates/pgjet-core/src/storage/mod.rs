@@ -60,6 +60,12 @@ pub trait Storage: Send + Sync {
     fn read_ahead(&self) -> usize {
         READ_AHEAD
     }
+    /// Whether the store's requests cross a network (object stores, SFTP): then a restore
+    /// is bound by its downloads rather than by the disk it writes, and spends its buffers
+    /// on reads in flight. Posix (a local or mounted directory): false.
+    fn remote(&self) -> bool {
+        false
+    }
     /// [`Storage::put`] of a buffer the store may keep instead of copying: returns it when
     /// the caller can reuse it (posix, the default), None when the store kept it (object
     /// stores upload the buffer itself, and free it when the upload ends).

@@ -307,6 +307,10 @@ impl Storage for ObjectStorage {
         OBJECT_READ_AHEAD
     }
 
+    fn remote(&self) -> bool {
+        true
+    }
+
     fn put_owned(&self, name: &str, data: AlignedBuf) -> Result<Option<AlignedBuf>> {
         // The upload holds the buffer (retries included) and frees it when done: no copy.
         self.upload(name, bytes::Bytes::from_owner(OwnedBuf(data)))?;
