@@ -686,41 +686,46 @@ fn posix_and_s3_repositories_together() {
     );
 }
 
-/// A restore reads a large object of known size as several ranged requests at once: the
-/// bytes come back whole, an object shorter or longer than the manifest says comes back
-/// with a length that differs from it (so restore and verify name the files), and a missing
-/// one is not found.
+/// A restore reads a large object of known size whole (one GET, the default) or as several
+/// ranged requests at once (`PGJET_READ_PARTS`): either way the bytes come back whole, an
+/// object shorter or longer than the manifest says comes back with a length that differs
+/// from it (so restore and verify name the files), and a missing one is not found.
 #[test]
-fn s3_split_reads_return_whole_objects_and_notice_wrong_sizes() {
+fn s3_sized_reads_return_whole_objects_and_notice_wrong_sizes() {
     let s3 = StoreServer::start(StoreKind::S3, "s3-split");
-    let store = pgjet_core::storage::open(&s3.repo_config("/split")).unwrap();
+    let cfg = s3.repo_config("/split");
+    let store = pgjet_core::storage::open(&cfg).unwrap();
+    let split = pgjet_core::storage::object::ObjectStorage::open(&cfg).unwrap();
     let len = (5usize << 20) + 12345;
     let data: Vec<u8> = (0..len as u32)
         .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
         .collect();
     store.put("big", &data).unwrap();
     let mut buf = pgjet_core::io::direct::aligned_buf(8 << 20);
+    type Read<'a> = Box<dyn Fn(&str, u64, &mut pgjet_core::io::direct::AlignedBuf) -> pgjet_core::error::Result<()> + 'a>;
+    let readers: [(&str, Read); 2] = [
+        ("default", Box::new(|n, size, b| store.get_into(n, Some(size), b))),
+        ("4 ranged GETs", Box::new(|n, size, b| split.get_split_into(n, size, 4, b))),
+    ];
+    for (how, read) in &readers {
+        read("big", len as u64, &mut buf).unwrap();
+        assert!(buf[..] == data[..], "{how}: a sized read must return the object");
 
-    store.get_into("big", Some(len as u64), &mut buf).unwrap();
-    assert!(buf[..] == data[..], "a split read must return the object");
+        // The manifest says 3 MiB more: the object reads short.
+        read("big", (len + (3 << 20)) as u64, &mut buf).unwrap();
+        assert_eq!(buf.len(), len, "{how}: a shorter object reads short");
+        assert!(buf[..] == data[..]);
 
-    // The manifest says 3 MiB more: the ranges past the end come back empty.
-    store
-        .get_into("big", Some((len + (3 << 20)) as u64), &mut buf)
-        .unwrap();
-    assert_eq!(buf.len(), len, "a shorter object reads short");
-    assert!(buf[..] == data[..]);
+        // The manifest says 2 MiB less: the object reads long (the split read's open-ended
+        // last range stops one byte past the size).
+        let less = len - (2 << 20);
+        read("big", less as u64, &mut buf).unwrap();
+        assert!(buf.len() > less, "{how}: a longer object reads long ({})", buf.len());
+        assert!(buf[..less] == data[..less]);
 
-    // The manifest says 2 MiB less: the open-ended last range finds the extra bytes.
-    let less = len - (2 << 20);
-    store.get_into("big", Some(less as u64), &mut buf).unwrap();
-    assert_eq!(buf.len(), less + 1, "a longer object reads long");
-    assert!(buf[..less] == data[..less]);
-
-    let e = store
-        .get_into("gone", Some(len as u64), &mut buf)
-        .unwrap_err();
-    assert!(e.is_not_found(), "a missing object is not found: {e}");
+        let e = read("gone", len as u64, &mut buf).unwrap_err();
+        assert!(e.is_not_found(), "{how}: a missing object is not found: {e}");
+    }
 }
 
 /// The stanza's lock on each object store and SFTP, through the library as two processes

@@ -35,15 +35,20 @@ pub const RETRY_MAX_DELAY: Duration = Duration::from_secs(10);
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 /// Part size of multipart uploads by [`Storage::writer`], bytes (S3's minimum part is 5 MiB).
 pub const WRITER_PART: usize = 8 << 20;
-/// Whole-object reads a restore keeps in flight ([`Storage::read_ahead`]), each split into
-/// up to [`READ_PARTS`] ranged requests. Measured at 20 ms on 2 GiB of large files
-/// (docs/benchmark-notes.md): 6 restored as fast as 8 with 17 MiB less memory.
-pub const OBJECT_READ_AHEAD: usize = 6;
+/// Whole-object reads a restore keeps in flight ([`Storage::read_ahead`]), each of
+/// [`READ_PARTS`] requests. Measured at 20 ms on 2 GiB of large files (docs/benchmark-notes.md,
+/// "The large-file restore from S3 against s5cmd"): 8 whole-object GETs restored in 12.83 s
+/// at 165 MiB, against 14.79 s at 159 MiB for 6 objects of 4 ranged GETs each, in the same
+/// runs.
+pub const OBJECT_READ_AHEAD: usize = 8;
 /// Ranged requests one object read of known size is split into
-/// ([`Storage::get_into`] with a known size), each of at least [`READ_PART_MIN`] bytes: more
-/// requests in flight for the same buffers. `PGJET_READ_PARTS` (1 to 16) overrides it for
-/// the benchmarks.
-pub const READ_PARTS: usize = 4;
+/// ([`Storage::get_into`] with a known size), each of at least [`READ_PART_MIN`] bytes.
+/// 1: one GET per object. On 2026-11-22 four ranged GETs per object restored as fast as
+/// twice the objects in flight; on 2026-11-29 whole-object GETs were 1.15-1.17× faster on
+/// the same bench (the client, the S3 server and the delay line share 2 cores there, and a
+/// split read costs more requests for the same bytes). `PGJET_READ_PARTS` (1 to 16)
+/// overrides it for the benchmarks.
+pub const READ_PARTS: usize = 1;
 /// Smallest ranged request of a split read, bytes.
 pub const READ_PART_MIN: u64 = 1 << 20;
 /// Parts of one multipart upload in flight at once.
@@ -294,83 +299,21 @@ impl Read for ObjReader {
     }
 }
 
-impl Storage for ObjectStorage {
-    fn describe(&self) -> String {
-        self.desc.clone()
-    }
-
-    fn put(&self, name: &str, data: &[u8]) -> Result<()> {
-        self.upload(name, bytes::Bytes::copy_from_slice(data))
-    }
-
-    fn read_ahead(&self) -> usize {
-        OBJECT_READ_AHEAD
-    }
-
-    fn remote(&self) -> bool {
-        true
-    }
-
-    fn put_owned(&self, name: &str, data: AlignedBuf) -> Result<Option<AlignedBuf>> {
-        // The upload holds the buffer (retries included) and frees it when done: no copy.
-        self.upload(name, bytes::Bytes::from_owner(OwnedBuf(data)))?;
-        Ok(None)
-    }
-
-    fn put_durable(&self, name: &str, data: &[u8]) -> Result<()> {
-        // An object store's PUT is atomic and durable when it is acknowledged.
-        self.put(name, data)
-    }
-
-    fn create_new(&self, name: &str, data: &[u8]) -> Result<bool> {
-        let buf = bytes::Bytes::copy_from_slice(data);
-        let r = self.run("create", name, async {
-            self.op
-                .write_with(name, buf)
-                .if_not_exists(true)
-                .await
-                .map(|_| ())
-        });
-        match r {
-            Ok(()) => Ok(true),
-            Err(Error::Storage {
-                fault: StorageFault::Conflict,
-                ..
-            }) => Ok(false),
-            Err(e) => Err(e),
-        }
-    }
-
-    fn get_range(&self, name: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
-        let buf = self.run("read", name, async {
-            self.op.read_with(name).range(offset..offset + len).await
-        })?;
-        if buf.len() as u64 != len {
-            return Err(Error::Storage {
-                op: "read",
-                target: self.target(name),
-                fault: StorageFault::Other,
-                detail: format!(
-                    "asked for {len} bytes at offset {offset}, got {}",
-                    buf.len()
-                ),
-                source: None,
-            });
-        }
-        Ok(buf.to_vec())
-    }
-
-    fn get(&self, name: &str) -> Result<Vec<u8>> {
-        Ok(self
-            .run("read", name, async { self.op.read(name).await })?
-            .to_vec())
-    }
-
-    fn get_into(&self, name: &str, size: Option<u64>, buf: &mut AlignedBuf) -> Result<()> {
-        let Some(size) = size else {
-            return self.get_whole_into(name, buf);
-        };
-        let parts = read_parts().min((size / READ_PART_MIN) as usize);
+impl ObjectStorage {
+    /// [`Storage::get_into`] of an object the manifest says is `size` bytes, as up to
+    /// `parts` ranged GETs at once, each of at least [`READ_PART_MIN`] bytes (fewer than 2:
+    /// one GET of the whole object). A range that fails makes the object be read whole once;
+    /// the last range is open-ended, so an object longer than `size` reads one byte long.
+    ///
+    /// Errors: the store's ([`Error::Storage`], NotFound for a missing object).
+    pub fn get_split_into(
+        &self,
+        name: &str,
+        size: u64,
+        parts: usize,
+        buf: &mut AlignedBuf,
+    ) -> Result<()> {
+        let parts = parts.min((size / READ_PART_MIN) as usize);
         let Ok(len) = usize::try_from(size) else {
             return self.get_whole_into(name, buf);
         };
@@ -444,6 +387,86 @@ impl Storage for ObjectStorage {
         }
         buf.truncate(total);
         Ok(())
+    }
+}
+
+impl Storage for ObjectStorage {
+    fn describe(&self) -> String {
+        self.desc.clone()
+    }
+
+    fn put(&self, name: &str, data: &[u8]) -> Result<()> {
+        self.upload(name, bytes::Bytes::copy_from_slice(data))
+    }
+
+    fn read_ahead(&self) -> usize {
+        OBJECT_READ_AHEAD
+    }
+
+    fn remote(&self) -> bool {
+        true
+    }
+
+    fn put_owned(&self, name: &str, data: AlignedBuf) -> Result<Option<AlignedBuf>> {
+        // The upload holds the buffer (retries included) and frees it when done: no copy.
+        self.upload(name, bytes::Bytes::from_owner(OwnedBuf(data)))?;
+        Ok(None)
+    }
+
+    fn put_durable(&self, name: &str, data: &[u8]) -> Result<()> {
+        // An object store's PUT is atomic and durable when it is acknowledged.
+        self.put(name, data)
+    }
+
+    fn create_new(&self, name: &str, data: &[u8]) -> Result<bool> {
+        let buf = bytes::Bytes::copy_from_slice(data);
+        let r = self.run("create", name, async {
+            self.op
+                .write_with(name, buf)
+                .if_not_exists(true)
+                .await
+                .map(|_| ())
+        });
+        match r {
+            Ok(()) => Ok(true),
+            Err(Error::Storage {
+                fault: StorageFault::Conflict,
+                ..
+            }) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn get_range(&self, name: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
+        let buf = self.run("read", name, async {
+            self.op.read_with(name).range(offset..offset + len).await
+        })?;
+        if buf.len() as u64 != len {
+            return Err(Error::Storage {
+                op: "read",
+                target: self.target(name),
+                fault: StorageFault::Other,
+                detail: format!(
+                    "asked for {len} bytes at offset {offset}, got {}",
+                    buf.len()
+                ),
+                source: None,
+            });
+        }
+        Ok(buf.to_vec())
+    }
+
+    fn get(&self, name: &str) -> Result<Vec<u8>> {
+        Ok(self
+            .run("read", name, async { self.op.read(name).await })?
+            .to_vec())
+    }
+
+    fn get_into(&self, name: &str, size: Option<u64>, buf: &mut AlignedBuf) -> Result<()> {
+        match size {
+            Some(size) => self.get_split_into(name, size, read_parts(), buf),
+            None => self.get_whole_into(name, buf),
+        }
     }
 
     fn reader(&self, name: &str) -> Result<Box<dyn Read + Send>> {
