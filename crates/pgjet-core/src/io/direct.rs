@@ -43,7 +43,9 @@ pub type AlignedBuf = AVec<u8, RuntimeAlign>;
 /// 1946 MiB/s on ordinary pages and 2494 MiB/s on huge pages; replica-create of a 2 GiB
 /// cluster on one host fell from 5.06 s to 3.33 s (medians of 3 alternating runs). Where
 /// the kernel has no huge pages (`never`, or none built in) the advice is ignored and the
-/// buffer is ordinary memory.
+/// buffer is ordinary memory. Under Debian's default `defrag` setting (`madvise`) the first
+/// touch of an advised buffer may compact memory to find a huge page; the jobs allocate
+/// their large buffers once and reuse them, so that cost is paid once per buffer.
 pub fn aligned_buf(cap: usize) -> AlignedBuf {
     let align = if cap >= HUGE_PAGE { HUGE_PAGE } else { ALIGN };
     let b: AlignedBuf = AVec::with_capacity(align, cap);
