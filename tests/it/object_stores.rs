@@ -702,14 +702,26 @@ fn s3_sized_reads_return_whole_objects_and_notice_wrong_sizes() {
         .collect();
     store.put("big", &data).unwrap();
     let mut buf = pgjet_core::io::direct::aligned_buf(8 << 20);
-    type Read<'a> = Box<dyn Fn(&str, u64, &mut pgjet_core::io::direct::AlignedBuf) -> pgjet_core::error::Result<()> + 'a>;
+    type Read<'a> = Box<
+        dyn Fn(&str, u64, &mut pgjet_core::io::direct::AlignedBuf) -> pgjet_core::error::Result<()>
+            + 'a,
+    >;
     let readers: [(&str, Read); 2] = [
-        ("default", Box::new(|n, size, b| store.get_into(n, Some(size), b))),
-        ("4 ranged GETs", Box::new(|n, size, b| split.get_split_into(n, size, 4, b))),
+        (
+            "default",
+            Box::new(|n, size, b| store.get_into(n, Some(size), b)),
+        ),
+        (
+            "4 ranged GETs",
+            Box::new(|n, size, b| split.get_split_into(n, size, 4, b)),
+        ),
     ];
     for (how, read) in &readers {
         read("big", len as u64, &mut buf).unwrap();
-        assert!(buf[..] == data[..], "{how}: a sized read must return the object");
+        assert!(
+            buf[..] == data[..],
+            "{how}: a sized read must return the object"
+        );
 
         // The manifest says 3 MiB more: the object reads short.
         read("big", (len + (3 << 20)) as u64, &mut buf).unwrap();
@@ -720,11 +732,18 @@ fn s3_sized_reads_return_whole_objects_and_notice_wrong_sizes() {
         // last range stops one byte past the size).
         let less = len - (2 << 20);
         read("big", less as u64, &mut buf).unwrap();
-        assert!(buf.len() > less, "{how}: a longer object reads long ({})", buf.len());
+        assert!(
+            buf.len() > less,
+            "{how}: a longer object reads long ({})",
+            buf.len()
+        );
         assert!(buf[..less] == data[..less]);
 
         let e = read("gone", len as u64, &mut buf).unwrap_err();
-        assert!(e.is_not_found(), "{how}: a missing object is not found: {e}");
+        assert!(
+            e.is_not_found(),
+            "{how}: a missing object is not found: {e}"
+        );
     }
 }
 

@@ -47,42 +47,36 @@ pub type AlignedBuf = AVec<u8, RuntimeAlign>;
 /// touch of an advised buffer may compact memory to find a huge page; the jobs allocate
 /// their large buffers once and reuse them, so that cost is paid once per buffer.
 pub fn aligned_buf(cap: usize) -> AlignedBuf {
-    let align = if cap >= HUGE_PAGE { HUGE_PAGE } else { ALIGN };
-    let b: AlignedBuf = AVec::with_capacity(align, cap);
-    if cap >= HUGE_PAGE {
-        advise_huge(&b);
+    if cap < HUGE_PAGE {
+        return AVec::with_capacity(ALIGN, cap);
+    }
+    let b: AlignedBuf = AVec::with_capacity(HUGE_PAGE, cap);
+    // SAFETY: advice on the pages of this buffer's own allocation (it starts on a huge-page
+    // boundary and the length stays within its capacity); no memory is read or written.
+    // Advisory: an error (EINVAL from a kernel without transparent huge pages) is ignored.
+    unsafe {
+        libc::madvise(
+            b.as_ptr() as *mut libc::c_void,
+            b.capacity() / ALIGN * ALIGN,
+            libc::MADV_HUGEPAGE,
+        );
     }
     b
-}
-
-/// Advises the kernel that `buf`'s allocation is to be backed by huge pages
-/// (`madvise(MADV_HUGEPAGE)` over its whole pages). Advisory: an error (a kernel without
-/// transparent huge pages answers EINVAL) is ignored.
-fn advise_huge(buf: &AlignedBuf) {
-    let start = buf.as_ptr() as usize;
-    let len = buf.capacity() / ALIGN * ALIGN;
-    if !start.is_multiple_of(ALIGN) || len == 0 {
-        return;
-    }
-    // SAFETY: advice on pages this buffer's own allocation covers (its start is page
-    // aligned and `len` does not pass its capacity); no memory is read or written.
-    unsafe {
-        libc::madvise(start as *mut libc::c_void, len, libc::MADV_HUGEPAGE);
-    }
 }
 
 /// Sets `buf`'s length to `len` bytes for a caller that overwrites them all: a buffer
 /// that shrinks keeps its bytes, and only the part past its old length is zeroed. A
 /// restore reuses 8 MiB buffers for every frame; zeroing each before a read or a
 /// decompression wrote over it took 7-10% of a restore's CPU (perf, PostgreSQL 18,
-/// bench/incr.sh's chain). A buffer that grows past [`HUGE_PAGE`] is moved to a
-/// huge-page allocation ([`aligned_buf`]) with its bytes.
+/// bench/incr.sh's chain). A buffer that grows to [`HUGE_PAGE`] or more is moved to a new
+/// advised allocation ([`aligned_buf`]) with its bytes (a reallocation would not carry the
+/// advice).
 pub fn fit(buf: &mut AlignedBuf, len: usize) {
     if buf.len() > len {
         buf.truncate(len);
         return;
     }
-    if len > buf.capacity() && len >= HUGE_PAGE && buf.alignment() < HUGE_PAGE {
+    if len > buf.capacity() && len >= HUGE_PAGE {
         let mut bigger = aligned_buf(len);
         bigger.extend_from_slice(buf);
         *buf = bigger;
@@ -359,7 +353,8 @@ mod tests {
         for line in smaps.lines() {
             let range = line.split_whitespace().next().unwrap_or("");
             if let Some((a, b)) = range.split_once('-') {
-                if let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16)) {
+                if let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16))
+                {
                     inside = a <= addr && addr < b;
                     continue;
                 }
@@ -391,7 +386,10 @@ mod tests {
         if std::path::Path::new("/sys/kernel/mm/transparent_hugepage/enabled").exists() {
             for buf in [&b, &grown] {
                 let flags = vm_flags(buf.as_ptr() as usize);
-                assert!(flags.split_whitespace().any(|f| f == "hg"), "VmFlags:{flags}");
+                assert!(
+                    flags.split_whitespace().any(|f| f == "hg"),
+                    "VmFlags:{flags}"
+                );
             }
         }
     }

@@ -169,6 +169,95 @@ impl ObjectStorage {
         })
     }
 
+    /// [`Storage::get_into`] of an object the manifest says is `size` bytes, as up to
+    /// `parts` ranged GETs at once, each of at least [`READ_PART_MIN`] bytes (fewer than 2:
+    /// one GET of the whole object). A range that fails makes the object be read whole once;
+    /// the last range is open-ended, so an object longer than `size` reads one byte long.
+    ///
+    /// Errors: the store's ([`Error::Storage`], NotFound for a missing object).
+    pub fn get_split_into(
+        &self,
+        name: &str,
+        size: u64,
+        parts: usize,
+        buf: &mut AlignedBuf,
+    ) -> Result<()> {
+        let parts = parts.min((size / READ_PART_MIN) as usize);
+        let Ok(len) = usize::try_from(size) else {
+            return self.get_whole_into(name, buf);
+        };
+        if parts < 2 {
+            return self.get_whole_into(name, buf);
+        }
+        // The buffer is cut into `parts` slices, each filled by its own ranged GET. The
+        // last range is open-ended, so an object longer than `size` is noticed. A shorter
+        // one fails a range (the store refuses it, or sends less than asked): the object
+        // is then read whole, once, and the caller's length check names it.
+        buf.clear();
+        buf.resize(len, 0);
+        let per = len.div_ceil(parts);
+        let last = len.div_ceil(per) - 1;
+        let split = self.run("read", name, async {
+            let reader = self.op.reader(name).await?;
+            let reads = buf.chunks_mut(per).enumerate().map(|(i, slice)| {
+                let reader = reader.clone();
+                async move {
+                    let start = (i * per) as u64;
+                    let opened = if i == last {
+                        reader.into_bytes_stream(start..).await
+                    } else {
+                        reader
+                            .into_bytes_stream(start..start + slice.len() as u64)
+                            .await
+                    };
+                    let mut body = opened?;
+                    let (mut at, mut longer) = (0usize, false);
+                    while let Some(chunk) = body.next().await {
+                        let chunk = chunk.map_err(from_io)?;
+                        let room = slice.len() - at;
+                        if chunk.len() > room {
+                            if i != last {
+                                return Err(opendal::Error::new(
+                                    ErrorKind::Unexpected,
+                                    "a ranged read returned more bytes than asked",
+                                ));
+                            }
+                            longer = true;
+                        }
+                        let n = chunk.len().min(room);
+                        slice[at..at + n].copy_from_slice(&chunk[..n]);
+                        at += n;
+                    }
+                    Ok::<(usize, bool), opendal::Error>((at, longer))
+                }
+            });
+            futures::future::try_join_all(reads).await
+        });
+        let got = match split {
+            Ok(got) => got,
+            Err(e) if e.is_not_found() => return Err(e),
+            Err(e) => {
+                tracing::debug!("split read of {name} failed ({e}); reading it whole");
+                return self.get_whole_into(name, buf);
+            }
+        };
+        // Keep the bytes up to the first short range; one byte more marks a longer object.
+        let mut total = 0usize;
+        for (i, (n, longer)) in got.iter().enumerate() {
+            total += n;
+            if *longer {
+                buf.truncate(total);
+                buf.push(0);
+                return Ok(());
+            }
+            if *n < per.min(len - i * per) {
+                break;
+            }
+        }
+        buf.truncate(total);
+        Ok(())
+    }
+
     /// Runs `fut` to its end on the store's runtime, unless cancelled first.
     fn run<T>(
         &self,
@@ -296,97 +385,6 @@ impl Read for ObjReader {
         out[..n].copy_from_slice(&self.cur[..n]);
         self.cur = self.cur.slice(n..);
         Ok(n)
-    }
-}
-
-impl ObjectStorage {
-    /// [`Storage::get_into`] of an object the manifest says is `size` bytes, as up to
-    /// `parts` ranged GETs at once, each of at least [`READ_PART_MIN`] bytes (fewer than 2:
-    /// one GET of the whole object). A range that fails makes the object be read whole once;
-    /// the last range is open-ended, so an object longer than `size` reads one byte long.
-    ///
-    /// Errors: the store's ([`Error::Storage`], NotFound for a missing object).
-    pub fn get_split_into(
-        &self,
-        name: &str,
-        size: u64,
-        parts: usize,
-        buf: &mut AlignedBuf,
-    ) -> Result<()> {
-        let parts = parts.min((size / READ_PART_MIN) as usize);
-        let Ok(len) = usize::try_from(size) else {
-            return self.get_whole_into(name, buf);
-        };
-        if parts < 2 {
-            return self.get_whole_into(name, buf);
-        }
-        // The buffer is cut into `parts` slices, each filled by its own ranged GET. The
-        // last range is open-ended, so an object longer than `size` is noticed. A shorter
-        // one fails a range (the store refuses it, or sends less than asked): the object
-        // is then read whole, once, and the caller's length check names it.
-        buf.clear();
-        buf.resize(len, 0);
-        let per = len.div_ceil(parts);
-        let last = len.div_ceil(per) - 1;
-        let split = self.run("read", name, async {
-            let reader = self.op.reader(name).await?;
-            let reads = buf.chunks_mut(per).enumerate().map(|(i, slice)| {
-                let reader = reader.clone();
-                async move {
-                    let start = (i * per) as u64;
-                    let opened = if i == last {
-                        reader.into_bytes_stream(start..).await
-                    } else {
-                        reader
-                            .into_bytes_stream(start..start + slice.len() as u64)
-                            .await
-                    };
-                    let mut body = opened?;
-                    let (mut at, mut longer) = (0usize, false);
-                    while let Some(chunk) = body.next().await {
-                        let chunk = chunk.map_err(from_io)?;
-                        let room = slice.len() - at;
-                        if chunk.len() > room {
-                            if i != last {
-                                return Err(opendal::Error::new(
-                                    ErrorKind::Unexpected,
-                                    "a ranged read returned more bytes than asked",
-                                ));
-                            }
-                            longer = true;
-                        }
-                        let n = chunk.len().min(room);
-                        slice[at..at + n].copy_from_slice(&chunk[..n]);
-                        at += n;
-                    }
-                    Ok::<(usize, bool), opendal::Error>((at, longer))
-                }
-            });
-            futures::future::try_join_all(reads).await
-        });
-        let got = match split {
-            Ok(got) => got,
-            Err(e) if e.is_not_found() => return Err(e),
-            Err(e) => {
-                tracing::debug!("split read of {name} failed ({e}); reading it whole");
-                return self.get_whole_into(name, buf);
-            }
-        };
-        // Keep the bytes up to the first short range; one byte more marks a longer object.
-        let mut total = 0usize;
-        for (i, (n, longer)) in got.iter().enumerate() {
-            total += n;
-            if *longer {
-                buf.truncate(total);
-                buf.push(0);
-                return Ok(());
-            }
-            if *n < per.min(len - i * per) {
-                break;
-            }
-        }
-        buf.truncate(total);
-        Ok(())
     }
 }
 
